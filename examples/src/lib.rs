@@ -1,0 +1,1 @@
+//! Shared bits of the example operators.

@@ -1,0 +1,1 @@
+//! Attribute macros for `kopf-runtime`. Use them through `kopf_runtime`, which re-exports them.

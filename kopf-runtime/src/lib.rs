@@ -1,0 +1,1 @@
+//! kopf-runtime: Kubernetes operators as plain `async fn`s.

@@ -1,0 +1,2 @@
+//! `kube-emulator`: serves the kopf-testing emulator standalone.
+fn main() {}

@@ -1,0 +1,1 @@
+//! kopf-testing: an in-memory Kubernetes API server over real HTTP.
