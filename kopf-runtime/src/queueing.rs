@@ -1,0 +1,452 @@
+//! Per-object serial processing: one worker per key (an object's UID), many
+//! keys at once.
+//!
+//! Events for a key that arrive while its worker is busy are coalesced: the
+//! worker only ever sees the newest one. Once a worker has patched its object
+//! it names the `resourceVersion` its patch produced, and it does not act on
+//! any older body of that object (Kopf's "consistency wait"), so no handler
+//! runs twice because a stale event was still in flight.
+//!
+//! # Guarantees
+//! - At most one processing call runs for a key at any time.
+//! - The newest event pushed for a key is processed eventually (unless the
+//!   queue is shut down first); intermediate ones may be skipped.
+//! - After a call that reported an expected version, the next call for that
+//!   key gets a body at least that new, or the newest one available once
+//!   [`QueueSettings::consistency_timeout`] has passed.
+//! - Workers with nothing to do go away after [`QueueSettings::idle_timeout`],
+//!   so idle objects cost only their slot in the watcher.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::sync::{Semaphore, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Something with a Kubernetes `resourceVersion`, to wait for consistency.
+pub trait Versioned {
+    /// The `resourceVersion` of the body this event carries, if it has one
+    /// that can be compared. Synthetic events (an object found missing after a
+    /// re-list) return `None`: they are always current.
+    fn version(&self) -> Option<&str>;
+}
+
+/// What a processing call tells the queue when it is done.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Processed {
+    /// The `resourceVersion` the call's own patch produced: the key's next
+    /// call will not see an older body.
+    pub expect_version: Option<String>,
+}
+
+/// Limits and timeouts of the worker queue.
+#[derive(Debug, Clone)]
+pub struct QueueSettings {
+    /// How many keys are processed at the same time, at most.
+    pub max_workers: usize,
+    /// How long an idle worker waits for another event before it exits.
+    pub idle_timeout: Duration,
+    /// How long a worker waits for the body its own patch produced before it
+    /// goes on with the newest body it has.
+    pub consistency_timeout: Duration,
+}
+
+impl Default for QueueSettings {
+    fn default() -> Self {
+        Self {
+            max_workers: 1_000,
+            idle_timeout: Duration::from_secs(5),
+            consistency_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The processing call: invoked with a key and the newest event for it.
+pub type ProcessFn<K, E> = Arc<dyn Fn(K, Arc<E>) -> BoxFuture<'static, Processed> + Send + Sync>;
+
+/// Dispatches events to one serial worker per key.
+pub struct Queue<K, E> {
+    inner: Arc<Inner<K, E>>,
+}
+
+struct Inner<K, E> {
+    slots: Mutex<HashMap<K, watch::Sender<Option<Arc<E>>>>>,
+    permits: Arc<Semaphore>,
+    tracker: TaskTracker,
+    stop: CancellationToken,
+    settings: QueueSettings,
+    process: ProcessFn<K, E>,
+}
+
+impl<K, E> fmt::Debug for Queue<K, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Queue")
+            .field("workers", &self.inner.tracker.len())
+            .field("settings", &self.inner.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K, E> Queue<K, E>
+where
+    K: Clone + Eq + Hash + Send + Sync + fmt::Debug + 'static,
+    E: Versioned + Send + Sync + 'static,
+{
+    /// A queue calling `process` for each key's events. Its workers stop when
+    /// `stop` is cancelled (after the call in flight) or on [`Queue::shutdown`].
+    pub fn new(settings: QueueSettings, stop: CancellationToken, process: ProcessFn<K, E>) -> Self {
+        let permits = Arc::new(Semaphore::new(settings.max_workers.max(1)));
+        Self {
+            inner: Arc::new(Inner {
+                slots: Mutex::new(HashMap::new()),
+                permits,
+                tracker: TaskTracker::new(),
+                stop,
+                settings,
+                process,
+            }),
+        }
+    }
+
+    /// Hands an event to the key's worker, starting one if there is none.
+    /// Never waits: a busy worker sees only the newest event when it is free.
+    pub fn push(&self, key: K, event: E) {
+        if self.inner.stop.is_cancelled() {
+            return;
+        }
+        let event = Some(Arc::new(event));
+        let mut slots = self.inner.lock_slots();
+        if let Some(slot) = slots.get(&key) {
+            slot.send_replace(event);
+            return;
+        }
+        let (slot, mut receiver) = watch::channel(event);
+        receiver.mark_changed();
+        slots.insert(key.clone(), slot);
+        drop(slots);
+        let inner = Arc::clone(&self.inner);
+        self.inner
+            .tracker
+            .spawn(async move { inner.work(key, receiver).await });
+    }
+
+    /// How many keys have a worker now (busy or waiting for more events).
+    pub fn workers(&self) -> usize {
+        self.inner.lock_slots().len()
+    }
+
+    /// Stops taking events and waits up to `timeout` for the calls in flight.
+    /// Returns how many workers were still running when the time ran out.
+    pub async fn shutdown(&self, timeout: Duration) -> usize {
+        self.inner.stop.cancel();
+        self.inner.tracker.close();
+        if tokio::time::timeout(timeout, self.inner.tracker.wait())
+            .await
+            .is_err()
+        {
+            let left = self.inner.tracker.len();
+            tracing::warn!(
+                workers = left,
+                ?timeout,
+                "object workers did not finish in time; abandoning them"
+            );
+            return left;
+        }
+        0
+    }
+}
+
+impl<K, E> Inner<K, E>
+where
+    K: Clone + Eq + Hash + Send + Sync + fmt::Debug + 'static,
+    E: Versioned + Send + Sync + 'static,
+{
+    fn lock_slots(&self) -> std::sync::MutexGuard<'_, HashMap<K, watch::Sender<Option<Arc<E>>>>> {
+        // The map holds no invariant a panicking holder could break halfway.
+        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    async fn work(&self, key: K, mut events: watch::Receiver<Option<Arc<E>>>) {
+        let mut expected: Option<String> = None;
+        loop {
+            let next = tokio::select! {
+                biased;
+                () = self.stop.cancelled() => None,
+                next = tokio::time::timeout(self.settings.idle_timeout, events.changed()) => Some(next),
+            };
+            match next {
+                None => break,
+                Some(Ok(Ok(()))) => {}
+                Some(Ok(Err(_closed))) => break,
+                Some(Err(_idle)) => {
+                    if self.retire(&key, &events) {
+                        return;
+                    }
+                    continue;
+                }
+            }
+            let Some(mut event) = events.borrow_and_update().clone() else {
+                continue;
+            };
+            if let Some(version) = expected.take() {
+                match self.wait_for_version(&mut events, event, &version).await {
+                    Some(newer) => event = newer,
+                    None => break,
+                }
+            }
+            let Ok(_permit) = self.permits.acquire().await else {
+                break;
+            };
+            let processed = (self.process)(key.clone(), Arc::clone(&event)).await;
+            expected = processed.expect_version;
+        }
+        self.lock_slots().remove(&key);
+    }
+
+    /// Waits until the key's newest event is at least `version`, or the
+    /// consistency timeout passes; returns the event to process then.
+    /// `None` means the queue is stopping.
+    async fn wait_for_version(
+        &self,
+        events: &mut watch::Receiver<Option<Arc<E>>>,
+        mut event: Arc<E>,
+        version: &str,
+    ) -> Option<Arc<E>> {
+        let deadline = Instant::now() + self.settings.consistency_timeout;
+        while !is_at_least(event.version(), version) {
+            tokio::select! {
+                biased;
+                () = self.stop.cancelled() => return None,
+                changed = tokio::time::timeout_at(deadline, events.changed()) => match changed {
+                    Ok(Ok(())) => {
+                        if let Some(newer) = events.borrow_and_update().clone() {
+                            event = newer;
+                        }
+                    }
+                    Ok(Err(_closed)) => return None,
+                    Err(_timeout) => {
+                        tracing::warn!(
+                            expected = version,
+                            got = event.version().unwrap_or("?"),
+                            "the object's own patch was not seen in time; processing the newest body"
+                        );
+                        break;
+                    }
+                },
+            }
+        }
+        Some(event)
+    }
+
+    /// Removes the key's slot unless an event arrived meanwhile.
+    fn retire(&self, key: &K, events: &watch::Receiver<Option<Arc<E>>>) -> bool {
+        let mut slots = self.lock_slots();
+        if events.has_changed().unwrap_or(false) {
+            return false;
+        }
+        slots.remove(key);
+        true
+    }
+}
+
+/// Whether `version` is at least `expected`. Kubernetes versions are opaque,
+/// but every server in use issues integers: compare them as such, and fall
+/// back to equality otherwise. A body without a version is always current.
+fn is_at_least(version: Option<&str>, expected: &str) -> bool {
+    let Some(version) = version else { return true };
+    match (version.parse::<u64>(), expected.parse::<u64>()) {
+        (Ok(version), Ok(expected)) => version >= expected,
+        _ => version == expected,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::sync::mpsc;
+
+    #[derive(Debug)]
+    struct Ev {
+        n: u32,
+        rv: Option<String>,
+    }
+    impl Versioned for Ev {
+        fn version(&self) -> Option<&str> {
+            self.rv.as_deref()
+        }
+    }
+    fn ev(n: u32, rv: u64) -> Ev {
+        Ev {
+            n,
+            rv: Some(rv.to_string()),
+        }
+    }
+
+    type Log = mpsc::UnboundedReceiver<(u32, u32)>;
+
+    /// A queue whose calls record (key, event number), hold for `hold`, and
+    /// report `expect(n)` as the version they produced.
+    fn queue(
+        settings: QueueSettings,
+        hold: Duration,
+        expect: fn(u32) -> Option<String>,
+    ) -> (Queue<u32, Ev>, Log, Arc<AtomicUsize>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let running = Arc::new(AtomicUsize::new(0));
+        let peak = Arc::new(AtomicUsize::new(0));
+        let peak_out = Arc::clone(&peak);
+        let process: ProcessFn<u32, Ev> = Arc::new(move |key, event: Arc<Ev>| {
+            let tx = tx.clone();
+            let running = Arc::clone(&running);
+            let peak = Arc::clone(&peak);
+            Box::pin(async move {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                peak.fetch_max(now, Ordering::SeqCst);
+                let _ = tx.send((key, event.n));
+                tokio::time::sleep(hold).await;
+                running.fetch_sub(1, Ordering::SeqCst);
+                Processed {
+                    expect_version: expect(event.n),
+                }
+            })
+        });
+        (
+            Queue::new(settings, CancellationToken::new(), process),
+            rx,
+            peak_out,
+        )
+    }
+
+    async fn next(log: &mut Log) -> (u32, u32) {
+        tokio::time::timeout(Duration::from_secs(60), log.recv())
+            .await
+            .expect("a call within the timeout")
+            .expect("the log stays open")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn events_for_a_busy_key_coalesce_to_the_newest() {
+        let (q, mut log, peak) = queue(QueueSettings::default(), Duration::from_secs(1), |_| None);
+        q.push(1, ev(1, 1));
+        assert_eq!(next(&mut log).await, (1, 1));
+        q.push(1, ev(2, 2));
+        q.push(1, ev(3, 3));
+        assert_eq!(next(&mut log).await, (1, 3));
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert!(log.try_recv().is_err(), "event 2 must have been skipped");
+        assert_eq!(
+            peak.load(Ordering::SeqCst),
+            1,
+            "one key is never processed twice at once"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn keys_run_concurrently_up_to_the_worker_limit() {
+        let settings = QueueSettings {
+            max_workers: 2,
+            ..QueueSettings::default()
+        };
+        let (q, mut log, peak) = queue(settings, Duration::from_secs(1), |_| None);
+        for key in 0..5 {
+            q.push(key, ev(key, 1));
+        }
+        let mut seen = Vec::new();
+        for _ in 0..5 {
+            seen.push(next(&mut log).await.0);
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, vec![0, 1, 2, 3, 4]);
+        assert_eq!(peak.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_worker_never_acts_on_a_body_older_than_its_own_patch() {
+        // The first call "patches" the object to version 10.
+        let (q, mut log, _) = queue(QueueSettings::default(), Duration::from_millis(10), |n| {
+            (n == 1).then(|| "10".to_owned())
+        });
+        q.push(7, ev(1, 5));
+        assert_eq!(next(&mut log).await, (7, 1));
+        // A stale event from before the patch arrives: it must be held back.
+        q.push(7, ev(2, 9));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            log.try_recv().is_err(),
+            "version 9 is older than the patch's 10"
+        );
+        q.push(7, ev(3, 10));
+        assert_eq!(next(&mut log).await, (7, 3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_consistency_wait_gives_up_after_its_timeout() {
+        let settings = QueueSettings {
+            consistency_timeout: Duration::from_secs(3),
+            ..QueueSettings::default()
+        };
+        let (q, mut log, _) = queue(settings, Duration::from_millis(10), |n| {
+            (n == 1).then(|| "10".to_owned())
+        });
+        q.push(7, ev(1, 5));
+        assert_eq!(next(&mut log).await, (7, 1));
+        let pushed = Instant::now();
+        q.push(7, ev(2, 9));
+        assert_eq!(next(&mut log).await, (7, 2));
+        assert!(pushed.elapsed() >= Duration::from_secs(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn synthetic_events_without_a_version_pass_the_consistency_wait() {
+        let (q, mut log, _) = queue(QueueSettings::default(), Duration::from_millis(10), |n| {
+            (n == 1).then(|| "10".to_owned())
+        });
+        q.push(7, ev(1, 5));
+        assert_eq!(next(&mut log).await, (7, 1));
+        let pushed = Instant::now();
+        q.push(7, Ev { n: 2, rv: None });
+        assert_eq!(next(&mut log).await, (7, 2));
+        assert!(pushed.elapsed() < Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_workers_exit_and_come_back_on_the_next_event() {
+        let (q, mut log, _) = queue(QueueSettings::default(), Duration::from_millis(10), |_| {
+            None
+        });
+        q.push(1, ev(1, 1));
+        assert_eq!(next(&mut log).await, (1, 1));
+        assert_eq!(q.workers(), 1);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(q.workers(), 0);
+        q.push(1, ev(2, 2));
+        assert_eq!(next(&mut log).await, (1, 2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_waits_for_calls_in_flight_and_reports_the_stuck() {
+        let (q, mut log, _) = queue(QueueSettings::default(), Duration::from_secs(100), |_| None);
+        q.push(1, ev(1, 1));
+        assert_eq!(next(&mut log).await, (1, 1));
+        assert_eq!(q.shutdown(Duration::from_secs(5)).await, 1);
+        q.push(2, ev(1, 1));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(log.try_recv().is_err(), "a stopped queue takes no events");
+    }
+
+    #[test]
+    fn versions_compare_as_integers_when_they_are() {
+        assert!(is_at_least(Some("10"), "9"));
+        assert!(!is_at_least(Some("9"), "10"));
+        assert!(is_at_least(Some("abc"), "abc"));
+        assert!(!is_at_least(Some("abc"), "abd"));
+        assert!(is_at_least(None, "10"));
+    }
+}
