@@ -1,0 +1,286 @@
+//! The handler kinds: their options and the parameters (kwargs) they accept.
+
+/// One attribute macro.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    OnCreate,
+    OnUpdate,
+    OnDelete,
+    OnResume,
+    OnField,
+    OnEvent,
+    Timer,
+    Daemon,
+    Index,
+    OnStartup,
+    OnCleanup,
+    OnProbe,
+    OnLogin,
+    OnValidate,
+    OnMutate,
+}
+
+const ALL: [Kind; 15] = [
+    Kind::OnCreate,
+    Kind::OnUpdate,
+    Kind::OnDelete,
+    Kind::OnResume,
+    Kind::OnField,
+    Kind::OnEvent,
+    Kind::Timer,
+    Kind::Daemon,
+    Kind::Index,
+    Kind::OnStartup,
+    Kind::OnCleanup,
+    Kind::OnProbe,
+    Kind::OnLogin,
+    Kind::OnValidate,
+    Kind::OnMutate,
+];
+
+const FILTERS: &[&str] = &["labels", "annotations", "when", "field", "value"];
+const RETRYING: &[&str] = &["retries", "backoff", "timeout", "errors"];
+
+/// Every parameter name known to any kind, with the injection trait behind it.
+pub(crate) const KWARGS: &[(&str, &str)] = &[
+    ("body", "BodyArg"),
+    ("spec", "SpecArg"),
+    ("meta", "MetaArg"),
+    ("status", "StatusArg"),
+    ("uid", "UidArg"),
+    ("name", "NameArg"),
+    ("namespace", "NamespaceArg"),
+    ("labels", "LabelsArg"),
+    ("annotations", "AnnotationsArg"),
+    ("patch", "PatchArg"),
+    ("logger", "LoggerArg"),
+    ("memo", "MemoArg"),
+    ("param", "ParamArg"),
+    ("retry", "RetryArg"),
+    ("started", "StartedArg"),
+    ("runtime", "RuntimeArg"),
+    ("reason", "ReasonArg"),
+    ("diff", "DiffArg"),
+    ("old", "OldArg"),
+    ("new", "NewArg"),
+    ("event", "EventArg"),
+    ("type", "TypeArg"),
+    ("stopped", "StoppedArg"),
+    ("client", "ClientArg"),
+    ("operation", "OperationArg"),
+    ("dryrun", "DryrunArg"),
+    ("warnings", "WarningsArg"),
+    ("userinfo", "UserinfoArg"),
+    ("subresource", "SubresourceArg"),
+    ("headers", "HeadersArg"),
+];
+
+const OBJECT: &[&str] = &[
+    "body",
+    "spec",
+    "meta",
+    "status",
+    "uid",
+    "name",
+    "namespace",
+    "labels",
+    "annotations",
+];
+const COMMON: &[&str] = &["logger", "memo", "param", "client"];
+const TIMING: &[&str] = &["retry", "started", "runtime"];
+
+impl Kind {
+    pub(crate) fn all() -> &'static [Kind] {
+        &ALL
+    }
+
+    /// The attribute's name.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kind::OnCreate => "on_create",
+            Kind::OnUpdate => "on_update",
+            Kind::OnDelete => "on_delete",
+            Kind::OnResume => "on_resume",
+            Kind::OnField => "on_field",
+            Kind::OnEvent => "on_event",
+            Kind::Timer => "timer",
+            Kind::Daemon => "daemon",
+            Kind::Index => "index",
+            Kind::OnStartup => "on_startup",
+            Kind::OnCleanup => "on_cleanup",
+            Kind::OnProbe => "on_probe",
+            Kind::OnLogin => "on_login",
+            Kind::OnValidate => "on_validate",
+            Kind::OnMutate => "on_mutate",
+        }
+    }
+
+    /// The variant of `kopf_runtime::HandlerKind`.
+    pub(crate) fn variant(self) -> &'static str {
+        match self {
+            Kind::OnCreate => "OnCreate",
+            Kind::OnUpdate => "OnUpdate",
+            Kind::OnDelete => "OnDelete",
+            Kind::OnResume => "OnResume",
+            Kind::OnField => "OnField",
+            Kind::OnEvent => "OnEvent",
+            Kind::Timer => "Timer",
+            Kind::Daemon => "Daemon",
+            Kind::Index => "Index",
+            Kind::OnStartup => "OnStartup",
+            Kind::OnCleanup => "OnCleanup",
+            Kind::OnProbe => "OnProbe",
+            Kind::OnLogin => "OnLogin",
+            Kind::OnValidate => "OnValidate",
+            Kind::OnMutate => "OnMutate",
+        }
+    }
+
+    /// Operator-level handlers without a resource.
+    pub(crate) fn is_activity(self) -> bool {
+        matches!(
+            self,
+            Kind::OnStartup | Kind::OnCleanup | Kind::OnProbe | Kind::OnLogin
+        )
+    }
+
+    /// The options this kind accepts, in the order listed in messages.
+    pub(crate) fn options(self) -> Vec<&'static str> {
+        let mut options = vec!["id", "param"];
+        let specific: &[&str] = match self {
+            Kind::OnCreate | Kind::Index => &[],
+            Kind::OnUpdate | Kind::OnField => &["old", "new"],
+            Kind::OnDelete => &["optional"],
+            Kind::OnResume => &["deleted"],
+            Kind::OnEvent => &[],
+            Kind::Timer => &[
+                "interval",
+                "initial_delay",
+                "sharp",
+                "idle",
+                "no_finalizers",
+            ],
+            Kind::Daemon => &[
+                "initial_delay",
+                "cancellation_backoff",
+                "cancellation_timeout",
+                "cancellation_polling",
+                "no_finalizers",
+            ],
+            Kind::OnStartup | Kind::OnCleanup | Kind::OnProbe | Kind::OnLogin => &[],
+            Kind::OnValidate | Kind::OnMutate => &[
+                "operations",
+                "subresource",
+                "persistent",
+                "side_effects",
+                "ignore_failures",
+            ],
+        };
+        if !matches!(self, Kind::OnEvent | Kind::OnValidate | Kind::OnMutate) {
+            options.extend(RETRYING);
+        }
+        if !self.is_activity() {
+            options.extend(FILTERS);
+        }
+        options.extend(specific);
+        options
+    }
+
+    /// The kinds that accept an option (for "valid for" hints).
+    pub(crate) fn kinds_with_option(option: &str) -> Vec<Kind> {
+        ALL.iter()
+            .copied()
+            .filter(|k| k.options().contains(&option))
+            .collect()
+    }
+
+    /// The parameters this kind accepts.
+    pub(crate) fn kwargs(self) -> Vec<&'static str> {
+        let mut kwargs = Vec::new();
+        let extra: &[&str] = match self {
+            Kind::OnCreate | Kind::OnUpdate | Kind::OnDelete | Kind::OnResume | Kind::OnField => &[
+                "patch", "retry", "started", "runtime", "reason", "diff", "old", "new",
+            ],
+            Kind::OnEvent => &["patch", "event", "type"],
+            Kind::Timer | Kind::Daemon => &["patch", "retry", "started", "runtime", "stopped"],
+            Kind::Index => &[],
+            Kind::OnStartup | Kind::OnCleanup | Kind::OnProbe => TIMING,
+            Kind::OnLogin => TIMING,
+            Kind::OnValidate | Kind::OnMutate => &[
+                "patch",
+                "operation",
+                "dryrun",
+                "warnings",
+                "userinfo",
+                "subresource",
+                "headers",
+            ],
+        };
+        if !self.is_activity() {
+            kwargs.extend(OBJECT);
+        }
+        kwargs.extend(
+            COMMON
+                .iter()
+                .filter(|k| !(self == Kind::OnLogin && **k == "client")),
+        );
+        kwargs.extend(extra);
+        kwargs
+    }
+
+    /// Whether handlers of this kind may take indexes as parameters.
+    pub(crate) fn takes_indexes(self) -> bool {
+        !matches!(
+            self,
+            Kind::Index | Kind::OnStartup | Kind::OnCleanup | Kind::OnLogin
+        )
+    }
+
+    /// Whether the fn must be `async`.
+    pub(crate) fn requires_async(self) -> bool {
+        matches!(self, Kind::Daemon)
+    }
+}
+
+/// `a`, `b`, `c` → "`a`, `b`, `c`".
+pub(crate) fn list(items: &[&str]) -> String {
+    items
+        .iter()
+        .map(|i| format!("`{i}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kwarg_of_every_kind_has_a_trait() {
+        for kind in Kind::all() {
+            for kwarg in kind.kwargs() {
+                assert!(KWARGS.iter().any(|(name, _)| *name == kwarg), "{kwarg}");
+            }
+        }
+    }
+
+    #[test]
+    fn kind_specific_options_are_not_offered_elsewhere() {
+        assert_eq!(Kind::kinds_with_option("interval"), [Kind::Timer]);
+        assert_eq!(
+            Kind::kinds_with_option("no_finalizers"),
+            [Kind::Timer, Kind::Daemon]
+        );
+        assert!(!Kind::OnEvent.options().contains(&"retries"));
+        assert!(!Kind::OnStartup.options().contains(&"labels"));
+    }
+
+    #[test]
+    fn stopped_is_only_for_daemons_and_timers() {
+        let kinds: Vec<_> = Kind::all()
+            .iter()
+            .filter(|k| k.kwargs().contains(&"stopped"))
+            .collect();
+        assert_eq!(kinds, [&Kind::Timer, &Kind::Daemon]);
+    }
+}

@@ -1,0 +1,1 @@
+//! Expansion snapshot tests and unit tests of the parsers.

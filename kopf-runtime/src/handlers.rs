@@ -1,0 +1,851 @@
+//! The handler model the engine consumes: [`Handler`], [`HandlerKind`] and options.
+//!
+//! A [`Handler`] is one registration: its kind, resource, id, options with
+//! Kopf's defaults, filters, and the [`HandlerFn`] that runs it. Handlers come
+//! from the attribute macros (through [`Registry::from_inventory`](crate::Registry::from_inventory))
+//! or are built directly with the constructors here (e.g. [`Handler::on_create`])
+//! and chained option setters; the [`Registry`](crate::Registry) validates both alike.
+//!
+//! # Invoking a handler (for the engine)
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! use kopf_runtime::{Handler, Kwargs, ResourceRef};
+//! use serde_json::json;
+//! let handler = Handler::on_create(ResourceRef::dynamic("", "v1", "configmaps"), "hello", |kw: Kwargs| async move {
+//!     Ok::<_, kopf_runtime::Error>(json!({"greeted": kw.name()}))
+//! });
+//! let kwargs = Kwargs::new(json!({"metadata": {"name": "cm"}}));
+//! let outcome = handler.call(kwargs).await;          // sets `param`, then runs the fn
+//! assert_eq!(outcome, Ok(Some(json!({"greeted": "cm"})))); // goes to status.hello
+//! # }
+//! ```
+
+use std::borrow::Cow;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+use crate::errors::{IntoOutcome, Outcome};
+use crate::filters::{FieldPath, Filters, MetaFilter, MetaValue, ValueFilter};
+use crate::kwargs::{Kwargs, Operation};
+use crate::resources::ResourceRef;
+
+/// The callable behind a handler: takes the kwargs, returns the outcome.
+///
+/// The future is `'static` and `Send`: it owns the kwargs. Blocking (non-async)
+/// handlers run on tokio's blocking threads inside it.
+pub type HandlerFn = Arc<dyn Fn(Kwargs) -> BoxFuture<'static, Outcome> + Send + Sync>;
+
+/// Kopf's default delay between retries (`backoff`): 60 seconds.
+pub const DEFAULT_BACKOFF: Duration = Duration::from_secs(60);
+
+/// The kinds of handlers, one per attribute macro.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum HandlerKind {
+    /// `#[on_create]`: the object was created.
+    OnCreate,
+    /// `#[on_update]`: the object (or its `field`) changed.
+    OnUpdate,
+    /// `#[on_delete]`: the object is being deleted.
+    OnDelete,
+    /// `#[on_resume]`: the operator found the object at start-up.
+    OnResume,
+    /// `#[on_field]`: the `field` changed, whatever the reason.
+    OnField,
+    /// `#[on_event]`: every raw watch event (no retries, no progress).
+    OnEvent,
+    /// `#[timer]`: runs periodically for each object.
+    Timer,
+    /// `#[daemon]`: runs for as long as each object exists.
+    Daemon,
+    /// `#[index]`: maintains an in-memory index of objects.
+    Index,
+    /// `#[on_startup]`: once when the operator starts.
+    OnStartup,
+    /// `#[on_cleanup]`: once when the operator exits.
+    OnCleanup,
+    /// `#[on_probe]`: on each liveness probe.
+    OnProbe,
+    /// `#[on_login]`: to obtain cluster credentials.
+    OnLogin,
+    /// `#[on_validate]`: a validating admission webhook.
+    OnValidate,
+    /// `#[on_mutate]`: a mutating admission webhook.
+    OnMutate,
+}
+
+impl HandlerKind {
+    /// All kinds, in declaration order.
+    pub const ALL: [HandlerKind; 15] = [
+        HandlerKind::OnCreate,
+        HandlerKind::OnUpdate,
+        HandlerKind::OnDelete,
+        HandlerKind::OnResume,
+        HandlerKind::OnField,
+        HandlerKind::OnEvent,
+        HandlerKind::Timer,
+        HandlerKind::Daemon,
+        HandlerKind::Index,
+        HandlerKind::OnStartup,
+        HandlerKind::OnCleanup,
+        HandlerKind::OnProbe,
+        HandlerKind::OnLogin,
+        HandlerKind::OnValidate,
+        HandlerKind::OnMutate,
+    ];
+
+    /// The attribute's name, e.g. `on_create`.
+    pub fn name(self) -> &'static str {
+        match self {
+            HandlerKind::OnCreate => "on_create",
+            HandlerKind::OnUpdate => "on_update",
+            HandlerKind::OnDelete => "on_delete",
+            HandlerKind::OnResume => "on_resume",
+            HandlerKind::OnField => "on_field",
+            HandlerKind::OnEvent => "on_event",
+            HandlerKind::Timer => "timer",
+            HandlerKind::Daemon => "daemon",
+            HandlerKind::Index => "index",
+            HandlerKind::OnStartup => "on_startup",
+            HandlerKind::OnCleanup => "on_cleanup",
+            HandlerKind::OnProbe => "on_probe",
+            HandlerKind::OnLogin => "on_login",
+            HandlerKind::OnValidate => "on_validate",
+            HandlerKind::OnMutate => "on_mutate",
+        }
+    }
+
+    /// Operator-level handlers without a resource (startup, cleanup, probe, login).
+    pub fn is_activity(self) -> bool {
+        matches!(
+            self,
+            HandlerKind::OnStartup
+                | HandlerKind::OnCleanup
+                | HandlerKind::OnProbe
+                | HandlerKind::OnLogin
+        )
+    }
+
+    /// Change handlers with progress, retries and diff-base (create, update, delete, resume, field).
+    pub fn is_changing(self) -> bool {
+        matches!(
+            self,
+            HandlerKind::OnCreate
+                | HandlerKind::OnUpdate
+                | HandlerKind::OnDelete
+                | HandlerKind::OnResume
+                | HandlerKind::OnField
+        )
+    }
+
+    /// Daemons and timers.
+    pub fn is_spawning(self) -> bool {
+        matches!(self, HandlerKind::Timer | HandlerKind::Daemon)
+    }
+
+    /// Admission webhooks.
+    pub fn is_webhook(self) -> bool {
+        matches!(self, HandlerKind::OnValidate | HandlerKind::OnMutate)
+    }
+
+    /// Whether the kind honours `retries`, `backoff`, `timeout` and `errors`.
+    pub fn has_retries(self) -> bool {
+        !matches!(
+            self,
+            HandlerKind::OnEvent | HandlerKind::OnValidate | HandlerKind::OnMutate
+        )
+    }
+
+    /// Whether `old`/`new` filters apply (update and field handlers).
+    pub fn has_old_new(self) -> bool {
+        matches!(self, HandlerKind::OnUpdate | HandlerKind::OnField)
+    }
+
+    /// The scope in which handler ids must be unique (per resource).
+    ///
+    /// Change handlers of different kinds may share an id (stacking
+    /// `#[on_create]` and `#[on_resume]` on one fn is common, as in Kopf);
+    /// daemons and timers share one scope (their tasks are keyed by id);
+    /// index ids are unique across all resources (they are injected by name).
+    pub fn id_scope(self) -> &'static str {
+        match self {
+            HandlerKind::Timer | HandlerKind::Daemon => "daemon/timer",
+            other => other.name(),
+        }
+    }
+}
+
+impl fmt::Display for HandlerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What to do with regular (non-`kopf::Error`) errors, Kopf's `errors=` option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ErrorsMode {
+    /// Retry with `backoff` (the default).
+    #[default]
+    Temporary,
+    /// Fail the handler.
+    Permanent,
+    /// Log and consider the handler done.
+    Ignored,
+}
+
+/// Retry options of handlers that retry (all but `on_event` and webhooks).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    /// Maximum retries; `None` (the default) retries forever.
+    pub retries: Option<u32>,
+    /// Delay between retries; 60 s by default.
+    pub backoff: Duration,
+    /// Give up after this long since the first attempt; `None` (default) never.
+    pub timeout: Option<Duration>,
+    /// What regular errors mean; [`ErrorsMode::Temporary`] by default.
+    pub errors: ErrorsMode,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            retries: None,
+            backoff: DEFAULT_BACKOFF,
+            timeout: None,
+            errors: ErrorsMode::Temporary,
+        }
+    }
+}
+
+/// Options of `#[timer]`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TimerOptions {
+    /// Time between runs; `None` runs once (Kopf's default).
+    pub interval: Option<Duration>,
+    /// Delay before the first run.
+    pub initial_delay: Option<Duration>,
+    /// Count `interval` from the previous start rather than its end.
+    pub sharp: bool,
+    /// Run only after the object has been unchanged for this long.
+    pub idle: Option<Duration>,
+}
+
+/// Options of `#[daemon]`; unset durations fall back to the operator's settings.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DaemonOptions {
+    /// Delay before the daemon starts.
+    pub initial_delay: Option<Duration>,
+    /// After setting `stopped`, wait this long before cancelling the task.
+    pub cancellation_backoff: Option<Duration>,
+    /// After cancelling, wait this long before abandoning the task.
+    pub cancellation_timeout: Option<Duration>,
+    /// How often to check whether a stopping daemon has exited.
+    pub cancellation_polling: Option<Duration>,
+}
+
+/// Options of `#[on_validate]` and `#[on_mutate]`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct WebhookOptions {
+    /// The operations to serve; empty means all.
+    pub operations: Vec<Operation>,
+    /// The subresource to serve (e.g. `status`); `None` means the main resource.
+    pub subresource: Option<String>,
+    /// Keep serving while the operator is paused or another one is active.
+    pub persistent: bool,
+    /// The webhook has side effects (`sideEffects`); used with dry runs.
+    pub side_effects: bool,
+    /// Fail open (`failurePolicy: Ignore`) when the operator is unreachable.
+    pub ignore_failures: bool,
+}
+
+/// The kind-specific options of a handler.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum KindOptions {
+    /// The kind has no specific options.
+    #[default]
+    None,
+    /// `#[on_resume]`: also resume objects already marked for deletion.
+    Resume {
+        /// Kopf's `deleted=`; `false` by default.
+        deleted: bool,
+    },
+    /// `#[on_delete]`.
+    Delete {
+        /// Kopf's `optional=`: do not add a finalizer for this handler.
+        optional: bool,
+    },
+    /// `#[timer]`.
+    Timer(TimerOptions),
+    /// `#[daemon]`.
+    Daemon(DaemonOptions),
+    /// `#[on_validate]` and `#[on_mutate]`.
+    Webhook(WebhookOptions),
+}
+
+/// One handler: what to run, for which objects, with which options.
+///
+/// See the [module docs](self) for how the engine invokes it.
+#[derive(Clone)]
+pub struct Handler {
+    /// The handler's id: the fn name or `id` option, plus `/field` for field-scoped
+    /// handlers (not for indexes), as in Kopf.
+    pub id: String,
+    /// The handler's source: `module::path::fn_name` for macros, the id for builder handlers.
+    pub fn_path: Cow<'static, str>,
+    /// The kind.
+    pub kind: HandlerKind,
+    /// The served resource; `None` for activities.
+    pub resource: Option<ResourceRef>,
+    /// Retry options (ignored for kinds that do not retry).
+    pub options: Options,
+    /// Filters.
+    pub filters: Filters,
+    /// Kind-specific options.
+    pub kind_options: KindOptions,
+    /// The `param` option, passed as the `param` kwarg.
+    pub param: Option<Value>,
+    /// Whether the object must carry a finalizer for this handler
+    /// (`on_delete` unless `optional`; daemons and timers unless `no_finalizers`).
+    pub requires_finalizer: bool,
+    /// Whether the fn is blocking (a plain `fn`), run on tokio's blocking threads.
+    pub blocking: bool,
+    /// The names of the indexes the handler takes as parameters.
+    pub index_params: Vec<Cow<'static, str>>,
+    /// The callable.
+    pub func: HandlerFn,
+    pub(crate) problems: Vec<String>,
+}
+
+impl fmt::Debug for Handler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Handler")
+            .field("id", &self.id)
+            .field("fn_path", &self.fn_path)
+            .field("kind", &self.kind)
+            .field("resource", &self.resource)
+            .field("options", &self.options)
+            .field("filters", &self.filters)
+            .field("kind_options", &self.kind_options)
+            .field("param", &self.param)
+            .field("requires_finalizer", &self.requires_finalizer)
+            .field("blocking", &self.blocking)
+            .field("index_params", &self.index_params)
+            .finish_non_exhaustive()
+    }
+}
+
+fn boxed<F, Fut, R>(f: F) -> HandlerFn
+where
+    F: Fn(Kwargs) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+    R: IntoOutcome,
+{
+    Arc::new(move |kwargs| {
+        let future = f(kwargs);
+        Box::pin(async move { future.await.into_outcome() })
+    })
+}
+
+macro_rules! resource_constructors {
+    ($($(#[$doc:meta])* $name:ident => $kind:expr;)*) => {$(
+        $(#[$doc])*
+        pub fn $name<F, Fut, R>(resource: ResourceRef, id: impl Into<String>, f: F) -> Self
+        where
+            F: Fn(Kwargs) -> Fut + Send + Sync + 'static,
+            Fut: Future<Output = R> + Send + 'static,
+            R: IntoOutcome,
+        {
+            Handler::new($kind, Some(resource), id.into(), boxed(f))
+        }
+    )*};
+}
+
+macro_rules! activity_constructors {
+    ($($(#[$doc:meta])* $name:ident => $kind:expr;)*) => {$(
+        $(#[$doc])*
+        pub fn $name<F, Fut, R>(id: impl Into<String>, f: F) -> Self
+        where
+            F: Fn(Kwargs) -> Fut + Send + Sync + 'static,
+            Fut: Future<Output = R> + Send + 'static,
+            R: IntoOutcome,
+        {
+            Handler::new($kind, None, id.into(), boxed(f))
+        }
+    )*};
+}
+
+impl Handler {
+    /// A handler of any kind with Kopf's defaults, from a [`HandlerFn`].
+    ///
+    /// The kind-specific constructors below ([`Handler::on_create`], …) are easier to use.
+    pub fn new(
+        kind: HandlerKind,
+        resource: Option<ResourceRef>,
+        id: String,
+        func: HandlerFn,
+    ) -> Self {
+        let kind_options = match kind {
+            HandlerKind::OnResume => KindOptions::Resume { deleted: false },
+            HandlerKind::OnDelete => KindOptions::Delete { optional: false },
+            HandlerKind::Timer => KindOptions::Timer(TimerOptions::default()),
+            HandlerKind::Daemon => KindOptions::Daemon(DaemonOptions::default()),
+            HandlerKind::OnValidate | HandlerKind::OnMutate => {
+                KindOptions::Webhook(WebhookOptions::default())
+            }
+            _ => KindOptions::None,
+        };
+        let requires_finalizer = matches!(
+            kind,
+            HandlerKind::OnDelete | HandlerKind::Timer | HandlerKind::Daemon
+        );
+        let mut problems = Vec::new();
+        if kind.is_activity() != resource.is_none() {
+            problems.push(if resource.is_none() {
+                format!("`{kind}` handlers need a resource")
+            } else {
+                format!("`{kind}` handlers take no resource")
+            });
+        }
+        Handler {
+            fn_path: Cow::Owned(id.clone()),
+            id,
+            kind,
+            resource,
+            options: Options::default(),
+            filters: Filters::default(),
+            kind_options,
+            param: None,
+            requires_finalizer,
+            blocking: false,
+            index_params: Vec::new(),
+            func,
+            problems,
+        }
+    }
+
+    resource_constructors! {
+        /// An `on_create` handler (see [`Handler`] for the options).
+        on_create => HandlerKind::OnCreate;
+        /// An `on_update` handler.
+        on_update => HandlerKind::OnUpdate;
+        /// An `on_delete` handler.
+        on_delete => HandlerKind::OnDelete;
+        /// An `on_resume` handler.
+        on_resume => HandlerKind::OnResume;
+        /// An `on_event` handler.
+        on_event => HandlerKind::OnEvent;
+        /// A `timer` (set `interval`).
+        timer => HandlerKind::Timer;
+        /// A `daemon`; the fn gets a `stopped` flag in `kwargs.stopped`.
+        daemon => HandlerKind::Daemon;
+        /// An `index` handler; its id names the index.
+        index => HandlerKind::Index;
+        /// An `on_validate` admission handler.
+        on_validate => HandlerKind::OnValidate;
+        /// An `on_mutate` admission handler.
+        on_mutate => HandlerKind::OnMutate;
+    }
+
+    /// An `on_field` handler for `field` (a dot-separated path); the id gets `/field` appended.
+    pub fn on_field<F, Fut, R>(
+        resource: ResourceRef,
+        id: impl Into<String>,
+        field: &str,
+        f: F,
+    ) -> Self
+    where
+        F: Fn(Kwargs) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = R> + Send + 'static,
+        R: IntoOutcome,
+    {
+        Handler::new(HandlerKind::OnField, Some(resource), id.into(), boxed(f)).field(field)
+    }
+
+    activity_constructors! {
+        /// An `on_startup` activity.
+        on_startup => HandlerKind::OnStartup;
+        /// An `on_cleanup` activity.
+        on_cleanup => HandlerKind::OnCleanup;
+        /// An `on_probe` activity; its result is reported under its id.
+        on_probe => HandlerKind::OnProbe;
+        /// An `on_login` activity; returns connection info.
+        on_login => HandlerKind::OnLogin;
+    }
+
+    /// Runs the handler: sets `kwargs.param` from the `param` option and calls the fn.
+    pub fn call(&self, mut kwargs: Kwargs) -> BoxFuture<'static, Outcome> {
+        kwargs.param = self.param.clone();
+        (self.func)(kwargs)
+    }
+
+    /// The problems found while configuring the handler (options not valid for its kind).
+    pub fn problems(&self) -> &[String] {
+        &self.problems
+    }
+
+    fn problem(mut self, option: &str, valid_for: &str) -> Self {
+        self.problems.push(format!(
+            "`{option}` is not valid for `{}` handlers; it is valid for {valid_for}",
+            self.kind
+        ));
+        self
+    }
+
+    /// Sets the source path shown in errors (the macros set `module::fn`).
+    pub fn fn_path(mut self, path: impl Into<Cow<'static, str>>) -> Self {
+        self.fn_path = path.into();
+        self
+    }
+
+    /// Marks the fn as blocking (informational; the fn itself decides where it runs).
+    pub fn blocking(mut self, blocking: bool) -> Self {
+        self.blocking = blocking;
+        self
+    }
+
+    /// Declares that the fn reads the index `name` (validated at registry build).
+    pub fn uses_index(mut self, name: impl Into<Cow<'static, str>>) -> Self {
+        self.index_params.push(name.into());
+        self
+    }
+
+    /// `retries`: the maximum number of retries.
+    pub fn retries(mut self, retries: u32) -> Self {
+        if !self.kind.has_retries() {
+            return self.problem(
+                "retries",
+                "all kinds but `on_event`, `on_validate` and `on_mutate`",
+            );
+        }
+        self.options.retries = Some(retries);
+        self
+    }
+
+    /// `backoff`: the delay between retries.
+    pub fn backoff(mut self, backoff: Duration) -> Self {
+        if !self.kind.has_retries() {
+            return self.problem(
+                "backoff",
+                "all kinds but `on_event`, `on_validate` and `on_mutate`",
+            );
+        }
+        self.options.backoff = backoff;
+        self
+    }
+
+    /// `timeout`: give up after this long.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        if !self.kind.has_retries() {
+            return self.problem(
+                "timeout",
+                "all kinds but `on_event`, `on_validate` and `on_mutate`",
+            );
+        }
+        self.options.timeout = Some(timeout);
+        self
+    }
+
+    /// `errors`: how regular errors are treated.
+    pub fn errors(mut self, errors: ErrorsMode) -> Self {
+        if !self.kind.has_retries() {
+            return self.problem(
+                "errors",
+                "all kinds but `on_event`, `on_validate` and `on_mutate`",
+            );
+        }
+        self.options.errors = errors;
+        self
+    }
+
+    /// `param`: a value passed as the `param` kwarg.
+    pub fn param(mut self, param: Value) -> Self {
+        self.param = Some(param);
+        self
+    }
+
+    /// `labels`: adds a condition on a label.
+    pub fn label(mut self, key: impl Into<String>, value: impl Into<MetaValue>) -> Self {
+        if self.kind.is_activity() {
+            return self.problem("labels", "resource handlers");
+        }
+        self.filters.labels.entries.push((key.into(), value.into()));
+        self
+    }
+
+    /// `labels`: replaces all label conditions.
+    pub fn labels(mut self, labels: MetaFilter) -> Self {
+        if self.kind.is_activity() {
+            return self.problem("labels", "resource handlers");
+        }
+        self.filters.labels = labels;
+        self
+    }
+
+    /// `annotations`: adds a condition on an annotation.
+    pub fn annotation(mut self, key: impl Into<String>, value: impl Into<MetaValue>) -> Self {
+        if self.kind.is_activity() {
+            return self.problem("annotations", "resource handlers");
+        }
+        self.filters
+            .annotations
+            .entries
+            .push((key.into(), value.into()));
+        self
+    }
+
+    /// `annotations`: replaces all annotation conditions.
+    pub fn annotations(mut self, annotations: MetaFilter) -> Self {
+        if self.kind.is_activity() {
+            return self.problem("annotations", "resource handlers");
+        }
+        self.filters.annotations = annotations;
+        self
+    }
+
+    /// `when`: a callback on the kwargs.
+    pub fn when(mut self, when: impl Fn(&Kwargs) -> bool + Send + Sync + 'static) -> Self {
+        if self.kind.is_activity() {
+            return self.problem("when", "resource handlers");
+        }
+        self.filters.when = Some(Arc::new(when));
+        self
+    }
+
+    /// `field`: scopes the handler to a dot-separated field; appends `/field` to the id
+    /// (except for indexes, as in Kopf).
+    pub fn field(mut self, field: &str) -> Self {
+        if self.kind.is_activity() {
+            return self.problem("field", "resource handlers");
+        }
+        match FieldPath::parse(field) {
+            Some(path) => {
+                if self.kind != HandlerKind::Index {
+                    self.id = format!("{}/{}", self.id, path);
+                }
+                self.filters.field = Some(path);
+            }
+            None => self.problems.push(format!(
+                "`field` is not a valid dot-separated path: {field:?}"
+            )),
+        }
+        self
+    }
+
+    /// `value`: a condition on the field's value (needs `field`).
+    pub fn value(mut self, value: impl Into<ValueFilter>) -> Self {
+        if self.kind.is_activity() {
+            return self.problem("value", "resource handlers");
+        }
+        self.filters.value = Some(value.into());
+        self
+    }
+
+    /// `old`: a condition on the field's old value (`on_update`, `on_field`; needs `field`).
+    pub fn old(mut self, old: impl Into<ValueFilter>) -> Self {
+        if !self.kind.has_old_new() {
+            return self.problem("old", "`on_update` and `on_field`");
+        }
+        self.filters.old = Some(old.into());
+        self
+    }
+
+    /// `new`: a condition on the field's new value (`on_update`, `on_field`; needs `field`).
+    pub fn new_value(mut self, new: impl Into<ValueFilter>) -> Self {
+        if !self.kind.has_old_new() {
+            return self.problem("new", "`on_update` and `on_field`");
+        }
+        self.filters.new = Some(new.into());
+        self
+    }
+
+    /// `deleted` (`on_resume`): also resume objects being deleted.
+    pub fn deleted(mut self, deleted: bool) -> Self {
+        match &mut self.kind_options {
+            KindOptions::Resume { deleted: d } => *d = deleted,
+            _ => return self.problem("deleted", "`on_resume`"),
+        }
+        self
+    }
+
+    /// `optional` (`on_delete`): no finalizer for this handler.
+    pub fn optional(mut self, optional: bool) -> Self {
+        match &mut self.kind_options {
+            KindOptions::Delete { optional: o } => *o = optional,
+            _ => return self.problem("optional", "`on_delete`"),
+        }
+        self.requires_finalizer = !optional;
+        self
+    }
+
+    /// `no_finalizers` (`timer`, `daemon`): never block deletion for this handler.
+    pub fn no_finalizers(mut self) -> Self {
+        if !self.kind.is_spawning() {
+            return self.problem("no_finalizers", "`timer` and `daemon`");
+        }
+        self.requires_finalizer = false;
+        self
+    }
+
+    /// `interval` (`timer`).
+    pub fn interval(mut self, interval: Duration) -> Self {
+        match &mut self.kind_options {
+            KindOptions::Timer(t) => t.interval = Some(interval),
+            _ => return self.problem("interval", "`timer`"),
+        }
+        self
+    }
+
+    /// `sharp` (`timer`).
+    pub fn sharp(mut self, sharp: bool) -> Self {
+        match &mut self.kind_options {
+            KindOptions::Timer(t) => t.sharp = sharp,
+            _ => return self.problem("sharp", "`timer`"),
+        }
+        self
+    }
+
+    /// `idle` (`timer`).
+    pub fn idle(mut self, idle: Duration) -> Self {
+        match &mut self.kind_options {
+            KindOptions::Timer(t) => t.idle = Some(idle),
+            _ => return self.problem("idle", "`timer`"),
+        }
+        self
+    }
+
+    /// `initial_delay` (`timer`, `daemon`).
+    pub fn initial_delay(mut self, delay: Duration) -> Self {
+        match &mut self.kind_options {
+            KindOptions::Timer(t) => t.initial_delay = Some(delay),
+            KindOptions::Daemon(d) => d.initial_delay = Some(delay),
+            _ => return self.problem("initial_delay", "`timer` and `daemon`"),
+        }
+        self
+    }
+
+    /// `cancellation_backoff` (`daemon`).
+    pub fn cancellation_backoff(mut self, value: Duration) -> Self {
+        match &mut self.kind_options {
+            KindOptions::Daemon(d) => d.cancellation_backoff = Some(value),
+            _ => return self.problem("cancellation_backoff", "`daemon`"),
+        }
+        self
+    }
+
+    /// `cancellation_timeout` (`daemon`).
+    pub fn cancellation_timeout(mut self, value: Duration) -> Self {
+        match &mut self.kind_options {
+            KindOptions::Daemon(d) => d.cancellation_timeout = Some(value),
+            _ => return self.problem("cancellation_timeout", "`daemon`"),
+        }
+        self
+    }
+
+    /// `cancellation_polling` (`daemon`).
+    pub fn cancellation_polling(mut self, value: Duration) -> Self {
+        match &mut self.kind_options {
+            KindOptions::Daemon(d) => d.cancellation_polling = Some(value),
+            _ => return self.problem("cancellation_polling", "`daemon`"),
+        }
+        self
+    }
+
+    fn webhook(self, option: &str, f: impl FnOnce(&mut WebhookOptions)) -> Self {
+        let mut this = self;
+        match &mut this.kind_options {
+            KindOptions::Webhook(w) => f(w),
+            _ => return this.problem(option, "`on_validate` and `on_mutate`"),
+        }
+        this
+    }
+
+    /// `operations` (webhooks): the operations to serve.
+    pub fn operations(self, operations: impl IntoIterator<Item = Operation>) -> Self {
+        let operations: Vec<_> = operations.into_iter().collect();
+        self.webhook("operations", |w| w.operations = operations)
+    }
+
+    /// `subresource` (webhooks).
+    pub fn subresource(self, subresource: impl Into<String>) -> Self {
+        let subresource = subresource.into();
+        self.webhook("subresource", |w| w.subresource = Some(subresource))
+    }
+
+    /// `persistent` (webhooks).
+    pub fn persistent(self, persistent: bool) -> Self {
+        self.webhook("persistent", |w| w.persistent = persistent)
+    }
+
+    /// `side_effects` (webhooks).
+    pub fn side_effects(self, side_effects: bool) -> Self {
+        self.webhook("side_effects", |w| w.side_effects = side_effects)
+    }
+
+    /// `ignore_failures` (webhooks).
+    pub fn ignore_failures(self, ignore_failures: bool) -> Self {
+        self.webhook("ignore_failures", |w| w.ignore_failures = ignore_failures)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn noop(_: Kwargs) -> std::future::Ready<()> {
+        std::future::ready(())
+    }
+
+    #[test]
+    fn defaults_are_kopfs() {
+        let h = Handler::on_create(ResourceRef::dynamic("", "v1", "pods"), "h", noop);
+        assert_eq!(
+            h.options,
+            Options {
+                retries: None,
+                backoff: Duration::from_secs(60),
+                timeout: None,
+                errors: ErrorsMode::Temporary
+            }
+        );
+        assert!(!h.requires_finalizer);
+        assert!(
+            Handler::on_delete(ResourceRef::dynamic("", "v1", "pods"), "d", noop)
+                .requires_finalizer
+        );
+        assert!(
+            Handler::timer(ResourceRef::dynamic("", "v1", "pods"), "t", noop).requires_finalizer
+        );
+        assert!(
+            !Handler::timer(ResourceRef::dynamic("", "v1", "pods"), "t", noop)
+                .no_finalizers()
+                .requires_finalizer
+        );
+    }
+
+    #[test]
+    fn field_scoped_ids_get_the_field_appended_except_for_indexes() {
+        let r = ResourceRef::dynamic("", "v1", "pods");
+        assert_eq!(
+            Handler::on_field(r.clone(), "f", "spec.x", noop).id,
+            "f/spec.x"
+        );
+        assert_eq!(Handler::index(r, "i", noop).field("spec.x").id, "i");
+    }
+
+    #[test]
+    fn options_for_other_kinds_are_recorded_as_problems() {
+        let h = Handler::on_create(ResourceRef::dynamic("", "v1", "pods"), "h", noop)
+            .interval(Duration::from_secs(1));
+        assert_eq!(
+            h.problems(),
+            ["`interval` is not valid for `on_create` handlers; it is valid for `timer`"]
+        );
+        let h = Handler::on_startup("s", noop).label("a", "b");
+        assert_eq!(h.problems().len(), 1);
+    }
+}

@@ -1,0 +1,395 @@
+//! Parameter injection: one trait per kwarg name, used by the generated code.
+//!
+//! For a handler parameter `spec: &MySpec`, the macro emits
+//! `<&MySpec as SpecArg<'_, ByRef>>::load(&kwargs)` to extract an owned
+//! `Storage` (here `MySpec`) before the call, then `get(&mut storage)` to lend
+//! it to the fn. Parameters written as references use [`ByRef`], all others
+//! [`ByValue`]. A type not accepted for a parameter fails to compile with the
+//! trait's `on_unimplemented` message, spanned on the parameter's type.
+//!
+//! Extraction never panics on cluster data: a body that does not deserialize
+//! into the requested type yields [`KwargError::Deserialize`].
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::errors::KwargError;
+use crate::kwargs::{
+    Diff, EventType, Index, Kwargs, Logger, Memo, Operation, Patch, Reason, Stopped, Warnings,
+};
+
+/// Marks a parameter written as a reference (`&T`, `&str`).
+#[derive(Debug)]
+pub struct ByRef;
+/// Marks a parameter written as an owned type (`T`, `String`, `Option<&str>`).
+#[derive(Debug)]
+pub struct ByValue;
+
+macro_rules! kwarg_traits {
+    ($($(#[$doc:meta])* $trait:ident, $msg:tt, $note:tt;)*) => {$(
+        $(#[$doc])*
+        #[diagnostic::on_unimplemented(message = $msg, label = "not an accepted type for this parameter", note = $note)]
+        pub trait $trait<'a, M>: Sized + 'a {
+            /// What is extracted from the kwargs before the call.
+            type Storage: Send + 'static;
+            /// Extracts the storage from the kwargs.
+            fn load(kwargs: &Kwargs) -> Result<Self::Storage, KwargError>;
+            /// Lends (or moves) the parameter value out of the storage.
+            fn get(storage: &'a mut Self::Storage) -> Self;
+        }
+    )*};
+}
+
+kwarg_traits! {
+    /// `body`.
+    BodyArg, "`{Self}` cannot be injected as `body`", "`body` accepts `&T` or `T` for any `T: serde::de::DeserializeOwned` (e.g. the resource type, `serde_json::Value`)";
+    /// `spec`.
+    SpecArg, "`{Self}` cannot be injected as `spec`", "`spec` accepts `&T` or `T` for any `T: serde::de::DeserializeOwned` (e.g. the CRD's spec type, `serde_json::Value`)";
+    /// `status`.
+    StatusArg, "`{Self}` cannot be injected as `status`", "`status` accepts `&T` or `T` for any `T: serde::de::DeserializeOwned` (an absent status is an empty object)";
+    /// `meta`.
+    MetaArg, "`{Self}` cannot be injected as `meta`", "`meta` accepts `&T` or `T` for any `T: serde::de::DeserializeOwned` (e.g. `ObjectMeta`, `serde_json::Value`)";
+    /// `labels`.
+    LabelsArg, "`{Self}` cannot be injected as `labels`", "`labels` accepts `&T` or `T` for any `T: serde::de::DeserializeOwned` (e.g. `BTreeMap<String, String>`)";
+    /// `annotations`.
+    AnnotationsArg, "`{Self}` cannot be injected as `annotations`", "`annotations` accepts `&T` or `T` for any `T: serde::de::DeserializeOwned` (e.g. `BTreeMap<String, String>`)";
+    /// `old`.
+    OldArg, "`{Self}` cannot be injected as `old`", "`old` accepts `&T` or `T` for any `T: serde::de::DeserializeOwned` (use `Option<T>`: it is absent on creation)";
+    /// `new`.
+    NewArg, "`{Self}` cannot be injected as `new`", "`new` accepts `&T` or `T` for any `T: serde::de::DeserializeOwned` (use `Option<T>`: it is absent on deletion)";
+    /// `param`.
+    ParamArg, "`{Self}` cannot be injected as `param`", "`param` accepts `&T` or `T` for any `T: serde::de::DeserializeOwned` (use `Option<T>` if the option may be unset)";
+    /// `event`.
+    EventArg, "`{Self}` cannot be injected as `event`", "`event` accepts `&T` or `T` for any `T: serde::de::DeserializeOwned` (e.g. `serde_json::Value`)";
+    /// `userinfo`.
+    UserinfoArg, "`{Self}` cannot be injected as `userinfo`", "`userinfo` accepts `&T` or `T` for any `T: serde::de::DeserializeOwned` (e.g. `serde_json::Value`)";
+    /// `uid`.
+    UidArg, "`{Self}` cannot be injected as `uid`", "`uid` accepts `&str`, `String`, `Option<&str>` or `Option<String>`";
+    /// `name`.
+    NameArg, "`{Self}` cannot be injected as `name`", "`name` accepts `&str`, `String`, `Option<&str>` or `Option<String>`";
+    /// `namespace`.
+    NamespaceArg, "`{Self}` cannot be injected as `namespace`", "`namespace` accepts `&str`, `String`, `Option<&str>` or `Option<String>` (`None` for cluster-scoped objects)";
+    /// `subresource`.
+    SubresourceArg, "`{Self}` cannot be injected as `subresource`", "`subresource` accepts `&str`, `String`, `Option<&str>` or `Option<String>`";
+    /// `patch`.
+    PatchArg, "`{Self}` cannot be injected as `patch`", "`patch` accepts `&kopf::Patch` or `kopf::Patch`";
+    /// `logger`.
+    LoggerArg, "`{Self}` cannot be injected as `logger`", "`logger` accepts `&kopf::Logger` or `kopf::Logger`";
+    /// `memo`.
+    MemoArg, "`{Self}` cannot be injected as `memo`", "`memo` accepts `&kopf::Memo` or `kopf::Memo`";
+    /// `stopped`.
+    StoppedArg, "`{Self}` cannot be injected as `stopped`", "`stopped` accepts `&kopf::Stopped` or `kopf::Stopped`";
+    /// `client`.
+    ClientArg, "`{Self}` cannot be injected as `client`", "`client` accepts `&kube::Client` or `kube::Client`";
+    /// `diff`.
+    DiffArg, "`{Self}` cannot be injected as `diff`", "`diff` accepts `&kopf::Diff` or `kopf::Diff`";
+    /// `warnings`.
+    WarningsArg, "`{Self}` cannot be injected as `warnings`", "`warnings` accepts `&kopf::Warnings` or `kopf::Warnings`";
+    /// `retry`.
+    RetryArg, "`{Self}` cannot be injected as `retry`", "`retry` accepts `u32`, `u64` or `usize`";
+    /// `started`.
+    StartedArg, "`{Self}` cannot be injected as `started`", "`started` accepts `jiff::Timestamp`, `Option<jiff::Timestamp>` or `std::time::SystemTime`";
+    /// `runtime`.
+    RuntimeArg, "`{Self}` cannot be injected as `runtime`", "`runtime` accepts `std::time::Duration`";
+    /// `reason`.
+    ReasonArg, "`{Self}` cannot be injected as `reason`", "`reason` accepts `kopf::Reason` or `Option<kopf::Reason>`";
+    /// `type`.
+    TypeArg, "`{Self}` cannot be injected as `type`", "`type` accepts `Option<kopf::EventType>`, `Option<&str>` or `Option<String>` (`None` for the initial listing)";
+    /// `operation`.
+    OperationArg, "`{Self}` cannot be injected as `operation`", "`operation` accepts `kopf::Operation`, `&str` or `String`";
+    /// `dryrun`.
+    DryrunArg, "`{Self}` cannot be injected as `dryrun`", "`dryrun` accepts `bool`";
+    /// `headers`.
+    HeadersArg, "`{Self}` cannot be injected as `headers`", "`headers` accepts `&BTreeMap<String, String>` or `BTreeMap<String, String>`";
+}
+
+/// An index, injected by its name.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be injected as an index",
+    label = "not an accepted type for an index parameter",
+    note = "index parameters accept `&kopf::Index` or `kopf::Index`"
+)]
+pub trait IndexArg<'a, M>: Sized + 'a {
+    /// What is extracted from the kwargs before the call.
+    type Storage: Send + 'static;
+    /// Extracts the index `name` from the kwargs.
+    fn load(kwargs: &Kwargs, name: &'static str) -> Result<Self::Storage, KwargError>;
+    /// Lends (or moves) the parameter value out of the storage.
+    fn get(storage: &'a mut Self::Storage) -> Self;
+}
+
+static EMPTY_OBJECT: std::sync::LazyLock<Value> =
+    std::sync::LazyLock::new(|| Value::Object(Default::default()));
+static NULL: Value = Value::Null;
+
+fn deserialize<T: DeserializeOwned>(kwarg: &'static str, value: &Value) -> Result<T, KwargError> {
+    T::deserialize(value).map_err(|error| KwargError::Deserialize {
+        kwarg,
+        type_name: std::any::type_name::<T>(),
+        message: error.to_string(),
+    })
+}
+
+const TAKEN: &str = "invariant: each parameter is moved out of its storage once";
+
+macro_rules! json_kwarg {
+    ($($trait:ident, $kw:literal, |$k:ident| $source:expr;)*) => {$(
+        impl<'a, T: DeserializeOwned + Send + Sync + 'static> $trait<'a, ByRef> for &'a T {
+            type Storage = T;
+            fn load($k: &Kwargs) -> Result<T, KwargError> {
+                deserialize($kw, $source)
+            }
+            fn get(storage: &'a mut T) -> Self {
+                storage
+            }
+        }
+        impl<'a, T: DeserializeOwned + Send + 'static> $trait<'a, ByValue> for T {
+            type Storage = Option<T>;
+            fn load($k: &Kwargs) -> Result<Option<T>, KwargError> {
+                deserialize($kw, $source).map(Some)
+            }
+            fn get(storage: &'a mut Option<T>) -> Self {
+                storage.take().expect(TAKEN)
+            }
+        }
+    )*};
+}
+
+json_kwarg! {
+    BodyArg, "body", |kw| &kw.body;
+    SpecArg, "spec", |kw| kw.body.get("spec").unwrap_or(&EMPTY_OBJECT);
+    StatusArg, "status", |kw| kw.body.get("status").unwrap_or(&EMPTY_OBJECT);
+    MetaArg, "meta", |kw| kw.body.get("metadata").unwrap_or(&EMPTY_OBJECT);
+    LabelsArg, "labels", |kw| kw.meta().get("labels").unwrap_or(&EMPTY_OBJECT);
+    AnnotationsArg, "annotations", |kw| kw.meta().get("annotations").unwrap_or(&EMPTY_OBJECT);
+    OldArg, "old", |kw| kw.old.as_deref().unwrap_or(&NULL);
+    NewArg, "new", |kw| kw.new.as_deref().unwrap_or(&NULL);
+    ParamArg, "param", |kw| kw.param.as_ref().unwrap_or(&NULL);
+    EventArg, "event", |kw| kw.event.as_deref().unwrap_or(&NULL);
+    UserinfoArg, "userinfo", |kw| kw.admission.as_ref().map_or(&NULL, |a| &a.userinfo);
+}
+
+macro_rules! str_kwarg {
+    ($($trait:ident, $kw:literal, |$k:ident| $source:expr;)*) => {$(
+        impl<'a> $trait<'a, ByRef> for &'a str {
+            type Storage = String;
+            fn load($k: &Kwargs) -> Result<String, KwargError> {
+                $source.map(str::to_owned).ok_or(KwargError::Missing { kwarg: $kw })
+            }
+            fn get(storage: &'a mut String) -> Self {
+                storage
+            }
+        }
+        impl<'a> $trait<'a, ByValue> for String {
+            type Storage = Option<String>;
+            fn load($k: &Kwargs) -> Result<Option<String>, KwargError> {
+                $source.map(str::to_owned).ok_or(KwargError::Missing { kwarg: $kw }).map(Some)
+            }
+            fn get(storage: &'a mut Option<String>) -> Self {
+                storage.take().expect(TAKEN)
+            }
+        }
+        impl<'a> $trait<'a, ByValue> for Option<&'a str> {
+            type Storage = Option<String>;
+            fn load($k: &Kwargs) -> Result<Option<String>, KwargError> {
+                Ok($source.map(str::to_owned))
+            }
+            fn get(storage: &'a mut Option<String>) -> Self {
+                storage.as_deref()
+            }
+        }
+        impl<'a> $trait<'a, ByValue> for Option<String> {
+            type Storage = Option<String>;
+            fn load($k: &Kwargs) -> Result<Option<String>, KwargError> {
+                Ok($source.map(str::to_owned))
+            }
+            fn get(storage: &'a mut Option<String>) -> Self {
+                storage.take()
+            }
+        }
+    )*};
+}
+
+str_kwarg! {
+    UidArg, "uid", |kw| kw.uid();
+    NameArg, "name", |kw| kw.name();
+    NamespaceArg, "namespace", |kw| kw.namespace();
+    SubresourceArg, "subresource", |kw| kw.admission.as_ref().and_then(|a| a.subresource.as_deref());
+}
+
+macro_rules! clone_kwarg {
+    ($($trait:ident, $ty:ty, $kw:literal, |$k:ident| $source:expr;)*) => {$(
+        impl<'a> $trait<'a, ByRef> for &'a $ty {
+            type Storage = $ty;
+            fn load($k: &Kwargs) -> Result<$ty, KwargError> {
+                $source.ok_or(KwargError::Missing { kwarg: $kw })
+            }
+            fn get(storage: &'a mut $ty) -> Self {
+                storage
+            }
+        }
+        impl<'a> $trait<'a, ByValue> for $ty {
+            type Storage = Option<$ty>;
+            fn load($k: &Kwargs) -> Result<Option<$ty>, KwargError> {
+                $source.ok_or(KwargError::Missing { kwarg: $kw }).map(Some)
+            }
+            fn get(storage: &'a mut Option<$ty>) -> Self {
+                storage.take().expect(TAKEN)
+            }
+        }
+    )*};
+}
+
+clone_kwarg! {
+    PatchArg, Patch, "patch", |kw| Some(kw.patch.clone());
+    LoggerArg, Logger, "logger", |kw| Some(kw.logger.clone());
+    MemoArg, Memo, "memo", |kw| Some(kw.memo.clone());
+    StoppedArg, Stopped, "stopped", |kw| kw.stopped.clone();
+    ClientArg, kube::Client, "client", |kw| kw.client.clone();
+    DiffArg, Diff, "diff", |kw| Some(kw.diff.clone());
+    WarningsArg, Warnings, "warnings", |kw| kw.admission.as_ref().map(|a| a.warnings.clone());
+    HeadersArg, BTreeMap<String, String>, "headers", |kw| kw.admission.as_ref().map(|a| a.headers.clone());
+}
+
+macro_rules! copy_kwarg {
+    ($($trait:ident, $ty:ty, |$k:ident| $source:expr;)*) => {$(
+        impl<'a> $trait<'a, ByValue> for $ty {
+            type Storage = $ty;
+            fn load($k: &Kwargs) -> Result<$ty, KwargError> {
+                $source
+            }
+            fn get(storage: &'a mut $ty) -> Self {
+                storage.clone()
+            }
+        }
+    )*};
+}
+
+fn admission<'k>(
+    kwargs: &'k Kwargs,
+    kwarg: &'static str,
+) -> Result<&'k crate::kwargs::Admission, KwargError> {
+    kwargs
+        .admission
+        .as_ref()
+        .ok_or(KwargError::Missing { kwarg })
+}
+
+copy_kwarg! {
+    RetryArg, u32, |kw| Ok(kw.retry);
+    RetryArg, u64, |kw| Ok(u64::from(kw.retry));
+    RetryArg, usize, |kw| Ok(kw.retry as usize);
+    StartedArg, jiff::Timestamp, |kw| kw.started.ok_or(KwargError::Missing { kwarg: "started" });
+    StartedArg, Option<jiff::Timestamp>, |kw| Ok(kw.started);
+    StartedArg, SystemTime, |kw| kw.started.map(SystemTime::from).ok_or(KwargError::Missing { kwarg: "started" });
+    RuntimeArg, Duration, |kw| Ok(kw.runtime);
+    ReasonArg, Reason, |kw| kw.reason.ok_or(KwargError::Missing { kwarg: "reason" });
+    ReasonArg, Option<Reason>, |kw| Ok(kw.reason);
+    TypeArg, Option<EventType>, |kw| Ok(kw.event_type);
+    TypeArg, Option<String>, |kw| Ok(kw.event_type.map(|t| t.as_str().to_owned()));
+    TypeArg, Option<&'static str>, |kw| Ok(kw.event_type.map(|t| t.as_str()));
+    OperationArg, Operation, |kw| admission(kw, "operation").map(|a| a.operation);
+    OperationArg, String, |kw| admission(kw, "operation").map(|a| a.operation.as_str().to_owned());
+    DryrunArg, bool, |kw| admission(kw, "dryrun").map(|a| a.dryrun);
+}
+
+impl<'a> OperationArg<'a, ByRef> for &'a str {
+    type Storage = &'static str;
+    fn load(kwargs: &Kwargs) -> Result<&'static str, KwargError> {
+        admission(kwargs, "operation").map(|a| a.operation.as_str())
+    }
+    fn get(storage: &'a mut &'static str) -> Self {
+        storage
+    }
+}
+
+impl<'a> IndexArg<'a, ByRef> for &'a Index {
+    type Storage = Index;
+    fn load(kwargs: &Kwargs, name: &'static str) -> Result<Index, KwargError> {
+        kwargs
+            .indexes
+            .get(name)
+            .cloned()
+            .ok_or(KwargError::UnknownIndex { name })
+    }
+    fn get(storage: &'a mut Index) -> Self {
+        storage
+    }
+}
+
+impl<'a> IndexArg<'a, ByValue> for Index {
+    type Storage = Index;
+    fn load(kwargs: &Kwargs, name: &'static str) -> Result<Index, KwargError> {
+        kwargs
+            .indexes
+            .get(name)
+            .cloned()
+            .ok_or(KwargError::UnknownIndex { name })
+    }
+    fn get(storage: &'a mut Index) -> Self {
+        storage.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn take<'a, T: SpecArg<'a, M>, M>(storage: &'a mut T::Storage) -> T {
+        T::get(storage)
+    }
+
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    struct Spec {
+        size: u32,
+    }
+
+    #[test]
+    fn typed_parts_deserialize_or_report_the_type() {
+        let kw = Kwargs::new(json!({"spec": {"size": 3}}));
+        let mut storage = <&Spec as SpecArg<'_, ByRef>>::load(&kw).expect("valid spec");
+        let spec: &Spec = take::<&Spec, ByRef>(&mut storage);
+        assert_eq!(spec, &Spec { size: 3 });
+
+        let bad = Kwargs::new(json!({"spec": {"size": "x"}}));
+        let error = <Spec as SpecArg<'_, ByValue>>::load(&bad).expect_err("malformed");
+        assert!(
+            matches!(error, KwargError::Deserialize { kwarg: "spec", .. }),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn names_are_missing_or_optional() {
+        let kw = Kwargs::new(json!({"metadata": {"name": "n"}}));
+        let mut s = <&str as NameArg<'_, ByRef>>::load(&kw).expect("has a name");
+        assert_eq!(<&str as NameArg<'_, ByRef>>::get(&mut s), "n");
+        assert_eq!(
+            <&str as NamespaceArg<'_, ByRef>>::load(&kw),
+            Err(KwargError::Missing { kwarg: "namespace" })
+        );
+        let mut s = <Option<&str> as NamespaceArg<'_, ByValue>>::load(&kw).expect("optional");
+        assert_eq!(
+            <Option<&str> as NamespaceArg<'_, ByValue>>::get(&mut s),
+            None
+        );
+    }
+
+    #[test]
+    fn absent_status_is_an_empty_object_and_stopped_is_missing_outside_daemons() {
+        let kw = Kwargs::new(json!({}));
+        assert_eq!(
+            <Value as StatusArg<'_, ByValue>>::load(&kw),
+            Ok(Some(json!({})))
+        );
+        assert!(<Stopped as StoppedArg<'_, ByValue>>::load(&kw).is_err());
+        assert_eq!(
+            <Index as IndexArg<'_, ByValue>>::load(&kw, "x").err(),
+            Some(KwargError::UnknownIndex { name: "x" })
+        );
+    }
+}

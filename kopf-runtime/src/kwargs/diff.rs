@@ -1,0 +1,191 @@
+//! [`Diff`]: what changed between two versions of an object (Kopf's `diff`).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The kind of a change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DiffOp {
+    /// The field appeared.
+    Add,
+    /// The field's value changed.
+    Change,
+    /// The field disappeared.
+    Remove,
+}
+
+/// One changed field: operation, path, old and new values (`None` when absent).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DiffItem {
+    /// What happened to the field.
+    pub op: DiffOp,
+    /// The path of the field, one element per nesting level.
+    pub field: Vec<String>,
+    /// The value before, if any.
+    pub old: Option<Value>,
+    /// The value after, if any.
+    pub new: Option<Value>,
+}
+
+/// A list of changed fields, recursing into objects (lists are compared whole).
+///
+/// ```
+/// use serde_json::json;
+/// use kopf_runtime::{Diff, DiffOp};
+/// let diff = Diff::between(Some(&json!({"spec": {"a": 1, "b": 2}})), Some(&json!({"spec": {"a": 1, "b": 3}})));
+/// assert_eq!(diff.len(), 1);
+/// assert_eq!(diff.items()[0].op, DiffOp::Change);
+/// assert_eq!(diff.items()[0].field, ["spec", "b"]);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Diff {
+    items: Vec<DiffItem>,
+}
+
+impl Diff {
+    /// A diff from explicit items.
+    pub fn new(items: Vec<DiffItem>) -> Self {
+        Diff { items }
+    }
+
+    /// The differences between two values (`None` meaning absent).
+    pub fn between(old: Option<&Value>, new: Option<&Value>) -> Self {
+        let mut items = Vec::new();
+        walk(&mut Vec::new(), old, new, &mut items);
+        Diff { items }
+    }
+
+    /// The changed fields.
+    pub fn items(&self) -> &[DiffItem] {
+        &self.items
+    }
+
+    /// The number of changed fields.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The diff as seen from inside a field (Kopf's `diffs.reduce`): items under
+    /// `field` with the prefix stripped, for field-scoped handlers.
+    pub fn reduce(&self, field: &[&str]) -> Diff {
+        let mut items = Vec::new();
+        for item in &self.items {
+            let common = item.field.len().min(field.len());
+            if item.field[..common]
+                .iter()
+                .map(String::as_str)
+                .ne(field[..common].iter().copied())
+            {
+                continue;
+            }
+            if item.field.len() >= field.len() {
+                items.push(DiffItem {
+                    field: item.field[field.len()..].to_vec(),
+                    ..item.clone()
+                });
+            } else {
+                // The change is above the field: re-diff the field's own values.
+                let rest = &field[item.field.len()..];
+                let old = item.old.as_ref().and_then(|v| resolve(v, rest));
+                let new = item.new.as_ref().and_then(|v| resolve(v, rest));
+                walk(&mut Vec::new(), old, new, &mut items);
+            }
+        }
+        Diff { items }
+    }
+}
+
+/// The value at a path inside a JSON value.
+pub fn resolve<'v>(value: &'v Value, path: &[&str]) -> Option<&'v Value> {
+    path.iter()
+        .try_fold(value, |current, key| current.as_object()?.get(*key))
+}
+
+fn walk(
+    path: &mut Vec<String>,
+    old: Option<&Value>,
+    new: Option<&Value>,
+    items: &mut Vec<DiffItem>,
+) {
+    match (old, new) {
+        (None, None) => {}
+        (Some(Value::Object(a)), Some(Value::Object(b))) => {
+            for (key, va) in a {
+                path.push(key.clone());
+                walk(path, Some(va), b.get(key), items);
+                path.pop();
+            }
+            for (key, vb) in b {
+                if !a.contains_key(key) {
+                    path.push(key.clone());
+                    walk(path, None, Some(vb), items);
+                    path.pop();
+                }
+            }
+        }
+        (Some(a), Some(b)) if a == b => {}
+        (old, new) => {
+            let op = match (old, new) {
+                (None, _) => DiffOp::Add,
+                (_, None) => DiffOp::Remove,
+                _ => DiffOp::Change,
+            };
+            items.push(DiffItem {
+                op,
+                field: path.clone(),
+                old: old.cloned(),
+                new: new.cloned(),
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn additions_removals_and_changes_are_listed() {
+        let diff = Diff::between(
+            Some(&json!({"a": 1, "b": {"c": 2}})),
+            Some(&json!({"b": {"c": 3}, "d": [1]})),
+        );
+        let ops: Vec<_> = diff
+            .items()
+            .iter()
+            .map(|i| (i.op, i.field.join(".")))
+            .collect();
+        assert_eq!(
+            ops,
+            [
+                (DiffOp::Remove, "a".into()),
+                (DiffOp::Change, "b.c".into()),
+                (DiffOp::Add, "d".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn reduce_strips_the_field_prefix_and_rediffs_changes_above_it() {
+        let diff = Diff::between(None, Some(&json!({"spec": {"size": 1}})));
+        let reduced = diff.reduce(&["spec", "size"]);
+        assert_eq!(
+            reduced.items(),
+            [DiffItem {
+                op: DiffOp::Add,
+                field: vec![],
+                old: None,
+                new: Some(json!(1))
+            }]
+        );
+        assert!(diff.reduce(&["status"]).is_empty());
+    }
+}

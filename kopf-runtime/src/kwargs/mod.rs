@@ -1,0 +1,336 @@
+//! The values handlers receive: [`Kwargs`] and the types of its parts.
+//!
+//! The engine fills one [`Kwargs`] per invocation; the generated code (or a
+//! builder closure) takes from it the parameters a handler asks for by name,
+//! as Kopf does with its keyword arguments. Which parameters each handler kind
+//! accepts is listed in the crate documentation.
+
+mod diff;
+mod index;
+mod logger;
+mod memo;
+mod patch;
+mod stopped;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use diff::{Diff, DiffItem, DiffOp, resolve};
+pub use index::{Index, Indexes};
+pub use logger::{Level, LogSink, Logger};
+pub use memo::Memo;
+pub use patch::Patch;
+pub use stopped::Stopped;
+
+/// Why a change handler is called (Kopf's `reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reason {
+    /// The object was created.
+    Create,
+    /// The object was updated.
+    Update,
+    /// The object is being deleted.
+    Delete,
+    /// The operator (re)started and found the object.
+    Resume,
+    /// Nothing changed (field handlers on unrelated changes).
+    Noop,
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Reason::Create => "create",
+            Reason::Update => "update",
+            Reason::Delete => "delete",
+            Reason::Resume => "resume",
+            Reason::Noop => "noop",
+        })
+    }
+}
+
+/// The type of a raw watch event (Kopf's `type`; `None` for the initial listing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum EventType {
+    /// `ADDED`.
+    Added,
+    /// `MODIFIED`.
+    Modified,
+    /// `DELETED`.
+    Deleted,
+}
+
+impl EventType {
+    /// The wire name: `ADDED`, `MODIFIED`, `DELETED`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// An admission operation, as in `AdmissionReview.request.operation`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Operation {
+    /// `CREATE`.
+    Create,
+    /// `UPDATE`.
+    Update,
+    /// `DELETE`.
+    Delete,
+    /// `CONNECT`.
+    Connect,
+}
+
+impl Operation {
+    /// The wire name: `CREATE`, `UPDATE`, `DELETE`, `CONNECT`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+            Operation::Connect => "CONNECT",
+        }
+    }
+}
+
+/// Warnings an admission handler returns to the client (Kopf's `warnings` list).
+#[derive(Debug, Clone, Default)]
+pub struct Warnings {
+    items: Arc<Mutex<Vec<String>>>,
+}
+
+impl Warnings {
+    /// Adds a warning.
+    pub fn push(&self, warning: impl Into<String>) {
+        self.items
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(warning.into());
+    }
+
+    /// All warnings so far (for the engine).
+    pub fn to_vec(&self) -> Vec<String> {
+        self.items.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// The admission-specific parts of [`Kwargs`] (for `on_validate` and `on_mutate`).
+#[derive(Debug, Clone)]
+pub struct Admission {
+    /// The requested operation.
+    pub operation: Operation,
+    /// Whether the request is a dry run (handlers must not have side effects then).
+    pub dryrun: bool,
+    /// Warnings to return to the client.
+    pub warnings: Warnings,
+    /// `request.userInfo` of the AdmissionReview.
+    pub userinfo: Value,
+    /// `request.subResource`, if any.
+    pub subresource: Option<String>,
+    /// The HTTP headers of the admission request.
+    pub headers: BTreeMap<String, String>,
+}
+
+impl Default for Admission {
+    fn default() -> Self {
+        Admission {
+            operation: Operation::Create,
+            dryrun: false,
+            warnings: Warnings::default(),
+            userinfo: Value::Null,
+            subresource: None,
+            headers: BTreeMap::new(),
+        }
+    }
+}
+
+/// Everything a handler may receive, filled by the engine for one invocation.
+///
+/// Cheap to clone: the object and shared handles sit behind `Arc`s. Fields that
+/// do not apply to a handler kind stay at their defaults (`None`, `Null`, empty);
+/// asking for them in a handler is rejected at compile time by the macros, and
+/// yields [`KwargError::Missing`](crate::KwargError::Missing) at run time for
+/// builder handlers.
+///
+/// ```
+/// use serde_json::json;
+/// let kwargs = kopf_runtime::Kwargs::new(json!({
+///     "metadata": {"name": "x", "namespace": "ns", "labels": {"app": "a"}},
+///     "spec": {"size": 1},
+/// }));
+/// assert_eq!(kwargs.name(), Some("x"));
+/// assert_eq!(kwargs.namespace(), Some("ns"));
+/// assert_eq!(kwargs.label("app"), Some("a"));
+/// assert_eq!(kwargs.spec(), &json!({"size": 1}));
+/// assert!(kwargs.status().is_null());
+/// ```
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub struct Kwargs {
+    /// The object's body (`Null` for activity handlers).
+    pub body: Arc<Value>,
+    /// Why a change handler runs.
+    pub reason: Option<Reason>,
+    /// The changes (reduced to `field` for field-scoped handlers).
+    pub diff: Diff,
+    /// The old value (object, or the field's value for field-scoped handlers).
+    pub old: Option<Arc<Value>>,
+    /// The new value (object, or the field's value for field-scoped handlers).
+    pub new: Option<Arc<Value>>,
+    /// The raw watch event (`{"type": …, "object": …}`) for `on_event`.
+    pub event: Option<Arc<Value>>,
+    /// The watch event type for `on_event` (`None` for the initial listing).
+    pub event_type: Option<EventType>,
+    /// The attempt number, from 0.
+    pub retry: u32,
+    /// When the first attempt started.
+    pub started: Option<jiff::Timestamp>,
+    /// How long since the first attempt started.
+    pub runtime: Duration,
+    /// The patch applied to the object after the handler.
+    pub patch: Patch,
+    /// The per-object logger.
+    pub logger: Logger,
+    /// The per-object memory.
+    pub memo: Memo,
+    /// The handler's `param` option.
+    pub param: Option<Value>,
+    /// The stop flag, for daemons and timers.
+    pub stopped: Option<Stopped>,
+    /// The Kubernetes client (absent for `on_login` and in unit tests).
+    pub client: Option<kube::Client>,
+    /// The operator's indexes.
+    pub indexes: Indexes,
+    /// Admission details, for `on_validate` and `on_mutate`.
+    pub admission: Option<Admission>,
+}
+
+static NULL: Value = Value::Null;
+
+impl fmt::Debug for Kwargs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Kwargs")
+            .field("body", &self.body)
+            .field("reason", &self.reason)
+            .field("diff", &self.diff)
+            .field("old", &self.old)
+            .field("new", &self.new)
+            .field("event_type", &self.event_type)
+            .field("retry", &self.retry)
+            .field("started", &self.started)
+            .field("runtime", &self.runtime)
+            .field("param", &self.param)
+            .field("stopped", &self.stopped)
+            .field("client", &self.client.as_ref().map(|_| ".."))
+            .field("admission", &self.admission)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Kwargs {
+    /// Kwargs for an object body, everything else at defaults.
+    pub fn new(body: Value) -> Self {
+        Kwargs {
+            body: Arc::new(body),
+            ..Kwargs::default()
+        }
+    }
+
+    /// `body.spec` (`Null` if absent).
+    pub fn spec(&self) -> &Value {
+        self.body.get("spec").unwrap_or(&NULL)
+    }
+
+    /// `body.status` (`Null` if absent).
+    pub fn status(&self) -> &Value {
+        self.body.get("status").unwrap_or(&NULL)
+    }
+
+    /// `body.metadata` (`Null` if absent).
+    pub fn meta(&self) -> &Value {
+        self.body.get("metadata").unwrap_or(&NULL)
+    }
+
+    fn meta_str(&self, key: &str) -> Option<&str> {
+        self.meta().get(key)?.as_str()
+    }
+
+    /// `metadata.name`.
+    pub fn name(&self) -> Option<&str> {
+        self.meta_str("name")
+    }
+
+    /// `metadata.namespace` (`None` for cluster-scoped objects).
+    pub fn namespace(&self) -> Option<&str> {
+        self.meta_str("namespace")
+    }
+
+    /// `metadata.uid`.
+    pub fn uid(&self) -> Option<&str> {
+        self.meta_str("uid")
+    }
+
+    /// `metadata.labels` (`Null` if absent).
+    pub fn labels(&self) -> &Value {
+        self.meta().get("labels").unwrap_or(&NULL)
+    }
+
+    /// `metadata.annotations` (`Null` if absent).
+    pub fn annotations(&self) -> &Value {
+        self.meta().get("annotations").unwrap_or(&NULL)
+    }
+
+    /// One label's value.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels().get(key)?.as_str()
+    }
+
+    /// One annotation's value.
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations().get(key)?.as_str()
+    }
+
+    /// The value at a dot-separated field path of the body (e.g. `spec.size`).
+    pub fn field(&self, path: &str) -> Option<&Value> {
+        let parts: Vec<&str> = path.split('.').collect();
+        resolve(&self.body, &parts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn accessors_read_the_body_and_tolerate_absence() {
+        let kwargs =
+            Kwargs::new(json!({"metadata": {"annotations": {"a": "b"}}, "spec": {"x": {"y": 1}}}));
+        assert_eq!(kwargs.annotation("a"), Some("b"));
+        assert_eq!(kwargs.label("a"), None);
+        assert_eq!(kwargs.name(), None);
+        assert_eq!(kwargs.field("spec.x.y"), Some(&json!(1)));
+        assert_eq!(Kwargs::default().spec(), &Value::Null);
+    }
+
+    #[test]
+    fn wire_names_match_kubernetes() {
+        assert_eq!(
+            serde_json::to_value(EventType::Added).ok(),
+            Some(json!("ADDED"))
+        );
+        assert_eq!(Operation::Connect.as_str(), "CONNECT");
+        assert_eq!(Reason::Resume.to_string(), "resume");
+    }
+}

@@ -1,0 +1,127 @@
+//! [`Patch`]: a shared JSON merge-patch accumulator.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::{Map, Value};
+
+/// A JSON merge-patch (RFC 7386) that handlers fill and the engine applies once per step.
+///
+/// Clones share the same patch. Field paths are dot-separated as in Kopf
+/// (`status.counter`, `metadata.labels.app`); a `null` value removes the field
+/// when the patch is applied.
+///
+/// ```
+/// use serde_json::json;
+/// let patch = kopf_runtime::Patch::new();
+/// patch.set("status.counter", json!(1));
+/// patch.remove("metadata.labels.stale");
+/// patch.merge(json!({"metadata": {"labels": {"app": "x"}}}));
+/// assert_eq!(patch.to_value(), json!({
+///     "status": {"counter": 1},
+///     "metadata": {"labels": {"stale": null, "app": "x"}},
+/// }));
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Patch {
+    inner: Arc<Mutex<Map<String, Value>>>,
+}
+
+impl Patch {
+    /// An empty patch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Map<String, Value>> {
+        // A panic while holding the lock cannot leave the map half-updated in a way
+        // that matters for a JSON patch; keep going with whatever is there.
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Sets the field at a dot-separated `path` to `value`.
+    pub fn set(&self, path: &str, value: Value) {
+        let mut map = self.lock();
+        let mut parts = path.split('.').peekable();
+        let mut current: &mut Map<String, Value> = &mut map;
+        while let Some(part) = parts.next() {
+            if parts.peek().is_none() {
+                current.insert(part.to_owned(), value);
+                return;
+            }
+            let entry = current
+                .entry(part.to_owned())
+                .or_insert_with(|| Value::Object(Map::new()));
+            if !entry.is_object() {
+                *entry = Value::Object(Map::new());
+            }
+            current = match entry {
+                Value::Object(next) => next,
+                _ => return, // unreachable: just made an object
+            };
+        }
+    }
+
+    /// Marks the field at `path` for removal (`null` in the merge-patch).
+    pub fn remove(&self, path: &str) {
+        self.set(path, Value::Null);
+    }
+
+    /// Deep-merges a JSON object into the patch (non-objects replace, objects merge).
+    pub fn merge(&self, value: Value) {
+        fn merge_into(target: &mut Map<String, Value>, source: Map<String, Value>) {
+            for (key, value) in source {
+                match (target.get_mut(&key), value) {
+                    (Some(Value::Object(existing)), Value::Object(incoming)) => {
+                        merge_into(existing, incoming)
+                    }
+                    (_, value) => {
+                        target.insert(key, value);
+                    }
+                }
+            }
+        }
+        if let Value::Object(source) = value {
+            merge_into(&mut self.lock(), source);
+        }
+    }
+
+    /// Whether nothing has been patched.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    /// The accumulated patch as a JSON object.
+    pub fn to_value(&self) -> Value {
+        Value::Object(self.lock().clone())
+    }
+
+    /// Takes the accumulated patch, leaving this one empty (for the engine).
+    pub fn take(&self) -> Value {
+        Value::Object(std::mem::take(&mut *self.lock()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn clones_share_one_patch_and_take_empties_it() {
+        let patch = Patch::new();
+        patch.clone().set("spec.a", json!(1));
+        assert!(!patch.is_empty());
+        assert_eq!(patch.take(), json!({"spec": {"a": 1}}));
+        assert!(patch.is_empty());
+    }
+
+    #[test]
+    fn set_replaces_scalars_on_the_path_with_objects() {
+        let patch = Patch::new();
+        patch.set("status", json!("x"));
+        patch.set("status.y", json!(2));
+        assert_eq!(patch.to_value(), json!({"status": {"y": 2}}));
+    }
+}
