@@ -1,1 +1,8 @@
 //! kopf-runtime: Kubernetes operators as plain `async fn`s.
+
+pub mod cli;
+pub mod namespaces;
+pub mod patching;
+pub mod progress;
+pub mod retrying;
+pub mod settings;
