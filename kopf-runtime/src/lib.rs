@@ -1,6 +1,8 @@
 //! kopf-runtime: Kubernetes operators as plain `async fn`s.
 
 pub mod cli;
+pub mod diffbase;
+pub mod finalizers;
 pub mod namespaces;
 pub mod patching;
 pub mod progress;
