@@ -8,3 +8,4 @@ pub mod patching;
 pub mod progress;
 pub mod retrying;
 pub mod settings;
+pub mod watching;
