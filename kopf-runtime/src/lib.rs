@@ -5,6 +5,7 @@ pub mod diffbase;
 pub mod finalizers;
 pub mod namespaces;
 pub mod patching;
+pub mod posting;
 pub mod progress;
 pub mod retrying;
 pub mod settings;
