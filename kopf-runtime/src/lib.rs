@@ -9,6 +9,16 @@ pub mod kwargs;
 pub mod registry;
 pub mod resources;
 pub mod queueing;
+pub mod cli;
+pub mod diffbase;
+pub mod finalizers;
+pub mod namespaces;
+pub mod patching;
+pub mod posting;
+pub mod progress;
+pub mod retrying;
+pub mod settings;
+pub mod watching;
 
 mod injection;
 mod records;

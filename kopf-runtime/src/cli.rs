@@ -1,0 +1,235 @@
+//! The command line of an operator, mirroring `kopf run`, and logging setup.
+//!
+//! ```
+//! use clap::Parser;
+//! use kopf_runtime::cli::{Args, LogFormat};
+//!
+//! let args = Args::try_parse_from(["operator", "-n", "dev-*", "-n", "!dev-skip", "-v"])?;
+//! assert_eq!(args.log_format, LogFormat::Full);
+//! let selector = args.namespace_selector()?;
+//! assert!(selector.matches("dev-1") && !selector.matches("dev-skip"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::path::PathBuf;
+
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::LevelFilter;
+
+use crate::namespaces::{NamespaceSelector, SelectorError};
+
+/// A failure to set up logging.
+#[derive(Debug, thiserror::Error)]
+pub enum LoggingError {
+    /// `RUST_LOG` holds directives that do not parse.
+    #[error("invalid RUST_LOG directives: {0}")]
+    InvalidFilter(#[source] tracing_subscriber::filter::FromEnvError),
+    /// A global tracing subscriber is already installed.
+    #[error("a global tracing subscriber is already installed")]
+    AlreadyInstalled(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// How log lines look (`--log-format`), as in Kopf.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Level and message only, for humans at a terminal.
+    Plain,
+    /// Timestamp, level, target, spans and message.
+    #[default]
+    Full,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+/// The command-line arguments of an operator (`kopf run`'s options).
+#[derive(Debug, Clone, PartialEq, Eq, clap::Parser)]
+#[command(about = "Run a Kopf-style Kubernetes operator.")]
+pub struct Args {
+    /// Serve this namespace; repeatable. Globs (`dev-*`), comma-separated
+    /// lists and exclusions (`!dev-skip`) as in Kopf.
+    #[arg(short = 'n', long = "namespace", value_name = "PATTERN")]
+    pub namespaces: Vec<String>,
+
+    /// Serve all namespaces (cluster-wide); only exclusions may be added.
+    #[arg(short = 'A', long = "all-namespaces")]
+    pub all_namespaces: bool,
+
+    /// Run without peering, even if peering objects exist.
+    #[arg(long)]
+    pub standalone: bool,
+
+    /// The kubeconfig file to use instead of `$KUBECONFIG` / `~/.kube/config`.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The kubeconfig context to use instead of the current one.
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+
+    /// More logs: `-v` is debug, `-vv` is trace.
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count, conflicts_with = "quiet")]
+    pub verbose: u8,
+
+    /// Fewer logs: warnings and errors only.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+
+    /// How log lines look.
+    #[arg(long, value_enum, default_value_t = LogFormat::Full)]
+    pub log_format: LogFormat,
+
+    /// Run against an in-process Kubernetes API emulator instead of a cluster.
+    #[arg(long)]
+    pub emulator: bool,
+
+    /// Serve a liveness endpoint, e.g. `http://0.0.0.0:8080/healthz`.
+    #[arg(short = 'L', long, value_name = "URL")]
+    pub liveness: Option<String>,
+}
+
+impl Args {
+    /// The namespaces to serve, from `-n` and `-A`.
+    ///
+    /// # Errors
+    ///
+    /// [`SelectorError`] as [`NamespaceSelector::new`] reports it.
+    pub fn namespace_selector(&self) -> Result<NamespaceSelector, SelectorError> {
+        NamespaceSelector::new(&self.namespaces, self.all_namespaces)
+    }
+
+    /// The level used when `RUST_LOG` does not say otherwise.
+    pub fn default_level(&self) -> LevelFilter {
+        match (self.quiet, self.verbose) {
+            (true, _) => LevelFilter::WARN,
+            (false, 0) => LevelFilter::INFO,
+            (false, 1) => LevelFilter::DEBUG,
+            (false, _) => LevelFilter::TRACE,
+        }
+    }
+
+    /// The log filter: `RUST_LOG` when set, otherwise [`Self::default_level`].
+    /// `RUST_LOG` directives refine the default level rather than replace it.
+    ///
+    /// # Errors
+    ///
+    /// [`LoggingError::InvalidFilter`] if `RUST_LOG` does not parse.
+    pub fn env_filter(&self) -> Result<EnvFilter, LoggingError> {
+        EnvFilter::builder()
+            .with_default_directive(self.default_level().into())
+            .from_env()
+            .map_err(LoggingError::InvalidFilter)
+    }
+}
+
+/// Install the global tracing subscriber as the arguments say.
+///
+/// # Errors
+///
+/// [`LoggingError`] if `RUST_LOG` is invalid or a subscriber is already set.
+pub fn init_logging(args: &Args) -> Result<(), LoggingError> {
+    let filter = args.env_filter()?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let result = match args.log_format {
+        LogFormat::Plain => builder
+            .without_time()
+            .with_target(false)
+            .compact()
+            .try_init(),
+        LogFormat::Full => builder.with_target(true).try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .try_init(),
+    };
+    result.map_err(LoggingError::AlreadyInstalled)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn parse(argv: &[&str]) -> Args {
+        Args::try_parse_from(std::iter::once("op").chain(argv.iter().copied())).expect("valid argv")
+    }
+
+    #[test]
+    fn defaults() {
+        let args = parse(&[]);
+        assert!(args.namespaces.is_empty());
+        assert!(!args.all_namespaces && !args.standalone && !args.emulator && !args.quiet);
+        assert_eq!(args.verbose, 0);
+        assert_eq!(args.log_format, LogFormat::Full);
+        assert_eq!(args.default_level(), LevelFilter::INFO);
+        assert!(args.namespace_selector().expect("valid").is_cluster_wide());
+    }
+
+    #[test]
+    fn all_options_parse() {
+        let args = parse(&[
+            "-n",
+            "a",
+            "--namespace",
+            "b-*",
+            "--standalone",
+            "--kubeconfig",
+            "/tmp/kc",
+            "--context",
+            "ctx",
+            "--log-format",
+            "json",
+            "--emulator",
+            "-L",
+            "http://0.0.0.0:8080/healthz",
+        ]);
+        assert_eq!(args.namespaces, ["a", "b-*"]);
+        assert!(args.standalone && args.emulator);
+        assert_eq!(args.kubeconfig, Some(PathBuf::from("/tmp/kc")));
+        assert_eq!(args.context.as_deref(), Some("ctx"));
+        assert_eq!(args.log_format, LogFormat::Json);
+        assert_eq!(
+            args.liveness.as_deref(),
+            Some("http://0.0.0.0:8080/healthz")
+        );
+    }
+
+    #[test]
+    fn verbosity_levels() {
+        assert_eq!(parse(&["-v"]).default_level(), LevelFilter::DEBUG);
+        assert_eq!(parse(&["-vv"]).default_level(), LevelFilter::TRACE);
+        assert_eq!(parse(&["-q"]).default_level(), LevelFilter::WARN);
+        assert!(Args::try_parse_from(["op", "-v", "-q"]).is_err());
+    }
+
+    #[test]
+    fn log_formats() {
+        assert_eq!(
+            parse(&["--log-format", "plain"]).log_format,
+            LogFormat::Plain
+        );
+        assert_eq!(parse(&["--log-format", "full"]).log_format, LogFormat::Full);
+        assert!(Args::try_parse_from(["op", "--log-format", "xml"]).is_err());
+    }
+
+    #[test]
+    fn namespaces_with_all_namespaces() {
+        let args = parse(&["-A", "-n", "!kube-system"]);
+        let selector = args
+            .namespace_selector()
+            .expect("exclusions are allowed with -A");
+        assert!(selector.is_cluster_wide() && !selector.matches("kube-system"));
+        assert!(parse(&["-A", "-n", "dev"]).namespace_selector().is_err());
+    }
+
+    #[test]
+    fn kopf_style_glob_and_exclusion() {
+        let selector = parse(&["-n", "dev-*", "-n", "!dev-skip"])
+            .namespace_selector()
+            .expect("valid");
+        assert!(selector.matches("dev-a"));
+        assert!(!selector.matches("dev-skip"));
+        assert!(!selector.matches("prod"));
+    }
+}

@@ -1,0 +1,515 @@
+//! The diff-base: the last handled "essence" of an object, stored as Kopf
+//! stores it, and Kopf-style diffs between essences.
+//!
+//! The **essence** of a body is what handlers care about: the body without
+//! `apiVersion`, `kind`, `status` and `metadata`, except `metadata.labels`
+//! and `metadata.annotations` — minus `kubectl.kubernetes.io/last-applied-configuration`,
+//! minus every annotation under a prefix used by any Kopf-based operator
+//! (`kopf.zalando.org/…`, `*.kopf.zalando.org/…`, or any prefix that has a
+//! `…/kopf-managed` marker), minus the diff-base annotation itself. Empty
+//! stanzas are dropped. Extra fields (e.g. `status.x` watched by a field
+//! handler) can be kept; ignored fields can be dropped.
+//!
+//! The essence of the last handled state lives in the annotation
+//! `kopf.zalando.org/last-handled-configuration` as compact JSON with a
+//! trailing newline (Kopf's format, also written under the v1 key when it
+//! differs).
+//!
+//! A [`Diff`] is Kopf's: a list of `(op, field, old, new)` where `op` is
+//! `add`/`change`/`remove`, `field` is a path of keys, and lists are compared
+//! as a whole. It serializes to Kopf's JSON shape:
+//!
+//! ```
+//! use kopf_runtime::diffbase::{diff, DiffOp};
+//! use serde_json::json;
+//!
+//! let d = diff(&json!({"spec": {"a": 1, "b": 2}}), &json!({"spec": {"a": 1, "b": 3, "c": 4}}));
+//! assert_eq!(
+//!     serde_json::to_value(&d)?,
+//!     json!([["add", ["spec", "c"], null, 4], ["change", ["spec", "b"], 2, 3]]),
+//! );
+//! assert_eq!(d.reduce(&["spec", "c"]).items()[0].op, DiffOp::Add);
+//! # Ok::<(), serde_json::Error>(())
+//! ```
+
+use serde::ser::SerializeTuple;
+use serde::{Serialize, Serializer};
+use serde_json::{Map, Value};
+
+use crate::patching::{ensure_field, remove_field, resolve_field};
+use crate::progress::{
+    AnnotationKeys, LAST_APPLIED_ANNOTATION, ProgressStorage, detect_marked_prefixes,
+    remove_empty_stanzas,
+};
+use crate::settings::PersistenceSettings;
+
+/// Where the last handled essence lives: Kopf's `AnnotationsDiffBaseStorage`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiffBaseStorage {
+    keys: AnnotationKeys,
+    name: String,
+    ignored_fields: Vec<Vec<String>>,
+}
+
+impl Default for DiffBaseStorage {
+    fn default() -> Self {
+        Self::from_settings(&PersistenceSettings::default())
+    }
+}
+
+impl DiffBaseStorage {
+    /// The storage as the persistence settings configure it: the
+    /// `diffbase_key` is split into the prefix and the name at the last `/`
+    /// (a key without `/` uses the progress prefix).
+    pub fn from_settings(settings: &PersistenceSettings) -> Self {
+        let (prefix, name) = match settings.diffbase_key.rsplit_once('/') {
+            Some((prefix, name)) => (prefix.to_owned(), name.to_owned()),
+            None => (
+                settings.progress_prefix.clone(),
+                settings.diffbase_key.clone(),
+            ),
+        };
+        Self {
+            keys: AnnotationKeys::new(prefix, settings.progress_v1_keys),
+            name,
+            ignored_fields: Vec::new(),
+        }
+    }
+
+    /// Also drop these dotted fields (e.g. `spec.replicas`) from essences.
+    pub fn with_ignored_fields<I: IntoIterator<Item = S>, S: AsRef<str>>(
+        mut self,
+        fields: I,
+    ) -> Self {
+        self.ignored_fields = fields
+            .into_iter()
+            .map(|f| f.as_ref().split('.').map(str::to_owned).collect())
+            .collect();
+        self
+    }
+
+    /// The annotation keys of the diff-base on `body` (v2, then v1 if different).
+    pub fn keys(&self, body: &Value) -> Vec<String> {
+        self.keys.make_keys(&self.name, body)
+    }
+
+    /// The essence of `body`, keeping `extra_fields` (dotted paths) too.
+    pub fn build(&self, body: &Value, extra_fields: &[&str]) -> Value {
+        let mut essence = match body.as_object() {
+            Some(map) => Value::Object(
+                map.iter()
+                    .filter(|(k, _)| {
+                        !matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status")
+                    })
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            ),
+            None => Value::Object(Map::new()),
+        };
+        cherrypick(
+            body,
+            &mut essence,
+            &["metadata.labels", "metadata.annotations"],
+        );
+
+        if let Some(annotations) = essence
+            .pointer_mut("/metadata/annotations")
+            .and_then(Value::as_object_mut)
+        {
+            let ignored = detect_marked_prefixes(annotations.keys().map(String::as_str));
+            annotations.retain(|key, _| {
+                key != LAST_APPLIED_ANNOTATION
+                    && !ignored.iter().any(|p| key.starts_with(&format!("{p}/")))
+            });
+        }
+        cherrypick(body, &mut essence, extra_fields);
+        remove_empty_stanzas(&mut essence);
+        for field in &self.ignored_fields {
+            let path: Vec<&str> = field.iter().map(String::as_str).collect();
+            remove_field(&mut essence, &path);
+        }
+
+        let own = self.keys(body);
+        if let Some(annotations) = essence
+            .pointer_mut("/metadata/annotations")
+            .and_then(Value::as_object_mut)
+        {
+            annotations.retain(|key, _| !own.contains(key));
+        }
+        remove_empty_stanzas(&mut essence);
+        essence
+    }
+
+    /// The stored essence, if any. A malformed annotation is logged as a
+    /// warning and treated as absent.
+    pub fn fetch(&self, body: &Value) -> Option<Value> {
+        for key in self.keys(body) {
+            let Some(encoded) = resolve_field(body, &["metadata", "annotations", key.as_str()])
+            else {
+                continue;
+            };
+            let Some(text) = encoded.as_str() else {
+                tracing::warn!(annotation = %key, "ignoring a non-string diff-base annotation");
+                continue;
+            };
+            match serde_json::from_str::<Value>(text) {
+                Ok(Value::Null) => continue,
+                Ok(essence @ Value::Object(_)) => return Some(essence),
+                Ok(_) => {
+                    tracing::warn!(annotation = %key, "ignoring a non-object diff-base annotation")
+                }
+                Err(error) => {
+                    tracing::warn!(annotation = %key, %error, "ignoring a malformed diff-base annotation")
+                }
+            }
+        }
+        None
+    }
+
+    /// Write `essence` as the new diff-base into the merge `patch`.
+    pub fn store(&self, body: &Value, essence: &Value, patch: &mut Value) {
+        let mut encoded = essence.to_string();
+        encoded.push('\n');
+        for key in self.keys(body) {
+            ensure_field(
+                patch,
+                &["metadata", "annotations", key.as_str()],
+                Value::String(encoded.clone()),
+            );
+        }
+        self.keys.store_marker(body, patch);
+    }
+
+    /// The old (stored) and new (current) essences as Kopf's processing
+    /// computes them: both cleared of the progress storage's fields.
+    pub fn essences(
+        &self,
+        body: &Value,
+        extra_fields: &[&str],
+        progress: &ProgressStorage,
+    ) -> (Option<Value>, Value) {
+        let old = self.fetch(body).map(|old| progress.clear(old));
+        let new = progress.clear(self.build(body, extra_fields));
+        (old, new)
+    }
+}
+
+/// Copy the dotted `fields` that exist in `src` into `dst`.
+fn cherrypick(src: &Value, dst: &mut Value, fields: &[&str]) {
+    for field in fields {
+        let path: Vec<&str> = field.split('.').collect();
+        if let Some(value) = resolve_field(src, &path) {
+            ensure_field(dst, &path, value.clone());
+        }
+    }
+}
+
+/// A diff operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DiffOp {
+    /// The field appeared (was absent or `null`).
+    Add,
+    /// The field's value changed.
+    Change,
+    /// The field disappeared (became absent or `null`).
+    Remove,
+}
+
+/// One change: Kopf's `DiffItem`. Absent values are `null`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DiffItem {
+    /// What happened.
+    pub op: DiffOp,
+    /// The path of keys to the field; empty for the root.
+    pub field: Vec<String>,
+    /// The value before.
+    pub old: Value,
+    /// The value after.
+    pub new: Value,
+}
+
+impl Serialize for DiffItem {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut tuple = serializer.serialize_tuple(4)?;
+        tuple.serialize_element(&self.op)?;
+        tuple.serialize_element(&self.field)?;
+        tuple.serialize_element(&self.old)?;
+        tuple.serialize_element(&self.new)?;
+        tuple.end()
+    }
+}
+
+/// A list of changes between two essences: Kopf's `Diff`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct Diff(Vec<DiffItem>);
+
+impl Diff {
+    /// The changes, in order.
+    pub fn items(&self) -> &[DiffItem] {
+        &self.0
+    }
+
+    /// No changes at all.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// How many changes.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The diff as seen from the field `path` (Kopf's `reduce`): changes
+    /// below it with the prefix cut off, and changes of its parents
+    /// translated into a diff of the sub-field.
+    pub fn reduce(&self, path: &[&str]) -> Diff {
+        let mut out = Vec::new();
+        for item in &self.0 {
+            let field: Vec<&str> = item.field.iter().map(String::as_str).collect();
+            if path.is_empty() {
+                out.push(item.clone());
+            } else if field.len() >= path.len() && field[..path.len()] == *path {
+                out.push(DiffItem {
+                    field: item.field[path.len()..].to_vec(),
+                    ..item.clone()
+                });
+            } else if field.len() < path.len() && path[..field.len()] == *field {
+                let tail = &path[field.len()..];
+                let old = resolve_field(&item.old, tail).unwrap_or(&Value::Null);
+                let new = resolve_field(&item.new, tail).unwrap_or(&Value::Null);
+                diff_into(old, new, &mut Vec::new(), &mut out);
+            }
+        }
+        Diff(out)
+    }
+}
+
+impl<'a> IntoIterator for &'a Diff {
+    type Item = &'a DiffItem;
+    type IntoIter = std::slice::Iter<'a, DiffItem>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+/// Kopf's `diff(a, b)`: objects are recursed into (added keys, then removed,
+/// then common ones, each sorted); anything else changes as a whole.
+/// `null` means absent.
+pub fn diff(old: &Value, new: &Value) -> Diff {
+    let mut out = Vec::new();
+    diff_into(old, new, &mut Vec::new(), &mut out);
+    Diff(out)
+}
+
+fn diff_into(a: &Value, b: &Value, path: &mut Vec<String>, out: &mut Vec<DiffItem>) {
+    let item = |op, path: &Vec<String>| DiffItem {
+        op,
+        field: path.clone(),
+        old: a.clone(),
+        new: b.clone(),
+    };
+    match (a, b) {
+        _ if a == b => {}
+        (Value::Null, _) => out.push(item(DiffOp::Add, path)),
+        (_, Value::Null) => out.push(item(DiffOp::Remove, path)),
+        (Value::Object(ma), Value::Object(mb)) => {
+            let mut added: Vec<&String> = mb.keys().filter(|k| !ma.contains_key(*k)).collect();
+            let mut removed: Vec<&String> = ma.keys().filter(|k| !mb.contains_key(*k)).collect();
+            let mut common: Vec<&String> = ma.keys().filter(|k| mb.contains_key(*k)).collect();
+            added.sort();
+            removed.sort();
+            common.sort();
+            for key in added {
+                path.push(key.clone());
+                diff_into(&Value::Null, &mb[key], path, out);
+                path.pop();
+            }
+            for key in removed {
+                path.push(key.clone());
+                diff_into(&ma[key], &Value::Null, path, out);
+                path.pop();
+            }
+            for key in common {
+                path.push(key.clone());
+                diff_into(&ma[key], &mb[key], path, out);
+                path.pop();
+            }
+        }
+        _ => out.push(item(DiffOp::Change, path)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn kopf_body() -> Value {
+        json!({
+            "apiVersion": "kopf.dev/v1",
+            "kind": "KopfExample",
+            "metadata": {
+                "name": "kopf-example-1",
+                "namespace": "default",
+                "uid": "6a0e4f0c-1234",
+                "resourceVersion": "12345",
+                "generation": 3,
+                "creationTimestamp": "2020-02-14T16:58:25Z",
+                "finalizers": ["kopf.zalando.org/KopfFinalizerMarker"],
+                "labels": {"somelabel": "somevalue"},
+                "annotations": {
+                    "someannotation": "somevalue",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{\"spec\":{}}",
+                    "kopf.zalando.org/last-handled-configuration":
+                        "{\"spec\":{\"duration\":\"1m\",\"field\":\"value\",\"items\":[\"item1\",\"item2\"]},\"metadata\":{\"labels\":{\"somelabel\":\"somevalue\"},\"annotations\":{\"someannotation\":\"somevalue\"}}}\n",
+                    "kopf.zalando.org/create_fn": "{\"started\":\"2020-02-14T16:58:25.396364\",\"retries\":0}",
+                    "other.kopf.zalando.org/x": "y",
+                    "example.com/kopf-managed": "yes",
+                    "example.com/state": "z",
+                },
+            },
+            "spec": {"duration": "1m", "field": "value2", "items": ["item1", "item2"]},
+            "status": {"create_fn": {"message": "hello"}, "kopf": {"progress": {}}},
+        })
+    }
+
+    #[test]
+    fn essence_drops_system_and_kopf_fields() {
+        let storage = DiffBaseStorage::default();
+        assert_eq!(
+            storage.build(&kopf_body(), &[]),
+            json!({
+                "metadata": {"labels": {"somelabel": "somevalue"}, "annotations": {"someannotation": "somevalue"}},
+                "spec": {"duration": "1m", "field": "value2", "items": ["item1", "item2"]},
+            })
+        );
+    }
+
+    #[test]
+    fn essence_keeps_extra_fields_and_drops_ignored_and_empty_stanzas() {
+        let storage = DiffBaseStorage::default().with_ignored_fields(["spec.duration"]);
+        let body = json!({"metadata": {"name": "x", "labels": {}}, "spec": {"duration": "1m"}, "status": {"a": 1, "b": 2}});
+        assert_eq!(
+            storage.build(&body, &["status.a", "status.missing"]),
+            json!({"status": {"a": 1}})
+        );
+    }
+
+    #[test]
+    fn fetch_reads_kopf_diffbase_and_diff_finds_the_change() {
+        let storage = DiffBaseStorage::default();
+        let progress = ProgressStorage::default();
+        let body = kopf_body();
+        let (old, new) = storage.essences(&body, &[], &progress);
+        let old = old.expect("stored by Kopf");
+        assert_eq!(old["spec"]["field"], json!("value"));
+        let d = diff(&old, &new);
+        assert_eq!(
+            serde_json::to_value(&d).expect("serializable"),
+            json!([["change", ["spec", "field"], "value", "value2"]])
+        );
+    }
+
+    #[test]
+    fn malformed_diffbase_is_absent() {
+        let storage = DiffBaseStorage::default();
+        for bad in ["{not json", "[1]", "\"str\""] {
+            let body = json!({"metadata": {"annotations": {"kopf.zalando.org/last-handled-configuration": bad}}});
+            assert_eq!(storage.fetch(&body), None, "{bad}");
+        }
+        assert_eq!(storage.fetch(&json!({})), None);
+    }
+
+    #[test]
+    fn store_writes_compact_json_with_newline() {
+        let storage = DiffBaseStorage::default();
+        let mut patch = json!({});
+        storage.store(&json!({}), &json!({"spec": {"a": 1}}), &mut patch);
+        assert_eq!(
+            patch,
+            json!({"metadata": {"annotations": {"kopf.zalando.org/last-handled-configuration": "{\"spec\":{\"a\":1}}\n"}}})
+        );
+    }
+
+    #[test]
+    fn custom_key_gets_marker_and_is_excluded_from_essence() {
+        let settings = PersistenceSettings {
+            diffbase_key: "example.com/last".into(),
+            ..Default::default()
+        };
+        let storage = DiffBaseStorage::from_settings(&settings);
+        let mut patch = json!({});
+        storage.store(&json!({}), &json!({}), &mut patch);
+        assert_eq!(
+            patch,
+            json!({"metadata": {"annotations": {"example.com/last": "{}\n", "example.com/kopf-managed": "yes"}}})
+        );
+        let body = json!({"metadata": {"annotations": {"example.com/last": "{}", "keep": "1"}}});
+        assert_eq!(
+            storage.build(&body, &[]),
+            json!({"metadata": {"annotations": {"keep": "1"}}})
+        );
+    }
+
+    #[test]
+    fn diff_of_creation_and_deletion() {
+        assert_eq!(
+            serde_json::to_value(diff(&Value::Null, &json!({"spec": 1}))).expect("ok"),
+            json!([["add", [], null, {"spec": 1}]])
+        );
+        assert_eq!(
+            serde_json::to_value(diff(&json!({"spec": 1}), &Value::Null)).expect("ok"),
+            json!([["remove", [], {"spec": 1}, null]])
+        );
+        assert!(diff(&Value::Null, &Value::Null).is_empty());
+        assert!(diff(&json!({"a": [1, 2]}), &json!({"a": [1, 2]})).is_empty());
+    }
+
+    #[test]
+    fn diff_orders_adds_removes_then_changes() {
+        let d = diff(
+            &json!({"b": 1, "c": 1, "x": {"y": 1}}),
+            &json!({"a": 1, "c": 2, "x": {"y": 1, "z": null}}),
+        );
+        assert_eq!(
+            serde_json::to_value(&d).expect("ok"),
+            json!([
+                ["add", ["a"], null, 1],
+                ["remove", ["b"], 1, null],
+                ["change", ["c"], 1, 2]
+            ])
+        );
+        let lists = diff(&json!({"l": [1]}), &json!({"l": [1, 2]}));
+        assert_eq!(lists.items()[0].op, DiffOp::Change);
+        assert_eq!(lists.items()[0].field, ["l"]);
+    }
+
+    #[test]
+    fn reduce_cuts_prefixes_and_expands_parents() {
+        let d = diff(
+            &json!({"spec": {"a": {"b": 1}, "c": 1}}),
+            &json!({"spec": {"a": {"b": 2}, "c": 2}}),
+        );
+        let reduced = d.reduce(&["spec", "a"]);
+        assert_eq!(
+            serde_json::to_value(&reduced).expect("ok"),
+            json!([["change", ["b"], 1, 2]])
+        );
+
+        let created = diff(&Value::Null, &json!({"spec": {"a": {"b": 1}}}));
+        assert_eq!(
+            serde_json::to_value(created.reduce(&["spec", "a", "b"])).expect("ok"),
+            json!([["add", [], null, 1]])
+        );
+        assert!(created.reduce(&["spec", "zzz"]).is_empty());
+        assert_eq!(created.reduce(&[]), created);
+        let scalar_parent = diff(&json!({"spec": 1}), &json!({"spec": {"a": 2}}));
+        assert_eq!(
+            serde_json::to_value(scalar_parent.reduce(&["spec", "a"])).expect("ok"),
+            json!([["add", [], null, 2]])
+        );
+    }
+}

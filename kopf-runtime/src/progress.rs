@@ -1,0 +1,807 @@
+//! Handlers' progress records, stored on the objects exactly as Kopf does.
+//!
+//! Kopf (the default `SmartProgressStorage`) keeps one JSON record per
+//! handler in an annotation `<prefix>/<key>` (prefix `kopf.zalando.org`), and
+//! still reads (and purges, but never writes) the legacy location
+//! `status.kopf.progress.<handler id>`. An operator migrated from Kopf finds
+//! its records where Kopf left them, so half-done handlers are not re-run.
+//!
+//! Annotation keys follow Kopf's `StorageKeyFormingConvention`: `/` becomes
+//! `.` and `<`/`>` become `_`; a **v2** key limits the name part to 63
+//! characters, a **v1** key (still written while `progress_v1_keys` is on, as
+//! Kopf does) limits the whole key to 63; longer names are cut and suffixed
+//! with `-` and a BLAKE2b-32 hash in base64 (altchars `-.`). ReplicaSets owned
+//! by Deployments get `-ofDRS` appended to every key, since Kubernetes copies
+//! Deployment annotations onto them. Prefixes not starting with `kopf.` also
+//! get the `<prefix>/kopf-managed: yes` marker, so other Kopf-based operators
+//! recognise the annotations as operator state.
+//!
+//! Patches built here are JSON merge-patch fragments (`serde_json::Value`);
+//! `null` removes a key.
+//!
+//! ```
+//! use kopf_runtime::progress::{ProgressRecord, ProgressStorage};
+//! use serde_json::json;
+//!
+//! let storage = ProgressStorage::default();
+//! let body = json!({"metadata": {"annotations": {
+//!     "kopf.zalando.org/create_fn": r#"{"started":"2020-02-14T16:58:25.396364","retries":1}"#,
+//! }}});
+//! let record = storage.fetch("create_fn", &body).expect("stored by Kopf");
+//! assert_eq!(record.retries, Some(1));
+//!
+//! let mut patch = json!({});
+//! storage.purge("create_fn", &body, &mut patch);
+//! assert_eq!(patch, json!({"metadata": {"annotations": {"kopf.zalando.org/create_fn": null}}}));
+//! ```
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::patching::{ensure_field, remove_field, resolve_field};
+use crate::settings::PersistenceSettings;
+
+/// The kubectl annotation that never counts as part of an object's essence.
+pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Markers that identify an annotation prefix as owned by a Kopf-based operator.
+const KNOWN_MARKERS: &[&str] = &["kopf-managed"];
+/// Prefixes that are always Kopf-based operators' state.
+const KNOWN_PREFIXES: &[&str] = &["kopf.zalando.org"];
+/// The maximum length of an annotation name (the part after `/`).
+const MAX_NAME_LENGTH: usize = 63;
+
+/// One handler's persisted state, field for field as Kopf's `ProgressRecord`.
+///
+/// Timestamps are ISO 8601 strings as Kopf writes them (UTC, microseconds,
+/// with or without `+00:00`); see [`parse_timestamp`] and [`format_timestamp`].
+/// Absent fields are not written (Kopf's non-verbose mode).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProgressRecord {
+    /// When the handler was first called.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started: Option<String>,
+    /// When the handler finally succeeded or failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
+    /// When the handler should be retried.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delayed: Option<String>,
+    /// The reason (cause) the handler runs for: `create`, `update`, …
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub purpose: Option<String>,
+    /// How many times the handler was called so far.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retries: Option<u32>,
+    /// Finished successfully; never re-run in this cycle.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub success: Option<bool>,
+    /// Failed permanently; never re-run in this cycle.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<bool>,
+    /// The last error's message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Ids of the sub-handlers this handler spawned, sorted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subrefs: Option<Vec<String>>,
+}
+
+impl ProgressRecord {
+    /// Whether the handler is done for this cycle (succeeded or failed).
+    pub fn is_finished(&self) -> bool {
+        self.success == Some(true) || self.failure == Some(true)
+    }
+
+    /// [`Self::started`], parsed.
+    pub fn started_at(&self) -> Option<jiff::Timestamp> {
+        self.started.as_deref().and_then(parse_timestamp)
+    }
+
+    /// [`Self::stopped`], parsed.
+    pub fn stopped_at(&self) -> Option<jiff::Timestamp> {
+        self.stopped.as_deref().and_then(parse_timestamp)
+    }
+
+    /// [`Self::delayed`], parsed.
+    pub fn delayed_until(&self) -> Option<jiff::Timestamp> {
+        self.delayed.as_deref().and_then(parse_timestamp)
+    }
+
+    /// The compact JSON Kopf stores (no spaces, absent fields omitted).
+    pub fn encode(&self) -> String {
+        serde_json::to_string(self)
+            .expect("invariant: a record of strings, ints and bools serializes")
+    }
+}
+
+/// Parse a Kopf timestamp: ISO 8601 with an offset or `Z`, or naive (UTC).
+pub fn parse_timestamp(text: &str) -> Option<jiff::Timestamp> {
+    if let Ok(ts) = text.parse::<jiff::Timestamp>() {
+        return Some(ts);
+    }
+    let civil = text.parse::<jiff::civil::DateTime>().ok()?;
+    civil
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .ok()
+        .map(|z| z.timestamp())
+}
+
+/// Format a timestamp as Kopf does: `2020-02-14T16:58:25.396364+00:00`.
+pub fn format_timestamp(ts: jiff::Timestamp) -> String {
+    ts.to_zoned(jiff::tz::TimeZone::UTC)
+        .strftime("%Y-%m-%dT%H:%M:%S%.6f+00:00")
+        .to_string()
+}
+
+/// Kopf's annotation key forming (v1 and v2 keys, hash suffixes, markers).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnnotationKeys {
+    prefix: String,
+    v1: bool,
+}
+
+impl AnnotationKeys {
+    /// Keys under `prefix` (e.g. `kopf.zalando.org`), also v1 keys if `v1`.
+    pub fn new(prefix: impl Into<String>, v1: bool) -> Self {
+        Self {
+            prefix: prefix.into(),
+            v1,
+        }
+    }
+
+    /// The prefix, without the `/`.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// All annotation keys for `name` on `body`: the v2 key first, then the
+    /// v1 key if enabled and different.
+    pub fn make_keys(&self, name: &str, body: &Value) -> Vec<String> {
+        let marked = mark_key(name, body);
+        let v2 = self.v2_key(&marked);
+        let mut keys = vec![v2];
+        if self.v1 {
+            let v1 = self.v1_key(&marked);
+            if v1 != keys[0] {
+                keys.push(v1);
+            }
+        }
+        keys
+    }
+
+    /// Kopf's `make_v2_key`: only the name part is limited to 63 characters.
+    pub fn v2_key(&self, key: &str) -> String {
+        let suffix = if key.chars().count() > MAX_NAME_LENGTH {
+            make_suffix(key)
+        } else {
+            String::new()
+        };
+        let limit = MAX_NAME_LENGTH.saturating_sub(suffix.len());
+        let safe: String = make_safe_key(key).chars().take(limit).collect();
+        format!("{}/{safe}{suffix}", self.prefix)
+    }
+
+    /// Kopf's `make_v1_key`: the whole key is limited to 63 characters.
+    pub fn v1_key(&self, key: &str) -> String {
+        let safe = make_safe_key(key);
+        let prefix = format!("{}/", self.prefix);
+        let room = MAX_NAME_LENGTH.saturating_sub(prefix.len());
+        let suffix = if safe.chars().count() <= room {
+            String::new()
+        } else {
+            make_suffix(&safe)
+        };
+        let cut: String = safe
+            .chars()
+            .take(room.saturating_sub(suffix.len()))
+            .collect();
+        format!("{prefix}{cut}{suffix}")
+    }
+
+    /// Add the `<prefix>/kopf-managed: yes` marker to `patch` unless the
+    /// prefix is Kopf's own or the marker is there already.
+    pub fn store_marker(&self, body: &Value, patch: &mut Value) {
+        if self.prefix.is_empty() || self.prefix.starts_with("kopf.") {
+            return;
+        }
+        let marker = format!("{}/kopf-managed", self.prefix);
+        let path = ["metadata", "annotations", marker.as_str()];
+        if resolve_field(body, &path).is_none() && resolve_field(patch, &path).is_none() {
+            ensure_field(patch, &path, Value::String("yes".into()));
+        }
+    }
+}
+
+/// Kopf's `make_safe_key`: `/` → `.`, `<` and `>` → `_`.
+pub fn make_safe_key(key: &str) -> String {
+    key.chars()
+        .map(|c| match c {
+            '/' => '.',
+            '<' | '>' => '_',
+            c => c,
+        })
+        .collect()
+}
+
+/// Kopf's collision evasion: ReplicaSets owned by Deployments get `-ofDRS`.
+fn mark_key(key: &str, body: &Value) -> String {
+    let is_rs = body.get("kind").and_then(Value::as_str) == Some("ReplicaSet");
+    let owned_by_deployment = resolve_field(body, &["metadata", "ownerReferences"])
+        .and_then(Value::as_array)
+        .is_some_and(|owners| {
+            owners
+                .iter()
+                .any(|o| o.get("kind").and_then(Value::as_str) == Some("Deployment"))
+        });
+    if is_rs && owned_by_deployment {
+        format!("{key}-ofDRS")
+    } else {
+        key.to_owned()
+    }
+}
+
+/// Kopf's `make_suffix`: `-` + base64(blake2b-32(key), altchars `-.`),
+/// with trailing `=`, `-`, `.` stripped.
+fn make_suffix(key: &str) -> String {
+    let digest = blake2b::<4>(key.as_bytes());
+    let encoded = base64_alt(&digest);
+    format!("-{encoded}")
+        .trim_end_matches(['=', '-', '.'])
+        .to_owned()
+}
+
+/// Prefixes of annotations written by Kopf-based operators (any of them),
+/// as Kopf's `_detect_marked_prefixes`.
+pub fn detect_marked_prefixes<'a>(keys: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut prefixes: Vec<String> = Vec::new();
+    for key in keys {
+        let Some((prefix, name)) = key.split_once('/') else {
+            continue;
+        };
+        let marked = KNOWN_MARKERS.contains(&name)
+            || KNOWN_PREFIXES.contains(&prefix)
+            || KNOWN_PREFIXES
+                .iter()
+                .any(|p| prefix.ends_with(&format!(".{p}")));
+        if marked && !prefixes.iter().any(|p| p == prefix) {
+            prefixes.push(prefix.to_owned());
+        }
+    }
+    prefixes
+}
+
+/// Remove empty `metadata.annotations`, `metadata.labels`, `metadata` and
+/// `status` stanzas (Kopf's `remove_empty_stanzas`).
+pub(crate) fn remove_empty_stanzas(essence: &mut Value) {
+    let is_empty = |v: &Value| v.as_object().is_some_and(|m| m.is_empty()) || v.is_null();
+    if let Some(meta) = essence.get_mut("metadata").and_then(Value::as_object_mut) {
+        for stanza in ["annotations", "labels"] {
+            if meta.get(stanza).is_some_and(is_empty) {
+                meta.remove(stanza);
+            }
+        }
+    }
+    if let Some(obj) = essence.as_object_mut() {
+        for stanza in ["metadata", "status"] {
+            if obj.get(stanza).is_some_and(is_empty) {
+                obj.remove(stanza);
+            }
+        }
+    }
+}
+
+/// Where handlers' progress lives: Kopf's default `SmartProgressStorage`
+/// (annotations read and written; `status.kopf.progress` read and purged).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgressStorage {
+    keys: AnnotationKeys,
+    touch_key: String,
+    status_field: Vec<String>,
+}
+
+impl Default for ProgressStorage {
+    fn default() -> Self {
+        Self::from_settings(&PersistenceSettings::default())
+    }
+}
+
+impl ProgressStorage {
+    /// The storage as the persistence settings configure it.
+    pub fn from_settings(settings: &PersistenceSettings) -> Self {
+        Self {
+            keys: AnnotationKeys::new(settings.progress_prefix.clone(), settings.progress_v1_keys),
+            touch_key: "touch-dummy".into(),
+            status_field: ["status", "kopf", "progress"].map(String::from).to_vec(),
+        }
+    }
+
+    /// The key forming used for the annotations.
+    pub fn keys(&self) -> &AnnotationKeys {
+        &self.keys
+    }
+
+    /// The stored record of handler `id`, if any.
+    ///
+    /// Annotations (v2 key, then v1) come first, then the legacy
+    /// `status.kopf.progress.<id>`. A record that is not a JSON object of the
+    /// expected shape is logged as a warning and treated as absent.
+    pub fn fetch(&self, id: &str, body: &Value) -> Option<ProgressRecord> {
+        for key in self.keys.make_keys(id, body) {
+            let Some(encoded) = resolve_field(body, &["metadata", "annotations", key.as_str()])
+            else {
+                continue;
+            };
+            let Some(text) = encoded.as_str() else {
+                tracing::warn!(annotation = %key, "ignoring a non-string progress annotation");
+                continue;
+            };
+            match serde_json::from_str::<Option<ProgressRecord>>(text) {
+                Ok(Some(record)) => return Some(record),
+                Ok(None) => continue,
+                Err(error) => {
+                    tracing::warn!(annotation = %key, %error, "ignoring a malformed progress annotation");
+                }
+            }
+        }
+        let mut path: Vec<&str> = self.status_field.iter().map(String::as_str).collect();
+        path.push(id);
+        let value = resolve_field(body, &path)?;
+        match serde_json::from_value::<Option<ProgressRecord>>(value.clone()) {
+            Ok(record) => record,
+            Err(error) => {
+                tracing::warn!(field = %path.join("."), %error, "ignoring a malformed progress record");
+                None
+            }
+        }
+    }
+
+    /// Write `record` of handler `id` into the merge `patch`.
+    pub fn store(&self, id: &str, record: &ProgressRecord, body: &Value, patch: &mut Value) {
+        let encoded = Value::String(record.encode());
+        for key in self.keys.make_keys(id, body) {
+            ensure_field(
+                patch,
+                &["metadata", "annotations", key.as_str()],
+                encoded.clone(),
+            );
+        }
+        self.keys.store_marker(body, patch);
+    }
+
+    /// Remove handler `id`'s record: `null` for what the body has, and drop
+    /// what only the patch was about to add.
+    pub fn purge(&self, id: &str, body: &Value, patch: &mut Value) {
+        for key in self.keys.make_keys(id, body) {
+            purge_field(body, patch, &["metadata", "annotations", key.as_str()]);
+        }
+        let mut path: Vec<&str> = self.status_field.iter().map(String::as_str).collect();
+        path.push(id);
+        purge_field(body, patch, &path);
+    }
+
+    /// Set (or with `None`, remove) the `touch-dummy` annotation if it differs
+    /// from `value`; used to provoke a new watch event for the object.
+    pub fn touch(&self, body: &Value, patch: &mut Value, value: Option<&str>) {
+        for key in self.keys.make_keys(&self.touch_key, body) {
+            let path = ["metadata", "annotations", key.as_str()];
+            let current = resolve_field(body, &path).and_then(Value::as_str);
+            if current != value {
+                let new = value.map_or(Value::Null, |v| Value::String(v.to_owned()));
+                ensure_field(patch, &path, new);
+                self.keys.store_marker(body, patch);
+            }
+        }
+    }
+
+    /// Remove this storage's own fields from an essence (Kopf's `clear`):
+    /// every `<prefix>/…` annotation and `status.kopf.progress`.
+    pub fn clear(&self, mut essence: Value) -> Value {
+        let prefix = format!("{}/", self.keys.prefix);
+        if let Some(annotations) = essence
+            .pointer_mut("/metadata/annotations")
+            .and_then(Value::as_object_mut)
+        {
+            annotations.retain(|key, _| !key.starts_with(&prefix));
+        }
+        remove_empty_stanzas(&mut essence);
+        let path: Vec<&str> = self.status_field.iter().map(String::as_str).collect();
+        remove_field(&mut essence, &path);
+        remove_empty_stanzas(&mut essence);
+        essence
+    }
+}
+
+/// `null` in the patch if the body has the field; otherwise drop it from the patch.
+fn purge_field(body: &Value, patch: &mut Value, path: &[&str]) {
+    if resolve_field(body, path).is_some() {
+        ensure_field(patch, path, Value::Null);
+    } else if resolve_field(patch, path).is_some() {
+        remove_field(patch, path);
+    }
+}
+
+/// Standard base64 with padding and Kopf's altchars `-` and `.`.
+fn base64_alt(data: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-.";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// BLAKE2b (RFC 7693) with an `N`-byte digest and no key.
+fn blake2b<const N: usize>(data: &[u8]) -> [u8; N] {
+    const IV: [u64; 8] = [
+        0x6a09e667f3bcc908,
+        0xbb67ae8584caa73b,
+        0x3c6ef372fe94f82b,
+        0xa54ff53a5f1d36f1,
+        0x510e527fade682d1,
+        0x9b05688c2b3e6c1f,
+        0x1f83d9abfb41bd6b,
+        0x5be0cd19137e2179,
+    ];
+    const SIGMA: [[usize; 16]; 10] = [
+        [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
+        [14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3],
+        [11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4],
+        [7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8],
+        [9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13],
+        [2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9],
+        [12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11],
+        [13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10],
+        [6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5],
+        [10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0],
+    ];
+    fn g(v: &mut [u64; 16], a: usize, b: usize, c: usize, d: usize, x: u64, y: u64) {
+        v[a] = v[a].wrapping_add(v[b]).wrapping_add(x);
+        v[d] = (v[d] ^ v[a]).rotate_right(32);
+        v[c] = v[c].wrapping_add(v[d]);
+        v[b] = (v[b] ^ v[c]).rotate_right(24);
+        v[a] = v[a].wrapping_add(v[b]).wrapping_add(y);
+        v[d] = (v[d] ^ v[a]).rotate_right(16);
+        v[c] = v[c].wrapping_add(v[d]);
+        v[b] = (v[b] ^ v[c]).rotate_right(63);
+    }
+    fn compress(h: &mut [u64; 8], block: &[u8; 128], t: u128, last: bool) {
+        let mut m = [0u64; 16];
+        for (i, word) in m.iter_mut().enumerate() {
+            let mut bytes = [0u8; 8];
+            bytes.copy_from_slice(&block[i * 8..i * 8 + 8]);
+            *word = u64::from_le_bytes(bytes);
+        }
+        let mut v = [0u64; 16];
+        v[..8].copy_from_slice(h);
+        v[8..].copy_from_slice(&IV);
+        v[12] ^= t as u64;
+        v[13] ^= (t >> 64) as u64;
+        if last {
+            v[14] = !v[14];
+        }
+        for round in 0..12 {
+            let s = &SIGMA[round % 10];
+            g(&mut v, 0, 4, 8, 12, m[s[0]], m[s[1]]);
+            g(&mut v, 1, 5, 9, 13, m[s[2]], m[s[3]]);
+            g(&mut v, 2, 6, 10, 14, m[s[4]], m[s[5]]);
+            g(&mut v, 3, 7, 11, 15, m[s[6]], m[s[7]]);
+            g(&mut v, 0, 5, 10, 15, m[s[8]], m[s[9]]);
+            g(&mut v, 1, 6, 11, 12, m[s[10]], m[s[11]]);
+            g(&mut v, 2, 7, 8, 13, m[s[12]], m[s[13]]);
+            g(&mut v, 3, 4, 9, 14, m[s[14]], m[s[15]]);
+        }
+        for i in 0..8 {
+            h[i] ^= v[i] ^ v[i + 8];
+        }
+    }
+
+    let mut h = IV;
+    h[0] ^= 0x0101_0000 ^ (N as u64);
+    let mut t: u128 = 0;
+    let mut chunks = data.chunks(128).peekable();
+    if chunks.peek().is_none() {
+        compress(&mut h, &[0u8; 128], 0, true);
+    }
+    while let Some(chunk) = chunks.next() {
+        let mut block = [0u8; 128];
+        block[..chunk.len()].copy_from_slice(chunk);
+        t += chunk.len() as u128;
+        compress(&mut h, &block, t, chunks.peek().is_none());
+    }
+    let mut out = [0u8; N];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = h[i / 8].to_le_bytes()[i % 8];
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn hex<const N: usize>(bytes: [u8; N]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    #[test]
+    fn blake2b_matches_python_hashlib() {
+        assert_eq!(hex(blake2b::<4>(b"")), "1271cf25");
+        assert_eq!(hex(blake2b::<4>(b"abc")), "63906248");
+        assert_eq!(
+            hex(blake2b::<4>(b"The quick brown fox jumps over the lazy dog")),
+            "f1d38416"
+        );
+        let long: Vec<u8> = (0..200u8).collect();
+        assert_eq!(hex(blake2b::<4>(&long)), "913cd807");
+        assert_eq!(
+            &hex(blake2b::<64>(b"abc"))[..32],
+            "ba80a53f981c4d0d6a2797b69f12f6e9"
+        );
+    }
+
+    #[test]
+    fn suffix_matches_kopf() {
+        assert_eq!(base64_alt(&[0x63, 0x90, 0x62, 0x48]), "Y5BiSA==");
+        assert_eq!(make_suffix(&"x".repeat(100)), "-AqgtMg");
+    }
+
+    // Expected values computed with Kopf's own key-forming code.
+    #[test]
+    fn keys_match_kopf_for_short_ids() {
+        let keys = AnnotationKeys::new("kopf.zalando.org", true);
+        let body = json!({});
+        assert_eq!(
+            keys.make_keys("create_fn", &body),
+            ["kopf.zalando.org/create_fn"]
+        );
+        assert_eq!(
+            keys.make_keys("update_fn/spec.field", &body),
+            ["kopf.zalando.org/update_fn.spec.field"]
+        );
+        assert_eq!(
+            keys.make_keys("fn/sub<1>", &body),
+            ["kopf.zalando.org/fn.sub_1_"]
+        );
+    }
+
+    #[test]
+    fn keys_match_kopf_for_long_ids() {
+        let keys = AnnotationKeys::new("kopf.zalando.org", true);
+        let body = json!({});
+        let a50 = "a".repeat(50);
+        assert_eq!(
+            keys.make_keys(&a50, &body),
+            [
+                format!("kopf.zalando.org/{a50}"),
+                format!("kopf.zalando.org/{}-koaVtw", "a".repeat(39))
+            ]
+        );
+        assert_eq!(
+            keys.make_keys(
+                "handler_with_a_fairly_long_name/and/some/subhandlers/here/x",
+                &body
+            ),
+            [
+                "kopf.zalando.org/handler_with_a_fairly_long_name.and.some.subhandlers.here.x",
+                "kopf.zalando.org/handler_with_a_fairly_long_name.and.som-wwyiKw",
+            ]
+        );
+        let b70 = "b".repeat(70);
+        assert_eq!(
+            keys.make_keys(&b70, &body),
+            [
+                format!("kopf.zalando.org/{}-HIAfAA", "b".repeat(56)),
+                format!("kopf.zalando.org/{}-HIAfAA", "b".repeat(39)),
+            ]
+        );
+        let v2_only = AnnotationKeys::new("kopf.zalando.org", false);
+        assert_eq!(
+            v2_only.make_keys(&a50, &body),
+            [format!("kopf.zalando.org/{a50}")]
+        );
+    }
+
+    #[test]
+    fn keys_of_deployment_replicasets_are_marked() {
+        let keys = AnnotationKeys::new("kopf.zalando.org", false);
+        let rs = json!({"kind": "ReplicaSet", "metadata": {"ownerReferences": [{"kind": "Deployment"}]}});
+        assert_eq!(keys.make_keys("fn", &rs), ["kopf.zalando.org/fn-ofDRS"]);
+        let lone_rs = json!({"kind": "ReplicaSet", "metadata": {}});
+        assert_eq!(keys.make_keys("fn", &lone_rs), ["kopf.zalando.org/fn"]);
+    }
+
+    #[test]
+    fn fetch_reads_kopf_annotation() {
+        let storage = ProgressStorage::default();
+        let body = json!({"metadata": {"annotations": {
+            "kopf.zalando.org/create_fn_1": r#"{"started": "2020-02-14T16:58:25.396364", "stopped": "2020-02-14T16:58:25.401844", "retries": 1, "success": true}"#,
+            "kopf.zalando.org/create_fn_2": r#"{"started":"2020-02-14T16:58:25.396421","retries":0,"purpose":"create","subrefs":["create_fn_2/a"],"unknown":1}"#,
+        }}});
+        let r1 = storage.fetch("create_fn_1", &body).expect("present");
+        assert_eq!(r1.retries, Some(1));
+        assert_eq!(r1.success, Some(true));
+        assert!(r1.is_finished());
+        assert_eq!(r1.stopped.as_deref(), Some("2020-02-14T16:58:25.401844"));
+        let r2 = storage.fetch("create_fn_2", &body).expect("present");
+        assert_eq!(r2.purpose.as_deref(), Some("create"));
+        assert_eq!(r2.subrefs, Some(vec!["create_fn_2/a".to_string()]));
+        assert!(!r2.is_finished());
+        assert_eq!(storage.fetch("absent", &body), None);
+    }
+
+    #[test]
+    fn fetch_falls_back_to_v1_key_then_status() {
+        let storage = ProgressStorage::default();
+        let a50 = "a".repeat(50);
+        let v1 = format!("kopf.zalando.org/{}-koaVtw", "a".repeat(39));
+        let body = json!({"metadata": {"annotations": {v1: r#"{"retries":3}"#}}});
+        assert_eq!(storage.fetch(&a50, &body).and_then(|r| r.retries), Some(3));
+
+        let body = json!({"status": {"kopf": {"progress": {"fn/sub": {"retries": 2, "message": "oops"}}}}});
+        let record = storage
+            .fetch("fn/sub", &body)
+            .expect("legacy status record");
+        assert_eq!(record.retries, Some(2));
+        assert_eq!(record.message.as_deref(), Some("oops"));
+    }
+
+    #[test]
+    fn malformed_records_are_absent_not_fatal() {
+        let storage = ProgressStorage::default();
+        for bad in ["not json", "[1,2]", r#"{"retries":"many"}"#, "null"] {
+            let body = json!({"metadata": {"annotations": {"kopf.zalando.org/fn": bad}}});
+            assert_eq!(storage.fetch("fn", &body), None, "{bad}");
+        }
+        let body = json!({"status": {"kopf": {"progress": {"fn": "garbage"}}}});
+        assert_eq!(storage.fetch("fn", &body), None);
+        let body = json!({"status": {"kopf": "garbage"}});
+        assert_eq!(storage.fetch("fn", &body), None);
+    }
+
+    #[test]
+    fn store_writes_compact_json_like_kopf() {
+        let storage = ProgressStorage::default();
+        let record = ProgressRecord {
+            started: Some("2020-02-14T16:58:25.396364+00:00".into()),
+            retries: Some(1),
+            success: Some(true),
+            purpose: Some("create".into()),
+            ..ProgressRecord::default()
+        };
+        let mut patch = json!({});
+        storage.store("create_fn", &record, &json!({}), &mut patch);
+        assert_eq!(
+            patch,
+            json!({"metadata": {"annotations": {
+                "kopf.zalando.org/create_fn":
+                    r#"{"started":"2020-02-14T16:58:25.396364+00:00","purpose":"create","retries":1,"success":true}"#,
+            }}})
+        );
+    }
+
+    #[test]
+    fn store_with_custom_prefix_adds_marker_once() {
+        let settings = PersistenceSettings {
+            progress_prefix: "example.com".into(),
+            ..Default::default()
+        };
+        let storage = ProgressStorage::from_settings(&settings);
+        let mut patch = json!({});
+        storage.store("fn", &ProgressRecord::default(), &json!({}), &mut patch);
+        assert_eq!(
+            patch,
+            json!({"metadata": {"annotations": {"example.com/fn": "{}", "example.com/kopf-managed": "yes"}}})
+        );
+        let marked = json!({"metadata": {"annotations": {"example.com/kopf-managed": "yes"}}});
+        let mut patch = json!({});
+        storage.store("fn", &ProgressRecord::default(), &marked, &mut patch);
+        assert_eq!(
+            patch,
+            json!({"metadata": {"annotations": {"example.com/fn": "{}"}}})
+        );
+    }
+
+    #[test]
+    fn purge_nulls_present_and_drops_pending() {
+        let storage = ProgressStorage::default();
+        let body = json!({
+            "metadata": {"annotations": {"kopf.zalando.org/a": "{}"}},
+            "status": {"kopf": {"progress": {"a": {"retries": 1}}}},
+        });
+        let mut patch = json!({"metadata": {"annotations": {"kopf.zalando.org/b": "{}"}}});
+        storage.purge("a", &body, &mut patch);
+        storage.purge("b", &body, &mut patch);
+        assert_eq!(
+            patch,
+            json!({
+                "metadata": {"annotations": {"kopf.zalando.org/a": null}},
+                "status": {"kopf": {"progress": {"a": null}}},
+            })
+        );
+    }
+
+    #[test]
+    fn touch_sets_only_when_different() {
+        let storage = ProgressStorage::default();
+        let mut patch = json!({});
+        storage.touch(&json!({}), &mut patch, Some("x"));
+        assert_eq!(
+            patch,
+            json!({"metadata": {"annotations": {"kopf.zalando.org/touch-dummy": "x"}}})
+        );
+        let body = json!({"metadata": {"annotations": {"kopf.zalando.org/touch-dummy": "x"}}});
+        let mut patch = json!({});
+        storage.touch(&body, &mut patch, Some("x"));
+        assert_eq!(patch, json!({}));
+        storage.touch(&body, &mut patch, None);
+        assert_eq!(
+            patch,
+            json!({"metadata": {"annotations": {"kopf.zalando.org/touch-dummy": null}}})
+        );
+    }
+
+    #[test]
+    fn clear_removes_own_annotations_and_status() {
+        let storage = ProgressStorage::default();
+        let essence = json!({
+            "metadata": {"annotations": {"kopf.zalando.org/fn": "{}", "other": "x"}},
+            "spec": {"a": 1},
+            "status": {"kopf": {"progress": {"fn": {}}}},
+        });
+        assert_eq!(
+            storage.clear(essence),
+            json!({"metadata": {"annotations": {"other": "x"}}, "spec": {"a": 1}})
+        );
+    }
+
+    #[test]
+    fn timestamps_roundtrip_in_kopf_formats() {
+        let naive = parse_timestamp("2020-02-14T16:58:25.396364").expect("naive is UTC");
+        let aware = parse_timestamp("2020-02-14T16:58:25.396364+00:00").expect("aware");
+        assert_eq!(naive, aware);
+        assert_eq!(
+            parse_timestamp("2020-02-14T16:58:25Z"),
+            parse_timestamp("2020-02-14T16:58:25")
+        );
+        assert_eq!(format_timestamp(aware), "2020-02-14T16:58:25.396364+00:00");
+        assert_eq!(parse_timestamp("yesterday"), None);
+        let record = ProgressRecord {
+            delayed: Some("2020-02-14T16:58:25.396364".into()),
+            ..Default::default()
+        };
+        assert_eq!(record.delayed_until(), Some(aware));
+    }
+
+    #[test]
+    fn marked_prefixes_are_detected() {
+        let keys = [
+            "kopf.zalando.org/x",
+            "example.com/kopf-managed",
+            "example.com/y",
+            "my.kopf.zalando.org/z",
+            "other.org/a",
+            "plain",
+        ];
+        let prefixes = detect_marked_prefixes(keys);
+        assert_eq!(
+            prefixes,
+            ["kopf.zalando.org", "example.com", "my.kopf.zalando.org"]
+        );
+    }
+}

@@ -1,0 +1,309 @@
+//! Operator settings, grouped as in Kopf's `kopf.OperatorSettings`.
+//!
+//! Every group has Kopf's defaults where they make sense for a Rust runtime;
+//! durations are [`Duration`]s instead of float seconds. The groups are plain
+//! structs with public fields, so an operator adjusts them in `on_startup`
+//! (or before calling the runtime) the same way as in Kopf:
+//!
+//! ```
+//! use std::time::Duration;
+//! use kopf_runtime::settings::OperatorSettings;
+//!
+//! let mut settings = OperatorSettings::default();
+//! settings.watching.inactivity_timeout = Duration::from_secs(120);
+//! settings.persistence.finalizer = "example.com/my-finalizer".into();
+//! assert_eq!(settings.persistence.progress_prefix, "kopf.zalando.org");
+//! ```
+
+use std::time::Duration;
+
+/// All settings of one operator; see the per-group structs for the meaning.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OperatorSettings {
+    /// Watch streams: timeouts, reconnects, inactivity.
+    pub watching: WatchingSettings,
+    /// Per-object event queues and their workers.
+    pub queueing: QueueingSettings,
+    /// Handler execution (blocking handlers, default backoff).
+    pub execution: ExecutionSettings,
+    /// Plain API requests (patches, posts): timeouts and error backoffs.
+    pub networking: NetworkingSettings,
+    /// Where the operator keeps its state on the objects.
+    pub persistence: PersistenceSettings,
+    /// Kubernetes Events posted for objects.
+    pub posting: PostingSettings,
+    /// Daemons and timers.
+    pub background: BackgroundSettings,
+}
+
+/// Watch-stream settings (Kopf's `settings.watching`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WatchingSettings {
+    /// `timeoutSeconds` asked of the server for one watch request; `None`
+    /// obeys the server's own (randomised) timeout. Default: `None`.
+    pub server_timeout: Option<Duration>,
+    /// A client-side limit on the whole duration of one watch request;
+    /// `None` for no limit. Default: `None`.
+    pub client_timeout: Option<Duration>,
+    /// A limit on establishing one watch connection (until the response
+    /// headers arrive). Default: `None`.
+    pub connect_timeout: Option<Duration>,
+    /// The pause between a watch stream ending normally and the next request,
+    /// to prevent API flooding. Default: 0.1 s.
+    pub reconnect_backoff: Duration,
+    /// How long a stream may stay silent (no event, no bookmark) before it is
+    /// considered dead and restarted. Kubernetes sends bookmarks every ~60 s
+    /// and caches events for ~75 s. Default: 70 s.
+    pub inactivity_timeout: Duration,
+    /// Delays between consecutive failed list/watch attempts; the last one
+    /// repeats. A `retryAfterSeconds` from the server takes precedence.
+    /// Default: 1, 1, 2, 3, 5, 8, 13, 21 s (as Kopf's networking backoffs).
+    pub error_backoffs: Vec<Duration>,
+    /// Page size of the initial listing (`limit`). Default: 500.
+    pub list_page_size: u32,
+}
+
+impl Default for WatchingSettings {
+    fn default() -> Self {
+        Self {
+            server_timeout: None,
+            client_timeout: None,
+            connect_timeout: None,
+            reconnect_backoff: Duration::from_millis(100),
+            inactivity_timeout: Duration::from_secs(70),
+            error_backoffs: kopf_error_backoffs(),
+            list_page_size: 500,
+        }
+    }
+}
+
+/// Per-object queueing settings (Kopf's `settings.queueing`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueingSettings {
+    /// How many per-object workers may run at once; `None` is unlimited.
+    /// Default: `None`.
+    pub worker_limit: Option<usize>,
+    /// How long events for one object are batched before its worker acts,
+    /// so a burst of changes is handled once. Default: 0.1 s.
+    pub batch_window: Duration,
+    /// How long an idle per-object worker lingers before it exits.
+    /// Default: 5 s.
+    pub idle_timeout: Duration,
+    /// How long workers get to finish at operator exit. Default: 2 s.
+    pub exit_timeout: Duration,
+}
+
+impl Default for QueueingSettings {
+    fn default() -> Self {
+        Self {
+            worker_limit: None,
+            batch_window: Duration::from_millis(100),
+            idle_timeout: Duration::from_secs(5),
+            exit_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Handler execution settings (Kopf's `settings.execution`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecutionSettings {
+    /// Threads for synchronous (blocking) handlers; `None` lets the runtime
+    /// choose (tokio's blocking pool). Default: `None`.
+    pub max_workers: Option<usize>,
+    /// Retry delay after an arbitrary handler error that names no delay of its
+    /// own. Default: 60 s.
+    pub default_backoff: Duration,
+}
+
+impl Default for ExecutionSettings {
+    fn default() -> Self {
+        Self {
+            max_workers: None,
+            default_backoff: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Settings of plain API requests (Kopf's `settings.networking`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NetworkingSettings {
+    /// A limit on the whole duration of one atomic request (not watches).
+    /// Default: 300 s.
+    pub request_timeout: Option<Duration>,
+    /// A limit on connecting (TCP + TLS) for any request. Default: `None`.
+    pub connect_timeout: Option<Duration>,
+    /// Delays between retries of a request failing with 429, 5xx or a
+    /// transport error; their count is the number of retries. A
+    /// `retryAfterSeconds` from the server takes precedence.
+    /// Default: 1, 1, 2, 3, 5, 8, 13, 21 s.
+    pub error_backoffs: Vec<Duration>,
+}
+
+impl Default for NetworkingSettings {
+    fn default() -> Self {
+        Self {
+            request_timeout: Some(Duration::from_secs(300)),
+            connect_timeout: None,
+            error_backoffs: kopf_error_backoffs(),
+        }
+    }
+}
+
+/// Where the operator keeps its state on the objects (Kopf's
+/// `settings.persistence`). The defaults are Kopf's, so an operator migrated
+/// from Kopf finds its handlers' progress and diff-base where Kopf left them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PersistenceSettings {
+    /// The finalizer put on objects that need one.
+    /// Default: `kopf.zalando.org/KopfFinalizerMarker`.
+    pub finalizer: String,
+    /// The annotation prefix of handlers' progress records.
+    /// Default: `kopf.zalando.org`.
+    pub progress_prefix: String,
+    /// Also write (and always read) Kopf's v1 progress keys (a 63-character
+    /// limit on the whole key), as Kopf does during its transition. Default:
+    /// `true`.
+    pub progress_v1_keys: bool,
+    /// The annotation holding the last handled essence (the diff-base).
+    /// Default: `kopf.zalando.org/last-handled-configuration`.
+    pub diffbase_key: String,
+    /// How long to wait for the patched `resourceVersion` to arrive on the
+    /// watch stream before acting on an object again. Default: 5 s.
+    pub consistency_timeout: Duration,
+}
+
+impl Default for PersistenceSettings {
+    fn default() -> Self {
+        Self {
+            finalizer: "kopf.zalando.org/KopfFinalizerMarker".into(),
+            progress_prefix: "kopf.zalando.org".into(),
+            progress_v1_keys: true,
+            diffbase_key: "kopf.zalando.org/last-handled-configuration".into(),
+            consistency_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Severity threshold of posted Events (Kopf's `settings.posting.level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum PostingLevel {
+    /// Post everything: info, warnings, errors.
+    #[default]
+    Info,
+    /// Post warnings and errors only.
+    Warning,
+    /// Post errors only.
+    Error,
+}
+
+/// Kubernetes Events posting settings (Kopf's `settings.posting`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PostingSettings {
+    /// Post Events at all. Default: `true`.
+    pub enabled: bool,
+    /// The lowest severity posted. Default: [`PostingLevel::Info`].
+    pub level: PostingLevel,
+    /// `reportingComponent` and `source.component` of Events. Default: `kopf`.
+    pub reporting_component: String,
+    /// `reportingInstance` of Events. Default: `dev`.
+    pub reporting_instance: String,
+    /// `metadata.generateName` of Events. Default: `kopf-event-`.
+    pub event_name_prefix: String,
+    /// How many Events may wait to be posted; more are dropped (with a log
+    /// line), so posting never blocks a handler. Default: 1024.
+    pub queue_capacity: usize,
+}
+
+impl Default for PostingSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            level: PostingLevel::Info,
+            reporting_component: "kopf".into(),
+            reporting_instance: "dev".into(),
+            event_name_prefix: "kopf-event-".into(),
+            queue_capacity: 1024,
+        }
+    }
+}
+
+/// Daemon and timer settings (Kopf's `settings.background`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackgroundSettings {
+    /// How often a daemon that ignores its stop signal is polled for exit
+    /// when no `cancellation_polling` is set on it. Default: 60 s.
+    pub cancellation_polling: Duration,
+    /// How long a daemon may take to exit on its own when the operator exits,
+    /// before it is cancelled; `None` waits for `cancellation_timeout` of each
+    /// daemon. Default: `None`.
+    pub instant_exit_timeout: Option<Duration>,
+    /// The grace period of a stopped daemon with no `cancellation_timeout` of
+    /// its own, after which it is cancelled and reported as abandoned if it
+    /// still runs. Default: 60 s.
+    pub default_cancellation_timeout: Duration,
+}
+
+impl Default for BackgroundSettings {
+    fn default() -> Self {
+        Self {
+            cancellation_polling: Duration::from_secs(60),
+            instant_exit_timeout: None,
+            default_cancellation_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Kopf's `settings.networking.error_backoffs`: 1, 1, 2, 3, 5, 8, 13, 21 s.
+fn kopf_error_backoffs() -> Vec<Duration> {
+    [1, 1, 2, 3, 5, 8, 13, 21]
+        .into_iter()
+        .map(Duration::from_secs)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_kopf_storage_layout() {
+        let settings = OperatorSettings::default();
+        assert_eq!(
+            settings.persistence.finalizer,
+            "kopf.zalando.org/KopfFinalizerMarker"
+        );
+        assert_eq!(settings.persistence.progress_prefix, "kopf.zalando.org");
+        assert_eq!(
+            settings.persistence.diffbase_key,
+            "kopf.zalando.org/last-handled-configuration"
+        );
+        assert!(settings.persistence.progress_v1_keys);
+    }
+
+    #[test]
+    fn defaults_match_kopf_timings() {
+        let settings = OperatorSettings::default();
+        assert_eq!(
+            settings.watching.reconnect_backoff,
+            Duration::from_millis(100)
+        );
+        assert_eq!(
+            settings.watching.inactivity_timeout,
+            Duration::from_secs(70)
+        );
+        assert_eq!(
+            settings.networking.request_timeout,
+            Some(Duration::from_secs(300))
+        );
+        assert_eq!(settings.networking.error_backoffs.len(), 8);
+        assert_eq!(settings.execution.default_backoff, Duration::from_secs(60));
+        assert_eq!(settings.posting.level, PostingLevel::Info);
+        assert!(settings.posting.enabled);
+    }
+
+    #[test]
+    fn posting_levels_are_ordered_by_severity() {
+        assert!(PostingLevel::Info < PostingLevel::Warning);
+        assert!(PostingLevel::Warning < PostingLevel::Error);
+    }
+}

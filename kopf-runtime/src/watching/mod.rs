@@ -1,0 +1,137 @@
+//! Watching resources: one object stream per served resource, keyed by UID.
+//!
+//! [`ResourceWatcher`] lists and watches one resource in the namespaces the
+//! [`NamespaceSelector`](crate::namespaces::NamespaceSelector) serves and
+//! sends [`ObjectEvent`]s into a channel:
+//!
+//! - cluster-scoped resources, and cluster-wide selectors: one cluster-wide
+//!   watch (objects in excluded namespaces are filtered out);
+//! - exact namespace names: one watch per namespace;
+//! - globs: Namespace objects are watched too, and a per-namespace watch
+//!   starts when a matching namespace appears and stops when it is deleted
+//!   (its objects are then reported as [`DeletedBy::Vanished`]).
+//!
+//! Each watch is a [`tracker::ObjectTracker`] (a pure state machine, where
+//! the UID bookkeeping and its guarantees live) driven by a list-then-watch
+//! loop:
+//!
+//! # Guarantees
+//!
+//! - The stream starts with a full (paged) listing, ending in
+//!   [`ObjectEvent::Synced`]; then watch events follow.
+//! - A watch that ends or stays silent (no event, no bookmark) for
+//!   `inactivity_timeout` is resumed from the last seen `resourceVersion`,
+//!   after `reconnect_backoff`.
+//! - `410 Gone` (as an answer or an `ERROR` event) triggers a re-list; objects
+//!   absent from it are reported as vanished.
+//! - `429`, `5xx` and transport failures are retried with
+//!   `error_backoffs` (the last one repeating forever), honouring the
+//!   server's `retryAfterSeconds`. Other failures (e.g. `403`) are logged and
+//!   retried the same way: watching never gives up while the operator runs.
+//! - Nothing is spawned detached: per-namespace watches live in a
+//!   `TaskTracker` that [`ResourceWatcher::run`] waits for before returning.
+//!
+//! # Caveats
+//!
+//! - Vanished objects carry identity metadata only (kind, namespace, name,
+//!   UID, last `resourceVersion`), not their last body.
+//! - `settings.watching.connect_timeout` bounds the wait for a watch's first
+//!   answer; transport-level connect timeouts are the client's configuration.
+
+use std::sync::Arc;
+
+use kube::api::DynamicObject;
+use kube::core::Status;
+
+mod resource;
+mod stream;
+pub mod tracker;
+
+pub use resource::ResourceWatcher;
+pub use tracker::{ObjectTracker, WatchInput};
+
+/// A failure while listing or watching; logged and retried, never fatal.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    /// Listing the objects failed.
+    #[error("listing failed")]
+    List(#[source] kube::Error),
+    /// Starting a watch request failed.
+    #[error("starting a watch failed")]
+    Connect(#[source] kube::Error),
+    /// The watch did not answer within `connect_timeout`.
+    #[error("a watch did not answer within the connect timeout")]
+    ConnectTimeout,
+    /// The watch stream broke midway.
+    #[error("the watch stream broke")]
+    Stream(#[source] kube::Error),
+    /// The server sent an `ERROR` event.
+    #[error("the server sent an error event: {} ({})", .0.message, .0.code)]
+    ErrorEvent(Box<Status>),
+}
+
+/// How a new or updated object was seen, compared with what the watch knew.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// The UID was not known.
+    New,
+    /// The UID was known with another `resourceVersion`.
+    Changed,
+    /// The UID was known with this very `resourceVersion` (e.g. in a re-list).
+    Unchanged,
+}
+
+/// How an object was found deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeletedBy {
+    /// A watch `DELETED` event; the body is the object's last state.
+    Event,
+    /// It was absent from a re-list, its name now has another UID, or its
+    /// namespace stopped being watched; the body holds identity metadata only.
+    Vanished,
+}
+
+/// What a watch reports about the objects of one resource.
+#[derive(Debug, Clone)]
+pub enum ObjectEvent {
+    /// An object exists in this state (`ADDED`, `MODIFIED`, or listed).
+    Upserted {
+        /// The object.
+        object: Arc<DynamicObject>,
+        /// Whether it is new, changed, or as last seen.
+        seen: Seen,
+    },
+    /// An object is gone.
+    Deleted {
+        /// The object (see [`DeletedBy`] for how complete it is).
+        object: Arc<DynamicObject>,
+        /// How the deletion was noticed.
+        how: DeletedBy,
+    },
+    /// A listing completed (one per watch scope: the cluster or a namespace);
+    /// every live object of that scope was reported before this.
+    Synced {
+        /// How many objects the scope holds now.
+        count: usize,
+    },
+}
+
+impl ObjectEvent {
+    /// The object's UID; `None` for [`ObjectEvent::Synced`].
+    pub fn uid(&self) -> Option<&str> {
+        match self {
+            Self::Upserted { object, .. } | Self::Deleted { object, .. } => {
+                object.metadata.uid.as_deref()
+            }
+            Self::Synced { .. } => None,
+        }
+    }
+
+    /// The object, if the event is about one.
+    pub fn object(&self) -> Option<&Arc<DynamicObject>> {
+        match self {
+            Self::Upserted { object, .. } | Self::Deleted { object, .. } => Some(object),
+            Self::Synced { .. } => None,
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! [`ResourceWatcher`]: one resource across the served namespaces.
+
+use std::collections::HashMap;
+
+use kube::Client;
+use kube::api::{Api, DynamicObject};
+use kube::core::ApiResource;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::ObjectEvent;
+use super::stream::ScopeWatch;
+use crate::namespaces::NamespaceSelector;
+use crate::settings::WatchingSettings;
+
+/// Watches one resource in the served namespaces; see the
+/// [module docs](super) for the scoping and the guarantees.
+///
+/// ```no_run
+/// use kopf_runtime::namespaces::NamespaceSelector;
+/// use kopf_runtime::settings::WatchingSettings;
+/// use kopf_runtime::watching::{ObjectEvent, ResourceWatcher};
+/// use kube::core::{ApiResource, GroupVersionKind};
+/// use tokio_util::sync::CancellationToken;
+///
+/// # async fn example(client: kube::Client) {
+/// let gvk = GroupVersionKind::gvk("kopf.dev", "v1", "KopfExample");
+/// let resource = ApiResource::from_gvk_with_plural(&gvk, "kopfexamples");
+/// let selector = NamespaceSelector::new(["dev-*"], false).expect("valid");
+/// let watcher = ResourceWatcher::new(client, resource, true, selector, WatchingSettings::default());
+/// let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
+/// let cancel = CancellationToken::new();
+/// let task = tokio::spawn(watcher.run(tx, cancel.clone()));
+/// while let Some(event) = rx.recv().await {
+///     if let ObjectEvent::Synced { count } = event { println!("{count} objects"); }
+/// }
+/// cancel.cancel();
+/// task.await.expect("the watcher does not panic");
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct ResourceWatcher {
+    client: Client,
+    resource: ApiResource,
+    namespaced: bool,
+    selector: NamespaceSelector,
+    settings: WatchingSettings,
+}
+
+impl std::fmt::Debug for ResourceWatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResourceWatcher")
+            .field("resource", &self.resource)
+            .field("namespaced", &self.namespaced)
+            .field("selector", &self.selector)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Core v1 Namespaces, for following namespaces that match globs.
+fn namespaces_resource() -> ApiResource {
+    ApiResource {
+        group: String::new(),
+        version: "v1".into(),
+        api_version: "v1".into(),
+        kind: "Namespace".into(),
+        plural: "namespaces".into(),
+    }
+}
+
+impl ResourceWatcher {
+    /// A watcher of `resource` (`namespaced` says whether its objects live in
+    /// namespaces) in the namespaces `selector` serves.
+    pub fn new(
+        client: Client,
+        resource: ApiResource,
+        namespaced: bool,
+        selector: NamespaceSelector,
+        settings: WatchingSettings,
+    ) -> Self {
+        Self {
+            client,
+            resource,
+            namespaced,
+            selector,
+            settings,
+        }
+    }
+
+    /// Watch until `cancel` fires or `tx`'s receiver is dropped; per-namespace
+    /// watches are stopped and awaited before this returns.
+    ///
+    /// # Guarantees
+    ///
+    /// Never fails: every API failure is logged and retried (see the
+    /// [module docs](super)).
+    pub async fn run(self, tx: mpsc::Sender<ObjectEvent>, cancel: CancellationToken) {
+        if !self.namespaced || self.selector.is_cluster_wide() {
+            let filter =
+                (self.namespaced && self.selector.has_exclusions()).then(|| self.selector.clone());
+            let api = Api::all_with(self.client.clone(), &self.resource);
+            let scope = format!("{} (cluster-wide)", self.resource.plural);
+            ScopeWatch::new(api, &self.resource, scope, self.settings.clone(), filter)
+                .run(tx, cancel, None)
+                .await;
+        } else if let Some(names) = self.selector.exact_names() {
+            let tasks = TaskTracker::new();
+            for ns in names {
+                let scope = self.namespace_scope(&ns);
+                tasks.spawn(scope.run(tx.clone(), cancel.clone(), None));
+            }
+            tasks.close();
+            tasks.wait().await;
+        } else {
+            self.run_following_namespaces(tx, cancel).await;
+        }
+    }
+
+    fn namespace_scope(&self, ns: &str) -> ScopeWatch {
+        let api = Api::namespaced_with(self.client.clone(), ns, &self.resource);
+        let scope = format!("{} in {ns}", self.resource.plural);
+        ScopeWatch::new(api, &self.resource, scope, self.settings.clone(), None)
+    }
+
+    /// Glob mode: watch Namespaces; run a scope per matching namespace.
+    async fn run_following_namespaces(
+        self,
+        tx: mpsc::Sender<ObjectEvent>,
+        cancel: CancellationToken,
+    ) {
+        // Children stop with the caller's token, or with this one when we return.
+        let local = cancel.child_token();
+        let tasks = TaskTracker::new();
+        let ns_resource = namespaces_resource();
+        let (ns_tx, mut ns_rx) = mpsc::channel(64);
+        let ns_api = Api::<DynamicObject>::all_with(self.client.clone(), &ns_resource);
+        let ns_watch = ScopeWatch::new(
+            ns_api,
+            &ns_resource,
+            "namespaces".into(),
+            self.settings.clone(),
+            None,
+        );
+        tasks.spawn(ns_watch.run(ns_tx, local.clone(), None));
+
+        let mut running: HashMap<String, CancellationToken> = HashMap::new();
+        loop {
+            let event = tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = tx.closed() => break,
+                event = ns_rx.recv() => event,
+            };
+            let Some(event) = event else { break };
+            let Some(name) = event.object().and_then(|ns| ns.metadata.name.clone()) else {
+                continue;
+            };
+            match event {
+                ObjectEvent::Upserted { .. }
+                    if self.selector.matches(&name) && !running.contains_key(&name) =>
+                {
+                    tracing::debug!(namespace = %name, resource = %self.resource.plural, "namespace appeared; watching it");
+                    let gone = CancellationToken::new();
+                    tasks.spawn(self.namespace_scope(&name).run(
+                        tx.clone(),
+                        local.clone(),
+                        Some(gone.clone()),
+                    ));
+                    running.insert(name, gone);
+                }
+                ObjectEvent::Deleted { .. } => {
+                    if let Some(gone) = running.remove(&name) {
+                        tracing::debug!(namespace = %name, resource = %self.resource.plural, "namespace deleted; unwatching it");
+                        gone.cancel();
+                    }
+                }
+                _ => {}
+            }
+        }
+        // Stop quietly: the objects are not gone, the watcher is.
+        local.cancel();
+        tasks.close();
+        tasks.wait().await;
+    }
+}

@@ -1,0 +1,291 @@
+//! One list-then-watch loop over one scope (the cluster or a namespace).
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject, ListParams, WatchEvent, WatchParams};
+use kube::core::ApiResource;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::tracker::{ObjectTracker, WatchInput};
+use super::{ObjectEvent, WatchError};
+use crate::namespaces::NamespaceSelector;
+use crate::retrying::{Backoff, ErrorClass, classify, classify_status};
+use crate::settings::WatchingSettings;
+
+/// The receiver is gone: nobody listens any more, stop quietly.
+struct Closed;
+
+/// How one watch request ended.
+enum WatchEnd {
+    /// The stream ended or stayed silent: resume from the last version.
+    Resume,
+    /// `410 Gone`: the version is too old, list again.
+    Relist,
+    /// A failure: back off, then resume from the last version.
+    Failed(WatchError, ErrorClass),
+}
+
+/// A list-then-watch loop feeding one [`ObjectTracker`].
+pub(super) struct ScopeWatch {
+    api: Api<DynamicObject>,
+    scope: String,
+    settings: WatchingSettings,
+    filter: Option<NamespaceSelector>,
+    tracker: ObjectTracker,
+    out: Vec<ObjectEvent>,
+}
+
+impl ScopeWatch {
+    /// A loop over `api`; `filter` drops objects of unserved namespaces.
+    pub(super) fn new(
+        api: Api<DynamicObject>,
+        resource: &ApiResource,
+        scope: String,
+        settings: WatchingSettings,
+        filter: Option<NamespaceSelector>,
+    ) -> Self {
+        Self {
+            api,
+            scope,
+            settings,
+            filter,
+            tracker: ObjectTracker::new(resource.clone()),
+            out: Vec::new(),
+        }
+    }
+
+    /// Run until `cancel` (stop quietly), `gone` (report every object as
+    /// vanished, then stop) or the receiver is dropped.
+    pub(super) async fn run(
+        mut self,
+        tx: mpsc::Sender<ObjectEvent>,
+        cancel: CancellationToken,
+        gone: Option<CancellationToken>,
+    ) {
+        let gone_token = gone.unwrap_or_default();
+        let drain = tokio::select! {
+            _ = cancel.cancelled() => false,
+            _ = gone_token.cancelled() => true,
+            Closed = self.watch_forever(&tx) => false,
+        };
+        if drain {
+            tracing::debug!(scope = %self.scope, objects = self.tracker.len(), "scope gone; objects vanish");
+            self.tracker.drain(&mut self.out);
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                _ = flush(&mut self.out, &tx) => {}
+            }
+        }
+    }
+
+    async fn watch_forever(&mut self, tx: &mpsc::Sender<ObjectEvent>) -> Closed {
+        let mut backoff = Backoff::endless(&self.settings.error_backoffs);
+        let mut version: Option<String> = None;
+        loop {
+            let rv = match version.take() {
+                Some(rv) => rv,
+                None => match self.list(tx).await {
+                    Ok(Ok(rv)) => {
+                        backoff.reset();
+                        rv
+                    }
+                    Ok(Err(Closed)) => return Closed,
+                    Err(error) => {
+                        let class = match &error {
+                            WatchError::List(e) => classify(e),
+                            _ => ErrorClass::Permanent,
+                        };
+                        self.pause(&error, class, &mut backoff).await;
+                        continue;
+                    }
+                },
+            };
+            let mut rv = rv;
+            match self.watch_once(tx, &mut rv, &mut backoff).await {
+                Err(Closed) => return Closed,
+                Ok(WatchEnd::Resume) => {
+                    tokio::time::sleep(self.settings.reconnect_backoff).await;
+                    version = Some(rv);
+                }
+                Ok(WatchEnd::Relist) => {
+                    tracing::debug!(scope = %self.scope, "resource version expired; re-listing");
+                }
+                Ok(WatchEnd::Failed(error, class)) => {
+                    self.pause(&error, class, &mut backoff).await;
+                    version = Some(rv);
+                }
+            }
+        }
+    }
+
+    async fn pause(&self, error: &WatchError, class: ErrorClass, backoff: &mut Backoff) {
+        let hint = match class {
+            ErrorClass::Transient { retry_after } => retry_after,
+            _ => None,
+        };
+        let delay = backoff.next_delay(hint).unwrap_or(Duration::from_secs(1));
+        if matches!(class, ErrorClass::Transient { .. }) {
+            tracing::info!(scope = %self.scope, ?delay, error = %error_chain(error), "watch failed; retrying");
+        } else {
+            tracing::warn!(scope = %self.scope, ?delay, error = %error_chain(error), "watch failed; retrying");
+        }
+        tokio::time::sleep(delay).await;
+    }
+
+    fn accepts(&self, obj: &DynamicObject) -> bool {
+        match (&self.filter, obj.metadata.namespace.as_deref()) {
+            (Some(selector), Some(ns)) => selector.matches(ns),
+            _ => true,
+        }
+    }
+
+    /// A full paged listing; the version to watch from.
+    async fn list(
+        &mut self,
+        tx: &mpsc::Sender<ObjectEvent>,
+    ) -> Result<Result<String, Closed>, WatchError> {
+        self.tracker.feed(WatchInput::ListStarted, &mut self.out);
+        let mut params = ListParams::default().limit(self.settings.list_page_size.max(1));
+        let version = loop {
+            let page = self.api.list(&params).await.map_err(WatchError::List)?;
+            for obj in page.items {
+                if self.accepts(&obj) {
+                    self.tracker.feed(WatchInput::Listed(obj), &mut self.out);
+                }
+            }
+            if flush(&mut self.out, tx).await.is_err() {
+                return Ok(Err(Closed));
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params.continue_token = Some(token),
+                None => break page.metadata.resource_version.unwrap_or_default(),
+            }
+        };
+        self.tracker.feed(WatchInput::ListDone, &mut self.out);
+        if flush(&mut self.out, tx).await.is_err() {
+            return Ok(Err(Closed));
+        }
+        tracing::debug!(scope = %self.scope, objects = self.tracker.len(), %version, "listed");
+        Ok(Ok(version))
+    }
+
+    /// One watch request, from `rv` on; `rv` follows the events.
+    async fn watch_once(
+        &mut self,
+        tx: &mpsc::Sender<ObjectEvent>,
+        rv: &mut String,
+        backoff: &mut Backoff,
+    ) -> Result<WatchEnd, Closed> {
+        let mut params = WatchParams::default();
+        if let Some(timeout) = self.settings.server_timeout {
+            params = params.timeout(u32::try_from(timeout.as_secs()).unwrap_or(u32::MAX).max(1));
+        }
+        let started = self.api.watch(&params, rv);
+        let connected = match self.settings.connect_timeout {
+            Some(limit) => match tokio::time::timeout(limit, started).await {
+                Ok(result) => result,
+                Err(_) => {
+                    return Ok(WatchEnd::Failed(
+                        WatchError::ConnectTimeout,
+                        ErrorClass::Transient { retry_after: None },
+                    ));
+                }
+            },
+            None => started.await,
+        };
+        let stream = match connected {
+            Ok(stream) => stream,
+            Err(error) => {
+                return Ok(match classify(&error) {
+                    ErrorClass::Expired => WatchEnd::Relist,
+                    class => WatchEnd::Failed(WatchError::Connect(error), class),
+                });
+            }
+        };
+        let mut stream = std::pin::pin!(stream);
+        let deadline = self
+            .settings
+            .client_timeout
+            .map(|limit| tokio::time::Instant::now() + limit);
+        loop {
+            let next = tokio::time::timeout(self.settings.inactivity_timeout, stream.next());
+            let item = match deadline {
+                Some(deadline) => tokio::select! {
+                    item = next => item,
+                    () = tokio::time::sleep_until(deadline) => return Ok(WatchEnd::Resume),
+                },
+                None => next.await,
+            };
+            let event = match item {
+                Err(_) => {
+                    tracing::debug!(scope = %self.scope, "watch stream inactive; reconnecting");
+                    return Ok(WatchEnd::Resume);
+                }
+                Ok(None) => return Ok(WatchEnd::Resume),
+                Ok(Some(Err(error))) => {
+                    return Ok(match classify(&error) {
+                        ErrorClass::Expired => WatchEnd::Relist,
+                        class => WatchEnd::Failed(WatchError::Stream(error), class),
+                    });
+                }
+                Ok(Some(Ok(event))) => event,
+            };
+            backoff.reset();
+            let input = match event {
+                WatchEvent::Added(obj) | WatchEvent::Modified(obj) => {
+                    remember_version(rv, &obj);
+                    WatchInput::Applied(obj)
+                }
+                WatchEvent::Deleted(obj) => {
+                    remember_version(rv, &obj);
+                    WatchInput::Deleted(obj)
+                }
+                WatchEvent::Bookmark(bookmark) => {
+                    *rv = bookmark.metadata.resource_version;
+                    continue;
+                }
+                WatchEvent::Error(status) => {
+                    return Ok(match classify_status(&status) {
+                        ErrorClass::Expired => WatchEnd::Relist,
+                        class => WatchEnd::Failed(WatchError::ErrorEvent(status), class),
+                    });
+                }
+            };
+            let accepted = match &input {
+                WatchInput::Applied(obj) | WatchInput::Deleted(obj) => self.accepts(obj),
+                _ => true,
+            };
+            if accepted {
+                self.tracker.feed(input, &mut self.out);
+                flush(&mut self.out, tx).await?;
+            }
+        }
+    }
+}
+
+fn remember_version(rv: &mut String, obj: &DynamicObject) {
+    if let Some(version) = &obj.metadata.resource_version {
+        rv.clone_from(version);
+    }
+}
+
+async fn flush(out: &mut Vec<ObjectEvent>, tx: &mpsc::Sender<ObjectEvent>) -> Result<(), Closed> {
+    for event in out.drain(..) {
+        tx.send(event).await.map_err(|_| Closed)?;
+    }
+    Ok(())
+}
+
+/// The error with its sources, for one log line.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
