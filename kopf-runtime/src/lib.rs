@@ -2,20 +2,22 @@
 //!
 //! CRATE_DOCS_PLACEHOLDER
 
-pub mod errors;
-pub mod filters;
-pub mod handlers;
-pub mod kwargs;
-pub mod registry;
-pub mod resources;
-pub mod queueing;
+pub mod causes;
 pub mod cli;
 pub mod diffbase;
+pub mod errors;
+pub mod filters;
 pub mod finalizers;
+pub mod handlers;
+pub mod handling;
+pub mod kwargs;
 pub mod namespaces;
 pub mod patching;
 pub mod posting;
 pub mod progress;
+pub mod queueing;
+pub mod registry;
+pub mod resources;
 pub mod retrying;
 pub mod settings;
 pub mod watching;

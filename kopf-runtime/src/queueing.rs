@@ -14,6 +14,8 @@
 //! - After a call that reported an expected version, the next call for that
 //!   key gets a body at least that new, or the newest one available once
 //!   [`QueueSettings::consistency_timeout`] has passed.
+//! - A call that asks for a retry gets the key's newest event again once the
+//!   delay has passed, without any request to the API server.
 //! - Workers with nothing to do go away after [`QueueSettings::idle_timeout`],
 //!   so idle objects cost only their slot in the watcher.
 
@@ -43,6 +45,9 @@ pub struct Processed {
     /// The `resourceVersion` the call's own patch produced: the key's next
     /// call will not see an older body.
     pub expect_version: Option<String>,
+    /// Process the key's newest event again after this delay, even if no new
+    /// event arrives (a handler is due for a retry). A newer event comes first.
+    pub retry_after: Option<Duration>,
 }
 
 /// Limits and timeouts of the worker queue.
@@ -174,16 +179,20 @@ where
 
     async fn work(&self, key: K, mut events: watch::Receiver<Option<Arc<E>>>) {
         let mut expected: Option<String> = None;
+        let mut retry_at: Option<Instant> = None;
         loop {
+            // Wake up for a new event, for a due retry, or to retire when idle.
+            let wake_at = retry_at.unwrap_or_else(|| Instant::now() + self.settings.idle_timeout);
             let next = tokio::select! {
                 biased;
                 () = self.stop.cancelled() => None,
-                next = tokio::time::timeout(self.settings.idle_timeout, events.changed()) => Some(next),
+                next = tokio::time::timeout_at(wake_at, events.changed()) => Some(next),
             };
             match next {
                 None => break,
                 Some(Ok(Ok(()))) => {}
                 Some(Ok(Err(_closed))) => break,
+                Some(Err(_elapsed)) if retry_at.is_some() => {}
                 Some(Err(_idle)) => {
                     if self.retire(&key, &events) {
                         return;
@@ -191,6 +200,7 @@ where
                     continue;
                 }
             }
+            retry_at = None;
             let Some(mut event) = events.borrow_and_update().clone() else {
                 continue;
             };
@@ -205,6 +215,7 @@ where
             };
             let processed = (self.process)(key.clone(), Arc::clone(&event)).await;
             expected = processed.expect_version;
+            retry_at = processed.retry_after.map(|delay| Instant::now() + delay);
         }
         self.lock_slots().remove(&key);
     }
@@ -314,6 +325,7 @@ mod tests {
                 running.fetch_sub(1, Ordering::SeqCst);
                 Processed {
                     expect_version: expect(event.n),
+                    retry_after: None,
                 }
             })
         });
@@ -439,6 +451,38 @@ mod tests {
         q.push(2, ev(1, 1));
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(log.try_recv().is_err(), "a stopped queue takes no events");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_reprocesses_the_newest_event_after_its_delay() {
+        let (tx, mut log) = mpsc::unbounded_channel();
+        let process: ProcessFn<u32, Ev> = Arc::new(move |key, event: Arc<Ev>| {
+            let tx = tx.clone();
+            Box::pin(async move {
+                let _ = tx.send((key, event.n));
+                let retry_after = (event.n < 3).then(|| Duration::from_secs(30));
+                Processed {
+                    expect_version: None,
+                    retry_after,
+                }
+            })
+        });
+        let q = Queue::new(QueueSettings::default(), CancellationToken::new(), process);
+        let started = Instant::now();
+        q.push(1, ev(1, 1));
+        assert_eq!(next(&mut log).await, (1, 1));
+        assert_eq!(next(&mut log).await, (1, 1), "retried without a new event");
+        assert!(started.elapsed() >= Duration::from_secs(30));
+        q.push(1, ev(3, 3));
+        assert_eq!(
+            next(&mut log).await,
+            (1, 3),
+            "a new event comes before the retry"
+        );
+        assert!(started.elapsed() < Duration::from_secs(60));
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        assert!(log.try_recv().is_err(), "no retry was asked for event 3");
+        assert_eq!(q.workers(), 0);
     }
 
     #[test]

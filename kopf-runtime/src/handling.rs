@@ -1,0 +1,737 @@
+//! Running the change handlers of one cause: one handler per step, with its
+//! progress kept on the object in Kopf's layout.
+//!
+//! Each step runs the due handler with the fewest attempts (Kopf's default
+//! `asap` lifecycle), records its outcome in the merge patch, and tells the
+//! caller whether the cause is done and when to come back. The caller applies
+//! the patch, so an operator stopped between two steps resumes from the
+//! recorded progress: a handler that succeeded is never run again for the
+//! same cause, and one whose success was not recorded runs again.
+//!
+//! # Guarantees
+//! - A panicking handler is an error of that handler (handled per its
+//!   `errors` mode), never a crashed operator.
+//! - A handler running longer than what is left of its `timeout` is
+//!   abandoned and fails permanently.
+//! - `retries` counts attempts: with `retries = 3` the third failure is final.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use serde_json::Value;
+
+use crate::errors::{HandlerError, Outcome};
+use crate::handlers::{ErrorsMode, Handler, HandlerKind, KindOptions};
+use crate::kwargs::{Diff, Kwargs, Level, Logger, Memo, Patch, Reason};
+use crate::patching::ensure_field;
+use crate::progress::{ProgressRecord, ProgressStorage, format_timestamp};
+
+/// The object and its change, shared by every handler of a cause.
+#[derive(Clone)]
+pub struct CauseContext {
+    /// Why the handlers run.
+    pub reason: Reason,
+    /// Whether resume handlers run too (the object was first seen at start-up).
+    pub initial: bool,
+    /// The object.
+    pub body: Arc<Value>,
+    /// The stored essence (`None` for a creation).
+    pub old: Option<Arc<Value>>,
+    /// The current essence.
+    pub new: Option<Arc<Value>>,
+    /// What changed from `old` to `new`.
+    pub diff: Diff,
+    /// The object's memo, shared by all its handlers.
+    pub memo: Memo,
+    /// The object's logger.
+    pub logger: Logger,
+    /// The client handlers may use.
+    pub client: Option<kube::Client>,
+}
+
+impl std::fmt::Debug for CauseContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CauseContext")
+            .field("reason", &self.reason)
+            .field("initial", &self.initial)
+            .field("logger", &self.logger)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CauseContext {
+    /// The kwargs for `handler`: field-scoped handlers see their field's
+    /// values and the diff reduced to it.
+    pub fn kwargs(&self, handler: &Handler) -> Kwargs {
+        let mut kwargs = Kwargs::new(Value::Null);
+        kwargs.body = Arc::clone(&self.body);
+        kwargs.reason = Some(self.reason);
+        kwargs.memo = self.memo.clone();
+        kwargs.logger = self.logger.clone();
+        kwargs.client = self.client.clone();
+        match &handler.filters.field {
+            Some(field) => {
+                let parts = field.parts();
+                kwargs.diff = self.diff.reduce(&parts);
+                kwargs.old = self
+                    .old
+                    .as_deref()
+                    .and_then(|o| field.resolve(o))
+                    .cloned()
+                    .map(Arc::new);
+                kwargs.new = self
+                    .new
+                    .as_deref()
+                    .and_then(|n| field.resolve(n))
+                    .cloned()
+                    .map(Arc::new);
+            }
+            None => {
+                kwargs.diff = self.diff.clone();
+                kwargs.old = self.old.clone();
+                kwargs.new = self.new.clone();
+            }
+        }
+        kwargs
+    }
+
+    /// Whether `handler` runs for this cause (Kopf's handler matching: reason,
+    /// resume rules, filters, and for field handlers a change of the field).
+    pub fn selects(&self, handler: &Handler) -> bool {
+        let reason_matches = match handler.kind {
+            HandlerKind::OnCreate => self.reason == Reason::Create,
+            HandlerKind::OnUpdate => self.reason == Reason::Update,
+            HandlerKind::OnDelete => self.reason == Reason::Delete,
+            HandlerKind::OnField => matches!(
+                self.reason,
+                Reason::Create | Reason::Update | Reason::Delete
+            ),
+            HandlerKind::OnResume => {
+                let deleted = matches!(handler.kind_options, KindOptions::Resume { deleted: true });
+                self.initial
+                    && self.reason != Reason::Create
+                    && (self.reason != Reason::Delete || deleted)
+            }
+            _ => false,
+        };
+        if !reason_matches {
+            return false;
+        }
+        let kwargs = self.kwargs(handler);
+        if !handler.filters.matches_object(&kwargs) {
+            return false;
+        }
+        if handler.filters.field.is_none() {
+            return true;
+        }
+        let needs_change = matches!(handler.kind, HandlerKind::OnField | HandlerKind::OnUpdate);
+        let (old, new) = (kwargs.old.as_deref(), kwargs.new.as_deref());
+        (!needs_change || old != new) && handler.filters.matches_change(old, new, &kwargs)
+    }
+}
+
+/// What one step achieved.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepOutcome {
+    /// Every handler of the cause has finished (succeeded or failed for good).
+    pub done: bool,
+    /// Come back after this long: a handler is waiting for a retry, or more
+    /// handlers are due (zero).
+    pub delay: Option<Duration>,
+    /// How many handlers of the cause have succeeded, failed for good.
+    pub succeeded: usize,
+    /// How many handlers of the cause failed for good.
+    pub failed: usize,
+}
+
+/// Runs the due handler with the fewest attempts, if any, and records its
+/// progress (and its result and patch) into `patch`. `owned` are all change
+/// handlers of the resource: their records are purged once the cause is done.
+pub async fn step(
+    cause: &CauseContext,
+    handlers: &[&Handler],
+    owned: &[&Handler],
+    storage: &ProgressStorage,
+    default_backoff: Duration,
+    patch: &mut Value,
+) -> StepOutcome {
+    let now = jiff::Timestamp::now();
+    let mut records: Vec<Option<ProgressRecord>> = handlers
+        .iter()
+        .map(|h| storage.fetch(&h.id, &cause.body))
+        .collect();
+
+    let due = handlers
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| {
+            !records[*i]
+                .as_ref()
+                .is_some_and(ProgressRecord::is_finished)
+        })
+        .filter(|(i, _)| {
+            records[*i]
+                .as_ref()
+                .and_then(ProgressRecord::delayed_until)
+                .is_none_or(|at| at <= now)
+        })
+        .min_by_key(|(i, _)| records[*i].as_ref().and_then(|r| r.retries).unwrap_or(0))
+        .map(|(i, _)| i);
+
+    if let Some(i) = due {
+        let handler = handlers[i];
+        let record = records[i].take().unwrap_or_default();
+        let (record, result, handler_patch) =
+            attempt(cause, handler, record, default_backoff).await;
+        if let Some(handler_patch) = handler_patch {
+            merge_into(patch, handler_patch);
+        }
+        if let Some(result) = result {
+            ensure_field(patch, &["status", handler.id.as_str()], result);
+        }
+        storage.store(&handler.id, &record, &cause.body, patch);
+        records[i] = Some(record);
+    }
+
+    let succeeded = records
+        .iter()
+        .flatten()
+        .filter(|r| r.success == Some(true))
+        .count();
+    let failed = records
+        .iter()
+        .flatten()
+        .filter(|r| r.failure == Some(true))
+        .count();
+    let done = records
+        .iter()
+        .all(|r| r.as_ref().is_some_and(ProgressRecord::is_finished));
+    if done {
+        for handler in owned {
+            storage.purge(&handler.id, &cause.body, patch);
+        }
+        return StepOutcome {
+            done,
+            delay: None,
+            succeeded,
+            failed,
+        };
+    }
+    let now = jiff::Timestamp::now();
+    let delay = records
+        .iter()
+        .filter(|r| !r.as_ref().is_some_and(ProgressRecord::is_finished))
+        .map(
+            |r| match r.as_ref().and_then(ProgressRecord::delayed_until) {
+                Some(at) if at > now => {
+                    Duration::try_from(at.duration_since(now)).unwrap_or(Duration::ZERO)
+                }
+                _ => Duration::ZERO,
+            },
+        )
+        .min();
+    StepOutcome {
+        done,
+        delay,
+        succeeded,
+        failed,
+    }
+}
+
+/// One attempt of one handler: the updated record, its result for
+/// `status.<id>`, and the patch it asked for.
+async fn attempt(
+    cause: &CauseContext,
+    handler: &Handler,
+    mut record: ProgressRecord,
+    default_backoff: Duration,
+) -> (ProgressRecord, Option<Value>, Option<Value>) {
+    let now = jiff::Timestamp::now();
+    let started = record.started_at().unwrap_or(now);
+    let runtime = Duration::try_from(now.duration_since(started)).unwrap_or(Duration::ZERO);
+    let retries = record.retries.unwrap_or(0);
+    record
+        .started
+        .get_or_insert_with(|| format_timestamp(started));
+    record.purpose = Some(cause.reason.to_string());
+    let logger = &cause.logger;
+    let name = &handler.id;
+
+    if let Some(timeout) = handler.options.timeout.filter(|t| runtime >= *t) {
+        logger.error(format!(
+            "Handler '{name}' has timed out after {}.",
+            seconds(timeout)
+        ));
+        return (
+            finish(
+                record,
+                now,
+                false,
+                Some(format!("timed out after {}", seconds(timeout))),
+            ),
+            None,
+            None,
+        );
+    }
+    if let Some(limit) = handler.options.retries.filter(|limit| retries >= *limit) {
+        logger.error(format!("Handler '{name}' has exceeded {limit} retries."));
+        return (
+            finish(
+                record,
+                now,
+                false,
+                Some(format!("exceeded {limit} retries")),
+            ),
+            None,
+            None,
+        );
+    }
+
+    let mut kwargs = cause.kwargs(handler);
+    let patch = Patch::new();
+    kwargs.patch = patch.clone();
+    kwargs.retry = retries;
+    kwargs.started = Some(started);
+    kwargs.runtime = runtime;
+    let limit = handler.options.timeout.map(|t| t.saturating_sub(runtime));
+    let outcome = invoke(handler, kwargs, limit).await;
+    let handler_patch = (!patch.is_empty()).then(|| patch.take());
+    record.retries = Some(retries + 1);
+    let backoff = if handler.options.backoff.is_zero() {
+        default_backoff
+    } else {
+        handler.options.backoff
+    };
+
+    let (record, result) = match outcome {
+        Ok(result) => {
+            logger.info(format!("Handler '{name}' succeeded."));
+            (
+                finish(record, now, true, None),
+                result.filter(|r| !r.is_null()),
+            )
+        }
+        Err(HandlerError::Temporary { message, delay }) => {
+            logger.error(format!("Handler '{name}' failed temporarily: {message}"));
+            (
+                delay_record(record, now, delay.unwrap_or(backoff), message),
+                None,
+            )
+        }
+        Err(HandlerError::Permanent { message }) => {
+            logger.error(format!("Handler '{name}' failed permanently: {message}"));
+            (finish(record, now, false, Some(message)), None)
+        }
+        Err(error) => match handler.options.errors {
+            ErrorsMode::Ignored => {
+                logger.error(format!(
+                    "Handler '{name}' failed with an exception. Will ignore: {error}"
+                ));
+                (finish(record, now, true, None), None)
+            }
+            ErrorsMode::Permanent => {
+                logger.error(format!(
+                    "Handler '{name}' failed with an exception. Will stop: {error}"
+                ));
+                (finish(record, now, false, Some(error.to_string())), None)
+            }
+            ErrorsMode::Temporary => {
+                logger.error(format!(
+                    "Handler '{name}' failed with an exception. Will retry: {error}"
+                ));
+                (delay_record(record, now, backoff, error.to_string()), None)
+            }
+        },
+    };
+    (record, result, handler_patch)
+}
+
+/// Calls a handler with panics contained and an optional time limit.
+pub async fn invoke(handler: &Handler, kwargs: Kwargs, limit: Option<Duration>) -> Outcome {
+    let call = match std::panic::catch_unwind(AssertUnwindSafe(|| handler.call(kwargs))) {
+        Ok(future) => AssertUnwindSafe(future).catch_unwind(),
+        Err(panic) => return Err(panicked(&panic)),
+    };
+    let outcome = match limit {
+        Some(limit) => match tokio::time::timeout(limit, call).await {
+            Ok(outcome) => outcome,
+            Err(_elapsed) => {
+                return Err(HandlerError::Permanent {
+                    message: format!("timed out after {}", seconds(limit)),
+                });
+            }
+        },
+        None => call.await,
+    };
+    outcome.unwrap_or_else(|panic| Err(panicked(&panic)))
+}
+
+fn panicked(panic: &(dyn std::any::Any + Send)) -> HandlerError {
+    let text = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string payload".to_owned());
+    HandlerError::Regular {
+        message: format!("the handler panicked: {text}"),
+    }
+}
+
+fn finish(
+    mut record: ProgressRecord,
+    now: jiff::Timestamp,
+    success: bool,
+    message: Option<String>,
+) -> ProgressRecord {
+    record.stopped = Some(format_timestamp(now));
+    record.delayed = None;
+    record.success = success.then_some(true);
+    record.failure = (!success).then_some(true);
+    record.message = message;
+    record
+}
+
+fn delay_record(
+    mut record: ProgressRecord,
+    now: jiff::Timestamp,
+    delay: Duration,
+    message: String,
+) -> ProgressRecord {
+    let at = jiff::SignedDuration::try_from(delay)
+        .ok()
+        .and_then(|d| now.checked_add(d).ok())
+        .unwrap_or(now);
+    record.delayed = Some(format_timestamp(at));
+    record.message = Some(message);
+    record
+}
+
+fn seconds(duration: Duration) -> String {
+    format!("{}s", duration.as_secs_f64())
+}
+
+/// Merges the JSON merge patch `src` into `dst` (RFC 7386 composition: the
+/// later patch wins on conflicts).
+pub fn merge_into(dst: &mut Value, src: Value) {
+    match (dst, src) {
+        (Value::Object(dst), Value::Object(src)) => {
+            for (key, value) in src {
+                match dst.get_mut(&key) {
+                    Some(existing) if existing.is_object() && value.is_object() => {
+                        merge_into(existing, value)
+                    }
+                    _ => {
+                        dst.insert(key, value);
+                    }
+                }
+            }
+        }
+        (dst, src) => *dst = src,
+    }
+}
+
+/// A logger that also speaks through `sink` (e.g. posts Kubernetes Events).
+pub fn object_logger(object: String, sink: Option<crate::kwargs::LogSink>) -> Logger {
+    let logger = Logger::new(object);
+    match sink {
+        Some(sink) => logger.with_sink(sink),
+        None => logger,
+    }
+}
+
+/// Whether a level is worth a Kubernetes Event by default (Kopf posts `INFO`
+/// and above).
+pub fn is_posted(level: Level) -> bool {
+    level >= Level::Info
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::errors::Error;
+    use crate::resources::ResourceRef;
+    use serde_json::json;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    fn resource() -> ResourceRef {
+        ResourceRef::of::<k8s_openapi::api::core::v1::ConfigMap>()
+    }
+
+    fn cause(body: Value) -> CauseContext {
+        CauseContext {
+            reason: Reason::Create,
+            initial: false,
+            body: Arc::new(body),
+            old: None,
+            new: Some(Arc::new(json!({"spec": {"a": 1}}))),
+            diff: Diff::default(),
+            memo: Memo::new(),
+            logger: Logger::new("ns/name"),
+            client: None,
+        }
+    }
+
+    fn storage() -> ProgressStorage {
+        ProgressStorage::default()
+    }
+
+    /// Applies a merge patch to the body, as the API server would.
+    fn apply(body: &mut Value, patch: Value) {
+        fn merge(dst: &mut Value, src: Value) {
+            match (dst, src) {
+                (Value::Object(d), Value::Object(s)) => {
+                    for (k, v) in s {
+                        if v.is_null() {
+                            d.remove(&k);
+                        } else {
+                            merge(d.entry(k).or_insert(Value::Null), v);
+                        }
+                    }
+                }
+                (d, s) => *d = s,
+            }
+        }
+        merge(body, patch);
+    }
+
+    #[tokio::test]
+    async fn a_successful_handler_stores_its_result_and_the_cause_is_done_in_one_step() {
+        let handler = Handler::on_create(resource(), "create_fn", |_kw: Kwargs| async {
+            Ok::<_, Error>(json!({"x": 1}))
+        });
+        let mut patch = json!({});
+        let out = step(
+            &cause(json!({"metadata": {}})),
+            &[&handler],
+            &[&handler],
+            &storage(),
+            Duration::from_secs(60),
+            &mut patch,
+        )
+        .await;
+        assert!(out.done);
+        assert_eq!(out.succeeded, 1);
+        assert_eq!(patch["status"]["create_fn"], json!({"x": 1}));
+        let annotations = patch
+            .pointer("/metadata/annotations")
+            .cloned()
+            .unwrap_or(json!({}));
+        assert!(
+            annotations
+                .as_object()
+                .is_none_or(|a| a.keys().all(|k| !k.ends_with("create_fn"))),
+            "the progress record is purged once the cause is done: {patch}"
+        );
+    }
+
+    #[tokio::test]
+    async fn handlers_run_one_per_step_and_a_recorded_success_is_never_rerun() {
+        let calls = Arc::new(AtomicU32::new(0));
+        let (c1, c2) = (Arc::clone(&calls), Arc::clone(&calls));
+        let first = Handler::on_create(resource(), "first", move |_kw: Kwargs| {
+            let c = Arc::clone(&c1);
+            async move {
+                c.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, Error>(())
+            }
+        });
+        let second = Handler::on_create(resource(), "second", move |_kw: Kwargs| {
+            let c = Arc::clone(&c2);
+            async move {
+                c.fetch_add(10, Ordering::SeqCst);
+                Ok::<_, Error>(())
+            }
+        });
+        let mut body = json!({"metadata": {}});
+        let handlers = [&first, &second];
+        let mut patch = json!({});
+        let out = step(
+            &cause(body.clone()),
+            &handlers,
+            &handlers,
+            &storage(),
+            Duration::from_secs(60),
+            &mut patch,
+        )
+        .await;
+        assert!(!out.done);
+        assert_eq!(
+            out.delay,
+            Some(Duration::ZERO),
+            "more handlers are due at once"
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        apply(&mut body, patch);
+        let mut patch = json!({});
+        let out = step(
+            &cause(body.clone()),
+            &handlers,
+            &handlers,
+            &storage(),
+            Duration::from_secs(60),
+            &mut patch,
+        )
+        .await;
+        assert!(out.done);
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            11,
+            "the first handler did not run again"
+        );
+        apply(&mut body, patch);
+        assert!(
+            body.pointer("/metadata/annotations")
+                .and_then(Value::as_object)
+                .is_none_or(|a| a.is_empty()),
+            "all records purged: {body}"
+        );
+    }
+
+    #[tokio::test]
+    async fn temporary_errors_are_delayed_and_permanent_ones_are_final() {
+        let temporary = Handler::on_create(resource(), "t", |_kw: Kwargs| async {
+            Err::<(), _>(Error::temporary("later", Duration::from_secs(30)))
+        });
+        let permanent = Handler::on_create(resource(), "p", |_kw: Kwargs| async {
+            Err::<(), _>(Error::permanent("never"))
+        });
+        let mut patch = json!({});
+        let out = step(
+            &cause(json!({})),
+            &[&temporary],
+            &[&temporary],
+            &storage(),
+            Duration::from_secs(60),
+            &mut patch,
+        )
+        .await;
+        assert!(!out.done);
+        let delay = out.delay.expect("a retry is scheduled");
+        assert!(
+            delay > Duration::from_secs(25) && delay <= Duration::from_secs(30),
+            "{delay:?}"
+        );
+        let mut patch = json!({});
+        let out = step(
+            &cause(json!({})),
+            &[&permanent],
+            &[&permanent],
+            &storage(),
+            Duration::from_secs(60),
+            &mut patch,
+        )
+        .await;
+        assert!(out.done);
+        assert_eq!(out.failed, 1);
+    }
+
+    #[tokio::test]
+    async fn a_panicking_handler_is_an_error_of_that_handler() {
+        let handler = Handler::on_create(resource(), "boom", |_kw: Kwargs| async {
+            if true {
+                panic!("kaboom");
+            }
+            Ok::<_, Error>(())
+        })
+        .errors(ErrorsMode::Permanent);
+        let mut patch = json!({});
+        let out = step(
+            &cause(json!({})),
+            &[&handler],
+            &[&handler],
+            &storage(),
+            Duration::from_secs(60),
+            &mut patch,
+        )
+        .await;
+        assert!(out.done);
+        assert_eq!(out.failed, 1);
+    }
+
+    #[tokio::test]
+    async fn the_retry_limit_counts_attempts() {
+        let handler = Handler::on_create(resource(), "r", |_kw: Kwargs| async {
+            Err::<(), _>(Error::regular("nope"))
+        })
+        .retries(2)
+        .backoff(Duration::from_millis(1));
+        let mut body = json!({"metadata": {}});
+        let mut attempts = 0;
+        loop {
+            let mut patch = json!({});
+            let out = step(
+                &cause(body.clone()),
+                &[&handler],
+                &[&handler],
+                &storage(),
+                Duration::from_secs(60),
+                &mut patch,
+            )
+            .await;
+            apply(&mut body, patch);
+            if out.done {
+                assert_eq!(out.failed, 1);
+                break;
+            }
+            attempts += 1;
+            assert!(attempts <= 2, "no more than 2 attempts");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(attempts, 2);
+    }
+
+    #[tokio::test]
+    async fn a_handler_over_its_timeout_fails_permanently() {
+        let handler = Handler::on_create(resource(), "slow", |_kw: Kwargs| async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok::<_, Error>(())
+        })
+        .timeout(Duration::from_millis(50));
+        let mut patch = json!({});
+        let out = step(
+            &cause(json!({})),
+            &[&handler],
+            &[&handler],
+            &storage(),
+            Duration::from_secs(60),
+            &mut patch,
+        )
+        .await;
+        assert!(out.done);
+        assert_eq!(out.failed, 1);
+    }
+
+    #[test]
+    fn field_handlers_see_their_field_and_run_only_when_it_changes() {
+        let handler = Handler::on_field(resource(), "f", "spec.a", |_kw: Kwargs| async {
+            Ok::<_, Error>(())
+        });
+        let mut cause = cause(json!({}));
+        cause.reason = Reason::Update;
+        cause.old = Some(Arc::new(json!({"spec": {"a": 1, "b": 1}})));
+        cause.new = Some(Arc::new(json!({"spec": {"a": 2, "b": 1}})));
+        cause.diff = Diff::between(cause.old.as_deref(), cause.new.as_deref());
+        assert!(cause.selects(&handler));
+        let kwargs = cause.kwargs(&handler);
+        assert_eq!(kwargs.old.as_deref(), Some(&json!(1)));
+        assert_eq!(kwargs.new.as_deref(), Some(&json!(2)));
+        cause.new = Some(Arc::new(json!({"spec": {"a": 1, "b": 2}})));
+        cause.diff = Diff::between(cause.old.as_deref(), cause.new.as_deref());
+        assert!(!cause.selects(&handler), "spec.a did not change");
+    }
+
+    #[test]
+    fn merge_patches_compose_with_the_later_winning() {
+        let mut dst = json!({"metadata": {"annotations": {"a": "1"}}, "status": {"x": 1}});
+        merge_into(
+            &mut dst,
+            json!({"metadata": {"annotations": {"b": "2"}}, "status": 5}),
+        );
+        assert_eq!(
+            dst,
+            json!({"metadata": {"annotations": {"a": "1", "b": "2"}}, "status": 5})
+        );
+    }
+}
