@@ -10,6 +10,7 @@ pub mod filters;
 pub mod finalizers;
 pub mod handlers;
 pub mod handling;
+pub mod processing;
 pub mod kwargs;
 pub mod namespaces;
 pub mod patching;

@@ -1,0 +1,477 @@
+//! Processing one object's events: event handlers, the finalizer, change
+//! handlers, and one patch per step (Kopf's `process_resource_event`).
+//!
+//! A [`ResourceProcessor`] serves one resource; the queue calls it with the
+//! newest event of one object at a time. Per object it remembers only what
+//! Kopf remembers in memory (the memo and whether the object was first seen
+//! at start-up); everything else lives on the object itself.
+//!
+//! # Guarantees
+//! - The finalizer is added before any handler runs when some matching
+//!   handler needs it, and removed once none does or the deletion handlers
+//!   are done. Objects no handler matches are never touched.
+//! - A patch that finds its object gone ends the processing quietly.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use kube::api::DynamicObject;
+use serde_json::{Value, json};
+
+use crate::causes::{self, CauseInput, ChangeCause};
+use crate::diffbase::DiffBaseStorage;
+use crate::finalizers;
+use crate::handlers::{Handler, HandlerKind};
+use crate::handling::{self, CauseContext};
+use crate::kwargs::{Diff, EventType, Kwargs, Level, LogSink, Logger, Memo, Reason};
+use crate::patching::{PatchError, PatchOutcome, PatchTarget, Patcher, ensure_field};
+use crate::posting::{EventPoster, ObjectReference};
+use crate::progress::ProgressStorage;
+use crate::queueing::{Processed, Versioned};
+use crate::settings::OperatorSettings;
+use crate::watching::{DeletedBy, ObjectEvent, Seen};
+
+/// How long to wait before processing an object again after its patch was
+/// rejected (the object changed meanwhile, or the API server failed).
+const PATCH_RETRY: Duration = Duration::from_secs(1);
+/// How long to wait after an unexpected patch failure.
+const PATCH_FAILURE_BACKOFF: Duration = Duration::from_secs(10);
+
+/// One unit of work for an object's worker.
+#[derive(Debug)]
+pub struct Work {
+    /// What the watch reported.
+    pub event: ObjectEvent,
+    /// Whether the event comes from the operator's first listing.
+    pub initial_listing: bool,
+}
+
+impl Versioned for Work {
+    fn version(&self) -> Option<&str> {
+        match &self.event {
+            ObjectEvent::Upserted { object, .. } => object.metadata.resource_version.as_deref(),
+            ObjectEvent::Deleted { .. } | ObjectEvent::Synced { .. } => None,
+        }
+    }
+}
+
+/// What the operator remembers about a live object between events.
+#[derive(Debug)]
+struct ObjectMemory {
+    memo: Memo,
+    noticed_by_listing: bool,
+    fully_handled_once: AtomicBool,
+}
+
+impl ObjectMemory {
+    /// Whether resume handlers are due (Kopf's `initial`).
+    fn initial(&self) -> bool {
+        self.noticed_by_listing && !self.fully_handled_once.load(Ordering::Relaxed)
+    }
+}
+
+/// The handlers of one resource, split by what they react to.
+#[derive(Clone, Default)]
+pub struct ResourceHandlers {
+    /// `on_create`, `on_update`, `on_delete`, `on_resume`, `on_field`.
+    pub changing: Vec<Handler>,
+    /// `on_event`.
+    pub watching: Vec<Handler>,
+}
+
+impl ResourceHandlers {
+    /// Splits `handlers` (all of one resource) by kind.
+    pub fn new<'a>(handlers: impl IntoIterator<Item = &'a Handler>) -> Self {
+        let mut split = Self::default();
+        for handler in handlers {
+            if handler.kind.is_changing() {
+                split.changing.push(handler.clone());
+            } else if handler.kind == HandlerKind::OnEvent {
+                split.watching.push(handler.clone());
+            }
+        }
+        split
+    }
+}
+
+/// Processes the objects of one resource.
+pub struct ResourceProcessor {
+    target: ResourceTarget,
+    handlers: ResourceHandlers,
+    settings: Arc<OperatorSettings>,
+    progress: ProgressStorage,
+    diffbase: DiffBaseStorage,
+    patcher: Patcher,
+    poster: Option<EventPoster>,
+    client: kube::Client,
+    memories: Mutex<HashMap<String, Arc<ObjectMemory>>>,
+}
+
+/// Where a resource's objects live, as discovery says.
+#[derive(Debug, Clone)]
+pub struct ResourceTarget {
+    /// The API resource.
+    pub api: kube::core::ApiResource,
+    /// Whether objects live in namespaces.
+    pub namespaced: bool,
+    /// Whether `status` is a subresource.
+    pub status_subresource: bool,
+}
+
+impl std::fmt::Debug for ResourceProcessor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResourceProcessor").field("target", &self.target).finish_non_exhaustive()
+    }
+}
+
+impl ResourceProcessor {
+    /// A processor for the objects of `target`.
+    pub fn new(
+        target: ResourceTarget,
+        handlers: ResourceHandlers,
+        settings: Arc<OperatorSettings>,
+        client: kube::Client,
+        poster: Option<EventPoster>,
+    ) -> Self {
+        Self {
+            progress: ProgressStorage::from_settings(&settings.persistence),
+            diffbase: DiffBaseStorage::from_settings(&settings.persistence),
+            patcher: Patcher::new(client.clone(), &settings.networking),
+            target,
+            handlers,
+            settings,
+            poster,
+            client,
+            memories: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// How many objects the processor remembers (live objects it has seen).
+    pub fn remembered(&self) -> usize {
+        self.lock_memories().len()
+    }
+
+    fn lock_memories(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<ObjectMemory>>> {
+        self.memories.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn recall(&self, uid: &str, initial_listing: bool) -> Arc<ObjectMemory> {
+        let mut memories = self.lock_memories();
+        if let Some(memory) = memories.get(uid) {
+            return Arc::clone(memory);
+        }
+        let memory = Arc::new(ObjectMemory {
+            memo: Memo::new(),
+            noticed_by_listing: initial_listing,
+            fully_handled_once: AtomicBool::new(false),
+        });
+        memories.insert(uid.to_owned(), Arc::clone(&memory));
+        memory
+    }
+
+    /// Processes the newest event of the object `uid`.
+    pub async fn process(&self, uid: String, work: Arc<Work>) -> Processed {
+        match &work.event {
+            ObjectEvent::Upserted { object, seen } => {
+                let event_type = match (work.initial_listing, seen) {
+                    (true, _) => None,
+                    (false, Seen::New) => Some(EventType::Added),
+                    (false, _) => Some(EventType::Modified),
+                };
+                self.upserted(&uid, object, event_type, work.initial_listing).await
+            }
+            ObjectEvent::Deleted { object, how } => {
+                self.deleted(&uid, object, *how).await;
+                Processed::default()
+            }
+            ObjectEvent::Synced { .. } => Processed::default(),
+        }
+    }
+
+    async fn deleted(&self, uid: &str, object: &DynamicObject, how: DeletedBy) {
+        let body = Arc::new(to_value(object));
+        let known = self.lock_memories().remove(uid);
+        let logger = Logger::new(object_name(&body));
+        self.run_event_handlers(Some(EventType::Deleted), &body, known.as_ref().map(|m| m.memo.clone()), &logger)
+            .await;
+        if known.is_some() {
+            match how {
+                DeletedBy::Event => logger.debug("Deleted, really."),
+                DeletedBy::Vanished => logger.debug("Gone while the watch was down: deleted."),
+            }
+        }
+    }
+
+    async fn upserted(
+        &self,
+        uid: &str,
+        object: &DynamicObject,
+        event_type: Option<EventType>,
+        initial_listing: bool,
+    ) -> Processed {
+        let body = Arc::new(to_value(object));
+        let memory = self.recall(uid, initial_listing);
+        let logger = self.logger(&body);
+        self.run_event_handlers(event_type, &body, Some(memory.memo.clone()), &logger).await;
+
+        let mut patch = json!({});
+        let mut delay = None;
+        if !self.handlers.changing.is_empty() {
+            delay = self.handle_changes(&body, &memory, &logger, &mut patch).await;
+        }
+        if patch.as_object().is_none_or(|p| p.is_empty()) {
+            return Processed { expect_version: None, retry_after: delay };
+        }
+        let target = PatchTarget {
+            resource: self.target.api.clone(),
+            status_subresource: self.target.status_subresource,
+            namespace: object.metadata.namespace.clone(),
+            name: object.metadata.name.clone().unwrap_or_default(),
+        };
+        match self.patcher.merge(&target, &patch).await {
+            Ok(PatchOutcome::Patched(patched)) => {
+                Processed { expect_version: patched.metadata.resource_version.clone(), retry_after: delay }
+            }
+            Ok(PatchOutcome::Gone) => {
+                logger.debug("The object is gone; nothing to patch.");
+                Processed::default()
+            }
+            Err(PatchError::Conflict { .. }) => {
+                logger.debug("The object changed meanwhile; processing it again.");
+                Processed { expect_version: None, retry_after: Some(PATCH_RETRY) }
+            }
+            Err(error) => {
+                logger.error(format!("Patching failed: {error}"));
+                Processed { expect_version: None, retry_after: Some(PATCH_FAILURE_BACKOFF) }
+            }
+        }
+    }
+
+    /// The finalizer and the change handlers; returns when to come back.
+    async fn handle_changes(
+        &self,
+        body: &Arc<Value>,
+        memory: &ObjectMemory,
+        logger: &Logger,
+        patch: &mut Value,
+    ) -> Option<Duration> {
+        let probe = {
+            let mut kwargs = Kwargs::new(Value::Null);
+            kwargs.body = Arc::clone(body);
+            kwargs.memo = memory.memo.clone();
+            kwargs
+        };
+        let matching: Vec<&Handler> =
+            self.handlers.changing.iter().filter(|h| h.filters.matches_object(&probe)).collect();
+        if matching.is_empty() {
+            // Blind to objects no handler is interested in: store no state.
+            return None;
+        }
+        let finalizer = self.settings.persistence.finalizer.as_str();
+        let requires_finalizer = matching.iter().any(|h| h.requires_finalizer);
+        let deleting = finalizers::is_deletion_ongoing(body);
+        let blocked = finalizers::is_deletion_blocked(body, finalizer);
+        if !deleting && !blocked && requires_finalizer {
+            logger.debug("Adding the finalizer, thus preventing the actual deletion.");
+            set_finalizer(body, patch, finalizer, true);
+            return None;
+        }
+        if !deleting && blocked && !requires_finalizer {
+            logger.debug("Removing the finalizer, as there are no handlers requiring it.");
+            set_finalizer(body, patch, finalizer, false);
+        }
+
+        let (old, new) = self.diffbase.essences(body, &[], &self.progress);
+        let diff = Diff::between(old.as_ref(), Some(&new));
+        let initial = memory.initial();
+        let cause = causes::detect(CauseInput {
+            body,
+            gone: false,
+            finalizer,
+            old: old.as_ref(),
+            diff: &diff,
+            initial,
+        });
+        let reason = match cause {
+            ChangeCause::Handle(reason) => reason,
+            ChangeCause::Noop => {
+                memory.fully_handled_once.store(true, Ordering::Relaxed);
+                logger.debug("Something has changed, but we are not interested (the essence is the same).");
+                return None;
+            }
+            ChangeCause::Free => {
+                logger.debug("Deletion, but we are done with it, and we do not care.");
+                return None;
+            }
+            ChangeCause::Gone => return None,
+        };
+        let old_changed = old.as_ref() != Some(&new);
+        let context = CauseContext {
+            reason,
+            initial: causes::resume_mixes_in(reason, initial),
+            body: Arc::clone(body),
+            old: old.map(Arc::new),
+            new: Some(Arc::new(new)),
+            diff,
+            memo: memory.memo.clone(),
+            logger: logger.clone(),
+            client: Some(self.client.clone()),
+        };
+        let selected: Vec<&Handler> = matching.iter().copied().filter(|h| context.selects(h)).collect();
+        let owned: Vec<&Handler> = self.handlers.changing.iter().collect();
+        let (done, delay) = if selected.is_empty() {
+            (true, None)
+        } else {
+            let step = handling::step(
+                &context,
+                &selected,
+                &owned,
+                &self.progress,
+                self.settings.execution.default_backoff,
+                patch,
+            )
+            .await;
+            if step.done {
+                logger.info(format!(
+                    "{} is processed: {} succeeded; {} failed.",
+                    title(reason),
+                    step.succeeded,
+                    step.failed
+                ));
+            }
+            (step.done, step.delay)
+        };
+        if !done {
+            return delay;
+        }
+        if reason != Reason::Delete && old_changed {
+            if let Some(new) = &context.new {
+                self.diffbase.store(body, new, patch);
+            }
+        }
+        memory.fully_handled_once.store(true, Ordering::Relaxed);
+        if reason == Reason::Delete && blocked {
+            logger.debug("Removing the finalizer, thus allowing the actual deletion.");
+            set_finalizer(body, patch, finalizer, false);
+        }
+        None
+    }
+
+    async fn run_event_handlers(
+        &self,
+        event_type: Option<EventType>,
+        body: &Arc<Value>,
+        memo: Option<Memo>,
+        logger: &Logger,
+    ) {
+        if self.handlers.watching.is_empty() {
+            return;
+        }
+        let raw = Arc::new(json!({
+            "type": event_type.map(|t| t.as_str()),
+            "object": &**body,
+        }));
+        for handler in &self.handlers.watching {
+            let mut kwargs = Kwargs::new(Value::Null);
+            kwargs.body = Arc::clone(body);
+            kwargs.event = Some(Arc::clone(&raw));
+            kwargs.event_type = event_type;
+            kwargs.memo = memo.clone().unwrap_or_default();
+            kwargs.logger = logger.clone();
+            kwargs.client = Some(self.client.clone());
+            if !handler.filters.matches_object(&kwargs) {
+                continue;
+            }
+            if let Err(error) = handling::invoke(handler, kwargs, handler.options.timeout).await {
+                logger.error(format!("Handler '{}' failed with an exception. Will ignore: {error}", handler.id));
+            }
+        }
+    }
+
+    /// The object's logger: messages go to `tracing`, and from `INFO` up also
+    /// to the object's Kubernetes Events.
+    fn logger(&self, body: &Value) -> Logger {
+        let name = object_name(body);
+        let Some(poster) = self.poster.clone() else { return Logger::new(name) };
+        let reference = ObjectReference::from_body(body);
+        let sink: LogSink = Arc::new(move |level, message| match level {
+            Level::Debug => {}
+            Level::Info => poster.info(reference.clone(), "Logging", message),
+            Level::Warning | Level::Error => poster.warn(reference.clone(), "Logging", message),
+        });
+        Logger::new(name).with_sink(sink)
+    }
+}
+
+/// Adds or removes `finalizer` in a merge patch. Finalizers are a list, which
+/// a merge patch replaces whole, so the patch carries the object's
+/// `resourceVersion`: if someone else changed the list meanwhile, the server
+/// answers 409 and the object is processed again from its newer body.
+fn set_finalizer(body: &Value, patch: &mut Value, finalizer: &str, present: bool) {
+    let mut list: Vec<Value> = body
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|f| f.as_str() != Some(finalizer) && f.as_str() != Some(finalizers::LEGACY_FINALIZER))
+        .collect();
+    if present {
+        list.push(Value::String(finalizer.to_owned()));
+    }
+    let list = if list.is_empty() { Value::Null } else { Value::Array(list) };
+    ensure_field(patch, &["metadata", "finalizers"], list);
+    if let Some(version) = body.pointer("/metadata/resourceVersion") {
+        ensure_field(patch, &["metadata", "resourceVersion"], version.clone());
+    }
+}
+
+fn title(reason: Reason) -> &'static str {
+    match reason {
+        Reason::Create => "Creation",
+        Reason::Update => "Updating",
+        Reason::Delete => "Deletion",
+        Reason::Resume => "Resuming",
+        Reason::Noop => "Nothing",
+    }
+}
+
+fn to_value(object: &DynamicObject) -> Value {
+    // A DynamicObject is a JSON map with typed metadata: it always serializes.
+    serde_json::to_value(object).unwrap_or(Value::Null)
+}
+
+/// `namespace/name`, or `name` for cluster-scoped objects.
+pub fn object_name(body: &Value) -> String {
+    let meta = |key: &str| body.pointer(&format!("/metadata/{key}")).and_then(Value::as_str);
+    match (meta("namespace"), meta("name")) {
+        (Some(ns), Some(name)) => format!("{ns}/{name}"),
+        (None, Some(name)) => name.to_owned(),
+        _ => "?".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finalizers_are_added_and_removed_with_a_version_precondition() {
+        let body = json!({"metadata": {"resourceVersion": "7", "finalizers": ["other/x"]}});
+        let mut patch = json!({});
+        set_finalizer(&body, &mut patch, "ours/f", true);
+        assert_eq!(patch, json!({"metadata": {"finalizers": ["other/x", "ours/f"], "resourceVersion": "7"}}));
+        let body = json!({"metadata": {"resourceVersion": "8", "finalizers": ["ours/f", "KopfFinalizerMarker"]}});
+        let mut patch = json!({});
+        set_finalizer(&body, &mut patch, "ours/f", false);
+        assert_eq!(patch, json!({"metadata": {"finalizers": null, "resourceVersion": "8"}}));
+    }
+
+    #[test]
+    fn objects_are_named_as_kopf_logs_them() {
+        assert_eq!(object_name(&json!({"metadata": {"namespace": "ns", "name": "a"}})), "ns/a");
+        assert_eq!(object_name(&json!({"metadata": {"name": "a"}})), "a");
+    }
+}
