@@ -3,6 +3,8 @@
 pub mod cli;
 pub mod diffbase;
 pub mod finalizers;
+#[cfg(test)]
+mod mock_api;
 pub mod namespaces;
 pub mod patching;
 pub mod posting;

@@ -345,7 +345,9 @@ pub struct PosterTask {
 
 impl std::fmt::Debug for PosterTask {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PosterTask").field("settings", &self.settings).finish_non_exhaustive()
+        f.debug_struct("PosterTask")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
     }
 }
 
