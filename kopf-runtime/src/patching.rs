@@ -62,6 +62,14 @@ pub enum PatchError {
         #[source]
         last: kube::Error,
     },
+    /// Every attempt took longer than `request_timeout`.
+    #[error("patching {name} timed out {attempts} times")]
+    TimedOut {
+        /// The object's name.
+        name: String,
+        /// How many requests were made.
+        attempts: usize,
+    },
     /// Any other failure (`400`, `403`, a malformed answer, …).
     #[error("patching {name} failed")]
     Request {
@@ -113,6 +121,20 @@ pub struct PatchTarget {
 }
 
 impl PatchTarget {
+    /// The target for `obj` (its namespace and name) of `resource`.
+    pub fn for_object(
+        obj: &DynamicObject,
+        resource: &ApiResource,
+        status_subresource: bool,
+    ) -> Option<Self> {
+        Some(Self {
+            resource: resource.clone(),
+            status_subresource,
+            namespace: obj.metadata.namespace.clone(),
+            name: obj.metadata.name.clone()?,
+        })
+    }
+
     fn api(&self, client: &Client) -> Api<DynamicObject> {
         match &self.namespace {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &self.resource),
@@ -126,6 +148,7 @@ impl PatchTarget {
 pub struct Patcher {
     client: Client,
     backoffs: Vec<Duration>,
+    request_timeout: Option<Duration>,
     params: PatchParams,
 }
 
@@ -143,6 +166,7 @@ impl Patcher {
         Self {
             client,
             backoffs: settings.error_backoffs.clone(),
+            request_timeout: settings.request_timeout,
             params: PatchParams::default(),
         }
     }
@@ -235,9 +259,26 @@ impl Patcher {
         let mut backoff = Backoff::limited(&self.backoffs);
         let name = || target.name.clone();
         loop {
-            let error = match request().await {
-                Ok(obj) => return Ok(PatchOutcome::Patched(Box::new(obj))),
-                Err(error) => error,
+            let answer = match self.request_timeout {
+                Some(limit) => tokio::time::timeout(limit, request()).await,
+                None => Ok(request().await),
+            };
+            let error = match answer {
+                Ok(Ok(obj)) => return Ok(PatchOutcome::Patched(Box::new(obj))),
+                Ok(Err(error)) => error,
+                Err(_elapsed) => match backoff.next_delay(None) {
+                    Some(delay) => {
+                        tracing::debug!(name = %target.name, ?delay, "a patch timed out; retrying");
+                        tokio::time::sleep(delay).await;
+                        continue;
+                    }
+                    None => {
+                        return Err(PatchError::TimedOut {
+                            name: name(),
+                            attempts: backoff.attempts() + 1,
+                        });
+                    }
+                },
             };
             match (classify(&error), error) {
                 (ErrorClass::NotFound, _) => return Ok(PatchOutcome::Gone),
@@ -595,6 +636,41 @@ mod tests {
             assert!(
                 matches!(outcome, Err(PatchError::MixedJsonPatch { .. })),
                 "{outcome:?}"
+            );
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn slow_answers_time_out_and_are_retried() {
+            let (client, log) = mock_api::client(|_| Reply::EventsThenHang(vec![]));
+            let settings = NetworkingSettings {
+                request_timeout: Some(Duration::from_secs(10)),
+                error_backoffs: vec![Duration::from_secs(1)],
+                ..NetworkingSettings::default()
+            };
+            let started = tokio::time::Instant::now();
+            let outcome = tokio::time::timeout(
+                LIMIT,
+                Patcher::new(client, &settings).merge(&target(false), &json!({"spec": {}})),
+            )
+            .await
+            .expect("in time");
+            assert!(
+                matches!(outcome, Err(PatchError::TimedOut { attempts: 2, .. })),
+                "{outcome:?}"
+            );
+            assert_eq!(log.lock().expect("not poisoned").len(), 2);
+            assert_eq!(started.elapsed(), Duration::from_secs(21));
+        }
+
+        #[test]
+        fn targets_come_from_objects() {
+            let obj: DynamicObject =
+                serde_json::from_value(example("ns", "a", "u1", "1")).expect("valid");
+            let target =
+                PatchTarget::for_object(&obj, &mock_api::example_resource(), true).expect("named");
+            assert_eq!(
+                (target.namespace.as_deref(), target.name.as_str()),
+                (Some("ns"), "a")
             );
         }
 
