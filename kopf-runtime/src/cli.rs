@@ -65,6 +65,18 @@ pub struct Args {
     #[arg(long)]
     pub standalone: bool,
 
+    /// The peering object to coordinate with other operator instances.
+    #[arg(short = 'P', long, value_name = "NAME", env = "KOPF_RUN_PEERING")]
+    pub peering: Option<String>,
+
+    /// This instance's peering priority (the highest one runs).
+    #[arg(short = 'p', long, value_name = "N")]
+    pub priority: Option<i64>,
+
+    /// Development mode, as in Kopf: `--standalone` with priority 666.
+    #[arg(long)]
+    pub dev: bool,
+
     /// The kubeconfig file to use instead of `$KUBECONFIG` / `~/.kube/config`.
     #[arg(long, value_name = "PATH")]
     pub kubeconfig: Option<PathBuf>,
@@ -76,6 +88,10 @@ pub struct Args {
     /// More logs: `-v` is debug, `-vv` is trace.
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count, conflicts_with = "quiet")]
     pub verbose: u8,
+
+    /// Debug logs, including the libraries' own (kube, hyper): trace level.
+    #[arg(short = 'd', long, conflicts_with = "quiet")]
+    pub debug: bool,
 
     /// Fewer logs: warnings and errors only.
     #[arg(short = 'q', long)]
@@ -102,6 +118,16 @@ impl Args {
     /// [`SelectorError`] as [`NamespaceSelector::new`] reports it.
     pub fn namespace_selector(&self) -> Result<NamespaceSelector, SelectorError> {
         NamespaceSelector::new(&self.namespaces, self.all_namespaces)
+    }
+
+    /// Whether to run without peering (`--standalone` or `--dev`).
+    pub fn is_standalone(&self) -> bool {
+        self.standalone || self.dev
+    }
+
+    /// The peering priority: `--priority`, else 666 with `--dev`, else 0.
+    pub fn effective_priority(&self) -> i64 {
+        self.priority.unwrap_or(if self.dev { 666 } else { 0 })
     }
 
     /// The client configuration: `--kubeconfig` and `--context` if given,
@@ -141,6 +167,9 @@ impl Args {
 
     /// The level used when `RUST_LOG` does not say otherwise.
     pub fn default_level(&self) -> LevelFilter {
+        if self.debug {
+            return LevelFilter::TRACE;
+        }
         match (self.quiet, self.verbose) {
             (true, _) => LevelFilter::WARN,
             (false, 0) => LevelFilter::INFO,
@@ -243,6 +272,18 @@ mod tests {
         assert_eq!(parse(&["-vv"]).default_level(), LevelFilter::TRACE);
         assert_eq!(parse(&["-q"]).default_level(), LevelFilter::WARN);
         assert!(Args::try_parse_from(["op", "-v", "-q"]).is_err());
+    }
+
+    #[test]
+    fn peering_options() {
+        let args = parse(&["--dev"]);
+        assert!(args.is_standalone());
+        assert_eq!(args.effective_priority(), 666);
+        let args = parse(&["-P", "team", "-p", "10"]);
+        assert_eq!(args.peering.as_deref(), Some("team"));
+        assert_eq!(args.effective_priority(), 10);
+        assert!(!args.is_standalone());
+        assert_eq!(parse(&["-d"]).default_level(), LevelFilter::TRACE);
     }
 
     #[test]

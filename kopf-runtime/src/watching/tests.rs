@@ -347,6 +347,34 @@ async fn globbed_namespaces_start_and_stop_watches() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn listed_items_get_their_kind_and_api_version() {
+    let mut bare = example("ns", "a", "u1", "1");
+    let map = bare.as_object_mut().expect("an object");
+    map.remove("kind");
+    map.remove("apiVersion");
+    let mut running = Running::start(NamespaceSelector::all(), move |r| {
+        if is_watch(r) {
+            Reply::EventsThenHang(vec![])
+        } else {
+            list(vec![bare.clone()], "1")
+        }
+    });
+    let event = tokio::time::timeout(LIMIT, running.rx.recv())
+        .await
+        .expect("in time")
+        .expect("open");
+    let types = event
+        .object()
+        .and_then(|o| o.types.clone())
+        .expect("completed");
+    assert_eq!(
+        (types.api_version.as_str(), types.kind.as_str()),
+        ("kopf.dev/v1", "KopfExample")
+    );
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn dropping_the_receiver_stops_the_watcher() {
     let running = Running::start(NamespaceSelector::all(), |r| {
         if is_watch(r) {
