@@ -17,16 +17,23 @@ use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::LevelFilter;
 
 use crate::namespaces::{NamespaceSelector, SelectorError};
+use crate::settings::NetworkingSettings;
 
-/// A failure to set up logging.
+/// A failure to act on the command line: logging or cluster configuration.
 #[derive(Debug, thiserror::Error)]
-pub enum LoggingError {
+pub enum CliError {
     /// `RUST_LOG` holds directives that do not parse.
     #[error("invalid RUST_LOG directives: {0}")]
     InvalidFilter(#[source] tracing_subscriber::filter::FromEnvError),
     /// A global tracing subscriber is already installed.
     #[error("a global tracing subscriber is already installed")]
-    AlreadyInstalled(#[source] Box<dyn std::error::Error + Send + Sync>),
+    LoggerInstalled(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// `--kubeconfig` or `--context` could not be loaded.
+    #[error("cannot load the kubeconfig")]
+    Kubeconfig(#[source] kube::config::KubeconfigError),
+    /// No cluster configuration found (no kubeconfig, not in a cluster).
+    #[error("cannot find a cluster configuration")]
+    InferConfig(#[source] kube::config::InferConfigError),
 }
 
 /// How log lines look (`--log-format`), as in Kopf.
@@ -58,6 +65,18 @@ pub struct Args {
     #[arg(long)]
     pub standalone: bool,
 
+    /// The peering object to coordinate with other operator instances.
+    #[arg(short = 'P', long, value_name = "NAME", env = "KOPF_RUN_PEERING")]
+    pub peering: Option<String>,
+
+    /// This instance's peering priority (the highest one runs).
+    #[arg(short = 'p', long, value_name = "N")]
+    pub priority: Option<i64>,
+
+    /// Development mode, as in Kopf: `--standalone` with priority 666.
+    #[arg(long)]
+    pub dev: bool,
+
     /// The kubeconfig file to use instead of `$KUBECONFIG` / `~/.kube/config`.
     #[arg(long, value_name = "PATH")]
     pub kubeconfig: Option<PathBuf>,
@@ -69,6 +88,10 @@ pub struct Args {
     /// More logs: `-v` is debug, `-vv` is trace.
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count, conflicts_with = "quiet")]
     pub verbose: u8,
+
+    /// Debug logs, including the libraries' own (kube, hyper): trace level.
+    #[arg(short = 'd', long, conflicts_with = "quiet")]
+    pub debug: bool,
 
     /// Fewer logs: warnings and errors only.
     #[arg(short = 'q', long)]
@@ -97,8 +120,56 @@ impl Args {
         NamespaceSelector::new(&self.namespaces, self.all_namespaces)
     }
 
+    /// Whether to run without peering (`--standalone` or `--dev`).
+    pub fn is_standalone(&self) -> bool {
+        self.standalone || self.dev
+    }
+
+    /// The peering priority: `--priority`, else 666 with `--dev`, else 0.
+    pub fn effective_priority(&self) -> i64 {
+        self.priority.unwrap_or(if self.dev { 666 } else { 0 })
+    }
+
+    /// The client configuration: `--kubeconfig` and `--context` if given,
+    /// otherwise kube's inference (`$KUBECONFIG`, `~/.kube/config`, then the
+    /// in-cluster service account); `networking.connect_timeout` applies if set.
+    /// (`--emulator` is handled by the runtime before this is called.)
+    ///
+    /// # Errors
+    ///
+    /// [`CliError::Kubeconfig`] or [`CliError::InferConfig`].
+    pub async fn kube_config(
+        &self,
+        networking: &NetworkingSettings,
+    ) -> Result<kube::Config, CliError> {
+        let options = kube::config::KubeConfigOptions {
+            context: self.context.clone(),
+            ..Default::default()
+        };
+        let mut config = match (&self.kubeconfig, &self.context) {
+            (Some(path), _) => {
+                let kubeconfig =
+                    kube::config::Kubeconfig::read_from(path).map_err(CliError::Kubeconfig)?;
+                kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+                    .await
+                    .map_err(CliError::Kubeconfig)?
+            }
+            (None, Some(_)) => kube::Config::from_kubeconfig(&options)
+                .await
+                .map_err(CliError::Kubeconfig)?,
+            (None, None) => kube::Config::infer().await.map_err(CliError::InferConfig)?,
+        };
+        if let Some(timeout) = networking.connect_timeout {
+            config.connect_timeout = Some(timeout);
+        }
+        Ok(config)
+    }
+
     /// The level used when `RUST_LOG` does not say otherwise.
     pub fn default_level(&self) -> LevelFilter {
+        if self.debug {
+            return LevelFilter::TRACE;
+        }
         match (self.quiet, self.verbose) {
             (true, _) => LevelFilter::WARN,
             (false, 0) => LevelFilter::INFO,
@@ -112,12 +183,12 @@ impl Args {
     ///
     /// # Errors
     ///
-    /// [`LoggingError::InvalidFilter`] if `RUST_LOG` does not parse.
-    pub fn env_filter(&self) -> Result<EnvFilter, LoggingError> {
+    /// [`CliError::InvalidFilter`] if `RUST_LOG` does not parse.
+    pub fn env_filter(&self) -> Result<EnvFilter, CliError> {
         EnvFilter::builder()
             .with_default_directive(self.default_level().into())
             .from_env()
-            .map_err(LoggingError::InvalidFilter)
+            .map_err(CliError::InvalidFilter)
     }
 }
 
@@ -125,8 +196,8 @@ impl Args {
 ///
 /// # Errors
 ///
-/// [`LoggingError`] if `RUST_LOG` is invalid or a subscriber is already set.
-pub fn init_logging(args: &Args) -> Result<(), LoggingError> {
+/// [`CliError`] if `RUST_LOG` is invalid or a subscriber is already set.
+pub fn init_logging(args: &Args) -> Result<(), CliError> {
     let filter = args.env_filter()?;
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     let result = match args.log_format {
@@ -142,7 +213,7 @@ pub fn init_logging(args: &Args) -> Result<(), LoggingError> {
             .with_current_span(true)
             .try_init(),
     };
-    result.map_err(LoggingError::AlreadyInstalled)
+    result.map_err(CliError::LoggerInstalled)
 }
 
 #[cfg(test)]
@@ -204,6 +275,18 @@ mod tests {
     }
 
     #[test]
+    fn peering_options() {
+        let args = parse(&["--dev"]);
+        assert!(args.is_standalone());
+        assert_eq!(args.effective_priority(), 666);
+        let args = parse(&["-P", "team", "-p", "10"]);
+        assert_eq!(args.peering.as_deref(), Some("team"));
+        assert_eq!(args.effective_priority(), 10);
+        assert!(!args.is_standalone());
+        assert_eq!(parse(&["-d"]).default_level(), LevelFilter::TRACE);
+    }
+
+    #[test]
     fn log_formats() {
         assert_eq!(
             parse(&["--log-format", "plain"]).log_format,
@@ -221,6 +304,62 @@ mod tests {
             .expect("exclusions are allowed with -A");
         assert!(selector.is_cluster_wide() && !selector.matches("kube-system"));
         assert!(parse(&["-A", "-n", "dev"]).namespace_selector().is_err());
+    }
+
+    #[tokio::test]
+    async fn kubeconfig_and_context_are_honoured() {
+        let path = std::env::temp_dir().join(format!("kopf-cli-test-{}.yaml", std::process::id()));
+        let kubeconfig = r#"
+apiVersion: v1
+kind: Config
+current-context: one
+clusters:
+- name: one
+  cluster: {server: "http://127.0.0.1:6001"}
+- name: two
+  cluster: {server: "http://127.0.0.1:6002"}
+contexts:
+- name: one
+  context: {cluster: one, user: u, namespace: ns-one}
+- name: two
+  context: {cluster: two, user: u, namespace: ns-two}
+users:
+- name: u
+  user: {token: t}
+"#;
+        std::fs::write(&path, kubeconfig).expect("temp dir is writable");
+        let path_arg = path.to_string_lossy().into_owned();
+        let networking = NetworkingSettings {
+            connect_timeout: Some(std::time::Duration::from_secs(3)),
+            ..NetworkingSettings::default()
+        };
+
+        let config = parse(&["--kubeconfig", &path_arg])
+            .kube_config(&networking)
+            .await
+            .expect("loads");
+        assert_eq!(config.cluster_url.to_string(), "http://127.0.0.1:6001/");
+        assert_eq!(config.default_namespace, "ns-one");
+        assert_eq!(
+            config.connect_timeout,
+            Some(std::time::Duration::from_secs(3))
+        );
+
+        let args = parse(&["--kubeconfig", &path_arg, "--context", "two"]);
+        let config = args.kube_config(&networking).await.expect("loads");
+        assert_eq!(config.cluster_url.to_string(), "http://127.0.0.1:6002/");
+
+        let args = parse(&["--kubeconfig", &path_arg, "--context", "three"]);
+        assert!(matches!(
+            args.kube_config(&networking).await,
+            Err(CliError::Kubeconfig(_))
+        ));
+        let missing = parse(&["--kubeconfig", "/nonexistent/kubeconfig"]);
+        assert!(matches!(
+            missing.kube_config(&networking).await,
+            Err(CliError::Kubeconfig(_))
+        ));
+        let _ = std::fs::remove_file(&path);
     }
 
     #[test]

@@ -10,11 +10,13 @@ pub mod filters;
 pub mod finalizers;
 pub mod handlers;
 pub mod handling;
-pub mod processing;
 pub mod kwargs;
+#[cfg(test)]
+mod mock_api;
 pub mod namespaces;
 pub mod patching;
 pub mod posting;
+pub mod processing;
 pub mod progress;
 pub mod queueing;
 pub mod registry;

@@ -62,6 +62,14 @@ pub enum PatchError {
         #[source]
         last: kube::Error,
     },
+    /// Every attempt took longer than `request_timeout`.
+    #[error("patching {name} timed out {attempts} times")]
+    TimedOut {
+        /// The object's name.
+        name: String,
+        /// How many requests were made.
+        attempts: usize,
+    },
     /// Any other failure (`400`, `403`, a malformed answer, …).
     #[error("patching {name} failed")]
     Request {
@@ -113,6 +121,20 @@ pub struct PatchTarget {
 }
 
 impl PatchTarget {
+    /// The target for `obj` (its namespace and name) of `resource`.
+    pub fn for_object(
+        obj: &DynamicObject,
+        resource: &ApiResource,
+        status_subresource: bool,
+    ) -> Option<Self> {
+        Some(Self {
+            resource: resource.clone(),
+            status_subresource,
+            namespace: obj.metadata.namespace.clone(),
+            name: obj.metadata.name.clone()?,
+        })
+    }
+
     fn api(&self, client: &Client) -> Api<DynamicObject> {
         match &self.namespace {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &self.resource),
@@ -126,6 +148,7 @@ impl PatchTarget {
 pub struct Patcher {
     client: Client,
     backoffs: Vec<Duration>,
+    request_timeout: Option<Duration>,
     params: PatchParams,
 }
 
@@ -143,6 +166,7 @@ impl Patcher {
         Self {
             client,
             backoffs: settings.error_backoffs.clone(),
+            request_timeout: settings.request_timeout,
             params: PatchParams::default(),
         }
     }
@@ -235,9 +259,26 @@ impl Patcher {
         let mut backoff = Backoff::limited(&self.backoffs);
         let name = || target.name.clone();
         loop {
-            let error = match request().await {
-                Ok(obj) => return Ok(PatchOutcome::Patched(Box::new(obj))),
-                Err(error) => error,
+            let answer = match self.request_timeout {
+                Some(limit) => tokio::time::timeout(limit, request()).await,
+                None => Ok(request().await),
+            };
+            let error = match answer {
+                Ok(Ok(obj)) => return Ok(PatchOutcome::Patched(Box::new(obj))),
+                Ok(Err(error)) => error,
+                Err(_elapsed) => match backoff.next_delay(None) {
+                    Some(delay) => {
+                        tracing::debug!(name = %target.name, ?delay, "a patch timed out; retrying");
+                        tokio::time::sleep(delay).await;
+                        continue;
+                    }
+                    None => {
+                        return Err(PatchError::TimedOut {
+                            name: name(),
+                            attempts: backoff.attempts() + 1,
+                        });
+                    }
+                },
             };
             match (classify(&error), error) {
                 (ErrorClass::NotFound, _) => return Ok(PatchOutcome::Gone),
@@ -387,6 +428,261 @@ mod tests {
         remove_field(&mut body, &["d", "e"]);
         remove_field(&mut body, &["x", "y"]);
         assert_eq!(body, json!({"d": {"f": 2}}));
+    }
+
+    mod api {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        use serde_json::json;
+
+        use super::super::*;
+        use crate::mock_api::{self, Reply, example};
+
+        const LIMIT: Duration = Duration::from_secs(600);
+
+        fn target(status_subresource: bool) -> PatchTarget {
+            PatchTarget {
+                resource: mock_api::example_resource(),
+                status_subresource,
+                namespace: Some("ns".into()),
+                name: "a".into(),
+            }
+        }
+
+        fn patcher(client: Client) -> Patcher {
+            Patcher::new(client, &NetworkingSettings::default())
+        }
+
+        async fn merge(
+            patcher: &Patcher,
+            target: &PatchTarget,
+            patch: Value,
+        ) -> Result<PatchOutcome, PatchError> {
+            tokio::time::timeout(LIMIT, patcher.merge(target, &patch))
+                .await
+                .expect("answered in time")
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn status_goes_to_the_subresource() {
+            let (client, log) = mock_api::client(|r| {
+                let rv = if r.uri.contains("/status") { "3" } else { "2" };
+                Reply::Json(200, example("ns", "a", "u1", rv))
+            });
+            let patch = json!({"metadata": {"labels": {"x": "y"}}, "status": {"s": 1}});
+            let outcome = merge(&patcher(client), &target(true), patch)
+                .await
+                .expect("patched");
+            assert_eq!(
+                outcome
+                    .object()
+                    .and_then(|o| o.metadata.resource_version.as_deref()),
+                Some("3")
+            );
+            let log = log.lock().expect("not poisoned");
+            assert_eq!(log.len(), 2);
+            assert_eq!(log[0].method, "PATCH");
+            assert!(
+                log[0]
+                    .uri
+                    .starts_with("/apis/kopf.dev/v1/namespaces/ns/kopfexamples/a?"),
+                "{}",
+                log[0].uri
+            );
+            assert_eq!(log[0].body, json!({"metadata": {"labels": {"x": "y"}}}));
+            assert!(
+                log[1]
+                    .uri
+                    .starts_with("/apis/kopf.dev/v1/namespaces/ns/kopfexamples/a/status?"),
+                "{}",
+                log[1].uri
+            );
+            assert_eq!(log[1].body, json!({"status": {"s": 1}}));
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn status_is_inline_without_the_subresource() {
+            let (client, log) =
+                mock_api::client(|_| Reply::Json(200, example("ns", "a", "u1", "2")));
+            let patch = json!({"metadata": {"labels": {"x": "y"}}, "status": {"s": 1}});
+            merge(&patcher(client), &target(false), patch.clone())
+                .await
+                .expect("patched");
+            let log = log.lock().expect("not poisoned");
+            assert_eq!(log.len(), 1);
+            assert_eq!(log[0].body, patch);
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn missing_object_is_gone_not_an_error() {
+            let (client, _) =
+                mock_api::client(|_| Reply::Json(404, mock_api::status(404, "NotFound", 0)));
+            let outcome = merge(&patcher(client), &target(true), json!({"status": {"s": 1}})).await;
+            assert!(matches!(outcome, Ok(PatchOutcome::Gone)), "{outcome:?}");
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn conflicts_and_invalid_patches_are_classified() {
+            let (client, _) =
+                mock_api::client(|_| Reply::Json(409, mock_api::status(409, "Conflict", 0)));
+            let outcome = merge(&patcher(client), &target(false), json!({"spec": {}})).await;
+            assert!(
+                matches!(outcome, Err(PatchError::Conflict { .. })),
+                "{outcome:?}"
+            );
+
+            let (client, _) =
+                mock_api::client(|_| Reply::Json(422, mock_api::status(422, "Invalid", 0)));
+            let ops: json_patch::Patch = serde_json::from_value(
+                json!([{"op": "test", "path": "/metadata/finalizers/0", "value": "x"}]),
+            )
+            .expect("valid");
+            let outcome = tokio::time::timeout(LIMIT, patcher(client).json(&target(false), &ops))
+                .await
+                .expect("in time");
+            assert!(
+                matches!(outcome, Err(PatchError::Invalid { .. })),
+                "{outcome:?}"
+            );
+
+            let (client, log) =
+                mock_api::client(|_| Reply::Json(403, mock_api::status(403, "Forbidden", 0)));
+            let outcome = merge(&patcher(client), &target(false), json!({"spec": {}})).await;
+            assert!(
+                matches!(outcome, Err(PatchError::Request { .. })),
+                "{outcome:?}"
+            );
+            assert_eq!(
+                log.lock().expect("not poisoned").len(),
+                1,
+                "a 403 is not retried"
+            );
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn throttling_is_retried_after_the_servers_hint() {
+            let calls = AtomicUsize::new(0);
+            let (client, _) =
+                mock_api::client(move |_| match calls.fetch_add(1, Ordering::SeqCst) {
+                    0 => Reply::Json(429, mock_api::status(429, "TooManyRequests", 5)),
+                    _ => Reply::Json(200, example("ns", "a", "u1", "9")),
+                });
+            let started = tokio::time::Instant::now();
+            let outcome = merge(&patcher(client), &target(false), json!({"spec": {}}))
+                .await
+                .expect("patched");
+            assert_eq!(
+                outcome
+                    .object()
+                    .and_then(|o| o.metadata.resource_version.as_deref()),
+                Some("9")
+            );
+            let elapsed = started.elapsed();
+            assert!(
+                elapsed >= Duration::from_secs(5) && elapsed < Duration::from_secs(6),
+                "{elapsed:?}"
+            );
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn persistent_server_errors_exhaust_the_retries() {
+            let (client, log) =
+                mock_api::client(|_| Reply::Json(500, mock_api::status(500, "InternalError", 0)));
+            let settings = NetworkingSettings {
+                error_backoffs: vec![Duration::from_secs(1), Duration::from_secs(2)],
+                ..NetworkingSettings::default()
+            };
+            let outcome = tokio::time::timeout(
+                LIMIT,
+                Patcher::new(client, &settings).merge(&target(false), &json!({"spec": {}})),
+            )
+            .await
+            .expect("in time");
+            assert!(
+                matches!(
+                    outcome,
+                    Err(PatchError::RetriesExhausted { attempts: 3, .. })
+                ),
+                "{outcome:?}"
+            );
+            assert_eq!(log.lock().expect("not poisoned").len(), 3);
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn json_patches_on_status_go_to_the_subresource() {
+            let (client, log) =
+                mock_api::client(|_| Reply::Json(200, example("ns", "a", "u1", "2")));
+            let ops: json_patch::Patch =
+                serde_json::from_value(json!([{"op": "add", "path": "/status/x", "value": 1}]))
+                    .expect("valid");
+            tokio::time::timeout(LIMIT, patcher(client.clone()).json(&target(true), &ops))
+                .await
+                .expect("in time")
+                .expect("patched");
+            assert!(
+                log.lock().expect("not poisoned")[0]
+                    .uri
+                    .contains("/kopfexamples/a/status?")
+            );
+
+            let mixed: json_patch::Patch = serde_json::from_value(json!([
+                {"op": "add", "path": "/status/x", "value": 1},
+                {"op": "add", "path": "/spec/x", "value": 1},
+            ]))
+            .expect("valid");
+            let outcome = tokio::time::timeout(LIMIT, patcher(client).json(&target(true), &mixed))
+                .await
+                .expect("in time");
+            assert!(
+                matches!(outcome, Err(PatchError::MixedJsonPatch { .. })),
+                "{outcome:?}"
+            );
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn slow_answers_time_out_and_are_retried() {
+            let (client, log) = mock_api::client(|_| Reply::EventsThenHang(vec![]));
+            let settings = NetworkingSettings {
+                request_timeout: Some(Duration::from_secs(10)),
+                error_backoffs: vec![Duration::from_secs(1)],
+                ..NetworkingSettings::default()
+            };
+            let started = tokio::time::Instant::now();
+            let outcome = tokio::time::timeout(
+                LIMIT,
+                Patcher::new(client, &settings).merge(&target(false), &json!({"spec": {}})),
+            )
+            .await
+            .expect("in time");
+            assert!(
+                matches!(outcome, Err(PatchError::TimedOut { attempts: 2, .. })),
+                "{outcome:?}"
+            );
+            assert_eq!(log.lock().expect("not poisoned").len(), 2);
+            assert_eq!(started.elapsed(), Duration::from_secs(21));
+        }
+
+        #[test]
+        fn targets_come_from_objects() {
+            let obj: DynamicObject =
+                serde_json::from_value(example("ns", "a", "u1", "1")).expect("valid");
+            let target =
+                PatchTarget::for_object(&obj, &mock_api::example_resource(), true).expect("named");
+            assert_eq!(
+                (target.namespace.as_deref(), target.name.as_str()),
+                (Some("ns"), "a")
+            );
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn an_empty_merge_patch_reads_the_object() {
+            let (client, log) =
+                mock_api::client(|_| Reply::Json(200, example("ns", "a", "u1", "4")));
+            merge(&patcher(client), &target(true), json!({}))
+                .await
+                .expect("read");
+            assert_eq!(log.lock().expect("not poisoned")[0].method, "GET");
+        }
     }
 
     #[test]

@@ -583,6 +583,90 @@ mod tests {
         p.info(&pod(), "R", "3"); // closed: dropped, no panic
     }
 
+    mod api {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::time::Duration;
+
+        use tokio_util::task::TaskTracker;
+
+        use super::super::*;
+        use super::pod;
+        use crate::mock_api::{self, Reply};
+
+        const LIMIT: Duration = Duration::from_secs(600);
+
+        #[tokio::test(start_paused = true)]
+        async fn events_are_posted_and_failures_do_not_stop_the_task() {
+            let calls = AtomicUsize::new(0);
+            let (client, log) =
+                mock_api::client(move |r| match calls.fetch_add(1, Ordering::SeqCst) {
+                    0 => Reply::Json(500, mock_api::status(500, "InternalError", 0)),
+                    _ => Reply::Json(201, r.body.clone()),
+                });
+            let (poster, task) = EventPoster::new(client, PostingSettings::default());
+            let cancel = CancellationToken::new();
+            let tracker = TaskTracker::new();
+            tracker.spawn(task.run(cancel.clone()));
+
+            poster.warn(&pod(), "First", "fails");
+            poster.info(&pod(), "Second", "succeeds");
+            let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "u9"}});
+            poster.info(&node, "Third", "cluster-scoped");
+            poster.info(
+                &json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e"}}),
+                "Loop",
+                "skipped",
+            );
+
+            tokio::time::timeout(LIMIT, async {
+                while log.lock().expect("not poisoned").len() < 3 {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .await
+            .expect("posted in time");
+            drop(poster);
+            tracker.close();
+            tokio::time::timeout(LIMIT, tracker.wait())
+                .await
+                .expect("the task ends when posters are gone");
+
+            let log = log.lock().expect("not poisoned");
+            assert_eq!(log.len(), 3, "the event about an Event is never posted");
+            assert!(log.iter().all(|r| r.method == "POST"));
+            assert!(
+                log[1].uri.starts_with("/api/v1/namespaces/ns/events"),
+                "{}",
+                log[1].uri
+            );
+            assert_eq!(log[1].body["reason"], "Second");
+            assert_eq!(log[1].body["source"]["component"], "kopf");
+            assert_eq!(log[1].body["involvedObject"]["uid"], "u1");
+            assert!(
+                log[2].uri.starts_with("/api/v1/namespaces/default/events"),
+                "{}",
+                log[2].uri
+            );
+            assert_eq!(log[2].body["involvedObject"]["namespace"], "default");
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn cancellation_stops_the_task_promptly() {
+            let (client, _) = mock_api::client(|_| Reply::EventsThenHang(vec![]));
+            let (poster, task) = EventPoster::new(client, PostingSettings::default());
+            let cancel = CancellationToken::new();
+            let tracker = TaskTracker::new();
+            tracker.spawn(task.run(cancel.clone()));
+            poster.info(&pod(), "Hangs", "the server never answers");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            cancel.cancel();
+            tracker.close();
+            tokio::time::timeout(Duration::from_secs(1), tracker.wait())
+                .await
+                .expect("stopped promptly");
+        }
+    }
+
     #[tokio::test]
     async fn free_functions_use_the_scoped_poster() {
         let (p, mut rx) = poster(PostingSettings::default());

@@ -45,6 +45,8 @@ use kube::core::Status;
 
 mod resource;
 mod stream;
+#[cfg(test)]
+mod tests;
 pub mod tracker;
 
 pub use resource::ResourceWatcher;

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::api::{Api, DynamicObject, ListParams, WatchEvent, WatchParams};
+use kube::api::{Api, DynamicObject, ListParams, TypeMeta, WatchEvent, WatchParams};
 use kube::core::ApiResource;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -33,6 +33,8 @@ pub(super) struct ScopeWatch {
     scope: String,
     settings: WatchingSettings,
     filter: Option<NamespaceSelector>,
+    /// `apiVersion` and `kind`, which list items lack.
+    types: TypeMeta,
     tracker: ObjectTracker,
     out: Vec<ObjectEvent>,
 }
@@ -51,6 +53,10 @@ impl ScopeWatch {
             scope,
             settings,
             filter,
+            types: TypeMeta {
+                api_version: resource.api_version.clone(),
+                kind: resource.kind.clone(),
+            },
             tracker: ObjectTracker::new(resource.clone()),
             out: Vec::new(),
         }
@@ -134,6 +140,18 @@ impl ScopeWatch {
         tokio::time::sleep(delay).await;
     }
 
+    /// Give the object its `apiVersion` and `kind` if the answer omitted
+    /// them (list items never have them), as Kopf does.
+    fn complete(&self, obj: &mut DynamicObject) {
+        let missing = obj
+            .types
+            .as_ref()
+            .is_none_or(|t| t.kind.is_empty() || t.api_version.is_empty());
+        if missing {
+            obj.types = Some(self.types.clone());
+        }
+    }
+
     fn accepts(&self, obj: &DynamicObject) -> bool {
         match (&self.filter, obj.metadata.namespace.as_deref()) {
             (Some(selector), Some(ns)) => selector.matches(ns),
@@ -150,7 +168,8 @@ impl ScopeWatch {
         let mut params = ListParams::default().limit(self.settings.list_page_size.max(1));
         let version = loop {
             let page = self.api.list(&params).await.map_err(WatchError::List)?;
-            for obj in page.items {
+            for mut obj in page.items {
+                self.complete(&mut obj);
                 if self.accepts(&obj) {
                     self.tracker.feed(WatchInput::Listed(obj), &mut self.out);
                 }
@@ -234,12 +253,14 @@ impl ScopeWatch {
             };
             backoff.reset();
             let input = match event {
-                WatchEvent::Added(obj) | WatchEvent::Modified(obj) => {
+                WatchEvent::Added(mut obj) | WatchEvent::Modified(mut obj) => {
                     remember_version(rv, &obj);
+                    self.complete(&mut obj);
                     WatchInput::Applied(obj)
                 }
-                WatchEvent::Deleted(obj) => {
+                WatchEvent::Deleted(mut obj) => {
                     remember_version(rv, &obj);
+                    self.complete(&mut obj);
                     WatchInput::Deleted(obj)
                 }
                 WatchEvent::Bookmark(bookmark) => {

@@ -17,7 +17,7 @@
 //!   So no two live UIDs ever share a name, and the consumer never confuses a
 //!   re-created object with its predecessor.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use kube::api::{DynamicObject, ObjectMeta, TypeMeta};
@@ -70,6 +70,8 @@ pub struct ObjectTracker {
     resource: ApiResource,
     objects: HashMap<Arc<str>, Entry>,
     names: HashMap<ObjectKey, Arc<str>>,
+    /// Namespace names, shared by all objects in them.
+    namespaces: HashSet<Arc<str>>,
     epoch: u64,
 }
 
@@ -80,6 +82,7 @@ impl ObjectTracker {
             resource,
             objects: HashMap::new(),
             names: HashMap::new(),
+            namespaces: HashSet::new(),
             epoch: 0,
         }
     }
@@ -136,7 +139,7 @@ impl ObjectTracker {
             self.vanish(uid, out);
         }
         // The same name under another UID: the predecessor is gone.
-        let key: ObjectKey = (namespace.map(Arc::from), Arc::from(name));
+        let key: ObjectKey = (namespace.map(|ns| self.intern(ns)), Arc::from(name));
         if let Some(other) = self
             .names
             .get(&key)
@@ -174,6 +177,15 @@ impl ObjectTracker {
             object: Arc::new(obj),
             seen,
         });
+    }
+
+    fn intern(&mut self, namespace: &str) -> Arc<str> {
+        if let Some(shared) = self.namespaces.get(namespace) {
+            return shared.clone();
+        }
+        let shared: Arc<str> = Arc::from(namespace);
+        self.namespaces.insert(shared.clone());
+        shared
     }
 
     fn delete(&mut self, obj: DynamicObject, out: &mut Vec<ObjectEvent>) {
