@@ -14,6 +14,7 @@ pub mod kwargs;
 #[cfg(test)]
 mod mock_api;
 pub mod namespaces;
+pub mod operator;
 pub mod patching;
 pub mod posting;
 pub mod processing;
@@ -45,6 +46,7 @@ pub use kwargs::{
     Admission, Diff, DiffItem, DiffOp, EventType, Index, Indexes, Kwargs, Level, Logger, Memo,
     Operation, Patch, Reason, Stopped, Warnings,
 };
+pub use operator::{Operator, OperatorError};
 pub use registry::{Registry, RegistryBuilder, RegistryError};
 pub use resources::ResourceRef;
 

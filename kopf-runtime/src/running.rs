@@ -1,0 +1,198 @@
+//! [`run`] and [`Runner`]: an operator binary's command line, as `kopf run`.
+//!
+//! `run()` parses the command line ([`Args`]), sets up logging, collects the
+//! handlers declared with the attribute macros, connects to the cluster (or,
+//! with `--emulator`, to an in-process Kubernetes API emulator) and runs the
+//! [`Operator`] until SIGINT or SIGTERM.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use clap::Parser;
+
+use crate::cli::{self, Args, CliError};
+use crate::namespaces::SelectorError;
+use crate::operator::{Operator, OperatorError};
+use crate::registry::{Registry, RegistryError};
+use crate::settings::OperatorSettings;
+
+/// Why [`run`] could not run the operator.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// Logging or the cluster configuration could not be set up.
+    #[error(transparent)]
+    Cli(#[from] CliError),
+    /// A `-n/--namespace` pattern is invalid.
+    #[error("invalid --namespace pattern: {0}")]
+    Namespaces(#[from] SelectorError),
+    /// The declared handlers are inconsistent.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// The operator failed to start.
+    #[error(transparent)]
+    Operator(#[from] OperatorError),
+    /// The kube client could not be built from the configuration.
+    #[error("cannot build a Kubernetes client: {0}")]
+    Client(#[source] kube::Error),
+    /// `--emulator` was given, but this build has no emulator.
+    #[error("this build has no emulator: enable kopf-runtime's `emulator` feature, or drop --emulator")]
+    NoEmulator,
+    /// The embedded emulator did not start.
+    #[error("the embedded emulator did not start: {0}")]
+    Emulator(String),
+}
+
+/// Runs the operator that the attribute macros declared, with the command
+/// line of the current process. See the [module docs](self).
+///
+/// ```no_run
+/// #[tokio::main]
+/// async fn main() -> Result<(), kopf_runtime::RunError> {
+///     kopf_runtime::run().await
+/// }
+/// ```
+///
+/// # Errors
+/// [`RunError`] when the operator cannot start; runtime failures of handlers
+/// are logged, retried and posted as Events, never returned.
+pub async fn run() -> Result<(), RunError> {
+    Runner::new().run().await
+}
+
+type Setup = Box<dyn FnOnce(kube::Client) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
+/// [`run`] with options: other arguments, settings, a registry built without
+/// macros, or demo objects to create when running on the emulator.
+#[must_use]
+pub struct Runner {
+    args: Option<Args>,
+    settings: OperatorSettings,
+    registry: Option<Registry>,
+    on_emulator: Option<Setup>,
+}
+
+impl std::fmt::Debug for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runner").field("args", &self.args).finish_non_exhaustive()
+    }
+}
+
+impl Default for Runner {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Runner {
+    /// Parses the process's command line when run.
+    pub fn new() -> Self {
+        Self { args: None, settings: OperatorSettings::default(), registry: None, on_emulator: None }
+    }
+
+    /// Uses these arguments instead of the process's.
+    pub fn args(mut self, args: Args) -> Self {
+        self.args = Some(args);
+        self
+    }
+
+    /// Uses these settings.
+    pub fn settings(mut self, settings: OperatorSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Runs these handlers instead of the ones the macros declared.
+    pub fn registry(mut self, registry: Registry) -> Self {
+        self.registry = Some(registry);
+        self
+    }
+
+    /// With `--emulator`, calls `setup` with a client of the fresh emulator
+    /// once the operator is about to start (e.g. to create demo objects).
+    pub fn on_emulator<F, Fut>(mut self, setup: F) -> Self
+    where
+        F: FnOnce(kube::Client) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.on_emulator = Some(Box::new(move |client| Box::pin(setup(client))));
+        self
+    }
+
+    /// Runs until SIGINT or SIGTERM.
+    ///
+    /// # Errors
+    /// See [`run`].
+    pub async fn run(self) -> Result<(), RunError> {
+        let args = match self.args {
+            Some(args) => args,
+            None => Args::parse(),
+        };
+        cli::init_logging(&args)?;
+        let registry = match self.registry {
+            Some(registry) => registry,
+            None => Registry::from_inventory()?,
+        };
+        let namespaces = args.namespace_selector()?;
+        tracing::info!(handlers = registry.len(), "starting the operator");
+
+        #[cfg(feature = "emulator")]
+        let mut _emulator = None;
+        let client = if args.emulator {
+            #[cfg(feature = "emulator")]
+            {
+                let emulator = start_emulator(&registry).await?;
+                let client = emulator.client();
+                tracing::info!(
+                    url = %emulator.url(),
+                    "running against the embedded Kubernetes API emulator (--emulator), not a cluster"
+                );
+                if let Some(setup) = self.on_emulator {
+                    tokio::spawn(setup(client.clone()));
+                }
+                _emulator = Some(emulator);
+                client
+            }
+            #[cfg(not(feature = "emulator"))]
+            return Err(RunError::NoEmulator);
+        } else {
+            let config = args.kube_config(&self.settings.networking).await?;
+            kube::Client::try_from(config).map_err(RunError::Client)?
+        };
+
+        Operator::new(registry).settings(self.settings).client(client).namespaces(namespaces).run().await?;
+        #[cfg(feature = "emulator")]
+        if let Some(emulator) = _emulator {
+            emulator.shutdown().await;
+        }
+        Ok(())
+    }
+}
+
+/// Starts the emulator with a CRD for every custom resource the handlers
+/// serve (built-in kinds are already there).
+#[cfg(feature = "emulator")]
+async fn start_emulator(registry: &Registry) -> Result<kopf_testing::Emulator, RunError> {
+    const BUILT_IN_GROUPS: [&str; 4] = ["", "events.k8s.io", "coordination.k8s.io", "apiextensions.k8s.io"];
+    let mut builder = kopf_testing::Emulator::builder();
+    for resource in registry.resources() {
+        if BUILT_IN_GROUPS.contains(&resource.group.as_ref()) {
+            continue;
+        }
+        let Some(kind) = &resource.kind else {
+            tracing::warn!(
+                plural = %resource.plural,
+                "cannot register a CRD in the emulator for a resource given without its kind; create it through the API"
+            );
+            continue;
+        };
+        builder = builder.crd(
+            &resource.group,
+            &resource.version,
+            &resource.plural,
+            kind,
+            resource.namespaced.unwrap_or(true),
+        );
+    }
+    builder.start().await.map_err(|error| RunError::Emulator(error.to_string()))
+}
