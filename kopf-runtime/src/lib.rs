@@ -23,6 +23,7 @@ pub mod queueing;
 pub mod registry;
 pub mod resources;
 pub mod retrying;
+pub mod running;
 pub mod settings;
 pub mod watching;
 
@@ -48,6 +49,7 @@ pub use kwargs::{
 };
 pub use operator::{Operator, OperatorError};
 pub use registry::{Registry, RegistryBuilder, RegistryError};
+pub use running::{RunError, Runner, run};
 pub use resources::ResourceRef;
 
 /// Keeps the handlers of a crate that the binary does not otherwise reference.
