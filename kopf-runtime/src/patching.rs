@@ -15,7 +15,10 @@
 //!   [`PatchError::Invalid`]: the caller re-reads the object and decides.
 //! - The `status` of a merge patch goes to the `/status` subresource when the
 //!   resource has one (a second request, after the main one), inline
-//!   otherwise, as Kopf does.
+//!   otherwise, as Kopf does; JSON-patch operations on `/status…` are split
+//!   off the same way.
+//! - Each attempt is bounded by `request_timeout`; a timed-out attempt is
+//!   retried like a `5xx`.
 //!
 //! The field helpers ([`resolve_field`], [`ensure_field`], [`remove_field`])
 //! build merge-patch fragments for [`progress`](crate::progress),
