@@ -1,2 +1,146 @@
 //! `kube-emulator`: serves the kopf-testing emulator standalone.
-fn main() {}
+//!
+//! ```text
+//! kube-emulator --port 0 --kubeconfig /tmp/kc --crd example.com/v1/widgets:Widget \
+//!               --crd example.com/v1/clusterwidgets:ClusterWidget:Cluster --preload objects.yaml -v
+//! ```
+//! Prints `listening on http://127.0.0.1:PORT` once it listens, writes the
+//! kubeconfig (atomically) after that, and exits with 0 on SIGTERM or SIGINT.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use kopf_testing::Emulator;
+
+/// An in-memory Kubernetes API server for testing operators.
+#[derive(Debug, Parser)]
+#[command(name = "kube-emulator", version)]
+struct Args {
+    /// Port on 127.0.0.1 (0 picks a free port).
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// Write a kubeconfig for the emulator here once it listens.
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// Register a CRD: `group/version/plural:Kind` or `group/version/plural:Kind:Cluster`.
+    #[arg(long, value_name = "G/V/PLURAL:KIND[:Cluster]")]
+    crd: Vec<String>,
+    /// Create the objects of a multi-document YAML file at start.
+    #[arg(long, value_name = "FILE.yaml")]
+    preload: Vec<PathBuf>,
+    /// Log more (-v: debug, -vv: trace).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    verbose: u8,
+}
+
+/// A parsed `--crd` value.
+#[derive(Debug, PartialEq)]
+struct CrdSpec {
+    group: String,
+    version: String,
+    plural: String,
+    kind: String,
+    namespaced: bool,
+}
+
+/// Parses `group/version/plural:Kind[:Cluster|:Namespaced]`.
+fn parse_crd(spec: &str) -> Result<CrdSpec, String> {
+    let usage = || format!("invalid --crd {spec:?}: expected group/version/plural:Kind[:Cluster], e.g. example.com/v1/widgets:Widget");
+    let mut parts = spec.split(':');
+    let path = parts.next().ok_or_else(usage)?;
+    let kind = parts.next().filter(|k| !k.is_empty()).ok_or_else(usage)?;
+    let namespaced = match parts.next() {
+        None | Some("Namespaced") => true,
+        Some("Cluster") => false,
+        Some(_) => return Err(usage()),
+    };
+    if parts.next().is_some() {
+        return Err(usage());
+    }
+    let segs: Vec<&str> = path.split('/').collect();
+    let [group, version, plural] = segs.as_slice() else { return Err(usage()) };
+    if [group, version, plural].iter().any(|s| s.is_empty()) {
+        return Err(usage());
+    }
+    Ok(CrdSpec { group: (*group).into(), version: (*version).into(), plural: (*plural).into(), kind: kind.into(), namespaced })
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let mut builder = Emulator::builder().port(args.port);
+    for spec in &args.crd {
+        let crd = parse_crd(spec)?;
+        builder = builder.crd(&crd.group, &crd.version, &crd.plural, &crd.kind, crd.namespaced);
+    }
+    for path in &args.preload {
+        builder = builder.preload_file(path);
+    }
+    let emulator = builder.start().await.map_err(|e| e.to_string())?;
+    println!("listening on {}", emulator.url());
+    if let Some(path) = &args.kubeconfig {
+        emulator.write_kubeconfig(path).map_err(|e| format!("cannot write kubeconfig {}: {e}", path.display()))?;
+        tracing::info!(path = %path.display(), "kubeconfig written");
+    }
+    wait_for_signal().await.map_err(|e| format!("cannot listen for signals: {e}"))?;
+    tracing::info!("shutting down");
+    emulator.shutdown().await;
+    Ok(())
+}
+
+async fn wait_for_signal() -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        Ok(())
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c().await
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let level = match args.verbose {
+        0 => "warn",
+        1 => "kopf_testing=debug,kube_emulator=debug,info",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("kube-emulator: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kube-emulator: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crd_specs_parse() {
+        let c = parse_crd("example.com/v1/widgets:Widget").unwrap();
+        assert_eq!((c.group.as_str(), c.version.as_str(), c.plural.as_str(), c.kind.as_str(), c.namespaced), ("example.com", "v1", "widgets", "Widget", true));
+        assert!(!parse_crd("example.com/v1/things:Thing:Cluster").unwrap().namespaced);
+        assert!(parse_crd("example.com/widgets:Widget").is_err());
+        assert!(parse_crd("example.com/v1/widgets").is_err());
+        assert!(parse_crd("example.com/v1/widgets:Widget:Galaxy").is_err());
+    }
+}

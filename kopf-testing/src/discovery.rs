@@ -1,0 +1,207 @@
+//! Discovery documents: `/version`, `/api`, `/apis`, resource lists and the
+//! minimal OpenAPI documents kubectl fetches before validating.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::resources::ResourceDef;
+
+/// The Kubernetes version the emulator claims to be.
+pub const MAJOR: &str = "1";
+/// The Kubernetes minor version the emulator claims to be.
+pub const MINOR: &str = "33";
+
+const VERBS: [&str; 8] = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+
+/// `/version`.
+pub fn version() -> Value {
+    json!({
+        "major": MAJOR,
+        "minor": MINOR,
+        "gitVersion": format!("v{MAJOR}.{MINOR}.0-kopf-emulator"),
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z",
+        "goVersion": "go1.24.0",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    })
+}
+
+/// `/api`.
+pub fn core_versions(port: u16) -> Value {
+    json!({
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": format!("127.0.0.1:{port}")}],
+    })
+}
+
+fn group_versions(defs: &[Arc<ResourceDef>]) -> BTreeMap<String, (Vec<String>, Option<String>)> {
+    let mut groups: BTreeMap<String, (Vec<String>, Option<String>)> = BTreeMap::new();
+    for d in defs.iter().filter(|d| !d.group.is_empty()) {
+        let entry = groups.entry(d.group.clone()).or_default();
+        if !entry.0.contains(&d.version) {
+            entry.0.push(d.version.clone());
+        }
+        if d.storage && entry.1.is_none() {
+            entry.1 = Some(d.version.clone());
+        }
+    }
+    groups
+}
+
+fn group_doc(name: &str, versions: &[String], preferred: Option<&String>) -> Value {
+    let gv = |v: &String| json!({"groupVersion": format!("{name}/{v}"), "version": v});
+    let preferred = preferred.or(versions.first());
+    json!({
+        "name": name,
+        "versions": versions.iter().map(gv).collect::<Vec<_>>(),
+        "preferredVersion": preferred.map(gv),
+    })
+}
+
+/// `/apis`.
+pub fn groups(defs: &[Arc<ResourceDef>]) -> Value {
+    let groups: Vec<Value> = group_versions(defs).iter().map(|(name, (vs, pref))| group_doc(name, vs, pref.as_ref())).collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// `/apis/G`, if the group is served.
+pub fn group(defs: &[Arc<ResourceDef>], name: &str) -> Option<Value> {
+    let groups = group_versions(defs);
+    let (vs, pref) = groups.get(name)?;
+    let mut doc = group_doc(name, vs, pref.as_ref());
+    doc["kind"] = "APIGroup".into();
+    doc["apiVersion"] = "v1".into();
+    Some(doc)
+}
+
+/// `/api/v1` or `/apis/G/V`, if served.
+pub fn resources(defs: &[Arc<ResourceDef>], group: &str, version: &str) -> Option<Value> {
+    let served: Vec<&Arc<ResourceDef>> = defs.iter().filter(|d| d.group == group && d.version == version).collect();
+    if served.is_empty() {
+        return None;
+    }
+    let mut resources = Vec::new();
+    for d in served {
+        let mut r = json!({
+            "name": d.plural,
+            "singularName": d.singular,
+            "namespaced": d.namespaced,
+            "kind": d.kind,
+            "verbs": VERBS,
+        });
+        if !d.short_names.is_empty() {
+            r["shortNames"] = json!(d.short_names);
+        }
+        if !d.group.is_empty() && d.group != "apiextensions.k8s.io" && d.group != "coordination.k8s.io" && d.group != "events.k8s.io" {
+            r["categories"] = json!(["all"]);
+        }
+        resources.push(r);
+        if d.status_subresource {
+            resources.push(json!({
+                "name": format!("{}/status", d.plural),
+                "singularName": "",
+                "namespaced": d.namespaced,
+                "kind": d.kind,
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
+    }
+    let group_version = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}))
+}
+
+fn gv_path(group: &str, version: &str) -> String {
+    if group.is_empty() { format!("api/{version}") } else { format!("apis/{group}/{version}") }
+}
+
+/// `/openapi/v3`: the index of per-group-version documents.
+pub fn openapi_v3_index(defs: &[Arc<ResourceDef>]) -> Value {
+    let mut paths = serde_json::Map::new();
+    for d in defs {
+        let path = gv_path(&d.group, &d.version);
+        let url = format!("/openapi/v3/{path}?hash=kopf-emulator");
+        paths.insert(path, json!({"serverRelativeURL": url}));
+    }
+    json!({"paths": paths})
+}
+
+/// `/openapi/v3/api/v1` or `/openapi/v3/apis/G/V`: a document without schemas
+/// whose PATCH operations declare `fieldValidation`, so kubectl leaves
+/// validation to the server instead of fetching `/openapi/v2`.
+pub fn openapi_v3_document(defs: &[Arc<ResourceDef>], path: &str) -> Option<Value> {
+    let served: Vec<&Arc<ResourceDef>> = defs.iter().filter(|d| gv_path(&d.group, &d.version) == path).collect();
+    if served.is_empty() {
+        return None;
+    }
+    let mut paths = serde_json::Map::new();
+    for d in served {
+        let gvk = json!([{"group": d.group, "version": d.version, "kind": d.kind}]);
+        let ns = if d.namespaced { "/namespaces/{namespace}" } else { "" };
+        let patch = json!({
+            "patch": {
+                "operationId": format!("patch{}", d.kind),
+                "x-kubernetes-action": "patch",
+                "x-kubernetes-group-version-kind": gvk[0],
+                "parameters": [
+                    {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+                    {"name": "fieldManager", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+                ],
+                "responses": {"200": {"description": "OK"}},
+            }
+        });
+        paths.insert(format!("/{path}{ns}/{}/{{name}}", d.plural), patch);
+    }
+    Some(json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": format!("v{MAJOR}.{MINOR}.0")},
+        "paths": paths,
+        "components": {"schemas": {}},
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::{builtins, crd_object, defs_from_crd};
+
+    fn defs() -> Vec<Arc<ResourceDef>> {
+        let mut defs: Vec<Arc<ResourceDef>> = builtins().into_iter().map(Arc::new).collect();
+        defs.extend(defs_from_crd(&crd_object("example.com", "v1", "widgets", "Widget", true)).unwrap().into_iter().map(Arc::new));
+        defs
+    }
+
+    #[test]
+    fn core_resources_list_statuses_and_short_names() {
+        let doc = resources(&defs(), "", "v1").unwrap();
+        let names: Vec<&str> = doc["resources"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
+        assert!(names.contains(&"configmaps"));
+        assert!(names.contains(&"pods/status"));
+        assert_eq!(doc["groupVersion"], "v1");
+    }
+
+    #[test]
+    fn groups_include_crds() {
+        let doc = groups(&defs());
+        let names: Vec<&str> = doc["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
+        assert!(names.contains(&"example.com"));
+        assert!(names.contains(&"coordination.k8s.io"));
+        assert_eq!(group(&defs(), "example.com").unwrap()["preferredVersion"]["version"], "v1");
+        assert!(group(&defs(), "nope.io").is_none());
+        assert!(resources(&defs(), "example.com", "v2").is_none());
+    }
+
+    #[test]
+    fn openapi_v3_declares_field_validation() {
+        let index = openapi_v3_index(&defs());
+        assert!(index["paths"]["apis/example.com/v1"]["serverRelativeURL"].is_string());
+        let doc = openapi_v3_document(&defs(), "apis/example.com/v1").unwrap();
+        let op = &doc["paths"]["/apis/example.com/v1/namespaces/{namespace}/widgets/{name}"]["patch"];
+        assert_eq!(op["x-kubernetes-group-version-kind"]["kind"], "Widget");
+        assert!(openapi_v3_document(&defs(), "apis/nope/v1").is_none());
+    }
+}

@@ -1,0 +1,443 @@
+//! The public handle of a running emulator and its builder.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::error::EmulatorError;
+use crate::faults::Faults;
+use crate::preload;
+use crate::recording::RecordedRequest;
+use crate::resources;
+use crate::server::{self, Running};
+use crate::shared::Shared;
+use crate::store::Store;
+
+/// Default number of watch events kept per resource for resuming watches.
+pub const DEFAULT_HISTORY_LIMIT: usize = 100_000;
+
+/// How often a restart retries binding the same port.
+const REBIND_RETRIES: u32 = 250;
+
+#[derive(Debug, Clone)]
+enum Preload {
+    Yaml(String),
+    File(PathBuf),
+}
+
+/// Configures and starts an [`Emulator`].
+#[derive(Debug, Clone)]
+#[must_use = "call .start().await to run the emulator"]
+pub struct EmulatorBuilder {
+    port: u16,
+    crds: Vec<Value>,
+    preloads: Vec<Preload>,
+    history_limit: usize,
+}
+
+impl Default for EmulatorBuilder {
+    fn default() -> Self {
+        Self { port: 0, crds: Vec::new(), preloads: Vec::new(), history_limit: DEFAULT_HISTORY_LIMIT }
+    }
+}
+
+impl EmulatorBuilder {
+    /// Listens on this port of 127.0.0.1 (0, the default, picks a free one).
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// Registers a CRD (with a status subresource and a schema preserving unknown
+    /// fields), exactly as creating it through the API would.
+    pub fn crd(mut self, group: &str, version: &str, plural: &str, kind: &str, namespaced: bool) -> Self {
+        self.crds.push(resources::crd_object(group, version, plural, kind, namespaced));
+        self
+    }
+
+    /// Creates the objects of a multi-document YAML at start (CRDs and namespaces
+    /// first; missing namespaces are created).
+    pub fn preload_yaml(mut self, yaml: &str) -> Self {
+        self.preloads.push(Preload::Yaml(yaml.into()));
+        self
+    }
+
+    /// Like [`preload_yaml`](Self::preload_yaml), reading a file at start.
+    pub fn preload_file(mut self, path: impl AsRef<Path>) -> Self {
+        self.preloads.push(Preload::File(path.as_ref().to_path_buf()));
+        self
+    }
+
+    /// How many watch events are kept per resource for resuming watches
+    /// (older resourceVersions get `410 Gone`).
+    pub fn history_limit(mut self, events: usize) -> Self {
+        self.history_limit = events.max(1);
+        self
+    }
+
+    /// Starts the emulator on 127.0.0.1.
+    ///
+    /// # Errors
+    /// If the port cannot be bound, or a preload is unreadable, invalid or rejected.
+    pub async fn start(self) -> Result<Emulator, EmulatorError> {
+        let mut objects = self.crds.clone();
+        for preload in &self.preloads {
+            let yaml = match preload {
+                Preload::Yaml(yaml) => yaml.clone(),
+                Preload::File(path) => std::fs::read_to_string(path).map_err(|source| EmulatorError::PreloadFile { path: path.clone(), source })?,
+            };
+            objects.extend(preload::parse(&yaml)?);
+        }
+        let mut store = Store::new(self.history_limit);
+        preload::apply(&mut store, &objects)?;
+        let listener = server::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, self.port)), 0).await?;
+        let addr = listener.local_addr().map_err(|source| EmulatorError::Bind { addr: SocketAddr::from((Ipv4Addr::LOCALHOST, self.port)), source })?;
+        let shared = Arc::new(Shared::new(store, addr.port()));
+        let running = server::spawn(listener, shared.clone());
+        tracing::debug!(%addr, "emulator: listening");
+        Ok(Emulator { faults: Faults { shared: shared.clone() }, shared, addr, objects, running: tokio::sync::Mutex::new(Some(running)) })
+    }
+}
+
+/// An in-memory Kubernetes API server listening on 127.0.0.1.
+///
+/// Dropping it stops the server (open connections are closed shortly after).
+///
+/// # Caveats
+/// [`client`](Self::client) must be called inside a Tokio runtime.
+#[derive(Debug)]
+pub struct Emulator {
+    shared: Arc<Shared>,
+    faults: Faults,
+    addr: SocketAddr,
+    objects: Vec<Value>,
+    running: tokio::sync::Mutex<Option<Running>>,
+}
+
+impl Emulator {
+    /// Starts an emulator on a free port with the namespaces `default`,
+    /// `kube-system` and `kube-public`.
+    ///
+    /// # Errors
+    /// If no port can be bound.
+    pub async fn start() -> Result<Emulator, EmulatorError> {
+        Self::builder().start().await
+    }
+
+    /// A builder for CRDs, preloads, a fixed port or a history limit.
+    pub fn builder() -> EmulatorBuilder {
+        EmulatorBuilder::default()
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The listening address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A kube client for this emulator, with default namespace `default`.
+    pub fn client(&self) -> kube::Client {
+        let uri: http::Uri = self.url().parse().expect("invariant: an http://127.0.0.1:PORT URL parses");
+        let config = kube::Config::new(uri);
+        kube::Client::try_from(config).expect("invariant: a plain-HTTP config always builds a client")
+    }
+
+    /// A kubeconfig pointing at this emulator (context `kopf-emulator`, namespace `default`).
+    pub fn kubeconfig(&self) -> kube::config::Kubeconfig {
+        let doc = kubeconfig_json(&self.url());
+        serde_json::from_value(doc).expect("invariant: the kubeconfig document matches kube's schema")
+    }
+
+    /// Writes [`kubeconfig`](Self::kubeconfig) to a file (atomically: a temporary file, then rename).
+    ///
+    /// # Errors
+    /// If the file cannot be written.
+    pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+        write_kubeconfig_file(&self.url(), path)
+    }
+
+    /// The fault-injection handle.
+    pub fn faults(&self) -> &Faults {
+        &self.faults
+    }
+
+    /// The requests served so far (oldest first, bounded).
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared.recorder.snapshot()
+    }
+
+    /// Forgets the recorded requests.
+    pub fn clear_requests(&self) {
+        self.shared.recorder.clear();
+    }
+
+    /// Restarts the server on the same port, closing every connection and watch.
+    ///
+    /// With `keep_state = false`, all objects, CRDs and history are wiped (the
+    /// resourceVersion keeps growing, so old versions get `410 Gone`), then the
+    /// builder's CRDs and preloads are created again, as at start.
+    pub async fn restart(&self, keep_state: bool) {
+        let mut running = self.running.lock().await;
+        if let Some(r) = running.take() {
+            r.stop().await;
+        }
+        if !keep_state {
+            let mut store = self.shared.store();
+            store.reset();
+            if let Err(e) = preload::apply(&mut store, &self.objects) {
+                tracing::warn!(error = %e, "emulator: re-applying preloads after restart failed");
+            }
+        }
+        match server::bind(self.addr, REBIND_RETRIES).await {
+            Ok(listener) => *running = Some(server::spawn(listener, self.shared.clone())),
+            Err(e) => tracing::error!(error = %e, "emulator: cannot re-bind after restart"),
+        }
+    }
+
+    /// Stops the server and waits for every connection to close.
+    pub async fn shutdown(self) {
+        if let Some(r) = self.running.lock().await.take() {
+            r.stop().await;
+        }
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        if let Some(r) = self.running.get_mut().as_ref() {
+            r.signal_stop();
+        }
+    }
+}
+
+/// The kubeconfig document for a server URL.
+pub(crate) fn kubeconfig_json(url: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "kopf-emulator", "cluster": {"server": url}}],
+        "users": [{"name": "kopf-emulator", "user": {}}],
+        "contexts": [{"name": "kopf-emulator", "context": {"cluster": "kopf-emulator", "user": "kopf-emulator", "namespace": "default"}}],
+        "current-context": "kopf-emulator",
+        "preferences": {},
+    })
+}
+
+/// Writes a kubeconfig for `url` to `path` atomically.
+pub(crate) fn write_kubeconfig_file(url: &str, path: &Path) -> std::io::Result<()> {
+    let text = serde_json::to_string_pretty(&kubeconfig_json(url)).map_err(std::io::Error::other)?;
+    let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "kubeconfig".into());
+    let tmp = path.with_file_name(format!(".{file_name}.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures::{StreamExt, TryStreamExt};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+    use kube::runtime::watcher;
+
+    use super::*;
+
+    fn cm(name: &str) -> ConfigMap {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(name.into());
+        cm.data = Some([("k".to_string(), "v".to_string())].into());
+        cm
+    }
+
+    #[tokio::test]
+    async fn kube_api_crud_round_trip() {
+        let emulator = Emulator::start().await.unwrap();
+        let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+        let created = api.create(&PostParams::default(), &cm("a")).await.unwrap();
+        assert!(created.metadata.uid.is_some());
+        let got = api.get("a").await.unwrap();
+        assert_eq!(got.metadata.resource_version, created.metadata.resource_version);
+        let patch = serde_json::json!({"data": {"k": "w"}});
+        let patched = api.patch("a", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        assert_eq!(patched.data.unwrap()["k"], "w");
+        assert_eq!(api.list(&ListParams::default()).await.unwrap().items.len(), 1);
+        api.delete("a", &DeleteParams::default()).await.unwrap();
+        let err = api.get("a").await.unwrap_err();
+        assert!(matches!(err, kube::Error::Api(ref s) if s.code == 404), "{err:?}");
+        assert!(emulator.requests().iter().any(|r| r.verb == "patch" && r.status == 200));
+    }
+
+    #[tokio::test]
+    async fn kube_watcher_sees_changes_and_survives_restart() {
+        let emulator = Emulator::start().await.unwrap();
+        let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+        let mut events = watcher(api.clone(), watcher::Config::default()).boxed();
+        let first = tokio::time::timeout(Duration::from_secs(5), events.try_next()).await.unwrap().unwrap();
+        assert!(matches!(first, Some(watcher::Event::Init)));
+        api.create(&PostParams::default(), &cm("a")).await.unwrap();
+        let seen = async {
+            while let Some(ev) = events.try_next().await.transpose() {
+                if let Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) = ev
+                    && o.metadata.name.as_deref() == Some("a")
+                {
+                    return;
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), seen).await.unwrap();
+        let port = emulator.addr().port();
+        emulator.restart(true).await;
+        assert_eq!(emulator.addr().port(), port);
+        api.create(&PostParams::default(), &cm("b")).await.ok();
+        let seen = async {
+            while let Some(ev) = events.next().await {
+                if let Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) = ev
+                    && o.metadata.name.as_deref() == Some("b")
+                {
+                    return;
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), seen).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn injected_failures_answer_status() {
+        let emulator = Emulator::start().await.unwrap();
+        let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+        emulator.faults().fail_next(1, crate::FailRule::status(500).verb("list"));
+        let err = api.list(&ListParams::default()).await.unwrap_err();
+        assert!(matches!(err, kube::Error::Api(ref s) if s.code == 500), "{err:?}");
+        assert!(api.list(&ListParams::default()).await.is_ok());
+        // kube retries 429 after Retry-After: the request log shows both answers.
+        emulator.clear_requests();
+        emulator.faults().fail_next(1, crate::FailRule::status(429).verb("list"));
+        assert!(api.list(&ListParams::default()).await.is_ok());
+        let statuses: Vec<u16> = emulator.requests().iter().map(|r| r.status).collect();
+        assert_eq!(statuses, vec![429, 200]);
+    }
+
+    async fn wait_for_apply<S>(events: &mut S, name: &str)
+    where
+        S: futures::Stream<Item = Result<watcher::Event<ConfigMap>, watcher::Error>> + Unpin,
+    {
+        let seen = async {
+            while let Some(ev) = events.next().await {
+                if let Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) = ev
+                    && o.metadata.name.as_deref() == Some(name)
+                {
+                    return;
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), seen).await.expect("the watcher saw the object in time");
+    }
+
+    #[tokio::test]
+    async fn streaming_list_watcher_works() {
+        let emulator = Emulator::start().await.unwrap();
+        let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+        api.create(&PostParams::default(), &cm("before")).await.unwrap();
+        let mut events = watcher(api.clone(), watcher::Config::default().streaming_lists()).boxed();
+        wait_for_apply(&mut events, "before").await;
+        api.create(&PostParams::default(), &cm("after")).await.unwrap();
+        wait_for_apply(&mut events, "after").await;
+        assert!(emulator.requests().iter().any(|r| r.verb == "watch" && r.query.contains("sendInitialEvents=true")));
+    }
+
+    #[tokio::test]
+    async fn watcher_recovers_from_compaction() {
+        let emulator = Emulator::start().await.unwrap();
+        let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+        let mut events = watcher(api.clone(), watcher::Config::default()).boxed();
+        api.create(&PostParams::default(), &cm("a")).await.unwrap();
+        wait_for_apply(&mut events, "a").await;
+        api.create(&PostParams::default(), &cm("b")).await.unwrap();
+        emulator.faults().compact();
+        emulator.faults().drop_watches();
+        api.create(&PostParams::default(), &cm("c")).await.unwrap();
+        wait_for_apply(&mut events, "c").await;
+    }
+
+    #[tokio::test]
+    async fn label_selected_watch_sees_objects_leave() {
+        let emulator = Emulator::start().await.unwrap();
+        let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+        let mut labelled = cm("a");
+        labelled.metadata.labels = Some([("app".to_string(), "x".to_string())].into());
+        api.create(&PostParams::default(), &labelled).await.unwrap();
+        let mut events = watcher(api.clone(), watcher::Config::default().labels("app=x")).boxed();
+        wait_for_apply(&mut events, "a").await;
+        let patch = serde_json::json!({"metadata": {"labels": {"app": "y"}}});
+        api.patch("a", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        let deleted = async {
+            while let Some(ev) = events.next().await {
+                if let Ok(watcher::Event::Delete(o)) = ev {
+                    return o.metadata.name;
+                }
+            }
+            None
+        };
+        let name = tokio::time::timeout(Duration::from_secs(5), deleted).await.unwrap();
+        assert_eq!(name.as_deref(), Some("a"));
+    }
+
+    #[tokio::test]
+    async fn controller_reconciles_custom_resources_with_status() {
+        use kube::api::DynamicObject;
+        use kube::discovery::ApiResource;
+        use kube::runtime::Controller;
+        use kube::runtime::controller::Action;
+
+        let emulator = Emulator::builder().crd("example.com", "v1", "widgets", "Widget", true).start().await.unwrap();
+        let client = emulator.client();
+        let ar = ApiResource {
+            group: "example.com".into(),
+            version: "v1".into(),
+            api_version: "example.com/v1".into(),
+            kind: "Widget".into(),
+            plural: "widgets".into(),
+        };
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
+        let mut w = DynamicObject::new("w1", &ar);
+        w.data = serde_json::json!({"spec": {"size": 1}});
+        api.create(&PostParams::default(), &w).await.unwrap();
+
+        let ctx = Arc::new(api.clone());
+        let reconcile = |obj: Arc<DynamicObject>, api: Arc<Api<DynamicObject>>| async move {
+            let name = obj.metadata.name.clone().unwrap_or_default();
+            let status = serde_json::json!({"status": {"seen": obj.metadata.generation}});
+            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await?;
+            Ok::<_, kube::Error>(Action::await_change())
+        };
+        let error_policy = |_: Arc<DynamicObject>, _: &kube::Error, _: Arc<Api<DynamicObject>>| Action::await_change();
+        let controller = Controller::new_with(api.clone(), watcher::Config::default(), ar.clone())
+            .run(reconcile, error_policy, ctx)
+            .for_each(|_| async {});
+        let check = async {
+            loop {
+                let obj = api.get("w1").await.unwrap();
+                if obj.data.pointer("/status/seen") == Some(&serde_json::json!(1)) {
+                    return obj;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        let obj = tokio::select! {
+            obj = check => obj,
+            _ = controller => panic!("the controller stopped"),
+            _ = tokio::time::sleep(Duration::from_secs(10)) => panic!("not reconciled in time"),
+        };
+        assert_eq!(obj.metadata.generation, Some(1), "a status write does not bump the generation");
+        assert_eq!(obj.data["spec"]["size"], 1);
+    }
+}

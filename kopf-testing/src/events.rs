@@ -1,0 +1,103 @@
+//! Watch events: each change is serialized once into a newline-terminated JSON
+//! line and shared (as `Arc`) by the history and every watcher.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+/// The `type` of a watch event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    /// Object created (or came into view).
+    Added,
+    /// Object changed.
+    Modified,
+    /// Object removed (or left the view).
+    Deleted,
+}
+
+impl EventType {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Added => "ADDED",
+            Self::Modified => "MODIFIED",
+            Self::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change to one object.
+#[derive(Debug)]
+pub struct WatchEvent {
+    /// The resourceVersion of the change.
+    pub rv: u64,
+    /// What happened.
+    pub kind: EventType,
+    /// The object after the change (for DELETED: its last state).
+    pub object: Arc<Value>,
+    /// The object before the change (MODIFIED only), for selector transitions.
+    pub old: Option<Arc<Value>>,
+    /// The serialized line `{"type":..,"object":..}\n`.
+    pub line: Bytes,
+}
+
+impl WatchEvent {
+    /// Builds an event and serializes it once.
+    pub fn new(rv: u64, kind: EventType, object: Arc<Value>, old: Option<Arc<Value>>) -> Self {
+        let line = line(kind.as_str(), &object);
+        Self { rv, kind, object, old, line }
+    }
+}
+
+/// Serializes `{"type":TYPE,"object":OBJ}\n`.
+pub fn line(kind: &str, object: &Value) -> Bytes {
+    let mut buf = Vec::with_capacity(256);
+    buf.extend_from_slice(b"{\"type\":\"");
+    buf.extend_from_slice(kind.as_bytes());
+    buf.extend_from_slice(b"\",\"object\":");
+    if serde_json::to_writer(&mut buf, object).is_err() {
+        buf.extend_from_slice(b"null");
+    }
+    buf.extend_from_slice(b"}\n");
+    Bytes::from(buf)
+}
+
+/// A BOOKMARK line for a resource at a resourceVersion.
+pub fn bookmark(api_version: &str, kind: &str, rv: u64, initial_events_end: bool) -> Bytes {
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if initial_events_end {
+        metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    line("BOOKMARK", &json!({"apiVersion": api_version, "kind": kind, "metadata": metadata}))
+}
+
+/// An ERROR line carrying a `Status`.
+pub fn error(status: &Value) -> Bytes {
+    line("ERROR", status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_newline_terminated_json() {
+        let ev = WatchEvent::new(5, EventType::Added, Arc::new(json!({"a": 1})), None);
+        let text = std::str::from_utf8(&ev.line).unwrap();
+        assert!(text.ends_with('\n'));
+        let v: Value = serde_json::from_str(text.trim_end()).unwrap();
+        assert_eq!(v, json!({"type": "ADDED", "object": {"a": 1}}));
+    }
+
+    #[test]
+    fn bookmarks_carry_only_the_resource_version() {
+        let b = bookmark("v1", "ConfigMap", 7, true);
+        let v: Value = serde_json::from_slice(&b).unwrap();
+        assert_eq!(v["type"], "BOOKMARK");
+        assert_eq!(v["object"]["metadata"]["resourceVersion"], "7");
+        assert_eq!(v["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"], "true");
+        assert_eq!(v["object"]["kind"], "ConfigMap");
+    }
+}

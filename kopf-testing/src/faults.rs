@@ -1,0 +1,149 @@
+//! Fault injection: failing requests, latency, dropped watches and compaction.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use crate::failures::ApiError;
+use crate::shared::Shared;
+
+/// Which requests a [`Faults::fail_next`] rule fails, and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailRule {
+    /// Only requests of this verb (`get`, `list`, `watch`, `create`, `update`,
+    /// `patch`, `delete`, `deletecollection`); `None` matches any.
+    pub verb: Option<String>,
+    /// Only requests whose path contains this string; `None` matches any.
+    pub path_contains: Option<String>,
+    /// The HTTP status to answer (a `Status` object with the matching reason).
+    pub status: u16,
+    /// Seconds for `Retry-After` and `details.retryAfterSeconds` (429 gets 1 if unset).
+    pub retry_after: Option<u32>,
+}
+
+impl Default for FailRule {
+    /// Any request, 500 InternalError.
+    fn default() -> Self {
+        Self { verb: None, path_contains: None, status: 500, retry_after: None }
+    }
+}
+
+impl FailRule {
+    /// A rule failing any request with `status`.
+    pub fn status(status: u16) -> Self {
+        Self { status, ..Self::default() }
+    }
+
+    /// Restricts the rule to one verb.
+    pub fn verb(mut self, verb: &str) -> Self {
+        self.verb = Some(verb.into());
+        self
+    }
+
+    /// Restricts the rule to paths containing `fragment`.
+    pub fn path_contains(mut self, fragment: &str) -> Self {
+        self.path_contains = Some(fragment.into());
+        self
+    }
+
+    fn matches(&self, verb: &str, path: &str) -> bool {
+        self.verb.as_deref().is_none_or(|v| v == verb) && self.path_contains.as_deref().is_none_or(|p| path.contains(p))
+    }
+}
+
+/// Fault rules and latency, shared with the request handlers.
+#[derive(Debug, Default)]
+pub(crate) struct FaultState {
+    rules: Mutex<Vec<(usize, FailRule)>>,
+    latency_nanos: AtomicU64,
+}
+
+impl FaultState {
+    /// The failure to answer instead of serving this request, if a rule matches.
+    pub(crate) fn take(&self, verb: &str, path: &str) -> Option<ApiError> {
+        let mut rules = self.rules.lock().unwrap_or_else(PoisonError::into_inner);
+        if rules.is_empty() {
+            return None;
+        }
+        let idx = rules.iter().position(|(n, r)| *n > 0 && r.matches(verb, path))?;
+        let rule = rules[idx].1.clone();
+        rules[idx].0 -= 1;
+        if rules[idx].0 == 0 {
+            rules.remove(idx);
+        }
+        let retry_after = rule.retry_after.or((rule.status == 429).then_some(1));
+        Some(ApiError::injected(rule.status, retry_after))
+    }
+
+    /// The latency to add to each request.
+    pub(crate) fn latency(&self) -> Duration {
+        Duration::from_nanos(self.latency_nanos.load(Ordering::Relaxed))
+    }
+}
+
+/// The fault-injection handle of a running [`Emulator`](crate::Emulator).
+#[derive(Debug, Clone)]
+pub struct Faults {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Faults {
+    /// Ends every open watch stream now (cleanly, as a server-side timeout would);
+    /// clients resume from their last resourceVersion.
+    pub fn drop_watches(&self) {
+        self.shared.drop_watches();
+    }
+
+    /// Forgets all watch history: a watch, list or continue token from an older
+    /// resourceVersion gets `410 Gone` (`Expired`), forcing clients to re-list.
+    pub fn compact(&self) {
+        self.shared.store().compact();
+    }
+
+    /// Answers the next `n` requests matching `rule` with `rule.status` (a `Status`
+    /// object; 429 carries a `Retry-After` header and `details.retryAfterSeconds`).
+    /// Rules are checked in the order they were added.
+    pub fn fail_next(&self, n: usize, rule: FailRule) {
+        if n == 0 {
+            return;
+        }
+        self.shared.faults.rules.lock().unwrap_or_else(PoisonError::into_inner).push((n, rule));
+    }
+
+    /// Delays every request (including the start of watches) by `latency`.
+    pub fn set_latency(&self, latency: Duration) {
+        let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
+        self.shared.faults.latency_nanos.store(nanos, Ordering::Relaxed);
+    }
+
+    /// Removes all failure rules and latency.
+    pub fn clear(&self) {
+        self.shared.faults.rules.lock().unwrap_or_else(PoisonError::into_inner).clear();
+        self.shared.faults.latency_nanos.store(0, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_fail_only_matching_requests_n_times() {
+        let state = FaultState::default();
+        state.rules.lock().unwrap().push((2, FailRule::status(503).verb("get").path_contains("configmaps")));
+        assert!(state.take("list", "/api/v1/configmaps").is_none());
+        assert!(state.take("get", "/api/v1/pods/x").is_none());
+        assert_eq!(state.take("get", "/api/v1/namespaces/d/configmaps/x").map(|e| e.code), Some(503));
+        assert!(state.take("get", "/api/v1/namespaces/d/configmaps/x").is_some());
+        assert!(state.take("get", "/api/v1/namespaces/d/configmaps/x").is_none());
+    }
+
+    #[test]
+    fn too_many_requests_defaults_to_a_retry_after() {
+        let state = FaultState::default();
+        state.rules.lock().unwrap().push((1, FailRule::status(429)));
+        let err = state.take("get", "/").unwrap();
+        assert_eq!(err.retry_after, Some(1));
+        assert_eq!(err.reason, "TooManyRequests");
+    }
+}

@@ -1,0 +1,185 @@
+//! Patch bodies: merge patch (RFC 7386), JSON patch (RFC 6902), strategic merge
+//! and server-side apply (both applied as a merge patch).
+
+use serde_json::Value;
+
+/// The kind of a PATCH request, from its `Content-Type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchKind {
+    /// `application/merge-patch+json`.
+    Merge,
+    /// `application/json-patch+json`.
+    Json,
+    /// `application/strategic-merge-patch+json` (treated as a merge patch).
+    Strategic,
+    /// `application/apply-patch+yaml` (YAML or JSON, treated as a merge patch).
+    Apply,
+}
+
+impl PatchKind {
+    /// The patch kind for a `Content-Type` value, if supported.
+    pub fn from_content_type(content_type: &str) -> Option<Self> {
+        let media = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        match media.as_str() {
+            "application/merge-patch+json" => Some(Self::Merge),
+            "application/json-patch+json" => Some(Self::Json),
+            "application/strategic-merge-patch+json" => Some(Self::Strategic),
+            "application/apply-patch+yaml" | "application/apply-patch+json" => Some(Self::Apply),
+            _ => None,
+        }
+    }
+}
+
+/// Why a patch could not be applied.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PatchError {
+    /// The body is not valid JSON (or YAML for apply).
+    #[error("the patch body is not valid {format}: {reason}")]
+    Malformed {
+        /// JSON or YAML.
+        format: &'static str,
+        /// The parser's message.
+        reason: String,
+    },
+    /// A merge patch body must be a JSON object.
+    #[error("a merge patch must be a JSON object, not {0}")]
+    NotAnObject(&'static str),
+    /// A JSON patch `test` operation failed.
+    #[error("the JSON patch `test` operation failed: {0}")]
+    TestFailed(String),
+    /// A JSON patch path does not exist or is invalid.
+    #[error("the JSON patch could not be applied: {0}; check the `path` of each operation exists")]
+    BadPath(String),
+}
+
+impl PatchError {
+    /// Whether the server answers 422 (rather than 400).
+    pub fn is_invalid(&self) -> bool {
+        matches!(self, Self::TestFailed(_) | Self::BadPath(_))
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Parses the body of a patch of the given kind into JSON.
+pub fn parse_body(kind: PatchKind, body: &[u8]) -> Result<Value, PatchError> {
+    match kind {
+        PatchKind::Apply => {
+            if let Ok(v) = serde_json::from_slice::<Value>(body) {
+                return Ok(v);
+            }
+            let text = std::str::from_utf8(body)
+                .map_err(|e| PatchError::Malformed { format: "YAML", reason: e.to_string() })?;
+            serde_saphyr::from_str::<Value>(text)
+                .map_err(|e| PatchError::Malformed { format: "YAML", reason: e.to_string() })
+        }
+        _ => serde_json::from_slice(body).map_err(|e| PatchError::Malformed { format: "JSON", reason: e.to_string() }),
+    }
+}
+
+/// Applies a parsed patch to a document, returning the patched document.
+pub fn apply(kind: PatchKind, current: &Value, patch: &Value) -> Result<Value, PatchError> {
+    let mut doc = current.clone();
+    match kind {
+        PatchKind::Json => {
+            let ops: json_patch::Patch = serde_json::from_value(patch.clone())
+                .map_err(|e| PatchError::Malformed { format: "JSON patch", reason: e.to_string() })?;
+            json_patch::patch(&mut doc, &ops).map_err(|e| match e.kind {
+                json_patch::PatchErrorKind::TestFailed => PatchError::TestFailed(e.to_string()),
+                _ => PatchError::BadPath(e.to_string()),
+            })?;
+        }
+        PatchKind::Merge | PatchKind::Strategic | PatchKind::Apply => {
+            if !patch.is_object() {
+                return Err(PatchError::NotAnObject(type_name(patch)));
+            }
+            json_patch::merge(&mut doc, &strip_directives(patch));
+        }
+    }
+    Ok(doc)
+}
+
+/// Drops strategic-merge directives (`$patch`, `$retainKeys`, `$setElementOrder/...`,
+/// `$deleteFromPrimitiveList/...`) so they are not stored as data.
+fn strip_directives(patch: &Value) -> Value {
+    match patch {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(k, _)| !k.starts_with('$'))
+                .map(|(k, v)| (k.clone(), strip_directives(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn content_types_are_recognised() {
+        assert_eq!(PatchKind::from_content_type("application/merge-patch+json; charset=utf-8"), Some(PatchKind::Merge));
+        assert_eq!(PatchKind::from_content_type("application/json-patch+json"), Some(PatchKind::Json));
+        assert_eq!(PatchKind::from_content_type("application/apply-patch+yaml"), Some(PatchKind::Apply));
+        assert_eq!(PatchKind::from_content_type("text/plain"), None);
+    }
+
+    #[test]
+    fn merge_patch_follows_rfc7386() {
+        let doc = json!({"a": "b", "c": {"d": "e", "f": "g"}});
+        let patch = json!({"a": "z", "c": {"f": null}});
+        assert_eq!(apply(PatchKind::Merge, &doc, &patch).unwrap(), json!({"a": "z", "c": {"d": "e"}}));
+        let arrays = apply(PatchKind::Merge, &json!({"l": [1, 2]}), &json!({"l": [3]})).unwrap();
+        assert_eq!(arrays, json!({"l": [3]}));
+    }
+
+    #[test]
+    fn merge_patch_must_be_an_object() {
+        assert_eq!(apply(PatchKind::Merge, &json!({}), &json!([1])), Err(PatchError::NotAnObject("an array")));
+    }
+
+    #[test]
+    fn json_patch_test_failure_is_invalid() {
+        let doc = json!({"metadata": {"finalizers": ["a"]}});
+        let patch = json!([{"op": "test", "path": "/metadata/finalizers/0", "value": "b"}]);
+        let err = apply(PatchKind::Json, &doc, &patch).unwrap_err();
+        assert!(matches!(err, PatchError::TestFailed(_)));
+        assert!(err.is_invalid());
+    }
+
+    #[test]
+    fn json_patch_bad_path_is_invalid() {
+        let patch = json!([{"op": "remove", "path": "/nope/0"}]);
+        assert!(apply(PatchKind::Json, &json!({}), &patch).unwrap_err().is_invalid());
+    }
+
+    #[test]
+    fn json_patch_applies_operations() {
+        let patch = json!([{"op": "add", "path": "/spec", "value": {"x": 1}}, {"op": "replace", "path": "/spec/x", "value": 2}]);
+        assert_eq!(apply(PatchKind::Json, &json!({}), &patch).unwrap(), json!({"spec": {"x": 2}}));
+    }
+
+    #[test]
+    fn apply_body_may_be_yaml() {
+        let v = parse_body(PatchKind::Apply, b"metadata:\n  labels:\n    a: b\n").unwrap();
+        assert_eq!(v, json!({"metadata": {"labels": {"a": "b"}}}));
+        assert!(parse_body(PatchKind::Merge, b"{nope").is_err());
+    }
+
+    #[test]
+    fn strategic_directives_are_dropped() {
+        let patch = json!({"$setElementOrder/x": [], "spec": {"$retainKeys": ["a"], "a": 1}});
+        assert_eq!(apply(PatchKind::Strategic, &json!({}), &patch).unwrap(), json!({"spec": {"a": 1}}));
+    }
+}

@@ -1,0 +1,187 @@
+//! Resource definitions: what the emulator serves and how (built-ins and CRDs).
+
+use serde_json::Value;
+
+/// One served resource in one group/version (`configmaps` in `""/v1`, ...).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceDef {
+    /// API group, empty for the core group.
+    pub group: String,
+    /// API version within the group.
+    pub version: String,
+    /// Plural name used in paths.
+    pub plural: String,
+    /// Singular name (lowercase kind).
+    pub singular: String,
+    /// The object kind.
+    pub kind: String,
+    /// Whether objects live in namespaces.
+    pub namespaced: bool,
+    /// Short names for kubectl.
+    pub short_names: Vec<String>,
+    /// Whether `/status` is a separate subresource.
+    pub status_subresource: bool,
+    /// Whether this version is the storage version (for CRDs).
+    pub storage: bool,
+}
+
+impl ResourceDef {
+    /// `apiVersion` of objects in this group/version.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
+    }
+
+    /// Key of the storage this resource shares across versions.
+    pub fn store_key(&self) -> StoreKey {
+        StoreKey { group: self.group.clone(), plural: self.plural.clone() }
+    }
+}
+
+/// Identifies the objects of one resource across all its versions.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StoreKey {
+    /// API group.
+    pub group: String,
+    /// Plural name.
+    pub plural: String,
+}
+
+fn builtin(group: &str, version: &str, plural: &str, kind: &str, namespaced: bool, short: &[&str], status: bool) -> ResourceDef {
+    ResourceDef {
+        group: group.into(),
+        version: version.into(),
+        plural: plural.into(),
+        singular: kind.to_lowercase(),
+        kind: kind.into(),
+        namespaced,
+        short_names: short.iter().map(|s| s.to_string()).collect(),
+        status_subresource: status,
+        storage: true,
+    }
+}
+
+/// The built-in resources every emulator serves.
+pub fn builtins() -> Vec<ResourceDef> {
+    vec![
+        builtin("", "v1", "namespaces", "Namespace", false, &["ns"], true),
+        builtin("", "v1", "configmaps", "ConfigMap", true, &["cm"], false),
+        builtin("", "v1", "secrets", "Secret", true, &[], false),
+        builtin("", "v1", "pods", "Pod", true, &["po"], true),
+        builtin("", "v1", "events", "Event", true, &["ev"], false),
+        builtin("", "v1", "services", "Service", true, &["svc"], true),
+        builtin("", "v1", "serviceaccounts", "ServiceAccount", true, &["sa"], false),
+        builtin("events.k8s.io", "v1", "events", "Event", true, &["ev"], false),
+        builtin("coordination.k8s.io", "v1", "leases", "Lease", true, &[], false),
+        builtin("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", false, &["crd", "crds"], true),
+    ]
+}
+
+/// Why a CRD object cannot be served.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CrdError {
+    /// A required field is missing or has the wrong type.
+    #[error("spec.{0} is required")]
+    Missing(&'static str),
+    /// The object name must be `<plural>.<group>`.
+    #[error("metadata.name must be spec.names.plural + \".\" + spec.group ({0:?})")]
+    BadName(String),
+    /// No version is served.
+    #[error("spec.versions must contain at least one served version")]
+    NoVersions,
+    /// Scope is neither Namespaced nor Cluster.
+    #[error("spec.scope must be \"Namespaced\" or \"Cluster\", not {0:?}")]
+    BadScope(String),
+}
+
+/// The served resource definitions of a CRD object (one per served version).
+pub fn defs_from_crd(crd: &Value) -> Result<Vec<ResourceDef>, CrdError> {
+    let spec = crd.get("spec").ok_or(CrdError::Missing("group"))?;
+    let group = spec.get("group").and_then(Value::as_str).filter(|s| !s.is_empty()).ok_or(CrdError::Missing("group"))?;
+    let names = spec.get("names").ok_or(CrdError::Missing("names"))?;
+    let plural = names.get("plural").and_then(Value::as_str).filter(|s| !s.is_empty()).ok_or(CrdError::Missing("names.plural"))?;
+    let kind = names.get("kind").and_then(Value::as_str).filter(|s| !s.is_empty()).ok_or(CrdError::Missing("names.kind"))?;
+    let singular = names.get("singular").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| kind.to_lowercase());
+    let short_names: Vec<String> = names
+        .get("shortNames")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .unwrap_or_default();
+    let scope = spec.get("scope").and_then(Value::as_str).unwrap_or("Namespaced");
+    let namespaced = match scope {
+        "Namespaced" => true,
+        "Cluster" => false,
+        other => return Err(CrdError::BadScope(other.into())),
+    };
+    let expected = format!("{plural}.{group}");
+    let name = crd.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    if name != expected {
+        return Err(CrdError::BadName(expected));
+    }
+    let versions = spec.get("versions").and_then(Value::as_array).ok_or(CrdError::Missing("versions"))?;
+    let defs: Vec<ResourceDef> = versions
+        .iter()
+        .filter(|v| v.get("served").and_then(Value::as_bool).unwrap_or(true))
+        .filter_map(|v| {
+            let version = v.get("name").and_then(Value::as_str)?;
+            Some(ResourceDef {
+                group: group.into(),
+                version: version.into(),
+                plural: plural.into(),
+                singular: singular.clone(),
+                kind: kind.into(),
+                namespaced,
+                short_names: short_names.clone(),
+                status_subresource: v.pointer("/subresources/status").is_some(),
+                storage: v.get("storage").and_then(Value::as_bool).unwrap_or(false),
+            })
+        })
+        .collect();
+    if defs.is_empty() {
+        return Err(CrdError::NoVersions);
+    }
+    Ok(defs)
+}
+
+/// A minimal CRD object for a group/version/plural/kind (used by the builder and `--crd`).
+pub fn crd_object(group: &str, version: &str, plural: &str, kind: &str, namespaced: bool) -> Value {
+    serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {
+            "group": group,
+            "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind, "listKind": format!("{kind}List")},
+            "scope": if namespaced { "Namespaced" } else { "Cluster" },
+            "versions": [{
+                "name": version,
+                "served": true,
+                "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                "subresources": {"status": {}},
+            }],
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crd_object_round_trips_into_defs() {
+        let crd = crd_object("example.com", "v1", "widgets", "Widget", true);
+        let defs = defs_from_crd(&crd).expect("valid crd");
+        assert_eq!(defs.len(), 1);
+        assert_eq!(defs[0].kind, "Widget");
+        assert!(defs[0].namespaced);
+        assert!(defs[0].status_subresource);
+        assert_eq!(defs[0].api_version(), "example.com/v1");
+    }
+
+    #[test]
+    fn crd_with_wrong_name_is_rejected() {
+        let mut crd = crd_object("example.com", "v1", "widgets", "Widget", true);
+        crd["metadata"]["name"] = "nope".into();
+        assert!(matches!(defs_from_crd(&crd), Err(CrdError::BadName(_))));
+    }
+}

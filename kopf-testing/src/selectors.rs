@@ -1,0 +1,294 @@
+//! Label and field selectors: parsing and matching.
+//!
+//! Label selectors accept `k=v`, `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`,
+//! `k` (exists), `!k` (does not exist), `k>N`, `k<N`; a comma means AND.
+//! Field selectors accept `path=v`, `path==v`, `path!=v` on dotted paths such as
+//! `metadata.name` and `metadata.namespace`.
+
+use serde_json::Value;
+
+/// Why a selector could not be parsed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SelectorError {
+    /// A requirement has an empty key.
+    #[error("empty key in selector requirement {0:?}")]
+    EmptyKey(String),
+    /// `in`/`notin` values are not in parentheses.
+    #[error("values of {0:?} must be in parentheses, e.g. `env in (a,b)`")]
+    MissingParens(String),
+    /// Unbalanced parentheses.
+    #[error("unbalanced parentheses in selector {0:?}")]
+    Unbalanced(String),
+    /// The requirement has no recognised operator.
+    #[error("cannot parse selector requirement {0:?}; use k=v, k!=v, k in (a,b), k notin (a,b), k or !k")]
+    Unparsable(String),
+    /// A field selector uses an operator other than =, ==, !=.
+    #[error("field selector {0:?} must use =, == or !=")]
+    BadField(String),
+    /// `>`/`<` need an integer.
+    #[error("value in {0:?} must be an integer for > and <")]
+    NotInteger(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum LabelOp {
+    Eq(String),
+    NotEq(String),
+    In(Vec<String>),
+    NotIn(Vec<String>),
+    Exists,
+    NotExists,
+    Gt(i64),
+    Lt(i64),
+}
+
+/// A parsed label selector (all requirements must hold).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LabelSelector {
+    reqs: Vec<(String, LabelOp)>,
+}
+
+fn split_top_level(s: &str) -> Result<Vec<&str>, SelectorError> {
+    let mut parts = Vec::new();
+    let mut depth = 0i32;
+    let mut start = 0;
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth < 0 {
+                    return Err(SelectorError::Unbalanced(s.into()));
+                }
+            }
+            ',' if depth == 0 => {
+                parts.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if depth != 0 {
+        return Err(SelectorError::Unbalanced(s.into()));
+    }
+    parts.push(&s[start..]);
+    Ok(parts.into_iter().map(str::trim).filter(|p| !p.is_empty()).collect())
+}
+
+fn parse_set(req: &str, rest: &str) -> Result<Vec<String>, SelectorError> {
+    let rest = rest.trim();
+    let inner = rest
+        .strip_prefix('(')
+        .and_then(|r| r.strip_suffix(')'))
+        .ok_or_else(|| SelectorError::MissingParens(req.into()))?;
+    Ok(inner.split(',').map(|v| v.trim().to_string()).filter(|v| !v.is_empty()).collect())
+}
+
+fn parse_requirement(req: &str) -> Result<(String, LabelOp), SelectorError> {
+    if let Some(key) = req.strip_prefix('!') {
+        let key = key.trim();
+        if key.is_empty() {
+            return Err(SelectorError::EmptyKey(req.into()));
+        }
+        return Ok((key.into(), LabelOp::NotExists));
+    }
+    // `key notin (..)` / `key in (..)`: a key followed by whitespace and the word.
+    let mut words = req.splitn(2, char::is_whitespace);
+    let key = words.next().unwrap_or("");
+    if let Some(rest) = words.next() {
+        let rest = rest.trim_start();
+        if let Some(set) = rest.strip_prefix("notin") {
+            return Ok((key.into(), LabelOp::NotIn(parse_set(req, set)?)));
+        }
+        if let Some(set) = rest.strip_prefix("in") {
+            return Ok((key.into(), LabelOp::In(parse_set(req, set)?)));
+        }
+    }
+    for (op, len) in [("!=", 2), ("==", 2), ("=", 1), (">", 1), ("<", 1)] {
+        if let Some(idx) = req.find(op) {
+            let key = req[..idx].trim();
+            let value = req[idx + len..].trim().to_string();
+            if key.is_empty() {
+                return Err(SelectorError::EmptyKey(req.into()));
+            }
+            let op = match op {
+                "!=" => LabelOp::NotEq(value),
+                ">" => LabelOp::Gt(value.parse().map_err(|_| SelectorError::NotInteger(req.into()))?),
+                "<" => LabelOp::Lt(value.parse().map_err(|_| SelectorError::NotInteger(req.into()))?),
+                _ => LabelOp::Eq(value),
+            };
+            return Ok((key.into(), op));
+        }
+    }
+    let key = req.trim();
+    if key.is_empty() || key.contains(char::is_whitespace) || key.contains('(') {
+        return Err(SelectorError::Unparsable(req.into()));
+    }
+    Ok((key.into(), LabelOp::Exists))
+}
+
+impl LabelSelector {
+    /// Parses a label selector string (empty selects everything).
+    pub fn parse(s: &str) -> Result<Self, SelectorError> {
+        let reqs = split_top_level(s)?.into_iter().map(parse_requirement).collect::<Result<_, _>>()?;
+        Ok(Self { reqs })
+    }
+
+    /// Whether the selector selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.reqs.is_empty()
+    }
+
+    /// Whether an object (its `metadata.labels`) matches.
+    pub fn matches(&self, obj: &Value) -> bool {
+        let labels = obj.pointer("/metadata/labels");
+        self.reqs.iter().all(|(key, op)| {
+            let value = labels.and_then(|l| l.get(key)).and_then(Value::as_str);
+            match op {
+                LabelOp::Eq(v) => value == Some(v.as_str()),
+                LabelOp::NotEq(v) => value != Some(v.as_str()),
+                LabelOp::In(vs) => value.is_some_and(|x| vs.iter().any(|v| v == x)),
+                LabelOp::NotIn(vs) => value.is_none_or(|x| !vs.iter().any(|v| v == x)),
+                LabelOp::Exists => value.is_some(),
+                LabelOp::NotExists => value.is_none(),
+                LabelOp::Gt(n) => value.and_then(|x| x.parse::<i64>().ok()).is_some_and(|x| x > *n),
+                LabelOp::Lt(n) => value.and_then(|x| x.parse::<i64>().ok()).is_some_and(|x| x < *n),
+            }
+        })
+    }
+}
+
+/// A parsed field selector (all requirements must hold).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct FieldSelector {
+    reqs: Vec<(Vec<String>, bool, String)>,
+}
+
+impl FieldSelector {
+    /// Parses a field selector string (empty selects everything).
+    pub fn parse(s: &str) -> Result<Self, SelectorError> {
+        let mut reqs = Vec::new();
+        for part in split_top_level(s)? {
+            let (path, equal, value) = if let Some((p, v)) = part.split_once("!=") {
+                (p, false, v)
+            } else if let Some((p, v)) = part.split_once("==") {
+                (p, true, v)
+            } else if let Some((p, v)) = part.split_once('=') {
+                (p, true, v)
+            } else {
+                return Err(SelectorError::BadField(part.into()));
+            };
+            let path = path.trim();
+            if path.is_empty() {
+                return Err(SelectorError::EmptyKey(part.into()));
+            }
+            reqs.push((path.split('.').map(str::to_string).collect(), equal, value.trim().to_string()));
+        }
+        Ok(Self { reqs })
+    }
+
+    /// Whether the selector selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.reqs.is_empty()
+    }
+
+    /// Whether an object matches (missing fields compare as the empty string).
+    pub fn matches(&self, obj: &Value) -> bool {
+        self.reqs.iter().all(|(path, equal, expected)| {
+            let mut cur = Some(obj);
+            for seg in path {
+                cur = cur.and_then(|c| c.get(seg));
+            }
+            let actual = match cur {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Null) | None => String::new(),
+                Some(other) => other.to_string(),
+            };
+            (actual == *expected) == *equal
+        })
+    }
+}
+
+/// Label and field selectors together.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Selectors {
+    /// The label selector.
+    pub labels: LabelSelector,
+    /// The field selector.
+    pub fields: FieldSelector,
+}
+
+impl Selectors {
+    /// Whether both selectors select everything.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.fields.is_empty()
+    }
+
+    /// Whether an object matches both.
+    pub fn matches(&self, obj: &Value) -> bool {
+        self.labels.matches(obj) && self.fields.matches(obj)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(labels: Value) -> Value {
+        json!({"metadata": {"name": "a", "namespace": "ns1", "labels": labels}, "status": {"phase": "Running"}})
+    }
+
+    #[test]
+    fn equality_and_inequality() {
+        let o = obj(json!({"app": "web", "tier": "fe"}));
+        assert!(LabelSelector::parse("app=web").unwrap().matches(&o));
+        assert!(LabelSelector::parse("app==web,tier=fe").unwrap().matches(&o));
+        assert!(!LabelSelector::parse("app!=web").unwrap().matches(&o));
+        assert!(LabelSelector::parse("missing!=x").unwrap().matches(&o));
+    }
+
+    #[test]
+    fn set_based_requirements() {
+        let o = obj(json!({"env": "prod"}));
+        assert!(LabelSelector::parse("env in (prod, staging)").unwrap().matches(&o));
+        assert!(!LabelSelector::parse("env notin (prod,staging)").unwrap().matches(&o));
+        assert!(LabelSelector::parse("other notin (a)").unwrap().matches(&o));
+        assert!(LabelSelector::parse("env,!other").unwrap().matches(&o));
+        assert!(!LabelSelector::parse("!env").unwrap().matches(&o));
+        assert!(LabelSelector::parse("env in (prod),env").unwrap().matches(&o));
+    }
+
+    #[test]
+    fn numeric_comparisons() {
+        let o = obj(json!({"n": "5"}));
+        assert!(LabelSelector::parse("n>3").unwrap().matches(&o));
+        assert!(!LabelSelector::parse("n<3").unwrap().matches(&o));
+    }
+
+    #[test]
+    fn bad_label_selectors_are_errors() {
+        assert!(LabelSelector::parse("env in prod").is_err());
+        assert!(LabelSelector::parse("env in (a").is_err());
+        assert!(LabelSelector::parse("=x").is_err());
+        assert!(LabelSelector::parse("a b c").is_err());
+    }
+
+    #[test]
+    fn empty_selector_matches_everything() {
+        let s = LabelSelector::parse("").unwrap();
+        assert!(s.is_empty());
+        assert!(s.matches(&json!({})));
+    }
+
+    #[test]
+    fn field_selectors() {
+        let o = obj(json!({}));
+        assert!(FieldSelector::parse("metadata.name=a").unwrap().matches(&o));
+        assert!(FieldSelector::parse("metadata.name==a,metadata.namespace=ns1").unwrap().matches(&o));
+        assert!(!FieldSelector::parse("metadata.name!=a").unwrap().matches(&o));
+        assert!(FieldSelector::parse("status.phase=Running").unwrap().matches(&o));
+        assert!(FieldSelector::parse("spec.nodeName=").unwrap().matches(&o));
+        assert!(FieldSelector::parse("metadata.name").is_err());
+    }
+}

@@ -1,0 +1,963 @@
+//! The object store: every object of every resource, the cluster-wide
+//! resourceVersion counter, per-resource watch history and fan-out channels.
+//!
+//! All methods are synchronous and run under one lock held by the caller;
+//! watch events are serialized once here and broadcast to watchers.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+use crate::events::{EventType, WatchEvent};
+use crate::failures::ApiError;
+use crate::objects::{self, meta_mut};
+use crate::patching::{self, PatchKind};
+use crate::resources::{self, ResourceDef, StoreKey};
+use crate::selectors::Selectors;
+
+/// Capacity of each resource's broadcast channel; a watcher lagging further
+/// behind gets its stream closed and resumes from history.
+const WATCH_BUFFER: usize = 16_384;
+
+/// The namespaces every emulator starts with.
+pub const INITIAL_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
+
+/// Which part of an object a write targets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// The main resource (status ignored if it is a subresource).
+    Main,
+    /// The `/status` subresource.
+    Status,
+}
+
+/// One page of a list.
+#[derive(Debug)]
+pub struct ListPage {
+    /// Matching objects of this page.
+    pub items: Vec<Arc<Value>>,
+    /// The list's resourceVersion.
+    pub rv: u64,
+    /// Token for the next page.
+    pub continue_token: Option<String>,
+    /// Objects left after this page.
+    pub remaining: Option<usize>,
+}
+
+/// Where a watch starts.
+#[derive(Debug)]
+pub enum WatchStart {
+    /// Synthetic ADDED events for the current objects.
+    Snapshot(Vec<Arc<Value>>),
+    /// Recorded events after the requested resourceVersion.
+    History(Vec<Arc<WatchEvent>>),
+}
+
+/// A new watcher's starting point and live channel.
+#[derive(Debug)]
+pub struct Subscription {
+    /// What to send first.
+    pub start: WatchStart,
+    /// Live events after the start.
+    pub rx: broadcast::Receiver<Arc<WatchEvent>>,
+    /// The resourceVersion the start is consistent with.
+    pub rv: u64,
+}
+
+#[derive(Debug)]
+struct Resource {
+    objects: BTreeMap<(String, String), Arc<Value>>,
+    history: VecDeque<Arc<WatchEvent>>,
+    floor: u64,
+    tx: broadcast::Sender<Arc<WatchEvent>>,
+}
+
+impl Resource {
+    fn new(floor: u64) -> Self {
+        Self { objects: BTreeMap::new(), history: VecDeque::new(), floor, tx: broadcast::channel(WATCH_BUFFER).0 }
+    }
+}
+
+/// All state of one emulated cluster.
+#[derive(Debug)]
+pub struct Store {
+    rv: u64,
+    base_floor: u64,
+    history_limit: usize,
+    defs: Vec<Arc<ResourceDef>>,
+    resources: HashMap<StoreKey, Resource>,
+}
+
+fn key_of(ns: &str, name: &str) -> (String, String) {
+    (ns.to_string(), name.to_string())
+}
+
+impl Store {
+    /// A fresh cluster with the built-in resources and initial namespaces.
+    pub fn new(history_limit: usize) -> Self {
+        let mut store = Self { rv: 0, base_floor: 0, history_limit: history_limit.max(1), defs: Vec::new(), resources: HashMap::new() };
+        store.reset();
+        store
+    }
+
+    /// Wipes every object, CRD and all history; the resourceVersion keeps growing.
+    pub fn reset(&mut self) {
+        // Dropping the resources drops their senders: open watches end.
+        self.resources.clear();
+        self.defs = resources::builtins().into_iter().map(Arc::new).collect();
+        // A fresh revision: every earlier resourceVersion is now too old.
+        self.rv += 1;
+        self.base_floor = self.rv;
+        let ns_def = self.defs[0].clone();
+        for ns in INITIAL_NAMESPACES {
+            let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+            let _ = self.create(&ns_def, None, body, false);
+        }
+    }
+
+    /// The current cluster-wide resourceVersion.
+    pub fn current_rv(&self) -> u64 {
+        self.rv
+    }
+
+    /// All served resource definitions.
+    pub fn defs(&self) -> &[Arc<ResourceDef>] {
+        &self.defs
+    }
+
+    /// The served resource for a group/version/plural.
+    pub fn find_def(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceDef>> {
+        self.defs.iter().find(|d| d.group == group && d.version == version && d.plural == plural).cloned()
+    }
+
+    /// Forgets all history: resuming from an older resourceVersion gets 410.
+    pub fn compact(&mut self) {
+        // A fresh revision: every earlier resourceVersion is now too old,
+        // while a list made after compaction can still be watched from.
+        self.rv += 1;
+        self.base_floor = self.rv;
+        for res in self.resources.values_mut() {
+            res.history.clear();
+            res.floor = self.rv;
+        }
+    }
+
+    fn resource(&mut self, key: &StoreKey) -> &mut Resource {
+        let floor = self.base_floor;
+        self.resources.entry(key.clone()).or_insert_with(|| Resource::new(floor))
+    }
+
+    fn object(&self, key: &StoreKey, ns: &str, name: &str) -> Option<Arc<Value>> {
+        self.resources.get(key)?.objects.get(&key_of(ns, name)).cloned()
+    }
+
+    fn emit(&mut self, key: &StoreKey, kind: EventType, object: Arc<Value>, old: Option<Arc<Value>>) {
+        let limit = self.history_limit;
+        let event = Arc::new(WatchEvent::new(self.rv, kind, object, old));
+        let res = self.resource(key);
+        res.history.push_back(event.clone());
+        while res.history.len() > limit {
+            if let Some(dropped) = res.history.pop_front() {
+                res.floor = dropped.rv;
+            }
+        }
+        let _ = res.tx.send(event);
+    }
+
+    fn next_rv(&mut self) -> u64 {
+        self.rv += 1;
+        self.rv
+    }
+
+    fn scope_ns<'a>(def: &ResourceDef, ns: Option<&'a str>) -> Result<&'a str, ApiError> {
+        match (def.namespaced, ns) {
+            (true, Some(ns)) => Ok(ns),
+            (true, None) => Err(ApiError::bad_request(format!(
+                "{} is namespaced: use the path /…/namespaces/NAMESPACE/{}",
+                def.plural, def.plural
+            ))),
+            (false, None) => Ok(""),
+            (false, Some(_)) => Err(ApiError::new(
+                404,
+                "NotFound",
+                format!("{} is cluster-scoped: use a path without /namespaces/NAMESPACE", def.plural),
+            )),
+        }
+    }
+
+    /// Reads one object.
+    pub fn get(&self, def: &ResourceDef, ns: Option<&str>, name: &str) -> Result<Arc<Value>, ApiError> {
+        let ns = Self::scope_ns(def, ns)?;
+        self.object(&def.store_key(), ns, name).ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))
+    }
+
+    /// Lists objects matching selectors, one page at a time.
+    pub fn list(
+        &self,
+        def: &ResourceDef,
+        ns: Option<&str>,
+        selectors: &Selectors,
+        limit: Option<usize>,
+        continue_token: Option<&str>,
+        exact_rv: Option<u64>,
+    ) -> Result<ListPage, ApiError> {
+        if ns.is_some() && !def.namespaced {
+            Self::scope_ns(def, ns)?;
+        }
+        let res = self.resources.get(&def.store_key());
+        let floor = res.map_or(self.base_floor, |r| r.floor);
+        if let Some(rv) = exact_rv
+            && rv < floor
+        {
+            return Err(ApiError::expired(format!(
+                "too old resource version: {rv} ({floor}); list without resourceVersion to get the current state"
+            )));
+        }
+        let Some(res) = res else {
+            if continue_token.is_some_and(|t| decode_continue(t).is_some_and(|(rv, _)| rv < floor)) {
+                return Err(expired_continue());
+            }
+            return Ok(ListPage { items: Vec::new(), rv: self.rv, continue_token: None, remaining: None });
+        };
+        let start = match continue_token {
+            Some(token) => {
+                let (rv, after) = decode_continue(token).ok_or_else(|| {
+                    ApiError::bad_request("invalid continue token: pass the `continue` value from the previous page unchanged")
+                })?;
+                if rv < res.floor {
+                    return Err(expired_continue());
+                }
+                Some(after)
+            }
+            None => None,
+        };
+        let range = match (&start, ns) {
+            (Some(after), _) => res.objects.range((std::ops::Bound::Excluded(after.clone()), std::ops::Bound::Unbounded)),
+            (None, Some(ns)) => res.objects.range((ns.to_string(), String::new())..),
+            (None, None) => res.objects.range::<(String, String), _>(..),
+        };
+        let mut items = Vec::new();
+        let mut continue_token = None;
+        let mut remaining = None;
+        let mut iter = range
+            .take_while(|((ons, _), _)| ns.is_none_or(|ns| ons == ns))
+            .filter(|(_, obj)| selectors.matches(obj));
+        for (k, obj) in iter.by_ref() {
+            items.push(obj.clone());
+            if limit.is_some_and(|l| items.len() >= l) {
+                let rest = iter.count();
+                if rest > 0 {
+                    continue_token = Some(encode_continue(self.rv, k));
+                    remaining = Some(rest);
+                }
+                break;
+            }
+        }
+        Ok(ListPage { items, rv: self.rv, continue_token, remaining })
+    }
+
+    /// Creates an object.
+    pub fn create(&mut self, def: &ResourceDef, ns: Option<&str>, mut body: Value, dry_run: bool) -> Result<Arc<Value>, ApiError> {
+        if !body.is_object() {
+            return Err(ApiError::bad_request("the request body must be a JSON object"));
+        }
+        let path_ns = Self::scope_ns(def, ns)?;
+        if def.namespaced
+            && let Some(body_ns) = objects::meta_str(&body, "namespace").filter(|s| !s.is_empty())
+            && body_ns != path_ns
+        {
+            return Err(ApiError::bad_request(format!(
+                "the namespace of the provided object ({body_ns}) does not match the namespace sent on the request ({path_ns})"
+            )));
+        }
+        let mut name = objects::name(&body).to_string();
+        if name.is_empty() {
+            let prefix = objects::meta_str(&body, "generateName").unwrap_or("");
+            if prefix.is_empty() {
+                return Err(ApiError::invalid(&def.group, &def.kind, "", "metadata.name: Required value: name or generateName is required"));
+            }
+            name = format!("{prefix}{}", objects::random_suffix());
+        }
+        validate_name(def, &name)?;
+        if def.namespaced {
+            let ns_obj = self.object(&StoreKey { group: String::new(), plural: "namespaces".into() }, "", path_ns);
+            match ns_obj {
+                None => return Err(ApiError::not_found("", "namespaces", path_ns)),
+                Some(o) if objects::is_deleting(&o) => {
+                    return Err(ApiError::new(
+                        403,
+                        "Forbidden",
+                        format!("{} \"{name}\" is forbidden: unable to create new content in namespace {path_ns} because it is being terminated", def.plural),
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        let key = def.store_key();
+        if self.object(&key, path_ns, &name).is_some() {
+            return Err(ApiError::already_exists(&def.group, &def.plural, &name));
+        }
+        {
+            let map = body.as_object_mut().expect("invariant: checked is_object");
+            map.insert("apiVersion".into(), def.api_version().into());
+            map.insert("kind".into(), def.kind.clone().into());
+        }
+        if def.group.is_empty() && def.plural == "secrets" {
+            objects::fold_string_data(&mut body);
+        }
+        if def.group.is_empty() && def.plural == "namespaces" {
+            body["status"] = json!({"phase": "Active"});
+        }
+        let mut crd_defs = None;
+        if def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions" {
+            meta_mut(&mut body).insert("name".into(), name.clone().into());
+            let defs = resources::defs_from_crd(&body).map_err(|e| ApiError::invalid(&def.group, &def.kind, &name, e.to_string()))?;
+            body["status"] = crd_status(&body);
+            crd_defs = Some(defs);
+        } else if def.status_subresource
+            && !def.group.is_empty()
+            && self.is_custom(def)
+            && let Some(map) = body.as_object_mut()
+        {
+            map.remove("status");
+        }
+        if dry_run {
+            return Ok(Arc::new(body));
+        }
+        let rv = self.next_rv();
+        let meta = meta_mut(&mut body);
+        meta.insert("name".into(), name.clone().into());
+        if def.namespaced {
+            meta.insert("namespace".into(), path_ns.into());
+        } else {
+            meta.remove("namespace");
+        }
+        meta.insert("uid".into(), objects::new_uid().into());
+        meta.insert("creationTimestamp".into(), objects::now().into());
+        meta.insert("resourceVersion".into(), rv.to_string().into());
+        meta.insert("generation".into(), 1.into());
+        meta.remove("deletionTimestamp");
+        meta.remove("deletionGracePeriodSeconds");
+        meta.remove("selfLink");
+        let obj = Arc::new(body);
+        self.resource(&key).objects.insert(key_of(path_ns, &name), obj.clone());
+        self.emit(&key, EventType::Added, obj.clone(), None);
+        if let Some(defs) = crd_defs {
+            self.register_crd(defs);
+        }
+        Ok(obj)
+    }
+
+    fn is_custom(&self, def: &ResourceDef) -> bool {
+        !resources::builtins().iter().any(|b| b.group == def.group && b.plural == def.plural)
+    }
+
+    fn register_crd(&mut self, defs: Vec<ResourceDef>) {
+        let Some(first) = defs.first() else { return };
+        let key = first.store_key();
+        self.defs.retain(|d| d.store_key() != key);
+        self.defs.extend(defs.into_iter().map(Arc::new));
+        let floor = self.rv;
+        self.resources.entry(key).or_insert_with(|| Resource::new(floor));
+    }
+
+    fn unregister_crd(&mut self, crd: &Value) {
+        let group = crd.pointer("/spec/group").and_then(Value::as_str).unwrap_or("");
+        let plural = crd.pointer("/spec/names/plural").and_then(Value::as_str).unwrap_or("");
+        let key = StoreKey { group: group.into(), plural: plural.into() };
+        if let Some(res) = self.resources.get(&key) {
+            let objs: Vec<Arc<Value>> = res.objects.values().cloned().collect();
+            for obj in objs {
+                self.next_rv();
+                let gone = Arc::new(with_rv(&obj, self.rv));
+                self.emit(&key, EventType::Deleted, gone, None);
+            }
+        }
+        self.resources.remove(&key);
+        self.defs.retain(|d| d.store_key() != key);
+    }
+
+    /// Replaces an object (PUT) on the main resource or `/status`.
+    pub fn update(
+        &mut self,
+        def: &ResourceDef,
+        ns: Option<&str>,
+        name: &str,
+        body: Value,
+        target: Target,
+        dry_run: bool,
+    ) -> Result<Arc<Value>, ApiError> {
+        if !body.is_object() {
+            return Err(ApiError::bad_request("the request body must be a JSON object"));
+        }
+        let body_name = objects::name(&body);
+        if !body_name.is_empty() && body_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        let old = self.get(def, ns, name)?;
+        self.write(def, &old, body, target, dry_run)
+    }
+
+    /// Patches an object; server-side apply of a missing object creates it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn patch(
+        &mut self,
+        def: &ResourceDef,
+        ns: Option<&str>,
+        name: &str,
+        kind: PatchKind,
+        patch: &Value,
+        target: Target,
+        dry_run: bool,
+    ) -> Result<(Arc<Value>, bool), ApiError> {
+        let old = match self.get(def, ns, name) {
+            Ok(old) => old,
+            Err(e) if e.code == 404 && kind == PatchKind::Apply && target == Target::Main => {
+                let mut body = patch.clone();
+                meta_mut(&mut body).insert("name".into(), name.into());
+                return self.create(def, ns, body, dry_run).map(|o| (o, true));
+            }
+            Err(e) => return Err(e),
+        };
+        let new = patching::apply(kind, &old, patch).map_err(|e| {
+            if e.is_invalid() {
+                ApiError::invalid(&def.group, &def.kind, name, e.to_string())
+            } else {
+                ApiError::bad_request(e.to_string())
+            }
+        })?;
+        let new_name = objects::name(&new);
+        if new_name != name {
+            return Err(ApiError::invalid(&def.group, &def.kind, name, format!("metadata.name: Invalid value: {new_name:?}: field is immutable")));
+        }
+        self.write(def, &old, new, target, dry_run).map(|o| (o, false))
+    }
+
+    /// The common write path of update and patch.
+    fn write(&mut self, def: &ResourceDef, old: &Arc<Value>, mut new: Value, target: Target, dry_run: bool) -> Result<Arc<Value>, ApiError> {
+        let name = objects::name(old).to_string();
+        let ns = objects::namespace(old).to_string();
+        let old_rv = objects::resource_version(old).unwrap_or("").to_string();
+        if !new.is_object() {
+            return Err(ApiError::bad_request("the object must be a JSON object"));
+        }
+        if let Some(rv) = objects::resource_version(&new)
+            && rv != old_rv
+        {
+            return Err(ApiError::stale(&def.group, &def.plural, &name));
+        }
+        // Which parts of the new object count.
+        if target == Target::Status {
+            let mut merged = (**old).clone();
+            match new.get("status") {
+                Some(status) => merged["status"] = status.clone(),
+                None => {
+                    if let Some(m) = merged.as_object_mut() {
+                        m.remove("status");
+                    }
+                }
+            }
+            for field in ["labels", "annotations"] {
+                let value = new.get("metadata").and_then(|m| m.get(field)).cloned();
+                let meta = meta_mut(&mut merged);
+                match value {
+                    Some(v) => meta.insert(field.into(), v),
+                    None => meta.remove(field),
+                };
+            }
+            new = merged;
+        } else if def.status_subresource {
+            match old.get("status") {
+                Some(status) => new["status"] = status.clone(),
+                None => {
+                    if let Some(m) = new.as_object_mut() {
+                        m.remove("status");
+                    }
+                }
+            }
+        }
+        {
+            let map = new.as_object_mut().expect("invariant: checked is_object");
+            map.insert("apiVersion".into(), old.get("apiVersion").cloned().unwrap_or_else(|| def.api_version().into()));
+            map.insert("kind".into(), def.kind.clone().into());
+        }
+        if def.group.is_empty() && def.plural == "secrets" {
+            objects::fold_string_data(&mut new);
+        }
+        // Immutable and server-owned metadata.
+        let old_meta = old.get("metadata").cloned().unwrap_or_else(|| json!({}));
+        let generation = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
+        {
+            let meta = meta_mut(&mut new);
+            for field in ["name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"] {
+                match old_meta.get(field) {
+                    Some(v) => meta.insert(field.into(), v.clone()),
+                    None => meta.remove(field),
+                };
+            }
+            meta.insert("resourceVersion".into(), old_rv.clone().into());
+            meta.remove("selfLink");
+        }
+        let deleting = objects::is_deleting(old);
+        if deleting {
+            let before = objects::finalizers(old);
+            let added: Vec<&str> = objects::finalizers(&new).into_iter().filter(|f| !before.contains(f)).collect();
+            if !added.is_empty() {
+                return Err(ApiError::invalid(
+                    &def.group,
+                    &def.kind,
+                    &name,
+                    format!("metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"),
+                ));
+            }
+        }
+        let mut crd_defs = None;
+        if def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions" && target == Target::Main {
+            let defs = resources::defs_from_crd(&new).map_err(|e| ApiError::invalid(&def.group, &def.kind, &name, e.to_string()))?;
+            new["status"] = crd_status(&new);
+            crd_defs = Some(defs);
+        }
+        if objects::spec_changed(old, &new, def.status_subresource) {
+            meta_mut(&mut new).insert("generation".into(), (generation + 1).into());
+        }
+        if new == **old {
+            return Ok(old.clone());
+        }
+        if dry_run {
+            return Ok(Arc::new(new));
+        }
+        let key = def.store_key();
+        let rv = self.next_rv();
+        meta_mut(&mut new).insert("resourceVersion".into(), rv.to_string().into());
+        let obj = Arc::new(new);
+        if deleting && objects::finalizers(&obj).is_empty() {
+            self.remove(&key, &ns, &name, obj.clone());
+        } else {
+            self.resource(&key).objects.insert(key_of(&ns, &name), obj.clone());
+            self.emit(&key, EventType::Modified, obj.clone(), Some(old.clone()));
+            if let Some(defs) = crd_defs {
+                self.register_crd(defs);
+            }
+        }
+        Ok(obj)
+    }
+
+    /// Finally removes an object (its rv already bumped) and cascades.
+    fn remove(&mut self, key: &StoreKey, ns: &str, name: &str, last: Arc<Value>) {
+        self.resource(key).objects.remove(&key_of(ns, name));
+        self.emit(key, EventType::Deleted, last.clone(), None);
+        if key.group == "apiextensions.k8s.io" && key.plural == "customresourcedefinitions" {
+            self.unregister_crd(&last);
+        }
+        if key.group.is_empty() && key.plural == "namespaces" {
+            self.purge_namespace(name);
+        }
+        if !ns.is_empty() {
+            self.finish_namespace_if_empty(ns);
+        }
+    }
+
+    /// Deletes an object: marks it if it has finalizers, removes it otherwise.
+    pub fn delete(&mut self, def: &ResourceDef, ns: Option<&str>, name: &str, options: &Value, dry_run: bool) -> Result<Arc<Value>, ApiError> {
+        let old = self.get(def, ns, name)?;
+        let pre = options.get("preconditions");
+        if let Some(uid) = pre.and_then(|p| p.get("uid")).and_then(Value::as_str)
+            && objects::meta_str(&old, "uid") != Some(uid)
+        {
+            return Err(ApiError::conflict(
+                &def.group,
+                &def.plural,
+                name,
+                &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", objects::meta_str(&old, "uid").unwrap_or("")),
+            ));
+        }
+        if let Some(rv) = pre.and_then(|p| p.get("resourceVersion")).and_then(Value::as_str)
+            && objects::resource_version(&old) != Some(rv)
+        {
+            return Err(ApiError::conflict(
+                &def.group,
+                &def.plural,
+                name,
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                    objects::resource_version(&old).unwrap_or("")
+                ),
+            ));
+        }
+        if dry_run {
+            return Ok(old);
+        }
+        Ok(self.delete_object(&def.store_key(), &old))
+    }
+
+    fn delete_object(&mut self, key: &StoreKey, old: &Arc<Value>) -> Arc<Value> {
+        let name = objects::name(old).to_string();
+        let ns = objects::namespace(old).to_string();
+        let is_namespace = key.group.is_empty() && key.plural == "namespaces";
+        if objects::is_deleting(old) {
+            return old.clone();
+        }
+        let mut keep = !objects::finalizers(old).is_empty();
+        if is_namespace && !keep {
+            keep = self.terminate_namespace(&name);
+        }
+        let rv = self.next_rv();
+        if keep {
+            let mut new = (**old).clone();
+            let meta = meta_mut(&mut new);
+            meta.insert("deletionTimestamp".into(), objects::now().into());
+            meta.insert("deletionGracePeriodSeconds".into(), 0.into());
+            meta.insert("resourceVersion".into(), rv.to_string().into());
+            if is_namespace {
+                new["status"] = json!({"phase": "Terminating"});
+            }
+            let obj = Arc::new(new);
+            self.resource(key).objects.insert(key_of(&ns, &name), obj.clone());
+            self.emit(key, EventType::Modified, obj.clone(), Some(old.clone()));
+            obj
+        } else {
+            let obj = Arc::new(with_rv(old, rv));
+            self.remove(key, &ns, &name, obj.clone());
+            obj
+        }
+    }
+
+    /// Deletes every object in a namespace that can go now, marks the rest;
+    /// returns whether any object remains (so the namespace must wait).
+    fn terminate_namespace(&mut self, ns: &str) -> bool {
+        let mut remaining = false;
+        let keys: Vec<StoreKey> = self.namespaced_keys();
+        for key in keys {
+            let objs = self.namespace_objects(&key, ns);
+            for obj in objs {
+                let after = self.delete_object(&key, &obj);
+                if self.object(&key, ns, objects::name(&after)).is_some() {
+                    remaining = true;
+                }
+            }
+        }
+        remaining
+    }
+
+    fn namespaced_keys(&self) -> Vec<StoreKey> {
+        let mut keys: Vec<StoreKey> = self.defs.iter().filter(|d| d.namespaced).map(|d| d.store_key()).collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
+    fn namespace_objects(&self, key: &StoreKey, ns: &str) -> Vec<Arc<Value>> {
+        self.resources
+            .get(key)
+            .map(|r| r.objects.range((ns.to_string(), String::new())..).take_while(|((o, _), _)| o == ns).map(|(_, v)| v.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Drops whatever is left in a removed namespace.
+    fn purge_namespace(&mut self, ns: &str) {
+        for key in self.namespaced_keys() {
+            for obj in self.namespace_objects(&key, ns) {
+                let rv = self.next_rv();
+                let gone = Arc::new(with_rv(&obj, rv));
+                self.resource(&key).objects.remove(&key_of(ns, objects::name(&obj)));
+                self.emit(&key, EventType::Deleted, gone, None);
+            }
+        }
+    }
+
+    fn finish_namespace_if_empty(&mut self, ns: &str) {
+        let ns_key = StoreKey { group: String::new(), plural: "namespaces".into() };
+        let Some(ns_obj) = self.object(&ns_key, "", ns) else { return };
+        if !objects::is_deleting(&ns_obj) || !objects::finalizers(&ns_obj).is_empty() {
+            return;
+        }
+        let empty = self.namespaced_keys().iter().all(|k| self.namespace_objects(k, ns).is_empty());
+        if empty {
+            let rv = self.next_rv();
+            let gone = Arc::new(with_rv(&ns_obj, rv));
+            self.remove(&ns_key, "", ns, gone);
+        }
+    }
+
+    /// Deletes every matching object of a collection; returns the results.
+    pub fn delete_collection(&mut self, def: &ResourceDef, ns: Option<&str>, selectors: &Selectors, dry_run: bool) -> Result<Vec<Arc<Value>>, ApiError> {
+        let page = self.list(def, ns, selectors, None, None, None)?;
+        if dry_run {
+            return Ok(page.items);
+        }
+        let key = def.store_key();
+        Ok(page.items.iter().map(|obj| self.delete_object(&key, obj)).collect())
+    }
+
+    /// Starts a watch: from the current state (`from` = None) or after a resourceVersion.
+    pub fn subscribe(&mut self, def: &ResourceDef, ns: Option<&str>, from: Option<u64>) -> Result<Subscription, ApiError> {
+        if ns.is_some() && !def.namespaced {
+            Self::scope_ns(def, ns)?;
+        }
+        let rv = self.rv;
+        let res = self.resource(&def.store_key());
+        let rx = res.tx.subscribe();
+        let start = match from {
+            None => WatchStart::Snapshot(match ns {
+                Some(ns) => res.objects.range((ns.to_string(), String::new())..).take_while(|((o, _), _)| o == ns).map(|(_, v)| v.clone()).collect(),
+                None => res.objects.values().cloned().collect(),
+            }),
+            Some(after) if after < res.floor => {
+                return Err(ApiError::expired(format!(
+                    "too old resource version: {after} ({}); re-list and watch from the list's resourceVersion",
+                    res.floor
+                )));
+            }
+            Some(after) => {
+                let idx = res.history.partition_point(|e| e.rv <= after);
+                WatchStart::History(res.history.range(idx..).cloned().collect())
+            }
+        };
+        Ok(Subscription { start, rx, rv })
+    }
+}
+
+fn with_rv(obj: &Value, rv: u64) -> Value {
+    let mut new = obj.clone();
+    meta_mut(&mut new).insert("resourceVersion".into(), rv.to_string().into());
+    new
+}
+
+fn validate_name(def: &ResourceDef, name: &str) -> Result<(), ApiError> {
+    let ok = if def.plural == "namespaces" {
+        name.len() <= 63 && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    } else {
+        name.len() <= 253 && !name.contains(['/', '%']) && name != "." && name != ".."
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
+            &def.group,
+            &def.kind,
+            name,
+            format!("metadata.name: Invalid value: {name:?}: must be a lowercase RFC 1123 name (a-z, 0-9, '-', '.')"),
+        ))
+    }
+}
+
+fn crd_status(crd: &Value) -> Value {
+    let now = objects::now();
+    let stored: Vec<Value> = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .map(|vs| vs.iter().filter(|v| v.get("storage").and_then(Value::as_bool).unwrap_or(false)).filter_map(|v| v.get("name").cloned()).collect())
+        .unwrap_or_default();
+    json!({
+        "acceptedNames": crd.pointer("/spec/names").cloned().unwrap_or_else(|| json!({})),
+        "storedVersions": stored,
+        "conditions": [
+            {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": now},
+            {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now},
+        ],
+    })
+}
+
+fn encode_continue(rv: u64, after: &(String, String)) -> String {
+    objects::hex(format!("{rv}|{}|{}", after.0, after.1).as_bytes())
+}
+
+fn decode_continue(token: &str) -> Option<(u64, (String, String))> {
+    let text = String::from_utf8(objects::unhex(token)?).ok()?;
+    let mut parts = text.splitn(3, '|');
+    let rv = parts.next()?.parse().ok()?;
+    Some((rv, (parts.next()?.to_string(), parts.next()?.to_string())))
+}
+
+fn expired_continue() -> ApiError {
+    ApiError::expired(
+        "The provided continue parameter is too old to display a consistent list result. \
+         You can start a new list without the continue parameter.",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::selectors::LabelSelector;
+
+    fn cm_def(store: &Store) -> Arc<ResourceDef> {
+        store.find_def("", "v1", "configmaps").unwrap()
+    }
+
+    fn cm(name: &str) -> Value {
+        json!({"metadata": {"name": name, "labels": {"app": name}}, "data": {"k": "v"}})
+    }
+
+    #[test]
+    fn starts_with_initial_namespaces() {
+        let store = Store::new(100);
+        let ns = store.find_def("", "v1", "namespaces").unwrap();
+        let page = store.list(&ns, None, &Selectors::default(), None, None, None).unwrap();
+        assert_eq!(page.items.len(), 3);
+        assert_eq!(store.current_rv(), 4);
+    }
+
+    #[test]
+    fn create_sets_server_fields_and_rejects_duplicates() {
+        let mut store = Store::new(100);
+        let def = cm_def(&store);
+        let obj = store.create(&def, Some("default"), cm("a"), false).unwrap();
+        assert_eq!(obj["kind"], "ConfigMap");
+        assert_eq!(obj["apiVersion"], "v1");
+        assert_eq!(obj["metadata"]["generation"], 1);
+        assert_eq!(obj["metadata"]["resourceVersion"], "5");
+        assert_eq!(obj["metadata"]["uid"].as_str().unwrap().len(), 36);
+        assert_eq!(store.create(&def, Some("default"), cm("a"), false).unwrap_err().code, 409);
+        assert_eq!(store.create(&def, Some("nope"), cm("a"), false).unwrap_err().code, 404);
+    }
+
+    #[test]
+    fn generate_name_appends_a_suffix() {
+        let mut store = Store::new(100);
+        let def = cm_def(&store);
+        let obj = store.create(&def, Some("default"), json!({"metadata": {"generateName": "x-"}}), false).unwrap();
+        assert!(objects::name(&obj).starts_with("x-"));
+        assert_eq!(objects::name(&obj).len(), 7);
+    }
+
+    #[test]
+    fn update_checks_resource_version_and_bumps_generation() {
+        let mut store = Store::new(100);
+        let def = cm_def(&store);
+        let obj = store.create(&def, Some("default"), cm("a"), false).unwrap();
+        let mut stale = (*obj).clone();
+        stale["metadata"]["resourceVersion"] = "1".into();
+        assert_eq!(store.update(&def, Some("default"), "a", stale, Target::Main, false).unwrap_err().code, 409);
+        let mut next = (*obj).clone();
+        next["data"]["k"] = "w".into();
+        let updated = store.update(&def, Some("default"), "a", next, Target::Main, false).unwrap();
+        assert_eq!(updated["metadata"]["generation"], 2);
+        let relabel = json!({"metadata": {"labels": {"x": "y"}}});
+        let (patched, _) = store.patch(&def, Some("default"), "a", PatchKind::Merge, &relabel, Target::Main, false).unwrap();
+        assert_eq!(patched["metadata"]["generation"], 2);
+        let rv = store.current_rv();
+        let (same, _) = store.patch(&def, Some("default"), "a", PatchKind::Merge, &relabel, Target::Main, false).unwrap();
+        assert_eq!(store.current_rv(), rv, "a no-op patch does not bump the resourceVersion");
+        assert_eq!(same, patched);
+    }
+
+    #[test]
+    fn finalizers_delay_deletion() {
+        let mut store = Store::new(100);
+        let def = cm_def(&store);
+        let mut body = cm("a");
+        body["metadata"]["finalizers"] = json!(["f1"]);
+        store.create(&def, Some("default"), body, false).unwrap();
+        let marked = store.delete(&def, Some("default"), "a", &json!({}), false).unwrap();
+        assert!(objects::is_deleting(&marked));
+        let again = store.delete(&def, Some("default"), "a", &json!({}), false).unwrap();
+        assert_eq!(again, marked);
+        let add = json!({"metadata": {"finalizers": ["f1", "f2"]}});
+        assert_eq!(store.patch(&def, Some("default"), "a", PatchKind::Merge, &add, Target::Main, false).unwrap_err().code, 422);
+        let clear = json!({"metadata": {"finalizers": null}});
+        store.patch(&def, Some("default"), "a", PatchKind::Merge, &clear, Target::Main, false).unwrap();
+        assert_eq!(store.get(&def, Some("default"), "a").unwrap_err().code, 404);
+    }
+
+    #[test]
+    fn status_subresource_separates_writes() {
+        let mut store = Store::new(100);
+        let crd_def = store.find_def("apiextensions.k8s.io", "v1", "customresourcedefinitions").unwrap();
+        store.create(&crd_def, None, resources::crd_object("example.com", "v1", "widgets", "Widget", true), false).unwrap();
+        let def = store.find_def("example.com", "v1", "widgets").unwrap();
+        store.create(&def, Some("default"), json!({"metadata": {"name": "w"}, "spec": {"a": 1}, "status": {"s": 1}}), false).unwrap();
+        let obj = store.get(&def, Some("default"), "w").unwrap();
+        assert!(obj.get("status").is_none(), "status is dropped on create");
+        let main = json!({"spec": {"a": 2}, "status": {"s": 2}});
+        let (obj, _) = store.patch(&def, Some("default"), "w", PatchKind::Merge, &main, Target::Main, false).unwrap();
+        assert!(obj.get("status").is_none());
+        assert_eq!(obj["metadata"]["generation"], 2);
+        let status = json!({"spec": {"a": 3}, "status": {"s": 3}});
+        let (obj, _) = store.patch(&def, Some("default"), "w", PatchKind::Merge, &status, Target::Status, false).unwrap();
+        assert_eq!(obj["status"]["s"], 3);
+        assert_eq!(obj["spec"]["a"], 2);
+        assert_eq!(obj["metadata"]["generation"], 2);
+    }
+
+    #[test]
+    fn crd_deletion_removes_its_resource() {
+        let mut store = Store::new(100);
+        let crd_def = store.find_def("apiextensions.k8s.io", "v1", "customresourcedefinitions").unwrap();
+        store.create(&crd_def, None, resources::crd_object("example.com", "v1", "widgets", "Widget", false), false).unwrap();
+        assert!(store.find_def("example.com", "v1", "widgets").is_some());
+        store.delete(&crd_def, None, "widgets.example.com", &json!({}), false).unwrap();
+        assert!(store.find_def("example.com", "v1", "widgets").is_none());
+    }
+
+    #[test]
+    fn paging_and_selectors() {
+        let mut store = Store::new(100);
+        let def = cm_def(&store);
+        for n in ["a", "b", "c"] {
+            store.create(&def, Some("default"), cm(n), false).unwrap();
+        }
+        let all = Selectors::default();
+        let p1 = store.list(&def, Some("default"), &all, Some(2), None, None).unwrap();
+        assert_eq!(p1.items.len(), 2);
+        assert_eq!(p1.remaining, Some(1));
+        let token = p1.continue_token.unwrap();
+        let p2 = store.list(&def, Some("default"), &all, Some(2), Some(&token), None).unwrap();
+        assert_eq!(p2.items.len(), 1);
+        assert!(p2.continue_token.is_none());
+        store.compact();
+        assert_eq!(store.list(&def, Some("default"), &all, Some(2), Some(&token), None).unwrap_err().code, 410);
+        let sel = Selectors { labels: LabelSelector::parse("app in (a,c)").unwrap(), ..Default::default() };
+        assert_eq!(store.list(&def, None, &sel, None, None, None).unwrap().items.len(), 2);
+    }
+
+    #[test]
+    fn history_resume_and_expiry() {
+        let mut store = Store::new(2);
+        let def = cm_def(&store);
+        for n in ["a", "b", "c", "d"] {
+            store.create(&def, Some("default"), cm(n), false).unwrap();
+        }
+        let rv = store.current_rv();
+        let sub = store.subscribe(&def, None, Some(rv - 1)).unwrap();
+        match sub.start {
+            WatchStart::History(evs) => assert_eq!(evs.len(), 1),
+            WatchStart::Snapshot(_) => panic!("expected history"),
+        }
+        assert_eq!(store.subscribe(&def, None, Some(rv - 3)).unwrap_err().code, 410);
+        store.compact();
+        assert_eq!(store.subscribe(&def, None, Some(rv)).unwrap_err().code, 410);
+        assert!(store.subscribe(&def, None, Some(store.current_rv())).is_ok());
+    }
+
+    #[test]
+    fn namespace_deletion_removes_contents() {
+        let mut store = Store::new(100);
+        let def = cm_def(&store);
+        let ns_def = store.find_def("", "v1", "namespaces").unwrap();
+        store.create(&ns_def, None, json!({"metadata": {"name": "n1"}}), false).unwrap();
+        store.create(&def, Some("n1"), cm("a"), false).unwrap();
+        let mut held = cm("b");
+        held["metadata"]["finalizers"] = json!(["f"]);
+        store.create(&def, Some("n1"), held, false).unwrap();
+        store.delete(&ns_def, None, "n1", &json!({}), false).unwrap();
+        assert!(objects::is_deleting(&store.get(&ns_def, None, "n1").unwrap()));
+        assert_eq!(store.get(&def, Some("n1"), "a").unwrap_err().code, 404);
+        let clear = json!({"metadata": {"finalizers": null}});
+        store.patch(&def, Some("n1"), "b", PatchKind::Merge, &clear, Target::Main, false).unwrap();
+        assert_eq!(store.get(&ns_def, None, "n1").unwrap_err().code, 404);
+    }
+
+    #[test]
+    fn secrets_fold_string_data() {
+        let mut store = Store::new(100);
+        let def = store.find_def("", "v1", "secrets").unwrap();
+        let obj = store.create(&def, Some("default"), json!({"metadata": {"name": "s"}, "stringData": {"a": "hi"}}), false).unwrap();
+        assert_eq!(obj["data"]["a"], "aGk=");
+        assert!(obj.get("stringData").is_none());
+    }
+}

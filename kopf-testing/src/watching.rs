@@ -1,0 +1,296 @@
+//! Watch streams: newline-delimited JSON events over a chunked response.
+//!
+//! A stream starts with either synthetic ADDED events (current state) or the
+//! recorded events after the requested resourceVersion, then follows the live
+//! broadcast. Selectors are applied per watcher: an object that starts or stops
+//! matching is sent as ADDED or DELETED. A watcher lagging behind the broadcast
+//! buffer has its stream closed, so the client resumes from its last version.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use serde_json::Value;
+use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
+use tokio::time::{Instant, Interval};
+
+use crate::events::{self, EventType, WatchEvent};
+use crate::failures::ApiError;
+use crate::objects;
+use crate::resources::ResourceDef;
+use crate::selectors::Selectors;
+use crate::shared::Shared;
+use crate::store::{Subscription, WatchStart};
+
+/// How often BOOKMARK events are sent when the client allows them.
+pub const BOOKMARK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Chunks are flushed once they reach this size.
+const CHUNK: usize = 64 * 1024;
+
+/// Which events a watcher sees and how they are shown.
+#[derive(Debug)]
+pub struct Filter {
+    /// Only objects in this namespace.
+    pub namespace: Option<String>,
+    /// Label and field selectors.
+    pub selectors: Selectors,
+    /// The apiVersion the client asked for (objects are rewritten if they differ).
+    pub api_version: String,
+}
+
+impl Filter {
+    fn present(&self, kind: &str, obj: &Value) -> Bytes {
+        if obj.get("apiVersion").and_then(Value::as_str) == Some(self.api_version.as_str()) {
+            return events::line(kind, obj);
+        }
+        let mut copy = obj.clone();
+        copy["apiVersion"] = self.api_version.clone().into();
+        events::line(kind, &copy)
+    }
+
+    fn in_namespace(&self, obj: &Value) -> bool {
+        self.namespace.as_deref().is_none_or(|ns| objects::namespace(obj) == ns)
+    }
+
+    /// The line this watcher gets for an event, if any.
+    pub fn apply(&self, ev: &WatchEvent) -> Option<Bytes> {
+        if !self.in_namespace(&ev.object) {
+            return None;
+        }
+        let same_version = ev.object.get("apiVersion").and_then(Value::as_str) == Some(self.api_version.as_str());
+        if self.selectors.is_empty() {
+            return Some(if same_version { ev.line.clone() } else { self.present(ev.kind.as_str(), &ev.object) });
+        }
+        let now = self.selectors.matches(&ev.object);
+        let before = ev.old.as_ref().map(|o| self.selectors.matches(o));
+        let kind = match (ev.kind, before, now) {
+            (EventType::Modified, Some(false), true) => EventType::Added,
+            (EventType::Modified, Some(true), false) => EventType::Deleted,
+            (_, _, true) => ev.kind,
+            _ => return None,
+        };
+        if kind == ev.kind && same_version {
+            Some(ev.line.clone())
+        } else {
+            Some(self.present(kind.as_str(), &ev.object))
+        }
+    }
+
+    /// The line for a synthetic ADDED of a current object, if it matches.
+    pub fn initial(&self, obj: &Value) -> Option<Bytes> {
+        (self.in_namespace(obj) && self.selectors.matches(obj)).then(|| self.present("ADDED", obj))
+    }
+}
+
+/// A watch request's options.
+#[derive(Debug)]
+pub struct WatchOptions {
+    /// Send BOOKMARK events.
+    pub bookmarks: bool,
+    /// End the stream after this long.
+    pub timeout: Option<Duration>,
+    /// Send the initial-events-end BOOKMARK after the synthetic ADDED events.
+    pub send_initial_events: bool,
+}
+
+struct WatchStream {
+    shared: Arc<Shared>,
+    pending: VecDeque<Bytes>,
+    rx: broadcast::Receiver<Arc<WatchEvent>>,
+    filter: Filter,
+    def: Arc<ResourceDef>,
+    epoch: tokio::sync::watch::Receiver<u64>,
+    deadline: Option<Instant>,
+    ticker: Option<Interval>,
+    last_rv: u64,
+    done: bool,
+}
+
+impl WatchStream {
+    fn take_pending(&mut self) -> Option<Bytes> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        let mut buf = BytesMut::new();
+        while let Some(line) = self.pending.front() {
+            if !buf.is_empty() && buf.len() + line.len() > CHUNK {
+                break;
+            }
+            buf.extend_from_slice(line);
+            self.pending.pop_front();
+        }
+        Some(buf.freeze())
+    }
+
+    /// Moves every event already queued for this watcher into `buf`;
+    /// returns false if the watcher lagged or the resource went away.
+    fn drain(&mut self, buf: &mut BytesMut, limit: usize) -> bool {
+        while buf.len() < limit {
+            match self.rx.try_recv() {
+                Ok(ev) => self.push(buf, &ev),
+                Err(TryRecvError::Empty) => return true,
+                Err(_) => return false,
+            }
+        }
+        true
+    }
+
+    fn push(&mut self, buf: &mut BytesMut, ev: &WatchEvent) {
+        if ev.rv <= self.last_rv {
+            return;
+        }
+        self.last_rv = ev.rv;
+        if let Some(line) = self.filter.apply(ev) {
+            buf.extend_from_slice(&line);
+        }
+    }
+
+    async fn next_chunk(&mut self) -> Option<Bytes> {
+        if self.done {
+            return None;
+        }
+        if let Some(chunk) = self.take_pending() {
+            return Some(chunk);
+        }
+        loop {
+            let deadline = self.deadline;
+            let ticker = self.ticker.as_mut();
+            tokio::select! {
+                biased;
+                _ = self.epoch.changed() => return None,
+                _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => return None,
+                ev = self.rx.recv() => {
+                    let ev = match ev {
+                        Ok(ev) => ev,
+                        Err(RecvError::Lagged(_) | RecvError::Closed) => return None,
+                    };
+                    let mut buf = BytesMut::new();
+                    self.push(&mut buf, &ev);
+                    if !self.drain(&mut buf, CHUNK) {
+                        self.done = true;
+                    }
+                    if !buf.is_empty() {
+                        return Some(buf.freeze());
+                    }
+                    if self.done {
+                        return None;
+                    }
+                }
+                _ = async { match ticker { Some(t) => { t.tick().await; } None => std::future::pending().await } } => {
+                    // Events up to the current revision are already queued: send them, then the bookmark.
+                    let rv = self.shared.store().current_rv();
+                    let mut buf = BytesMut::new();
+                    if !self.drain(&mut buf, usize::MAX) {
+                        self.done = true;
+                        return (!buf.is_empty()).then(|| buf.freeze());
+                    }
+                    self.last_rv = self.last_rv.max(rv);
+                    buf.extend_from_slice(&events::bookmark(&self.filter.api_version, &self.def.kind, self.last_rv, false));
+                    return Some(buf.freeze());
+                }
+            }
+        }
+    }
+}
+
+/// The body of a watch: a stream of chunks.
+pub type WatchBody = futures::stream::BoxStream<'static, Result<Bytes, std::convert::Infallible>>;
+
+/// Starts a watch stream for a subscription.
+pub fn stream(shared: Arc<Shared>, def: Arc<ResourceDef>, filter: Filter, sub: Subscription, opts: WatchOptions) -> WatchBody {
+    let mut pending = VecDeque::new();
+    let mut last_rv = sub.rv;
+    match &sub.start {
+        WatchStart::Snapshot(objs) => {
+            pending.extend(objs.iter().filter_map(|o| filter.initial(o)));
+            if opts.send_initial_events {
+                pending.push_back(events::bookmark(&filter.api_version, &def.kind, sub.rv, true));
+            }
+        }
+        WatchStart::History(evs) => {
+            for ev in evs {
+                last_rv = last_rv.max(ev.rv);
+                pending.extend(filter.apply(ev));
+            }
+        }
+    }
+    let ticker = opts.bookmarks.then(|| {
+        let mut t = tokio::time::interval_at(Instant::now() + BOOKMARK_INTERVAL, BOOKMARK_INTERVAL);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        t
+    });
+    let epoch = shared.watch_epoch();
+    let state = WatchStream {
+        shared,
+        pending,
+        rx: sub.rx,
+        filter,
+        def,
+        epoch,
+        deadline: opts.timeout.map(|t| Instant::now() + t),
+        ticker,
+        last_rv,
+        done: false,
+    };
+    Box::pin(futures::stream::unfold(state, |mut s| async move { s.next_chunk().await.map(|c| (Ok(c), s)) }))
+}
+
+/// A stream that reports one error (e.g. 410 Gone) as an ERROR event, then ends.
+pub fn error_stream(err: &ApiError) -> WatchBody {
+    let line = events::error(&err.to_status());
+    Box::pin(futures::stream::iter([Ok(line)]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::selectors::LabelSelector;
+    use serde_json::json;
+
+    fn filter(sel: &str) -> Filter {
+        Filter {
+            namespace: Some("a".into()),
+            selectors: Selectors { labels: LabelSelector::parse(sel).unwrap(), ..Default::default() },
+            api_version: "v1".into(),
+        }
+    }
+
+    fn obj(ns: &str, app: &str) -> Arc<Value> {
+        Arc::new(json!({"apiVersion": "v1", "metadata": {"namespace": ns, "labels": {"app": app}}}))
+    }
+
+    fn kind_of(line: &Bytes) -> String {
+        let v: Value = serde_json::from_slice(line).unwrap();
+        v["type"].as_str().unwrap().to_string()
+    }
+
+    #[test]
+    fn other_namespaces_are_filtered() {
+        let ev = WatchEvent::new(1, EventType::Added, obj("b", "x"), None);
+        assert!(filter("").apply(&ev).is_none());
+    }
+
+    #[test]
+    fn selector_transitions_become_added_and_deleted() {
+        let f = filter("app=x");
+        let leave = WatchEvent::new(2, EventType::Modified, obj("a", "y"), Some(obj("a", "x")));
+        assert_eq!(kind_of(&f.apply(&leave).unwrap()), "DELETED");
+        let enter = WatchEvent::new(3, EventType::Modified, obj("a", "x"), Some(obj("a", "y")));
+        assert_eq!(kind_of(&f.apply(&enter).unwrap()), "ADDED");
+        let outside = WatchEvent::new(4, EventType::Modified, obj("a", "y"), Some(obj("a", "z")));
+        assert!(f.apply(&outside).is_none());
+        let inside = WatchEvent::new(5, EventType::Modified, obj("a", "x"), Some(obj("a", "x")));
+        assert_eq!(f.apply(&inside).unwrap(), inside.line);
+    }
+
+    #[test]
+    fn other_versions_are_rewritten() {
+        let mut f = filter("");
+        f.api_version = "example.com/v2".into();
+        let ev = WatchEvent::new(1, EventType::Added, obj("a", "x"), None);
+        let v: Value = serde_json::from_slice(&f.apply(&ev).unwrap()).unwrap();
+        assert_eq!(v["object"]["apiVersion"], "example.com/v2");
+    }
+}
