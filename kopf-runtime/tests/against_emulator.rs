@@ -494,3 +494,33 @@ async fn kopf_state_round_trips_through_the_api() -> Result {
     assert_eq!(progress.fetch("create_fn/sub", &purged), None);
     Ok(())
 }
+
+#[tokio::test]
+async fn throttled_listing_is_retried_after_the_hint() -> Result {
+    let emulator = Emulator::start().await?;
+    let client = emulator.client();
+    create_namespace(&client, "t1").await?;
+    create_cm(&client, "t1", "a").await?;
+    let rule = FailRule {
+        retry_after: Some(1),
+        ..FailRule::status(429)
+            .verb("list")
+            .path_contains("configmaps")
+    };
+    emulator.faults().fail_next(1, rule);
+    let started = std::time::Instant::now();
+    let mut watching = Watching::start(client.clone(), NamespaceSelector::new(["t1"], false)?);
+    let synced = watching
+        .until(|e| matches!(e, ObjectEvent::Synced { .. }))
+        .await;
+    assert!(
+        matches!(synced, ObjectEvent::Synced { count: 1 }),
+        "{synced:?}"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "the server's hint is honoured"
+    );
+    watching.stop().await;
+    Ok(())
+}
