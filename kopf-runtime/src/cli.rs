@@ -275,6 +275,18 @@ mod tests {
     }
 
     #[test]
+    fn logging_installs_once() {
+        // The only test that installs the global subscriber.
+        assert!(init_logging(&parse(&["--log-format", "json", "-v"])).is_ok());
+        tracing::debug!(test = "logging_installs_once", "a json line");
+        let again = init_logging(&parse(&[]));
+        assert!(
+            matches!(again, Err(CliError::LoggerInstalled(_))),
+            "{again:?}"
+        );
+    }
+
+    #[test]
     fn peering_options() {
         let args = parse(&["--dev"]);
         assert!(args.is_standalone());

@@ -117,6 +117,17 @@ impl NamespaceSelector {
         }
         self.includes.iter().map(Pattern::exact_name).collect()
     }
+
+    /// The plain names among the patterns that the selector serves (Kopf's
+    /// `select_specific_namespaces`): the fallback when Namespace objects
+    /// cannot be watched. Globbed patterns are ignored.
+    pub fn literal_names(&self) -> BTreeSet<String> {
+        self.includes
+            .iter()
+            .filter_map(Pattern::exact_name)
+            .filter(|name| self.matches(name))
+            .collect()
+    }
 }
 
 /// One `-n` pattern: comma-separated globs, each inclusive or exclusive.
@@ -399,6 +410,13 @@ mod tests {
             Err(SelectorError::AllNamespacesWithInclusion("dev-*".into()))
         );
         assert!(NamespaceSelector::new(["dev-*,!dev-1"], true).is_err());
+    }
+
+    #[test]
+    fn literal_names_are_the_fallback() {
+        let s = sel(&["dev-*", "ops", "dev-x", "!dev-x"], false);
+        assert_eq!(s.literal_names(), ["ops".to_string()].into());
+        assert!(sel(&["!kube-*"], false).literal_names().is_empty());
     }
 
     #[test]

@@ -15,7 +15,10 @@
 //!   [`PatchError::Invalid`]: the caller re-reads the object and decides.
 //! - The `status` of a merge patch goes to the `/status` subresource when the
 //!   resource has one (a second request, after the main one), inline
-//!   otherwise, as Kopf does.
+//!   otherwise, as Kopf does; JSON-patch operations on `/status…` are split
+//!   off the same way.
+//! - Each attempt is bounded by `request_timeout`; a timed-out attempt is
+//!   retried like a `5xx`.
 //!
 //! The field helpers ([`resolve_field`], [`ensure_field`], [`remove_field`])
 //! build merge-patch fragments for [`progress`](crate::progress),
@@ -78,13 +81,6 @@ pub enum PatchError {
         /// The failure.
         #[source]
         source: kube::Error,
-    },
-    /// The JSON patch targets `/status` on a resource without that subresource
-    /// mixed with other paths, which cannot be split.
-    #[error("a JSON patch for {name} mixes /status and other paths")]
-    MixedJsonPatch {
-        /// The object's name.
-        name: String,
     },
 }
 
@@ -211,39 +207,48 @@ impl Patcher {
         }
     }
 
-    /// Apply a JSON patch (RFC 6902). With `status_subresource` and all paths
-    /// under `/status`, it goes to `/status` with the prefix kept (the
-    /// subresource takes whole-object paths).
+    /// Apply a JSON patch (RFC 6902). With `status_subresource`, operations
+    /// on `/status…` go to the `/status` subresource (whole-object paths, in a
+    /// second request after the rest), as Kopf splits them; the two requests
+    /// are not atomic together. An empty patch reads the object instead.
     ///
     /// # Errors
     ///
-    /// [`PatchError`] as described in the [module docs](self);
-    /// [`PatchError::MixedJsonPatch`] if `/status` and other paths are mixed
-    /// on a resource with the status subresource.
+    /// [`PatchError`] as described in the [module docs](self).
     pub async fn json(
         &self,
         target: &PatchTarget,
         patch: &json_patch::Patch,
     ) -> Result<PatchOutcome, PatchError> {
         let api = target.api(&self.client);
-        let paths: Vec<String> = patch.0.iter().map(|op| op.path().to_string()).collect();
-        let on_status = |p: &String| p == "/status" || p.starts_with("/status/");
-        let to_status =
-            target.status_subresource && !paths.is_empty() && paths.iter().all(on_status);
-        if target.status_subresource && !to_status && paths.iter().any(on_status) {
-            return Err(PatchError::MixedJsonPatch {
-                name: target.name.clone(),
-            });
+        let on_status = |op: &json_patch::PatchOperation| {
+            let path = op.path().to_string();
+            target.status_subresource && (path == "/status" || path.starts_with("/status/"))
+        };
+        let (status_ops, main_ops): (Vec<_>, Vec<_>) = patch.0.iter().cloned().partition(on_status);
+        let mut outcome = None;
+        if !main_ops.is_empty() {
+            let body = Patch::<()>::Json(json_patch::Patch(main_ops));
+            let sent = self
+                .retrying(target, || api.patch(&target.name, &self.params, &body))
+                .await?;
+            if matches!(sent, PatchOutcome::Gone) {
+                return Ok(sent);
+            }
+            outcome = Some(sent);
         }
-        let body = Patch::<()>::Json(patch.clone());
-        if to_status {
-            self.retrying(target, || {
-                api.patch_status(&target.name, &self.params, &body)
-            })
-            .await
-        } else {
-            self.retrying(target, || api.patch(&target.name, &self.params, &body))
-                .await
+        if !status_ops.is_empty() {
+            let body = Patch::<()>::Json(json_patch::Patch(status_ops));
+            let sent = self
+                .retrying(target, || {
+                    api.patch_status(&target.name, &self.params, &body)
+                })
+                .await?;
+            outcome = Some(sent);
+        }
+        match outcome {
+            Some(outcome) => Ok(outcome),
+            None => self.retrying(target, || api.get(&target.name)).await,
         }
     }
 
@@ -630,12 +635,29 @@ mod tests {
                 {"op": "add", "path": "/spec/x", "value": 1},
             ]))
             .expect("valid");
-            let outcome = tokio::time::timeout(LIMIT, patcher(client).json(&target(true), &mixed))
+            tokio::time::timeout(LIMIT, patcher(client).json(&target(true), &mixed))
                 .await
-                .expect("in time");
+                .expect("in time")
+                .expect("patched");
+            let log = log.lock().expect("not poisoned");
+            assert_eq!(
+                log.len(),
+                3,
+                "one status patch, then main and status halves"
+            );
+            assert!(log[1].uri.contains("/kopfexamples/a?"), "{}", log[1].uri);
+            assert_eq!(
+                log[1].body,
+                json!([{"op": "add", "path": "/spec/x", "value": 1}])
+            );
             assert!(
-                matches!(outcome, Err(PatchError::MixedJsonPatch { .. })),
-                "{outcome:?}"
+                log[2].uri.contains("/kopfexamples/a/status?"),
+                "{}",
+                log[2].uri
+            );
+            assert_eq!(
+                log[2].body,
+                json!([{"op": "add", "path": "/status/x", "value": 1}])
             );
         }
 

@@ -1,15 +1,11 @@
-//! Runtime-core tests against the Kubernetes API emulator from kopf-testing.
+//! Runtime-core tests against the Kubernetes API emulator from kopf-testing:
+//! watching (creation, deletion, dropped watches, compaction, namespace
+//! globs), patching (versions, gone objects, throttling), finalizer patches
+//! and Event posting, all over real HTTP on 127.0.0.1.
 //!
-//! PENDING: the emulator had not landed on `main` when these were written, so
-//! they are written against its announced API (`Emulator::start().await?.client()`,
-//! `emulator.faults().drop_watches() / compact() / fail_next(n, FailRule { .. })`)
-//! and compiled only with `--features emulator-tests`. Once the emulator is
-//! merged: `cargo test -p kopf-runtime --features emulator-tests --test against_emulator`,
-//! and adjust the few `FailRule` fields if its final shape differs.
-//!
-//! The same behaviours are already covered against a scripted in-process API
-//! in the unit tests of `watching`, `patching` and `posting`.
-#![cfg(feature = "emulator-tests")]
+//! The same behaviours are also covered with paused time against a scripted
+//! in-process API in the unit tests of `watching`, `patching` and `posting`.
+#![cfg(feature = "emulator")]
 
 use std::time::Duration;
 
@@ -199,26 +195,35 @@ async fn compaction_relists_and_vanishes_what_was_deleted_meanwhile() -> Result 
         .until(|e| matches!(e, ObjectEvent::Synced { count: 2 }))
         .await;
 
-    // Make the watcher miss the deletion: its requests fail while the object
-    // is deleted and the history compacted, so it must re-list.
-    emulator.faults().fail_next(
-        3,
-        FailRule {
-            status: 500,
-            ..Default::default()
-        },
-    );
+    // Make the watcher miss the deletion: its watch requests fail while the
+    // object is deleted and the history compacted, so it must re-list.
+    emulator
+        .faults()
+        .fail_next(1000, FailRule::status(500).verb("watch"));
     emulator.faults().drop_watches();
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
     delete_cm(&client, "t1", "gone").await?;
     emulator.faults().compact();
+    emulator.faults().clear();
 
-    let event = watching
-        .until(|e| named(e) == Some("gone") && matches!(e, ObjectEvent::Deleted { .. }))
+    let event = watching.until(|e| named(e) == Some("gone")).await;
+    assert!(
+        matches!(
+            event,
+            ObjectEvent::Deleted {
+                how: DeletedBy::Vanished,
+                ..
+            }
+        ),
+        "{event:?}"
+    );
+    let synced = watching
+        .until(|e| matches!(e, ObjectEvent::Synced { .. }))
         .await;
-    // Either the live DELETED event or, after the re-list, a vanished report:
-    // what matters is that the object is reported deleted exactly once.
-    assert!(matches!(event, ObjectEvent::Deleted { .. }));
+    assert!(
+        matches!(synced, ObjectEvent::Synced { count: 1 }),
+        "{synced:?}"
+    );
     watching.stop().await;
     Ok(())
 }
@@ -382,5 +387,140 @@ async fn events_are_posted_about_objects() -> Result {
     cancel.cancel();
     tasks.close();
     tasks.wait().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn deleted_namespaces_take_their_objects_with_them() -> Result {
+    let emulator = Emulator::start().await?;
+    let client = emulator.client();
+    create_namespace(&client, "dev-1").await?;
+    create_cm(&client, "dev-1", "doomed").await?;
+    let mut watching = Watching::start(client.clone(), NamespaceSelector::new(["dev-*"], false)?);
+    let event = watching.until(|e| named(e) == Some("doomed")).await;
+    assert!(matches!(event, ObjectEvent::Upserted { .. }));
+
+    let api = Api::<DynamicObject>::all_with(client.clone(), &namespaces());
+    api.delete("dev-1", &DeleteParams::default()).await?;
+    let event = watching.until(|e| named(e) == Some("doomed")).await;
+    assert!(matches!(event, ObjectEvent::Deleted { .. }), "{event:?}");
+    // Reported once: nothing more about it arrives.
+    let more = tokio::time::timeout(
+        Duration::from_millis(500),
+        watching.until(|e| named(e) == Some("doomed")),
+    )
+    .await;
+    assert!(more.is_err(), "reported twice: {more:?}");
+    watching.stop().await;
+    Ok(())
+}
+
+fn examples() -> ApiResource {
+    let gvk = kube::core::GroupVersionKind::gvk("kopf.dev", "v1", "KopfExample");
+    ApiResource::from_gvk_with_plural(&gvk, "kopfexamples")
+}
+
+#[tokio::test]
+async fn status_goes_to_the_subresource_of_a_crd() -> Result {
+    let emulator = Emulator::builder()
+        .crd("kopf.dev", "v1", "kopfexamples", "KopfExample", true)
+        .start()
+        .await?;
+    let client = emulator.client();
+    create_namespace(&client, "t1").await?;
+    let api = Api::<DynamicObject>::namespaced_with(client.clone(), "t1", &examples());
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kopf.dev/v1", "kind": "KopfExample", "metadata": {"name": "ex"}, "spec": {"field": "x"},
+    }))?;
+    let obj = api.create(&PostParams::default(), &obj).await?;
+    let target = PatchTarget::for_object(&obj, &examples(), true).expect("named");
+    let patcher = Patcher::new(client.clone(), &NetworkingSettings::default());
+    let patch =
+        json!({"metadata": {"labels": {"l": "v"}}, "status": {"create_fn": {"message": "done"}}});
+    let outcome = patcher.merge(&target, &patch).await?;
+    let patched = outcome.object().expect("exists");
+    assert_eq!(patched.data["status"]["create_fn"]["message"], "done");
+    assert_eq!(
+        patched
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("l"))
+            .map(String::as_str),
+        Some("v")
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn kopf_state_round_trips_through_the_api() -> Result {
+    use kopf_runtime::diffbase::{DiffBaseStorage, diff};
+    use kopf_runtime::progress::{ProgressRecord, ProgressStorage};
+
+    let emulator = Emulator::start().await?;
+    let client = emulator.client();
+    create_namespace(&client, "t1").await?;
+    let obj = create_cm(&client, "t1", "a").await?;
+    let patcher = Patcher::new(client.clone(), &NetworkingSettings::default());
+    let progress = ProgressStorage::default();
+    let diffbase = DiffBaseStorage::default();
+
+    let body = serde_json::to_value(&obj)?;
+    let mut patch = json!({});
+    let record = ProgressRecord {
+        retries: Some(1),
+        success: Some(true),
+        ..ProgressRecord::default()
+    };
+    progress.store("create_fn/sub", &record, &body, &mut patch);
+    let (_, essence) = diffbase.essences(&body, &[], &progress);
+    diffbase.store(&body, &essence, &mut patch);
+    let stored = patcher.merge(&target(&obj), &patch).await?;
+    let stored = serde_json::to_value(stored.object().expect("exists"))?;
+
+    assert_eq!(progress.fetch("create_fn/sub", &stored), Some(record));
+    let (old, new) = diffbase.essences(&stored, &[], &progress);
+    assert_eq!(
+        old.as_ref(),
+        Some(&new),
+        "kopf's own annotations are not part of the essence"
+    );
+    assert!(diff(old.as_ref().unwrap_or(&serde_json::Value::Null), &new).is_empty());
+
+    let mut purge = json!({});
+    progress.purge("create_fn/sub", &stored, &mut purge);
+    let purged = patcher.merge(&target(&obj), &purge).await?;
+    let purged = serde_json::to_value(purged.object().expect("exists"))?;
+    assert_eq!(progress.fetch("create_fn/sub", &purged), None);
+    Ok(())
+}
+
+#[tokio::test]
+async fn throttled_listing_is_retried_after_the_hint() -> Result {
+    let emulator = Emulator::start().await?;
+    let client = emulator.client();
+    create_namespace(&client, "t1").await?;
+    create_cm(&client, "t1", "a").await?;
+    let rule = FailRule {
+        retry_after: Some(1),
+        ..FailRule::status(429)
+            .verb("list")
+            .path_contains("configmaps")
+    };
+    emulator.faults().fail_next(1, rule);
+    let started = std::time::Instant::now();
+    let mut watching = Watching::start(client.clone(), NamespaceSelector::new(["t1"], false)?);
+    let synced = watching
+        .until(|e| matches!(e, ObjectEvent::Synced { .. }))
+        .await;
+    assert!(
+        matches!(synced, ObjectEvent::Synced { count: 1 }),
+        "{synced:?}"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "the server's hint is honoured"
+    );
+    watching.stop().await;
     Ok(())
 }

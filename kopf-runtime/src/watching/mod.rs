@@ -9,7 +9,9 @@
 //! - exact namespace names: one watch per namespace;
 //! - globs: Namespace objects are watched too, and a per-namespace watch
 //!   starts when a matching namespace appears and stops when it is deleted
-//!   (its objects are then reported as [`DeletedBy::Vanished`]).
+//!   (its objects are then reported as [`DeletedBy::Vanished`]); if listing
+//!   Namespaces is forbidden, the plainly named namespaces among the patterns
+//!   are served instead, as Kopf falls back.
 //!
 //! Each watch is a [`tracker::ObjectTracker`] (a pure state machine, where
 //! the UID bookkeeping and its guarantees live) driven by a list-then-watch

@@ -1,9 +1,9 @@
 //! [`ResourceWatcher`]: one resource across the served namespaces.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use kube::Client;
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::ApiResource;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -105,15 +105,47 @@ impl ResourceWatcher {
                 .run(tx, cancel, None)
                 .await;
         } else if let Some(names) = self.selector.exact_names() {
-            let tasks = TaskTracker::new();
-            for ns in names {
-                let scope = self.namespace_scope(&ns);
-                tasks.spawn(scope.run(tx.clone(), cancel.clone(), None));
-            }
-            tasks.close();
-            tasks.wait().await;
+            self.run_in_namespaces(names, tx, cancel).await;
+        } else if let Some(names) = self.namespaces_forbidden().await {
+            self.run_in_namespaces(names, tx, cancel).await;
         } else {
             self.run_following_namespaces(tx, cancel).await;
+        }
+    }
+
+    /// One scope per namespace in `names`.
+    async fn run_in_namespaces(
+        &self,
+        names: BTreeSet<String>,
+        tx: mpsc::Sender<ObjectEvent>,
+        cancel: CancellationToken,
+    ) {
+        let tasks = TaskTracker::new();
+        for ns in names {
+            let scope = self.namespace_scope(&ns);
+            tasks.spawn(scope.run(tx.clone(), cancel.clone(), None));
+        }
+        tasks.close();
+        tasks.wait().await;
+    }
+
+    /// If listing Namespaces is forbidden (`403`) and some patterns are plain
+    /// names, those names to serve instead (as Kopf falls back); else `None`
+    /// and namespaces are followed (retrying on errors).
+    async fn namespaces_forbidden(&self) -> Option<BTreeSet<String>> {
+        let api = Api::<DynamicObject>::all_with(self.client.clone(), &namespaces_resource());
+        match api.list(&ListParams::default().limit(1)).await {
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                let names = self.selector.literal_names();
+                if names.is_empty() {
+                    tracing::warn!(resource = %self.resource.plural, "namespaces cannot be listed (403) and no plain namespace names are given; retrying");
+                    None
+                } else {
+                    tracing::warn!(resource = %self.resource.plural, ?names, "namespaces cannot be listed (403); serving the plainly named namespaces only");
+                    Some(names)
+                }
+            }
+            _ => None,
         }
     }
 

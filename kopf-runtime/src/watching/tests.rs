@@ -375,6 +375,27 @@ async fn listed_items_get_their_kind_and_api_version() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn forbidden_namespaces_fall_back_to_plain_names() {
+    let selector = NamespaceSelector::new(["dev-*", "ops"], false).expect("valid");
+    let mut running = Running::start(selector, |r| {
+        if r.uri.starts_with("/api/v1/namespaces?") {
+            Reply::Json(403, mock_api::status(403, "Forbidden", 0))
+        } else if is_watch(r) {
+            Reply::EventsThenHang(vec![])
+        } else {
+            list(vec![example("ops", "a", "u1", "1")], "1")
+        }
+    });
+    assert_eq!(running.next(2).await, ["+u1(New)", "synced:1"]);
+    let requests = running.requests(|r| !r.uri.starts_with("/api/v1/namespaces?"));
+    assert!(
+        requests.iter().all(|u| u.contains("/namespaces/ops/")),
+        "{requests:?}"
+    );
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn dropping_the_receiver_stops_the_watcher() {
     let running = Running::start(NamespaceSelector::all(), |r| {
         if is_watch(r) {

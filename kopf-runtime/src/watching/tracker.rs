@@ -549,6 +549,49 @@ mod tests {
     }
 
     #[test]
+    fn tens_of_thousands_of_objects_relist_in_one_pass() {
+        let mut t = ObjectTracker::new(resource());
+        let objs = |n: usize| {
+            (0..n).map(move |i| {
+                obj(
+                    &format!("ns{}", i % 50),
+                    &format!("o{i}"),
+                    &format!("u{i}"),
+                    "1",
+                )
+            })
+        };
+        let mut out = Vec::new();
+        for input in listing(objs(30_000).collect()) {
+            t.feed(input, &mut out);
+        }
+        assert_eq!(out.len(), 30_001);
+        assert_eq!(
+            t.namespaces.len(),
+            50,
+            "namespaces are shared, not copied per object"
+        );
+        out.clear();
+        for input in listing(objs(29_000).collect()) {
+            t.feed(input, &mut out);
+        }
+        let vanished = out
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    ObjectEvent::Deleted {
+                        how: DeletedBy::Vanished,
+                        ..
+                    }
+                )
+            })
+            .count();
+        assert_eq!(vanished, 1_000);
+        assert_eq!(t.len(), 29_000);
+    }
+
+    #[test]
     fn kube_watcher_events_map_to_inputs() {
         use kube::runtime::watcher::Event;
         let mut t = ObjectTracker::new(resource());
