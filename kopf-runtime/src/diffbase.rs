@@ -32,10 +32,9 @@
 //! # Ok::<(), serde_json::Error>(())
 //! ```
 
-use serde::ser::SerializeTuple;
-use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 
+pub use crate::kwargs::{Diff, DiffItem, DiffOp};
 use crate::patching::{ensure_field, remove_field, resolve_field};
 use crate::progress::{
     AnnotationKeys, LAST_APPLIED_ANNOTATION, ProgressStorage, detect_marked_prefixes,
@@ -204,141 +203,10 @@ fn cherrypick(src: &Value, dst: &mut Value, fields: &[&str]) {
     }
 }
 
-/// A diff operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DiffOp {
-    /// The field appeared (was absent or `null`).
-    Add,
-    /// The field's value changed.
-    Change,
-    /// The field disappeared (became absent or `null`).
-    Remove,
-}
-
-/// One change: Kopf's `DiffItem`. Absent values are `null`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DiffItem {
-    /// What happened.
-    pub op: DiffOp,
-    /// The path of keys to the field; empty for the root.
-    pub field: Vec<String>,
-    /// The value before.
-    pub old: Value,
-    /// The value after.
-    pub new: Value,
-}
-
-impl Serialize for DiffItem {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut tuple = serializer.serialize_tuple(4)?;
-        tuple.serialize_element(&self.op)?;
-        tuple.serialize_element(&self.field)?;
-        tuple.serialize_element(&self.old)?;
-        tuple.serialize_element(&self.new)?;
-        tuple.end()
-    }
-}
-
-/// A list of changes between two essences: Kopf's `Diff`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-#[serde(transparent)]
-pub struct Diff(Vec<DiffItem>);
-
-impl Diff {
-    /// The changes, in order.
-    pub fn items(&self) -> &[DiffItem] {
-        &self.0
-    }
-
-    /// No changes at all.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// How many changes.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// The diff as seen from the field `path` (Kopf's `reduce`): changes
-    /// below it with the prefix cut off, and changes of its parents
-    /// translated into a diff of the sub-field.
-    pub fn reduce(&self, path: &[&str]) -> Diff {
-        let mut out = Vec::new();
-        for item in &self.0 {
-            let field: Vec<&str> = item.field.iter().map(String::as_str).collect();
-            if path.is_empty() {
-                out.push(item.clone());
-            } else if field.len() >= path.len() && field[..path.len()] == *path {
-                out.push(DiffItem {
-                    field: item.field[path.len()..].to_vec(),
-                    ..item.clone()
-                });
-            } else if field.len() < path.len() && path[..field.len()] == *field {
-                let tail = &path[field.len()..];
-                let old = resolve_field(&item.old, tail).unwrap_or(&Value::Null);
-                let new = resolve_field(&item.new, tail).unwrap_or(&Value::Null);
-                diff_into(old, new, &mut Vec::new(), &mut out);
-            }
-        }
-        Diff(out)
-    }
-}
-
-impl<'a> IntoIterator for &'a Diff {
-    type Item = &'a DiffItem;
-    type IntoIter = std::slice::Iter<'a, DiffItem>;
-    fn into_iter(self) -> Self::IntoIter {
-        self.0.iter()
-    }
-}
-
-/// Kopf's `diff(a, b)`: objects are recursed into (added keys, then removed,
-/// then common ones, each sorted); anything else changes as a whole.
-/// `null` means absent.
+/// Kopf's `diff(a, b)` between two essences; `null` means absent.
+/// See [`Diff`] for the order and the wire form.
 pub fn diff(old: &Value, new: &Value) -> Diff {
-    let mut out = Vec::new();
-    diff_into(old, new, &mut Vec::new(), &mut out);
-    Diff(out)
-}
-
-fn diff_into(a: &Value, b: &Value, path: &mut Vec<String>, out: &mut Vec<DiffItem>) {
-    let item = |op, path: &Vec<String>| DiffItem {
-        op,
-        field: path.clone(),
-        old: a.clone(),
-        new: b.clone(),
-    };
-    match (a, b) {
-        _ if a == b => {}
-        (Value::Null, _) => out.push(item(DiffOp::Add, path)),
-        (_, Value::Null) => out.push(item(DiffOp::Remove, path)),
-        (Value::Object(ma), Value::Object(mb)) => {
-            let mut added: Vec<&String> = mb.keys().filter(|k| !ma.contains_key(*k)).collect();
-            let mut removed: Vec<&String> = ma.keys().filter(|k| !mb.contains_key(*k)).collect();
-            let mut common: Vec<&String> = ma.keys().filter(|k| mb.contains_key(*k)).collect();
-            added.sort();
-            removed.sort();
-            common.sort();
-            for key in added {
-                path.push(key.clone());
-                diff_into(&Value::Null, &mb[key], path, out);
-                path.pop();
-            }
-            for key in removed {
-                path.push(key.clone());
-                diff_into(&ma[key], &Value::Null, path, out);
-                path.pop();
-            }
-            for key in common {
-                path.push(key.clone());
-                diff_into(&ma[key], &mb[key], path, out);
-                path.pop();
-            }
-        }
-        _ => out.push(item(DiffOp::Change, path)),
-    }
+    Diff::between(Some(old), Some(new))
 }
 
 #[cfg(test)]

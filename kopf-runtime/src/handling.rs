@@ -352,7 +352,7 @@ async fn attempt(
 pub async fn invoke(handler: &Handler, kwargs: Kwargs, limit: Option<Duration>) -> Outcome {
     let call = match std::panic::catch_unwind(AssertUnwindSafe(|| handler.call(kwargs))) {
         Ok(future) => AssertUnwindSafe(future).catch_unwind(),
-        Err(panic) => return Err(panicked(&panic)),
+        Err(panic) => return Err(panicked(&*panic)),
     };
     let outcome = match limit {
         Some(limit) => match tokio::time::timeout(limit, call).await {
@@ -365,7 +365,7 @@ pub async fn invoke(handler: &Handler, kwargs: Kwargs, limit: Option<Duration>) 
         },
         None => call.await,
     };
-    outcome.unwrap_or_else(|panic| Err(panicked(&panic)))
+    outcome.unwrap_or_else(|panic| Err(panicked(&*panic)))
 }
 
 fn panicked(panic: &(dyn std::any::Any + Send)) -> HandlerError {
@@ -648,6 +648,21 @@ mod tests {
         .await;
         assert!(out.done);
         assert_eq!(out.failed, 1);
+    }
+
+    #[tokio::test]
+    async fn a_panic_is_reported_with_its_message() {
+        let handler = Handler::on_create(resource(), "boom", |_kw: Kwargs| async {
+            if true {
+                panic!("kaboom");
+            }
+            Ok::<_, Error>(())
+        });
+        let outcome = invoke(&handler, Kwargs::new(json!({})), None).await;
+        assert_eq!(
+            outcome.err().map(|e| e.to_string()),
+            Some("the handler panicked: kaboom".to_owned())
+        );
     }
 
     #[tokio::test]

@@ -49,8 +49,8 @@ pub use kwargs::{
 };
 pub use operator::{Operator, OperatorError};
 pub use registry::{Registry, RegistryBuilder, RegistryError};
-pub use running::{RunError, Runner, run};
 pub use resources::ResourceRef;
+pub use running::{RunError, Runner, run};
 
 /// Keeps the handlers of a crate that the binary does not otherwise reference.
 ///

@@ -48,7 +48,9 @@ pub enum OperatorError {
         kind: HandlerKind,
     },
     /// No cluster to talk to.
-    #[error("cannot connect to a cluster: {0}; set KUBECONFIG, pass --kubeconfig, or run with --emulator")]
+    #[error(
+        "cannot connect to a cluster: {0}; set KUBECONFIG, pass --kubeconfig, or run with --emulator"
+    )]
     Client(#[source] kube::Error),
     /// An `on_startup` handler failed for good, so the operator does not start.
     #[error("start-up handler `{handler}` failed: {message}")]
@@ -62,7 +64,11 @@ pub enum OperatorError {
 
 /// Kinds whose handlers this runtime runs.
 fn is_supported(kind: HandlerKind) -> bool {
-    kind.is_changing() || matches!(kind, HandlerKind::OnEvent | HandlerKind::OnStartup | HandlerKind::OnCleanup)
+    kind.is_changing()
+        || matches!(
+            kind,
+            HandlerKind::OnEvent | HandlerKind::OnStartup | HandlerKind::OnCleanup
+        )
 }
 
 /// A configured operator: what to run, against which cluster, how.
@@ -142,9 +148,20 @@ impl Operator {
     /// [`OperatorError::Unsupported`] for a handler this runtime cannot run,
     /// [`OperatorError::Client`] without a cluster, [`OperatorError::Startup`]
     /// when a start-up handler fails for good.
-    pub async fn run_until(self, stop: impl Future<Output = ()> + Send) -> Result<(), OperatorError> {
-        if let Some(handler) = self.registry.handlers().iter().find(|h| !is_supported(h.kind)) {
-            return Err(OperatorError::Unsupported { handler: handler.fn_path.to_string(), kind: handler.kind });
+    pub async fn run_until(
+        self,
+        stop: impl Future<Output = ()> + Send,
+    ) -> Result<(), OperatorError> {
+        if let Some(handler) = self
+            .registry
+            .handlers()
+            .iter()
+            .find(|h| !is_supported(h.kind))
+        {
+            return Err(OperatorError::Unsupported {
+                handler: handler.fn_path.to_string(),
+                kind: handler.kind,
+            });
         }
         let client = match self.client.clone() {
             Some(client) => client,
@@ -162,7 +179,12 @@ impl Operator {
             None
         };
 
-        let activities = |kind| self.registry.of_kind(kind).cloned().collect::<Vec<Handler>>();
+        let activities = |kind| {
+            self.registry
+                .of_kind(kind)
+                .cloned()
+                .collect::<Vec<Handler>>()
+        };
         run_activities(&activities(HandlerKind::OnStartup), &client, true).await?;
 
         let watching = root.child_token();
@@ -191,12 +213,17 @@ impl Operator {
                 queue.shutdown(exit_timeout).await;
             }
         }
-        if let Err(error) = run_activities(&activities(HandlerKind::OnCleanup), &client, false).await {
+        if let Err(error) =
+            run_activities(&activities(HandlerKind::OnCleanup), &client, false).await
+        {
             tracing::warn!(%error, "a clean-up handler failed");
         }
         root.cancel();
         tasks.close();
-        if tokio::time::timeout(exit_timeout + Duration::from_secs(1), tasks.wait()).await.is_err() {
+        if tokio::time::timeout(exit_timeout + Duration::from_secs(1), tasks.wait())
+            .await
+            .is_err()
+        {
             tracing::warn!("background tasks did not stop in time; abandoning them");
         }
         Ok(())
@@ -206,9 +233,14 @@ impl Operator {
     fn resources(&self) -> BTreeMap<ResourceKey, (ResourceRef, Vec<Handler>)> {
         let mut out: BTreeMap<ResourceKey, (ResourceRef, Vec<Handler>)> = BTreeMap::new();
         for handler in self.registry.handlers() {
-            let Some(resource) = &handler.resource else { continue };
+            let Some(resource) = &handler.resource else {
+                continue;
+            };
             let key = ResourceKey::of(resource);
-            out.entry(key).or_insert_with(|| (resource.clone(), Vec::new())).1.push(handler.clone());
+            out.entry(key)
+                .or_insert_with(|| (resource.clone(), Vec::new()))
+                .1
+                .push(handler.clone());
         }
         out
     }
@@ -220,7 +252,11 @@ struct ResourceKey(String, String, String);
 
 impl ResourceKey {
     fn of(resource: &ResourceRef) -> Self {
-        Self(resource.group.to_string(), resource.version.to_string(), resource.plural.to_string())
+        Self(
+            resource.group.to_string(),
+            resource.version.to_string(),
+            resource.plural.to_string(),
+        )
     }
 }
 
@@ -243,7 +279,10 @@ impl ServeResource {
         watching: CancellationToken,
         queue_out: tokio::sync::oneshot::Sender<Queue<String, Work>>,
     ) {
-        let Some(target) = discover_until_found(&self.client, &self.resource, &watching).await else { return };
+        let Some(target) = discover_until_found(&self.client, &self.resource, &watching).await
+        else {
+            return;
+        };
         let processor = Arc::new(ResourceProcessor::new(
             target.clone(),
             self.handlers,
@@ -283,10 +322,19 @@ impl ServeResource {
                     }
                     synced = true;
                 }
-                ObjectEvent::Upserted { seen: Seen::Unchanged, .. } if synced => {}
+                ObjectEvent::Upserted {
+                    seen: Seen::Unchanged,
+                    ..
+                } if synced => {}
                 _ => {
                     if let Some(uid) = event.uid().map(str::to_owned) {
-                        queue.push(uid, Work { event, initial_listing: !synced });
+                        queue.push(
+                            uid,
+                            Work {
+                                event,
+                                initial_listing: !synced,
+                            },
+                        );
                     }
                 }
             }
@@ -313,7 +361,9 @@ async fn discover_until_found(
                 resource = %resource.api_version(), plural = %resource.plural,
                 "the resource is not served by the cluster (is its CRD installed?); retrying"
             ),
-            Err(error) => tracing::warn!(%error, plural = %resource.plural, "discovery failed; retrying"),
+            Err(error) => {
+                tracing::warn!(%error, plural = %resource.plural, "discovery failed; retrying")
+            }
         }
         tokio::select! {
             () = stop.cancelled() => return None,
@@ -324,15 +374,23 @@ async fn discover_until_found(
 }
 
 /// Looks the resource up in its group version's resource list.
-async fn discover(client: &Client, resource: &ResourceRef) -> Result<Option<ResourceTarget>, kube::Error> {
+async fn discover(
+    client: &Client,
+    resource: &ResourceRef,
+) -> Result<Option<ResourceTarget>, kube::Error> {
     let api_version = resource.api_version();
     let list = if resource.group.is_empty() {
         client.list_core_api_resources(&resource.version).await?
     } else {
         client.list_api_group_resources(&api_version).await?
     };
-    let Some(found) = list.resources.iter().find(|r| r.name == resource.plural) else { return Ok(None) };
-    let status_subresource = list.resources.iter().any(|r| r.name == format!("{}/status", resource.plural));
+    let Some(found) = list.resources.iter().find(|r| r.name == resource.plural) else {
+        return Ok(None);
+    };
+    let status_subresource = list
+        .resources
+        .iter()
+        .any(|r| r.name == format!("{}/status", resource.plural));
     Ok(Some(ResourceTarget {
         api: ApiResource {
             group: resource.group.to_string(),
@@ -348,7 +406,11 @@ async fn discover(client: &Client, resource: &ResourceRef) -> Result<Option<Reso
 
 /// Runs start-up or clean-up handlers, each until it succeeds or fails for
 /// good (retrying temporary errors after their delay).
-async fn run_activities(handlers: &[Handler], client: &Client, fatal: bool) -> Result<(), OperatorError> {
+async fn run_activities(
+    handlers: &[Handler],
+    client: &Client,
+    fatal: bool,
+) -> Result<(), OperatorError> {
     for handler in handlers {
         let mut retry = 0;
         let started = jiff::Timestamp::now();
@@ -372,7 +434,10 @@ async fn run_activities(handlers: &[Handler], client: &Client, fatal: bool) -> R
                     let message = error.to_string();
                     tracing::error!(handler = %handler.id, %message, "activity failed");
                     if fatal {
-                        return Err(OperatorError::Startup { handler: handler.id.clone(), message });
+                        return Err(OperatorError::Startup {
+                            handler: handler.id.clone(),
+                            message,
+                        });
                     }
                     break;
                 }
@@ -381,7 +446,10 @@ async fn run_activities(handlers: &[Handler], client: &Client, fatal: bool) -> R
             if handler.options.retries.is_some_and(|limit| retry >= limit) {
                 let message = format!("exceeded {retry} retries");
                 if fatal {
-                    return Err(OperatorError::Startup { handler: handler.id.clone(), message });
+                    return Err(OperatorError::Startup {
+                        handler: handler.id.clone(),
+                        message,
+                    });
                 }
                 break;
             }

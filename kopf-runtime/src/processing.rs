@@ -122,7 +122,9 @@ pub struct ResourceTarget {
 
 impl std::fmt::Debug for ResourceProcessor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResourceProcessor").field("target", &self.target).finish_non_exhaustive()
+        f.debug_struct("ResourceProcessor")
+            .field("target", &self.target)
+            .finish_non_exhaustive()
     }
 }
 
@@ -180,7 +182,8 @@ impl ResourceProcessor {
                     (false, Seen::New) => Some(EventType::Added),
                     (false, _) => Some(EventType::Modified),
                 };
-                self.upserted(&uid, object, event_type, work.initial_listing).await
+                self.upserted(&uid, object, event_type, work.initial_listing)
+                    .await
             }
             ObjectEvent::Deleted { object, how } => {
                 self.deleted(&uid, object, *how).await;
@@ -194,8 +197,13 @@ impl ResourceProcessor {
         let body = Arc::new(to_value(object));
         let known = self.lock_memories().remove(uid);
         let logger = Logger::new(object_name(&body));
-        self.run_event_handlers(Some(EventType::Deleted), &body, known.as_ref().map(|m| m.memo.clone()), &logger)
-            .await;
+        self.run_event_handlers(
+            Some(EventType::Deleted),
+            &body,
+            known.as_ref().map(|m| m.memo.clone()),
+            &logger,
+        )
+        .await;
         if known.is_some() {
             match how {
                 DeletedBy::Event => logger.debug("Deleted, really."),
@@ -214,15 +222,21 @@ impl ResourceProcessor {
         let body = Arc::new(to_value(object));
         let memory = self.recall(uid, initial_listing);
         let logger = self.logger(&body);
-        self.run_event_handlers(event_type, &body, Some(memory.memo.clone()), &logger).await;
+        self.run_event_handlers(event_type, &body, Some(memory.memo.clone()), &logger)
+            .await;
 
         let mut patch = json!({});
         let mut delay = None;
         if !self.handlers.changing.is_empty() {
-            delay = self.handle_changes(&body, &memory, &logger, &mut patch).await;
+            delay = self
+                .handle_changes(&body, &memory, &logger, &mut patch)
+                .await;
         }
         if patch.as_object().is_none_or(|p| p.is_empty()) {
-            return Processed { expect_version: None, retry_after: delay };
+            return Processed {
+                expect_version: None,
+                retry_after: delay,
+            };
         }
         let target = PatchTarget {
             resource: self.target.api.clone(),
@@ -231,20 +245,27 @@ impl ResourceProcessor {
             name: object.metadata.name.clone().unwrap_or_default(),
         };
         match self.patcher.merge(&target, &patch).await {
-            Ok(PatchOutcome::Patched(patched)) => {
-                Processed { expect_version: patched.metadata.resource_version.clone(), retry_after: delay }
-            }
+            Ok(PatchOutcome::Patched(patched)) => Processed {
+                expect_version: patched.metadata.resource_version.clone(),
+                retry_after: delay,
+            },
             Ok(PatchOutcome::Gone) => {
                 logger.debug("The object is gone; nothing to patch.");
                 Processed::default()
             }
             Err(PatchError::Conflict { .. }) => {
                 logger.debug("The object changed meanwhile; processing it again.");
-                Processed { expect_version: None, retry_after: Some(PATCH_RETRY) }
+                Processed {
+                    expect_version: None,
+                    retry_after: Some(PATCH_RETRY),
+                }
             }
             Err(error) => {
                 logger.error(format!("Patching failed: {error}"));
-                Processed { expect_version: None, retry_after: Some(PATCH_FAILURE_BACKOFF) }
+                Processed {
+                    expect_version: None,
+                    retry_after: Some(PATCH_FAILURE_BACKOFF),
+                }
             }
         }
     }
@@ -263,8 +284,12 @@ impl ResourceProcessor {
             kwargs.memo = memory.memo.clone();
             kwargs
         };
-        let matching: Vec<&Handler> =
-            self.handlers.changing.iter().filter(|h| h.filters.matches_object(&probe)).collect();
+        let matching: Vec<&Handler> = self
+            .handlers
+            .changing
+            .iter()
+            .filter(|h| h.filters.matches_object(&probe))
+            .collect();
         if matching.is_empty() {
             // Blind to objects no handler is interested in: store no state.
             return None;
@@ -298,7 +323,9 @@ impl ResourceProcessor {
             ChangeCause::Handle(reason) => reason,
             ChangeCause::Noop => {
                 memory.fully_handled_once.store(true, Ordering::Relaxed);
-                logger.debug("Something has changed, but we are not interested (the essence is the same).");
+                logger.debug(
+                    "Something has changed, but we are not interested (the essence is the same).",
+                );
                 return None;
             }
             ChangeCause::Free => {
@@ -319,7 +346,11 @@ impl ResourceProcessor {
             logger: logger.clone(),
             client: Some(self.client.clone()),
         };
-        let selected: Vec<&Handler> = matching.iter().copied().filter(|h| context.selects(h)).collect();
+        let selected: Vec<&Handler> = matching
+            .iter()
+            .copied()
+            .filter(|h| context.selects(h))
+            .collect();
         let owned: Vec<&Handler> = self.handlers.changing.iter().collect();
         let (done, delay) = if selected.is_empty() {
             (true, None)
@@ -385,7 +416,10 @@ impl ResourceProcessor {
                 continue;
             }
             if let Err(error) = handling::invoke(handler, kwargs, handler.options.timeout).await {
-                logger.error(format!("Handler '{}' failed with an exception. Will ignore: {error}", handler.id));
+                logger.error(format!(
+                    "Handler '{}' failed with an exception. Will ignore: {error}",
+                    handler.id
+                ));
             }
         }
     }
@@ -394,7 +428,9 @@ impl ResourceProcessor {
     /// to the object's Kubernetes Events.
     fn logger(&self, body: &Value) -> Logger {
         let name = object_name(body);
-        let Some(poster) = self.poster.clone() else { return Logger::new(name) };
+        let Some(poster) = self.poster.clone() else {
+            return Logger::new(name);
+        };
         let reference = ObjectReference::from_body(body);
         let sink: LogSink = Arc::new(move |level, message| match level {
             Level::Debug => {}
@@ -416,12 +452,18 @@ fn set_finalizer(body: &Value, patch: &mut Value, finalizer: &str, present: bool
         .cloned()
         .unwrap_or_default()
         .into_iter()
-        .filter(|f| f.as_str() != Some(finalizer) && f.as_str() != Some(finalizers::LEGACY_FINALIZER))
+        .filter(|f| {
+            f.as_str() != Some(finalizer) && f.as_str() != Some(finalizers::LEGACY_FINALIZER)
+        })
         .collect();
     if present {
         list.push(Value::String(finalizer.to_owned()));
     }
-    let list = if list.is_empty() { Value::Null } else { Value::Array(list) };
+    let list = if list.is_empty() {
+        Value::Null
+    } else {
+        Value::Array(list)
+    };
     ensure_field(patch, &["metadata", "finalizers"], list);
     if let Some(version) = body.pointer("/metadata/resourceVersion") {
         ensure_field(patch, &["metadata", "resourceVersion"], version.clone());
@@ -445,7 +487,10 @@ fn to_value(object: &DynamicObject) -> Value {
 
 /// `namespace/name`, or `name` for cluster-scoped objects.
 pub fn object_name(body: &Value) -> String {
-    let meta = |key: &str| body.pointer(&format!("/metadata/{key}")).and_then(Value::as_str);
+    let meta = |key: &str| {
+        body.pointer(&format!("/metadata/{key}"))
+            .and_then(Value::as_str)
+    };
     match (meta("namespace"), meta("name")) {
         (Some(ns), Some(name)) => format!("{ns}/{name}"),
         (None, Some(name)) => name.to_owned(),
@@ -462,16 +507,25 @@ mod tests {
         let body = json!({"metadata": {"resourceVersion": "7", "finalizers": ["other/x"]}});
         let mut patch = json!({});
         set_finalizer(&body, &mut patch, "ours/f", true);
-        assert_eq!(patch, json!({"metadata": {"finalizers": ["other/x", "ours/f"], "resourceVersion": "7"}}));
+        assert_eq!(
+            patch,
+            json!({"metadata": {"finalizers": ["other/x", "ours/f"], "resourceVersion": "7"}})
+        );
         let body = json!({"metadata": {"resourceVersion": "8", "finalizers": ["ours/f", "KopfFinalizerMarker"]}});
         let mut patch = json!({});
         set_finalizer(&body, &mut patch, "ours/f", false);
-        assert_eq!(patch, json!({"metadata": {"finalizers": null, "resourceVersion": "8"}}));
+        assert_eq!(
+            patch,
+            json!({"metadata": {"finalizers": null, "resourceVersion": "8"}})
+        );
     }
 
     #[test]
     fn objects_are_named_as_kopf_logs_them() {
-        assert_eq!(object_name(&json!({"metadata": {"namespace": "ns", "name": "a"}})), "ns/a");
+        assert_eq!(
+            object_name(&json!({"metadata": {"namespace": "ns", "name": "a"}})),
+            "ns/a"
+        );
         assert_eq!(object_name(&json!({"metadata": {"name": "a"}})), "a");
     }
 }

@@ -36,7 +36,9 @@ pub enum RunError {
     #[error("cannot build a Kubernetes client: {0}")]
     Client(#[source] kube::Error),
     /// `--emulator` was given, but this build has no emulator.
-    #[error("this build has no emulator: enable kopf-runtime's `emulator` feature, or drop --emulator")]
+    #[error(
+        "this build has no emulator: enable kopf-runtime's `emulator` feature, or drop --emulator"
+    )]
     NoEmulator,
     /// The embedded emulator did not start.
     #[error("the embedded emulator did not start: {0}")]
@@ -74,7 +76,9 @@ pub struct Runner {
 
 impl std::fmt::Debug for Runner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Runner").field("args", &self.args).finish_non_exhaustive()
+        f.debug_struct("Runner")
+            .field("args", &self.args)
+            .finish_non_exhaustive()
     }
 }
 
@@ -87,7 +91,12 @@ impl Default for Runner {
 impl Runner {
     /// Parses the process's command line when run.
     pub fn new() -> Self {
-        Self { args: None, settings: OperatorSettings::default(), registry: None, on_emulator: None }
+        Self {
+            args: None,
+            settings: OperatorSettings::default(),
+            registry: None,
+            on_emulator: None,
+        }
     }
 
     /// Uses these arguments instead of the process's.
@@ -160,7 +169,12 @@ impl Runner {
             kube::Client::try_from(config).map_err(RunError::Client)?
         };
 
-        Operator::new(registry).settings(self.settings).client(client).namespaces(namespaces).run().await?;
+        Operator::new(registry)
+            .settings(self.settings)
+            .client(client)
+            .namespaces(namespaces)
+            .run()
+            .await?;
         #[cfg(feature = "emulator")]
         if let Some(emulator) = _emulator {
             emulator.shutdown().await;
@@ -173,7 +187,12 @@ impl Runner {
 /// serve (built-in kinds are already there).
 #[cfg(feature = "emulator")]
 async fn start_emulator(registry: &Registry) -> Result<kopf_testing::Emulator, RunError> {
-    const BUILT_IN_GROUPS: [&str; 4] = ["", "events.k8s.io", "coordination.k8s.io", "apiextensions.k8s.io"];
+    const BUILT_IN_GROUPS: [&str; 4] = [
+        "",
+        "events.k8s.io",
+        "coordination.k8s.io",
+        "apiextensions.k8s.io",
+    ];
     let mut builder = kopf_testing::Emulator::builder();
     for resource in registry.resources() {
         if BUILT_IN_GROUPS.contains(&resource.group.as_ref()) {
@@ -194,5 +213,8 @@ async fn start_emulator(registry: &Registry) -> Result<kopf_testing::Emulator, R
             resource.namespaced.unwrap_or(true),
         );
     }
-    builder.start().await.map_err(|error| RunError::Emulator(error.to_string()))
+    builder
+        .start()
+        .await
+        .map_err(|error| RunError::Emulator(error.to_string()))
 }

@@ -28,7 +28,8 @@ const WRITES: usize = 10_000;
 const RUNS: usize = 3;
 
 fn cm(name: &str) -> ConfigMap {
-    serde_json::from_value(json!({"metadata": {"name": name}, "data": {"n": "0"}})).expect("configmap")
+    serde_json::from_value(json!({"metadata": {"name": name}, "data": {"n": "0"}}))
+        .expect("configmap")
 }
 
 /// Runs `op` on `CLIENTS` concurrent clients, each with its own connection, for `WINDOW`.
@@ -43,7 +44,9 @@ where
     for c in 0..CLIENTS {
         let api: Api<ConfigMap> = Api::default_namespaced(emu.client());
         // Warm the connection up before the clock starts.
-        api.get(&format!("o{}", c % OBJECTS)).await.expect("warm-up get");
+        api.get(&format!("o{}", c % OBJECTS))
+            .await
+            .expect("warm-up get");
         let (stop, done, op) = (stop.clone(), done.clone(), op.clone());
         tasks.push(tokio::spawn(async move {
             let mut i = 0u64;
@@ -60,7 +63,10 @@ where
     let n = done.load(Ordering::Relaxed);
     let elapsed = started.elapsed();
     for t in tasks {
-        tokio::time::timeout(Duration::from_secs(30), t).await.expect("client stops").expect("client task");
+        tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .expect("client stops")
+            .expect("client task");
     }
     n as f64 / elapsed.as_secs_f64()
 }
@@ -69,12 +75,21 @@ where
 /// creates and patches happen from `CLIENTS` writers.
 async fn watch_events_per_second(emu: &Emulator, run: usize) -> f64 {
     let api: Api<ConfigMap> = Api::default_namespaced(emu.client());
-    let rv = api.list(&ListParams::default().limit(1)).await.expect("list").metadata.resource_version.expect("rv");
+    let rv = api
+        .list(&ListParams::default().limit(1))
+        .await
+        .expect("list")
+        .metadata
+        .resource_version
+        .expect("rv");
     let prefix = format!("r{run}-");
     let mut watchers = Vec::new();
     for _ in 0..WATCHERS {
         let api: Api<ConfigMap> = Api::default_namespaced(emu.client());
-        let stream = api.watch(&WatchParams::default().disable_bookmarks(), &rv).await.expect("watch");
+        let stream = api
+            .watch(&WatchParams::default().disable_bookmarks(), &rv)
+            .await
+            .expect("watch");
         let prefix = prefix.clone();
         watchers.push(tokio::spawn(async move {
             let mut stream = stream.boxed();
@@ -82,7 +97,10 @@ async fn watch_events_per_second(emu: &Emulator, run: usize) -> f64 {
             while seen < WRITES {
                 match stream.try_next().await.expect("watch stream") {
                     Some(WatchEvent::Added(o) | WatchEvent::Modified(o))
-                        if o.metadata.name.as_deref().is_some_and(|n| n.starts_with(&prefix)) =>
+                        if o.metadata
+                            .name
+                            .as_deref()
+                            .is_some_and(|n| n.starts_with(&prefix)) =>
                     {
                         seen += 1
                     }
@@ -101,19 +119,29 @@ async fn watch_events_per_second(emu: &Emulator, run: usize) -> f64 {
         let prefix = prefix.clone();
         writers.push(tokio::spawn(async move {
             let name = format!("{prefix}{w}");
-            api.create(&PostParams::default(), &cm(&name)).await.expect("create");
+            api.create(&PostParams::default(), &cm(&name))
+                .await
+                .expect("create");
             for i in 1..per_writer {
                 let p = Patch::Merge(json!({"data": {"n": i.to_string()}}));
-                api.patch(&name, &PatchParams::default(), &p).await.expect("patch");
+                api.patch(&name, &PatchParams::default(), &p)
+                    .await
+                    .expect("patch");
             }
         }));
     }
     for w in writers {
-        tokio::time::timeout(Duration::from_secs(120), w).await.expect("writers finish").expect("writer");
+        tokio::time::timeout(Duration::from_secs(120), w)
+            .await
+            .expect("writers finish")
+            .expect("writer");
     }
     let mut last = started;
     for w in watchers {
-        let t = tokio::time::timeout(Duration::from_secs(120), w).await.expect("watchers finish").expect("watcher");
+        let t = tokio::time::timeout(Duration::from_secs(120), w)
+            .await
+            .expect("watchers finish")
+            .expect("watcher");
         last = last.max(t);
     }
     (WATCHERS * WRITES) as f64 / (last - started).as_secs_f64()
@@ -126,12 +154,19 @@ fn summary(label: &str, mut xs: Vec<f64>, target: f64) {
         "{label:<34} median {median:>10.0}/s   range {:>9.0} – {:<9.0}  target {target:>7.0}/s  {}",
         xs[0],
         xs[xs.len() - 1],
-        if median >= target { "OK" } else { "BELOW TARGET" }
+        if median >= target {
+            "OK"
+        } else {
+            "BELOW TARGET"
+        }
     );
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     rt.block_on(async {
         let emu = Emulator::start().await.expect("emulator starts");
         let api: Api<ConfigMap> = Api::default_namespaced(emu.client());

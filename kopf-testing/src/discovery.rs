@@ -13,7 +13,16 @@ pub const MAJOR: &str = "1";
 /// The Kubernetes minor version the emulator claims to be.
 pub const MINOR: &str = "33";
 
-const VERBS: [&str; 8] = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+const VERBS: [&str; 8] = [
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
 
 /// `/version`.
 pub fn version() -> Value {
@@ -65,7 +74,10 @@ fn group_doc(name: &str, versions: &[String], preferred: Option<&String>) -> Val
 
 /// `/apis`.
 pub fn groups(defs: &[Arc<ResourceDef>]) -> Value {
-    let groups: Vec<Value> = group_versions(defs).iter().map(|(name, (vs, pref))| group_doc(name, vs, pref.as_ref())).collect();
+    let groups: Vec<Value> = group_versions(defs)
+        .iter()
+        .map(|(name, (vs, pref))| group_doc(name, vs, pref.as_ref()))
+        .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
@@ -81,7 +93,10 @@ pub fn group(defs: &[Arc<ResourceDef>], name: &str) -> Option<Value> {
 
 /// `/api/v1` or `/apis/G/V`, if served.
 pub fn resources(defs: &[Arc<ResourceDef>], group: &str, version: &str) -> Option<Value> {
-    let served: Vec<&Arc<ResourceDef>> = defs.iter().filter(|d| d.group == group && d.version == version).collect();
+    let served: Vec<&Arc<ResourceDef>> = defs
+        .iter()
+        .filter(|d| d.group == group && d.version == version)
+        .collect();
     if served.is_empty() {
         return None;
     }
@@ -97,7 +112,11 @@ pub fn resources(defs: &[Arc<ResourceDef>], group: &str, version: &str) -> Optio
         if !d.short_names.is_empty() {
             r["shortNames"] = json!(d.short_names);
         }
-        if !d.group.is_empty() && d.group != "apiextensions.k8s.io" && d.group != "coordination.k8s.io" && d.group != "events.k8s.io" {
+        if !d.group.is_empty()
+            && d.group != "apiextensions.k8s.io"
+            && d.group != "coordination.k8s.io"
+            && d.group != "events.k8s.io"
+        {
             r["categories"] = json!(["all"]);
         }
         resources.push(r);
@@ -111,12 +130,22 @@ pub fn resources(defs: &[Arc<ResourceDef>], group: &str, version: &str) -> Optio
             }));
         }
     }
-    let group_version = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
-    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}))
+    let group_version = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}),
+    )
 }
 
 fn gv_path(group: &str, version: &str) -> String {
-    if group.is_empty() { format!("api/{version}") } else { format!("apis/{group}/{version}") }
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
 }
 
 /// `/openapi/v3`: the index of per-group-version documents.
@@ -134,14 +163,21 @@ pub fn openapi_v3_index(defs: &[Arc<ResourceDef>]) -> Value {
 /// whose PATCH operations declare `fieldValidation`, so kubectl leaves
 /// validation to the server instead of fetching `/openapi/v2`.
 pub fn openapi_v3_document(defs: &[Arc<ResourceDef>], path: &str) -> Option<Value> {
-    let served: Vec<&Arc<ResourceDef>> = defs.iter().filter(|d| gv_path(&d.group, &d.version) == path).collect();
+    let served: Vec<&Arc<ResourceDef>> = defs
+        .iter()
+        .filter(|d| gv_path(&d.group, &d.version) == path)
+        .collect();
     if served.is_empty() {
         return None;
     }
     let mut paths = serde_json::Map::new();
     for d in served {
         let gvk = json!([{"group": d.group, "version": d.version, "kind": d.kind}]);
-        let ns = if d.namespaced { "/namespaces/{namespace}" } else { "" };
+        let ns = if d.namespaced {
+            "/namespaces/{namespace}"
+        } else {
+            ""
+        };
         let patch = json!({
             "patch": {
                 "operationId": format!("patch{}", d.kind),
@@ -171,14 +207,24 @@ mod tests {
 
     fn defs() -> Vec<Arc<ResourceDef>> {
         let mut defs: Vec<Arc<ResourceDef>> = builtins().into_iter().map(Arc::new).collect();
-        defs.extend(defs_from_crd(&crd_object("example.com", "v1", "widgets", "Widget", true)).unwrap().into_iter().map(Arc::new));
+        defs.extend(
+            defs_from_crd(&crd_object("example.com", "v1", "widgets", "Widget", true))
+                .unwrap()
+                .into_iter()
+                .map(Arc::new),
+        );
         defs
     }
 
     #[test]
     fn core_resources_list_statuses_and_short_names() {
         let doc = resources(&defs(), "", "v1").unwrap();
-        let names: Vec<&str> = doc["resources"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
+        let names: Vec<&str> = doc["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap())
+            .collect();
         assert!(names.contains(&"configmaps"));
         assert!(names.contains(&"pods/status"));
         assert_eq!(doc["groupVersion"], "v1");
@@ -187,10 +233,18 @@ mod tests {
     #[test]
     fn groups_include_crds() {
         let doc = groups(&defs());
-        let names: Vec<&str> = doc["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
+        let names: Vec<&str> = doc["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["name"].as_str().unwrap())
+            .collect();
         assert!(names.contains(&"example.com"));
         assert!(names.contains(&"coordination.k8s.io"));
-        assert_eq!(group(&defs(), "example.com").unwrap()["preferredVersion"]["version"], "v1");
+        assert_eq!(
+            group(&defs(), "example.com").unwrap()["preferredVersion"]["version"],
+            "v1"
+        );
         assert!(group(&defs(), "nope.io").is_none());
         assert!(resources(&defs(), "example.com", "v2").is_none());
     }
@@ -200,7 +254,8 @@ mod tests {
         let index = openapi_v3_index(&defs());
         assert!(index["paths"]["apis/example.com/v1"]["serverRelativeURL"].is_string());
         let doc = openapi_v3_document(&defs(), "apis/example.com/v1").unwrap();
-        let op = &doc["paths"]["/apis/example.com/v1/namespaces/{namespace}/widgets/{name}"]["patch"];
+        let op =
+            &doc["paths"]["/apis/example.com/v1/namespaces/{namespace}/widgets/{name}"]["patch"];
         assert_eq!(op["x-kubernetes-group-version-kind"]["kind"], "Widget");
         assert!(openapi_v3_document(&defs(), "apis/nope/v1").is_none());
     }

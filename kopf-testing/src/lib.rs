@@ -32,6 +32,7 @@ mod faults;
 mod handlers;
 mod objects;
 mod patching;
+mod perf_probe;
 mod preload;
 mod recording;
 mod resources;
@@ -41,7 +42,6 @@ mod server;
 mod shared;
 mod store;
 mod watching;
-mod perf_probe;
 
 pub use emulator::{DEFAULT_HISTORY_LIMIT, Emulator, EmulatorBuilder};
 pub use error::EmulatorError;

@@ -19,7 +19,12 @@ pub enum PatchKind {
 impl PatchKind {
     /// The patch kind for a `Content-Type` value, if supported.
     pub fn from_content_type(content_type: &str) -> Option<Self> {
-        let media = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        let media = content_type
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
         match media.as_str() {
             "application/merge-patch+json" => Some(Self::Merge),
             "application/json-patch+json" => Some(Self::Json),
@@ -77,12 +82,19 @@ pub fn parse_body(kind: PatchKind, body: &[u8]) -> Result<Value, PatchError> {
             if let Ok(v) = serde_json::from_slice::<Value>(body) {
                 return Ok(v);
             }
-            let text = std::str::from_utf8(body)
-                .map_err(|e| PatchError::Malformed { format: "YAML", reason: e.to_string() })?;
-            serde_saphyr::from_str::<Value>(text)
-                .map_err(|e| PatchError::Malformed { format: "YAML", reason: e.to_string() })
+            let text = std::str::from_utf8(body).map_err(|e| PatchError::Malformed {
+                format: "YAML",
+                reason: e.to_string(),
+            })?;
+            serde_saphyr::from_str::<Value>(text).map_err(|e| PatchError::Malformed {
+                format: "YAML",
+                reason: e.to_string(),
+            })
         }
-        _ => serde_json::from_slice(body).map_err(|e| PatchError::Malformed { format: "JSON", reason: e.to_string() }),
+        _ => serde_json::from_slice(body).map_err(|e| PatchError::Malformed {
+            format: "JSON",
+            reason: e.to_string(),
+        }),
     }
 }
 
@@ -91,8 +103,11 @@ pub fn apply(kind: PatchKind, current: &Value, patch: &Value) -> Result<Value, P
     let mut doc = current.clone();
     match kind {
         PatchKind::Json => {
-            let ops: json_patch::Patch = serde_json::from_value(patch.clone())
-                .map_err(|e| PatchError::Malformed { format: "JSON patch", reason: e.to_string() })?;
+            let ops: json_patch::Patch =
+                serde_json::from_value(patch.clone()).map_err(|e| PatchError::Malformed {
+                    format: "JSON patch",
+                    reason: e.to_string(),
+                })?;
             json_patch::patch(&mut doc, &ops).map_err(|e| match e.kind {
                 json_patch::PatchErrorKind::TestFailed => PatchError::TestFailed(e.to_string()),
                 _ => PatchError::BadPath(e.to_string()),
@@ -129,9 +144,18 @@ mod tests {
 
     #[test]
     fn content_types_are_recognised() {
-        assert_eq!(PatchKind::from_content_type("application/merge-patch+json; charset=utf-8"), Some(PatchKind::Merge));
-        assert_eq!(PatchKind::from_content_type("application/json-patch+json"), Some(PatchKind::Json));
-        assert_eq!(PatchKind::from_content_type("application/apply-patch+yaml"), Some(PatchKind::Apply));
+        assert_eq!(
+            PatchKind::from_content_type("application/merge-patch+json; charset=utf-8"),
+            Some(PatchKind::Merge)
+        );
+        assert_eq!(
+            PatchKind::from_content_type("application/json-patch+json"),
+            Some(PatchKind::Json)
+        );
+        assert_eq!(
+            PatchKind::from_content_type("application/apply-patch+yaml"),
+            Some(PatchKind::Apply)
+        );
         assert_eq!(PatchKind::from_content_type("text/plain"), None);
     }
 
@@ -139,14 +163,20 @@ mod tests {
     fn merge_patch_follows_rfc7386() {
         let doc = json!({"a": "b", "c": {"d": "e", "f": "g"}});
         let patch = json!({"a": "z", "c": {"f": null}});
-        assert_eq!(apply(PatchKind::Merge, &doc, &patch).unwrap(), json!({"a": "z", "c": {"d": "e"}}));
+        assert_eq!(
+            apply(PatchKind::Merge, &doc, &patch).unwrap(),
+            json!({"a": "z", "c": {"d": "e"}})
+        );
         let arrays = apply(PatchKind::Merge, &json!({"l": [1, 2]}), &json!({"l": [3]})).unwrap();
         assert_eq!(arrays, json!({"l": [3]}));
     }
 
     #[test]
     fn merge_patch_must_be_an_object() {
-        assert_eq!(apply(PatchKind::Merge, &json!({}), &json!([1])), Err(PatchError::NotAnObject("an array")));
+        assert_eq!(
+            apply(PatchKind::Merge, &json!({}), &json!([1])),
+            Err(PatchError::NotAnObject("an array"))
+        );
     }
 
     #[test]
@@ -161,13 +191,20 @@ mod tests {
     #[test]
     fn json_patch_bad_path_is_invalid() {
         let patch = json!([{"op": "remove", "path": "/nope/0"}]);
-        assert!(apply(PatchKind::Json, &json!({}), &patch).unwrap_err().is_invalid());
+        assert!(
+            apply(PatchKind::Json, &json!({}), &patch)
+                .unwrap_err()
+                .is_invalid()
+        );
     }
 
     #[test]
     fn json_patch_applies_operations() {
         let patch = json!([{"op": "add", "path": "/spec", "value": {"x": 1}}, {"op": "replace", "path": "/spec/x", "value": 2}]);
-        assert_eq!(apply(PatchKind::Json, &json!({}), &patch).unwrap(), json!({"spec": {"x": 2}}));
+        assert_eq!(
+            apply(PatchKind::Json, &json!({}), &patch).unwrap(),
+            json!({"spec": {"x": 2}})
+        );
     }
 
     #[test]
@@ -180,6 +217,9 @@ mod tests {
     #[test]
     fn strategic_directives_are_dropped() {
         let patch = json!({"$setElementOrder/x": [], "spec": {"$retainKeys": ["a"], "a": 1}});
-        assert_eq!(apply(PatchKind::Strategic, &json!({}), &patch).unwrap(), json!({"spec": {"a": 1}}));
+        assert_eq!(
+            apply(PatchKind::Strategic, &json!({}), &patch).unwrap(),
+            json!({"spec": {"a": 1}})
+        );
     }
 }

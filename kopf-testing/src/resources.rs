@@ -28,12 +28,19 @@ pub struct ResourceDef {
 impl ResourceDef {
     /// `apiVersion` of objects in this group/version.
     pub fn api_version(&self) -> String {
-        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
     }
 
     /// Key of the storage this resource shares across versions.
     pub fn store_key(&self) -> StoreKey {
-        StoreKey { group: self.group.clone(), plural: self.plural.clone() }
+        StoreKey {
+            group: self.group.clone(),
+            plural: self.plural.clone(),
+        }
     }
 }
 
@@ -46,7 +53,15 @@ pub struct StoreKey {
     pub plural: String,
 }
 
-fn builtin(group: &str, version: &str, plural: &str, kind: &str, namespaced: bool, short: &[&str], status: bool) -> ResourceDef {
+fn builtin(
+    group: &str,
+    version: &str,
+    plural: &str,
+    kind: &str,
+    namespaced: bool,
+    short: &[&str],
+    status: bool,
+) -> ResourceDef {
     ResourceDef {
         group: group.into(),
         version: version.into(),
@@ -69,10 +84,42 @@ pub fn builtins() -> Vec<ResourceDef> {
         builtin("", "v1", "pods", "Pod", true, &["po"], true),
         builtin("", "v1", "events", "Event", true, &["ev"], false),
         builtin("", "v1", "services", "Service", true, &["svc"], true),
-        builtin("", "v1", "serviceaccounts", "ServiceAccount", true, &["sa"], false),
-        builtin("events.k8s.io", "v1", "events", "Event", true, &["ev"], false),
-        builtin("coordination.k8s.io", "v1", "leases", "Lease", true, &[], false),
-        builtin("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", false, &["crd", "crds"], true),
+        builtin(
+            "",
+            "v1",
+            "serviceaccounts",
+            "ServiceAccount",
+            true,
+            &["sa"],
+            false,
+        ),
+        builtin(
+            "events.k8s.io",
+            "v1",
+            "events",
+            "Event",
+            true,
+            &["ev"],
+            false,
+        ),
+        builtin(
+            "coordination.k8s.io",
+            "v1",
+            "leases",
+            "Lease",
+            true,
+            &[],
+            false,
+        ),
+        builtin(
+            "apiextensions.k8s.io",
+            "v1",
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            false,
+            &["crd", "crds"],
+            true,
+        ),
     ]
 }
 
@@ -96,28 +143,58 @@ pub enum CrdError {
 /// The served resource definitions of a CRD object (one per served version).
 pub fn defs_from_crd(crd: &Value) -> Result<Vec<ResourceDef>, CrdError> {
     let spec = crd.get("spec").ok_or(CrdError::Missing("group"))?;
-    let group = spec.get("group").and_then(Value::as_str).filter(|s| !s.is_empty()).ok_or(CrdError::Missing("group"))?;
+    let group = spec
+        .get("group")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .ok_or(CrdError::Missing("group"))?;
     let names = spec.get("names").ok_or(CrdError::Missing("names"))?;
-    let plural = names.get("plural").and_then(Value::as_str).filter(|s| !s.is_empty()).ok_or(CrdError::Missing("names.plural"))?;
-    let kind = names.get("kind").and_then(Value::as_str).filter(|s| !s.is_empty()).ok_or(CrdError::Missing("names.kind"))?;
-    let singular = names.get("singular").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| kind.to_lowercase());
+    let plural = names
+        .get("plural")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .ok_or(CrdError::Missing("names.plural"))?;
+    let kind = names
+        .get("kind")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .ok_or(CrdError::Missing("names.kind"))?;
+    let singular = names
+        .get("singular")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| kind.to_lowercase());
     let short_names: Vec<String> = names
         .get("shortNames")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
         .unwrap_or_default();
-    let scope = spec.get("scope").and_then(Value::as_str).unwrap_or("Namespaced");
+    let scope = spec
+        .get("scope")
+        .and_then(Value::as_str)
+        .unwrap_or("Namespaced");
     let namespaced = match scope {
         "Namespaced" => true,
         "Cluster" => false,
         other => return Err(CrdError::BadScope(other.into())),
     };
     let expected = format!("{plural}.{group}");
-    let name = crd.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    let name = crd
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     if name != expected {
         return Err(CrdError::BadName(expected));
     }
-    let versions = spec.get("versions").and_then(Value::as_array).ok_or(CrdError::Missing("versions"))?;
+    let versions = spec
+        .get("versions")
+        .and_then(Value::as_array)
+        .ok_or(CrdError::Missing("versions"))?;
     let defs: Vec<ResourceDef> = versions
         .iter()
         .filter(|v| v.get("served").and_then(Value::as_bool).unwrap_or(true))

@@ -20,7 +20,9 @@ pub enum SelectorError {
     #[error("unbalanced parentheses in selector {0:?}")]
     Unbalanced(String),
     /// The requirement has no recognised operator.
-    #[error("cannot parse selector requirement {0:?}; use k=v, k!=v, k in (a,b), k notin (a,b), k or !k")]
+    #[error(
+        "cannot parse selector requirement {0:?}; use k=v, k!=v, k in (a,b), k notin (a,b), k or !k"
+    )]
     Unparsable(String),
     /// A field selector uses an operator other than =, ==, !=.
     #[error("field selector {0:?} must use =, == or !=")]
@@ -72,7 +74,11 @@ fn split_top_level(s: &str) -> Result<Vec<&str>, SelectorError> {
         return Err(SelectorError::Unbalanced(s.into()));
     }
     parts.push(&s[start..]);
-    Ok(parts.into_iter().map(str::trim).filter(|p| !p.is_empty()).collect())
+    Ok(parts
+        .into_iter()
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect())
 }
 
 fn parse_set(req: &str, rest: &str) -> Result<Vec<String>, SelectorError> {
@@ -81,7 +87,11 @@ fn parse_set(req: &str, rest: &str) -> Result<Vec<String>, SelectorError> {
         .strip_prefix('(')
         .and_then(|r| r.strip_suffix(')'))
         .ok_or_else(|| SelectorError::MissingParens(req.into()))?;
-    Ok(inner.split(',').map(|v| v.trim().to_string()).filter(|v| !v.is_empty()).collect())
+    Ok(inner
+        .split(',')
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .collect())
 }
 
 fn parse_requirement(req: &str) -> Result<(String, LabelOp), SelectorError> {
@@ -113,8 +123,16 @@ fn parse_requirement(req: &str) -> Result<(String, LabelOp), SelectorError> {
             }
             let op = match op {
                 "!=" => LabelOp::NotEq(value),
-                ">" => LabelOp::Gt(value.parse().map_err(|_| SelectorError::NotInteger(req.into()))?),
-                "<" => LabelOp::Lt(value.parse().map_err(|_| SelectorError::NotInteger(req.into()))?),
+                ">" => LabelOp::Gt(
+                    value
+                        .parse()
+                        .map_err(|_| SelectorError::NotInteger(req.into()))?,
+                ),
+                "<" => LabelOp::Lt(
+                    value
+                        .parse()
+                        .map_err(|_| SelectorError::NotInteger(req.into()))?,
+                ),
                 _ => LabelOp::Eq(value),
             };
             return Ok((key.into(), op));
@@ -130,7 +148,10 @@ fn parse_requirement(req: &str) -> Result<(String, LabelOp), SelectorError> {
 impl LabelSelector {
     /// Parses a label selector string (empty selects everything).
     pub fn parse(s: &str) -> Result<Self, SelectorError> {
-        let reqs = split_top_level(s)?.into_iter().map(parse_requirement).collect::<Result<_, _>>()?;
+        let reqs = split_top_level(s)?
+            .into_iter()
+            .map(parse_requirement)
+            .collect::<Result<_, _>>()?;
         Ok(Self { reqs })
     }
 
@@ -151,8 +172,12 @@ impl LabelSelector {
                 LabelOp::NotIn(vs) => value.is_none_or(|x| !vs.iter().any(|v| v == x)),
                 LabelOp::Exists => value.is_some(),
                 LabelOp::NotExists => value.is_none(),
-                LabelOp::Gt(n) => value.and_then(|x| x.parse::<i64>().ok()).is_some_and(|x| x > *n),
-                LabelOp::Lt(n) => value.and_then(|x| x.parse::<i64>().ok()).is_some_and(|x| x < *n),
+                LabelOp::Gt(n) => value
+                    .and_then(|x| x.parse::<i64>().ok())
+                    .is_some_and(|x| x > *n),
+                LabelOp::Lt(n) => value
+                    .and_then(|x| x.parse::<i64>().ok())
+                    .is_some_and(|x| x < *n),
             }
         })
     }
@@ -182,7 +207,11 @@ impl FieldSelector {
             if path.is_empty() {
                 return Err(SelectorError::EmptyKey(part.into()));
             }
-            reqs.push((path.split('.').map(str::to_string).collect(), equal, value.trim().to_string()));
+            reqs.push((
+                path.split('.').map(str::to_string).collect(),
+                equal,
+                value.trim().to_string(),
+            ));
         }
         Ok(Self { reqs })
     }
@@ -243,7 +272,11 @@ mod tests {
     fn equality_and_inequality() {
         let o = obj(json!({"app": "web", "tier": "fe"}));
         assert!(LabelSelector::parse("app=web").unwrap().matches(&o));
-        assert!(LabelSelector::parse("app==web,tier=fe").unwrap().matches(&o));
+        assert!(
+            LabelSelector::parse("app==web,tier=fe")
+                .unwrap()
+                .matches(&o)
+        );
         assert!(!LabelSelector::parse("app!=web").unwrap().matches(&o));
         assert!(LabelSelector::parse("missing!=x").unwrap().matches(&o));
     }
@@ -251,12 +284,24 @@ mod tests {
     #[test]
     fn set_based_requirements() {
         let o = obj(json!({"env": "prod"}));
-        assert!(LabelSelector::parse("env in (prod, staging)").unwrap().matches(&o));
-        assert!(!LabelSelector::parse("env notin (prod,staging)").unwrap().matches(&o));
+        assert!(
+            LabelSelector::parse("env in (prod, staging)")
+                .unwrap()
+                .matches(&o)
+        );
+        assert!(
+            !LabelSelector::parse("env notin (prod,staging)")
+                .unwrap()
+                .matches(&o)
+        );
         assert!(LabelSelector::parse("other notin (a)").unwrap().matches(&o));
         assert!(LabelSelector::parse("env,!other").unwrap().matches(&o));
         assert!(!LabelSelector::parse("!env").unwrap().matches(&o));
-        assert!(LabelSelector::parse("env in (prod),env").unwrap().matches(&o));
+        assert!(
+            LabelSelector::parse("env in (prod),env")
+                .unwrap()
+                .matches(&o)
+        );
     }
 
     #[test]
@@ -285,9 +330,21 @@ mod tests {
     fn field_selectors() {
         let o = obj(json!({}));
         assert!(FieldSelector::parse("metadata.name=a").unwrap().matches(&o));
-        assert!(FieldSelector::parse("metadata.name==a,metadata.namespace=ns1").unwrap().matches(&o));
-        assert!(!FieldSelector::parse("metadata.name!=a").unwrap().matches(&o));
-        assert!(FieldSelector::parse("status.phase=Running").unwrap().matches(&o));
+        assert!(
+            FieldSelector::parse("metadata.name==a,metadata.namespace=ns1")
+                .unwrap()
+                .matches(&o)
+        );
+        assert!(
+            !FieldSelector::parse("metadata.name!=a")
+                .unwrap()
+                .matches(&o)
+        );
+        assert!(
+            FieldSelector::parse("status.phase=Running")
+                .unwrap()
+                .matches(&o)
+        );
         assert!(FieldSelector::parse("spec.nodeName=").unwrap().matches(&o));
         assert!(FieldSelector::parse("metadata.name").is_err());
     }

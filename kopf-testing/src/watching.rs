@@ -51,7 +51,9 @@ impl Filter {
     }
 
     fn in_namespace(&self, obj: &Value) -> bool {
-        self.namespace.as_deref().is_none_or(|ns| objects::namespace(obj) == ns)
+        self.namespace
+            .as_deref()
+            .is_none_or(|ns| objects::namespace(obj) == ns)
     }
 
     /// The line this watcher gets for an event, if any.
@@ -59,9 +61,14 @@ impl Filter {
         if !self.in_namespace(&ev.object) {
             return None;
         }
-        let same_version = ev.object.get("apiVersion").and_then(Value::as_str) == Some(self.api_version.as_str());
+        let same_version =
+            ev.object.get("apiVersion").and_then(Value::as_str) == Some(self.api_version.as_str());
         if self.selectors.is_empty() {
-            return Some(if same_version { ev.line.clone() } else { self.present(ev.kind.as_str(), &ev.object) });
+            return Some(if same_version {
+                ev.line.clone()
+            } else {
+                self.present(ev.kind.as_str(), &ev.object)
+            });
         }
         let now = self.selectors.matches(&ev.object);
         let before = ev.old.as_ref().map(|o| self.selectors.matches(o));
@@ -199,14 +206,25 @@ impl WatchStream {
 pub type WatchBody = futures::stream::BoxStream<'static, Result<Bytes, std::convert::Infallible>>;
 
 /// Starts a watch stream for a subscription.
-pub fn stream(shared: Arc<Shared>, def: Arc<ResourceDef>, filter: Filter, sub: Subscription, opts: WatchOptions) -> WatchBody {
+pub fn stream(
+    shared: Arc<Shared>,
+    def: Arc<ResourceDef>,
+    filter: Filter,
+    sub: Subscription,
+    opts: WatchOptions,
+) -> WatchBody {
     let mut pending = VecDeque::new();
     let mut last_rv = sub.rv;
     match &sub.start {
         WatchStart::Snapshot(objs) => {
             pending.extend(objs.iter().filter_map(|o| filter.initial(o)));
             if opts.send_initial_events {
-                pending.push_back(events::bookmark(&filter.api_version, &def.kind, sub.rv, true));
+                pending.push_back(events::bookmark(
+                    &filter.api_version,
+                    &def.kind,
+                    sub.rv,
+                    true,
+                ));
             }
         }
         WatchStart::History(evs) => {
@@ -234,7 +252,9 @@ pub fn stream(shared: Arc<Shared>, def: Arc<ResourceDef>, filter: Filter, sub: S
         last_rv,
         done: false,
     };
-    Box::pin(futures::stream::unfold(state, |mut s| async move { s.next_chunk().await.map(|c| (Ok(c), s)) }))
+    Box::pin(futures::stream::unfold(state, |mut s| async move {
+        s.next_chunk().await.map(|c| (Ok(c), s))
+    }))
 }
 
 /// A stream that reports one error (e.g. 410 Gone) as an ERROR event, then ends.
@@ -252,7 +272,10 @@ mod tests {
     fn filter(sel: &str) -> Filter {
         Filter {
             namespace: Some("a".into()),
-            selectors: Selectors { labels: LabelSelector::parse(sel).unwrap(), ..Default::default() },
+            selectors: Selectors {
+                labels: LabelSelector::parse(sel).unwrap(),
+                ..Default::default()
+            },
             api_version: "v1".into(),
         }
     }

@@ -30,7 +30,9 @@ impl Running {
     /// Starts `registry` against the emulator with `settings`.
     pub fn start_with(emulator: &Emulator, registry: Registry, settings: OperatorSettings) -> Self {
         let stop = CancellationToken::new();
-        let operator = Operator::new(registry).client(emulator.client()).settings(settings);
+        let operator = Operator::new(registry)
+            .client(emulator.client())
+            .settings(settings);
         let task = tokio::spawn(operator.run_until(stop.clone().cancelled_owned()));
         Self { stop, task }
     }
@@ -79,7 +81,10 @@ pub struct Calls(Arc<Mutex<Vec<(String, Value)>>>);
 impl Calls {
     /// Records one call.
     pub fn push(&self, name: &str, detail: Value) {
-        self.0.lock().expect("calls lock").push((name.to_owned(), detail));
+        self.0
+            .lock()
+            .expect("calls lock")
+            .push((name.to_owned(), detail));
     }
 
     /// All calls so far.
@@ -89,7 +94,11 @@ impl Calls {
 
     /// The calls named `name`.
     pub fn named(&self, name: &str) -> Vec<Value> {
-        self.all().into_iter().filter(|(n, _)| n == name).map(|(_, d)| d).collect()
+        self.all()
+            .into_iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, d)| d)
+            .collect()
     }
 
     /// Waits until there are at least `n` calls named `name`; returns them.

@@ -33,7 +33,10 @@ fn recording(calls: &Calls) -> Registry {
         .on_create(cms(), "create_fn", move |kw: Kwargs| {
             let calls = c.clone();
             async move {
-                calls.push("create", json!({"name": kw.name(), "reason": kw.reason.map(|r| r.to_string())}));
+                calls.push(
+                    "create",
+                    json!({"name": kw.name(), "reason": kw.reason.map(|r| r.to_string())}),
+                );
                 Ok::<_, Error>(json!({"message": "created"}))
             }
         })
@@ -41,7 +44,10 @@ fn recording(calls: &Calls) -> Registry {
             let calls = u.clone();
             async move {
                 let diff = serde_json::to_value(&kw.diff).unwrap_or_default();
-                calls.push("update", json!({"diff": diff, "old": kw.old.as_deref(), "new": kw.new.as_deref()}));
+                calls.push(
+                    "update",
+                    json!({"diff": diff, "old": kw.old.as_deref(), "new": kw.new.as_deref()}),
+                );
                 Ok::<_, Error>(())
             }
         })
@@ -65,9 +71,14 @@ fn recording(calls: &Calls) -> Registry {
 
 /// The object as the API server has it (a typed ConfigMap would drop `status`).
 async fn get(api: &Api<ConfigMap>, name: &str) -> Option<Value> {
-    let raw: Api<DynamicObject> =
-        Api::default_namespaced_with(api.clone().into_client(), &ApiResource::erase::<ConfigMap>(&()));
-    raw.get_opt(name).await.expect("get works").map(|o| serde_json::to_value(o).expect("serializable"))
+    let raw: Api<DynamicObject> = Api::default_namespaced_with(
+        api.clone().into_client(),
+        &ApiResource::erase::<ConfigMap>(&()),
+    );
+    raw.get_opt(name)
+        .await
+        .expect("get works")
+        .map(|o| serde_json::to_value(o).expect("serializable"))
 }
 
 #[tokio::test]
@@ -76,29 +87,46 @@ async fn create_runs_the_create_handler_once_and_stores_its_result_and_diffbase(
     let calls = Calls::default();
     let operator = Running::start(&emulator, recording(&calls));
     let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
-    api.create(&PostParams::default(), &configmap("a", json!({"k": "v"}))).await.expect("created");
+    api.create(&PostParams::default(), &configmap("a", json!({"k": "v"})))
+        .await
+        .expect("created");
 
     let created = calls.wait_for("create", 1).await;
     assert_eq!(created[0], json!({"name": "a", "reason": "create"}));
     let body = eventually("the result in status", || async {
-        get(&api, "a").await.filter(|b| b.pointer("/status/create_fn").is_some())
+        get(&api, "a")
+            .await
+            .filter(|b| b.pointer("/status/create_fn").is_some())
     })
     .await;
     assert_eq!(body["status"]["create_fn"], json!({"message": "created"}));
-    let diffbase = body["metadata"]["annotations"][DIFFBASE].as_str().expect("a diff-base annotation");
+    let diffbase = body["metadata"]["annotations"][DIFFBASE]
+        .as_str()
+        .expect("a diff-base annotation");
     let essence: Value = serde_json::from_str(diffbase).expect("the diff-base is JSON");
     assert_eq!(essence["data"], json!({"k": "v"}));
-    assert_eq!(body["metadata"]["finalizers"], json!([FINALIZER]), "a delete handler needs the finalizer");
+    assert_eq!(
+        body["metadata"]["finalizers"],
+        json!([FINALIZER]),
+        "a delete handler needs the finalizer"
+    );
     let progress: Vec<&String> = body["metadata"]["annotations"]
         .as_object()
         .map(|a| a.keys().filter(|k| k.ends_with("create_fn")).collect())
         .unwrap_or_default();
-    assert!(progress.is_empty(), "progress is purged once done: {progress:?}");
+    assert!(
+        progress.is_empty(),
+        "progress is purged once done: {progress:?}"
+    );
 
     // Nothing else happens: no second call, no resume.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(calls.named("create").len(), 1);
-    assert!(calls.named("update").is_empty() && calls.named("resume").is_empty(), "{:?}", calls.all());
+    assert!(
+        calls.named("update").is_empty() && calls.named("resume").is_empty(),
+        "{:?}",
+        calls.all()
+    );
     operator.stop().await;
 }
 
@@ -108,23 +136,42 @@ async fn update_runs_the_update_handler_with_the_diff_and_noop_changes_run_nothi
     let calls = Calls::default();
     let operator = Running::start(&emulator, recording(&calls));
     let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
-    api.create(&PostParams::default(), &configmap("u", json!({"k": "v1"}))).await.expect("created");
+    api.create(&PostParams::default(), &configmap("u", json!({"k": "v1"})))
+        .await
+        .expect("created");
     calls.wait_for("create", 1).await;
     eventually("the diff-base", || async {
-        get(&api, "u").await.filter(|b| b.pointer(&format!("/metadata/annotations/{}", DIFFBASE.replace('/', "~1"))).is_some())
+        get(&api, "u").await.filter(|b| {
+            b.pointer(&format!(
+                "/metadata/annotations/{}",
+                DIFFBASE.replace('/', "~1")
+            ))
+            .is_some()
+        })
     })
     .await;
 
     // A change outside the essence (status) is a no-op.
     let status = Patch::Merge(json!({"status": {"unrelated": true}}));
-    api.patch("u", &PatchParams::default(), &status).await.expect("patched");
+    api.patch("u", &PatchParams::default(), &status)
+        .await
+        .expect("patched");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(calls.named("update").is_empty(), "status changes are not essential: {:?}", calls.all());
+    assert!(
+        calls.named("update").is_empty(),
+        "status changes are not essential: {:?}",
+        calls.all()
+    );
 
     let change = Patch::Merge(json!({"data": {"k": "v2"}}));
-    api.patch("u", &PatchParams::default(), &change).await.expect("patched");
+    api.patch("u", &PatchParams::default(), &change)
+        .await
+        .expect("patched");
     let updates = calls.wait_for("update", 1).await;
-    assert_eq!(updates[0]["diff"], json!([["change", ["data", "k"], "v1", "v2"]]));
+    assert_eq!(
+        updates[0]["diff"],
+        json!([["change", ["data", "k"], "v1", "v2"]])
+    );
     assert_eq!(updates[0]["old"]["data"], json!({"k": "v1"}));
     assert_eq!(updates[0]["new"]["data"], json!({"k": "v2"}));
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -138,16 +185,25 @@ async fn delete_runs_the_delete_handler_then_releases_the_finalizer_and_the_obje
     let calls = Calls::default();
     let operator = Running::start(&emulator, recording(&calls));
     let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
-    api.create(&PostParams::default(), &configmap("d", json!({}))).await.expect("created");
+    api.create(&PostParams::default(), &configmap("d", json!({})))
+        .await
+        .expect("created");
     eventually("the finalizer", || async {
-        get(&api, "d").await.filter(|b| b["metadata"]["finalizers"] == json!([FINALIZER]))
+        get(&api, "d")
+            .await
+            .filter(|b| b["metadata"]["finalizers"] == json!([FINALIZER]))
     })
     .await;
     calls.wait_for("create", 1).await;
 
-    api.delete("d", &DeleteParams::default()).await.expect("deletion requested");
+    api.delete("d", &DeleteParams::default())
+        .await
+        .expect("deletion requested");
     calls.wait_for("delete", 1).await;
-    eventually("the object to be gone", || async { get(&api, "d").await.is_none().then_some(()) }).await;
+    eventually("the object to be gone", || async {
+        get(&api, "d").await.is_none().then_some(())
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(calls.named("delete").len(), 1);
     operator.stop().await;
@@ -159,21 +215,32 @@ async fn a_restarted_operator_resumes_existing_objects_and_does_not_recreate_the
     let calls = Calls::default();
     let operator = Running::start(&emulator, recording(&calls));
     let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
-    api.create(&PostParams::default(), &configmap("r", json!({"k": "v"}))).await.expect("created");
+    api.create(&PostParams::default(), &configmap("r", json!({"k": "v"})))
+        .await
+        .expect("created");
     calls.wait_for("create", 1).await;
     eventually("the diff-base", || async {
-        get(&api, "r").await.filter(|b| b["metadata"]["annotations"].get(DIFFBASE).is_some())
+        get(&api, "r")
+            .await
+            .filter(|b| b["metadata"]["annotations"].get(DIFFBASE).is_some())
     })
     .await;
     operator.stop().await;
-    assert!(calls.named("resume").is_empty(), "no resume for an object created while running");
+    assert!(
+        calls.named("resume").is_empty(),
+        "no resume for an object created while running"
+    );
 
     let calls2 = Calls::default();
     let operator = Running::start(&emulator, recording(&calls2));
     let resumed = calls2.wait_for("resume", 1).await;
     assert_eq!(resumed[0]["name"], "r");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(calls2.named("create").is_empty(), "not created again: {:?}", calls2.all());
+    assert!(
+        calls2.named("create").is_empty(),
+        "not created again: {:?}",
+        calls2.all()
+    );
     assert_eq!(calls2.named("resume").len(), 1, "resumed once");
     operator.stop().await;
 }

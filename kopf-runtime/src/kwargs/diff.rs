@@ -16,7 +16,10 @@ pub enum DiffOp {
 }
 
 /// One changed field: operation, path, old and new values (`None` when absent).
+///
+/// Serializes as Kopf's tuple `[op, [field, …], old, new]`, absent values as `null`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "DiffTuple", into = "DiffTuple")]
 pub struct DiffItem {
     /// What happened to the field.
     pub op: DiffOp,
@@ -28,7 +31,32 @@ pub struct DiffItem {
     pub new: Option<Value>,
 }
 
+/// Kopf's wire form of a [`DiffItem`].
+#[derive(Clone, Serialize, Deserialize)]
+struct DiffTuple(DiffOp, Vec<String>, Option<Value>, Option<Value>);
+
+impl From<DiffTuple> for DiffItem {
+    fn from(DiffTuple(op, field, old, new): DiffTuple) -> Self {
+        DiffItem {
+            op,
+            field,
+            old,
+            new,
+        }
+    }
+}
+
+impl From<DiffItem> for DiffTuple {
+    fn from(item: DiffItem) -> Self {
+        DiffTuple(item.op, item.field, item.old, item.new)
+    }
+}
+
 /// A list of changed fields, recursing into objects (lists are compared whole).
+///
+/// As in Kopf, a `null` value is the same as an absent one, and the changes
+/// of an object come as its added keys, then its removed keys, then its
+/// changed keys, each in key order.
 ///
 /// ```
 /// use serde_json::json;
@@ -114,36 +142,45 @@ fn walk(
     new: Option<&Value>,
     items: &mut Vec<DiffItem>,
 ) {
+    let old = old.filter(|v| !v.is_null());
+    let new = new.filter(|v| !v.is_null());
+    let mut item = |op| {
+        items.push(DiffItem {
+            op,
+            field: path.clone(),
+            old: old.cloned(),
+            new: new.cloned(),
+        })
+    };
     match (old, new) {
         (None, None) => {}
+        (Some(a), Some(b)) if a == b => {}
+        (None, Some(_)) => item(DiffOp::Add),
+        (Some(_), None) => item(DiffOp::Remove),
         (Some(Value::Object(a)), Some(Value::Object(b))) => {
-            for (key, va) in a {
+            let mut added: Vec<&String> = b.keys().filter(|k| !a.contains_key(*k)).collect();
+            let mut removed: Vec<&String> = a.keys().filter(|k| !b.contains_key(*k)).collect();
+            let mut common: Vec<&String> = a.keys().filter(|k| b.contains_key(*k)).collect();
+            added.sort();
+            removed.sort();
+            common.sort();
+            for key in added {
                 path.push(key.clone());
-                walk(path, Some(va), b.get(key), items);
+                walk(path, None, b.get(key), items);
                 path.pop();
             }
-            for (key, vb) in b {
-                if !a.contains_key(key) {
-                    path.push(key.clone());
-                    walk(path, None, Some(vb), items);
-                    path.pop();
-                }
+            for key in removed {
+                path.push(key.clone());
+                walk(path, a.get(key), None, items);
+                path.pop();
+            }
+            for key in common {
+                path.push(key.clone());
+                walk(path, a.get(key), b.get(key), items);
+                path.pop();
             }
         }
-        (Some(a), Some(b)) if a == b => {}
-        (old, new) => {
-            let op = match (old, new) {
-                (None, _) => DiffOp::Add,
-                (_, None) => DiffOp::Remove,
-                _ => DiffOp::Change,
-            };
-            items.push(DiffItem {
-                op,
-                field: path.clone(),
-                old: old.cloned(),
-                new: new.cloned(),
-            });
-        }
+        (Some(_), Some(_)) => item(DiffOp::Change),
     }
 }
 
@@ -166,9 +203,9 @@ mod tests {
         assert_eq!(
             ops,
             [
+                (DiffOp::Add, "d".into()),
                 (DiffOp::Remove, "a".into()),
-                (DiffOp::Change, "b.c".into()),
-                (DiffOp::Add, "d".into())
+                (DiffOp::Change, "b.c".into())
             ]
         );
     }
