@@ -25,7 +25,7 @@ use crate::handlers::{Handler, HandlerKind};
 use crate::handling;
 use crate::kwargs::{Kwargs, Logger};
 use crate::namespaces::NamespaceSelector;
-use crate::posting::EventPoster;
+use crate::posting::{self, EventPoster};
 use crate::processing::{ResourceHandlers, ResourceProcessor, ResourceTarget, Work};
 use crate::queueing::{ProcessFn, Queue, QueueSettings};
 use crate::registry::Registry;
@@ -283,6 +283,7 @@ impl ServeResource {
         else {
             return;
         };
+        let poster = self.poster.clone();
         let processor = Arc::new(ResourceProcessor::new(
             target.clone(),
             self.handlers,
@@ -290,9 +291,17 @@ impl ServeResource {
             self.client.clone(),
             self.poster,
         ));
+        // Handlers post Events with `kopf_runtime::posting::{info, warn, …}`
+        // through the poster in scope.
         let process: ProcessFn<String, Work> = Arc::new(move |uid, work| {
             let processor = Arc::clone(&processor);
-            Box::pin(async move { processor.process(uid, work).await })
+            let poster = poster.clone();
+            Box::pin(async move {
+                match poster {
+                    Some(poster) => posting::scope(poster, processor.process(uid, work)).await,
+                    None => processor.process(uid, work).await,
+                }
+            })
         });
         let queueing = &self.settings.queueing;
         let queue = Queue::new(
