@@ -1,1 +1,3 @@
 //! kopf-runtime: Kubernetes operators as plain `async fn`s.
+
+pub mod spawning;

@@ -1,0 +1,844 @@
+//! The [`Spawner`]: owns every daemon and timer task, keyed by
+//! `(object UID, handler id)`, and stops them (gracefully, then by force,
+//! then by abandoning them).
+
+use std::collections::{HashMap, HashSet};
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use serde_json::Value;
+use tokio::runtime::Handle;
+use tokio::sync::{Notify, watch};
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::stopping::{StopFlag, StopReason};
+use super::task::{
+    AbandonedReport, Observer, OutcomeReport, TaskContext, TaskKind, TaskOutcome, TaskSpec,
+    Verdict,
+};
+use super::{daemons, timers};
+
+/// Limits that replace Kopf's "wait forever" when a handler sets neither
+/// `cancellation_backoff` nor `cancellation_timeout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpawnerSettings {
+    /// Graceful period (after the stop flag is set, before cancelling) for
+    /// handlers with neither `cancellation_backoff` nor `cancellation_timeout`
+    /// (Kopf would wait for them forever).
+    pub graceful_exit_limit: Duration,
+    /// After cancelling, how long to wait before abandoning a task whose
+    /// handler has no `cancellation_timeout`.
+    pub default_cancellation_timeout: Duration,
+}
+
+impl Default for SpawnerSettings {
+    fn default() -> Self {
+        Self {
+            graceful_exit_limit: Duration::from_secs(60),
+            default_cancellation_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What [`Spawner::ensure`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ensured {
+    /// A new task was spawned.
+    Spawned,
+    /// A task for this key is already running.
+    AlreadyRunning,
+    /// A task for this key is still being stopped; call again later (there
+    /// are never two tasks for one key).
+    Stopping,
+    /// The daemon exited on its own earlier (success, permanent failure or
+    /// retries exhausted) and is not spawned again for this object.
+    Finished,
+    /// The object was stopped as gone (deleted or vanished) and its tasks are
+    /// still winding down.
+    ObjectGone,
+    /// [`Spawner::shutdown`] was called.
+    ShuttingDown,
+}
+
+/// A failed [`Spawner::shutdown`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShutdownError {
+    /// Some tasks did not end in time and were abandoned (each was reported
+    /// to the [`Observer`] and logged).
+    #[error("{count} task(s) did not stop in time and were abandoned")]
+    Abandoned {
+        /// How many tasks were abandoned during the shutdown.
+        count: u64,
+    },
+}
+
+/// Lifetime counters, for metrics.
+#[derive(Debug, Default)]
+pub struct Counters {
+    spawned: AtomicU64,
+    finished: AtomicU64,
+    stopped: AtomicU64,
+    cancelled: AtomicU64,
+    abandoned: AtomicU64,
+}
+
+/// A point-in-time copy of [`Counters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CountersSnapshot {
+    /// Tasks spawned.
+    pub spawned: u64,
+    /// Tasks that ended on their own, without being asked to stop.
+    pub finished: u64,
+    /// Tasks that ended gracefully after their stop flag was set.
+    pub stopped: u64,
+    /// Tasks that were cancelled (after `cancellation_backoff`) and then ended.
+    pub cancelled: u64,
+    /// Tasks that did not end within `cancellation_timeout` after being
+    /// cancelled (or by a shutdown's deadline), and were forgotten.
+    pub abandoned: u64,
+}
+
+impl Counters {
+    /// Read all counters.
+    #[must_use]
+    pub fn snapshot(&self) -> CountersSnapshot {
+        CountersSnapshot {
+            spawned: self.spawned.load(Ordering::Relaxed),
+            finished: self.finished.load(Ordering::Relaxed),
+            stopped: self.stopped.load(Ordering::Relaxed),
+            cancelled: self.cancelled.load(Ordering::Relaxed),
+            abandoned: self.abandoned.load(Ordering::Relaxed),
+        }
+    }
+
+    fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+const RUNNING: u8 = 0;
+const STOPPING: u8 = 1;
+const CANCELLING: u8 = 2;
+const ABANDONED: u8 = 3;
+
+/// The state of one task shared by the registry, its stopper and its runner.
+pub(crate) struct TaskShared {
+    uid: Arc<str>,
+    id: Arc<str>,
+    generation: u64,
+    flag: StopFlag,
+    grace: Duration,
+    timeout: Duration,
+    /// Cancelled once the task (and any blocking thread it started) ended.
+    done: CancellationToken,
+    /// RUNNING → STOPPING → CANCELLING → ABANDONED; changed under the lock.
+    phase: AtomicU8,
+    /// Set by a daemon that exited on its own: never respawn it for this object.
+    finished_for_good: AtomicBool,
+}
+
+/// Keeps a task "running" while any clone lives: the runner future holds
+/// one, and so does every blocking thread started by
+/// [`TaskContext::run_blocking`]. Dropping the last one settles the task.
+pub(crate) struct Liveness {
+    shared: Arc<TaskShared>,
+    inner: Weak<Inner>,
+}
+
+impl Drop for Liveness {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.upgrade() {
+            inner.settle(&self.shared);
+        } else {
+            self.shared.done.cancel();
+        }
+    }
+}
+
+struct Entry {
+    shared: Arc<TaskShared>,
+    abort: AbortHandle,
+    stopping: bool,
+}
+
+struct ObjectSlot {
+    flag: StopFlag,
+    body: watch::Sender<Arc<Value>>,
+    changed: watch::Sender<Instant>,
+    tasks: HashMap<Arc<str>, Entry>,
+    finished: HashSet<Arc<str>>,
+    gone: bool,
+}
+
+impl ObjectSlot {
+    fn update_body(&self, body: &Arc<Value>) -> bool {
+        let modified = self.body.send_if_modified(|current| {
+            if Arc::ptr_eq(current, body) || **current == **body {
+                false
+            } else {
+                *current = Arc::clone(body);
+                true
+            }
+        });
+        if modified {
+            self.changed.send_replace(Instant::now());
+        }
+        modified
+    }
+}
+
+#[derive(Default)]
+struct State {
+    objects: HashMap<Arc<str>, ObjectSlot>,
+    tasks: usize,
+}
+
+struct Victim {
+    shared: Arc<TaskShared>,
+    abort: AbortHandle,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    tracker: TaskTracker,
+    handle: Handle,
+    root: StopFlag,
+    counters: Counters,
+    observer: Arc<dyn Observer>,
+    settings: SpawnerSettings,
+    settled: Notify,
+    generations: AtomicU64,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Forget an entry (if it is still this generation's) and drop the
+    /// object's slot if nothing is left to remember.
+    fn remove_entry(state: &mut State, shared: &TaskShared) -> bool {
+        let Some(slot) = state.objects.get_mut(&*shared.uid) else {
+            return false;
+        };
+        let ours = slot
+            .tasks
+            .get(&*shared.id)
+            .is_some_and(|entry| entry.shared.generation == shared.generation);
+        if ours {
+            slot.tasks.remove(&*shared.id);
+            state.tasks -= 1;
+            if slot.tasks.is_empty() && slot.gone {
+                state.objects.remove(&*shared.uid);
+            }
+        }
+        ours
+    }
+
+    /// The task has ended (the last [`Liveness`] was dropped).
+    fn settle(&self, shared: &TaskShared) {
+        let mut state = self.lock();
+        let phase = shared.phase.load(Ordering::Acquire);
+        if phase == ABANDONED {
+            drop(state);
+            shared.done.cancel();
+            tracing::info!(uid = %shared.uid, handler = %shared.id, "abandoned task has ended after all");
+            return;
+        }
+        let for_good =
+            shared.finished_for_good.load(Ordering::Acquire) && !shared.flag.is_set();
+        if for_good && let Some(slot) = state.objects.get_mut(&*shared.uid) {
+            slot.finished.insert(Arc::clone(&shared.id));
+        }
+        Self::remove_entry(&mut state, shared);
+        drop(state);
+        let counter = match phase {
+            RUNNING if !shared.flag.is_set() => &self.counters.finished,
+            CANCELLING => &self.counters.cancelled,
+            _ => &self.counters.stopped,
+        };
+        Counters::bump(counter);
+        shared.done.cancel();
+        self.settled.notify_waiters();
+        tracing::debug!(uid = %shared.uid, handler = %shared.id, "task ended");
+    }
+
+    /// Mark entries as stopping, set their flags, and collect them for a stopper.
+    fn mark_stopping(entry: &mut Entry, reason: StopReason, victims: &mut Vec<Victim>) {
+        if entry.stopping {
+            return;
+        }
+        entry.stopping = true;
+        entry.shared.flag.set(reason);
+        entry.shared.phase.store(STOPPING, Ordering::Release);
+        victims.push(Victim {
+            shared: Arc::clone(&entry.shared),
+            abort: entry.abort.clone(),
+        });
+    }
+
+    fn spawn_stopper(self: &Arc<Self>, victims: Vec<Victim>) {
+        if victims.is_empty() {
+            return;
+        }
+        let inner = Arc::clone(self);
+        self.tracker.spawn_on(
+            async move {
+                let mut stoppers: FuturesUnordered<_> =
+                    victims.into_iter().map(|victim| inner.stop_one(victim)).collect();
+                while stoppers.next().await.is_some() {}
+            },
+            &self.handle,
+        );
+    }
+
+    /// Graceful period, then cancel, then abandon.
+    async fn stop_one(&self, victim: Victim) {
+        let Victim { shared, abort } = victim;
+        if tokio::time::timeout(shared.grace, shared.done.cancelled())
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        {
+            let _state = self.lock();
+            if shared.phase.load(Ordering::Acquire) != STOPPING || shared.done.is_cancelled() {
+                return;
+            }
+            shared.phase.store(CANCELLING, Ordering::Release);
+        }
+        tracing::debug!(uid = %shared.uid, handler = %shared.id, "task did not exit gracefully; cancelling it");
+        abort.abort();
+        if tokio::time::timeout(shared.timeout, shared.done.cancelled())
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        self.abandon(&shared, shared.grace + shared.timeout);
+    }
+
+    fn abandon(&self, shared: &TaskShared, waited: Duration) {
+        {
+            let mut state = self.lock();
+            if shared.done.is_cancelled() || shared.phase.load(Ordering::Acquire) == ABANDONED {
+                return;
+            }
+            shared.phase.store(ABANDONED, Ordering::Release);
+            Self::remove_entry(&mut state, shared);
+        }
+        Counters::bump(&self.counters.abandoned);
+        let reason = shared.flag.reason();
+        tracing::warn!(
+            uid = %shared.uid,
+            handler = %shared.id,
+            reason = reason.map(StopReason::as_str),
+            waited = ?waited,
+            "task did not exit in time after cancellation; abandoning it",
+        );
+        self.observer.on_abandoned(&AbandonedReport {
+            uid: &shared.uid,
+            handler_id: &shared.id,
+            reason,
+            waited,
+        });
+        self.settled.notify_waiters();
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.root.set(StopReason::OperatorExiting);
+        let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        for slot in state.objects.values() {
+            for entry in slot.tasks.values() {
+                entry.abort.abort();
+            }
+        }
+    }
+}
+
+/// Everything a runner loop (daemon or timer) needs.
+pub(crate) struct Run {
+    pub(crate) spec: Arc<TaskSpec>,
+    pub(crate) flag: StopFlag,
+    pub(crate) changes: watch::Receiver<Instant>,
+    body: watch::Receiver<Arc<Value>>,
+    observer: Arc<dyn Observer>,
+    liveness: Arc<Liveness>,
+    tracker: TaskTracker,
+}
+
+impl Run {
+    /// Call the handler once; a panic becomes [`TaskOutcome::Error`].
+    pub(crate) async fn call(&self, retry: u32, started: (jiff::Timestamp, Instant)) -> TaskOutcome {
+        let ctx = TaskContext {
+            uid: Arc::clone(&self.liveness.shared.uid),
+            handler_id: Arc::clone(&self.liveness.shared.id),
+            stopped: self.flag.clone(),
+            body: self.body.clone(),
+            retry,
+            started: started.0,
+            started_at: started.1,
+            liveness: Arc::clone(&self.liveness),
+            tracker: self.tracker.clone(),
+        };
+        let handler = &self.spec.handler;
+        let result = match std::panic::catch_unwind(AssertUnwindSafe(|| handler(ctx))) {
+            Ok(future) => AssertUnwindSafe(future).catch_unwind().await,
+            Err(panic) => Err(panic),
+        };
+        result.unwrap_or_else(|panic| {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "non-string panic payload".to_owned());
+            TaskOutcome::Error {
+                message: format!("handler panicked: {message}"),
+            }
+        })
+    }
+
+    /// Tell the observer (and the log) about an outcome.
+    pub(crate) fn report(&self, retry: u32, outcome: &TaskOutcome, verdict: Verdict) {
+        let shared = &self.liveness.shared;
+        match outcome {
+            TaskOutcome::Ok(_) => {
+                tracing::debug!(uid = %shared.uid, handler = %shared.id, retry, "handler succeeded");
+            }
+            TaskOutcome::Temporary { message, .. }
+            | TaskOutcome::Permanent { message }
+            | TaskOutcome::Error { message } => {
+                tracing::warn!(uid = %shared.uid, handler = %shared.id, retry, ?verdict, "handler failed: {message}");
+            }
+        }
+        self.observer.on_outcome(&OutcomeReport {
+            uid: &shared.uid,
+            handler_id: &shared.id,
+            kind: self.spec.kind,
+            retry,
+            outcome,
+            verdict,
+        });
+    }
+
+    /// The daemon exited on its own: do not respawn it for this object.
+    pub(crate) fn finish_for_good(&self) {
+        self.liveness
+            .shared
+            .finished_for_good
+            .store(true, Ordering::Release);
+    }
+}
+
+/// Owns all daemon and timer tasks of an operator, keyed by
+/// `(object UID, handler id)`.
+///
+/// Cloning gives another handle to the same registry.
+///
+/// # Guarantees
+/// - At most one task per key; tasks are keyed by UID, never by name, so an
+///   object re-created with the same name gets fresh tasks.
+/// - Stopping sets the task's [`StopFlag`]; after the graceful period
+///   (`cancellation_backoff`) the task is cancelled (its future is dropped
+///   at its next `.await`); if it still runs `cancellation_timeout` later it
+///   is *abandoned*: logged with `warn!`, reported to
+///   [`Observer::on_abandoned`], counted, and forgotten. Nothing waits on a
+///   task forever, and [`Spawner::shutdown`] returns within its timeout.
+/// - A daemon that exits on its own (success, permanent failure, retries
+///   exhausted) is not spawned again for that object until the object is
+///   gone or [`Spawner::forget`] is called. One stopped from outside (e.g.
+///   [`StopReason::FilterMismatch`]) can be spawned again.
+/// - Every task lives in this spawner's `TaskTracker`; dropping the last
+///   handle sets all stop flags and cancels all tasks.
+///
+/// # Caveats
+/// - Defaults differ from Kopf where Kopf would wait forever: a handler with
+///   neither `cancellation_backoff` nor `cancellation_timeout` gets
+///   [`SpawnerSettings::graceful_exit_limit`] to exit, then
+///   [`SpawnerSettings::default_cancellation_timeout`] after cancelling.
+///   With only `cancellation_timeout` set, the task is cancelled at once
+///   (as in Kopf).
+/// - A blocking function cannot be cancelled. Run it with
+///   [`TaskContext::run_blocking`] so that the spawner sees it still running
+///   and abandons it visibly; a bare `spawn_blocking` is invisible here.
+/// - A handler that keeps a clone of its [`TaskContext`] beyond its own
+///   future (e.g. in a task of its own) keeps the task "running".
+/// - Once all tasks of an object that was stopped as gone have ended, its
+///   memory is dropped; an [`Spawner::ensure`] for that UID after that starts
+///   afresh (the engine never does that for a deleted UID).
+#[derive(Clone)]
+pub struct Spawner {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Spawner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spawner")
+            .field("tasks", &self.len())
+            .field("counters", &self.counters().snapshot())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Spawner {
+    /// A spawner on the current Tokio runtime.
+    ///
+    /// # Panics
+    /// Outside a Tokio runtime (use [`Spawner::with_handle`] there).
+    #[must_use]
+    pub fn new(observer: Arc<dyn Observer>, settings: SpawnerSettings) -> Self {
+        Self::with_handle(Handle::current(), observer, settings)
+    }
+
+    /// A spawner whose tasks run on the given runtime.
+    #[must_use]
+    pub fn with_handle(handle: Handle, observer: Arc<dyn Observer>, settings: SpawnerSettings) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                state: Mutex::default(),
+                tracker: TaskTracker::new(),
+                handle,
+                root: StopFlag::new(),
+                counters: Counters::default(),
+                observer,
+                settings,
+                settled: Notify::new(),
+                generations: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Spawn the task of `spec` for object `uid` unless it is running, being
+    /// stopped, or finished for good. `body` is the object's latest body:
+    /// it also updates the live body of the object's running tasks (as
+    /// [`Spawner::update_body`] does).
+    pub fn ensure(&self, uid: &str, spec: &Arc<TaskSpec>, body: &Arc<Value>) -> Ensured {
+        let inner = &self.inner;
+        let mut state = inner.lock();
+        if inner.tracker.is_closed() {
+            return Ensured::ShuttingDown;
+        }
+        let state = &mut *state;
+        let slot = match state.objects.get_mut(uid) {
+            Some(slot) => {
+                if slot.gone {
+                    return Ensured::ObjectGone;
+                }
+                slot.update_body(body);
+                if slot.flag.is_set() {
+                    // The object was stopped as a whole but still exists
+                    // (e.g. pausing): later tasks get a fresh flag.
+                    slot.flag = inner.root.child();
+                }
+                slot
+            }
+            None => state.objects.entry(Arc::from(uid)).or_insert_with(|| ObjectSlot {
+                flag: inner.root.child(),
+                body: watch::Sender::new(Arc::clone(body)),
+                changed: watch::Sender::new(Instant::now()),
+                tasks: HashMap::new(),
+                finished: HashSet::new(),
+                gone: false,
+            }),
+        };
+        if let Some(entry) = slot.tasks.get(spec.id()) {
+            return if entry.stopping {
+                Ensured::Stopping
+            } else {
+                Ensured::AlreadyRunning
+            };
+        }
+        if slot.finished.contains(spec.id()) {
+            return Ensured::Finished;
+        }
+
+        let (grace, timeout) = self.stop_policy(spec);
+        let uid: Arc<str> = state
+            .objects
+            .get_key_value(uid)
+            .map_or_else(|| Arc::from(uid), |(key, _)| Arc::clone(key));
+        let Some(slot) = state.objects.get_mut(&*uid) else {
+            return Ensured::ObjectGone; // unreachable: inserted above, under the same lock
+        };
+        let flag = slot.flag.child();
+        let shared = Arc::new(TaskShared {
+            uid,
+            id: Arc::clone(&spec.id),
+            generation: inner.generations.fetch_add(1, Ordering::Relaxed),
+            flag: flag.clone(),
+            grace,
+            timeout,
+            done: CancellationToken::new(),
+            phase: AtomicU8::new(RUNNING),
+            finished_for_good: AtomicBool::new(false),
+        });
+        let run = Run {
+            spec: Arc::clone(spec),
+            flag,
+            changes: slot.changed.subscribe(),
+            body: slot.body.subscribe(),
+            observer: Arc::clone(&inner.observer),
+            liveness: Arc::new(Liveness {
+                shared: Arc::clone(&shared),
+                inner: Arc::downgrade(inner),
+            }),
+            tracker: inner.tracker.clone(),
+        };
+        // Spawned under the lock: if the task ends at once on another worker,
+        // its settling waits for the lock and finds its entry.
+        let join = match spec.kind {
+            TaskKind::Daemon => inner.tracker.spawn_on(daemons::run(run), &inner.handle),
+            TaskKind::Timer(schedule) => {
+                inner.tracker.spawn_on(timers::run(run, schedule), &inner.handle)
+            }
+        };
+        tracing::debug!(uid = %shared.uid, handler = %spec.id, "task spawned");
+        slot.tasks.insert(
+            Arc::clone(&spec.id),
+            Entry {
+                shared,
+                abort: join.abort_handle(),
+                stopping: false,
+            },
+        );
+        state.tasks += 1;
+        Counters::bump(&inner.counters.spawned);
+        Ensured::Spawned
+    }
+
+    fn stop_policy(&self, spec: &TaskSpec) -> (Duration, Duration) {
+        let settings = &self.inner.settings;
+        let grace = spec.cancellation_backoff.unwrap_or(if spec.cancellation_timeout.is_some() {
+            Duration::ZERO
+        } else {
+            settings.graceful_exit_limit
+        });
+        let timeout = spec
+            .cancellation_timeout
+            .unwrap_or(settings.default_cancellation_timeout);
+        (grace, timeout)
+    }
+
+    /// The object's body changed: running tasks see it in their live body,
+    /// and idle timers start waiting afresh. An identical body is not a
+    /// change. Returns whether anything changed (`false` for unknown UIDs).
+    pub fn update_body(&self, uid: &str, body: Arc<Value>) -> bool {
+        self.inner
+            .lock()
+            .objects
+            .get(uid)
+            .is_some_and(|slot| slot.update_body(&body))
+    }
+
+    /// The object changed in a way not visible in its body (e.g. an event
+    /// was seen): idle timers start waiting afresh.
+    pub fn touched(&self, uid: &str) {
+        if let Some(slot) = self.inner.lock().objects.get(uid) {
+            slot.changed.send_replace(Instant::now());
+        }
+    }
+
+    /// Stop one task. Returns `false` if there is no such task or it is
+    /// already being stopped.
+    pub fn stop(&self, uid: &str, handler_id: &str, reason: StopReason) -> bool {
+        let mut victims = Vec::new();
+        if let Some(entry) = self
+            .inner
+            .lock()
+            .objects
+            .get_mut(uid)
+            .and_then(|slot| slot.tasks.get_mut(handler_id))
+        {
+            Inner::mark_stopping(entry, reason, &mut victims);
+        }
+        let stopping = !victims.is_empty();
+        self.inner.spawn_stopper(victims);
+        stopping
+    }
+
+    /// Stop all tasks of an object. If `reason` says the object is gone, its
+    /// memory (finished daemons, body) is dropped once they have ended.
+    /// Returns how many tasks started stopping.
+    pub fn stop_object(&self, uid: &str, reason: StopReason) -> usize {
+        let mut victims = Vec::new();
+        {
+            let mut state = self.inner.lock();
+            Self::stop_slot(&mut state, uid, reason, &mut victims);
+        }
+        let count = victims.len();
+        self.inner.spawn_stopper(victims);
+        count
+    }
+
+    fn stop_slot(state: &mut State, uid: &str, reason: StopReason, victims: &mut Vec<Victim>) {
+        let Some(slot) = state.objects.get_mut(uid) else {
+            return;
+        };
+        slot.flag.set(reason);
+        slot.gone |= reason.object_is_gone();
+        for entry in slot.tasks.values_mut() {
+            Inner::mark_stopping(entry, reason, victims);
+        }
+        if slot.gone && slot.tasks.is_empty() {
+            state.objects.remove(uid);
+        }
+    }
+
+    /// Stop all tasks of all objects. Returns how many started stopping.
+    pub fn stop_all(&self, reason: StopReason) -> usize {
+        let mut victims = Vec::new();
+        {
+            let mut state = self.inner.lock();
+            let uids: Vec<Arc<str>> = state.objects.keys().cloned().collect();
+            for uid in uids {
+                Self::stop_slot(&mut state, &uid, reason, &mut victims);
+            }
+        }
+        let count = victims.len();
+        self.inner.spawn_stopper(victims);
+        count
+    }
+
+    /// Forget what is remembered about an object (finished daemons, live
+    /// body). Running tasks are not stopped; the memory goes once they end.
+    pub fn forget(&self, uid: &str) {
+        let mut state = self.inner.lock();
+        if let Some(slot) = state.objects.get_mut(uid) {
+            slot.finished.clear();
+            slot.gone = true;
+            if slot.tasks.is_empty() {
+                state.objects.remove(uid);
+            }
+        }
+    }
+
+    /// Stop everything and wait until every task has ended or been abandoned,
+    /// for at most `timeout`; at the deadline, the remaining tasks are
+    /// cancelled and abandoned. Later [`Spawner::ensure`] calls spawn nothing.
+    ///
+    /// # Errors
+    /// [`ShutdownError::Abandoned`] if any task was abandoned meanwhile.
+    pub async fn shutdown(&self, timeout: Duration) -> Result<(), ShutdownError> {
+        let deadline = Instant::now() + timeout;
+        let abandoned_before = self.counters().snapshot().abandoned;
+        {
+            let _state = self.inner.lock();
+            self.inner.tracker.close();
+        }
+        self.inner.root.set(StopReason::OperatorExiting);
+        self.stop_all(StopReason::OperatorExiting);
+        loop {
+            let settled = self.inner.settled.notified();
+            let mut settled = std::pin::pin!(settled);
+            settled.as_mut().enable();
+            if self.is_empty() {
+                break;
+            }
+            tokio::select! {
+                () = settled => {}
+                () = tokio::time::sleep_until(deadline) => {
+                    self.abandon_all(timeout);
+                    break;
+                }
+            }
+        }
+        let count = self.counters().snapshot().abandoned - abandoned_before;
+        if count == 0 {
+            Ok(())
+        } else {
+            Err(ShutdownError::Abandoned { count })
+        }
+    }
+
+    fn abandon_all(&self, waited: Duration) {
+        let remaining: Vec<(Arc<TaskShared>, AbortHandle)> = {
+            let state = self.inner.lock();
+            state
+                .objects
+                .values()
+                .flat_map(|slot| slot.tasks.values())
+                .map(|entry| (Arc::clone(&entry.shared), entry.abort.clone()))
+                .collect()
+        };
+        for (shared, abort) in remaining {
+            abort.abort();
+            self.inner.abandon(&shared, waited);
+        }
+    }
+
+    /// The handler ids with a live task (running or being stopped) for this
+    /// object, sorted.
+    #[must_use]
+    pub fn running(&self, uid: &str) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .inner
+            .lock()
+            .objects
+            .get(uid)
+            .map(|slot| slot.tasks.keys().map(|id| id.to_string()).collect())
+            .unwrap_or_default();
+        ids.sort();
+        ids
+    }
+
+    /// Whether the daemon exited on its own for this object (and so is not
+    /// spawned again).
+    #[must_use]
+    pub fn is_finished(&self, uid: &str, handler_id: &str) -> bool {
+        self.inner
+            .lock()
+            .objects
+            .get(uid)
+            .is_some_and(|slot| slot.finished.contains(handler_id))
+    }
+
+    /// Wait until the object has no live tasks (all ended or abandoned).
+    /// Use [`Spawner::stop_object`] first; this does not stop anything.
+    pub async fn wait_stopped(&self, uid: &str) {
+        loop {
+            let settled = self.inner.settled.notified();
+            let mut settled = std::pin::pin!(settled);
+            settled.as_mut().enable();
+            let live = self
+                .inner
+                .lock()
+                .objects
+                .get(uid)
+                .is_some_and(|slot| !slot.tasks.is_empty());
+            if !live {
+                return;
+            }
+            settled.await;
+        }
+    }
+
+    /// How many tasks are live (running or being stopped).
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.inner.lock().tasks
+    }
+
+    /// Whether no task is live.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The lifetime counters.
+    #[must_use]
+    pub fn counters(&self) -> &Counters {
+        &self.inner.counters
+    }
+}
