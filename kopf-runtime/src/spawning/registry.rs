@@ -842,3 +842,374 @@ impl Spawner {
         &self.inner.counters
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use tokio::time::Instant;
+
+    use super::super::testkit::{Calls, advance_to, body, millis, secs, settle, spawner};
+    use super::super::{
+        Ensured, ShutdownError, Spawner, SpawnerSettings, StopReason, TaskOutcome, TaskSpec,
+        task_fn,
+    };
+
+    /// Records when its future is dropped (i.e. cancelled or finished).
+    struct DropClock(Calls);
+
+    impl Drop for DropClock {
+        fn drop(&mut self) {
+            self.0.hit();
+        }
+    }
+
+    /// A daemon that runs until stopped and remembers the reason it saw.
+    fn cooperative(id: &str, reasons: &Arc<Mutex<Vec<Option<StopReason>>>>) -> Arc<TaskSpec> {
+        let reasons = Arc::clone(reasons);
+        TaskSpec::daemon(
+            id,
+            task_fn(move |ctx| {
+                let reasons = Arc::clone(&reasons);
+                async move {
+                    ctx.stopped.cancelled().await;
+                    reasons.lock().expect("lock").push(ctx.stopped.reason());
+                    TaskOutcome::ok()
+                }
+            }),
+        )
+        .build()
+        .expect("spec")
+    }
+
+    /// A daemon that ignores its stop flag; `dropped` records when it is cancelled.
+    fn stubborn(id: &str, dropped: &Calls) -> TaskSpec {
+        let dropped = dropped.clone();
+        TaskSpec::daemon(
+            id,
+            task_fn(move |_ctx| {
+                let guard = DropClock(dropped.clone());
+                async move {
+                    let _guard = guard;
+                    loop {
+                        tokio::time::sleep(secs(1)).await;
+                    }
+                }
+            }),
+        )
+    }
+
+    /// A sync daemon whose blocking thread ignores the stop flag until the
+    /// test releases it.
+    fn stuck(id: &str, entered: &Calls) -> (TaskSpec, std::sync::mpsc::Sender<()>) {
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let released = Arc::new(Mutex::new(released));
+        let entered = entered.clone();
+        let spec = TaskSpec::daemon(
+            id,
+            task_fn(move |ctx| {
+                let released = Arc::clone(&released);
+                let entered = entered.clone();
+                async move {
+                    let result = ctx
+                        .run_blocking(move |_stopped| {
+                            entered.hit();
+                            let _ = released.lock().expect("lock").recv();
+                            entered.hit();
+                        })
+                        .await;
+                    match result {
+                        Ok(()) => TaskOutcome::ok(),
+                        Err(error) => TaskOutcome::Error { message: error.to_string() },
+                    }
+                }
+            }),
+        );
+        (spec, release)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_sets_the_flag_and_a_cooperative_task_exits_gracefully() {
+        let (spawner, _) = spawner();
+        let reasons = Arc::default();
+        let spec = cooperative("d", &reasons);
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(secs(10)).await;
+        assert_eq!(spawner.running("u1"), ["d"]);
+        let start = Instant::now();
+        assert!(spawner.stop("u1", "d", StopReason::FilterMismatch));
+        assert!(!spawner.stop("u1", "d", StopReason::ObjectDeleted), "already stopping");
+        spawner.wait_stopped("u1").await;
+        assert_eq!(start.elapsed(), secs(0));
+        assert_eq!(*reasons.lock().expect("lock"), [Some(StopReason::FilterMismatch)]);
+        let counters = spawner.counters().snapshot();
+        assert_eq!((counters.spawned, counters.stopped, counters.cancelled), (1, 1, 0));
+        assert!(spawner.running("u1").is_empty());
+        assert!(!spawner.stop("u1", "d", StopReason::FilterMismatch), "no such task");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn task_ignoring_the_flag_is_cancelled_after_cancellation_backoff() {
+        let (spawner, recorder) = spawner();
+        let dropped = Calls::new();
+        let spec = stubborn("d", &dropped)
+            .cancellation_backoff(secs(5))
+            .cancellation_timeout(secs(3))
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(secs(10)).await;
+        spawner.stop_object("u1", StopReason::ObjectDeleted);
+        assert_eq!(spawner.ensure("u1", &spec, &body(1)), Ensured::ObjectGone);
+        spawner.wait_stopped("u1").await;
+        assert_eq!(dropped.times(), [secs(15)]);
+        let counters = spawner.counters().snapshot();
+        assert_eq!((counters.stopped, counters.cancelled, counters.abandoned), (0, 1, 0));
+        assert!(recorder.abandoned().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_cancellation_timeout_cancels_at_once_as_in_kopf() {
+        let (spawner, _) = spawner();
+        let dropped = Calls::new();
+        let spec = stubborn("d", &dropped)
+            .cancellation_timeout(secs(3))
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(secs(10)).await;
+        spawner.stop("u1", "d", StopReason::FilterMismatch);
+        spawner.wait_stopped("u1").await;
+        assert_eq!(dropped.times(), [secs(10)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_cancellation_options_the_settings_bound_the_wait() {
+        let recorder = super::super::testkit::Recorder::new();
+        let settings = SpawnerSettings {
+            graceful_exit_limit: secs(20),
+            default_cancellation_timeout: secs(4),
+        };
+        let spawner = Spawner::new(recorder, settings);
+        let dropped = Calls::new();
+        let spec = stubborn("d", &dropped).build().expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        spawner.stop("u1", "d", StopReason::FilterMismatch);
+        spawner.wait_stopped("u1").await;
+        assert_eq!(dropped.times(), [secs(20)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn task_that_never_yields_is_abandoned_after_cancellation_timeout_and_reported() {
+        // A blocking thread inhibits the paused clock's auto-advance, so this
+        // test moves the clock by hand.
+        let epoch = Instant::now();
+        let (spawner, recorder) = spawner();
+        let entered = Calls::new();
+        let (spec, release) = stuck("sync", &entered);
+        let spec = spec
+            .cancellation_backoff(secs(2))
+            .cancellation_timeout(secs(3))
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        while entered.count() == 0 {
+            settle().await;
+            tokio::task::yield_now().await;
+        }
+        spawner.stop_object("u1", StopReason::ObjectVanished);
+        advance_to(epoch, secs(2)).await;
+        assert_eq!(spawner.running("u1"), ["sync"], "cancelled, but the thread still runs");
+        assert_eq!(spawner.ensure("u1", &spec, &body(1)), Ensured::ObjectGone);
+        assert!(recorder.abandoned().is_empty());
+        advance_to(epoch, secs(5)).await;
+        assert_eq!(
+            recorder.abandoned(),
+            [("u1".to_owned(), "sync".to_owned(), Some(StopReason::ObjectVanished), secs(5))]
+        );
+        assert!(spawner.running("u1").is_empty());
+        spawner.wait_stopped("u1").await;
+        let counters = spawner.counters().snapshot();
+        assert_eq!((counters.cancelled, counters.abandoned), (0, 1));
+
+        // Shutdown does not wait for the abandoned thread.
+        let start = Instant::now();
+        spawner.shutdown(secs(30)).await.expect("nothing left to abandon");
+        assert_eq!(start.elapsed(), secs(0));
+
+        // When the thread ends at last, nothing is counted twice.
+        release.send(()).expect("release");
+        while entered.count() < 2 {
+            tokio::task::yield_now().await;
+        }
+        settle().await;
+        let counters = spawner.counters().snapshot();
+        assert_eq!((counters.stopped, counters.cancelled, counters.abandoned), (0, 0, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_returns_within_its_timeout_despite_a_stuck_task() {
+        let epoch = Instant::now();
+        let (spawner, recorder) = spawner();
+        let entered = Calls::new();
+        let (spec, release) = stuck("sync", &entered);
+        let spec = spec
+            .cancellation_backoff(secs(100))
+            .cancellation_timeout(secs(100))
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        while entered.count() == 0 {
+            settle().await;
+        }
+        let shutting = tokio::spawn({
+            let spawner = spawner.clone();
+            async move { spawner.shutdown(secs(10)).await }
+        });
+        advance_to(epoch, secs(9)).await;
+        assert!(!shutting.is_finished());
+        advance_to(epoch, secs(10)).await;
+        assert!(shutting.is_finished());
+        let result = shutting.await.expect("shutdown task");
+        assert_eq!(result, Err(ShutdownError::Abandoned { count: 1 }));
+        assert_eq!(recorder.abandoned().len(), 1);
+        assert_eq!(spawner.ensure("u2", &spec, &body(1)), Ensured::ShuttingDown);
+        release.send(()).expect("release");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_stops_everything_within_the_timeouts() {
+        let (spawner, recorder) = spawner();
+        let reasons = Arc::default();
+        let dropped = Calls::new();
+        let polite = cooperative("polite", &reasons);
+        let rude = stubborn("rude", &dropped)
+            .cancellation_backoff(secs(5))
+            .cancellation_timeout(secs(5))
+            .build()
+            .expect("spec");
+        let timer = TaskSpec::timer("tick", secs(1), task_fn(|_| async { TaskOutcome::ok() }))
+            .build()
+            .expect("spec");
+        for uid in ["u1", "u2", "u3"] {
+            for spec in [&polite, &rude, &timer] {
+                assert_eq!(spawner.ensure(uid, spec, &body(1)), Ensured::Spawned);
+            }
+        }
+        tokio::time::sleep(secs(30)).await;
+        assert_eq!(spawner.len(), 9);
+        let start = Instant::now();
+        spawner.shutdown(secs(60)).await.expect("clean shutdown");
+        assert_eq!(start.elapsed(), secs(5));
+        assert!(spawner.is_empty());
+        assert_eq!(*reasons.lock().expect("lock"), [Some(StopReason::OperatorExiting); 3]);
+        assert_eq!(dropped.times(), [secs(35); 3]);
+        let counters = spawner.counters().snapshot();
+        assert_eq!(
+            (counters.spawned, counters.stopped, counters.cancelled, counters.abandoned),
+            (9, 6, 3, 0)
+        );
+        assert!(recorder.abandoned().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tasks_are_keyed_by_uid_and_stopping_one_object_leaves_the_other() {
+        let (spawner, _) = spawner();
+        let calls = Calls::new();
+        let counting = calls.clone();
+        let timer = TaskSpec::timer(
+            "tick",
+            secs(1),
+            task_fn(move |ctx| {
+                assert!(ctx.uid.as_ref() == "u2" || ctx.uid.as_ref() == "u1");
+                counting.hit();
+                async { TaskOutcome::ok() }
+            }),
+        )
+        .build()
+        .expect("spec");
+        let reasons = Arc::default();
+        let daemon = cooperative("d", &reasons);
+        for uid in ["u1", "u2"] {
+            spawner.ensure(uid, &timer, &body(1));
+            spawner.ensure(uid, &daemon, &body(1));
+        }
+        assert_eq!(spawner.running("u1"), ["d", "tick"]);
+        tokio::time::sleep(millis(2500)).await; // t=0, 1, 2 for both
+        assert_eq!(calls.count(), 6);
+        assert_eq!(spawner.stop_object("u1", StopReason::ObjectDeleted), 2);
+        spawner.wait_stopped("u1").await;
+        assert!(spawner.running("u1").is_empty());
+        assert_eq!(spawner.running("u2"), ["d", "tick"]);
+        tokio::time::sleep(secs(3)).await;
+        assert_eq!(calls.count(), 9, "only u2 ticks on");
+        assert_eq!(*reasons.lock().expect("lock"), [Some(StopReason::ObjectDeleted)]);
+        // A new object with the same handler (e.g. re-created, new UID) is independent.
+        assert_eq!(spawner.ensure("u3", &daemon, &body(1)), Ensured::Spawned);
+        assert_eq!(spawner.len(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ensure_is_idempotent_and_never_runs_two_tasks_per_key() {
+        let (spawner, _) = spawner();
+        let dropped = Calls::new();
+        let spec = stubborn("d", &dropped)
+            .cancellation_backoff(secs(5))
+            .build()
+            .expect("spec");
+        assert_eq!(spawner.ensure("u1", &spec, &body(1)), Ensured::Spawned);
+        assert_eq!(spawner.ensure("u1", &spec, &body(1)), Ensured::AlreadyRunning);
+        spawner.stop("u1", "d", StopReason::FilterMismatch);
+        assert_eq!(spawner.ensure("u1", &spec, &body(1)), Ensured::Stopping);
+        tokio::time::sleep(secs(4)).await;
+        assert_eq!(spawner.ensure("u1", &spec, &body(1)), Ensured::Stopping);
+        spawner.wait_stopped("u1").await;
+        assert_eq!(spawner.ensure("u1", &spec, &body(1)), Ensured::Spawned);
+        assert_eq!(spawner.len(), 1);
+        assert_eq!(spawner.counters().snapshot().spawned, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn object_stopped_as_gone_forgets_its_finished_daemons() {
+        let (spawner, _) = spawner();
+        let spec = TaskSpec::daemon("d", task_fn(|_| async { TaskOutcome::ok() }))
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        spawner.wait_stopped("u1").await;
+        assert!(spawner.is_finished("u1", "d"));
+        assert_eq!(spawner.stop_object("u1", StopReason::DeletionRequested), 0);
+        assert!(spawner.is_finished("u1", "d"), "still exists: still remembered");
+        assert_eq!(spawner.stop_object("u1", StopReason::ObjectDeleted), 0);
+        assert!(!spawner.is_finished("u1", "d"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_all_for_pausing_allows_spawning_again() {
+        let (spawner, _) = spawner();
+        let reasons = Arc::default();
+        let spec = cooperative("d", &reasons);
+        spawner.ensure("u1", &spec, &body(1));
+        spawner.ensure("u2", &spec, &body(1));
+        settle().await;
+        assert_eq!(spawner.stop_all(StopReason::OperatorPausing), 2);
+        spawner.wait_stopped("u1").await;
+        spawner.wait_stopped("u2").await;
+        assert_eq!(spawner.ensure("u1", &spec, &body(1)), Ensured::Spawned);
+        settle().await;
+        assert_eq!(spawner.running("u1"), ["d"], "the fresh task is not born stopped");
+        assert_eq!(*reasons.lock().expect("lock"), [Some(StopReason::OperatorPausing); 2]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dropping_the_spawner_stops_and_cancels_its_tasks() {
+        let (spawner, _) = spawner();
+        let dropped = Calls::new();
+        let spec = stubborn("d", &dropped).build().expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(secs(1)).await;
+        drop(spawner);
+        settle().await;
+        assert_eq!(dropped.times(), [secs(1)]);
+    }
+}
