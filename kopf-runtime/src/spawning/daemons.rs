@@ -57,7 +57,9 @@ mod tests {
     use super::super::{Ensured, StopReason, TaskOutcome, TaskSpec, Verdict, task_fn};
 
     fn error(message: &str) -> TaskOutcome {
-        TaskOutcome::Error { message: message.into() }
+        TaskOutcome::Error {
+            message: message.into(),
+        }
     }
 
     /// A daemon that records its calls and returns `outcomes[call]` (the last
@@ -94,7 +96,10 @@ mod tests {
     async fn initial_delay_postpones_the_first_call() {
         let (spawner, _) = spawner();
         let calls = Calls::new();
-        let spec = until_stopped(&calls).initial_delay(secs(5)).build().expect("spec");
+        let spec = until_stopped(&calls)
+            .initial_delay(secs(5))
+            .build()
+            .expect("spec");
         assert_eq!(spawner.ensure("u1", &spec, &body(1)), Ensured::Spawned);
         tokio::time::sleep(secs(4)).await;
         assert_eq!(calls.count(), 0);
@@ -106,7 +111,10 @@ mod tests {
     async fn stop_during_initial_delay_exits_at_once_without_calling() {
         let (spawner, _) = spawner();
         let calls = Calls::new();
-        let spec = until_stopped(&calls).initial_delay(secs(60)).build().expect("spec");
+        let spec = until_stopped(&calls)
+            .initial_delay(secs(60))
+            .build()
+            .expect("spec");
         spawner.ensure("u1", &spec, &body(1));
         tokio::time::sleep(secs(2)).await;
         let start = tokio::time::Instant::now();
@@ -128,7 +136,10 @@ mod tests {
         spawner.ensure("u1", &spec, &body(1));
         spawner.wait_stopped("u1").await;
         assert_eq!(recorder.verdicts(), [(0, Verdict::Done)]);
-        assert_eq!(recorder.outcomes()[0].outcome, TaskOutcome::Ok(Some(serde_json::json!(42))));
+        assert_eq!(
+            recorder.outcomes()[0].outcome,
+            TaskOutcome::Ok(Some(serde_json::json!(42)))
+        );
         assert!(spawner.is_finished("u1", "d"));
         assert_eq!(spawner.ensure("u1", &spec, &body(2)), Ensured::Finished);
         tokio::time::sleep(secs(3600)).await;
@@ -145,17 +156,27 @@ mod tests {
     async fn temporary_error_restarts_after_its_delay() {
         let (spawner, recorder) = spawner();
         let calls = Calls::new();
-        let temporary = TaskOutcome::Temporary { delay: secs(3), message: "later".into() };
-        let spec = scripted(&calls, vec![temporary.clone(), temporary, TaskOutcome::ok()])
-            .backoff(secs(100))
-            .build()
-            .expect("spec");
+        let temporary = TaskOutcome::Temporary {
+            delay: secs(3),
+            message: "later".into(),
+        };
+        let spec = scripted(
+            &calls,
+            vec![temporary.clone(), temporary, TaskOutcome::ok()],
+        )
+        .backoff(secs(100))
+        .build()
+        .expect("spec");
         spawner.ensure("u1", &spec, &body(1));
         spawner.wait_stopped("u1").await;
         assert_eq!(calls.times(), [secs(0), secs(3), secs(6)]);
         assert_eq!(
             recorder.verdicts(),
-            [(0, Verdict::RetryIn(secs(3))), (1, Verdict::RetryIn(secs(3))), (2, Verdict::Done)]
+            [
+                (0, Verdict::RetryIn(secs(3))),
+                (1, Verdict::RetryIn(secs(3))),
+                (2, Verdict::Done)
+            ]
         );
         assert!(spawner.is_finished("u1", "d"));
     }
@@ -171,7 +192,10 @@ mod tests {
         spawner.ensure("u1", &spec, &body(1));
         spawner.wait_stopped("u1").await;
         assert_eq!(calls.times(), [secs(0), secs(7)]);
-        assert_eq!(recorder.verdicts(), [(0, Verdict::RetryIn(secs(7))), (1, Verdict::Done)]);
+        assert_eq!(
+            recorder.verdicts(),
+            [(0, Verdict::RetryIn(secs(7))), (1, Verdict::Done)]
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -188,7 +212,11 @@ mod tests {
         assert_eq!(calls.times(), [secs(0), secs(1), secs(2)]);
         assert_eq!(
             recorder.verdicts(),
-            [(0, Verdict::RetryIn(secs(1))), (1, Verdict::RetryIn(secs(1))), (2, Verdict::GaveUp)]
+            [
+                (0, Verdict::RetryIn(secs(1))),
+                (1, Verdict::RetryIn(secs(1))),
+                (2, Verdict::GaveUp)
+            ]
         );
         assert_eq!(spawner.ensure("u1", &spec, &body(1)), Ensured::Finished);
     }
@@ -197,9 +225,14 @@ mod tests {
     async fn permanent_error_gives_up_at_once() {
         let (spawner, recorder) = spawner();
         let calls = Calls::new();
-        let spec = scripted(&calls, vec![TaskOutcome::Permanent { message: "no".into() }])
-            .build()
-            .expect("spec");
+        let spec = scripted(
+            &calls,
+            vec![TaskOutcome::Permanent {
+                message: "no".into(),
+            }],
+        )
+        .build()
+        .expect("spec");
         spawner.ensure("u1", &spec, &body(1));
         spawner.wait_stopped("u1").await;
         assert_eq!(recorder.verdicts(), [(0, Verdict::GaveUp)]);
@@ -227,7 +260,10 @@ mod tests {
         spawner.ensure("u1", &spec, &body(1));
         spawner.wait_stopped("u1").await;
         let outcomes = recorder.outcomes();
-        assert_eq!(recorder.verdicts(), [(0, Verdict::RetryIn(secs(2))), (1, Verdict::Done)]);
+        assert_eq!(
+            recorder.verdicts(),
+            [(0, Verdict::RetryIn(secs(2))), (1, Verdict::Done)]
+        );
         let TaskOutcome::Error { message } = &outcomes[0].outcome else {
             panic!("expected an error, got {:?}", outcomes[0].outcome);
         };
@@ -242,10 +278,15 @@ mod tests {
         let spec = TaskSpec::daemon(
             "d",
             task_fn(move |ctx| {
-                log.lock().expect("lock").push((ctx.retry, ctx.started_at, ctx.runtime()));
+                log.lock()
+                    .expect("lock")
+                    .push((ctx.retry, ctx.started_at, ctx.runtime()));
                 async move {
                     if ctx.retry < 2 {
-                        TaskOutcome::Temporary { delay: secs(5), message: "again".into() }
+                        TaskOutcome::Temporary {
+                            delay: secs(5),
+                            message: "again".into(),
+                        }
                     } else {
                         TaskOutcome::ok()
                     }
@@ -257,7 +298,10 @@ mod tests {
         spawner.ensure("u1", &spec, &body(1));
         spawner.wait_stopped("u1").await;
         let seen = seen.lock().expect("lock").clone();
-        let retries: Vec<_> = seen.iter().map(|(retry, _, runtime)| (*retry, *runtime)).collect();
+        let retries: Vec<_> = seen
+            .iter()
+            .map(|(retry, _, runtime)| (*retry, *runtime))
+            .collect();
         assert_eq!(retries, [(0, secs(0)), (1, secs(5)), (2, secs(10))]);
         assert!(seen.iter().all(|(_, started, _)| *started == seen[0].1));
     }
@@ -289,7 +333,9 @@ mod tests {
                 let log = Arc::clone(&log);
                 async move {
                     loop {
-                        log.lock().expect("lock").push(ctx.body()["spec"]["n"].clone());
+                        log.lock()
+                            .expect("lock")
+                            .push(ctx.body()["spec"]["n"].clone());
                         tokio::select! {
                             () = ctx.stopped.cancelled() => return TaskOutcome::ok(),
                             _ = ctx.body.changed() => {}
@@ -304,13 +350,26 @@ mod tests {
         tokio::time::sleep(secs(1)).await;
         assert!(spawner.update_body("u1", body(2)));
         tokio::time::sleep(secs(1)).await;
-        assert!(!spawner.update_body("u1", body(2)), "an identical body is no change");
-        assert_eq!(spawner.ensure("u1", &spec, &body(3)), Ensured::AlreadyRunning);
+        assert!(
+            !spawner.update_body("u1", body(2)),
+            "an identical body is no change"
+        );
+        assert_eq!(
+            spawner.ensure("u1", &spec, &body(3)),
+            Ensured::AlreadyRunning
+        );
         tokio::time::sleep(secs(1)).await;
         assert!(!spawner.update_body("u-unknown", body(4)));
         spawner.stop_object("u1", StopReason::ObjectDeleted);
         spawner.wait_stopped("u1").await;
         let seen = seen.lock().expect("lock").clone();
-        assert_eq!(seen, [serde_json::json!(1), serde_json::json!(2), serde_json::json!(3)]);
+        assert_eq!(
+            seen,
+            [
+                serde_json::json!(1),
+                serde_json::json!(2),
+                serde_json::json!(3)
+            ]
+        );
     }
 }

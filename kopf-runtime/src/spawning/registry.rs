@@ -21,8 +21,7 @@ use tokio_util::task::TaskTracker;
 
 use super::stopping::{StopFlag, StopReason};
 use super::task::{
-    AbandonedReport, Observer, OutcomeReport, TaskContext, TaskKind, TaskOutcome, TaskSpec,
-    Verdict,
+    AbandonedReport, Observer, OutcomeReport, TaskContext, TaskKind, TaskOutcome, TaskSpec, Verdict,
 };
 use super::{daemons, timers};
 
@@ -254,8 +253,7 @@ impl Inner {
             tracing::info!(uid = %shared.uid, handler = %shared.id, "abandoned task has ended after all");
             return;
         }
-        let for_good =
-            shared.finished_for_good.load(Ordering::Acquire) && !shared.flag.is_set();
+        let for_good = shared.finished_for_good.load(Ordering::Acquire) && !shared.flag.is_set();
         if for_good && let Some(slot) = state.objects.get_mut(&*shared.uid) {
             slot.finished.insert(Arc::clone(&shared.id));
         }
@@ -293,8 +291,10 @@ impl Inner {
         let inner = Arc::clone(self);
         self.tracker.spawn_on(
             async move {
-                let mut stoppers: FuturesUnordered<_> =
-                    victims.into_iter().map(|victim| inner.stop_one(victim)).collect();
+                let mut stoppers: FuturesUnordered<_> = victims
+                    .into_iter()
+                    .map(|victim| inner.stop_one(victim))
+                    .collect();
                 while stoppers.next().await.is_some() {}
             },
             &self.handle,
@@ -381,7 +381,11 @@ pub(crate) struct Run {
 
 impl Run {
     /// Call the handler once; a panic becomes [`TaskOutcome::Error`].
-    pub(crate) async fn call(&self, retry: u32, started: (jiff::Timestamp, Instant)) -> TaskOutcome {
+    pub(crate) async fn call(
+        &self,
+        retry: u32,
+        started: (jiff::Timestamp, Instant),
+    ) -> TaskOutcome {
         let ctx = TaskContext {
             uid: Arc::clone(&self.liveness.shared.uid),
             handler_id: Arc::clone(&self.liveness.shared.id),
@@ -504,7 +508,11 @@ impl Spawner {
 
     /// A spawner whose tasks run on the given runtime.
     #[must_use]
-    pub fn with_handle(handle: Handle, observer: Arc<dyn Observer>, settings: SpawnerSettings) -> Self {
+    pub fn with_handle(
+        handle: Handle,
+        observer: Arc<dyn Observer>,
+        settings: SpawnerSettings,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 state: Mutex::default(),
@@ -544,14 +552,17 @@ impl Spawner {
                 }
                 slot
             }
-            None => state.objects.entry(Arc::from(uid)).or_insert_with(|| ObjectSlot {
-                flag: inner.root.child(),
-                body: watch::Sender::new(Arc::clone(body)),
-                changed: watch::Sender::new(Instant::now()),
-                tasks: HashMap::new(),
-                finished: HashSet::new(),
-                gone: false,
-            }),
+            None => state
+                .objects
+                .entry(Arc::from(uid))
+                .or_insert_with(|| ObjectSlot {
+                    flag: inner.root.child(),
+                    body: watch::Sender::new(Arc::clone(body)),
+                    changed: watch::Sender::new(Instant::now()),
+                    tasks: HashMap::new(),
+                    finished: HashSet::new(),
+                    gone: false,
+                }),
         };
         if let Some(entry) = slot.tasks.get(spec.id()) {
             return if entry.stopping {
@@ -600,9 +611,9 @@ impl Spawner {
         // its settling waits for the lock and finds its entry.
         let join = match spec.kind {
             TaskKind::Daemon => inner.tracker.spawn_on(daemons::run(run), &inner.handle),
-            TaskKind::Timer(schedule) => {
-                inner.tracker.spawn_on(timers::run(run, schedule), &inner.handle)
-            }
+            TaskKind::Timer(schedule) => inner
+                .tracker
+                .spawn_on(timers::run(run, schedule), &inner.handle),
         };
         tracing::debug!(uid = %shared.uid, handler = %spec.id, "task spawned");
         slot.tasks.insert(
@@ -620,11 +631,13 @@ impl Spawner {
 
     fn stop_policy(&self, spec: &TaskSpec) -> (Duration, Duration) {
         let settings = &self.inner.settings;
-        let grace = spec.cancellation_backoff.unwrap_or(if spec.cancellation_timeout.is_some() {
-            Duration::ZERO
-        } else {
-            settings.graceful_exit_limit
-        });
+        let grace = spec
+            .cancellation_backoff
+            .unwrap_or(if spec.cancellation_timeout.is_some() {
+                Duration::ZERO
+            } else {
+                settings.graceful_exit_limit
+            });
         let timeout = spec
             .cancellation_timeout
             .unwrap_or(settings.default_cancellation_timeout);
@@ -920,7 +933,9 @@ mod tests {
                         .await;
                     match result {
                         Ok(()) => TaskOutcome::ok(),
-                        Err(error) => TaskOutcome::Error { message: error.to_string() },
+                        Err(error) => TaskOutcome::Error {
+                            message: error.to_string(),
+                        },
                     }
                 }
             }),
@@ -938,14 +953,26 @@ mod tests {
         assert_eq!(spawner.running("u1"), ["d"]);
         let start = Instant::now();
         assert!(spawner.stop("u1", "d", StopReason::FilterMismatch));
-        assert!(!spawner.stop("u1", "d", StopReason::ObjectDeleted), "already stopping");
+        assert!(
+            !spawner.stop("u1", "d", StopReason::ObjectDeleted),
+            "already stopping"
+        );
         spawner.wait_stopped("u1").await;
         assert_eq!(start.elapsed(), secs(0));
-        assert_eq!(*reasons.lock().expect("lock"), [Some(StopReason::FilterMismatch)]);
+        assert_eq!(
+            *reasons.lock().expect("lock"),
+            [Some(StopReason::FilterMismatch)]
+        );
         let counters = spawner.counters().snapshot();
-        assert_eq!((counters.spawned, counters.stopped, counters.cancelled), (1, 1, 0));
+        assert_eq!(
+            (counters.spawned, counters.stopped, counters.cancelled),
+            (1, 1, 0)
+        );
         assert!(spawner.running("u1").is_empty());
-        assert!(!spawner.stop("u1", "d", StopReason::FilterMismatch), "no such task");
+        assert!(
+            !spawner.stop("u1", "d", StopReason::FilterMismatch),
+            "no such task"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -964,7 +991,10 @@ mod tests {
         spawner.wait_stopped("u1").await;
         assert_eq!(dropped.times(), [secs(15)]);
         let counters = spawner.counters().snapshot();
-        assert_eq!((counters.stopped, counters.cancelled, counters.abandoned), (0, 1, 0));
+        assert_eq!(
+            (counters.stopped, counters.cancelled, counters.abandoned),
+            (0, 1, 0)
+        );
         assert!(recorder.abandoned().is_empty());
     }
 
@@ -1019,13 +1049,22 @@ mod tests {
         }
         spawner.stop_object("u1", StopReason::ObjectVanished);
         advance_to(epoch, secs(2)).await;
-        assert_eq!(spawner.running("u1"), ["sync"], "cancelled, but the thread still runs");
+        assert_eq!(
+            spawner.running("u1"),
+            ["sync"],
+            "cancelled, but the thread still runs"
+        );
         assert_eq!(spawner.ensure("u1", &spec, &body(1)), Ensured::ObjectGone);
         assert!(recorder.abandoned().is_empty());
         advance_to(epoch, secs(5)).await;
         assert_eq!(
             recorder.abandoned(),
-            [("u1".to_owned(), "sync".to_owned(), Some(StopReason::ObjectVanished), secs(5))]
+            [(
+                "u1".to_owned(),
+                "sync".to_owned(),
+                Some(StopReason::ObjectVanished),
+                secs(5)
+            )]
         );
         assert!(spawner.running("u1").is_empty());
         spawner.wait_stopped("u1").await;
@@ -1034,7 +1073,10 @@ mod tests {
 
         // Shutdown does not wait for the abandoned thread.
         let start = Instant::now();
-        spawner.shutdown(secs(30)).await.expect("nothing left to abandon");
+        spawner
+            .shutdown(secs(30))
+            .await
+            .expect("nothing left to abandon");
         assert_eq!(start.elapsed(), secs(0));
 
         // When the thread ends at last, nothing is counted twice.
@@ -1044,7 +1086,10 @@ mod tests {
         }
         settle().await;
         let counters = spawner.counters().snapshot();
-        assert_eq!((counters.stopped, counters.cancelled, counters.abandoned), (0, 0, 1));
+        assert_eq!(
+            (counters.stopped, counters.cancelled, counters.abandoned),
+            (0, 0, 1)
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -1102,11 +1147,19 @@ mod tests {
         spawner.shutdown(secs(60)).await.expect("clean shutdown");
         assert_eq!(start.elapsed(), secs(5));
         assert!(spawner.is_empty());
-        assert_eq!(*reasons.lock().expect("lock"), [Some(StopReason::OperatorExiting); 3]);
+        assert_eq!(
+            *reasons.lock().expect("lock"),
+            [Some(StopReason::OperatorExiting); 3]
+        );
         assert_eq!(dropped.times(), [secs(35); 3]);
         let counters = spawner.counters().snapshot();
         assert_eq!(
-            (counters.spawned, counters.stopped, counters.cancelled, counters.abandoned),
+            (
+                counters.spawned,
+                counters.stopped,
+                counters.cancelled,
+                counters.abandoned
+            ),
             (9, 6, 3, 0)
         );
         assert!(recorder.abandoned().is_empty());
@@ -1143,7 +1196,10 @@ mod tests {
         assert_eq!(spawner.running("u2"), ["d", "tick"]);
         tokio::time::sleep(secs(3)).await;
         assert_eq!(calls.count(), 9, "only u2 ticks on");
-        assert_eq!(*reasons.lock().expect("lock"), [Some(StopReason::ObjectDeleted)]);
+        assert_eq!(
+            *reasons.lock().expect("lock"),
+            [Some(StopReason::ObjectDeleted)]
+        );
         // A new object with the same handler (e.g. re-created, new UID) is independent.
         assert_eq!(spawner.ensure("u3", &daemon, &body(1)), Ensured::Spawned);
         assert_eq!(spawner.len(), 3);
@@ -1158,7 +1214,10 @@ mod tests {
             .build()
             .expect("spec");
         assert_eq!(spawner.ensure("u1", &spec, &body(1)), Ensured::Spawned);
-        assert_eq!(spawner.ensure("u1", &spec, &body(1)), Ensured::AlreadyRunning);
+        assert_eq!(
+            spawner.ensure("u1", &spec, &body(1)),
+            Ensured::AlreadyRunning
+        );
         spawner.stop("u1", "d", StopReason::FilterMismatch);
         assert_eq!(spawner.ensure("u1", &spec, &body(1)), Ensured::Stopping);
         tokio::time::sleep(secs(4)).await;
@@ -1179,7 +1238,10 @@ mod tests {
         spawner.wait_stopped("u1").await;
         assert!(spawner.is_finished("u1", "d"));
         assert_eq!(spawner.stop_object("u1", StopReason::DeletionRequested), 0);
-        assert!(spawner.is_finished("u1", "d"), "still exists: still remembered");
+        assert!(
+            spawner.is_finished("u1", "d"),
+            "still exists: still remembered"
+        );
         assert_eq!(spawner.stop_object("u1", StopReason::ObjectDeleted), 0);
         assert!(!spawner.is_finished("u1", "d"));
     }
@@ -1197,8 +1259,15 @@ mod tests {
         spawner.wait_stopped("u2").await;
         assert_eq!(spawner.ensure("u1", &spec, &body(1)), Ensured::Spawned);
         settle().await;
-        assert_eq!(spawner.running("u1"), ["d"], "the fresh task is not born stopped");
-        assert_eq!(*reasons.lock().expect("lock"), [Some(StopReason::OperatorPausing); 2]);
+        assert_eq!(
+            spawner.running("u1"),
+            ["d"],
+            "the fresh task is not born stopped"
+        );
+        assert_eq!(
+            *reasons.lock().expect("lock"),
+            [Some(StopReason::OperatorPausing); 2]
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -454,34 +454,74 @@ mod tests {
 
     #[test]
     fn build_rejects_zero_interval_and_zero_retries() {
-        let err = TaskSpec::timer("t", Duration::ZERO, noop()).build().unwrap_err();
+        let err = TaskSpec::timer("t", Duration::ZERO, noop())
+            .build()
+            .unwrap_err();
         assert_eq!(err, SpecError::ZeroInterval { id: "t".into() });
-        let err = TaskSpec::daemon("d", noop()).retries(0).build().unwrap_err();
+        let err = TaskSpec::daemon("d", noop())
+            .retries(0)
+            .build()
+            .unwrap_err();
         assert!(err.to_string().contains("`retries`"));
-        assert_eq!(TaskSpec::daemon("", noop()).build().unwrap_err(), SpecError::EmptyId);
+        assert_eq!(
+            TaskSpec::daemon("", noop()).build().unwrap_err(),
+            SpecError::EmptyId
+        );
     }
 
     #[test]
     fn retries_count_attempts() {
-        let spec = TaskSpec::daemon("d", noop()).retries(3).backoff(Duration::from_secs(7));
-        let error = TaskOutcome::Error { message: "x".into() };
-        assert_eq!(spec.verdict_for(&error, 0), Verdict::RetryIn(Duration::from_secs(7)));
-        assert_eq!(spec.verdict_for(&error, 1), Verdict::RetryIn(Duration::from_secs(7)));
+        let spec = TaskSpec::daemon("d", noop())
+            .retries(3)
+            .backoff(Duration::from_secs(7));
+        let error = TaskOutcome::Error {
+            message: "x".into(),
+        };
+        assert_eq!(
+            spec.verdict_for(&error, 0),
+            Verdict::RetryIn(Duration::from_secs(7))
+        );
+        assert_eq!(
+            spec.verdict_for(&error, 1),
+            Verdict::RetryIn(Duration::from_secs(7))
+        );
         assert_eq!(spec.verdict_for(&error, 2), Verdict::GaveUp);
-        let temporary = TaskOutcome::Temporary { delay: Duration::from_secs(2), message: "x".into() };
-        assert_eq!(spec.verdict_for(&temporary, 0), Verdict::RetryIn(Duration::from_secs(2)));
+        let temporary = TaskOutcome::Temporary {
+            delay: Duration::from_secs(2),
+            message: "x".into(),
+        };
+        assert_eq!(
+            spec.verdict_for(&temporary, 0),
+            Verdict::RetryIn(Duration::from_secs(2))
+        );
         assert_eq!(spec.verdict_for(&TaskOutcome::ok(), 5), Verdict::Done);
-        assert_eq!(spec.verdict_for(&TaskOutcome::Permanent { message: "x".into() }, 0), Verdict::GaveUp);
+        assert_eq!(
+            spec.verdict_for(
+                &TaskOutcome::Permanent {
+                    message: "x".into()
+                },
+                0
+            ),
+            Verdict::GaveUp
+        );
     }
 
     #[test]
     fn sharp_and_idle_apply_to_timers_only() {
-        let spec = TaskSpec::daemon("d", noop()).sharp(true).idle(Duration::from_secs(1));
+        let spec = TaskSpec::daemon("d", noop())
+            .sharp(true)
+            .idle(Duration::from_secs(1));
         assert_eq!(spec.kind(), TaskKind::Daemon);
-        let spec = TaskSpec::timer("t", Duration::from_secs(1), noop()).sharp(true).idle(Duration::from_secs(3));
+        let spec = TaskSpec::timer("t", Duration::from_secs(1), noop())
+            .sharp(true)
+            .idle(Duration::from_secs(3));
         assert_eq!(
             spec.kind(),
-            TaskKind::Timer(TimerSchedule { interval: Duration::from_secs(1), sharp: true, idle: Some(Duration::from_secs(3)) })
+            TaskKind::Timer(TimerSchedule {
+                interval: Duration::from_secs(1),
+                sharp: true,
+                idle: Some(Duration::from_secs(3))
+            })
         );
     }
 }

@@ -21,11 +21,14 @@ pub(crate) struct Seen {
     pub at: Duration,
 }
 
+/// One recorded abandonment: uid, handler id, reason, time waited.
+pub(crate) type Abandoned = (String, String, Option<StopReason>, Duration);
+
 /// Records everything the spawner reports.
 pub(crate) struct Recorder {
     epoch: Instant,
     pub outcomes: Mutex<Vec<Seen>>,
-    pub abandoned: Mutex<Vec<(String, String, Option<StopReason>, Duration)>>,
+    pub abandoned: Mutex<Vec<Abandoned>>,
 }
 
 impl Recorder {
@@ -42,10 +45,13 @@ impl Recorder {
     }
 
     pub fn verdicts(&self) -> Vec<(u32, Verdict)> {
-        self.outcomes().iter().map(|s| (s.retry, s.verdict)).collect()
+        self.outcomes()
+            .iter()
+            .map(|s| (s.retry, s.verdict))
+            .collect()
     }
 
-    pub fn abandoned(&self) -> Vec<(String, String, Option<StopReason>, Duration)> {
+    pub fn abandoned(&self) -> Vec<Abandoned> {
         self.abandoned.lock().expect("lock").clone()
     }
 }
@@ -107,6 +113,10 @@ impl Calls {
 
     pub fn times(&self) -> Vec<Duration> {
         self.at.lock().expect("lock").clone()
+    }
+
+    pub fn epoch(&self) -> Instant {
+        self.epoch
     }
 
     pub fn count(&self) -> usize {

@@ -79,7 +79,11 @@ pub(crate) async fn run(mut run: Run, schedule: TimerSchedule) {
 
 /// Wait until the object has been unchanged for `idle`. Returns whether the
 /// stop flag was set meanwhile.
-async fn wait_idle(flag: &StopFlag, changes: &mut watch::Receiver<Instant>, idle: Duration) -> bool {
+async fn wait_idle(
+    flag: &StopFlag,
+    changes: &mut watch::Receiver<Instant>,
+    idle: Duration,
+) -> bool {
     loop {
         let last = *changes.borrow_and_update();
         let due = last + idle;
@@ -123,10 +127,338 @@ mod schedule_tests {
         // A fast run: the next slot.
         assert_eq!(next_sharp_tick(anchor, s(1), anchor, anchor), anchor + s(1));
         // A run of 2.5 intervals: slots 1 and 2 are skipped.
-        assert_eq!(next_sharp_tick(anchor, s(1), anchor, anchor + ms(2500)), anchor + s(3));
+        assert_eq!(
+            next_sharp_tick(anchor, s(1), anchor, anchor + ms(2500)),
+            anchor + s(3)
+        );
         // A run ending exactly on a slot: that slot is due now.
-        assert_eq!(next_sharp_tick(anchor, s(1), anchor, anchor + s(2)), anchor + s(2));
+        assert_eq!(
+            next_sharp_tick(anchor, s(1), anchor, anchor + s(2)),
+            anchor + s(2)
+        );
         // A late wake-up within slot 4 (e.g. after idling) still aligns to the grid.
-        assert_eq!(next_sharp_tick(anchor, s(1), anchor + ms(4200), anchor + ms(4300)), anchor + s(5));
+        assert_eq!(
+            next_sharp_tick(anchor, s(1), anchor + ms(4200), anchor + ms(4300)),
+            anchor + s(5)
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::super::testkit::{Calls, body, millis, secs, spawner};
+    use super::super::{StopReason, TaskOutcome, TaskSpec, Verdict, task_fn};
+
+    /// A timer handler that records its calls, takes `runs` to complete, and
+    /// returns `outcomes[call]` (the last one repeated).
+    fn timer(
+        calls: &Calls,
+        interval: std::time::Duration,
+        runs: std::time::Duration,
+        outcomes: Vec<TaskOutcome>,
+    ) -> TaskSpec {
+        let calls = calls.clone();
+        let outcomes = Arc::new(outcomes);
+        TaskSpec::timer(
+            "t",
+            interval,
+            task_fn(move |_ctx| {
+                let n = calls.hit();
+                let outcome = outcomes[n.min(outcomes.len() - 1)].clone();
+                async move {
+                    tokio::time::sleep(runs).await;
+                    outcome
+                }
+            }),
+        )
+    }
+
+    fn ok() -> Vec<TaskOutcome> {
+        vec![TaskOutcome::ok()]
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn first_tick_after_initial_delay_then_every_interval() {
+        let (spawner, recorder) = spawner();
+        let calls = Calls::new();
+        let spec = timer(&calls, secs(10), secs(0), ok())
+            .initial_delay(secs(5))
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(millis(30_500)).await;
+        assert_eq!(calls.times(), [secs(5), secs(15), secs(25)]);
+        assert!(recorder.verdicts().iter().all(|v| *v == (0, Verdict::Done)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn interval_counts_from_the_end_of_a_long_run_when_not_sharp() {
+        let (spawner, _) = spawner();
+        let calls = Calls::new();
+        let spec = timer(&calls, secs(1), millis(2500), ok())
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(millis(7100)).await;
+        assert_eq!(calls.times(), [secs(0), millis(3500), secs(7)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sharp_ticks_stay_on_the_grid_and_skip_those_missed_by_a_long_run() {
+        let (spawner, _) = spawner();
+        let calls = Calls::new();
+        let spec = timer(&calls, secs(1), millis(2500), ok())
+            .sharp(true)
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(millis(6100)).await;
+        assert_eq!(calls.times(), [secs(0), secs(3), secs(6)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sharp_timer_does_not_drift_when_runs_take_time() {
+        let (spawner, _) = spawner();
+        let calls = Calls::new();
+        let spec = timer(&calls, secs(1), millis(300), ok())
+            .sharp(true)
+            .initial_delay(millis(250))
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(millis(100_300)).await;
+        let expected: Vec<_> = (0..=100).map(|k| millis(250 + 1000 * k)).collect();
+        assert_eq!(calls.times(), expected);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_timer_waits_until_the_object_is_quiet_and_changes_reset_the_wait() {
+        let (spawner, _) = spawner();
+        let calls = Calls::new();
+        let spec = timer(&calls, secs(1), secs(0), ok())
+            .idle(secs(5))
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1)); // first sighting at t=0
+        tokio::time::sleep(secs(3)).await;
+        assert!(spawner.update_body("u1", body(2))); // t=3
+        tokio::time::sleep(secs(3)).await;
+        spawner.touched("u1"); // t=6
+        tokio::time::sleep(millis(6500)).await; // t=12.5
+        assert_eq!(calls.times(), [secs(11), secs(12)]);
+        spawner.touched("u1"); // t=12.5
+        tokio::time::sleep(millis(7100)).await; // t=19.6
+        assert_eq!(
+            calls.times(),
+            [
+                secs(11),
+                secs(12),
+                millis(17_500),
+                millis(18_500),
+                millis(19_500)
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn identical_body_does_not_reset_idle() {
+        let (spawner, _) = spawner();
+        let calls = Calls::new();
+        let spec = timer(&calls, secs(100), secs(0), ok())
+            .idle(secs(5))
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(secs(3)).await;
+        assert!(!spawner.update_body("u1", body(1)));
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(secs(3)).await;
+        assert_eq!(calls.times(), [secs(5)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn errors_back_off_and_retries_start_afresh_on_the_next_tick() {
+        let (spawner, recorder) = spawner();
+        let calls = Calls::new();
+        let error = TaskOutcome::Error {
+            message: "boom".into(),
+        };
+        let spec = timer(&calls, secs(10), secs(0), vec![error])
+            .retries(2)
+            .backoff(secs(3))
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(millis(16_500)).await;
+        assert_eq!(calls.times(), [secs(0), secs(3), secs(13), secs(16)]);
+        assert_eq!(
+            recorder.verdicts(),
+            [
+                (0, Verdict::RetryIn(secs(3))),
+                (1, Verdict::GaveUp),
+                (0, Verdict::RetryIn(secs(3))),
+                (1, Verdict::GaveUp),
+            ]
+        );
+        assert_eq!(
+            spawner.running("u1"),
+            ["t"],
+            "a timer never ends on its own"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn temporary_error_retries_after_its_delay_then_the_interval_resumes() {
+        let (spawner, recorder) = spawner();
+        let calls = Calls::new();
+        let temporary = TaskOutcome::Temporary {
+            delay: millis(1500),
+            message: "later".into(),
+        };
+        let spec = timer(
+            &calls,
+            secs(10),
+            secs(0),
+            vec![temporary, TaskOutcome::ok()],
+        )
+        .build()
+        .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(millis(12_000)).await;
+        assert_eq!(calls.times(), [secs(0), millis(1500), millis(11_500)]);
+        assert_eq!(
+            recorder.verdicts(),
+            [
+                (0, Verdict::RetryIn(millis(1500))),
+                (1, Verdict::Done),
+                (0, Verdict::Done)
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn permanent_error_waits_for_the_next_tick() {
+        let (spawner, recorder) = spawner();
+        let calls = Calls::new();
+        let permanent = TaskOutcome::Permanent {
+            message: "no".into(),
+        };
+        let spec = timer(&calls, secs(4), secs(0), vec![permanent])
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(millis(8500)).await;
+        assert_eq!(calls.times(), [secs(0), secs(4), secs(8)]);
+        assert!(
+            recorder
+                .verdicts()
+                .iter()
+                .all(|v| *v == (0, Verdict::GaveUp))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_between_ticks_ends_the_timer_at_once() {
+        let (spawner, _) = spawner();
+        let calls = Calls::new();
+        let spec = timer(&calls, secs(10), secs(0), ok())
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(secs(3)).await;
+        let start = tokio::time::Instant::now();
+        spawner.stop_object("u1", StopReason::ObjectDeleted);
+        spawner.wait_stopped("u1").await;
+        assert_eq!(start.elapsed(), secs(0));
+        assert_eq!(calls.count(), 1);
+        assert_eq!(spawner.counters().snapshot().stopped, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_during_initial_delay_or_idle_wait_ends_the_timer_at_once() {
+        let (spawner, _) = spawner();
+        let calls = Calls::new();
+        let delayed = timer(&calls, secs(1), secs(0), ok())
+            .initial_delay(secs(60))
+            .build()
+            .expect("spec");
+        let idle = TaskSpec::clone(&timer(&calls, secs(1), secs(0), ok()).idle(secs(60)))
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &delayed, &body(1));
+        spawner.ensure("u2", &idle, &body(1));
+        tokio::time::sleep(secs(5)).await;
+        spawner.stop_all(StopReason::OperatorExiting);
+        spawner.wait_stopped("u1").await;
+        spawner.wait_stopped("u2").await;
+        assert_eq!(tokio::time::Instant::now() - calls_epoch(&calls), secs(5));
+        assert_eq!(calls.count(), 0);
+    }
+
+    fn calls_epoch(calls: &Calls) -> tokio::time::Instant {
+        calls.epoch()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_mid_run_lets_the_run_finish_within_cancellation_backoff() {
+        let (spawner, recorder) = spawner();
+        let calls = Calls::new();
+        let spec = timer(&calls, secs(1), secs(3), ok())
+            .cancellation_backoff(secs(10))
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(secs(1)).await;
+        spawner.stop("u1", "t", StopReason::FilterMismatch);
+        spawner.wait_stopped("u1").await;
+        assert_eq!(calls.times(), [secs(0)]);
+        assert_eq!(recorder.verdicts(), [(0, Verdict::Stopped)]);
+        assert_eq!(recorder.outcomes()[0].at, secs(3));
+        assert_eq!(spawner.counters().snapshot().stopped, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_mid_run_cancels_a_long_run_after_cancellation_backoff() {
+        let (spawner, recorder) = spawner();
+        let calls = Calls::new();
+        let spec = timer(&calls, secs(1), secs(600), ok())
+            .cancellation_backoff(secs(2))
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(secs(1)).await;
+        let start = tokio::time::Instant::now();
+        spawner.stop("u1", "t", StopReason::FilterMismatch);
+        spawner.wait_stopped("u1").await;
+        assert_eq!(start.elapsed(), secs(2));
+        assert!(
+            recorder.outcomes().is_empty(),
+            "a cancelled run has no outcome"
+        );
+        assert_eq!(spawner.counters().snapshot().cancelled, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ten_thousand_sharp_timers_tick_on_time() {
+        let (spawner, _) = spawner();
+        let calls = Calls::new();
+        let spec = timer(&calls, secs(1), secs(0), ok())
+            .sharp(true)
+            .build()
+            .expect("spec");
+        let body = body(1);
+        for n in 0..10_000 {
+            spawner.ensure(&format!("u{n}"), &spec, &body);
+        }
+        tokio::time::sleep(millis(9500)).await;
+        let times = calls.times();
+        assert_eq!(times.len(), 100_000);
+        assert!(
+            times.iter().all(|t| t.subsec_nanos() == 0),
+            "every tick on a whole second"
+        );
+        spawner.shutdown(secs(1)).await.expect("clean shutdown");
     }
 }
