@@ -13,7 +13,7 @@
 
 use tokio::time::Instant;
 
-use super::registry::Run;
+use super::runner::Run;
 use super::task::Verdict;
 
 /// Run a daemon until it finishes, gives up, or is stopped.

@@ -47,8 +47,10 @@
 //! # }
 //! ```
 
+mod counters;
 mod daemons;
 mod registry;
+mod runner;
 mod stopping;
 mod task;
 mod timers;
@@ -56,7 +58,8 @@ mod timers;
 #[cfg(test)]
 mod testkit;
 
-pub use registry::{Counters, CountersSnapshot, Ensured, ShutdownError, Spawner, SpawnerSettings};
+pub use counters::{Counters, CountersSnapshot};
+pub use registry::{Ensured, ShutdownError, Spawner, SpawnerSettings};
 pub use stopping::{StopFlag, StopReason};
 pub use task::{
     AbandonedReport, BlockingError, DEFAULT_BACKOFF, Observer, OutcomeReport, SpecError,

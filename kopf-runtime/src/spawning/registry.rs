@@ -2,13 +2,11 @@
 //! `(object UID, handler id)`, and stops them (gracefully, then by force,
 //! then by abandoning them).
 
-use std::collections::{HashMap, HashSet};
-use std::panic::AssertUnwindSafe;
+use std::collections::{HashMap, HashSet, hash_map};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
-use futures::FutureExt;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use serde_json::Value;
@@ -19,10 +17,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::counters::Counters;
+use super::runner::Run;
 use super::stopping::{StopFlag, StopReason};
-use super::task::{
-    AbandonedReport, Observer, OutcomeReport, TaskContext, TaskKind, TaskOutcome, TaskSpec, Verdict,
-};
+use super::task::{AbandonedReport, Observer, TaskKind, TaskSpec};
 use super::{daemons, timers};
 
 /// Limits that replace Kopf's "wait forever" when a handler sets neither
@@ -80,50 +78,6 @@ pub enum ShutdownError {
     },
 }
 
-/// Lifetime counters, for metrics.
-#[derive(Debug, Default)]
-pub struct Counters {
-    spawned: AtomicU64,
-    finished: AtomicU64,
-    stopped: AtomicU64,
-    cancelled: AtomicU64,
-    abandoned: AtomicU64,
-}
-
-/// A point-in-time copy of [`Counters`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CountersSnapshot {
-    /// Tasks spawned.
-    pub spawned: u64,
-    /// Tasks that ended on their own, without being asked to stop.
-    pub finished: u64,
-    /// Tasks that ended gracefully after their stop flag was set.
-    pub stopped: u64,
-    /// Tasks that were cancelled (after `cancellation_backoff`) and then ended.
-    pub cancelled: u64,
-    /// Tasks that did not end within `cancellation_timeout` after being
-    /// cancelled (or by a shutdown's deadline), and were forgotten.
-    pub abandoned: u64,
-}
-
-impl Counters {
-    /// Read all counters.
-    #[must_use]
-    pub fn snapshot(&self) -> CountersSnapshot {
-        CountersSnapshot {
-            spawned: self.spawned.load(Ordering::Relaxed),
-            finished: self.finished.load(Ordering::Relaxed),
-            stopped: self.stopped.load(Ordering::Relaxed),
-            cancelled: self.cancelled.load(Ordering::Relaxed),
-            abandoned: self.abandoned.load(Ordering::Relaxed),
-        }
-    }
-
-    fn bump(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
 const RUNNING: u8 = 0;
 const STOPPING: u8 = 1;
 const CANCELLING: u8 = 2;
@@ -131,8 +85,8 @@ const ABANDONED: u8 = 3;
 
 /// The state of one task shared by the registry, its stopper and its runner.
 pub(crate) struct TaskShared {
-    uid: Arc<str>,
-    id: Arc<str>,
+    pub(crate) uid: Arc<str>,
+    pub(crate) id: Arc<str>,
     generation: u64,
     flag: StopFlag,
     grace: Duration,
@@ -142,14 +96,14 @@ pub(crate) struct TaskShared {
     /// RUNNING → STOPPING → CANCELLING → ABANDONED; changed under the lock.
     phase: AtomicU8,
     /// Set by a daemon that exited on its own: never respawn it for this object.
-    finished_for_good: AtomicBool,
+    pub(crate) finished_for_good: AtomicBool,
 }
 
 /// Keeps a task "running" while any clone lives: the runner future holds
 /// one, and so does every blocking thread started by
 /// [`TaskContext::run_blocking`]. Dropping the last one settles the task.
 pub(crate) struct Liveness {
-    shared: Arc<TaskShared>,
+    pub(crate) shared: Arc<TaskShared>,
     inner: Weak<Inner>,
 }
 
@@ -368,84 +322,6 @@ impl Drop for Inner {
     }
 }
 
-/// Everything a runner loop (daemon or timer) needs.
-pub(crate) struct Run {
-    pub(crate) spec: Arc<TaskSpec>,
-    pub(crate) flag: StopFlag,
-    pub(crate) changes: watch::Receiver<Instant>,
-    body: watch::Receiver<Arc<Value>>,
-    observer: Arc<dyn Observer>,
-    liveness: Arc<Liveness>,
-    tracker: TaskTracker,
-}
-
-impl Run {
-    /// Call the handler once; a panic becomes [`TaskOutcome::Error`].
-    pub(crate) async fn call(
-        &self,
-        retry: u32,
-        started: (jiff::Timestamp, Instant),
-    ) -> TaskOutcome {
-        let ctx = TaskContext {
-            uid: Arc::clone(&self.liveness.shared.uid),
-            handler_id: Arc::clone(&self.liveness.shared.id),
-            stopped: self.flag.clone(),
-            body: self.body.clone(),
-            retry,
-            started: started.0,
-            started_at: started.1,
-            liveness: Arc::clone(&self.liveness),
-            tracker: self.tracker.clone(),
-        };
-        let handler = &self.spec.handler;
-        let result = match std::panic::catch_unwind(AssertUnwindSafe(|| handler(ctx))) {
-            Ok(future) => AssertUnwindSafe(future).catch_unwind().await,
-            Err(panic) => Err(panic),
-        };
-        result.unwrap_or_else(|panic| {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "non-string panic payload".to_owned());
-            TaskOutcome::Error {
-                message: format!("handler panicked: {message}"),
-            }
-        })
-    }
-
-    /// Tell the observer (and the log) about an outcome.
-    pub(crate) fn report(&self, retry: u32, outcome: &TaskOutcome, verdict: Verdict) {
-        let shared = &self.liveness.shared;
-        match outcome {
-            TaskOutcome::Ok(_) => {
-                tracing::debug!(uid = %shared.uid, handler = %shared.id, retry, "handler succeeded");
-            }
-            TaskOutcome::Temporary { message, .. }
-            | TaskOutcome::Permanent { message }
-            | TaskOutcome::Error { message } => {
-                tracing::warn!(uid = %shared.uid, handler = %shared.id, retry, ?verdict, "handler failed: {message}");
-            }
-        }
-        self.observer.on_outcome(&OutcomeReport {
-            uid: &shared.uid,
-            handler_id: &shared.id,
-            kind: self.spec.kind,
-            retry,
-            outcome,
-            verdict,
-        });
-    }
-
-    /// The daemon exited on its own: do not respawn it for this object.
-    pub(crate) fn finish_for_good(&self) {
-        self.liveness
-            .shared
-            .finished_for_good
-            .store(true, Ordering::Release);
-    }
-}
-
 /// Owns all daemon and timer tasks of an operator, keyed by
 /// `(object UID, handler id)`.
 ///
@@ -538,9 +414,13 @@ impl Spawner {
         if inner.tracker.is_closed() {
             return Ensured::ShuttingDown;
         }
-        let state = &mut *state;
-        let slot = match state.objects.get_mut(uid) {
-            Some(slot) => {
+        let key: Arc<str> = state
+            .objects
+            .get_key_value(uid)
+            .map_or_else(|| Arc::from(uid), |(key, _)| Arc::clone(key));
+        let slot = match state.objects.entry(Arc::clone(&key)) {
+            hash_map::Entry::Occupied(occupied) => {
+                let slot = occupied.into_mut();
                 if slot.gone {
                     return Ensured::ObjectGone;
                 }
@@ -552,17 +432,14 @@ impl Spawner {
                 }
                 slot
             }
-            None => state
-                .objects
-                .entry(Arc::from(uid))
-                .or_insert_with(|| ObjectSlot {
-                    flag: inner.root.child(),
-                    body: watch::Sender::new(Arc::clone(body)),
-                    changed: watch::Sender::new(Instant::now()),
-                    tasks: HashMap::new(),
-                    finished: HashSet::new(),
-                    gone: false,
-                }),
+            hash_map::Entry::Vacant(vacant) => vacant.insert(ObjectSlot {
+                flag: inner.root.child(),
+                body: watch::Sender::new(Arc::clone(body)),
+                changed: watch::Sender::new(Instant::now()),
+                tasks: HashMap::new(),
+                finished: HashSet::new(),
+                gone: false,
+            }),
         };
         if let Some(entry) = slot.tasks.get(spec.id()) {
             return if entry.stopping {
@@ -576,16 +453,9 @@ impl Spawner {
         }
 
         let (grace, timeout) = self.stop_policy(spec);
-        let uid: Arc<str> = state
-            .objects
-            .get_key_value(uid)
-            .map_or_else(|| Arc::from(uid), |(key, _)| Arc::clone(key));
-        let Some(slot) = state.objects.get_mut(&*uid) else {
-            return Ensured::ObjectGone; // unreachable: inserted above, under the same lock
-        };
         let flag = slot.flag.child();
         let shared = Arc::new(TaskShared {
-            uid,
+            uid: key,
             id: Arc::clone(&spec.id),
             generation: inner.generations.fetch_add(1, Ordering::Relaxed),
             flag: flag.clone(),

@@ -24,7 +24,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::registry::Run;
+use super::runner::Run;
 use super::stopping::StopFlag;
 use super::task::{TimerSchedule, Verdict};
 
