@@ -351,9 +351,9 @@ impl Drop for Inner {
 ///   With only `cancellation_timeout` set, the task is cancelled at once
 ///   (as in Kopf).
 /// - A blocking function cannot be cancelled. Run it with
-///   [`TaskContext::run_blocking`] so that the spawner sees it still running
+///   [`TaskContext::run_blocking`](super::TaskContext::run_blocking) so that the spawner sees it still running
 ///   and abandons it visibly; a bare `spawn_blocking` is invisible here.
-/// - A handler that keeps a clone of its [`TaskContext`] beyond its own
+/// - A handler that keeps a clone of its [`TaskContext`](super::TaskContext) beyond its own
 ///   future (e.g. in a task of its own) keeps the task "running".
 /// - Once all tasks of an object that was stopped as gone have ended, its
 ///   memory is dropped; an [`Spawner::ensure`] for that UID after that starts
@@ -1150,5 +1150,80 @@ mod tests {
         drop(spawner);
         settle().await;
         assert_eq!(dropped.times(), [secs(1)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sync_daemon_polling_the_flag_exits_gracefully() {
+        let (spawner, _) = spawner();
+        let entered = Calls::new();
+        let inside = entered.clone();
+        let spec = TaskSpec::daemon(
+            "sync",
+            task_fn(move |ctx| {
+                let inside = inside.clone();
+                async move {
+                    let result = ctx
+                        .run_blocking(move |stopped| {
+                            inside.hit();
+                            while !stopped.wait_blocking(secs(3600)) {}
+                            stopped.reason()
+                        })
+                        .await;
+                    assert_eq!(result, Ok(Some(StopReason::ObjectDeleted)));
+                    TaskOutcome::ok()
+                }
+            }),
+        )
+        .build()
+        .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        while entered.count() == 0 {
+            settle().await;
+        }
+        spawner.stop_object("u1", StopReason::ObjectDeleted);
+        spawner.wait_stopped("u1").await;
+        let counters = spawner.counters().snapshot();
+        assert_eq!((counters.stopped, counters.cancelled), (1, 0));
+    }
+
+    /// Real time on purpose: a future that never yields blocks a paused
+    /// current-thread runtime entirely; on a multi-threaded runtime the
+    /// stopper runs on another worker and abandons it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn async_task_that_never_yields_is_abandoned_on_a_multi_threaded_runtime() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let recorder = super::super::testkit::Recorder::new();
+        let spawner = Spawner::new(recorder.clone(), SpawnerSettings::default());
+        let release = Arc::new(AtomicBool::new(false));
+        let entered = Arc::new(AtomicBool::new(false));
+        let (spin_release, spin_entered) = (Arc::clone(&release), Arc::clone(&entered));
+        let spec = TaskSpec::daemon(
+            "spin",
+            task_fn(move |_ctx| {
+                let (release, entered) = (Arc::clone(&spin_release), Arc::clone(&spin_entered));
+                async move {
+                    entered.store(true, Ordering::SeqCst);
+                    while !release.load(Ordering::SeqCst) {
+                        std::hint::spin_loop();
+                    }
+                    TaskOutcome::ok()
+                }
+            }),
+        )
+        .cancellation_backoff(millis(0))
+        .cancellation_timeout(millis(50))
+        .build()
+        .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        while !entered.load(Ordering::SeqCst) {
+            tokio::task::yield_now().await;
+        }
+        spawner.stop_object("u1", StopReason::ObjectDeleted);
+        let waited = tokio::time::timeout(secs(30), spawner.wait_stopped("u1")).await;
+        release.store(true, Ordering::SeqCst);
+        assert!(waited.is_ok(), "wait_stopped must not hang on a stuck task");
+        assert_eq!(recorder.abandoned().len(), 1);
+        assert_eq!(spawner.counters().snapshot().abandoned, 1);
+        spawner.shutdown(secs(5)).await.expect("nothing left");
     }
 }

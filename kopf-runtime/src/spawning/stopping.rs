@@ -195,8 +195,10 @@ impl StopFlag {
     /// Outside a Tokio runtime context it cannot wait and just returns
     /// [`StopFlag::is_set`].
     ///
-    /// # Caveats
-    /// Must not be called from an async task (it would block a runtime worker).
+    /// # Panics
+    /// When called from an async task (it would block a runtime worker);
+    /// call it on a blocking thread, e.g. inside
+    /// [`TaskContext::run_blocking`](super::TaskContext::run_blocking).
     #[must_use]
     pub fn wait_blocking(&self, timeout: Duration) -> bool {
         match tokio::runtime::Handle::try_current() {
