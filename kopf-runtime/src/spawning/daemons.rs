@@ -23,7 +23,7 @@ pub(crate) async fn run(run: Run) {
     {
         return;
     }
-    let started = (jiff::Timestamp::now(), Instant::now());
+    let started = Instant::now();
     let mut retry = 0;
     loop {
         let outcome = run.call(retry, started).await;

@@ -104,6 +104,9 @@ pub(crate) struct TaskShared {
 /// [`TaskContext::run_blocking`]. Dropping the last one settles the task.
 pub(crate) struct Liveness {
     pub(crate) shared: Arc<TaskShared>,
+    /// For blocking threads; a per-task clone, so that handler calls do not
+    /// all touch one shared reference count.
+    pub(crate) tracker: TaskTracker,
     inner: Weak<Inner>,
 }
 
@@ -285,11 +288,12 @@ impl Inner {
     fn abandon(&self, shared: &TaskShared, waited: Duration) {
         {
             let mut state = self.lock();
-            if shared.done.is_cancelled() || shared.phase.load(Ordering::Acquire) == ABANDONED {
+            // Only a task still registered can be abandoned: one that settled
+            // meanwhile (its entry is gone) is counted there, not here.
+            if !Self::remove_entry(&mut state, shared) {
                 return;
             }
             shared.phase.store(ABANDONED, Ordering::Release);
-            Self::remove_entry(&mut state, shared);
         }
         Counters::bump(&self.counters.abandoned);
         let reason = shared.flag.reason();
@@ -456,7 +460,9 @@ impl Spawner {
         let flag = slot.flag.child();
         let shared = Arc::new(TaskShared {
             uid: key,
-            id: Arc::clone(&spec.id),
+            // A per-task copy: every handler call clones it, and a reference
+            // count shared by all tasks of a handler would be contended.
+            id: Arc::from(spec.id()),
             generation: inner.generations.fetch_add(1, Ordering::Relaxed),
             flag: flag.clone(),
             grace,
@@ -473,9 +479,10 @@ impl Spawner {
             observer: Arc::clone(&inner.observer),
             liveness: Arc::new(Liveness {
                 shared: Arc::clone(&shared),
+                tracker: inner.tracker.clone(),
                 inner: Arc::downgrade(inner),
             }),
-            tracker: inner.tracker.clone(),
+            epoch: (jiff::Timestamp::now(), Instant::now()),
         };
         // Spawned under the lock: if the task ends at once on another worker,
         // its settling waits for the lock and finds its entry.

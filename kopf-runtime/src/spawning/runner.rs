@@ -10,7 +10,6 @@ use futures::FutureExt;
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tokio_util::task::TaskTracker;
 
 use super::registry::Liveness;
 use super::stopping::StopFlag;
@@ -24,26 +23,28 @@ pub(crate) struct Run {
     pub(crate) body: watch::Receiver<Arc<Value>>,
     pub(crate) observer: Arc<dyn Observer>,
     pub(crate) liveness: Arc<Liveness>,
-    pub(crate) tracker: TaskTracker,
+    /// The wall clock and Tokio's clock read once, at spawn: a call's wall
+    /// start time is derived from its monotonic one without another
+    /// system-clock read per tick.
+    pub(crate) epoch: (jiff::Timestamp, Instant),
 }
 
 impl Run {
     /// Call the handler once; a panic becomes [`TaskOutcome::Error`].
-    pub(crate) async fn call(
-        &self,
-        retry: u32,
-        started: (jiff::Timestamp, Instant),
-    ) -> TaskOutcome {
+    pub(crate) async fn call(&self, retry: u32, started_at: Instant) -> TaskOutcome {
+        let (wall, mono) = self.epoch;
+        let started = wall
+            .checked_add(started_at.saturating_duration_since(mono))
+            .unwrap_or(wall);
         let ctx = TaskContext {
             uid: Arc::clone(&self.liveness.shared.uid),
             handler_id: Arc::clone(&self.liveness.shared.id),
             stopped: self.flag.clone(),
             body: self.body.clone(),
             retry,
-            started: started.0,
-            started_at: started.1,
+            started,
+            started_at,
             liveness: Arc::clone(&self.liveness),
-            tracker: self.tracker.clone(),
         };
         let handler = &self.spec.handler;
         let result = match std::panic::catch_unwind(AssertUnwindSafe(|| handler(ctx))) {

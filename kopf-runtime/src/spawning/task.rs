@@ -16,7 +16,6 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tokio_util::task::TaskTracker;
 
 use super::registry::Liveness;
 use super::stopping::StopFlag;
@@ -323,7 +322,6 @@ pub struct TaskContext {
     /// The same moment on Tokio's (pausable) clock, for `runtime`.
     pub started_at: Instant,
     pub(crate) liveness: Arc<Liveness>,
-    pub(crate) tracker: TaskTracker,
 }
 
 impl std::fmt::Debug for TaskContext {
@@ -370,7 +368,7 @@ impl TaskContext {
     {
         let keepalive = Arc::clone(&self.liveness);
         let flag = self.stopped.clone();
-        let handle = self.tracker.spawn_blocking(move || {
+        let handle = self.liveness.tracker.spawn_blocking(move || {
             let _keepalive = keepalive;
             f(flag)
         });

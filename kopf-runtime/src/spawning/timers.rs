@@ -19,6 +19,7 @@
 //! [`Spawner::update_body`]: super::Spawner::update_body
 //! [`Spawner::touched`]: super::Spawner::touched
 
+use std::pin::pin;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -40,9 +41,16 @@ pub(crate) async fn run(mut run: Run, schedule: TimerSchedule) {
     let mut tick = anchor;
     let mut retry = 0;
     let mut started = None;
+    // One sleep and one stop-waiter for the timer's whole life: a tick only
+    // re-arms the sleep, with no waiter registration and no allocation.
+    let mut stopped = pin!(flag.token().clone().cancelled_owned());
+    let mut sleep = pin!(tokio::time::sleep_until(tick));
     loop {
-        if flag.sleep_until(tick).await {
-            return;
+        sleep.as_mut().reset(tick);
+        tokio::select! {
+            biased;
+            () = stopped.as_mut() => return,
+            () = sleep.as_mut() => {}
         }
         if let Some(idle) = schedule.idle
             && wait_idle(&flag, &mut run.changes, idle).await
@@ -50,7 +58,7 @@ pub(crate) async fn run(mut run: Run, schedule: TimerSchedule) {
             return;
         }
         let begun = Instant::now();
-        let first = *started.get_or_insert_with(|| (jiff::Timestamp::now(), begun));
+        let first = *started.get_or_insert(begun);
         let outcome = run.call(retry, first).await;
         if flag.is_set() {
             run.report(retry, &outcome, Verdict::Stopped);
