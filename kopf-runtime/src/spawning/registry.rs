@@ -523,19 +523,22 @@ impl Spawner {
 
     /// The object's body changed: running tasks see it in their live body,
     /// and idle timers start waiting afresh. An identical body is not a
-    /// change. Returns whether anything changed (`false` for unknown UIDs).
+    /// change. Returns whether anything changed (`false` for unknown UIDs and
+    /// for objects already stopped as gone).
     pub fn update_body(&self, uid: &str, body: Arc<Value>) -> bool {
         self.inner
             .lock()
             .objects
             .get(uid)
-            .is_some_and(|slot| slot.update_body(&body))
+            .is_some_and(|slot| !slot.gone && slot.update_body(&body))
     }
 
     /// The object changed in a way not visible in its body (e.g. an event
     /// was seen): idle timers start waiting afresh.
     pub fn touched(&self, uid: &str) {
-        if let Some(slot) = self.inner.lock().objects.get(uid) {
+        if let Some(slot) = self.inner.lock().objects.get(uid)
+            && !slot.gone
+        {
             slot.changed.send_replace(Instant::now());
         }
     }
@@ -584,6 +587,23 @@ impl Spawner {
         if slot.gone && slot.tasks.is_empty() {
             state.objects.remove(uid);
         }
+    }
+
+    /// Stop the tasks of one handler on all objects (e.g. with
+    /// [`StopReason::HandlerRemoved`]). Returns how many started stopping.
+    pub fn stop_handler(&self, handler_id: &str, reason: StopReason) -> usize {
+        let mut victims = Vec::new();
+        {
+            let mut state = self.inner.lock();
+            for slot in state.objects.values_mut() {
+                if let Some(entry) = slot.tasks.get_mut(handler_id) {
+                    Inner::mark_stopping(entry, reason, &mut victims);
+                }
+            }
+        }
+        let count = victims.len();
+        self.inner.spawn_stopper(victims);
+        count
     }
 
     /// Stop all tasks of all objects. Returns how many started stopping.
@@ -1232,5 +1252,126 @@ mod tests {
         assert_eq!(recorder.abandoned().len(), 1);
         assert_eq!(spawner.counters().snapshot().abandoned, 1);
         spawner.shutdown(secs(5)).await.expect("nothing left");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_handler_stops_that_handler_on_every_object_only() {
+        let (spawner, _) = spawner();
+        let reasons = Arc::default();
+        let a = cooperative("a", &reasons);
+        let b = cooperative("b", &reasons);
+        for uid in ["u1", "u2"] {
+            spawner.ensure(uid, &a, &body(1));
+            spawner.ensure(uid, &b, &body(1));
+        }
+        settle().await;
+        assert_eq!(spawner.stop_handler("a", StopReason::HandlerRemoved), 2);
+        spawner.stop_handler("a", StopReason::HandlerRemoved);
+        while spawner.len() > 2 {
+            settle().await;
+        }
+        assert_eq!(spawner.running("u1"), ["b"]);
+        assert_eq!(spawner.running("u2"), ["b"]);
+        assert_eq!(
+            *reasons.lock().expect("lock"),
+            [Some(StopReason::HandlerRemoved); 2]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn counters_count_each_way_a_task_ends() {
+        let epoch = Instant::now();
+        let (spawner, _) = spawner();
+        let reasons = Arc::default();
+        let dropped = Calls::new();
+        let entered = Calls::new();
+        let finishing = TaskSpec::daemon("finishing", task_fn(|_| async { TaskOutcome::ok() }))
+            .build()
+            .expect("spec");
+        let polite = cooperative("polite", &reasons);
+        let rude = stubborn("rude", &dropped)
+            .cancellation_backoff(secs(1))
+            .cancellation_timeout(secs(1))
+            .build()
+            .expect("spec");
+        let (stuck, release) = stuck("stuck", &entered);
+        let stuck = stuck
+            .cancellation_backoff(secs(1))
+            .cancellation_timeout(secs(1))
+            .build()
+            .expect("spec");
+        for spec in [&finishing, &polite, &rude, &stuck] {
+            assert_eq!(spawner.ensure("u1", spec, &body(1)), Ensured::Spawned);
+        }
+        while entered.count() == 0 {
+            settle().await;
+        }
+        assert_eq!(spawner.counters().snapshot().finished, 1);
+        spawner.stop_object("u1", StopReason::ObjectDeleted);
+        advance_to(epoch, secs(1)).await;
+        advance_to(epoch, secs(2)).await;
+        spawner.wait_stopped("u1").await;
+        assert_eq!(
+            spawner.counters().snapshot(),
+            super::super::CountersSnapshot {
+                spawned: 4,
+                finished: 1,
+                stopped: 1,
+                cancelled: 1,
+                abandoned: 1,
+            }
+        );
+        release.send(()).expect("release");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn recreated_object_gets_fresh_tasks_and_the_old_task_never_sees_its_body() {
+        let (spawner, _) = spawner();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        // Ignores its stop flag for a while, watching the body meanwhile.
+        let spec = TaskSpec::daemon(
+            "d",
+            task_fn(move |mut ctx| {
+                let log = Arc::clone(&log);
+                async move {
+                    loop {
+                        let n = ctx.body()["spec"]["n"].clone();
+                        log.lock().expect("lock").push((ctx.uid.to_string(), n));
+                        if ctx.body.changed().await.is_err() {
+                            std::future::pending::<()>().await;
+                        }
+                    }
+                }
+            }),
+        )
+        .cancellation_backoff(secs(10))
+        .build()
+        .expect("spec");
+        spawner.ensure("old-uid", &spec, &body(1));
+        settle().await;
+        spawner.stop_object("old-uid", StopReason::ObjectDeleted);
+        // Same name, new UID: a fresh task, while the old one still winds down.
+        assert_eq!(spawner.ensure("new-uid", &spec, &body(2)), Ensured::Spawned);
+        settle().await;
+        assert!(spawner.update_body("new-uid", body(3)));
+        assert!(
+            !spawner.update_body("old-uid", body(4)),
+            "the old object is gone"
+        );
+        spawner.wait_stopped("old-uid").await;
+        let seen = seen.lock().expect("lock").clone();
+        let old: Vec<_> = seen
+            .iter()
+            .filter(|(uid, _)| uid == "old-uid")
+            .map(|(_, n)| n.clone())
+            .collect();
+        let new: Vec<_> = seen
+            .iter()
+            .filter(|(uid, _)| uid == "new-uid")
+            .map(|(_, n)| n.clone())
+            .collect();
+        assert_eq!(old, [serde_json::json!(1)]);
+        assert_eq!(new, [serde_json::json!(2), serde_json::json!(3)]);
     }
 }
