@@ -641,7 +641,7 @@ impl Spawner {
     /// # Errors
     /// [`ShutdownError::Abandoned`] if any task was abandoned meanwhile.
     pub async fn shutdown(&self, timeout: Duration) -> Result<(), ShutdownError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = super::stopping::deadline_after(Instant::now(), timeout);
         let abandoned_before = self.counters().snapshot().abandoned;
         {
             let _state = self.inner.lock();

@@ -175,7 +175,8 @@ impl StopFlag {
     /// Sleep for `timeout` or until the flag is set, whichever is first.
     /// Returns whether the flag is set (i.e. `true` means "stop now").
     pub async fn wait(&self, timeout: Duration) -> bool {
-        self.sleep_until(Instant::now() + timeout).await
+        self.sleep_until(deadline_after(Instant::now(), timeout))
+            .await
     }
 
     /// Sleep until `deadline` or until the flag is set, whichever is first.
@@ -215,6 +216,13 @@ impl StopFlag {
     }
 }
 
+/// `from + delay`, saturating at a far future (about 30 years) instead of
+/// panicking on overflow (e.g. for `Duration::MAX`).
+pub(crate) fn deadline_after(from: Instant, delay: Duration) -> Instant {
+    const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
+    from.checked_add(delay.min(FAR)).unwrap_or(from)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,6 +260,16 @@ mod tests {
         assert_eq!(a.reason(), Some(StopReason::FilterMismatch));
         assert_eq!(b.reason(), Some(StopReason::OperatorExiting));
         b.cancelled().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn wait_for_ever_does_not_overflow() {
+        let flag = StopFlag::new();
+        let setter = flag.clone();
+        let waiter = tokio::spawn(async move { flag.wait(Duration::MAX).await });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        setter.set(StopReason::OperatorExiting);
+        assert!(waiter.await.expect("waiter"));
     }
 
     #[test]

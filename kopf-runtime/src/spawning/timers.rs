@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::runner::Run;
-use super::stopping::StopFlag;
+use super::stopping::{StopFlag, deadline_after};
 use super::task::{TimerSchedule, Verdict};
 
 /// Run a timer until it is stopped.
@@ -70,7 +70,7 @@ pub(crate) async fn run(mut run: Run, schedule: TimerSchedule) {
         match verdict {
             Verdict::RetryIn(delay) => {
                 retry += 1;
-                tick = now + delay;
+                tick = deadline_after(now, delay);
             }
             Verdict::Done | Verdict::GaveUp | Verdict::Stopped => {
                 retry = 0;
@@ -78,7 +78,7 @@ pub(crate) async fn run(mut run: Run, schedule: TimerSchedule) {
                 tick = if schedule.sharp {
                     next_sharp_tick(anchor, schedule.interval, tick.max(anchor), now)
                 } else {
-                    now + schedule.interval
+                    deadline_after(now, schedule.interval)
                 };
             }
         }
@@ -94,7 +94,7 @@ async fn wait_idle(
 ) -> bool {
     loop {
         let last = *changes.borrow_and_update();
-        let due = last + idle;
+        let due = deadline_after(last, idle);
         if Instant::now() >= due {
             return flag.is_set();
         }
@@ -120,7 +120,7 @@ fn next_sharp_tick(anchor: Instant, interval: Duration, slot: Instant, now: Inst
     let covering_now = (now - anchor).as_nanos().div_ceil(step);
     let slots = after_slot.max(covering_now);
     let offset = u64::try_from(slots.saturating_mul(step)).unwrap_or(u64::MAX);
-    anchor + Duration::from_nanos(offset)
+    deadline_after(anchor, Duration::from_nanos(offset))
 }
 
 #[cfg(test)]
