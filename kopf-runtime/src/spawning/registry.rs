@@ -58,8 +58,8 @@ pub enum Ensured {
     /// The daemon exited on its own earlier (success, permanent failure or
     /// retries exhausted) and is not spawned again for this object.
     Finished,
-    /// The object was stopped as gone (deleted or vanished) and its tasks are
-    /// still winding down.
+    /// The object was stopped as gone (deleted, vanished) or as being deleted
+    /// (`deletionTimestamp`): nothing is spawned for it any more.
     ObjectGone,
     /// [`Spawner::shutdown`] was called.
     ShuttingDown,
@@ -132,6 +132,9 @@ struct ObjectSlot {
     changed: watch::Sender<Instant>,
     tasks: HashMap<Arc<str>, Entry>,
     finished: HashSet<Arc<str>>,
+    /// Nothing more may be spawned (gone or being deleted).
+    closed: bool,
+    /// Gone: forget the slot once its tasks have ended.
     gone: bool,
 }
 
@@ -425,7 +428,7 @@ impl Spawner {
         let slot = match state.objects.entry(Arc::clone(&key)) {
             hash_map::Entry::Occupied(occupied) => {
                 let slot = occupied.into_mut();
-                if slot.gone {
+                if slot.closed {
                     return Ensured::ObjectGone;
                 }
                 slot.update_body(body);
@@ -442,6 +445,7 @@ impl Spawner {
                 changed: watch::Sender::new(Instant::now()),
                 tasks: HashMap::new(),
                 finished: HashSet::new(),
+                closed: false,
                 gone: false,
             }),
         };
@@ -561,8 +565,10 @@ impl Spawner {
         stopping
     }
 
-    /// Stop all tasks of an object. If `reason` says the object is gone, its
-    /// memory (finished daemons, body) is dropped once they have ended.
+    /// Stop all tasks of an object. If `reason` says the object is gone or
+    /// being deleted ([`StopReason::ends_spawning`]), nothing is spawned for
+    /// it any more; if it is gone ([`StopReason::object_is_gone`]), its
+    /// memory (finished daemons, body) is dropped once its tasks have ended.
     /// Returns how many tasks started stopping.
     pub fn stop_object(&self, uid: &str, reason: StopReason) -> usize {
         let mut victims = Vec::new();
@@ -580,6 +586,7 @@ impl Spawner {
             return;
         };
         slot.flag.set(reason);
+        slot.closed |= reason.ends_spawning();
         slot.gone |= reason.object_is_gone();
         for entry in slot.tasks.values_mut() {
             Inner::mark_stopping(entry, reason, victims);
@@ -627,6 +634,7 @@ impl Spawner {
         let mut state = self.inner.lock();
         if let Some(slot) = state.objects.get_mut(uid) {
             slot.finished.clear();
+            slot.closed = true;
             slot.gone = true;
             if slot.tasks.is_empty() {
                 state.objects.remove(uid);

@@ -46,6 +46,13 @@ impl StopReason {
         )
     }
 
+    /// Whether no task may be spawned for the object any more: it is gone,
+    /// being deleted, or the operator is exiting.
+    #[must_use]
+    pub fn ends_spawning(self) -> bool {
+        self.object_is_gone() || matches!(self, Self::DeletionRequested)
+    }
+
     /// A short, stable, lowercase name for logs, Events and metric labels.
     #[must_use]
     pub fn as_str(self) -> &'static str {
@@ -294,6 +301,9 @@ mod tests {
         assert!(StopReason::ObjectVanished.object_is_gone());
         assert!(!StopReason::FilterMismatch.object_is_gone());
         assert!(!StopReason::DeletionRequested.object_is_gone());
+        assert!(StopReason::DeletionRequested.ends_spawning());
+        assert!(!StopReason::FilterMismatch.ends_spawning());
+        assert!(!StopReason::OperatorPausing.ends_spawning());
         assert_eq!(StopReason::ObjectVanished.to_string(), "object-vanished");
     }
 }

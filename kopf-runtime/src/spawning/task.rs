@@ -428,7 +428,9 @@ pub struct AbandonedReport<'a> {
 /// Called synchronously on the task's own thread: must be quick and must not
 /// block; forward to a channel for anything slow.
 pub trait Observer: Send + Sync + 'static {
-    /// One handler call finished (or panicked).
+    /// One handler call finished (or panicked). A call cancelled by the
+    /// spawner (after `cancellation_backoff`) has no outcome and is not
+    /// reported here.
     fn on_outcome(&self, report: &OutcomeReport<'_>) {
         let _ = report;
     }
