@@ -28,11 +28,11 @@ pub(crate) async fn run(run: Run) {
     loop {
         let outcome = run.call(retry, started).await;
         if run.flag.is_set() {
-            run.report(retry, &outcome, Verdict::Stopped);
+            run.report(retry, outcome, Verdict::Stopped);
             return;
         }
         let verdict = run.spec.verdict_for(&outcome, retry);
-        run.report(retry, &outcome, verdict);
+        run.report(retry, outcome, verdict);
         match verdict {
             Verdict::RetryIn(delay) => {
                 if run.flag.wait(delay).await {

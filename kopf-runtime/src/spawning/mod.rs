@@ -15,7 +15,8 @@
 //! - on exit: [`Spawner::shutdown`].
 //!
 //! Outcomes of every call (for status patches) and abandoned tasks (for
-//! Kubernetes Events and metrics) go to the engine's [`Observer`].
+//! Kubernetes Events and metrics) go to the engine's [`Observer`] (or to a
+//! channel of [`SpawnEvent`]s).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -49,6 +50,7 @@
 
 mod counters;
 mod daemons;
+mod observing;
 mod registry;
 mod runner;
 mod stopping;
@@ -59,9 +61,10 @@ mod timers;
 mod testkit;
 
 pub use counters::{Counters, CountersSnapshot};
+pub use observing::{AbandonedReport, Observer, OutcomeReport, SpawnEvent};
 pub use registry::{Ensured, ShutdownError, Spawner, SpawnerSettings};
 pub use stopping::{StopFlag, StopReason};
 pub use task::{
-    AbandonedReport, BlockingError, DEFAULT_BACKOFF, Observer, OutcomeReport, SpecError,
-    TaskContext, TaskFn, TaskKind, TaskOutcome, TaskSpec, TimerSchedule, Verdict, task_fn,
+    BlockingError, DEFAULT_BACKOFF, SpecError, TaskContext, TaskFn, TaskKind, TaskOutcome,
+    TaskSpec, TimerSchedule, Verdict, task_fn,
 };

@@ -18,9 +18,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::counters::Counters;
+use super::observing::{AbandonedReport, Observer};
 use super::runner::Run;
 use super::stopping::{StopFlag, StopReason};
-use super::task::{AbandonedReport, Observer, TaskKind, TaskSpec};
+use super::task::{TaskKind, TaskSpec};
 use super::{daemons, timers};
 
 /// Limits that replace Kopf's "wait forever" when a handler sets neither
@@ -307,9 +308,9 @@ impl Inner {
             waited = ?waited,
             "task did not exit in time after cancellation; abandoning it",
         );
-        self.observer.on_abandoned(&AbandonedReport {
-            uid: &shared.uid,
-            handler_id: &shared.id,
+        self.observer.on_abandoned(AbandonedReport {
+            uid: Arc::clone(&shared.uid),
+            handler_id: Arc::clone(&shared.id),
             reason,
             waited,
         });

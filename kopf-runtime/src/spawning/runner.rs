@@ -11,9 +11,10 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::observing::{Observer, OutcomeReport};
 use super::registry::Liveness;
 use super::stopping::StopFlag;
-use super::task::{Observer, OutcomeReport, TaskContext, TaskOutcome, TaskSpec, Verdict};
+use super::task::{TaskContext, TaskOutcome, TaskSpec, Verdict};
 
 /// Everything a runner loop (daemon or timer) needs.
 pub(crate) struct Run {
@@ -64,9 +65,9 @@ impl Run {
     }
 
     /// Tell the observer (and the log) about an outcome.
-    pub(crate) fn report(&self, retry: u32, outcome: &TaskOutcome, verdict: Verdict) {
+    pub(crate) fn report(&self, retry: u32, outcome: TaskOutcome, verdict: Verdict) {
         let shared = &self.liveness.shared;
-        match outcome {
+        match &outcome {
             TaskOutcome::Ok(_) => {
                 tracing::debug!(uid = %shared.uid, handler = %shared.id, retry, "handler succeeded");
             }
@@ -76,9 +77,9 @@ impl Run {
                 tracing::warn!(uid = %shared.uid, handler = %shared.id, retry, ?verdict, "handler failed: {message}");
             }
         }
-        self.observer.on_outcome(&OutcomeReport {
-            uid: &shared.uid,
-            handler_id: &shared.id,
+        self.observer.on_outcome(OutcomeReport {
+            uid: Arc::clone(&shared.uid),
+            handler_id: Arc::clone(&shared.id),
             kind: self.spec.kind,
             retry,
             outcome,

@@ -1,7 +1,6 @@
 //! What a spawned task is made of: its [`TaskSpec`] (handler call plus
-//! Kopf's options), the [`TaskContext`] given to each call, the
-//! [`TaskOutcome`] of a call, and the [`Observer`] that hears about outcomes
-//! and abandoned tasks.
+//! Kopf's options), the [`TaskContext`] given to each call, and the
+//! [`TaskOutcome`] of a call.
 //!
 //! The handler call is generic: any `Fn(TaskContext) -> BoxFuture<TaskOutcome>`.
 //! The DSL adapts a user's `async fn` (parameter injection, error mapping)
@@ -389,60 +388,6 @@ pub enum BlockingError {
         message: String,
     },
 }
-
-/// One call's outcome, as reported to the [`Observer`].
-#[derive(Debug)]
-pub struct OutcomeReport<'a> {
-    /// The object's UID.
-    pub uid: &'a str,
-    /// The handler id.
-    pub handler_id: &'a str,
-    /// Daemon or timer.
-    pub kind: TaskKind,
-    /// The attempt number (0 for the first).
-    pub retry: u32,
-    /// What the handler returned.
-    pub outcome: &'a TaskOutcome,
-    /// What happens next.
-    pub verdict: Verdict,
-}
-
-/// A task that did not end within its `cancellation_timeout` after being
-/// cancelled, and was forgotten.
-#[derive(Debug)]
-pub struct AbandonedReport<'a> {
-    /// The object's UID.
-    pub uid: &'a str,
-    /// The handler id.
-    pub handler_id: &'a str,
-    /// Why it was being stopped.
-    pub reason: Option<super::StopReason>,
-    /// How long it was given in total (graceful period + cancellation timeout).
-    pub waited: Duration,
-}
-
-/// Hears about every handler outcome and every abandoned task; implemented
-/// by the engine (patches, Kubernetes Events, metrics).
-///
-/// # Caveats
-/// Called synchronously on the task's own thread: must be quick and must not
-/// block; forward to a channel for anything slow.
-pub trait Observer: Send + Sync + 'static {
-    /// One handler call finished (or panicked). A call cancelled by the
-    /// spawner (after `cancellation_backoff`) has no outcome and is not
-    /// reported here.
-    fn on_outcome(&self, report: &OutcomeReport<'_>) {
-        let _ = report;
-    }
-
-    /// A task was abandoned.
-    fn on_abandoned(&self, report: &AbandonedReport<'_>) {
-        let _ = report;
-    }
-}
-
-/// Ignores everything.
-impl Observer for () {}
 
 #[cfg(test)]
 mod tests {

@@ -6,7 +6,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::task::{AbandonedReport, Observer, OutcomeReport, TaskOutcome, Verdict};
+use super::observing::{AbandonedReport, Observer, OutcomeReport};
+use super::task::{TaskOutcome, Verdict};
 use super::{Spawner, SpawnerSettings, StopReason};
 
 /// One recorded outcome.
@@ -57,21 +58,21 @@ impl Recorder {
 }
 
 impl Observer for Recorder {
-    fn on_outcome(&self, report: &OutcomeReport<'_>) {
+    fn on_outcome(&self, report: OutcomeReport) {
         self.outcomes.lock().expect("lock").push(Seen {
-            uid: report.uid.to_owned(),
-            id: report.handler_id.to_owned(),
+            uid: report.uid.to_string(),
+            id: report.handler_id.to_string(),
             retry: report.retry,
-            outcome: report.outcome.clone(),
+            outcome: report.outcome,
             verdict: report.verdict,
             at: self.epoch.elapsed(),
         });
     }
 
-    fn on_abandoned(&self, report: &AbandonedReport<'_>) {
+    fn on_abandoned(&self, report: AbandonedReport) {
         self.abandoned.lock().expect("lock").push((
-            report.uid.to_owned(),
-            report.handler_id.to_owned(),
+            report.uid.to_string(),
+            report.handler_id.to_string(),
             report.reason,
             report.waited,
         ));

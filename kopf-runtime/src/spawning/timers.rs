@@ -61,11 +61,11 @@ pub(crate) async fn run(mut run: Run, schedule: TimerSchedule) {
         let first = *started.get_or_insert(begun);
         let outcome = run.call(retry, first).await;
         if flag.is_set() {
-            run.report(retry, &outcome, Verdict::Stopped);
+            run.report(retry, outcome, Verdict::Stopped);
             return;
         }
         let verdict = run.spec.verdict_for(&outcome, retry);
-        run.report(retry, &outcome, verdict);
+        run.report(retry, outcome, verdict);
         let now = Instant::now();
         match verdict {
             Verdict::RetryIn(delay) => {
