@@ -31,7 +31,7 @@ pub(crate) async fn run(run: Run) {
             run.report(retry, outcome, Verdict::Stopped);
             return;
         }
-        let verdict = run.spec.verdict_for(&outcome, retry);
+        let verdict = run.spec.verdict_for(&outcome, retry, started.elapsed());
         run.report(retry, outcome, verdict);
         match verdict {
             Verdict::RetryIn(delay) => {
@@ -371,5 +371,28 @@ mod tests {
                 serde_json::json!(3)
             ]
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn timeout_gives_up_when_the_next_retry_would_start_too_late() {
+        let (spawner, recorder) = spawner();
+        let calls = Calls::new();
+        let spec = scripted(&calls, vec![error("boom")])
+            .backoff(secs(4))
+            .timeout(secs(10))
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        spawner.wait_stopped("u1").await;
+        assert_eq!(calls.times(), [secs(0), secs(4), secs(8)]);
+        assert_eq!(
+            recorder.verdicts(),
+            [
+                (0, Verdict::RetryIn(secs(4))),
+                (1, Verdict::RetryIn(secs(4))),
+                (2, Verdict::GaveUp)
+            ]
+        );
+        assert!(spawner.is_finished("u1", "d"));
     }
 }

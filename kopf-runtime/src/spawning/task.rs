@@ -136,6 +136,7 @@ pub struct TaskSpec {
     pub(crate) initial_delay: Option<Duration>,
     pub(crate) retries: Option<u32>,
     pub(crate) backoff: Duration,
+    pub(crate) timeout: Option<Duration>,
     pub(crate) cancellation_backoff: Option<Duration>,
     pub(crate) cancellation_timeout: Option<Duration>,
     pub(crate) cancellation_polling: Option<Duration>,
@@ -149,6 +150,7 @@ impl std::fmt::Debug for TaskSpec {
             .field("initial_delay", &self.initial_delay)
             .field("retries", &self.retries)
             .field("backoff", &self.backoff)
+            .field("timeout", &self.timeout)
             .field("cancellation_backoff", &self.cancellation_backoff)
             .field("cancellation_timeout", &self.cancellation_timeout)
             .field("cancellation_polling", &self.cancellation_polling)
@@ -167,6 +169,7 @@ impl TaskSpec {
             initial_delay: None,
             retries: None,
             backoff: DEFAULT_BACKOFF,
+            timeout: None,
             cancellation_backoff: None,
             cancellation_timeout: None,
             cancellation_polling: None,
@@ -205,6 +208,15 @@ impl TaskSpec {
     #[must_use]
     pub fn backoff(mut self, backoff: Duration) -> Self {
         self.backoff = backoff;
+        self
+    }
+
+    /// Kopf's `timeout`: no retry starts later than this after the first
+    /// attempt (of a daemon run, or of a timer tick); the handler gives up
+    /// instead. A running call is not interrupted.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
         self
     }
 
@@ -286,17 +298,30 @@ impl TaskSpec {
         self.kind
     }
 
-    /// The verdict for a failed attempt number `retry` (0-based).
-    pub(crate) fn verdict_for(&self, outcome: &TaskOutcome, retry: u32) -> Verdict {
+    /// The verdict after attempt number `retry` (0-based), `runtime` after
+    /// the first attempt started.
+    pub(crate) fn verdict_for(
+        &self,
+        outcome: &TaskOutcome,
+        retry: u32,
+        runtime: Duration,
+    ) -> Verdict {
         let delay = match outcome {
             TaskOutcome::Ok(_) => return Verdict::Done,
             TaskOutcome::Permanent { .. } => return Verdict::GaveUp,
             TaskOutcome::Temporary { delay, .. } => *delay,
             TaskOutcome::Error { .. } => self.backoff,
         };
-        match self.retries {
-            Some(attempts) if retry.saturating_add(1) >= attempts => Verdict::GaveUp,
-            _ => Verdict::RetryIn(delay),
+        let out_of_attempts = self
+            .retries
+            .is_some_and(|attempts| retry.saturating_add(1) >= attempts);
+        let out_of_time = self
+            .timeout
+            .is_some_and(|timeout| runtime.saturating_add(delay) > timeout);
+        if out_of_attempts || out_of_time {
+            Verdict::GaveUp
+        } else {
+            Verdict::RetryIn(delay)
         }
     }
 }
@@ -423,31 +448,50 @@ mod tests {
             message: "x".into(),
         };
         assert_eq!(
-            spec.verdict_for(&error, 0),
+            spec.verdict_for(&error, 0, Duration::ZERO),
             Verdict::RetryIn(Duration::from_secs(7))
         );
         assert_eq!(
-            spec.verdict_for(&error, 1),
+            spec.verdict_for(&error, 1, Duration::ZERO),
             Verdict::RetryIn(Duration::from_secs(7))
         );
-        assert_eq!(spec.verdict_for(&error, 2), Verdict::GaveUp);
+        assert_eq!(spec.verdict_for(&error, 2, Duration::ZERO), Verdict::GaveUp);
         let temporary = TaskOutcome::Temporary {
             delay: Duration::from_secs(2),
             message: "x".into(),
         };
         assert_eq!(
-            spec.verdict_for(&temporary, 0),
+            spec.verdict_for(&temporary, 0, Duration::ZERO),
             Verdict::RetryIn(Duration::from_secs(2))
         );
-        assert_eq!(spec.verdict_for(&TaskOutcome::ok(), 5), Verdict::Done);
         assert_eq!(
-            spec.verdict_for(
-                &TaskOutcome::Permanent {
-                    message: "x".into()
-                },
-                0
-            ),
+            spec.verdict_for(&TaskOutcome::ok(), 5, Duration::ZERO),
+            Verdict::Done
+        );
+        let permanent = TaskOutcome::Permanent {
+            message: "x".into(),
+        };
+        assert_eq!(
+            spec.verdict_for(&permanent, 0, Duration::ZERO),
             Verdict::GaveUp
+        );
+    }
+
+    #[test]
+    fn timeout_gives_up_instead_of_retrying_too_late() {
+        let spec = TaskSpec::daemon("d", noop())
+            .timeout(Duration::from_secs(10))
+            .backoff(Duration::from_secs(4));
+        let error = TaskOutcome::Error {
+            message: "x".into(),
+        };
+        let s = Duration::from_secs;
+        assert_eq!(spec.verdict_for(&error, 0, s(0)), Verdict::RetryIn(s(4)));
+        assert_eq!(spec.verdict_for(&error, 1, s(6)), Verdict::RetryIn(s(4)));
+        assert_eq!(spec.verdict_for(&error, 2, s(7)), Verdict::GaveUp);
+        assert_eq!(
+            spec.verdict_for(&TaskOutcome::ok(), 9, s(99)),
+            Verdict::Done
         );
     }
 

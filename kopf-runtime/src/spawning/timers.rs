@@ -64,7 +64,7 @@ pub(crate) async fn run(mut run: Run, schedule: TimerSchedule) {
             run.report(retry, outcome, Verdict::Stopped);
             return;
         }
-        let verdict = run.spec.verdict_for(&outcome, retry);
+        let verdict = run.spec.verdict_for(&outcome, retry, first.elapsed());
         run.report(retry, outcome, verdict);
         let now = Instant::now();
         match verdict {
