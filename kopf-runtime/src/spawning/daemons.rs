@@ -5,8 +5,9 @@
 //! - [`TaskOutcome::Ok`](super::TaskOutcome::Ok): the daemon is finished for
 //!   good for this object (not respawned until the object is forgotten).
 //! - `Temporary { delay }`: called again after `delay`; a regular `Error`
-//!   after the handler's `backoff`; both count towards `retries`, after which
-//!   the daemon gives up (finished for good, permanently failed).
+//!   after the handler's `backoff`; both count towards `retries` and
+//!   `timeout`, after which the daemon gives up (finished for good,
+//!   permanently failed).
 //! - `Permanent`: gives up at once.
 //! - Whatever the outcome, a daemon whose stop flag is set exits and may be
 //!   spawned again later (e.g. after a filter mismatch ends).

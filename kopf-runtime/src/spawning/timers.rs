@@ -9,7 +9,7 @@
 //!   `idle`; every change ([`Spawner::update_body`], [`Spawner::touched`])
 //!   restarts that wait. The object's first sighting counts as a change.
 //! - Errors: `Temporary { delay }` retries after `delay`, a regular `Error`
-//!   after `backoff`, up to `retries` attempts; then (or on `Permanent`) the
+//!   after `backoff`, within `retries` and `timeout`; then (or on `Permanent`) the
 //!   timer gives up on this tick and waits for the next one, counting retries
 //!   from zero again. A timer never ends on its own.
 //!
