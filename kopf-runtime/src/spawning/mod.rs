@@ -1,0 +1,70 @@
+//! Spawning handlers: daemons and timers, one task per `(object UID, handler id)`.
+//!
+//! The engine builds one [`TaskSpec`] per `#[daemon]`/`#[timer]` handler
+//! (the handler call is any [`TaskFn`]), and drives one [`Spawner`]:
+//!
+//! - on every event of a matching object: [`Spawner::ensure`] (spawns if
+//!   needed, refreshes the live body);
+//! - on a change without a new body: [`Spawner::touched`] (resets `idle`);
+//! - when a handler stops matching: [`Spawner::stop`] with
+//!   [`StopReason::FilterMismatch`];
+//! - on `DELETED`, on a re-list that misses the object, or on a
+//!   `deletionTimestamp`: [`Spawner::stop_object`] with the matching
+//!   [`StopReason`], then (for finalizer-holding handlers)
+//!   [`Spawner::wait_stopped`];
+//! - on exit: [`Spawner::shutdown`].
+//!
+//! Outcomes of every call (for status patches) and abandoned tasks (for
+//! Kubernetes Events and metrics) go to the engine's [`Observer`] (or to a
+//! channel of [`SpawnEvent`]s).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use kopf_runtime::spawning::{
+//!     task_fn, Spawner, SpawnerSettings, StopReason, TaskOutcome, TaskSpec,
+//! };
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let monitor = TaskSpec::daemon("monitor", task_fn(|ctx| async move {
+//!     while !ctx.stopped.wait(Duration::from_secs(10)).await {
+//!         let _body = ctx.body(); // the freshest body, updated in place
+//!     }
+//!     TaskOutcome::ok()
+//! }))
+//! .cancellation_timeout(Duration::from_secs(5))
+//! .build()?;
+//!
+//! let spawner = Spawner::new(Arc::new(()), SpawnerSettings::default());
+//! let body = Arc::new(serde_json::json!({"metadata": {"uid": "u1"}}));
+//! spawner.ensure("u1", &monitor, &body);
+//! assert_eq!(spawner.running("u1"), ["monitor"]);
+//!
+//! spawner.stop_object("u1", StopReason::ObjectDeleted);
+//! spawner.wait_stopped("u1").await;
+//! spawner.shutdown(Duration::from_secs(30)).await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod counters;
+mod daemons;
+mod observing;
+mod registry;
+mod runner;
+mod stopping;
+mod task;
+mod timers;
+
+#[cfg(test)]
+mod testkit;
+
+pub use counters::{Counters, CountersSnapshot};
+pub use observing::{AbandonedReport, Observer, OutcomeReport, SpawnEvent};
+pub use registry::{Ensured, ShutdownError, Spawner, SpawnerSettings};
+pub use stopping::{StopFlag, StopReason};
+pub use task::{
+    BlockingError, DEFAULT_BACKOFF, SpecError, TaskContext, TaskFn, TaskKind, TaskOutcome,
+    TaskSpec, TimerSchedule, Verdict, task_fn,
+};

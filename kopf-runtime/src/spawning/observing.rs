@@ -1,0 +1,119 @@
+//! What the engine hears from the spawner: every handler call's outcome
+//! ([`OutcomeReport`]) and every abandoned task ([`AbandonedReport`]),
+//! through an [`Observer`] — or an unbounded channel of [`SpawnEvent`]s.
+//!
+//! Reports are owned and cheap to build (reference-counted ids, the outcome
+//! moved in), so an observer can forward them without copying.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::stopping::StopReason;
+use super::task::{TaskKind, TaskOutcome, Verdict};
+
+/// One call's outcome, as reported to the [`Observer`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutcomeReport {
+    /// The object's UID.
+    pub uid: Arc<str>,
+    /// The handler id.
+    pub handler_id: Arc<str>,
+    /// Daemon or timer.
+    pub kind: TaskKind,
+    /// The attempt number (0 for the first).
+    pub retry: u32,
+    /// What the handler returned (a panic is an [`TaskOutcome::Error`]).
+    pub outcome: TaskOutcome,
+    /// What happens next.
+    pub verdict: Verdict,
+}
+
+/// A task that did not end within its `cancellation_timeout` after being
+/// cancelled (or by a shutdown's deadline), and was forgotten.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AbandonedReport {
+    /// The object's UID.
+    pub uid: Arc<str>,
+    /// The handler id.
+    pub handler_id: Arc<str>,
+    /// Why it was being stopped.
+    pub reason: Option<StopReason>,
+    /// How long it was given in total (graceful period + cancellation
+    /// timeout, or the shutdown timeout).
+    pub waited: Duration,
+}
+
+/// Hears about every handler outcome and every abandoned task; implemented
+/// by the engine (status patches, Kubernetes Events, metrics).
+///
+/// # Caveats
+/// Called synchronously on the task's own thread: must be quick, must not
+/// block and must not panic; forward to a channel for anything slow (an
+/// `mpsc::UnboundedSender<SpawnEvent>` is an observer).
+pub trait Observer: Send + Sync + 'static {
+    /// One handler call finished (or panicked). A call cancelled by the
+    /// spawner (after `cancellation_backoff`) has no outcome and is not
+    /// reported.
+    fn on_outcome(&self, report: OutcomeReport) {
+        let _ = report;
+    }
+
+    /// A task was abandoned.
+    fn on_abandoned(&self, report: AbandonedReport) {
+        let _ = report;
+    }
+}
+
+/// Ignores everything.
+impl Observer for () {}
+
+/// Anything the spawner reports, for channel-based observers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SpawnEvent {
+    /// See [`Observer::on_outcome`].
+    Outcome(OutcomeReport),
+    /// See [`Observer::on_abandoned`].
+    Abandoned(AbandonedReport),
+}
+
+/// Forwards every report; reports are dropped once the receiver is gone.
+impl Observer for mpsc::UnboundedSender<SpawnEvent> {
+    fn on_outcome(&self, report: OutcomeReport) {
+        let _ = self.send(SpawnEvent::Outcome(report));
+    }
+
+    fn on_abandoned(&self, report: AbandonedReport) {
+        let _ = self.send(SpawnEvent::Abandoned(report));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testkit::{body, secs};
+    use super::super::{Spawner, SpawnerSettings, TaskSpec, task_fn};
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_channel_is_an_observer() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let spawner = Spawner::new(Arc::new(tx), SpawnerSettings::default());
+        let spec = TaskSpec::timer(
+            "t",
+            secs(1),
+            task_fn(|ctx| async move { TaskOutcome::Ok(Some(serde_json::json!(ctx.retry))) }),
+        )
+        .build()
+        .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        let event = rx.recv().await.expect("an outcome");
+        let SpawnEvent::Outcome(report) = event else {
+            panic!("expected an outcome, got {event:?}");
+        };
+        assert_eq!((&*report.uid, &*report.handler_id), ("u1", "t"));
+        assert_eq!(report.outcome, TaskOutcome::Ok(Some(serde_json::json!(0))));
+        assert_eq!(report.verdict, Verdict::Done);
+        spawner.shutdown(secs(1)).await.expect("clean shutdown");
+    }
+}

@@ -1,0 +1,1386 @@
+//! The [`Spawner`]: owns every daemon and timer task, keyed by
+//! `(object UID, handler id)`, and stops them (gracefully, then by force,
+//! then by abandoning them).
+
+use std::collections::{HashMap, HashSet, hash_map};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use serde_json::Value;
+use tokio::runtime::Handle;
+use tokio::sync::{Notify, watch};
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::counters::Counters;
+use super::observing::{AbandonedReport, Observer};
+use super::runner::Run;
+use super::stopping::{StopFlag, StopReason};
+use super::task::{TaskKind, TaskSpec};
+use super::{daemons, timers};
+
+/// Limits that replace Kopf's "wait forever" when a handler sets neither
+/// `cancellation_backoff` nor `cancellation_timeout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpawnerSettings {
+    /// Graceful period (after the stop flag is set, before cancelling) for
+    /// handlers with neither `cancellation_backoff` nor `cancellation_timeout`
+    /// (Kopf would wait for them forever).
+    pub graceful_exit_limit: Duration,
+    /// After cancelling, how long to wait before abandoning a task whose
+    /// handler has no `cancellation_timeout`.
+    pub default_cancellation_timeout: Duration,
+}
+
+impl Default for SpawnerSettings {
+    fn default() -> Self {
+        Self {
+            graceful_exit_limit: Duration::from_secs(60),
+            default_cancellation_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What [`Spawner::ensure`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ensured {
+    /// A new task was spawned.
+    Spawned,
+    /// A task for this key is already running.
+    AlreadyRunning,
+    /// A task for this key is still being stopped; call again later (there
+    /// are never two tasks for one key).
+    Stopping,
+    /// The daemon exited on its own earlier (success, permanent failure or
+    /// retries exhausted) and is not spawned again for this object.
+    Finished,
+    /// The object was stopped as gone (deleted, vanished) or as being deleted
+    /// (`deletionTimestamp`): nothing is spawned for it any more.
+    ObjectGone,
+    /// [`Spawner::shutdown`] was called.
+    ShuttingDown,
+}
+
+/// A failed [`Spawner::shutdown`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShutdownError {
+    /// Some tasks did not end in time and were abandoned (each was reported
+    /// to the [`Observer`] and logged).
+    #[error("{count} task(s) did not stop in time and were abandoned")]
+    Abandoned {
+        /// How many tasks were abandoned during the shutdown.
+        count: u64,
+    },
+}
+
+const RUNNING: u8 = 0;
+const STOPPING: u8 = 1;
+const CANCELLING: u8 = 2;
+const ABANDONED: u8 = 3;
+
+/// The state of one task shared by the registry, its stopper and its runner.
+pub(crate) struct TaskShared {
+    pub(crate) uid: Arc<str>,
+    pub(crate) id: Arc<str>,
+    generation: u64,
+    flag: StopFlag,
+    grace: Duration,
+    timeout: Duration,
+    /// Cancelled once the task (and any blocking thread it started) ended.
+    done: CancellationToken,
+    /// RUNNING → STOPPING → CANCELLING → ABANDONED; changed under the lock.
+    phase: AtomicU8,
+    /// Set by a daemon that exited on its own: never respawn it for this object.
+    pub(crate) finished_for_good: AtomicBool,
+}
+
+/// Keeps a task "running" while any clone lives: the runner future holds
+/// one, and so does every blocking thread started by
+/// [`TaskContext::run_blocking`]. Dropping the last one settles the task.
+pub(crate) struct Liveness {
+    pub(crate) shared: Arc<TaskShared>,
+    /// For blocking threads; a per-task clone, so that handler calls do not
+    /// all touch one shared reference count.
+    pub(crate) tracker: TaskTracker,
+    inner: Weak<Inner>,
+}
+
+impl Drop for Liveness {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.upgrade() {
+            inner.settle(&self.shared);
+        } else {
+            self.shared.done.cancel();
+        }
+    }
+}
+
+struct Entry {
+    shared: Arc<TaskShared>,
+    abort: AbortHandle,
+    stopping: bool,
+}
+
+struct ObjectSlot {
+    flag: StopFlag,
+    body: watch::Sender<Arc<Value>>,
+    changed: watch::Sender<Instant>,
+    tasks: HashMap<Arc<str>, Entry>,
+    finished: HashSet<Arc<str>>,
+    /// Nothing more may be spawned (gone or being deleted).
+    closed: bool,
+    /// Gone: forget the slot once its tasks have ended.
+    gone: bool,
+}
+
+impl ObjectSlot {
+    fn update_body(&self, body: &Arc<Value>) -> bool {
+        let modified = self.body.send_if_modified(|current| {
+            if Arc::ptr_eq(current, body) || **current == **body {
+                false
+            } else {
+                *current = Arc::clone(body);
+                true
+            }
+        });
+        if modified {
+            self.changed.send_replace(Instant::now());
+        }
+        modified
+    }
+}
+
+#[derive(Default)]
+struct State {
+    objects: HashMap<Arc<str>, ObjectSlot>,
+    tasks: usize,
+}
+
+struct Victim {
+    shared: Arc<TaskShared>,
+    abort: AbortHandle,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    tracker: TaskTracker,
+    handle: Handle,
+    root: StopFlag,
+    counters: Counters,
+    observer: Arc<dyn Observer>,
+    settings: SpawnerSettings,
+    settled: Notify,
+    generations: AtomicU64,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Forget an entry (if it is still this generation's) and drop the
+    /// object's slot if nothing is left to remember.
+    fn remove_entry(state: &mut State, shared: &TaskShared) -> bool {
+        let Some(slot) = state.objects.get_mut(&*shared.uid) else {
+            return false;
+        };
+        let ours = slot
+            .tasks
+            .get(&*shared.id)
+            .is_some_and(|entry| entry.shared.generation == shared.generation);
+        if ours {
+            slot.tasks.remove(&*shared.id);
+            state.tasks -= 1;
+            if slot.tasks.is_empty() && slot.gone {
+                state.objects.remove(&*shared.uid);
+            }
+        }
+        ours
+    }
+
+    /// The task has ended (the last [`Liveness`] was dropped).
+    fn settle(&self, shared: &TaskShared) {
+        let mut state = self.lock();
+        let phase = shared.phase.load(Ordering::Acquire);
+        if phase == ABANDONED {
+            drop(state);
+            shared.done.cancel();
+            tracing::info!(uid = %shared.uid, handler = %shared.id, "abandoned task has ended after all");
+            return;
+        }
+        let for_good = shared.finished_for_good.load(Ordering::Acquire) && !shared.flag.is_set();
+        if for_good && let Some(slot) = state.objects.get_mut(&*shared.uid) {
+            slot.finished.insert(Arc::clone(&shared.id));
+        }
+        Self::remove_entry(&mut state, shared);
+        drop(state);
+        let counter = match phase {
+            RUNNING if !shared.flag.is_set() => &self.counters.finished,
+            CANCELLING => &self.counters.cancelled,
+            _ => &self.counters.stopped,
+        };
+        Counters::bump(counter);
+        shared.done.cancel();
+        self.settled.notify_waiters();
+        tracing::debug!(uid = %shared.uid, handler = %shared.id, "task ended");
+    }
+
+    /// Mark entries as stopping, set their flags, and collect them for a stopper.
+    fn mark_stopping(entry: &mut Entry, reason: StopReason, victims: &mut Vec<Victim>) {
+        if entry.stopping {
+            return;
+        }
+        entry.stopping = true;
+        entry.shared.flag.set(reason);
+        entry.shared.phase.store(STOPPING, Ordering::Release);
+        victims.push(Victim {
+            shared: Arc::clone(&entry.shared),
+            abort: entry.abort.clone(),
+        });
+    }
+
+    fn spawn_stopper(self: &Arc<Self>, victims: Vec<Victim>) {
+        if victims.is_empty() {
+            return;
+        }
+        let inner = Arc::clone(self);
+        self.tracker.spawn_on(
+            async move {
+                let mut stoppers: FuturesUnordered<_> = victims
+                    .into_iter()
+                    .map(|victim| inner.stop_one(victim))
+                    .collect();
+                while stoppers.next().await.is_some() {}
+            },
+            &self.handle,
+        );
+    }
+
+    /// Graceful period, then cancel, then abandon.
+    async fn stop_one(&self, victim: Victim) {
+        let Victim { shared, abort } = victim;
+        if tokio::time::timeout(shared.grace, shared.done.cancelled())
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        {
+            let _state = self.lock();
+            if shared.phase.load(Ordering::Acquire) != STOPPING || shared.done.is_cancelled() {
+                return;
+            }
+            shared.phase.store(CANCELLING, Ordering::Release);
+        }
+        tracing::debug!(uid = %shared.uid, handler = %shared.id, "task did not exit gracefully; cancelling it");
+        abort.abort();
+        if tokio::time::timeout(shared.timeout, shared.done.cancelled())
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        self.abandon(&shared, shared.grace + shared.timeout);
+    }
+
+    fn abandon(&self, shared: &TaskShared, waited: Duration) {
+        {
+            let mut state = self.lock();
+            // Only a task still registered can be abandoned: one that settled
+            // meanwhile (its entry is gone) is counted there, not here.
+            if !Self::remove_entry(&mut state, shared) {
+                return;
+            }
+            shared.phase.store(ABANDONED, Ordering::Release);
+        }
+        Counters::bump(&self.counters.abandoned);
+        let reason = shared.flag.reason();
+        tracing::warn!(
+            uid = %shared.uid,
+            handler = %shared.id,
+            reason = reason.map(StopReason::as_str),
+            waited = ?waited,
+            "task did not exit in time after cancellation; abandoning it",
+        );
+        self.observer.on_abandoned(AbandonedReport {
+            uid: Arc::clone(&shared.uid),
+            handler_id: Arc::clone(&shared.id),
+            reason,
+            waited,
+        });
+        self.settled.notify_waiters();
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.root.set(StopReason::OperatorExiting);
+        let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        for slot in state.objects.values() {
+            for entry in slot.tasks.values() {
+                entry.abort.abort();
+            }
+        }
+    }
+}
+
+/// Owns all daemon and timer tasks of an operator, keyed by
+/// `(object UID, handler id)`.
+///
+/// Cloning gives another handle to the same registry.
+///
+/// # Guarantees
+/// - At most one task per key; tasks are keyed by UID, never by name, so an
+///   object re-created with the same name gets fresh tasks.
+/// - Stopping sets the task's [`StopFlag`]; after the graceful period
+///   (`cancellation_backoff`) the task is cancelled (its future is dropped
+///   at its next `.await`); if it still runs `cancellation_timeout` later it
+///   is *abandoned*: logged with `warn!`, reported to
+///   [`Observer::on_abandoned`], counted, and forgotten. Nothing waits on a
+///   task forever, and [`Spawner::shutdown`] returns within its timeout.
+/// - A daemon that exits on its own (success, permanent failure, retries
+///   exhausted) is not spawned again for that object until the object is
+///   gone or [`Spawner::forget`] is called. One stopped from outside (e.g.
+///   [`StopReason::FilterMismatch`]) can be spawned again.
+/// - Every task lives in this spawner's `TaskTracker`; dropping the last
+///   handle sets all stop flags and cancels all tasks.
+///
+/// # Caveats
+/// - Defaults differ from Kopf where Kopf would wait forever: a handler with
+///   neither `cancellation_backoff` nor `cancellation_timeout` gets
+///   [`SpawnerSettings::graceful_exit_limit`] to exit, then
+///   [`SpawnerSettings::default_cancellation_timeout`] after cancelling.
+///   With only `cancellation_timeout` set, the task is cancelled at once
+///   (as in Kopf).
+/// - A blocking function cannot be cancelled. Run it with
+///   [`TaskContext::run_blocking`](super::TaskContext::run_blocking) so that the spawner sees it still running
+///   and abandons it visibly; a bare `spawn_blocking` is invisible here.
+/// - A handler that keeps a clone of its [`TaskContext`](super::TaskContext) beyond its own
+///   future (e.g. in a task of its own) keeps the task "running".
+/// - Once all tasks of an object that was stopped as gone have ended, its
+///   memory is dropped; an [`Spawner::ensure`] for that UID after that starts
+///   afresh (the engine never does that for a deleted UID).
+#[derive(Clone)]
+pub struct Spawner {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Spawner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spawner")
+            .field("tasks", &self.len())
+            .field("counters", &self.counters().snapshot())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Spawner {
+    /// A spawner on the current Tokio runtime.
+    ///
+    /// # Panics
+    /// Outside a Tokio runtime (use [`Spawner::with_handle`] there).
+    #[must_use]
+    pub fn new(observer: Arc<dyn Observer>, settings: SpawnerSettings) -> Self {
+        Self::with_handle(Handle::current(), observer, settings)
+    }
+
+    /// A spawner whose tasks run on the given runtime.
+    #[must_use]
+    pub fn with_handle(
+        handle: Handle,
+        observer: Arc<dyn Observer>,
+        settings: SpawnerSettings,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                state: Mutex::default(),
+                tracker: TaskTracker::new(),
+                handle,
+                root: StopFlag::new(),
+                counters: Counters::default(),
+                observer,
+                settings,
+                settled: Notify::new(),
+                generations: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Spawn the task of `spec` for object `uid` unless it is running, being
+    /// stopped, or finished for good. `body` is the object's latest body:
+    /// it also updates the live body of the object's running tasks (as
+    /// [`Spawner::update_body`] does).
+    pub fn ensure(&self, uid: &str, spec: &Arc<TaskSpec>, body: &Arc<Value>) -> Ensured {
+        let inner = &self.inner;
+        let mut state = inner.lock();
+        if inner.tracker.is_closed() {
+            return Ensured::ShuttingDown;
+        }
+        let key: Arc<str> = state
+            .objects
+            .get_key_value(uid)
+            .map_or_else(|| Arc::from(uid), |(key, _)| Arc::clone(key));
+        let slot = match state.objects.entry(Arc::clone(&key)) {
+            hash_map::Entry::Occupied(occupied) => {
+                let slot = occupied.into_mut();
+                if slot.closed {
+                    return Ensured::ObjectGone;
+                }
+                slot.update_body(body);
+                if slot.flag.is_set() {
+                    // The object was stopped as a whole but still exists
+                    // (e.g. pausing): later tasks get a fresh flag.
+                    slot.flag = inner.root.child();
+                }
+                slot
+            }
+            hash_map::Entry::Vacant(vacant) => vacant.insert(ObjectSlot {
+                flag: inner.root.child(),
+                body: watch::Sender::new(Arc::clone(body)),
+                changed: watch::Sender::new(Instant::now()),
+                tasks: HashMap::new(),
+                finished: HashSet::new(),
+                closed: false,
+                gone: false,
+            }),
+        };
+        if let Some(entry) = slot.tasks.get(spec.id()) {
+            return if entry.stopping {
+                Ensured::Stopping
+            } else {
+                Ensured::AlreadyRunning
+            };
+        }
+        if slot.finished.contains(spec.id()) {
+            return Ensured::Finished;
+        }
+
+        let (grace, timeout) = self.stop_policy(spec);
+        let flag = slot.flag.child();
+        let shared = Arc::new(TaskShared {
+            uid: key,
+            // A per-task copy: every handler call clones it, and a reference
+            // count shared by all tasks of a handler would be contended.
+            id: Arc::from(spec.id()),
+            generation: inner.generations.fetch_add(1, Ordering::Relaxed),
+            flag: flag.clone(),
+            grace,
+            timeout,
+            done: CancellationToken::new(),
+            phase: AtomicU8::new(RUNNING),
+            finished_for_good: AtomicBool::new(false),
+        });
+        let run = Run {
+            spec: Arc::clone(spec),
+            flag,
+            changes: slot.changed.subscribe(),
+            body: slot.body.subscribe(),
+            observer: Arc::clone(&inner.observer),
+            liveness: Arc::new(Liveness {
+                shared: Arc::clone(&shared),
+                tracker: inner.tracker.clone(),
+                inner: Arc::downgrade(inner),
+            }),
+            epoch: (jiff::Timestamp::now(), Instant::now()),
+        };
+        // Spawned under the lock: if the task ends at once on another worker,
+        // its settling waits for the lock and finds its entry.
+        let join = match spec.kind {
+            TaskKind::Daemon => inner.tracker.spawn_on(daemons::run(run), &inner.handle),
+            TaskKind::Timer(schedule) => inner
+                .tracker
+                .spawn_on(timers::run(run, schedule), &inner.handle),
+        };
+        tracing::debug!(uid = %shared.uid, handler = %spec.id, "task spawned");
+        slot.tasks.insert(
+            Arc::clone(&spec.id),
+            Entry {
+                shared,
+                abort: join.abort_handle(),
+                stopping: false,
+            },
+        );
+        state.tasks += 1;
+        Counters::bump(&inner.counters.spawned);
+        Ensured::Spawned
+    }
+
+    fn stop_policy(&self, spec: &TaskSpec) -> (Duration, Duration) {
+        let settings = &self.inner.settings;
+        let grace = spec
+            .cancellation_backoff
+            .unwrap_or(if spec.cancellation_timeout.is_some() {
+                Duration::ZERO
+            } else {
+                settings.graceful_exit_limit
+            });
+        let timeout = spec
+            .cancellation_timeout
+            .unwrap_or(settings.default_cancellation_timeout);
+        (grace, timeout)
+    }
+
+    /// The object's body changed: running tasks see it in their live body,
+    /// and idle timers start waiting afresh. An identical body is not a
+    /// change. Returns whether anything changed (`false` for unknown UIDs and
+    /// for objects already stopped as gone).
+    pub fn update_body(&self, uid: &str, body: Arc<Value>) -> bool {
+        self.inner
+            .lock()
+            .objects
+            .get(uid)
+            .is_some_and(|slot| !slot.gone && slot.update_body(&body))
+    }
+
+    /// The object changed in a way not visible in its body (e.g. an event
+    /// was seen): idle timers start waiting afresh.
+    pub fn touched(&self, uid: &str) {
+        if let Some(slot) = self.inner.lock().objects.get(uid)
+            && !slot.gone
+        {
+            slot.changed.send_replace(Instant::now());
+        }
+    }
+
+    /// Stop one task. Returns `false` if there is no such task or it is
+    /// already being stopped.
+    pub fn stop(&self, uid: &str, handler_id: &str, reason: StopReason) -> bool {
+        let mut victims = Vec::new();
+        if let Some(entry) = self
+            .inner
+            .lock()
+            .objects
+            .get_mut(uid)
+            .and_then(|slot| slot.tasks.get_mut(handler_id))
+        {
+            Inner::mark_stopping(entry, reason, &mut victims);
+        }
+        let stopping = !victims.is_empty();
+        self.inner.spawn_stopper(victims);
+        stopping
+    }
+
+    /// Stop all tasks of an object. If `reason` says the object is gone or
+    /// being deleted ([`StopReason::ends_spawning`]), nothing is spawned for
+    /// it any more; if it is gone ([`StopReason::object_is_gone`]), its
+    /// memory (finished daemons, body) is dropped once its tasks have ended.
+    /// Returns how many tasks started stopping.
+    pub fn stop_object(&self, uid: &str, reason: StopReason) -> usize {
+        let mut victims = Vec::new();
+        {
+            let mut state = self.inner.lock();
+            Self::stop_slot(&mut state, uid, reason, &mut victims);
+        }
+        let count = victims.len();
+        self.inner.spawn_stopper(victims);
+        count
+    }
+
+    fn stop_slot(state: &mut State, uid: &str, reason: StopReason, victims: &mut Vec<Victim>) {
+        let Some(slot) = state.objects.get_mut(uid) else {
+            return;
+        };
+        slot.flag.set(reason);
+        slot.closed |= reason.ends_spawning();
+        slot.gone |= reason.object_is_gone();
+        for entry in slot.tasks.values_mut() {
+            Inner::mark_stopping(entry, reason, victims);
+        }
+        if slot.gone && slot.tasks.is_empty() {
+            state.objects.remove(uid);
+        }
+    }
+
+    /// Stop the tasks of one handler on all objects (e.g. with
+    /// [`StopReason::HandlerRemoved`]). Returns how many started stopping.
+    pub fn stop_handler(&self, handler_id: &str, reason: StopReason) -> usize {
+        let mut victims = Vec::new();
+        {
+            let mut state = self.inner.lock();
+            for slot in state.objects.values_mut() {
+                if let Some(entry) = slot.tasks.get_mut(handler_id) {
+                    Inner::mark_stopping(entry, reason, &mut victims);
+                }
+            }
+        }
+        let count = victims.len();
+        self.inner.spawn_stopper(victims);
+        count
+    }
+
+    /// Stop all tasks of all objects. Returns how many started stopping.
+    pub fn stop_all(&self, reason: StopReason) -> usize {
+        let mut victims = Vec::new();
+        {
+            let mut state = self.inner.lock();
+            let uids: Vec<Arc<str>> = state.objects.keys().cloned().collect();
+            for uid in uids {
+                Self::stop_slot(&mut state, &uid, reason, &mut victims);
+            }
+        }
+        let count = victims.len();
+        self.inner.spawn_stopper(victims);
+        count
+    }
+
+    /// Forget what is remembered about an object (finished daemons, live
+    /// body). Running tasks are not stopped; the memory goes once they end.
+    pub fn forget(&self, uid: &str) {
+        let mut state = self.inner.lock();
+        if let Some(slot) = state.objects.get_mut(uid) {
+            slot.finished.clear();
+            slot.closed = true;
+            slot.gone = true;
+            if slot.tasks.is_empty() {
+                state.objects.remove(uid);
+            }
+        }
+    }
+
+    /// Stop everything and wait until every task has ended or been abandoned,
+    /// for at most `timeout`; at the deadline, the remaining tasks are
+    /// cancelled and abandoned. Later [`Spawner::ensure`] calls spawn nothing.
+    ///
+    /// # Errors
+    /// [`ShutdownError::Abandoned`] if any task was abandoned meanwhile.
+    pub async fn shutdown(&self, timeout: Duration) -> Result<(), ShutdownError> {
+        let deadline = super::stopping::deadline_after(Instant::now(), timeout);
+        let abandoned_before = self.counters().snapshot().abandoned;
+        {
+            let _state = self.inner.lock();
+            self.inner.tracker.close();
+        }
+        self.inner.root.set(StopReason::OperatorExiting);
+        self.stop_all(StopReason::OperatorExiting);
+        loop {
+            let settled = self.inner.settled.notified();
+            let mut settled = std::pin::pin!(settled);
+            settled.as_mut().enable();
+            if self.is_empty() {
+                break;
+            }
+            tokio::select! {
+                () = settled => {}
+                () = tokio::time::sleep_until(deadline) => {
+                    self.abandon_all(timeout);
+                    break;
+                }
+            }
+        }
+        let count = self.counters().snapshot().abandoned - abandoned_before;
+        if count == 0 {
+            Ok(())
+        } else {
+            Err(ShutdownError::Abandoned { count })
+        }
+    }
+
+    fn abandon_all(&self, waited: Duration) {
+        let remaining: Vec<(Arc<TaskShared>, AbortHandle)> = {
+            let state = self.inner.lock();
+            state
+                .objects
+                .values()
+                .flat_map(|slot| slot.tasks.values())
+                .map(|entry| (Arc::clone(&entry.shared), entry.abort.clone()))
+                .collect()
+        };
+        for (shared, abort) in remaining {
+            abort.abort();
+            self.inner.abandon(&shared, waited);
+        }
+    }
+
+    /// The handler ids with a live task (running or being stopped) for this
+    /// object, sorted.
+    #[must_use]
+    pub fn running(&self, uid: &str) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .inner
+            .lock()
+            .objects
+            .get(uid)
+            .map(|slot| slot.tasks.keys().map(|id| id.to_string()).collect())
+            .unwrap_or_default();
+        ids.sort();
+        ids
+    }
+
+    /// Whether the daemon exited on its own for this object (and so is not
+    /// spawned again).
+    #[must_use]
+    pub fn is_finished(&self, uid: &str, handler_id: &str) -> bool {
+        self.inner
+            .lock()
+            .objects
+            .get(uid)
+            .is_some_and(|slot| slot.finished.contains(handler_id))
+    }
+
+    /// Wait until the object has no live tasks (all ended or abandoned).
+    /// Use [`Spawner::stop_object`] first; this does not stop anything.
+    pub async fn wait_stopped(&self, uid: &str) {
+        loop {
+            let settled = self.inner.settled.notified();
+            let mut settled = std::pin::pin!(settled);
+            settled.as_mut().enable();
+            let live = self
+                .inner
+                .lock()
+                .objects
+                .get(uid)
+                .is_some_and(|slot| !slot.tasks.is_empty());
+            if !live {
+                return;
+            }
+            settled.await;
+        }
+    }
+
+    /// How many tasks are live (running or being stopped).
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.inner.lock().tasks
+    }
+
+    /// Whether no task is live.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The lifetime counters.
+    #[must_use]
+    pub fn counters(&self) -> &Counters {
+        &self.inner.counters
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use tokio::time::Instant;
+
+    use super::super::testkit::{Calls, advance_to, body, millis, secs, settle, spawner};
+    use super::super::{
+        Ensured, ShutdownError, Spawner, SpawnerSettings, StopReason, TaskOutcome, TaskSpec,
+        task_fn,
+    };
+
+    /// Records when its future is dropped (i.e. cancelled or finished).
+    struct DropClock(Calls);
+
+    impl Drop for DropClock {
+        fn drop(&mut self) {
+            self.0.hit();
+        }
+    }
+
+    /// A daemon that runs until stopped and remembers the reason it saw.
+    fn cooperative(id: &str, reasons: &Arc<Mutex<Vec<Option<StopReason>>>>) -> Arc<TaskSpec> {
+        let reasons = Arc::clone(reasons);
+        TaskSpec::daemon(
+            id,
+            task_fn(move |ctx| {
+                let reasons = Arc::clone(&reasons);
+                async move {
+                    ctx.stopped.cancelled().await;
+                    reasons.lock().expect("lock").push(ctx.stopped.reason());
+                    TaskOutcome::ok()
+                }
+            }),
+        )
+        .build()
+        .expect("spec")
+    }
+
+    /// A daemon that ignores its stop flag; `dropped` records when it is cancelled.
+    fn stubborn(id: &str, dropped: &Calls) -> TaskSpec {
+        let dropped = dropped.clone();
+        TaskSpec::daemon(
+            id,
+            task_fn(move |_ctx| {
+                let guard = DropClock(dropped.clone());
+                async move {
+                    let _guard = guard;
+                    loop {
+                        tokio::time::sleep(secs(1)).await;
+                    }
+                }
+            }),
+        )
+    }
+
+    /// A sync daemon whose blocking thread ignores the stop flag until the
+    /// test releases it.
+    fn stuck(id: &str, entered: &Calls) -> (TaskSpec, std::sync::mpsc::Sender<()>) {
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let released = Arc::new(Mutex::new(released));
+        let entered = entered.clone();
+        let spec = TaskSpec::daemon(
+            id,
+            task_fn(move |ctx| {
+                let released = Arc::clone(&released);
+                let entered = entered.clone();
+                async move {
+                    let result = ctx
+                        .run_blocking(move |_stopped| {
+                            entered.hit();
+                            let _ = released.lock().expect("lock").recv();
+                            entered.hit();
+                        })
+                        .await;
+                    match result {
+                        Ok(()) => TaskOutcome::ok(),
+                        Err(error) => TaskOutcome::Error {
+                            message: error.to_string(),
+                        },
+                    }
+                }
+            }),
+        );
+        (spec, release)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_sets_the_flag_and_a_cooperative_task_exits_gracefully() {
+        let (spawner, _) = spawner();
+        let reasons = Arc::default();
+        let spec = cooperative("d", &reasons);
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(secs(10)).await;
+        assert_eq!(spawner.running("u1"), ["d"]);
+        let start = Instant::now();
+        assert!(spawner.stop("u1", "d", StopReason::FilterMismatch));
+        assert!(
+            !spawner.stop("u1", "d", StopReason::ObjectDeleted),
+            "already stopping"
+        );
+        spawner.wait_stopped("u1").await;
+        assert_eq!(start.elapsed(), secs(0));
+        assert_eq!(
+            *reasons.lock().expect("lock"),
+            [Some(StopReason::FilterMismatch)]
+        );
+        let counters = spawner.counters().snapshot();
+        assert_eq!(
+            (counters.spawned, counters.stopped, counters.cancelled),
+            (1, 1, 0)
+        );
+        assert!(spawner.running("u1").is_empty());
+        assert!(
+            !spawner.stop("u1", "d", StopReason::FilterMismatch),
+            "no such task"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn task_ignoring_the_flag_is_cancelled_after_cancellation_backoff() {
+        let (spawner, recorder) = spawner();
+        let dropped = Calls::new();
+        let spec = stubborn("d", &dropped)
+            .cancellation_backoff(secs(5))
+            .cancellation_timeout(secs(3))
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(secs(10)).await;
+        spawner.stop_object("u1", StopReason::ObjectDeleted);
+        assert_eq!(spawner.ensure("u1", &spec, &body(1)), Ensured::ObjectGone);
+        spawner.wait_stopped("u1").await;
+        assert_eq!(dropped.times(), [secs(15)]);
+        let counters = spawner.counters().snapshot();
+        assert_eq!(
+            (counters.stopped, counters.cancelled, counters.abandoned),
+            (0, 1, 0)
+        );
+        assert!(recorder.abandoned().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_cancellation_timeout_cancels_at_once_as_in_kopf() {
+        let (spawner, _) = spawner();
+        let dropped = Calls::new();
+        let spec = stubborn("d", &dropped)
+            .cancellation_timeout(secs(3))
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(secs(10)).await;
+        spawner.stop("u1", "d", StopReason::FilterMismatch);
+        spawner.wait_stopped("u1").await;
+        assert_eq!(dropped.times(), [secs(10)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_cancellation_options_the_settings_bound_the_wait() {
+        let recorder = super::super::testkit::Recorder::new();
+        let settings = SpawnerSettings {
+            graceful_exit_limit: secs(20),
+            default_cancellation_timeout: secs(4),
+        };
+        let spawner = Spawner::new(recorder, settings);
+        let dropped = Calls::new();
+        let spec = stubborn("d", &dropped).build().expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        spawner.stop("u1", "d", StopReason::FilterMismatch);
+        spawner.wait_stopped("u1").await;
+        assert_eq!(dropped.times(), [secs(20)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn task_that_never_yields_is_abandoned_after_cancellation_timeout_and_reported() {
+        // A blocking thread inhibits the paused clock's auto-advance, so this
+        // test moves the clock by hand.
+        let epoch = Instant::now();
+        let (spawner, recorder) = spawner();
+        let entered = Calls::new();
+        let (spec, release) = stuck("sync", &entered);
+        let spec = spec
+            .cancellation_backoff(secs(2))
+            .cancellation_timeout(secs(3))
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        while entered.count() == 0 {
+            settle().await;
+            tokio::task::yield_now().await;
+        }
+        spawner.stop_object("u1", StopReason::ObjectVanished);
+        advance_to(epoch, secs(2)).await;
+        assert_eq!(
+            spawner.running("u1"),
+            ["sync"],
+            "cancelled, but the thread still runs"
+        );
+        assert_eq!(spawner.ensure("u1", &spec, &body(1)), Ensured::ObjectGone);
+        assert!(recorder.abandoned().is_empty());
+        advance_to(epoch, secs(5)).await;
+        assert_eq!(
+            recorder.abandoned(),
+            [(
+                "u1".to_owned(),
+                "sync".to_owned(),
+                Some(StopReason::ObjectVanished),
+                secs(5)
+            )]
+        );
+        assert!(spawner.running("u1").is_empty());
+        spawner.wait_stopped("u1").await;
+        let counters = spawner.counters().snapshot();
+        assert_eq!((counters.cancelled, counters.abandoned), (0, 1));
+
+        // Shutdown does not wait for the abandoned thread.
+        let start = Instant::now();
+        spawner
+            .shutdown(secs(30))
+            .await
+            .expect("nothing left to abandon");
+        assert_eq!(start.elapsed(), secs(0));
+
+        // When the thread ends at last, nothing is counted twice.
+        release.send(()).expect("release");
+        while entered.count() < 2 {
+            tokio::task::yield_now().await;
+        }
+        settle().await;
+        let counters = spawner.counters().snapshot();
+        assert_eq!(
+            (counters.stopped, counters.cancelled, counters.abandoned),
+            (0, 0, 1)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_returns_within_its_timeout_despite_a_stuck_task() {
+        let epoch = Instant::now();
+        let (spawner, recorder) = spawner();
+        let entered = Calls::new();
+        let (spec, release) = stuck("sync", &entered);
+        let spec = spec
+            .cancellation_backoff(secs(100))
+            .cancellation_timeout(secs(100))
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        while entered.count() == 0 {
+            settle().await;
+        }
+        let shutting = tokio::spawn({
+            let spawner = spawner.clone();
+            async move { spawner.shutdown(secs(10)).await }
+        });
+        advance_to(epoch, secs(9)).await;
+        assert!(!shutting.is_finished());
+        advance_to(epoch, secs(10)).await;
+        assert!(shutting.is_finished());
+        let result = shutting.await.expect("shutdown task");
+        assert_eq!(result, Err(ShutdownError::Abandoned { count: 1 }));
+        assert_eq!(recorder.abandoned().len(), 1);
+        assert_eq!(spawner.ensure("u2", &spec, &body(1)), Ensured::ShuttingDown);
+        release.send(()).expect("release");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_stops_everything_within_the_timeouts() {
+        let (spawner, recorder) = spawner();
+        let reasons = Arc::default();
+        let dropped = Calls::new();
+        let polite = cooperative("polite", &reasons);
+        let rude = stubborn("rude", &dropped)
+            .cancellation_backoff(secs(5))
+            .cancellation_timeout(secs(5))
+            .build()
+            .expect("spec");
+        let timer = TaskSpec::timer("tick", secs(1), task_fn(|_| async { TaskOutcome::ok() }))
+            .build()
+            .expect("spec");
+        for uid in ["u1", "u2", "u3"] {
+            for spec in [&polite, &rude, &timer] {
+                assert_eq!(spawner.ensure(uid, spec, &body(1)), Ensured::Spawned);
+            }
+        }
+        tokio::time::sleep(secs(30)).await;
+        assert_eq!(spawner.len(), 9);
+        let start = Instant::now();
+        spawner.shutdown(secs(60)).await.expect("clean shutdown");
+        assert_eq!(start.elapsed(), secs(5));
+        assert!(spawner.is_empty());
+        assert_eq!(
+            *reasons.lock().expect("lock"),
+            [Some(StopReason::OperatorExiting); 3]
+        );
+        assert_eq!(dropped.times(), [secs(35); 3]);
+        let counters = spawner.counters().snapshot();
+        assert_eq!(
+            (
+                counters.spawned,
+                counters.stopped,
+                counters.cancelled,
+                counters.abandoned
+            ),
+            (9, 6, 3, 0)
+        );
+        assert!(recorder.abandoned().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tasks_are_keyed_by_uid_and_stopping_one_object_leaves_the_other() {
+        let (spawner, _) = spawner();
+        let calls = Calls::new();
+        let counting = calls.clone();
+        let timer = TaskSpec::timer(
+            "tick",
+            secs(1),
+            task_fn(move |ctx| {
+                assert!(ctx.uid.as_ref() == "u2" || ctx.uid.as_ref() == "u1");
+                counting.hit();
+                async { TaskOutcome::ok() }
+            }),
+        )
+        .build()
+        .expect("spec");
+        let reasons = Arc::default();
+        let daemon = cooperative("d", &reasons);
+        for uid in ["u1", "u2"] {
+            spawner.ensure(uid, &timer, &body(1));
+            spawner.ensure(uid, &daemon, &body(1));
+        }
+        assert_eq!(spawner.running("u1"), ["d", "tick"]);
+        tokio::time::sleep(millis(2500)).await; // t=0, 1, 2 for both
+        assert_eq!(calls.count(), 6);
+        assert_eq!(spawner.stop_object("u1", StopReason::ObjectDeleted), 2);
+        spawner.wait_stopped("u1").await;
+        assert!(spawner.running("u1").is_empty());
+        assert_eq!(spawner.running("u2"), ["d", "tick"]);
+        tokio::time::sleep(secs(3)).await;
+        assert_eq!(calls.count(), 9, "only u2 ticks on");
+        assert_eq!(
+            *reasons.lock().expect("lock"),
+            [Some(StopReason::ObjectDeleted)]
+        );
+        // A new object with the same handler (e.g. re-created, new UID) is independent.
+        assert_eq!(spawner.ensure("u3", &daemon, &body(1)), Ensured::Spawned);
+        assert_eq!(spawner.len(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ensure_is_idempotent_and_never_runs_two_tasks_per_key() {
+        let (spawner, _) = spawner();
+        let dropped = Calls::new();
+        let spec = stubborn("d", &dropped)
+            .cancellation_backoff(secs(5))
+            .build()
+            .expect("spec");
+        assert_eq!(spawner.ensure("u1", &spec, &body(1)), Ensured::Spawned);
+        assert_eq!(
+            spawner.ensure("u1", &spec, &body(1)),
+            Ensured::AlreadyRunning
+        );
+        spawner.stop("u1", "d", StopReason::FilterMismatch);
+        assert_eq!(spawner.ensure("u1", &spec, &body(1)), Ensured::Stopping);
+        tokio::time::sleep(secs(4)).await;
+        assert_eq!(spawner.ensure("u1", &spec, &body(1)), Ensured::Stopping);
+        spawner.wait_stopped("u1").await;
+        assert_eq!(spawner.ensure("u1", &spec, &body(1)), Ensured::Spawned);
+        assert_eq!(spawner.len(), 1);
+        assert_eq!(spawner.counters().snapshot().spawned, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn object_stopped_as_gone_forgets_its_finished_daemons() {
+        let (spawner, _) = spawner();
+        let spec = TaskSpec::daemon("d", task_fn(|_| async { TaskOutcome::ok() }))
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        spawner.wait_stopped("u1").await;
+        assert!(spawner.is_finished("u1", "d"));
+        assert_eq!(spawner.stop_object("u1", StopReason::DeletionRequested), 0);
+        assert!(
+            spawner.is_finished("u1", "d"),
+            "still exists: still remembered"
+        );
+        assert_eq!(spawner.stop_object("u1", StopReason::ObjectDeleted), 0);
+        assert!(!spawner.is_finished("u1", "d"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_all_for_pausing_allows_spawning_again() {
+        let (spawner, _) = spawner();
+        let reasons = Arc::default();
+        let spec = cooperative("d", &reasons);
+        spawner.ensure("u1", &spec, &body(1));
+        spawner.ensure("u2", &spec, &body(1));
+        settle().await;
+        assert_eq!(spawner.stop_all(StopReason::OperatorPausing), 2);
+        spawner.wait_stopped("u1").await;
+        spawner.wait_stopped("u2").await;
+        assert_eq!(spawner.ensure("u1", &spec, &body(1)), Ensured::Spawned);
+        settle().await;
+        assert_eq!(
+            spawner.running("u1"),
+            ["d"],
+            "the fresh task is not born stopped"
+        );
+        assert_eq!(
+            *reasons.lock().expect("lock"),
+            [Some(StopReason::OperatorPausing); 2]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dropping_the_spawner_stops_and_cancels_its_tasks() {
+        let (spawner, _) = spawner();
+        let dropped = Calls::new();
+        let spec = stubborn("d", &dropped).build().expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(secs(1)).await;
+        drop(spawner);
+        settle().await;
+        assert_eq!(dropped.times(), [secs(1)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sync_daemon_polling_the_flag_exits_gracefully() {
+        let (spawner, _) = spawner();
+        let entered = Calls::new();
+        let inside = entered.clone();
+        let spec = TaskSpec::daemon(
+            "sync",
+            task_fn(move |ctx| {
+                let inside = inside.clone();
+                async move {
+                    let result = ctx
+                        .run_blocking(move |stopped| {
+                            inside.hit();
+                            while !stopped.wait_blocking(secs(3600)) {}
+                            stopped.reason()
+                        })
+                        .await;
+                    assert_eq!(result, Ok(Some(StopReason::ObjectDeleted)));
+                    TaskOutcome::ok()
+                }
+            }),
+        )
+        .build()
+        .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        while entered.count() == 0 {
+            settle().await;
+        }
+        spawner.stop_object("u1", StopReason::ObjectDeleted);
+        spawner.wait_stopped("u1").await;
+        let counters = spawner.counters().snapshot();
+        assert_eq!((counters.stopped, counters.cancelled), (1, 0));
+    }
+
+    /// Real time on purpose: a future that never yields blocks a paused
+    /// current-thread runtime entirely; on a multi-threaded runtime the
+    /// stopper runs on another worker and abandons it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn async_task_that_never_yields_is_abandoned_on_a_multi_threaded_runtime() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let recorder = super::super::testkit::Recorder::new();
+        let spawner = Spawner::new(recorder.clone(), SpawnerSettings::default());
+        let release = Arc::new(AtomicBool::new(false));
+        let entered = Arc::new(AtomicBool::new(false));
+        let (spin_release, spin_entered) = (Arc::clone(&release), Arc::clone(&entered));
+        let spec = TaskSpec::daemon(
+            "spin",
+            task_fn(move |_ctx| {
+                let (release, entered) = (Arc::clone(&spin_release), Arc::clone(&spin_entered));
+                async move {
+                    entered.store(true, Ordering::SeqCst);
+                    while !release.load(Ordering::SeqCst) {
+                        std::hint::spin_loop();
+                    }
+                    TaskOutcome::ok()
+                }
+            }),
+        )
+        .cancellation_backoff(millis(0))
+        .cancellation_timeout(millis(50))
+        .build()
+        .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        while !entered.load(Ordering::SeqCst) {
+            tokio::task::yield_now().await;
+        }
+        spawner.stop_object("u1", StopReason::ObjectDeleted);
+        let waited = tokio::time::timeout(secs(30), spawner.wait_stopped("u1")).await;
+        release.store(true, Ordering::SeqCst);
+        assert!(waited.is_ok(), "wait_stopped must not hang on a stuck task");
+        assert_eq!(recorder.abandoned().len(), 1);
+        assert_eq!(spawner.counters().snapshot().abandoned, 1);
+        spawner.shutdown(secs(5)).await.expect("nothing left");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_handler_stops_that_handler_on_every_object_only() {
+        let (spawner, _) = spawner();
+        let reasons = Arc::default();
+        let a = cooperative("a", &reasons);
+        let b = cooperative("b", &reasons);
+        for uid in ["u1", "u2"] {
+            spawner.ensure(uid, &a, &body(1));
+            spawner.ensure(uid, &b, &body(1));
+        }
+        settle().await;
+        assert_eq!(spawner.stop_handler("a", StopReason::HandlerRemoved), 2);
+        spawner.stop_handler("a", StopReason::HandlerRemoved);
+        while spawner.len() > 2 {
+            settle().await;
+        }
+        assert_eq!(spawner.running("u1"), ["b"]);
+        assert_eq!(spawner.running("u2"), ["b"]);
+        assert_eq!(
+            *reasons.lock().expect("lock"),
+            [Some(StopReason::HandlerRemoved); 2]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn counters_count_each_way_a_task_ends() {
+        let epoch = Instant::now();
+        let (spawner, _) = spawner();
+        let reasons = Arc::default();
+        let dropped = Calls::new();
+        let entered = Calls::new();
+        let finishing = TaskSpec::daemon("finishing", task_fn(|_| async { TaskOutcome::ok() }))
+            .build()
+            .expect("spec");
+        let polite = cooperative("polite", &reasons);
+        let rude = stubborn("rude", &dropped)
+            .cancellation_backoff(secs(1))
+            .cancellation_timeout(secs(1))
+            .build()
+            .expect("spec");
+        let (stuck, release) = stuck("stuck", &entered);
+        let stuck = stuck
+            .cancellation_backoff(secs(1))
+            .cancellation_timeout(secs(1))
+            .build()
+            .expect("spec");
+        for spec in [&finishing, &polite, &rude, &stuck] {
+            assert_eq!(spawner.ensure("u1", spec, &body(1)), Ensured::Spawned);
+        }
+        while entered.count() == 0 {
+            settle().await;
+        }
+        assert_eq!(spawner.counters().snapshot().finished, 1);
+        spawner.stop_object("u1", StopReason::ObjectDeleted);
+        advance_to(epoch, secs(1)).await;
+        advance_to(epoch, secs(2)).await;
+        spawner.wait_stopped("u1").await;
+        assert_eq!(
+            spawner.counters().snapshot(),
+            super::super::CountersSnapshot {
+                spawned: 4,
+                finished: 1,
+                stopped: 1,
+                cancelled: 1,
+                abandoned: 1,
+            }
+        );
+        release.send(()).expect("release");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn recreated_object_gets_fresh_tasks_and_the_old_task_never_sees_its_body() {
+        let (spawner, _) = spawner();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        // Ignores its stop flag for a while, watching the body meanwhile.
+        let spec = TaskSpec::daemon(
+            "d",
+            task_fn(move |mut ctx| {
+                let log = Arc::clone(&log);
+                async move {
+                    loop {
+                        let n = ctx.body()["spec"]["n"].clone();
+                        log.lock().expect("lock").push((ctx.uid.to_string(), n));
+                        if ctx.body.changed().await.is_err() {
+                            std::future::pending::<()>().await;
+                        }
+                    }
+                }
+            }),
+        )
+        .cancellation_backoff(secs(10))
+        .build()
+        .expect("spec");
+        spawner.ensure("old-uid", &spec, &body(1));
+        settle().await;
+        spawner.stop_object("old-uid", StopReason::ObjectDeleted);
+        // Same name, new UID: a fresh task, while the old one still winds down.
+        assert_eq!(spawner.ensure("new-uid", &spec, &body(2)), Ensured::Spawned);
+        settle().await;
+        assert!(spawner.update_body("new-uid", body(3)));
+        assert!(
+            !spawner.update_body("old-uid", body(4)),
+            "the old object is gone"
+        );
+        spawner.wait_stopped("old-uid").await;
+        let seen = seen.lock().expect("lock").clone();
+        let old: Vec<_> = seen
+            .iter()
+            .filter(|(uid, _)| uid == "old-uid")
+            .map(|(_, n)| n.clone())
+            .collect();
+        let new: Vec<_> = seen
+            .iter()
+            .filter(|(uid, _)| uid == "new-uid")
+            .map(|(_, n)| n.clone())
+            .collect();
+        assert_eq!(old, [serde_json::json!(1)]);
+        assert_eq!(new, [serde_json::json!(2), serde_json::json!(3)]);
+    }
+}

@@ -1,0 +1,516 @@
+//! What a spawned task is made of: its [`TaskSpec`] (handler call plus
+//! Kopf's options), the [`TaskContext`] given to each call, and the
+//! [`TaskOutcome`] of a call.
+//!
+//! The handler call is generic: any `Fn(TaskContext) -> BoxFuture<TaskOutcome>`.
+//! The DSL adapts a user's `async fn` (parameter injection, error mapping)
+//! into a [`TaskFn`]; this module knows nothing about it.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::registry::Liveness;
+use super::stopping::StopFlag;
+
+/// The handler call of a daemon or timer.
+pub type TaskFn = Arc<dyn Fn(TaskContext) -> BoxFuture<'static, TaskOutcome> + Send + Sync>;
+
+/// Wrap an async closure into a [`TaskFn`].
+pub fn task_fn<F, Fut>(f: F) -> TaskFn
+where
+    F: Fn(TaskContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = TaskOutcome> + Send + 'static,
+{
+    Arc::new(move |ctx| f(ctx).boxed())
+}
+
+/// The result of one call of a daemon or timer handler.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TaskOutcome {
+    /// Success, with the value to store under `status.<handler id>` (the
+    /// engine's business).
+    Ok(Option<Value>),
+    /// A temporary failure: retry after `delay` (Kopf's `TemporaryError`).
+    Temporary {
+        /// How long to wait before the next attempt.
+        delay: Duration,
+        /// What went wrong.
+        message: String,
+    },
+    /// A permanent failure: do not retry (Kopf's `PermanentError`).
+    Permanent {
+        /// What went wrong.
+        message: String,
+    },
+    /// Any other failure: retry after the handler's `backoff`. A panic in the
+    /// handler is reported as this.
+    Error {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl TaskOutcome {
+    /// `Ok(None)`: success without a result.
+    #[must_use]
+    pub fn ok() -> Self {
+        Self::Ok(None)
+    }
+}
+
+/// What the runtime does after an outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Success. A daemon is finished for good; a timer waits for its next tick.
+    Done,
+    /// The handler will be called again after this delay (retry count + 1).
+    RetryIn(Duration),
+    /// Permanent failure or retries exhausted. A daemon is finished for good
+    /// (permanently failed); a timer waits for its next tick and starts
+    /// counting retries from zero.
+    GaveUp,
+    /// The stop flag was set while the handler ran; the task exits.
+    Stopped,
+}
+
+/// Which kind of spawning handler a task runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskKind {
+    /// A daemon: the handler runs once (with retries) for as long as it wants.
+    Daemon,
+    /// A timer: the handler is called on a schedule.
+    Timer(TimerSchedule),
+}
+
+/// When a timer ticks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimerSchedule {
+    /// Time between ticks (Kopf's `interval`).
+    pub interval: Duration,
+    /// Align ticks to multiples of `interval` from the task's start, skipping
+    /// those missed while the handler ran (Kopf's `sharp`). Otherwise the
+    /// interval counts from the end of the previous run.
+    pub sharp: bool,
+    /// Tick only once the object has not changed for this long (Kopf's `idle`).
+    pub idle: Option<Duration>,
+}
+
+/// An invalid [`TaskSpec`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpecError {
+    /// The handler id is empty.
+    #[error("handler id must not be empty")]
+    EmptyId,
+    /// A timer's `interval` is zero.
+    #[error("timer `{id}`: `interval` must be greater than zero")]
+    ZeroInterval {
+        /// The handler id.
+        id: String,
+    },
+    /// `retries` is zero, so the handler could never be called.
+    #[error("handler `{id}`: `retries` must be at least 1 (it counts attempts)")]
+    ZeroRetries {
+        /// The handler id.
+        id: String,
+    },
+}
+
+/// Kopf's default `backoff` for regular errors.
+pub const DEFAULT_BACKOFF: Duration = Duration::from_secs(60);
+
+/// A daemon or timer handler with its options; shared by all objects it
+/// serves (build once, pass the same `Arc` to every `ensure`).
+#[derive(Clone)]
+pub struct TaskSpec {
+    pub(crate) id: Arc<str>,
+    pub(crate) handler: TaskFn,
+    pub(crate) kind: TaskKind,
+    pub(crate) initial_delay: Option<Duration>,
+    pub(crate) retries: Option<u32>,
+    pub(crate) backoff: Duration,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) cancellation_backoff: Option<Duration>,
+    pub(crate) cancellation_timeout: Option<Duration>,
+    pub(crate) cancellation_polling: Option<Duration>,
+}
+
+impl std::fmt::Debug for TaskSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskSpec")
+            .field("id", &self.id)
+            .field("kind", &self.kind)
+            .field("initial_delay", &self.initial_delay)
+            .field("retries", &self.retries)
+            .field("backoff", &self.backoff)
+            .field("timeout", &self.timeout)
+            .field("cancellation_backoff", &self.cancellation_backoff)
+            .field("cancellation_timeout", &self.cancellation_timeout)
+            .field("cancellation_polling", &self.cancellation_polling)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TaskSpec {
+    /// A daemon with Kopf's defaults (no initial delay, unlimited retries,
+    /// `backoff` 60 s).
+    pub fn daemon(id: impl Into<Arc<str>>, handler: TaskFn) -> Self {
+        Self {
+            id: id.into(),
+            handler,
+            kind: TaskKind::Daemon,
+            initial_delay: None,
+            retries: None,
+            backoff: DEFAULT_BACKOFF,
+            timeout: None,
+            cancellation_backoff: None,
+            cancellation_timeout: None,
+            cancellation_polling: None,
+        }
+    }
+
+    /// A timer ticking every `interval` (not sharp, not idle).
+    pub fn timer(id: impl Into<Arc<str>>, interval: Duration, handler: TaskFn) -> Self {
+        Self {
+            kind: TaskKind::Timer(TimerSchedule {
+                interval,
+                sharp: false,
+                idle: None,
+            }),
+            ..Self::daemon(id, handler)
+        }
+    }
+
+    /// Kopf's `initial_delay`: wait this long after spawning before the first
+    /// call (interrupted by stopping).
+    #[must_use]
+    pub fn initial_delay(mut self, delay: Duration) -> Self {
+        self.initial_delay = Some(delay);
+        self
+    }
+
+    /// Kopf's `retries`: at most this many attempts (per daemon run, or per
+    /// timer tick) before giving up. Unlimited by default.
+    #[must_use]
+    pub fn retries(mut self, attempts: u32) -> Self {
+        self.retries = Some(attempts);
+        self
+    }
+
+    /// Kopf's `backoff`: delay before retrying after a regular error.
+    #[must_use]
+    pub fn backoff(mut self, backoff: Duration) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Kopf's `timeout`: no retry starts later than this after the first
+    /// attempt (of a daemon run, or of a timer tick); the handler gives up
+    /// instead. A running call is not interrupted.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Kopf's `sharp` (timers only; ignored for daemons).
+    #[must_use]
+    pub fn sharp(mut self, sharp: bool) -> Self {
+        if let TaskKind::Timer(schedule) = &mut self.kind {
+            schedule.sharp = sharp;
+        }
+        self
+    }
+
+    /// Kopf's `idle` (timers only; ignored for daemons).
+    #[must_use]
+    pub fn idle(mut self, idle: Duration) -> Self {
+        if let TaskKind::Timer(schedule) = &mut self.kind {
+            schedule.idle = Some(idle);
+        }
+        self
+    }
+
+    /// Kopf's `cancellation_backoff`: after the stop flag is set, how long
+    /// the task may exit gracefully before it is cancelled.
+    #[must_use]
+    pub fn cancellation_backoff(mut self, backoff: Duration) -> Self {
+        self.cancellation_backoff = Some(backoff);
+        self
+    }
+
+    /// Kopf's `cancellation_timeout`: after cancelling, how long to wait for
+    /// the task to end before it is abandoned.
+    #[must_use]
+    pub fn cancellation_timeout(mut self, timeout: Duration) -> Self {
+        self.cancellation_timeout = Some(timeout);
+        self
+    }
+
+    /// Kopf's `cancellation_polling`. Accepted for compatibility and unused:
+    /// Kopf polls whether a sync daemon's thread has exited; here a thread
+    /// started with [`TaskContext::run_blocking`] reports its own exit.
+    #[must_use]
+    pub fn cancellation_polling(mut self, polling: Duration) -> Self {
+        self.cancellation_polling = Some(polling);
+        self
+    }
+
+    /// Check the options and share the spec.
+    ///
+    /// # Errors
+    /// [`SpecError`] for an empty id, a zero timer interval or zero retries.
+    pub fn build(self) -> Result<Arc<Self>, SpecError> {
+        if self.id.is_empty() {
+            return Err(SpecError::EmptyId);
+        }
+        if let TaskKind::Timer(schedule) = self.kind
+            && schedule.interval.is_zero()
+        {
+            return Err(SpecError::ZeroInterval {
+                id: self.id.to_string(),
+            });
+        }
+        if self.retries == Some(0) {
+            return Err(SpecError::ZeroRetries {
+                id: self.id.to_string(),
+            });
+        }
+        Ok(Arc::new(self))
+    }
+
+    /// The handler id.
+    #[must_use]
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Daemon or timer (with its schedule).
+    #[must_use]
+    pub fn kind(&self) -> TaskKind {
+        self.kind
+    }
+
+    /// The verdict after attempt number `retry` (0-based), `runtime` after
+    /// the first attempt started.
+    pub(crate) fn verdict_for(
+        &self,
+        outcome: &TaskOutcome,
+        retry: u32,
+        runtime: Duration,
+    ) -> Verdict {
+        let delay = match outcome {
+            TaskOutcome::Ok(_) => return Verdict::Done,
+            TaskOutcome::Permanent { .. } => return Verdict::GaveUp,
+            TaskOutcome::Temporary { delay, .. } => *delay,
+            TaskOutcome::Error { .. } => self.backoff,
+        };
+        let out_of_attempts = self
+            .retries
+            .is_some_and(|attempts| retry.saturating_add(1) >= attempts);
+        let out_of_time = self
+            .timeout
+            .is_some_and(|timeout| runtime.saturating_add(delay) > timeout);
+        if out_of_attempts || out_of_time {
+            Verdict::GaveUp
+        } else {
+            Verdict::RetryIn(delay)
+        }
+    }
+}
+
+/// Everything one handler call gets from the runtime.
+///
+/// Cloning is cheap (reference counts only).
+#[derive(Clone)]
+pub struct TaskContext {
+    /// The object's UID.
+    pub uid: Arc<str>,
+    /// The handler id.
+    pub handler_id: Arc<str>,
+    /// The stop flag (Kopf's `stopped`).
+    pub stopped: StopFlag,
+    /// The live body: updated in place as the object's events arrive.
+    pub body: watch::Receiver<Arc<Value>>,
+    /// 0 for the first attempt, then 1, 2, … (Kopf's `retry`).
+    pub retry: u32,
+    /// When the first attempt of this run started (Kopf's `started`).
+    pub started: jiff::Timestamp,
+    /// The same moment on Tokio's (pausable) clock, for `runtime`.
+    pub started_at: Instant,
+    pub(crate) liveness: Arc<Liveness>,
+}
+
+impl std::fmt::Debug for TaskContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskContext")
+            .field("uid", &self.uid)
+            .field("handler_id", &self.handler_id)
+            .field("stopped", &self.stopped)
+            .field("retry", &self.retry)
+            .field("started", &self.started)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TaskContext {
+    /// The latest body seen (cheap: one reference count).
+    #[must_use]
+    pub fn body(&self) -> Arc<Value> {
+        self.body.borrow().clone()
+    }
+
+    /// Time since the first attempt of this run (Kopf's `runtime`).
+    #[must_use]
+    pub fn runtime(&self) -> Duration {
+        self.started_at.elapsed()
+    }
+
+    /// Run a blocking function on a blocking thread, as part of this task
+    /// (for sync daemons). The function gets the stop flag and should poll
+    /// it, e.g. with [`StopFlag::wait_blocking`].
+    ///
+    /// # Guarantees
+    /// The task counts as running until the function returns, even if the
+    /// async part is cancelled: a thread that ignores the stop flag makes the
+    /// task *abandoned* (reported) after `cancellation_timeout`, rather than
+    /// silently leaked.
+    ///
+    /// # Errors
+    /// [`BlockingError::Panicked`] if the function panics.
+    pub async fn run_blocking<F, R>(&self, f: F) -> Result<R, BlockingError>
+    where
+        F: FnOnce(StopFlag) -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        let keepalive = Arc::clone(&self.liveness);
+        let flag = self.stopped.clone();
+        let handle = self.liveness.tracker.spawn_blocking(move || {
+            let _keepalive = keepalive;
+            f(flag)
+        });
+        handle.await.map_err(|error| BlockingError::Panicked {
+            message: error.to_string(),
+        })
+    }
+}
+
+/// A failed [`TaskContext::run_blocking`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BlockingError {
+    /// The blocking function panicked (or its thread was cancelled).
+    #[error("blocking function failed: {message}")]
+    Panicked {
+        /// The panic or cancellation message.
+        message: String,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn noop() -> TaskFn {
+        task_fn(|_| async { TaskOutcome::ok() })
+    }
+
+    #[test]
+    fn build_rejects_zero_interval_and_zero_retries() {
+        let err = TaskSpec::timer("t", Duration::ZERO, noop())
+            .build()
+            .unwrap_err();
+        assert_eq!(err, SpecError::ZeroInterval { id: "t".into() });
+        let err = TaskSpec::daemon("d", noop())
+            .retries(0)
+            .build()
+            .unwrap_err();
+        assert!(err.to_string().contains("`retries`"));
+        assert_eq!(
+            TaskSpec::daemon("", noop()).build().unwrap_err(),
+            SpecError::EmptyId
+        );
+    }
+
+    #[test]
+    fn retries_count_attempts() {
+        let spec = TaskSpec::daemon("d", noop())
+            .retries(3)
+            .backoff(Duration::from_secs(7));
+        let error = TaskOutcome::Error {
+            message: "x".into(),
+        };
+        assert_eq!(
+            spec.verdict_for(&error, 0, Duration::ZERO),
+            Verdict::RetryIn(Duration::from_secs(7))
+        );
+        assert_eq!(
+            spec.verdict_for(&error, 1, Duration::ZERO),
+            Verdict::RetryIn(Duration::from_secs(7))
+        );
+        assert_eq!(spec.verdict_for(&error, 2, Duration::ZERO), Verdict::GaveUp);
+        let temporary = TaskOutcome::Temporary {
+            delay: Duration::from_secs(2),
+            message: "x".into(),
+        };
+        assert_eq!(
+            spec.verdict_for(&temporary, 0, Duration::ZERO),
+            Verdict::RetryIn(Duration::from_secs(2))
+        );
+        assert_eq!(
+            spec.verdict_for(&TaskOutcome::ok(), 5, Duration::ZERO),
+            Verdict::Done
+        );
+        let permanent = TaskOutcome::Permanent {
+            message: "x".into(),
+        };
+        assert_eq!(
+            spec.verdict_for(&permanent, 0, Duration::ZERO),
+            Verdict::GaveUp
+        );
+    }
+
+    #[test]
+    fn timeout_gives_up_instead_of_retrying_too_late() {
+        let spec = TaskSpec::daemon("d", noop())
+            .timeout(Duration::from_secs(10))
+            .backoff(Duration::from_secs(4));
+        let error = TaskOutcome::Error {
+            message: "x".into(),
+        };
+        let s = Duration::from_secs;
+        assert_eq!(spec.verdict_for(&error, 0, s(0)), Verdict::RetryIn(s(4)));
+        assert_eq!(spec.verdict_for(&error, 1, s(6)), Verdict::RetryIn(s(4)));
+        assert_eq!(spec.verdict_for(&error, 2, s(7)), Verdict::GaveUp);
+        assert_eq!(
+            spec.verdict_for(&TaskOutcome::ok(), 9, s(99)),
+            Verdict::Done
+        );
+    }
+
+    #[test]
+    fn sharp_and_idle_apply_to_timers_only() {
+        let spec = TaskSpec::daemon("d", noop())
+            .sharp(true)
+            .idle(Duration::from_secs(1));
+        assert_eq!(spec.kind(), TaskKind::Daemon);
+        let spec = TaskSpec::timer("t", Duration::from_secs(1), noop())
+            .sharp(true)
+            .idle(Duration::from_secs(3));
+        assert_eq!(
+            spec.kind(),
+            TaskKind::Timer(TimerSchedule {
+                interval: Duration::from_secs(1),
+                sharp: true,
+                idle: Some(Duration::from_secs(3))
+            })
+        );
+    }
+}

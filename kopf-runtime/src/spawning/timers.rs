@@ -1,0 +1,472 @@
+//! The timer loop: a daemon that calls its handler on a schedule.
+//!
+//! - The first tick is right after `initial_delay` (interrupted by stopping).
+//! - Not `sharp`: the next tick is `interval` after the end of the previous
+//!   run. `sharp`: ticks fall on multiples of `interval` from the first tick;
+//!   those missed while the handler ran are skipped. The schedule is computed
+//!   from ideal times, so it does not drift.
+//! - `idle`: a tick (or retry) waits until the object has not changed for
+//!   `idle`; every change ([`Spawner::update_body`], [`Spawner::touched`])
+//!   restarts that wait. The object's first sighting counts as a change.
+//! - Errors: `Temporary { delay }` retries after `delay`, a regular `Error`
+//!   after `backoff`, within `retries` and `timeout`; then (or on `Permanent`) the
+//!   timer gives up on this tick and waits for the next one, counting retries
+//!   from zero again. A timer never ends on its own.
+//!
+//! Each timer is one task with one pinned sleep; a tick allocates nothing
+//! beyond what the handler call itself does.
+//!
+//! [`Spawner::update_body`]: super::Spawner::update_body
+//! [`Spawner::touched`]: super::Spawner::touched
+
+use std::pin::pin;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::runner::Run;
+use super::stopping::{StopFlag, deadline_after};
+use super::task::{TimerSchedule, Verdict};
+
+/// Run a timer until it is stopped.
+pub(crate) async fn run(mut run: Run, schedule: TimerSchedule) {
+    if let Some(delay) = run.spec.initial_delay
+        && run.flag.wait(delay).await
+    {
+        return;
+    }
+    let flag = run.flag.clone();
+    let anchor = Instant::now();
+    let mut tick = anchor;
+    let mut retry = 0;
+    let mut started = None;
+    // One sleep and one stop-waiter for the timer's whole life: a tick only
+    // re-arms the sleep, with no waiter registration and no allocation.
+    let mut stopped = pin!(flag.token().clone().cancelled_owned());
+    let mut sleep = pin!(tokio::time::sleep_until(tick));
+    loop {
+        sleep.as_mut().reset(tick);
+        tokio::select! {
+            biased;
+            () = stopped.as_mut() => return,
+            () = sleep.as_mut() => {}
+        }
+        if let Some(idle) = schedule.idle
+            && wait_idle(&flag, &mut run.changes, idle).await
+        {
+            return;
+        }
+        let begun = Instant::now();
+        let first = *started.get_or_insert(begun);
+        let outcome = run.call(retry, first).await;
+        if flag.is_set() {
+            run.report(retry, outcome, Verdict::Stopped);
+            return;
+        }
+        let verdict = run.spec.verdict_for(&outcome, retry, first.elapsed());
+        run.report(retry, outcome, verdict);
+        let now = Instant::now();
+        match verdict {
+            Verdict::RetryIn(delay) => {
+                retry += 1;
+                tick = deadline_after(now, delay);
+            }
+            Verdict::Done | Verdict::GaveUp | Verdict::Stopped => {
+                retry = 0;
+                started = None;
+                tick = if schedule.sharp {
+                    next_sharp_tick(anchor, schedule.interval, tick.max(anchor), now)
+                } else {
+                    deadline_after(now, schedule.interval)
+                };
+            }
+        }
+    }
+}
+
+/// Wait until the object has been unchanged for `idle`. Returns whether the
+/// stop flag was set meanwhile.
+async fn wait_idle(
+    flag: &StopFlag,
+    changes: &mut watch::Receiver<Instant>,
+    idle: Duration,
+) -> bool {
+    loop {
+        let last = *changes.borrow_and_update();
+        let due = deadline_after(last, idle);
+        if Instant::now() >= due {
+            return flag.is_set();
+        }
+        tokio::select! {
+            biased;
+            () = flag.cancelled() => return true,
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    // The object's memory is gone: no more changes can come.
+                    return flag.sleep_until(due).await;
+                }
+            }
+            () = tokio::time::sleep_until(due) => {}
+        }
+    }
+}
+
+/// The first multiple of `interval` after `anchor` that is later than the
+/// slot of the run that began at `slot` and not earlier than `now`.
+fn next_sharp_tick(anchor: Instant, interval: Duration, slot: Instant, now: Instant) -> Instant {
+    let step = interval.as_nanos().max(1);
+    let after_slot = (slot - anchor).as_nanos() / step + 1;
+    let covering_now = (now - anchor).as_nanos().div_ceil(step);
+    let slots = after_slot.max(covering_now);
+    let offset = u64::try_from(slots.saturating_mul(step)).unwrap_or(u64::MAX);
+    deadline_after(anchor, Duration::from_nanos(offset))
+}
+
+#[cfg(test)]
+mod schedule_tests {
+    use super::*;
+
+    #[test]
+    fn sharp_ticks_skip_missed_slots_and_never_repeat_a_slot() {
+        let anchor = Instant::now();
+        let s = Duration::from_secs;
+        let ms = Duration::from_millis;
+        // A fast run: the next slot.
+        assert_eq!(next_sharp_tick(anchor, s(1), anchor, anchor), anchor + s(1));
+        // A run of 2.5 intervals: slots 1 and 2 are skipped.
+        assert_eq!(
+            next_sharp_tick(anchor, s(1), anchor, anchor + ms(2500)),
+            anchor + s(3)
+        );
+        // A run ending exactly on a slot: that slot is due now.
+        assert_eq!(
+            next_sharp_tick(anchor, s(1), anchor, anchor + s(2)),
+            anchor + s(2)
+        );
+        // A late wake-up within slot 4 (e.g. after idling) still aligns to the grid.
+        assert_eq!(
+            next_sharp_tick(anchor, s(1), anchor + ms(4200), anchor + ms(4300)),
+            anchor + s(5)
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::super::testkit::{Calls, body, millis, secs, spawner};
+    use super::super::{StopReason, TaskOutcome, TaskSpec, Verdict, task_fn};
+
+    /// A timer handler that records its calls, takes `runs` to complete, and
+    /// returns `outcomes[call]` (the last one repeated).
+    fn timer(
+        calls: &Calls,
+        interval: std::time::Duration,
+        runs: std::time::Duration,
+        outcomes: Vec<TaskOutcome>,
+    ) -> TaskSpec {
+        let calls = calls.clone();
+        let outcomes = Arc::new(outcomes);
+        TaskSpec::timer(
+            "t",
+            interval,
+            task_fn(move |_ctx| {
+                let n = calls.hit();
+                let outcome = outcomes[n.min(outcomes.len() - 1)].clone();
+                async move {
+                    tokio::time::sleep(runs).await;
+                    outcome
+                }
+            }),
+        )
+    }
+
+    fn ok() -> Vec<TaskOutcome> {
+        vec![TaskOutcome::ok()]
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn first_tick_after_initial_delay_then_every_interval() {
+        let (spawner, recorder) = spawner();
+        let calls = Calls::new();
+        let spec = timer(&calls, secs(10), secs(0), ok())
+            .initial_delay(secs(5))
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(millis(30_500)).await;
+        assert_eq!(calls.times(), [secs(5), secs(15), secs(25)]);
+        assert!(recorder.verdicts().iter().all(|v| *v == (0, Verdict::Done)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn interval_counts_from_the_end_of_a_long_run_when_not_sharp() {
+        let (spawner, _) = spawner();
+        let calls = Calls::new();
+        let spec = timer(&calls, secs(1), millis(2500), ok())
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(millis(7100)).await;
+        assert_eq!(calls.times(), [secs(0), millis(3500), secs(7)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sharp_ticks_stay_on_the_grid_and_skip_those_missed_by_a_long_run() {
+        let (spawner, _) = spawner();
+        let calls = Calls::new();
+        let spec = timer(&calls, secs(1), millis(2500), ok())
+            .sharp(true)
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(millis(6100)).await;
+        assert_eq!(calls.times(), [secs(0), secs(3), secs(6)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sharp_timer_does_not_drift_when_runs_take_time() {
+        let (spawner, _) = spawner();
+        let calls = Calls::new();
+        let spec = timer(&calls, secs(1), millis(300), ok())
+            .sharp(true)
+            .initial_delay(millis(250))
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(millis(100_300)).await;
+        let expected: Vec<_> = (0..=100).map(|k| millis(250 + 1000 * k)).collect();
+        assert_eq!(calls.times(), expected);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_timer_waits_until_the_object_is_quiet_and_changes_reset_the_wait() {
+        let (spawner, _) = spawner();
+        let calls = Calls::new();
+        let spec = timer(&calls, secs(1), secs(0), ok())
+            .idle(secs(5))
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1)); // first sighting at t=0
+        tokio::time::sleep(secs(3)).await;
+        assert!(spawner.update_body("u1", body(2))); // t=3
+        tokio::time::sleep(secs(3)).await;
+        spawner.touched("u1"); // t=6
+        tokio::time::sleep(millis(6500)).await; // t=12.5
+        assert_eq!(calls.times(), [secs(11), secs(12)]);
+        spawner.touched("u1"); // t=12.5
+        tokio::time::sleep(millis(7100)).await; // t=19.6
+        assert_eq!(
+            calls.times(),
+            [
+                secs(11),
+                secs(12),
+                millis(17_500),
+                millis(18_500),
+                millis(19_500)
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn identical_body_does_not_reset_idle() {
+        let (spawner, _) = spawner();
+        let calls = Calls::new();
+        let spec = timer(&calls, secs(100), secs(0), ok())
+            .idle(secs(5))
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(secs(3)).await;
+        assert!(!spawner.update_body("u1", body(1)));
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(secs(3)).await;
+        assert_eq!(calls.times(), [secs(5)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn errors_back_off_and_retries_start_afresh_on_the_next_tick() {
+        let (spawner, recorder) = spawner();
+        let calls = Calls::new();
+        let error = TaskOutcome::Error {
+            message: "boom".into(),
+        };
+        let spec = timer(&calls, secs(10), secs(0), vec![error])
+            .retries(2)
+            .backoff(secs(3))
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(millis(16_500)).await;
+        assert_eq!(calls.times(), [secs(0), secs(3), secs(13), secs(16)]);
+        assert_eq!(
+            recorder.verdicts(),
+            [
+                (0, Verdict::RetryIn(secs(3))),
+                (1, Verdict::GaveUp),
+                (0, Verdict::RetryIn(secs(3))),
+                (1, Verdict::GaveUp),
+            ]
+        );
+        assert_eq!(
+            spawner.running("u1"),
+            ["t"],
+            "a timer never ends on its own"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn temporary_error_retries_after_its_delay_then_the_interval_resumes() {
+        let (spawner, recorder) = spawner();
+        let calls = Calls::new();
+        let temporary = TaskOutcome::Temporary {
+            delay: millis(1500),
+            message: "later".into(),
+        };
+        let spec = timer(
+            &calls,
+            secs(10),
+            secs(0),
+            vec![temporary, TaskOutcome::ok()],
+        )
+        .build()
+        .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(millis(12_000)).await;
+        assert_eq!(calls.times(), [secs(0), millis(1500), millis(11_500)]);
+        assert_eq!(
+            recorder.verdicts(),
+            [
+                (0, Verdict::RetryIn(millis(1500))),
+                (1, Verdict::Done),
+                (0, Verdict::Done)
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn permanent_error_waits_for_the_next_tick() {
+        let (spawner, recorder) = spawner();
+        let calls = Calls::new();
+        let permanent = TaskOutcome::Permanent {
+            message: "no".into(),
+        };
+        let spec = timer(&calls, secs(4), secs(0), vec![permanent])
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(millis(8500)).await;
+        assert_eq!(calls.times(), [secs(0), secs(4), secs(8)]);
+        assert!(
+            recorder
+                .verdicts()
+                .iter()
+                .all(|v| *v == (0, Verdict::GaveUp))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_between_ticks_ends_the_timer_at_once() {
+        let (spawner, _) = spawner();
+        let calls = Calls::new();
+        let spec = timer(&calls, secs(10), secs(0), ok())
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(secs(3)).await;
+        let start = tokio::time::Instant::now();
+        spawner.stop_object("u1", StopReason::ObjectDeleted);
+        spawner.wait_stopped("u1").await;
+        assert_eq!(start.elapsed(), secs(0));
+        assert_eq!(calls.count(), 1);
+        assert_eq!(spawner.counters().snapshot().stopped, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_during_initial_delay_or_idle_wait_ends_the_timer_at_once() {
+        let (spawner, _) = spawner();
+        let calls = Calls::new();
+        let delayed = timer(&calls, secs(1), secs(0), ok())
+            .initial_delay(secs(60))
+            .build()
+            .expect("spec");
+        let idle = TaskSpec::clone(&timer(&calls, secs(1), secs(0), ok()).idle(secs(60)))
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &delayed, &body(1));
+        spawner.ensure("u2", &idle, &body(1));
+        tokio::time::sleep(secs(5)).await;
+        spawner.stop_all(StopReason::OperatorExiting);
+        spawner.wait_stopped("u1").await;
+        spawner.wait_stopped("u2").await;
+        assert_eq!(tokio::time::Instant::now() - calls_epoch(&calls), secs(5));
+        assert_eq!(calls.count(), 0);
+    }
+
+    fn calls_epoch(calls: &Calls) -> tokio::time::Instant {
+        calls.epoch()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_mid_run_lets_the_run_finish_within_cancellation_backoff() {
+        let (spawner, recorder) = spawner();
+        let calls = Calls::new();
+        let spec = timer(&calls, secs(1), secs(3), ok())
+            .cancellation_backoff(secs(10))
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(secs(1)).await;
+        spawner.stop("u1", "t", StopReason::FilterMismatch);
+        spawner.wait_stopped("u1").await;
+        assert_eq!(calls.times(), [secs(0)]);
+        assert_eq!(recorder.verdicts(), [(0, Verdict::Stopped)]);
+        assert_eq!(recorder.outcomes()[0].at, secs(3));
+        assert_eq!(spawner.counters().snapshot().stopped, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_mid_run_cancels_a_long_run_after_cancellation_backoff() {
+        let (spawner, recorder) = spawner();
+        let calls = Calls::new();
+        let spec = timer(&calls, secs(1), secs(600), ok())
+            .cancellation_backoff(secs(2))
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(secs(1)).await;
+        let start = tokio::time::Instant::now();
+        spawner.stop("u1", "t", StopReason::FilterMismatch);
+        spawner.wait_stopped("u1").await;
+        assert_eq!(start.elapsed(), secs(2));
+        assert!(
+            recorder.outcomes().is_empty(),
+            "a cancelled run has no outcome"
+        );
+        assert_eq!(spawner.counters().snapshot().cancelled, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ten_thousand_sharp_timers_tick_on_time() {
+        let (spawner, _) = spawner();
+        let calls = Calls::new();
+        let spec = timer(&calls, secs(1), secs(0), ok())
+            .sharp(true)
+            .build()
+            .expect("spec");
+        let body = body(1);
+        for n in 0..10_000 {
+            spawner.ensure(&format!("u{n}"), &spec, &body);
+        }
+        tokio::time::sleep(millis(9500)).await;
+        let times = calls.times();
+        assert_eq!(times.len(), 100_000);
+        assert!(
+            times.iter().all(|t| t.subsec_nanos() == 0),
+            "every tick on a whole second"
+        );
+        spawner.shutdown(secs(1)).await.expect("clean shutdown");
+    }
+}
