@@ -363,6 +363,8 @@ impl Drop for Inner {
 ///   and abandons it visibly; a bare `spawn_blocking` is invisible here.
 /// - A handler that keeps a clone of its [`TaskContext`](super::TaskContext) beyond its own
 ///   future (e.g. in a task of its own) keeps the task "running".
+/// - An abandoned task is forgotten, not killed: a new task for the same key
+///   may be spawned while the abandoned one still runs somewhere.
 /// - Once all tasks of an object that was stopped as gone have ended, its
 ///   memory is dropped; an [`Spawner::ensure`] for that UID after that starts
 ///   afresh (the engine never does that for a deleted UID).
