@@ -25,6 +25,7 @@ pub mod resources;
 pub mod retrying;
 pub mod running;
 pub mod settings;
+pub mod spawned;
 pub mod spawning;
 pub mod watching;
 

@@ -31,6 +31,8 @@ use crate::queueing::{ProcessFn, Queue, QueueSettings};
 use crate::registry::Registry;
 use crate::resources::ResourceRef;
 use crate::settings::OperatorSettings;
+use crate::spawned::TaskObserver;
+use crate::spawning::{Spawner, SpawnerSettings};
 use crate::watching::{ObjectEvent, ResourceWatcher, Seen};
 
 /// Why an operator could not start or stopped with an error.
@@ -46,6 +48,15 @@ pub enum OperatorError {
         handler: String,
         /// Its kind.
         kind: HandlerKind,
+    },
+    /// A daemon or timer whose options cannot run.
+    #[error("handler `{handler}`: {source}")]
+    InvalidTask {
+        /// The handler's source path.
+        handler: String,
+        /// What is wrong.
+        #[source]
+        source: crate::spawning::SpecError,
     },
     /// No cluster to talk to.
     #[error(
@@ -179,6 +190,15 @@ impl Operator {
             None
         };
 
+        let observer = TaskObserver::new(poster.clone());
+        let spawner = Arc::new(Spawner::new(
+            Arc::clone(&observer) as Arc<dyn crate::spawning::Observer>,
+            SpawnerSettings {
+                graceful_exit_limit: settings.background.graceful_exit_limit,
+                default_cancellation_timeout: settings.background.default_cancellation_timeout,
+            },
+        ));
+
         let activities = |kind| {
             self.registry
                 .of_kind(kind)
@@ -191,6 +211,9 @@ impl Operator {
         let mut queues = Vec::new();
         for (resource, handlers) in self.resources().into_values() {
             let handlers = ResourceHandlers::new(handlers.iter());
+            for handler in &handlers.spawning {
+                check_task(handler)?;
+            }
             let serve = ServeResource {
                 resource,
                 handlers,
@@ -198,6 +221,8 @@ impl Operator {
                 settings: Arc::clone(&settings),
                 poster: poster.clone(),
                 namespaces: self.namespaces.clone(),
+                spawner: Arc::clone(&spawner),
+                observer: Arc::clone(&observer),
             };
             let (queue_tx, queue_rx) = tokio::sync::oneshot::channel();
             tasks.spawn(serve.run(watching.clone(), queue_tx));
@@ -212,6 +237,9 @@ impl Operator {
             if let Ok(queue) = queue.await {
                 queue.shutdown(exit_timeout).await;
             }
+        }
+        if let Err(error) = spawner.shutdown(settings.background.shutdown_timeout).await {
+            tracing::warn!(%error, "daemons and timers did not all stop in time");
         }
         if let Err(error) =
             run_activities(&activities(HandlerKind::OnCleanup), &client, false).await
@@ -268,6 +296,8 @@ struct ServeResource {
     settings: Arc<OperatorSettings>,
     poster: Option<EventPoster>,
     namespaces: NamespaceSelector,
+    spawner: Arc<Spawner>,
+    observer: Arc<TaskObserver>,
 }
 
 impl ServeResource {
@@ -284,13 +314,22 @@ impl ServeResource {
             return;
         };
         let poster = self.poster.clone();
-        let processor = Arc::new(ResourceProcessor::new(
+        let processor = match ResourceProcessor::new(
             target.clone(),
             self.handlers,
             Arc::clone(&self.settings),
             self.client.clone(),
             self.poster,
-        ));
+            self.spawner,
+            self.observer,
+        ) {
+            Ok(processor) => Arc::new(processor),
+            Err(error) => {
+                // Checked at start-up; only reachable if the checks and the specs disagree.
+                tracing::error!(%error, resource = %target.api.plural, "cannot serve the resource");
+                return;
+            }
+        };
         // Handlers post Events with `kopf_runtime::posting::{info, warn, …}`
         // through the poster in scope.
         let process: ProcessFn<String, Work> = Arc::new(move |uid, work| {
@@ -353,6 +392,21 @@ impl ServeResource {
         }
         let _ = queue_out.send(queue);
     }
+}
+
+/// Refuses a daemon or timer whose options cannot run, at start-up.
+fn check_task(handler: &Handler) -> Result<(), OperatorError> {
+    use crate::handlers::KindOptions;
+    let invalid = |source| OperatorError::InvalidTask { handler: handler.fn_path.to_string(), source };
+    if let KindOptions::Timer(timer) = &handler.kind_options {
+        if timer.interval.is_none_or(|i| i.is_zero()) {
+            return Err(invalid(crate::spawning::SpecError::ZeroInterval { id: handler.id.clone() }));
+        }
+    }
+    if handler.options.retries == Some(0) {
+        return Err(invalid(crate::spawning::SpecError::ZeroRetries { id: handler.id.clone() }));
+    }
+    Ok(())
 }
 
 /// Finds the resource in discovery; retries with a warning until it exists

@@ -31,6 +31,8 @@ use crate::posting::{EventPoster, ObjectReference};
 use crate::progress::ProgressStorage;
 use crate::queueing::{Processed, Versioned};
 use crate::settings::OperatorSettings;
+use crate::spawned::{self, Memos, TaskObserver, TaskEnvironment};
+use crate::spawning::{Ensured, SpecError, Spawner, StopReason, TaskSpec};
 use crate::watching::{DeletedBy, ObjectEvent, Seen};
 
 /// How long to wait before processing an object again after its patch was
@@ -79,6 +81,8 @@ pub struct ResourceHandlers {
     pub changing: Vec<Handler>,
     /// `on_event`.
     pub watching: Vec<Handler>,
+    /// `daemon` and `timer`.
+    pub spawning: Vec<Handler>,
 }
 
 impl ResourceHandlers {
@@ -90,6 +94,8 @@ impl ResourceHandlers {
                 split.changing.push(handler.clone());
             } else if handler.kind == HandlerKind::OnEvent {
                 split.watching.push(handler.clone());
+            } else if handler.kind.is_spawning() {
+                split.spawning.push(handler.clone());
             }
         }
         split
@@ -107,6 +113,10 @@ pub struct ResourceProcessor {
     poster: Option<EventPoster>,
     client: kube::Client,
     memories: Mutex<HashMap<String, Arc<ObjectMemory>>>,
+    memos: Memos,
+    tasks: Vec<(Handler, Arc<TaskSpec>)>,
+    spawner: Arc<Spawner>,
+    observer: Arc<TaskObserver>,
 }
 
 /// Where a resource's objects live, as discovery says.
@@ -129,25 +139,49 @@ impl std::fmt::Debug for ResourceProcessor {
 }
 
 impl ResourceProcessor {
-    /// A processor for the objects of `target`.
+    /// A processor for the objects of `target`; its daemons and timers run
+    /// in `spawner`, which reports to `observer`.
+    ///
+    /// # Errors
+    /// [`SpecError`] for a daemon or timer whose options cannot run.
     pub fn new(
         target: ResourceTarget,
         handlers: ResourceHandlers,
         settings: Arc<OperatorSettings>,
         client: kube::Client,
         poster: Option<EventPoster>,
-    ) -> Self {
-        Self {
+        spawner: Arc<Spawner>,
+        observer: Arc<TaskObserver>,
+    ) -> Result<Self, SpecError> {
+        let patcher = Patcher::new(client.clone(), &settings.networking);
+        let memos = Memos::default();
+        let env = TaskEnvironment {
+            target: target.clone(),
+            client: client.clone(),
+            patcher: patcher.clone(),
+            poster: poster.clone(),
+            memos: Arc::clone(&memos),
+        };
+        let tasks = handlers
+            .spawning
+            .iter()
+            .map(|handler| Ok((handler.clone(), spawned::task_spec(handler, &env)?)))
+            .collect::<Result<Vec<_>, SpecError>>()?;
+        Ok(Self {
             progress: ProgressStorage::from_settings(&settings.persistence),
             diffbase: DiffBaseStorage::from_settings(&settings.persistence),
-            patcher: Patcher::new(client.clone(), &settings.networking),
+            patcher,
             target,
             handlers,
             settings,
             poster,
             client,
             memories: Mutex::new(HashMap::new()),
-        }
+            memos,
+            tasks,
+            spawner,
+            observer,
+        })
     }
 
     /// How many objects the processor remembers (live objects it has seen).
@@ -165,7 +199,7 @@ impl ResourceProcessor {
             return Arc::clone(memory);
         }
         let memory = Arc::new(ObjectMemory {
-            memo: Memo::new(),
+            memo: spawned::memo_of(&self.memos, uid),
             noticed_by_listing: initial_listing,
             fully_handled_once: AtomicBool::new(false),
         });
@@ -196,7 +230,18 @@ impl ResourceProcessor {
     async fn deleted(&self, uid: &str, object: &DynamicObject, how: DeletedBy) {
         let body = Arc::new(to_value(object));
         let known = self.lock_memories().remove(uid);
+        self.memos.lock().unwrap_or_else(PoisonError::into_inner).remove(uid);
         let logger = Logger::new(object_name(&body));
+        if !self.tasks.is_empty() {
+            let reason = match how {
+                DeletedBy::Event => StopReason::ObjectDeleted,
+                DeletedBy::Vanished => StopReason::ObjectVanished,
+            };
+            if self.spawner.stop_object(uid, reason) > 0 {
+                logger.debug(format!("Stopping the object's daemons and timers: {}.", reason.as_str()));
+            }
+            self.spawner.forget(uid);
+        }
         self.run_event_handlers(
             Some(EventType::Deleted),
             &body,
@@ -209,6 +254,14 @@ impl ResourceProcessor {
                 DeletedBy::Event => logger.debug("Deleted, really."),
                 DeletedBy::Vanished => logger.debug("Gone while the watch was down: deleted."),
             }
+        }
+        if !self.tasks.is_empty() {
+            // Keep the object's identity for reports until its tasks end
+            // (bounded: a task that will not stop is abandoned).
+            let background = &self.settings.background;
+            let limit = background.graceful_exit_limit + background.default_cancellation_timeout;
+            let _ = tokio::time::timeout(limit, self.spawner.wait_stopped(uid)).await;
+            self.observer.forget(uid);
         }
     }
 
@@ -226,12 +279,7 @@ impl ResourceProcessor {
             .await;
 
         let mut patch = json!({});
-        let mut delay = None;
-        if !self.handlers.changing.is_empty() {
-            delay = self
-                .handle_changes(&body, &memory, &logger, &mut patch)
-                .await;
-        }
+        let delay = self.handle_object(uid, &body, &memory, &logger, &mut patch).await;
         if patch.as_object().is_none_or(|p| p.is_empty()) {
             return Processed {
                 expect_version: None,
@@ -270,32 +318,32 @@ impl ResourceProcessor {
         }
     }
 
-    /// The finalizer and the change handlers; returns when to come back.
-    async fn handle_changes(
+    /// The finalizer, the daemons and timers, and the change handlers of an
+    /// object; returns when to come back.
+    async fn handle_object(
         &self,
+        uid: &str,
         body: &Arc<Value>,
         memory: &ObjectMemory,
         logger: &Logger,
         patch: &mut Value,
     ) -> Option<Duration> {
+        if self.handlers.changing.is_empty() && self.tasks.is_empty() {
+            return None;
+        }
         let probe = {
             let mut kwargs = Kwargs::new(Value::Null);
             kwargs.body = Arc::clone(body);
             kwargs.memo = memory.memo.clone();
             kwargs
         };
-        let matching: Vec<&Handler> = self
-            .handlers
-            .changing
-            .iter()
-            .filter(|h| h.filters.matches_object(&probe))
-            .collect();
-        if matching.is_empty() {
-            // Blind to objects no handler is interested in: store no state.
-            return None;
-        }
+        let changing: Vec<&Handler> =
+            self.handlers.changing.iter().filter(|h| h.filters.matches_object(&probe)).collect();
+        let spawning: Vec<bool> = self.tasks.iter().map(|(h, _)| h.filters.matches_object(&probe)).collect();
+        let any_spawning = spawning.iter().any(|m| *m);
         let finalizer = self.settings.persistence.finalizer.as_str();
-        let requires_finalizer = matching.iter().any(|h| h.requires_finalizer);
+        let requires_finalizer = changing.iter().any(|h| h.requires_finalizer)
+            || self.tasks.iter().zip(&spawning).any(|((h, _), m)| *m && h.requires_finalizer);
         let deleting = finalizers::is_deletion_ongoing(body);
         let blocked = finalizers::is_deletion_blocked(body, finalizer);
         if !deleting && !blocked && requires_finalizer {
@@ -308,6 +356,54 @@ impl ResourceProcessor {
             set_finalizer(body, patch, finalizer, false);
         }
 
+        // Daemons and timers start before the change handlers and stop after them.
+        let mut delay = None;
+        let mut tasks_running = false;
+        if !self.tasks.is_empty() && (any_spawning || !self.spawner.running(uid).is_empty()) {
+            if deleting {
+                self.spawner.stop_object(uid, StopReason::DeletionRequested);
+                tasks_running = !self.spawner.running(uid).is_empty();
+            } else {
+                self.observer.remember(uid, body);
+                for ((handler, spec), matches) in self.tasks.iter().zip(&spawning) {
+                    if !*matches {
+                        self.spawner.stop(uid, &handler.id, StopReason::FilterMismatch);
+                    } else if self.spawner.ensure(uid, spec, body) == Ensured::Stopping {
+                        delay = Some(TASK_RESPAWN_CHECK);
+                    }
+                }
+            }
+        }
+
+        let mut deletion_done = true;
+        if !changing.is_empty() {
+            let outcome = self.handle_changes(body, memory, logger, patch, &changing).await;
+            deletion_done = outcome.done;
+            delay = min_delay(delay, outcome.delay);
+        }
+        if deleting && blocked {
+            if tasks_running {
+                logger.debug("Waiting for the daemons and timers to stop before releasing the object.");
+                delay = min_delay(delay, Some(TASK_RESPAWN_CHECK));
+            } else if deletion_done {
+                logger.debug("Removing the finalizer, thus allowing the actual deletion.");
+                set_finalizer(body, patch, finalizer, false);
+            }
+        }
+        delay
+    }
+
+    /// The change handlers (the object's cause); returns whether the cause is
+    /// done and when to come back.
+    async fn handle_changes(
+        &self,
+        body: &Arc<Value>,
+        memory: &ObjectMemory,
+        logger: &Logger,
+        patch: &mut Value,
+        matching: &[&Handler],
+    ) -> handling::StepOutcome {
+        let finalizer = self.settings.persistence.finalizer.as_str();
         let (old, new) = self.diffbase.essences(body, &[], &self.progress);
         let diff = Diff::between(old.as_ref(), Some(&new));
         let initial = memory.initial();
@@ -326,13 +422,13 @@ impl ResourceProcessor {
                 logger.debug(
                     "Something has changed, but we are not interested (the essence is the same).",
                 );
-                return None;
+                return done();
             }
             ChangeCause::Free => {
                 logger.debug("Deletion, but we are done with it, and we do not care.");
-                return None;
+                return done();
             }
-            ChangeCause::Gone => return None,
+            ChangeCause::Gone => return done(),
         };
         let old_changed = old.as_ref() != Some(&new);
         let context = CauseContext {
@@ -374,20 +470,15 @@ impl ResourceProcessor {
             }
             (step.done, step.delay)
         };
-        if !done {
-            return delay;
-        }
-        if reason != Reason::Delete && old_changed {
-            if let Some(new) = &context.new {
-                self.diffbase.store(body, new, patch);
+        if done {
+            if reason != Reason::Delete && old_changed {
+                if let Some(new) = &context.new {
+                    self.diffbase.store(body, new, patch);
+                }
             }
+            memory.fully_handled_once.store(true, Ordering::Relaxed);
         }
-        memory.fully_handled_once.store(true, Ordering::Relaxed);
-        if reason == Reason::Delete && blocked {
-            logger.debug("Removing the finalizer, thus allowing the actual deletion.");
-            set_finalizer(body, patch, finalizer, false);
-        }
-        None
+        handling::StepOutcome { done, delay, ..Default::default() }
     }
 
     async fn run_event_handlers(
@@ -467,6 +558,22 @@ fn set_finalizer(body: &Value, patch: &mut Value, finalizer: &str, present: bool
     ensure_field(patch, &["metadata", "finalizers"], list);
     if let Some(version) = body.pointer("/metadata/resourceVersion") {
         ensure_field(patch, &["metadata", "resourceVersion"], version.clone());
+    }
+}
+
+/// How often an object with tasks still stopping is looked at again.
+const TASK_RESPAWN_CHECK: Duration = Duration::from_millis(500);
+
+/// A cause that needs no more steps.
+fn done() -> handling::StepOutcome {
+    handling::StepOutcome { done: true, ..Default::default() }
+}
+
+/// The earlier of two optional delays.
+fn min_delay(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 

@@ -230,25 +230,25 @@ impl Default for PostingSettings {
 /// Daemon and timer settings (Kopf's `settings.background`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BackgroundSettings {
-    /// How often a daemon that ignores its stop signal is polled for exit
-    /// when no `cancellation_polling` is set on it. Default: 60 s.
-    pub cancellation_polling: Duration,
-    /// How long a daemon may take to exit on its own when the operator exits,
-    /// before it is cancelled; `None` waits for `cancellation_timeout` of each
-    /// daemon. Default: `None`.
-    pub instant_exit_timeout: Option<Duration>,
-    /// The grace period of a stopped daemon with no `cancellation_timeout` of
-    /// its own, after which it is cancelled and reported as abandoned if it
-    /// still runs. Default: 60 s.
+    /// How long a stopped daemon or timer with neither `cancellation_backoff`
+    /// nor `cancellation_timeout` of its own may take to exit on its own
+    /// before it is cancelled (Kopf would wait forever). Default: 60 s.
+    pub graceful_exit_limit: Duration,
+    /// After cancelling, how long to wait for a task with no
+    /// `cancellation_timeout` of its own before it is reported as abandoned.
+    /// Default: 10 s.
     pub default_cancellation_timeout: Duration,
+    /// At operator exit, how long every daemon and timer gets to stop, in
+    /// total, before the rest is abandoned. Default: 30 s.
+    pub shutdown_timeout: Duration,
 }
 
 impl Default for BackgroundSettings {
     fn default() -> Self {
         Self {
-            cancellation_polling: Duration::from_secs(60),
-            instant_exit_timeout: None,
-            default_cancellation_timeout: Duration::from_secs(60),
+            graceful_exit_limit: Duration::from_secs(60),
+            default_cancellation_timeout: Duration::from_secs(10),
+            shutdown_timeout: Duration::from_secs(30),
         }
     }
 }

@@ -1,0 +1,248 @@
+//! Daemons and timers of the served resources: their task specs, the call
+//! of a handler from its task, and what the runtime does with the outcome.
+//!
+//! The [`spawning`](crate::spawning) module runs tasks; this module turns
+//! `#[daemon]` and `#[timer]` handlers into them. Each call gets the
+//! object's live body, its memo and a [`Stopped`] flag; what the handler
+//! returns goes to `status.<id>` and its `patch` to the object, in one merge
+//! patch that carries the object's UID as a precondition.
+//!
+//! # Guarantees
+//! - A patch never lands on another object of the same name: a re-created
+//!   object has a new UID and the server refuses the patch (409).
+//! - A task whose object is gone (404) or replaced (409) ends quietly: its
+//!   stop flag is set and no error is logged or retried.
+//! - An abandoned task (one that ignored its stop flag and cancellation) is
+//!   reported as a warning and a Kubernetes Event, and counted.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::errors::HandlerError;
+use crate::handlers::{ErrorsMode, Handler, KindOptions};
+use crate::handling::{self, merge_into};
+use crate::kwargs::{Kwargs, Logger, Memo, Patch, Stopped};
+use crate::patching::{PatchError, PatchOutcome, PatchTarget, Patcher, ensure_field};
+use crate::posting::{self, EventPoster, ObjectReference};
+use crate::processing::{ResourceTarget, object_name};
+use crate::spawning::{
+    AbandonedReport, Observer, SpecError, StopReason, TaskContext, TaskOutcome, TaskSpec, task_fn,
+};
+
+/// Per-object memos, shared by the change handlers and the tasks of an object.
+pub type Memos = Arc<Mutex<HashMap<String, Memo>>>;
+
+/// Returns the memo of object `uid`, creating it if needed.
+pub fn memo_of(memos: &Memos, uid: &str) -> Memo {
+    memos.lock().unwrap_or_else(PoisonError::into_inner).entry(uid.to_owned()).or_default().clone()
+}
+
+/// What every task of one resource shares.
+#[derive(Clone)]
+pub struct TaskEnvironment {
+    /// The resource the objects belong to.
+    pub target: ResourceTarget,
+    /// The client handlers get.
+    pub client: kube::Client,
+    /// Applies the handlers' patches.
+    pub patcher: Patcher,
+    /// Posts Events (if posting is on).
+    pub poster: Option<EventPoster>,
+    /// The objects' memos.
+    pub memos: Memos,
+}
+
+/// Builds the task spec of a `#[daemon]` or `#[timer]` handler.
+///
+/// # Errors
+/// [`SpecError`] if the options cannot run (a timer without an interval is
+/// reported as [`SpecError::ZeroInterval`]).
+pub fn task_spec(handler: &Handler, env: &TaskEnvironment) -> Result<Arc<TaskSpec>, SpecError> {
+    let call = {
+        let handler = handler.clone();
+        let env = env.clone();
+        task_fn(move |ctx| {
+            let handler = handler.clone();
+            let env = env.clone();
+            async move {
+                match env.poster.clone() {
+                    Some(poster) => posting::scope(poster, call(&handler, &env, ctx)).await,
+                    None => call(&handler, &env, ctx).await,
+                }
+            }
+        })
+    };
+    let mut spec = match &handler.kind_options {
+        KindOptions::Timer(timer) => {
+            let mut spec = TaskSpec::timer(handler.id.as_str(), timer.interval.unwrap_or(Duration::ZERO), call)
+                .sharp(timer.sharp);
+            if let Some(idle) = timer.idle {
+                spec = spec.idle(idle);
+            }
+            if let Some(delay) = timer.initial_delay {
+                spec = spec.initial_delay(delay);
+            }
+            spec
+        }
+        KindOptions::Daemon(daemon) => {
+            let mut spec = TaskSpec::daemon(handler.id.as_str(), call);
+            if let Some(delay) = daemon.initial_delay {
+                spec = spec.initial_delay(delay);
+            }
+            if let Some(backoff) = daemon.cancellation_backoff {
+                spec = spec.cancellation_backoff(backoff);
+            }
+            if let Some(timeout) = daemon.cancellation_timeout {
+                spec = spec.cancellation_timeout(timeout);
+            }
+            if let Some(polling) = daemon.cancellation_polling {
+                spec = spec.cancellation_polling(polling);
+            }
+            spec
+        }
+        _ => return Err(SpecError::EmptyId),
+    };
+    spec = spec.backoff(handler.options.backoff);
+    if let Some(retries) = handler.options.retries {
+        spec = spec.retries(retries);
+    }
+    if let Some(timeout) = handler.options.timeout {
+        spec = spec.timeout(timeout);
+    }
+    spec.build()
+}
+
+/// One call of a daemon or timer handler from its task.
+async fn call(handler: &Handler, env: &TaskEnvironment, ctx: TaskContext) -> TaskOutcome {
+    let body = ctx.body();
+    let logger = Logger::new(object_name(&body));
+    let mut kwargs = Kwargs::new(Value::Null);
+    kwargs.body = Arc::clone(&body);
+    kwargs.stopped = Some(Stopped::new(ctx.stopped.token().clone()));
+    kwargs.retry = ctx.retry;
+    kwargs.started = Some(ctx.started);
+    kwargs.runtime = ctx.runtime();
+    kwargs.memo = memo_of(&env.memos, &ctx.uid);
+    kwargs.logger = logger.clone();
+    kwargs.client = Some(env.client.clone());
+    let patch = Patch::new();
+    kwargs.patch = patch.clone();
+
+    let outcome = handling::invoke(handler, kwargs, None).await;
+    let result = match &outcome {
+        Ok(Some(result)) if !result.is_null() => Some(result.clone()),
+        _ => None,
+    };
+    if (!patch.is_empty() || result.is_some()) && !ctx.stopped.is_set() {
+        let mut merged = patch.take();
+        if !merged.is_object() {
+            merged = json!({});
+        }
+        if let Some(result) = result {
+            ensure_field(&mut merged, &["status", handler.id.as_str()], result);
+        }
+        apply(env, &ctx, &body, merged, &logger).await;
+    }
+    to_task_outcome(outcome, handler, &logger)
+}
+
+/// Applies a task's patch to its object, guarded by the object's UID.
+async fn apply(env: &TaskEnvironment, ctx: &TaskContext, body: &Value, patch: Value, logger: &Logger) {
+    let meta = |key: &str| body.pointer(&format!("/metadata/{key}")).and_then(Value::as_str).map(str::to_owned);
+    let Some(name) = meta("name") else { return };
+    let mut guarded = json!({"metadata": {"uid": &*ctx.uid}});
+    merge_into(&mut guarded, patch);
+    let target = PatchTarget {
+        resource: env.target.api.clone(),
+        status_subresource: env.target.status_subresource,
+        namespace: meta("namespace"),
+        name,
+    };
+    match env.patcher.merge(&target, &guarded).await {
+        Ok(PatchOutcome::Patched(_)) => {}
+        Ok(PatchOutcome::Gone) => {
+            logger.debug("The object is gone; the task ends.");
+            ctx.stopped.set(StopReason::ObjectDeleted);
+        }
+        Err(PatchError::Conflict { .. }) => {
+            logger.debug("The object was replaced by another of the same name; the task ends.");
+            ctx.stopped.set(StopReason::ObjectDeleted);
+        }
+        Err(error) => logger.warn(format!("Patching the object failed: {error}")),
+    }
+}
+
+/// Maps a handler outcome to the task's, logging failures as Kopf does.
+fn to_task_outcome(outcome: crate::errors::Outcome, handler: &Handler, logger: &Logger) -> TaskOutcome {
+    let name = &handler.id;
+    match outcome {
+        Ok(result) => TaskOutcome::Ok(result.filter(|r| !r.is_null())),
+        Err(HandlerError::Temporary { message, delay }) => {
+            logger.error(format!("Handler '{name}' failed temporarily: {message}"));
+            TaskOutcome::Temporary { delay: delay.unwrap_or(handler.options.backoff), message }
+        }
+        Err(HandlerError::Permanent { message }) => {
+            logger.error(format!("Handler '{name}' failed permanently: {message}"));
+            TaskOutcome::Permanent { message }
+        }
+        Err(error) => match handler.options.errors {
+            ErrorsMode::Ignored => {
+                logger.error(format!("Handler '{name}' failed with an exception. Will ignore: {error}"));
+                TaskOutcome::Ok(None)
+            }
+            ErrorsMode::Permanent => {
+                logger.error(format!("Handler '{name}' failed with an exception. Will stop: {error}"));
+                TaskOutcome::Permanent { message: error.to_string() }
+            }
+            ErrorsMode::Temporary => {
+                logger.error(format!("Handler '{name}' failed with an exception. Will retry: {error}"));
+                TaskOutcome::Error { message: error.to_string() }
+            }
+        },
+    }
+}
+
+/// Hears about abandoned tasks: a warning, an Event on the object, a count
+/// (the spawner's counters).
+pub struct TaskObserver {
+    poster: Option<EventPoster>,
+    references: Mutex<HashMap<String, ObjectReference>>,
+}
+
+impl TaskObserver {
+    /// An observer posting through `poster`, if any.
+    pub fn new(poster: Option<EventPoster>) -> Arc<Self> {
+        Arc::new(Self { poster, references: Mutex::new(HashMap::new()) })
+    }
+
+    /// Remembers which object a UID is, for reports after it is gone.
+    pub fn remember(&self, uid: &str, body: &Value) {
+        let mut references = self.references.lock().unwrap_or_else(PoisonError::into_inner);
+        if !references.contains_key(uid) {
+            references.insert(uid.to_owned(), ObjectReference::from_body(body));
+        }
+    }
+
+    /// Forgets an object whose tasks have all ended.
+    pub fn forget(&self, uid: &str) {
+        self.references.lock().unwrap_or_else(PoisonError::into_inner).remove(uid);
+    }
+}
+
+impl Observer for TaskObserver {
+    fn on_abandoned(&self, report: AbandonedReport) {
+        let reason = report.reason.map_or("unknown", StopReason::as_str);
+        let message = format!(
+            "Handler '{}' did not stop within {:?} after it was asked to ({reason}); abandoned.",
+            report.handler_id, report.waited
+        );
+        tracing::warn!(uid = %report.uid, handler = %report.handler_id, waited = ?report.waited, %reason, "{message}");
+        let reference = self.references.lock().unwrap_or_else(PoisonError::into_inner).get(&*report.uid).cloned();
+        if let (Some(poster), Some(reference)) = (&self.poster, reference) {
+            poster.warn(reference, "Abandoned", &message);
+        }
+    }
+}
