@@ -76,6 +76,7 @@ pub enum OperatorError {
 /// Kinds whose handlers this runtime runs.
 fn is_supported(kind: HandlerKind) -> bool {
     kind.is_changing()
+        || kind.is_spawning()
         || matches!(
             kind,
             HandlerKind::OnEvent | HandlerKind::OnStartup | HandlerKind::OnCleanup
@@ -397,14 +398,21 @@ impl ServeResource {
 /// Refuses a daemon or timer whose options cannot run, at start-up.
 fn check_task(handler: &Handler) -> Result<(), OperatorError> {
     use crate::handlers::KindOptions;
-    let invalid = |source| OperatorError::InvalidTask { handler: handler.fn_path.to_string(), source };
+    let invalid = |source| OperatorError::InvalidTask {
+        handler: handler.fn_path.to_string(),
+        source,
+    };
     if let KindOptions::Timer(timer) = &handler.kind_options {
         if timer.interval.is_none_or(|i| i.is_zero()) {
-            return Err(invalid(crate::spawning::SpecError::ZeroInterval { id: handler.id.clone() }));
+            return Err(invalid(crate::spawning::SpecError::ZeroInterval {
+                id: handler.id.clone(),
+            }));
         }
     }
     if handler.options.retries == Some(0) {
-        return Err(invalid(crate::spawning::SpecError::ZeroRetries { id: handler.id.clone() }));
+        return Err(invalid(crate::spawning::SpecError::ZeroRetries {
+            id: handler.id.clone(),
+        }));
     }
     Ok(())
 }

@@ -31,8 +31,8 @@ use crate::posting::{EventPoster, ObjectReference};
 use crate::progress::ProgressStorage;
 use crate::queueing::{Processed, Versioned};
 use crate::settings::OperatorSettings;
-use crate::spawned::{self, Memos, TaskObserver, TaskEnvironment};
-use crate::spawning::{Ensured, SpecError, Spawner, StopReason, TaskSpec};
+use crate::spawned::{self, Memos, TaskEnvironment, TaskObserver};
+use crate::spawning::{Ensured, Spawner, SpecError, StopReason, TaskSpec};
 use crate::watching::{DeletedBy, ObjectEvent, Seen};
 
 /// How long to wait before processing an object again after its patch was
@@ -230,7 +230,10 @@ impl ResourceProcessor {
     async fn deleted(&self, uid: &str, object: &DynamicObject, how: DeletedBy) {
         let body = Arc::new(to_value(object));
         let known = self.lock_memories().remove(uid);
-        self.memos.lock().unwrap_or_else(PoisonError::into_inner).remove(uid);
+        self.memos
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(uid);
         let logger = Logger::new(object_name(&body));
         if !self.tasks.is_empty() {
             let reason = match how {
@@ -238,7 +241,10 @@ impl ResourceProcessor {
                 DeletedBy::Vanished => StopReason::ObjectVanished,
             };
             if self.spawner.stop_object(uid, reason) > 0 {
-                logger.debug(format!("Stopping the object's daemons and timers: {}.", reason.as_str()));
+                logger.debug(format!(
+                    "Stopping the object's daemons and timers: {}.",
+                    reason.as_str()
+                ));
             }
             self.spawner.forget(uid);
         }
@@ -279,7 +285,9 @@ impl ResourceProcessor {
             .await;
 
         let mut patch = json!({});
-        let delay = self.handle_object(uid, &body, &memory, &logger, &mut patch).await;
+        let delay = self
+            .handle_object(uid, &body, &memory, &logger, &mut patch)
+            .await;
         if patch.as_object().is_none_or(|p| p.is_empty()) {
             return Processed {
                 expect_version: None,
@@ -337,13 +345,25 @@ impl ResourceProcessor {
             kwargs.memo = memory.memo.clone();
             kwargs
         };
-        let changing: Vec<&Handler> =
-            self.handlers.changing.iter().filter(|h| h.filters.matches_object(&probe)).collect();
-        let spawning: Vec<bool> = self.tasks.iter().map(|(h, _)| h.filters.matches_object(&probe)).collect();
+        let changing: Vec<&Handler> = self
+            .handlers
+            .changing
+            .iter()
+            .filter(|h| h.filters.matches_object(&probe))
+            .collect();
+        let spawning: Vec<bool> = self
+            .tasks
+            .iter()
+            .map(|(h, _)| h.filters.matches_object(&probe))
+            .collect();
         let any_spawning = spawning.iter().any(|m| *m);
         let finalizer = self.settings.persistence.finalizer.as_str();
         let requires_finalizer = changing.iter().any(|h| h.requires_finalizer)
-            || self.tasks.iter().zip(&spawning).any(|((h, _), m)| *m && h.requires_finalizer);
+            || self
+                .tasks
+                .iter()
+                .zip(&spawning)
+                .any(|((h, _), m)| *m && h.requires_finalizer);
         let deleting = finalizers::is_deletion_ongoing(body);
         let blocked = finalizers::is_deletion_blocked(body, finalizer);
         if !deleting && !blocked && requires_finalizer {
@@ -367,7 +387,8 @@ impl ResourceProcessor {
                 self.observer.remember(uid, body);
                 for ((handler, spec), matches) in self.tasks.iter().zip(&spawning) {
                     if !*matches {
-                        self.spawner.stop(uid, &handler.id, StopReason::FilterMismatch);
+                        self.spawner
+                            .stop(uid, &handler.id, StopReason::FilterMismatch);
                     } else if self.spawner.ensure(uid, spec, body) == Ensured::Stopping {
                         delay = Some(TASK_RESPAWN_CHECK);
                     }
@@ -377,13 +398,17 @@ impl ResourceProcessor {
 
         let mut deletion_done = true;
         if !changing.is_empty() {
-            let outcome = self.handle_changes(body, memory, logger, patch, &changing).await;
+            let outcome = self
+                .handle_changes(body, memory, logger, patch, &changing)
+                .await;
             deletion_done = outcome.done;
             delay = min_delay(delay, outcome.delay);
         }
         if deleting && blocked {
             if tasks_running {
-                logger.debug("Waiting for the daemons and timers to stop before releasing the object.");
+                logger.debug(
+                    "Waiting for the daemons and timers to stop before releasing the object.",
+                );
                 delay = min_delay(delay, Some(TASK_RESPAWN_CHECK));
             } else if deletion_done {
                 logger.debug("Removing the finalizer, thus allowing the actual deletion.");
@@ -478,7 +503,11 @@ impl ResourceProcessor {
             }
             memory.fully_handled_once.store(true, Ordering::Relaxed);
         }
-        handling::StepOutcome { done, delay, ..Default::default() }
+        handling::StepOutcome {
+            done,
+            delay,
+            ..Default::default()
+        }
     }
 
     async fn run_event_handlers(
@@ -566,7 +595,10 @@ const TASK_RESPAWN_CHECK: Duration = Duration::from_millis(500);
 
 /// A cause that needs no more steps.
 fn done() -> handling::StepOutcome {
-    handling::StepOutcome { done: true, ..Default::default() }
+    handling::StepOutcome {
+        done: true,
+        ..Default::default()
+    }
 }
 
 /// The earlier of two optional delays.

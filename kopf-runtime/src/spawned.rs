@@ -37,7 +37,12 @@ pub type Memos = Arc<Mutex<HashMap<String, Memo>>>;
 
 /// Returns the memo of object `uid`, creating it if needed.
 pub fn memo_of(memos: &Memos, uid: &str) -> Memo {
-    memos.lock().unwrap_or_else(PoisonError::into_inner).entry(uid.to_owned()).or_default().clone()
+    memos
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .entry(uid.to_owned())
+        .or_default()
+        .clone()
 }
 
 /// What every task of one resource shares.
@@ -77,8 +82,12 @@ pub fn task_spec(handler: &Handler, env: &TaskEnvironment) -> Result<Arc<TaskSpe
     };
     let mut spec = match &handler.kind_options {
         KindOptions::Timer(timer) => {
-            let mut spec = TaskSpec::timer(handler.id.as_str(), timer.interval.unwrap_or(Duration::ZERO), call)
-                .sharp(timer.sharp);
+            let mut spec = TaskSpec::timer(
+                handler.id.as_str(),
+                timer.interval.unwrap_or(Duration::ZERO),
+                call,
+            )
+            .sharp(timer.sharp);
             if let Some(idle) = timer.idle {
                 spec = spec.idle(idle);
             }
@@ -150,8 +159,18 @@ async fn call(handler: &Handler, env: &TaskEnvironment, ctx: TaskContext) -> Tas
 }
 
 /// Applies a task's patch to its object, guarded by the object's UID.
-async fn apply(env: &TaskEnvironment, ctx: &TaskContext, body: &Value, patch: Value, logger: &Logger) {
-    let meta = |key: &str| body.pointer(&format!("/metadata/{key}")).and_then(Value::as_str).map(str::to_owned);
+async fn apply(
+    env: &TaskEnvironment,
+    ctx: &TaskContext,
+    body: &Value,
+    patch: Value,
+    logger: &Logger,
+) {
+    let meta = |key: &str| {
+        body.pointer(&format!("/metadata/{key}"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
     let Some(name) = meta("name") else { return };
     let mut guarded = json!({"metadata": {"uid": &*ctx.uid}});
     merge_into(&mut guarded, patch);
@@ -176,13 +195,20 @@ async fn apply(env: &TaskEnvironment, ctx: &TaskContext, body: &Value, patch: Va
 }
 
 /// Maps a handler outcome to the task's, logging failures as Kopf does.
-fn to_task_outcome(outcome: crate::errors::Outcome, handler: &Handler, logger: &Logger) -> TaskOutcome {
+fn to_task_outcome(
+    outcome: crate::errors::Outcome,
+    handler: &Handler,
+    logger: &Logger,
+) -> TaskOutcome {
     let name = &handler.id;
     match outcome {
         Ok(result) => TaskOutcome::Ok(result.filter(|r| !r.is_null())),
         Err(HandlerError::Temporary { message, delay }) => {
             logger.error(format!("Handler '{name}' failed temporarily: {message}"));
-            TaskOutcome::Temporary { delay: delay.unwrap_or(handler.options.backoff), message }
+            TaskOutcome::Temporary {
+                delay: delay.unwrap_or(handler.options.backoff),
+                message,
+            }
         }
         Err(HandlerError::Permanent { message }) => {
             logger.error(format!("Handler '{name}' failed permanently: {message}"));
@@ -190,16 +216,26 @@ fn to_task_outcome(outcome: crate::errors::Outcome, handler: &Handler, logger: &
         }
         Err(error) => match handler.options.errors {
             ErrorsMode::Ignored => {
-                logger.error(format!("Handler '{name}' failed with an exception. Will ignore: {error}"));
+                logger.error(format!(
+                    "Handler '{name}' failed with an exception. Will ignore: {error}"
+                ));
                 TaskOutcome::Ok(None)
             }
             ErrorsMode::Permanent => {
-                logger.error(format!("Handler '{name}' failed with an exception. Will stop: {error}"));
-                TaskOutcome::Permanent { message: error.to_string() }
+                logger.error(format!(
+                    "Handler '{name}' failed with an exception. Will stop: {error}"
+                ));
+                TaskOutcome::Permanent {
+                    message: error.to_string(),
+                }
             }
             ErrorsMode::Temporary => {
-                logger.error(format!("Handler '{name}' failed with an exception. Will retry: {error}"));
-                TaskOutcome::Error { message: error.to_string() }
+                logger.error(format!(
+                    "Handler '{name}' failed with an exception. Will retry: {error}"
+                ));
+                TaskOutcome::Error {
+                    message: error.to_string(),
+                }
             }
         },
     }
@@ -215,12 +251,18 @@ pub struct TaskObserver {
 impl TaskObserver {
     /// An observer posting through `poster`, if any.
     pub fn new(poster: Option<EventPoster>) -> Arc<Self> {
-        Arc::new(Self { poster, references: Mutex::new(HashMap::new()) })
+        Arc::new(Self {
+            poster,
+            references: Mutex::new(HashMap::new()),
+        })
     }
 
     /// Remembers which object a UID is, for reports after it is gone.
     pub fn remember(&self, uid: &str, body: &Value) {
-        let mut references = self.references.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut references = self
+            .references
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if !references.contains_key(uid) {
             references.insert(uid.to_owned(), ObjectReference::from_body(body));
         }
@@ -228,7 +270,10 @@ impl TaskObserver {
 
     /// Forgets an object whose tasks have all ended.
     pub fn forget(&self, uid: &str) {
-        self.references.lock().unwrap_or_else(PoisonError::into_inner).remove(uid);
+        self.references
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(uid);
     }
 }
 
@@ -240,7 +285,12 @@ impl Observer for TaskObserver {
             report.handler_id, report.waited
         );
         tracing::warn!(uid = %report.uid, handler = %report.handler_id, waited = ?report.waited, %reason, "{message}");
-        let reference = self.references.lock().unwrap_or_else(PoisonError::into_inner).get(&*report.uid).cloned();
+        let reference = self
+            .references
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&*report.uid)
+            .cloned();
         if let (Some(poster), Some(reference)) = (&self.poster, reference) {
             poster.warn(reference, "Abandoned", &message);
         }
