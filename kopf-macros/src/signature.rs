@@ -126,12 +126,16 @@ pub(crate) fn validate(kind: Kind, item: &ItemFn, errors: &mut Errors) -> Signat
                     .filter(|k| k.kwargs().contains(&name.as_str()))
                     .map(|k| k.name())
                     .collect();
+                let only = if kinds.len() <= 3 {
+                    format!(" (only to {})", list(&kinds))
+                } else {
+                    String::new()
+                };
                 errors.push(
                     ident.span(),
                     format!(
-                        "parameter `{name}` is not available to `{}` handlers (only to {}); available: {}",
+                        "parameter `{name}` is not available to `{}` handlers{only}; available: {}",
                         kind.name(),
-                        list(&kinds),
                         list(&allowed)
                     ),
                 );
