@@ -46,7 +46,7 @@ enum Item {
 
 enum Positional {
     Str(LitStr),
-    Type(syn::Type),
+    Type(Box<syn::Type>),
 }
 
 /// The attribute's arguments, as written.
@@ -107,7 +107,7 @@ fn parse_item(input: ParseStream<'_>) -> syn::Result<Item> {
         }
     }
     // Type — the resource.
-    Ok(Item::Positional(Positional::Type(input.parse()?)))
+    Ok(Item::Positional(Positional::Type(Box::new(input.parse()?))))
 }
 
 struct ListEntry {
@@ -318,7 +318,7 @@ fn resource(
     for p in positional {
         match p {
             Positional::Str(s) => strings.push(s),
-            Positional::Type(t) => types.push(t),
+            Positional::Type(t) => types.push(*t),
         }
     }
     match (types.len(), strings.len()) {
@@ -421,10 +421,10 @@ fn check_combinations(
             }
         }
     }
-    if let Some(span) = seen.get("value") {
-        if seen.contains_key("old") || seen.contains_key("new") {
-            errors.push(*span, "use either `value` or `old`/`new`, not both");
-        }
+    if let Some(span) = seen.get("value")
+        && (seen.contains_key("old") || seen.contains_key("new"))
+    {
+        errors.push(*span, "use either `value` or `old`/`new`, not both");
     }
 }
 
@@ -613,13 +613,13 @@ fn set_option(spec: &mut Spec, key: &Ident, raw: Raw, errors: &mut Errors) {
         // field = "spec.path"
         "field" => {
             spec.field = str_value(key, raw, errors);
-            if let Some(field) = &spec.field {
-                if field.value().split('.').any(str::is_empty) {
-                    errors.push(
-                        field.span(),
-                        "`field` must be a dot-separated path like `spec.size`",
-                    );
-                }
+            if let Some(field) = &spec.field
+                && field.value().split('.').any(str::is_empty)
+            {
+                errors.push(
+                    field.span(),
+                    "`field` must be a dot-separated path like `spec.size`",
+                );
             }
         }
         // subresource = "status"
