@@ -225,13 +225,16 @@ impl Default for Options {
 /// Options of `#[timer]`.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct TimerOptions {
-    /// Time between runs; `None` runs once (Kopf's default).
+    /// Time between runs. `None` (Kopf's default) makes the timer one-shot, or,
+    /// with `idle`, run once after each idle period following a change.
     pub interval: Option<Duration>,
     /// Delay before the first run.
     pub initial_delay: Option<Duration>,
-    /// Count `interval` from the previous start rather than its end.
+    /// Keep runs on an `interval` grid counted from the previous start, rather than
+    /// sleeping `interval` after each run ends.
     pub sharp: bool,
-    /// Run only after the object has been unchanged for this long.
+    /// Run only after the object has been unchanged for this long (the idle clock
+    /// resets on every change).
     pub idle: Option<Duration>,
 }
 
