@@ -112,6 +112,13 @@ pub(crate) fn validate(kind: Kind, item: &ItemFn, errors: &mut Errors) -> Signat
             continue;
         }
         let ty = (*typed.ty).clone();
+        if let Type::ImplTrait(impl_trait) = &ty {
+            errors.push(
+                impl_trait.span(),
+                "`impl Trait` parameters are not supported; name a concrete type",
+            );
+            continue;
+        }
         let by_ref = matches!(ty, Type::Reference(_));
         let known = KWARGS.iter().find(|(kwarg, _)| *kwarg == name);
         match known {

@@ -244,3 +244,18 @@ fn underscore_and_raw_parameter_names_are_injected_by_their_kwarg() {
     assert!(text.contains("NameArg"), "{text}");
     assert!(text.contains("TypeArg"), "{text}");
 }
+
+#[test]
+fn impl_trait_parameters_are_rejected() {
+    let errors = errors(
+        Kind::OnCreate,
+        quote!(Pod),
+        quote!(
+            async fn c(name: impl AsRef<str>) {}
+        ),
+    );
+    assert_eq!(
+        errors,
+        ["`impl Trait` parameters are not supported; name a concrete type"]
+    );
+}
