@@ -46,7 +46,7 @@ enum Item {
 
 enum Positional {
     Str(LitStr),
-    Type(syn::Type),
+    Type(Box<syn::Type>),
 }
 
 /// The attribute's arguments, as written.
@@ -107,7 +107,7 @@ fn parse_item(input: ParseStream<'_>) -> syn::Result<Item> {
         }
     }
     // Type — the resource.
-    Ok(Item::Positional(Positional::Type(input.parse()?)))
+    Ok(Item::Positional(Positional::Type(Box::new(input.parse()?))))
 }
 
 struct ListEntry {
@@ -231,6 +231,7 @@ pub(crate) fn validate(kind: Kind, raw: RawArgs, attr_span: Span, errors: &mut E
     let mut positional = Vec::new();
     let mut seen: BTreeMap<String, Span> = BTreeMap::new();
     let mut saw_option = false;
+    let mut misplaced = false;
     for item in raw.items {
         match item {
             Item::Positional(p) => {
@@ -240,6 +241,7 @@ pub(crate) fn validate(kind: Kind, raw: RawArgs, attr_span: Span, errors: &mut E
                         Positional::Type(t) => t.span(),
                     };
                     errors.push(span, "the resource must come before the options");
+                    misplaced = true;
                 } else {
                     positional.push(p);
                 }
@@ -266,10 +268,14 @@ pub(crate) fn validate(kind: Kind, raw: RawArgs, attr_span: Span, errors: &mut E
                         )
                     } else {
                         let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
+                        let only = if names.len() <= 3 {
+                            format!(" (only for {})", list(&names))
+                        } else {
+                            String::new()
+                        };
                         format!(
-                            "option `{name}` is not valid for `{}` (only for {}); valid options for `{}` are: {}",
+                            "option `{name}` is not valid for `{}`{only}; valid options for `{}` are: {}",
                             kind.name(),
-                            list(&names),
                             kind.name(),
                             list(&valid)
                         )
@@ -281,7 +287,9 @@ pub(crate) fn validate(kind: Kind, raw: RawArgs, attr_span: Span, errors: &mut E
             }
         }
     }
-    spec.resource = resource(kind, positional, attr_span, errors);
+    if !misplaced {
+        spec.resource = resource(kind, positional, attr_span, errors);
+    }
     check_combinations(kind, &spec, &seen, attr_span, errors);
     spec
 }
@@ -310,7 +318,7 @@ fn resource(
     for p in positional {
         match p {
             Positional::Str(s) => strings.push(s),
-            Positional::Type(t) => types.push(t),
+            Positional::Type(t) => types.push(*t),
         }
     }
     match (types.len(), strings.len()) {
@@ -403,7 +411,7 @@ fn check_combinations(
             "`on_field` needs a field: add `field = \"spec.path\"`",
         );
     }
-    if spec.field.is_none() && !seen.contains_key("field") {
+    if kind != Kind::OnField && spec.field.is_none() && !seen.contains_key("field") {
         for option in ["value", "old", "new"] {
             if let Some(span) = seen.get(option) {
                 errors.push(
@@ -413,10 +421,10 @@ fn check_combinations(
             }
         }
     }
-    if let Some(span) = seen.get("value") {
-        if seen.contains_key("old") || seen.contains_key("new") {
-            errors.push(*span, "use either `value` or `old`/`new`, not both");
-        }
+    if let Some(span) = seen.get("value")
+        && (seen.contains_key("old") || seen.contains_key("new"))
+    {
+        errors.push(*span, "use either `value` or `old`/`new`, not both");
     }
 }
 
@@ -605,13 +613,13 @@ fn set_option(spec: &mut Spec, key: &Ident, raw: Raw, errors: &mut Errors) {
         // field = "spec.path"
         "field" => {
             spec.field = str_value(key, raw, errors);
-            if let Some(field) = &spec.field {
-                if field.value().split('.').any(str::is_empty) {
-                    errors.push(
-                        field.span(),
-                        "`field` must be a dot-separated path like `spec.size`",
-                    );
-                }
+            if let Some(field) = &spec.field
+                && field.value().split('.').any(str::is_empty)
+            {
+                errors.push(
+                    field.span(),
+                    "`field` must be a dot-separated path like `spec.size`",
+                );
             }
         }
         // subresource = "status"

@@ -43,7 +43,10 @@ fn value_record(value: &Option<ValueSpec>) -> TokenStream {
         Some(ValueSpec::Callback(path)) => {
             let span = syn::spanned::Spanned::span(path);
             let f = quote_spanned!(span=> {
-                const __KOPF_VALUE: fn(#p::Option<&#p::serde_json::Value>, &#p::Kwargs) -> bool = #path;
+                const __KOPF_VALUE: fn(
+                    ::kopf_runtime::__private::Option<&::kopf_runtime::__private::serde_json::Value>,
+                    &::kopf_runtime::__private::Kwargs,
+                ) -> bool = #path;
                 __KOPF_VALUE
             });
             quote!(#p::Some(#p::ValueRecord::Callback(#f)))
@@ -61,7 +64,10 @@ fn meta_records(entries: &[(LitStr, MetaSpec)]) -> TokenStream {
             MetaSpec::Callback(path) => {
                 let span = syn::spanned::Spanned::span(path);
                 let f = quote_spanned!(span=> {
-                    const __KOPF_META: fn(#p::Option<&str>, &#p::Kwargs) -> bool = #path;
+                    const __KOPF_META: fn(
+                        ::kopf_runtime::__private::Option<&str>,
+                        &::kopf_runtime::__private::Kwargs,
+                    ) -> bool = #path;
                     __KOPF_META
                 });
                 quote!(#p::MetaRecord::Callback(#f))
@@ -78,8 +84,8 @@ fn resource(resource: &Option<Resource>) -> TokenStream {
         None => quote!(#p::None),
         Some(Resource::Typed(ty)) => {
             let span = syn::spanned::Spanned::span(ty);
-            let of = quote_spanned!(span=> #p::ResourceRef::of::<#ty>);
-            quote!(#p::Some(|| #of()))
+            let of = quote_spanned!(span=> ::kopf_runtime::__private::ResourceRef::of::<#ty>());
+            quote!(#p::Some(|| #of))
         }
         Some(Resource::Dynamic {
             group,
@@ -118,13 +124,17 @@ fn invoker(sig: &Signature) -> TokenStream {
                 quote!(&__kopf_kwargs, #name),
             ),
         };
-        loads.push(quote! {
-            let mut #storage = match #trait_path::load(#load_args) {
-                #p::Ok(value) => value,
-                #p::Err(error) => return #p::Err(#p::HandlerError::from(error)),
+        let load = quote_spanned!(span=> #trait_path::load);
+        let get = quote_spanned!(span=> #trait_path::get);
+        loads.push(quote_spanned! {span=>
+            let mut #storage = match #load(#load_args) {
+                ::kopf_runtime::__private::Ok(value) => value,
+                ::kopf_runtime::__private::Err(error) => {
+                    return ::kopf_runtime::__private::Err(::kopf_runtime::__private::HandlerError::from(error));
+                }
             };
         });
-        gets.push(quote!(#trait_path::get(&mut #storage)));
+        gets.push(quote_spanned!(span=> #get(&mut #storage)));
     }
     let into_outcome =
         quote_spanned!(sig.output_span=> #p::IntoOutcome::into_outcome(__kopf_result));
@@ -179,7 +189,7 @@ pub(crate) fn expand(kind: Kind, spec: &Spec, sig: &Signature, item: TokenStream
         Some(path) => {
             let span = syn::spanned::Spanned::span(path);
             let f = quote_spanned!(span=> {
-                const __KOPF_WHEN: fn(&#p::Kwargs) -> bool = #path;
+                const __KOPF_WHEN: fn(&::kopf_runtime::__private::Kwargs) -> bool = #path;
                 __KOPF_WHEN
             });
             quote!(#p::Some(#f))

@@ -1,7 +1,7 @@
 //! Attribute macros for `kopf-runtime`. Use them through `kopf_runtime`, which
 //! re-exports them and documents them with examples.
 //!
-//! Each `#[proc_macro_attribute]` is a one-line call into [`handler::handler`],
+//! Each `#[proc_macro_attribute]` is a one-line call into `handler::handler`,
 //! which works on `proc_macro2` and is unit-tested: it parses the attribute
 //! (`attr`), validates it and the fn (`signature`) collecting every error, and
 //! expands (`expand`) to the unchanged fn plus a `const` registration record.

@@ -112,6 +112,13 @@ pub(crate) fn validate(kind: Kind, item: &ItemFn, errors: &mut Errors) -> Signat
             continue;
         }
         let ty = (*typed.ty).clone();
+        if let Type::ImplTrait(impl_trait) = &ty {
+            errors.push(
+                impl_trait.span(),
+                "`impl Trait` parameters are not supported; name a concrete type",
+            );
+            continue;
+        }
         let by_ref = matches!(ty, Type::Reference(_));
         let known = KWARGS.iter().find(|(kwarg, _)| *kwarg == name);
         match known {
@@ -126,12 +133,16 @@ pub(crate) fn validate(kind: Kind, item: &ItemFn, errors: &mut Errors) -> Signat
                     .filter(|k| k.kwargs().contains(&name.as_str()))
                     .map(|k| k.name())
                     .collect();
+                let only = if kinds.len() <= 3 {
+                    format!(" (only to {})", list(&kinds))
+                } else {
+                    String::new()
+                };
                 errors.push(
                     ident.span(),
                     format!(
-                        "parameter `{name}` is not available to `{}` handlers (only to {}); available: {}",
+                        "parameter `{name}` is not available to `{}` handlers{only}; available: {}",
                         kind.name(),
-                        list(&kinds),
                         list(&allowed)
                     ),
                 );

@@ -225,13 +225,16 @@ impl Default for Options {
 /// Options of `#[timer]`.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct TimerOptions {
-    /// Time between runs; `None` runs once (Kopf's default).
+    /// Time between runs. `None` (Kopf's default) makes the timer one-shot, or,
+    /// with `idle`, run once after each idle period following a change.
     pub interval: Option<Duration>,
     /// Delay before the first run.
     pub initial_delay: Option<Duration>,
-    /// Count `interval` from the previous start rather than its end.
+    /// Keep runs on an `interval` grid counted from the previous start, rather than
+    /// sleeping `interval` after each run ends.
     pub sharp: bool,
-    /// Run only after the object has been unchanged for this long.
+    /// Run only after the object has been unchanged for this long (the idle clock
+    /// resets on every change).
     pub idle: Option<Duration>,
 }
 
@@ -481,6 +484,47 @@ impl Handler {
     pub fn call(&self, mut kwargs: Kwargs) -> BoxFuture<'static, Outcome> {
         kwargs.param = self.param.clone();
         (self.func)(kwargs)
+    }
+
+    /// Narrows change kwargs to the handler's `field`, as Kopf does for field-scoped
+    /// change handlers: `old`/`new` become the field's values and `diff` is reduced
+    /// to the changes under the field. Kwargs of other handlers are returned as is.
+    ///
+    /// The engine calls this before [`matches`](Handler::matches) and [`call`](Handler::call).
+    pub fn scope_kwargs(&self, mut kwargs: Kwargs) -> Kwargs {
+        if let (Some(field), true) = (&self.filters.field, self.kind.is_changing()) {
+            let parts = field.parts();
+            let narrow = |value: Option<Arc<Value>>| {
+                value
+                    .and_then(|v| crate::kwargs::resolve(&v, &parts).cloned())
+                    .map(Arc::new)
+            };
+            kwargs.old = narrow(kwargs.old.take());
+            kwargs.new = narrow(kwargs.new.take());
+            kwargs.diff = kwargs.diff.reduce(&parts);
+        }
+        kwargs
+    }
+
+    /// Whether the handler applies: its filters on the object (`labels`,
+    /// `annotations`, `field`/`value`, `when`) and, for `on_update`/`on_field`,
+    /// `old`/`new` on the (scoped) kwargs. Field-scoped change handlers also
+    /// require a change under their field (a non-empty scoped `diff`), except
+    /// on creation, deletion and resuming.
+    pub fn matches(&self, kwargs: &Kwargs) -> bool {
+        if !self.filters.matches_object(kwargs) {
+            return false;
+        }
+        if self.kind.has_old_new()
+            && !self
+                .filters
+                .matches_change(kwargs.old.as_deref(), kwargs.new.as_deref(), kwargs)
+        {
+            return false;
+        }
+        let needs_change = matches!(self.kind, HandlerKind::OnField)
+            || (self.kind == HandlerKind::OnUpdate && self.filters.field.is_some());
+        !(needs_change && kwargs.diff.is_empty())
     }
 
     /// The problems found while configuring the handler (options not valid for its kind).
@@ -835,6 +879,33 @@ mod tests {
             "f/spec.x"
         );
         assert_eq!(Handler::index(r, "i", noop).field("spec.x").id, "i");
+    }
+
+    #[test]
+    fn field_handlers_see_their_field_and_need_a_change_under_it() {
+        use serde_json::json;
+        let h = Handler::on_update(ResourceRef::dynamic("", "v1", "pods"), "u", noop)
+            .field("spec.size")
+            .new_value(json!(2));
+        let old = json!({"spec": {"size": 1, "x": 1}});
+        let new = json!({"spec": {"size": 2, "x": 1}});
+        let mut kwargs = Kwargs::new(new.clone());
+        kwargs.diff = crate::kwargs::Diff::between(Some(&old), Some(&new));
+        kwargs.old = Some(Arc::new(old));
+        kwargs.new = Some(Arc::new(new));
+        let scoped = h.scope_kwargs(kwargs);
+        assert_eq!(scoped.old.as_deref(), Some(&json!(1)));
+        assert_eq!(scoped.new.as_deref(), Some(&json!(2)));
+        assert_eq!(scoped.diff.len(), 1);
+        assert!(h.matches(&scoped));
+
+        let unrelated =
+            Handler::on_update(ResourceRef::dynamic("", "v1", "pods"), "v", noop).field("spec.x");
+        let old = json!({"spec": {"size": 1, "x": 1}});
+        let new = json!({"spec": {"size": 2, "x": 1}});
+        let mut kwargs = Kwargs::new(new.clone());
+        kwargs.diff = crate::kwargs::Diff::between(Some(&old), Some(&new));
+        assert!(!unrelated.matches(&unrelated.scope_kwargs(kwargs)));
     }
 
     #[test]

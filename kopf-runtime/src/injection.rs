@@ -91,7 +91,7 @@ kwarg_traits! {
     /// `retry`.
     RetryArg, "`{Self}` cannot be injected as `retry`", "`retry` accepts `u32`, `u64` or `usize`";
     /// `started`.
-    StartedArg, "`{Self}` cannot be injected as `started`", "`started` accepts `jiff::Timestamp`, `Option<jiff::Timestamp>` or `std::time::SystemTime`";
+    StartedArg, "`{Self}` cannot be injected as `started`", "`started` accepts `kopf::Timestamp`, `Option<kopf::Timestamp>` or `std::time::SystemTime`";
     /// `runtime`.
     RuntimeArg, "`{Self}` cannot be injected as `runtime`", "`runtime` accepts `std::time::Duration`";
     /// `reason`.

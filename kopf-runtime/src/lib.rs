@@ -1,6 +1,326 @@
-//! kopf-runtime: Kubernetes operators as plain `async fn`s.
+//! kopf-runtime: Kubernetes operators as plain `async fn`s, in the spirit of
+//! [Kopf](https://kopf.readthedocs.io).
 //!
-//! CRATE_DOCS_PLACEHOLDER
+//! Operator authors annotate functions with attribute macros; each attribute
+//! registers the function as a handler of one kind, for one resource, with
+//! Kopf's options. Parameters are injected by name, like Kopf's kwargs.
+//!
+//! ```
+//! use kopf_runtime as kopf;
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//!
+//! #[kopf::on_create(ConfigMap, retries = 3, backoff = 10)]
+//! async fn created(name: &str, logger: &kopf::Logger) -> kopf::Result<serde_json::Value> {
+//!     logger.info(format!("created {name}"));
+//!     Ok(serde_json::json!({"seen": true})) // stored in status.created
+//! }
+//! # fn main() {}
+//! ```
+//!
+//! Users depend on `kopf-runtime` alone (write `use kopf_runtime as kopf;`);
+//! it re-exports the macros. Generated code names this crate as
+//! `::kopf_runtime`, so do not rename the dependency in `Cargo.toml`.
+//!
+//! # Resources
+//!
+//! The first argument of every resource handler names the resource:
+//!
+//! * a Rust type implementing [`kube::Resource`] — k8s-openapi types (`Pod`,
+//!   `Secret`, …) or a `#[derive(CustomResource)]` type: `#[kopf::on_create(KopfExample)]`;
+//! * strings for dynamic objects: `#[kopf::timer("", "v1", "secrets", …)]`
+//!   (group, version, plural; `""` is the core group) or
+//!   `#[kopf::on_field("apps/v1", "deployments", …)]`.
+//!
+//! Activities (`on_startup`, `on_cleanup`, `on_probe`, `on_login`) take no resource.
+//!
+//! # Parameters
+//!
+//! A handler takes any subset of the parameters available to its kind, in any
+//! order, by name. A leading `_` is ignored (`_name` is `name`); `type` is
+//! written `r#type`. A parameter written as a reference (`&T`) borrows, others
+//! are owned. Unknown names, names not available to the kind, and types not
+//! accepted for a name are compile errors pointing at the parameter.
+//!
+//! | name | accepted types | kinds |
+//! |------|----------------|-------|
+//! | `body`, `spec`, `status`, `meta`, `labels`, `annotations` | `&T` or `T` for any `T: DeserializeOwned` (the resource type, the CRD's spec, `ObjectMeta`, `BTreeMap<String, String>`, `serde_json::Value`, …) | resource kinds |
+//! | `uid`, `name`, `namespace` | `&str`, `String`, `Option<&str>`, `Option<String>` | resource kinds |
+//! | `logger` | `&Logger`, `Logger` | all |
+//! | `memo` | `&Memo`, `Memo` | all |
+//! | `param` | `&T`/`T`, `T: DeserializeOwned` (the `param` option) | all |
+//! | `client` | `&kube::Client`, `kube::Client` | all but `on_login` |
+//! | `patch` | `&Patch`, `Patch` | change, event, timer, daemon, webhook kinds |
+//! | `retry` | `u32`, `u64`, `usize` | change kinds, timers, daemons, activities |
+//! | `started` | `kopf::Timestamp`, `Option<kopf::Timestamp>`, `SystemTime` | as `retry` |
+//! | `runtime` | `Duration` | as `retry` |
+//! | `reason` | `Reason`, `Option<Reason>` | change kinds |
+//! | `diff` | `&Diff`, `Diff` | change kinds |
+//! | `old`, `new` | `&T`/`T`, `T: DeserializeOwned` (use `Option<T>`) | change kinds |
+//! | `event` | `&T`/`T`, `T: DeserializeOwned` | `on_event` |
+//! | `r#type` | `Option<EventType>`, `Option<&str>`, `Option<String>` | `on_event` |
+//! | `stopped` | `&Stopped`, `Stopped` | `timer`, `daemon` |
+//! | `operation` | `Operation`, `&str`, `String` | webhooks |
+//! | `dryrun` | `bool` | webhooks |
+//! | `warnings` | `&Warnings`, `Warnings` | webhooks |
+//! | `userinfo` | `&T`/`T`, `T: DeserializeOwned` | webhooks |
+//! | `subresource` | as `name` | webhooks |
+//! | `headers` | `&BTreeMap<String, String>`, `BTreeMap<String, String>` | webhooks |
+//! | *index id* | `&Index`, `Index` | all but `index`, `on_startup`, `on_cleanup`, `on_login` |
+//!
+//! "Change kinds" are `on_create`, `on_update`, `on_delete`, `on_resume`, `on_field`;
+//! "webhooks" are `on_validate`, `on_mutate`. A parameter named like no kwarg
+//! and typed `&kopf::Index` is the index whose `#[index]` handler has that id;
+//! the registry checks at start-up that it exists.
+//!
+//! A body that does not deserialize into the requested type does not panic:
+//! the invocation yields [`HandlerError::Kwarg`], which the engine reports
+//! and retries like a regular error.
+//!
+//! # Return values and errors
+//!
+//! Handlers return `kopf::Result<T>` with `T: Serialize` (Kopf stores the value
+//! in `status.<handler id>`; `()` and `null` store nothing), or `()`. Errors
+//! are [`Error::Temporary`] (retry after a delay), [`Error::Permanent`] (give
+//! up), [`Error::Regular`] (from `?` on any `std::error::Error`; handled per
+//! `errors`) and, for webhooks, [`Error::Admission`].
+//!
+//! Handlers are `async fn`; a plain `fn` is accepted too (except for daemons)
+//! and runs on tokio's blocking threads.
+//!
+//! # Options
+//!
+//! | option | value | default (Kopf's) | kinds |
+//! |--------|-------|------------------|-------|
+//! | `id` | string | the fn name, plus `/field` when `field` is set (not for `index`) | all |
+//! | `param` | literal or `json!(…)` | none | all |
+//! | `retries` | integer | none: retry forever | all but `on_event` and webhooks |
+//! | `backoff` | seconds (int or float) | 60 | as `retries` |
+//! | `timeout` | seconds | none | as `retries` |
+//! | `errors` | `kopf::ErrorsMode::{Temporary, Permanent, Ignored}` | `Temporary` | as `retries` |
+//! | `labels(…)`, `annotations(…)` | `"key" = "value" \| kopf::PRESENT \| kopf::ABSENT \| fn path` | none | resource kinds |
+//! | `when` | path of `fn(&Kwargs) -> bool` | none | resource kinds |
+//! | `field` | `"dot.separated.path"` | none (required for `on_field`) | resource kinds |
+//! | `value` | literal, `json!(…)`, `kopf::PRESENT`, `kopf::ABSENT`, path of `fn(Option<&Value>, &Kwargs) -> bool` | none | resource kinds (needs `field`) |
+//! | `old`, `new` | as `value` (not together with `value`) | none | `on_update`, `on_field` |
+//! | `deleted` | flag | false | `on_resume` |
+//! | `optional` | flag | false (a finalizer is added) | `on_delete` |
+//! | `interval`, `idle` | seconds | none | `timer` |
+//! | `sharp` | flag | false | `timer` |
+//! | `initial_delay` | seconds | none | `timer`, `daemon` |
+//! | `cancellation_backoff`, `cancellation_timeout`, `cancellation_polling` | seconds | none (operator settings) | `daemon` |
+//! | `no_finalizers` | flag | false (a finalizer is kept) | `timer`, `daemon` |
+//! | `operations("CREATE", …)` | `CREATE`, `UPDATE`, `DELETE`, `CONNECT` | all | webhooks |
+//! | `subresource` | string | none | webhooks |
+//! | `persistent`, `side_effects`, `ignore_failures` | flags | false | webhooks |
+//!
+//! Flags are written bare (`sharp`) or as `sharp = true`. Unknown or
+//! duplicate options, wrong value types, options of other kinds and
+//! incompatible combinations are compile errors that say how to fix them;
+//! the function itself is always emitted unchanged.
+//!
+//! # One example per handler kind
+//!
+//! ## `on_create`, `on_update`, `on_delete`, `on_resume`
+//!
+//! ```
+//! use kopf_runtime as kopf;
+//! use kube::CustomResource;
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(CustomResource, Deserialize, Serialize, Clone, Debug)]
+//! #[kube(group = "kopf.dev", version = "v1", kind = "KopfExample", namespaced, schema = "disabled")]
+//! pub struct KopfExampleSpec { size: u32 }
+//!
+//! #[kopf::on_create(KopfExample)]
+//! #[kopf::on_resume(KopfExample)]
+//! async fn created(spec: &KopfExampleSpec, name: &str, logger: &kopf::Logger) -> kopf::Result<serde_json::Value> {
+//!     logger.info(format!("{name} has size {}", spec.size));
+//!     Ok(serde_json::json!({"size": spec.size}))
+//! }
+//!
+//! #[kopf::on_update(KopfExample, field = "spec.size", old = kopf::PRESENT)]
+//! async fn resized(old: Option<u32>, new: Option<u32>, patch: &kopf::Patch) -> kopf::Result<()> {
+//!     patch.set("status.resized", serde_json::json!([old, new]));
+//!     Ok(())
+//! }
+//!
+//! #[kopf::on_delete(KopfExample, optional)]
+//! async fn deleted(name: &str, retry: u32) -> kopf::Result<()> {
+//!     if retry < 3 {
+//!         return Err(kopf::Error::temporary(format!("{name}: children remain"), std::time::Duration::from_secs(5)));
+//!     }
+//!     Ok(())
+//! }
+//! # fn main() {}
+//! ```
+//!
+//! ## `on_field` and `on_event`
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use kopf_runtime as kopf;
+//! use k8s_openapi::api::core::v1::Pod;
+//!
+//! #[kopf::on_field(Pod, field = "metadata.labels")]
+//! async fn relabelled(old: Option<BTreeMap<String, String>>, new: Option<BTreeMap<String, String>>, reason: kopf::Reason) {
+//!     let _ = (old, new, reason);
+//! }
+//!
+//! #[kopf::on_event("", "v1", "pods", labels("app" = kopf::PRESENT))]
+//! async fn seen(r#type: Option<kopf::EventType>, name: Option<&str>, logger: &kopf::Logger) {
+//!     logger.debug(format!("{type:?} {name:?}", type = r#type));
+//! }
+//! # fn main() {}
+//! ```
+//!
+//! ## `timer` and `daemon`
+//!
+//! ```
+//! use std::time::Duration;
+//! use kopf_runtime as kopf;
+//! use k8s_openapi::api::core::v1::Pod;
+//! use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+//!
+//! #[kopf::timer("", "v1", "secrets", interval = 10, no_finalizers,
+//!               annotations("example.com/ttl" = kopf::PRESENT))]
+//! async fn expire(meta: &ObjectMeta, client: kube::Client) -> kopf::Result<()> {
+//!     let _ = (meta.annotations.as_ref(), client);
+//!     Ok(())
+//! }
+//!
+//! #[kopf::daemon(Pod, cancellation_timeout = 5)]
+//! async fn monitor(name: &str, stopped: kopf::Stopped) -> kopf::Result<()> {
+//!     while !stopped.is_set() {
+//!         let _ = name;
+//!         stopped.wait(Duration::from_secs(10)).await;
+//!     }
+//!     Ok(())
+//! }
+//! # fn main() {}
+//! ```
+//!
+//! ## `index`
+//!
+//! ```
+//! use kopf_runtime as kopf;
+//! use k8s_openapi::api::core::v1::Pod;
+//!
+//! // The index `pods_by_node`: node name → pod names.
+//! #[kopf::index(Pod, field = "spec.nodeName", value = kopf::PRESENT)]
+//! async fn pods_by_node(spec: &serde_json::Value, name: &str) -> kopf::Result<serde_json::Value> {
+//!     Ok(serde_json::json!({ spec["nodeName"].as_str().unwrap_or_default(): name }))
+//! }
+//!
+//! // Other handlers take the index by its id.
+//! #[kopf::timer(Pod, interval = 60)]
+//! async fn crowded(pods_by_node: &kopf::Index, spec: &serde_json::Value) -> kopf::Result<usize> {
+//!     Ok(pods_by_node.get(spec["nodeName"].as_str()).len())
+//! }
+//! # fn main() {}
+//! ```
+//!
+//! ## `on_startup`, `on_cleanup`, `on_probe`, `on_login`
+//!
+//! ```
+//! use kopf_runtime as kopf;
+//!
+//! #[kopf::on_startup(retries = 3)]
+//! async fn boot(logger: &kopf::Logger, memo: &kopf::Memo) -> kopf::Result<()> {
+//!     memo.insert(String::from("configuration"));
+//!     logger.info("operator starting");
+//!     Ok(())
+//! }
+//!
+//! #[kopf::on_cleanup]
+//! fn bye(logger: kopf::Logger) {
+//!     logger.info("operator stopping");
+//! }
+//!
+//! #[kopf::on_probe(id = "now")]
+//! async fn now() -> kopf::Result<String> {
+//!     Ok(kopf::Timestamp::now().to_string())
+//! }
+//!
+//! #[kopf::on_login]
+//! async fn login(logger: &kopf::Logger) -> kopf::Result<serde_json::Value> {
+//!     logger.debug("logging in");
+//!     Ok(serde_json::json!({"server": "https://127.0.0.1:6443", "token": "…"}))
+//! }
+//! # fn main() {}
+//! ```
+//!
+//! ## `on_validate` and `on_mutate`
+//!
+//! ```
+//! use kopf_runtime as kopf;
+//!
+//! #[kopf::on_validate("kopf.dev", "v1", "kopfexamples", operations("CREATE", "UPDATE"))]
+//! async fn check(spec: &serde_json::Value, warnings: &kopf::Warnings, dryrun: bool) -> kopf::Result<()> {
+//!     if spec["size"].as_u64() == Some(0) {
+//!         return Err(kopf::Error::admission("size must be positive", 422));
+//!     }
+//!     if dryrun {
+//!         warnings.push("dry run: nothing will be created");
+//!     }
+//!     Ok(())
+//! }
+//!
+//! #[kopf::on_mutate("kopf.dev", "v1", "kopfexamples")]
+//! async fn defaults(patch: &kopf::Patch, operation: kopf::Operation) {
+//!     if operation == kopf::Operation::Create {
+//!         patch.set("spec.size", serde_json::json!(1));
+//!     }
+//! }
+//! # fn main() {}
+//! ```
+//!
+//! # Registry
+//!
+//! [`Registry::from_inventory`] collects every handler declared with the
+//! macros in the linked crates, sorts them (registration order is not
+//! guaranteed) and validates them: duplicate ids for one resource, `on_field`
+//! without `field`, `value` with `old`/`new`, unknown indexes. The errors
+//! name the offending functions by path. [`Registry::builder`] registers
+//! the same handlers without macros — closures over [`Kwargs`] — so that
+//! tests can run several operators with different handler sets in one
+//! process; it supports every kind and option (see [`RegistryBuilder`]).
+//! Handlers declared in a crate the binary does not otherwise use need
+//! [`link!`].
+//!
+//! # For the engine: invoking handlers
+//!
+//! Each [`Handler`] carries its kind, resource, options, filters and a
+//! [`HandlerFn`]. The engine fills a [`Kwargs`] for the invocation and awaits
+//! [`Handler::call`], which yields an [`Outcome`]:
+//! `Ok(Some(value))` to store in `status.<id>`, `Ok(None)`, or a
+//! [`HandlerError`] to retry or fail per [`Options`].
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use kopf_runtime::{HandlerKind, Kwargs, Reason, Registry, ResourceRef};
+//! use serde_json::json;
+//!
+//! let registry = Registry::builder()
+//!     .on_create(ResourceRef::dynamic("", "v1", "configmaps"), "created", |kw: Kwargs| async move {
+//!         kw.patch.set("metadata.labels.seen", json!("yes"));
+//!         Ok::<_, kopf_runtime::Error>(json!({"name": kw.name()}))
+//!     })
+//!     .build()?;
+//!
+//! let body = json!({"metadata": {"name": "cm", "namespace": "default"}});
+//! for handler in registry.of_kind(HandlerKind::OnCreate) {
+//!     let mut kwargs = Kwargs::new(body.clone());
+//!     kwargs.reason = Some(Reason::Create);
+//!     if !handler.filters.matches_object(&kwargs) {
+//!         continue;
+//!     }
+//!     let patch = kwargs.patch.clone();
+//!     let outcome = handler.call(kwargs).await;
+//!     assert_eq!(outcome, Ok(Some(json!({"name": "cm"}))));
+//!     assert_eq!(patch.take(), json!({"metadata": {"labels": {"seen": "yes"}}}));
+//! }
+//! # Ok(()) }
+//! ```
 
 pub mod causes;
 pub mod cli;
@@ -54,29 +374,45 @@ pub use registry::{Registry, RegistryBuilder, RegistryError};
 pub use resources::ResourceRef;
 pub use running::{RunError, Runner, run};
 
-/// Keeps the handlers of a crate that the binary does not otherwise reference.
+/// The timestamp type of the `started` parameter (re-exported from `jiff`).
+pub use jiff::Timestamp;
+
+/// Keeps the handlers of crates that the binary does not otherwise reference.
 ///
 /// `inventory` collects records through link-time constructors, so the linker
-/// drops the records of a dependency from which nothing is used. Put
-/// `kopf_runtime::link!(my_handlers);` in the binary (any module) to reference
-/// the crate; the handlers crate must declare `kopf_runtime::handlers_crate!();`
-/// once at its root.
+/// drops the records of a dependency from which nothing is used: a binary that
+/// depends on a handlers-only crate would silently run without its handlers.
+/// The remedy has two halves:
 ///
-/// ```ignore-not-a-doctest
+/// * the handlers crate declares `kopf_runtime::handlers_crate!();` once, at its root;
+/// * the binary (or test) writes `kopf_runtime::link!(that_crate);` anywhere.
+///
+/// `link!` references an anchor in each crate from a `#[used]` static, so the
+/// crate — and every record in it — is linked. Crates that the binary already
+/// uses (e.g. by calling their fns) need nothing. See `examples/handlers-lib`
+/// and its `linked`/`unlinked` tests.
+///
+/// ```text
+/// // in my_handlers/src/lib.rs
+/// kopf_runtime::handlers_crate!();
+/// // in the binary
+/// kopf_runtime::link!(my_handlers, other_handlers);
 /// ```
 #[macro_export]
 macro_rules! link {
     ($($krate:ident),+ $(,)?) => {
-        const _: () = {
-            $(
+        $(
+            const _: () = {
                 #[used]
                 static __KOPF_LINK: fn() = $krate::__kopf_link;
-            )+
-        };
+            };
+        )+
     };
 }
 
-/// Marks a crate as a handlers crate that binaries can [`link!`].
+/// Declares the current crate as a handlers crate that binaries can [`link!`].
+///
+/// Expands to a hidden `pub fn __kopf_link()` at the crate root.
 #[macro_export]
 macro_rules! handlers_crate {
     () => {
@@ -93,7 +429,7 @@ pub mod __private {
     pub use ::inventory;
     pub use ::serde_json;
     pub use ::std::boxed::Box;
-    pub use ::std::option::Option::{None, Some};
+    pub use ::std::option::Option::{self, None, Some};
     pub use ::std::result::Result::{Err, Ok};
     pub use ::std::time::Duration;
 
@@ -101,7 +437,7 @@ pub mod __private {
     pub use crate::handlers::{ErrorsMode, HandlerKind};
     pub use crate::injection::*;
     pub use crate::kwargs::{Kwargs, Operation};
-    pub use crate::records::{DEFAULT_RECORD, HandlerRecord, MetaRecord, ValueRecord};
+    pub use crate::records::{HandlerRecord, MetaRecord, ValueRecord};
     pub use crate::resources::ResourceRef;
 
     /// Runs a blocking handler body on tokio's blocking threads.

@@ -124,45 +124,6 @@ pub struct HandlerRecord {
     pub invoke: fn(Kwargs) -> BoxFuture<'static, Outcome>,
 }
 
-/// A record with every option at its default, for the macros to override with `..`.
-pub const DEFAULT_RECORD: HandlerRecord = HandlerRecord {
-    kind: HandlerKind::OnCreate,
-    fn_path: "",
-    fn_name: "",
-    id: None,
-    resource: None,
-    retries: None,
-    backoff: None,
-    timeout: None,
-    errors: None,
-    param: None,
-    labels: &[],
-    annotations: &[],
-    when: None,
-    field: None,
-    value: None,
-    old: None,
-    new: None,
-    deleted: false,
-    optional: false,
-    no_finalizers: false,
-    interval: None,
-    initial_delay: None,
-    sharp: false,
-    idle: None,
-    cancellation_backoff: None,
-    cancellation_timeout: None,
-    cancellation_polling: None,
-    operations: &[],
-    subresource: None,
-    persistent: false,
-    side_effects: false,
-    ignore_failures: false,
-    blocking: false,
-    index_params: &[],
-    invoke: |_| Box::pin(async { Ok(None) }),
-};
-
 inventory::collect!(HandlerRecord);
 
 fn meta(records: &[(&'static str, MetaRecord)]) -> MetaFilter {

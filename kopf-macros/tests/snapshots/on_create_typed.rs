@@ -1,0 +1,93 @@
+async fn created(
+    spec: &KopfExampleSpec,
+    name: &str,
+    logger: &kopf::Logger,
+) -> kopf::Result<serde_json::Value> {
+    Ok(serde_json::json!({ "name" : name, "size" : spec.size }))
+}
+#[doc(hidden)]
+#[allow(non_upper_case_globals, clippy::all)]
+const _: () = {
+    fn __kopf_invoke(
+        __kopf_kwargs: ::kopf_runtime::__private::Kwargs,
+    ) -> ::kopf_runtime::__private::BoxFuture<
+        'static,
+        ::kopf_runtime::__private::Outcome,
+    > {
+        ::kopf_runtime::__private::Box::pin(async move {
+            let mut __kopf_storage_0 = match <&KopfExampleSpec as ::kopf_runtime::__private::SpecArg<
+                '_,
+                ::kopf_runtime::__private::ByRef,
+            >>::load(&__kopf_kwargs) {
+                ::kopf_runtime::__private::Ok(value) => value,
+                ::kopf_runtime::__private::Err(error) => {
+                    return ::kopf_runtime::__private::Err(
+                        ::kopf_runtime::__private::HandlerError::from(error),
+                    );
+                }
+            };
+            let mut __kopf_storage_1 = match <&str as ::kopf_runtime::__private::NameArg<
+                '_,
+                ::kopf_runtime::__private::ByRef,
+            >>::load(&__kopf_kwargs) {
+                ::kopf_runtime::__private::Ok(value) => value,
+                ::kopf_runtime::__private::Err(error) => {
+                    return ::kopf_runtime::__private::Err(
+                        ::kopf_runtime::__private::HandlerError::from(error),
+                    );
+                }
+            };
+            let mut __kopf_storage_2 = match <&kopf::Logger as ::kopf_runtime::__private::LoggerArg<
+                '_,
+                ::kopf_runtime::__private::ByRef,
+            >>::load(&__kopf_kwargs) {
+                ::kopf_runtime::__private::Ok(value) => value,
+                ::kopf_runtime::__private::Err(error) => {
+                    return ::kopf_runtime::__private::Err(
+                        ::kopf_runtime::__private::HandlerError::from(error),
+                    );
+                }
+            };
+            let __kopf_result = created(
+                    <&KopfExampleSpec as ::kopf_runtime::__private::SpecArg<
+                        '_,
+                        ::kopf_runtime::__private::ByRef,
+                    >>::get(&mut __kopf_storage_0),
+                    <&str as ::kopf_runtime::__private::NameArg<
+                        '_,
+                        ::kopf_runtime::__private::ByRef,
+                    >>::get(&mut __kopf_storage_1),
+                    <&kopf::Logger as ::kopf_runtime::__private::LoggerArg<
+                        '_,
+                        ::kopf_runtime::__private::ByRef,
+                    >>::get(&mut __kopf_storage_2),
+                )
+                .await;
+            ::kopf_runtime::__private::IntoOutcome::into_outcome(__kopf_result)
+        })
+    }
+    ::kopf_runtime::__private::inventory::submit! {
+        ::kopf_runtime::__private::HandlerRecord { kind :
+        ::kopf_runtime::__private::HandlerKind::OnCreate, fn_path :
+        ::core::concat!(::core::module_path!(), "::", ::core::stringify!(created)),
+        fn_name : ::core::stringify!(created), id : ::kopf_runtime::__private::None,
+        resource : ::kopf_runtime::__private::Some(||
+        ::kopf_runtime::__private::ResourceRef::of:: < KopfExample > ()), retries :
+        ::kopf_runtime::__private::Some(3u32), backoff :
+        ::kopf_runtime::__private::Some(::kopf_runtime::__private::Duration::new(1u64,
+        500000000u32)), timeout : ::kopf_runtime::__private::None, errors :
+        ::kopf_runtime::__private::None, param : ::kopf_runtime::__private::None, labels
+        : & [], annotations : & [], when : ::kopf_runtime::__private::None, field :
+        ::kopf_runtime::__private::None, value : ::kopf_runtime::__private::None, old :
+        ::kopf_runtime::__private::None, new : ::kopf_runtime::__private::None, deleted :
+        false, optional : false, no_finalizers : false, interval :
+        ::kopf_runtime::__private::None, initial_delay : ::kopf_runtime::__private::None,
+        sharp : false, idle : ::kopf_runtime::__private::None, cancellation_backoff :
+        ::kopf_runtime::__private::None, cancellation_timeout :
+        ::kopf_runtime::__private::None, cancellation_polling :
+        ::kopf_runtime::__private::None, operations : & [], subresource :
+        ::kopf_runtime::__private::None, persistent : false, side_effects : false,
+        ignore_failures : false, blocking : false, index_params : & [], invoke :
+        __kopf_invoke, }
+    }
+};

@@ -1,0 +1,55 @@
+async fn boot(logger: kopf::Logger) {}
+#[doc(hidden)]
+#[allow(non_upper_case_globals, clippy::all)]
+const _: () = {
+    fn __kopf_invoke(
+        __kopf_kwargs: ::kopf_runtime::__private::Kwargs,
+    ) -> ::kopf_runtime::__private::BoxFuture<
+        'static,
+        ::kopf_runtime::__private::Outcome,
+    > {
+        ::kopf_runtime::__private::Box::pin(async move {
+            let mut __kopf_storage_0 = match <kopf::Logger as ::kopf_runtime::__private::LoggerArg<
+                '_,
+                ::kopf_runtime::__private::ByValue,
+            >>::load(&__kopf_kwargs) {
+                ::kopf_runtime::__private::Ok(value) => value,
+                ::kopf_runtime::__private::Err(error) => {
+                    return ::kopf_runtime::__private::Err(
+                        ::kopf_runtime::__private::HandlerError::from(error),
+                    );
+                }
+            };
+            let __kopf_result = boot(
+                    <kopf::Logger as ::kopf_runtime::__private::LoggerArg<
+                        '_,
+                        ::kopf_runtime::__private::ByValue,
+                    >>::get(&mut __kopf_storage_0),
+                )
+                .await;
+            ::kopf_runtime::__private::IntoOutcome::into_outcome(__kopf_result)
+        })
+    }
+    ::kopf_runtime::__private::inventory::submit! {
+        ::kopf_runtime::__private::HandlerRecord { kind :
+        ::kopf_runtime::__private::HandlerKind::OnStartup, fn_path :
+        ::core::concat!(::core::module_path!(), "::", ::core::stringify!(boot)), fn_name
+        : ::core::stringify!(boot), id : ::kopf_runtime::__private::None, resource :
+        ::kopf_runtime::__private::None, retries : ::kopf_runtime::__private::None,
+        backoff : ::kopf_runtime::__private::None, timeout :
+        ::kopf_runtime::__private::None, errors : ::kopf_runtime::__private::None, param
+        : ::kopf_runtime::__private::None, labels : & [], annotations : & [], when :
+        ::kopf_runtime::__private::None, field : ::kopf_runtime::__private::None, value :
+        ::kopf_runtime::__private::None, old : ::kopf_runtime::__private::None, new :
+        ::kopf_runtime::__private::None, deleted : false, optional : false, no_finalizers
+        : false, interval : ::kopf_runtime::__private::None, initial_delay :
+        ::kopf_runtime::__private::None, sharp : false, idle :
+        ::kopf_runtime::__private::None, cancellation_backoff :
+        ::kopf_runtime::__private::None, cancellation_timeout :
+        ::kopf_runtime::__private::None, cancellation_polling :
+        ::kopf_runtime::__private::None, operations : & [], subresource :
+        ::kopf_runtime::__private::None, persistent : false, side_effects : false,
+        ignore_failures : false, blocking : false, index_params : & [], invoke :
+        __kopf_invoke, }
+    }
+};

@@ -1,0 +1,6 @@
+use kopf_runtime as kopf;
+
+#[kopf::on_create(k8s_openapi::api::core::v1::Pod)]
+struct Created;
+
+fn main() {}

@@ -1,0 +1,9 @@
+use kopf_runtime as kopf;
+
+#[kopf::on_create(k8s_openapi::api::core::v1::Pod)]
+async fn created(stopped: kopf::Stopped) -> kopf::Result<()> {
+    let _ = stopped;
+    Ok(())
+}
+
+fn main() {}
