@@ -424,108 +424,27 @@ fn purge_field(body: &Value, patch: &mut Value, path: &[&str]) {
 
 /// Standard base64 with padding and Kopf's altchars `-` and `.`.
 fn base64_alt(data: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-.";
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    use base64::Engine as _;
+    use base64::alphabet::Alphabet;
+    use base64::engine::{GeneralPurpose, general_purpose::PAD};
+    const ALPHABET: Alphabet =
+        match Alphabet::new("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-.") {
+            Ok(alphabet) => alphabet,
+            Err(_) => panic!("invariant: 64 distinct printable characters"),
+        };
+    GeneralPurpose::new(&ALPHABET, PAD).encode(data)
 }
 
-/// BLAKE2b (RFC 7693) with an `N`-byte digest and no key.
+/// BLAKE2b with an `N`-byte digest and no key, as Python's
+/// `hashlib.blake2b(digest_size=N)`.
 fn blake2b<const N: usize>(data: &[u8]) -> [u8; N] {
-    const IV: [u64; 8] = [
-        0x6a09e667f3bcc908,
-        0xbb67ae8584caa73b,
-        0x3c6ef372fe94f82b,
-        0xa54ff53a5f1d36f1,
-        0x510e527fade682d1,
-        0x9b05688c2b3e6c1f,
-        0x1f83d9abfb41bd6b,
-        0x5be0cd19137e2179,
-    ];
-    const SIGMA: [[usize; 16]; 10] = [
-        [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
-        [14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3],
-        [11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4],
-        [7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8],
-        [9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13],
-        [2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9],
-        [12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11],
-        [13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10],
-        [6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5],
-        [10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0],
-    ];
-    fn g(v: &mut [u64; 16], a: usize, b: usize, c: usize, d: usize, x: u64, y: u64) {
-        v[a] = v[a].wrapping_add(v[b]).wrapping_add(x);
-        v[d] = (v[d] ^ v[a]).rotate_right(32);
-        v[c] = v[c].wrapping_add(v[d]);
-        v[b] = (v[b] ^ v[c]).rotate_right(24);
-        v[a] = v[a].wrapping_add(v[b]).wrapping_add(y);
-        v[d] = (v[d] ^ v[a]).rotate_right(16);
-        v[c] = v[c].wrapping_add(v[d]);
-        v[b] = (v[b] ^ v[c]).rotate_right(63);
-    }
-    fn compress(h: &mut [u64; 8], block: &[u8; 128], t: u128, last: bool) {
-        let mut m = [0u64; 16];
-        for (i, word) in m.iter_mut().enumerate() {
-            let mut bytes = [0u8; 8];
-            bytes.copy_from_slice(&block[i * 8..i * 8 + 8]);
-            *word = u64::from_le_bytes(bytes);
-        }
-        let mut v = [0u64; 16];
-        v[..8].copy_from_slice(h);
-        v[8..].copy_from_slice(&IV);
-        v[12] ^= t as u64;
-        v[13] ^= (t >> 64) as u64;
-        if last {
-            v[14] = !v[14];
-        }
-        for round in 0..12 {
-            let s = &SIGMA[round % 10];
-            g(&mut v, 0, 4, 8, 12, m[s[0]], m[s[1]]);
-            g(&mut v, 1, 5, 9, 13, m[s[2]], m[s[3]]);
-            g(&mut v, 2, 6, 10, 14, m[s[4]], m[s[5]]);
-            g(&mut v, 3, 7, 11, 15, m[s[6]], m[s[7]]);
-            g(&mut v, 0, 5, 10, 15, m[s[8]], m[s[9]]);
-            g(&mut v, 1, 6, 11, 12, m[s[10]], m[s[11]]);
-            g(&mut v, 2, 7, 8, 13, m[s[12]], m[s[13]]);
-            g(&mut v, 3, 4, 9, 14, m[s[14]], m[s[15]]);
-        }
-        for i in 0..8 {
-            h[i] ^= v[i] ^ v[i + 8];
-        }
-    }
-
-    let mut h = IV;
-    h[0] ^= 0x0101_0000 ^ (N as u64);
-    let mut t: u128 = 0;
-    let mut chunks = data.chunks(128).peekable();
-    if chunks.peek().is_none() {
-        compress(&mut h, &[0u8; 128], 0, true);
-    }
-    while let Some(chunk) = chunks.next() {
-        let mut block = [0u8; 128];
-        block[..chunk.len()].copy_from_slice(chunk);
-        t += chunk.len() as u128;
-        compress(&mut h, &block, t, chunks.peek().is_none());
-    }
+    use blake2::digest::{Update, VariableOutput};
+    let mut hasher = blake2::Blake2bVar::new(N).expect("invariant: 1..=64 byte digests are valid");
+    hasher.update(data);
     let mut out = [0u8; N];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = h[i / 8].to_le_bytes()[i % 8];
-    }
+    hasher
+        .finalize_variable(&mut out)
+        .expect("invariant: the buffer has the digest's size");
     out
 }
 
