@@ -103,24 +103,23 @@ fn invoker(sig: &Signature) -> TokenStream {
     let mut loads = Vec::new();
     let mut gets = Vec::new();
     for (i, param) in sig.params.iter().enumerate() {
-        let storage = format_ident!("__kopf_storage_{}", i);
         let ty = &param.ty;
         let span = syn::spanned::Spanned::span(ty);
-        let mode = if param.by_ref {
-            quote!(ByRef)
-        } else {
-            quote!(ByValue)
-        };
+        // Spanned like the type: type errors on the binding point at the parameter.
+        let storage = format_ident!("__kopf_storage_{}", i, span = span);
+        // Every token of the trait path carries the parameter type's span, so that
+        // "not an accepted type" errors point at the user's type.
+        let mode = syn::Ident::new(if param.by_ref { "ByRef" } else { "ByValue" }, span);
         let (trait_path, load_args) = match &param.source {
             Source::Kwarg { trait_name, .. } => {
-                let trait_ident = syn::Ident::new(trait_name, Span::call_site());
+                let trait_ident = syn::Ident::new(trait_name, span);
                 (
-                    quote_spanned!(span=> <#ty as #p::#trait_ident<'_, #p::#mode>>),
+                    quote_spanned!(span=> <#ty as ::kopf_runtime::__private::#trait_ident<'_, ::kopf_runtime::__private::#mode>>),
                     quote!(&__kopf_kwargs),
                 )
             }
             Source::Index { name } => (
-                quote_spanned!(span=> <#ty as #p::IndexArg<'_, #p::#mode>>),
+                quote_spanned!(span=> <#ty as ::kopf_runtime::__private::IndexArg<'_, ::kopf_runtime::__private::#mode>>),
                 quote!(&__kopf_kwargs, #name),
             ),
         };
@@ -136,14 +135,17 @@ fn invoker(sig: &Signature) -> TokenStream {
         });
         gets.push(quote_spanned!(span=> #get(&mut #storage)));
     }
-    let into_outcome =
-        quote_spanned!(sig.output_span=> #p::IntoOutcome::into_outcome(__kopf_result));
+    // Spanned like the return type, so that "not a valid return type" points there only.
+    let result = syn::Ident::new("__kopf_result", sig.output_span);
+    let into_outcome = quote_spanned! {sig.output_span=>
+        ::kopf_runtime::__private::IntoOutcome::into_outcome(#result)
+    };
     if sig.is_async {
         quote! {
             fn __kopf_invoke(__kopf_kwargs: #p::Kwargs) -> #p::BoxFuture<'static, #p::Outcome> {
                 #p::Box::pin(async move {
                     #(#loads)*
-                    let __kopf_result = #ident(#(#gets),*).await;
+                    let #result = #ident(#(#gets),*).await;
                     #into_outcome
                 })
             }
@@ -153,7 +155,7 @@ fn invoker(sig: &Signature) -> TokenStream {
             fn __kopf_invoke(__kopf_kwargs: #p::Kwargs) -> #p::BoxFuture<'static, #p::Outcome> {
                 #p::run_blocking(move || {
                     #(#loads)*
-                    let __kopf_result = #ident(#(#gets),*);
+                    let #result = #ident(#(#gets),*);
                     #into_outcome
                 })
             }

@@ -508,9 +508,9 @@ impl Handler {
 
     /// Whether the handler applies: its filters on the object (`labels`,
     /// `annotations`, `field`/`value`, `when`) and, for `on_update`/`on_field`,
-    /// `old`/`new` on the (scoped) kwargs. Field-scoped change handlers also
-    /// require a change under their field (a non-empty scoped `diff`), except
-    /// on creation, deletion and resuming.
+    /// `old`/`new` on the (scoped) kwargs. `on_field` handlers and field-scoped
+    /// `on_update` handlers also require a change under their field (a non-empty
+    /// scoped `diff`), as Kopf's `field_needs_change`.
     pub fn matches(&self, kwargs: &Kwargs) -> bool {
         if !self.filters.matches_object(kwargs) {
             return false;

@@ -392,6 +392,11 @@ pub use jiff::Timestamp;
 /// uses (e.g. by calling their fns) need nothing. See `examples/handlers-lib`
 /// and its `linked`/`unlinked` tests.
 ///
+/// # Caveats
+/// The anchor keeps the whole crate's records, submodules included (tested in
+/// debug builds by `examples/handlers-lib`). A handlers crate that is not a
+/// dependency of the binary at all cannot be linked by any means.
+///
 /// ```text
 /// // in my_handlers/src/lib.rs
 /// kopf_runtime::handlers_crate!();
