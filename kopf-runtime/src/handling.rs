@@ -144,6 +144,9 @@ pub struct StepOutcome {
     pub succeeded: usize,
     /// How many handlers of the cause failed for good.
     pub failed: usize,
+    /// Whether a handler was invoked in this step: the patch then holds its
+    /// outcome, which is lost (and the handler run again) if the patch is.
+    pub ran: bool,
 }
 
 /// Runs the due handler with the fewest attempts, if any, and records its
@@ -180,6 +183,7 @@ pub async fn step(
         .min_by_key(|(i, _)| records[*i].as_ref().and_then(|r| r.retries).unwrap_or(0))
         .map(|(i, _)| i);
 
+    let ran = due.is_some();
     if let Some(i) = due {
         let handler = handlers[i];
         let record = records[i].take().unwrap_or_default();
@@ -217,6 +221,7 @@ pub async fn step(
             delay: None,
             succeeded,
             failed,
+            ran,
         };
     }
     let now = jiff::Timestamp::now();
@@ -237,6 +242,7 @@ pub async fn step(
         delay,
         succeeded,
         failed,
+        ran,
     }
 }
 

@@ -36,6 +36,10 @@ use crate::watching::{DeletedBy, ObjectEvent, Seen};
 /// How long to wait before processing an object again after its patch was
 /// rejected (the object changed meanwhile, or the API server failed).
 const PATCH_RETRY: Duration = Duration::from_secs(1);
+/// How often a patch carrying handler outcomes is re-sent after a `409`.
+const CONFLICT_RESENDS: usize = 3;
+/// The pause before re-sending a conflicting patch.
+const CONFLICT_PAUSE: Duration = Duration::from_millis(200);
 /// How long to wait after an unexpected patch failure.
 const PATCH_FAILURE_BACKOFF: Duration = Duration::from_secs(10);
 
@@ -227,8 +231,9 @@ impl ResourceProcessor {
 
         let mut patch = json!({});
         let mut delay = None;
+        let mut ran = false;
         if !self.handlers.changing.is_empty() {
-            delay = self
+            (delay, ran) = self
                 .handle_changes(&body, &memory, &logger, &mut patch)
                 .await;
         }
@@ -244,7 +249,7 @@ impl ResourceProcessor {
             namespace: object.metadata.namespace.clone(),
             name: object.metadata.name.clone().unwrap_or_default(),
         };
-        match self.patcher.merge(&target, &patch).await {
+        match self.send(&target, &mut patch, ran, &logger).await {
             Ok(PatchOutcome::Patched(patched)) => Processed {
                 expect_version: patched.metadata.resource_version.clone(),
                 retry_after: delay,
@@ -270,14 +275,49 @@ impl ResourceProcessor {
         }
     }
 
-    /// The finalizer and the change handlers; returns when to come back.
+    /// Sends the step's patch. A patch that carries the outcome of a handler
+    /// (`ran`) is not given up on a `409 Conflict`: the outcome would be lost
+    /// and the handler run again. It is re-sent instead, its finalizer change
+    /// (the only part guarded by a `resourceVersion`) rebuilt from the object
+    /// as it is now. Other patches (e.g. adding the finalizer) are not
+    /// re-sent: the object is processed again from its newer body.
+    async fn send(
+        &self,
+        target: &PatchTarget,
+        patch: &mut Value,
+        ran: bool,
+        logger: &Logger,
+    ) -> Result<PatchOutcome, PatchError> {
+        let finalizer = self.settings.persistence.finalizer.as_str();
+        let mut resends = 0;
+        loop {
+            match self.patcher.merge(target, patch).await {
+                Err(PatchError::Conflict { .. }) if ran && resends < CONFLICT_RESENDS => {
+                    resends += 1;
+                    logger.debug("The patch conflicted; re-sending it to keep the outcomes.");
+                    tokio::time::sleep(CONFLICT_PAUSE).await;
+                    if patch.pointer("/metadata/resourceVersion").is_some() {
+                        let fresh = match self.patcher.merge(target, &json!({})).await? {
+                            PatchOutcome::Patched(fresh) => to_value(&fresh),
+                            PatchOutcome::Gone => return Ok(PatchOutcome::Gone),
+                        };
+                        refresh_finalizer(patch, &fresh, finalizer);
+                    }
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    /// The finalizer and the change handlers; returns when to come back, and
+    /// whether a handler ran (its outcome is in `patch`).
     async fn handle_changes(
         &self,
         body: &Arc<Value>,
         memory: &ObjectMemory,
         logger: &Logger,
         patch: &mut Value,
-    ) -> Option<Duration> {
+    ) -> (Option<Duration>, bool) {
         let probe = {
             let mut kwargs = Kwargs::new(Value::Null);
             kwargs.body = Arc::clone(body);
@@ -292,7 +332,7 @@ impl ResourceProcessor {
             .collect();
         if matching.is_empty() {
             // Blind to objects no handler is interested in: store no state.
-            return None;
+            return (None, false);
         }
         let finalizer = self.settings.persistence.finalizer.as_str();
         let requires_finalizer = matching.iter().any(|h| h.requires_finalizer);
@@ -301,7 +341,7 @@ impl ResourceProcessor {
         if !deleting && !blocked && requires_finalizer {
             logger.debug("Adding the finalizer, thus preventing the actual deletion.");
             set_finalizer(body, patch, finalizer, true);
-            return None;
+            return (None, false);
         }
         if !deleting && blocked && !requires_finalizer {
             logger.debug("Removing the finalizer, as there are no handlers requiring it.");
@@ -326,13 +366,13 @@ impl ResourceProcessor {
                 logger.debug(
                     "Something has changed, but we are not interested (the essence is the same).",
                 );
-                return None;
+                return (None, false);
             }
             ChangeCause::Free => {
                 logger.debug("Deletion, but we are done with it, and we do not care.");
-                return None;
+                return (None, false);
             }
-            ChangeCause::Gone => return None,
+            ChangeCause::Gone => return (None, false),
         };
         let old_changed = old.as_ref() != Some(&new);
         let context = CauseContext {
@@ -352,8 +392,8 @@ impl ResourceProcessor {
             .filter(|h| context.selects(h))
             .collect();
         let owned: Vec<&Handler> = self.handlers.changing.iter().collect();
-        let (done, delay) = if selected.is_empty() {
-            (true, None)
+        let (done, delay, ran) = if selected.is_empty() {
+            (true, None, false)
         } else {
             let step = handling::step(
                 &context,
@@ -372,10 +412,10 @@ impl ResourceProcessor {
                     step.failed
                 ));
             }
-            (step.done, step.delay)
+            (step.done, step.delay, step.ran)
         };
         if !done {
-            return delay;
+            return (delay, ran);
         }
         if reason != Reason::Delete && old_changed {
             if let Some(new) = &context.new {
@@ -387,7 +427,7 @@ impl ResourceProcessor {
             logger.debug("Removing the finalizer, thus allowing the actual deletion.");
             set_finalizer(body, patch, finalizer, false);
         }
-        None
+        (None, ran)
     }
 
     async fn run_event_handlers(
@@ -470,6 +510,17 @@ fn set_finalizer(body: &Value, patch: &mut Value, finalizer: &str, present: bool
     }
 }
 
+/// Rebuilds the finalizer change of `patch` (adding or removing
+/// `finalizer`) against `fresh`, the object as it is now, with its
+/// `resourceVersion` as the new precondition.
+fn refresh_finalizer(patch: &mut Value, fresh: &Value, finalizer: &str) {
+    let present = patch
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|list| list.iter().any(|f| f.as_str() == Some(finalizer)));
+    set_finalizer(fresh, patch, finalizer, present);
+}
+
 fn title(reason: Reason) -> &'static str {
     match reason {
         Reason::Create => "Creation",
@@ -517,6 +568,22 @@ mod tests {
         assert_eq!(
             patch,
             json!({"metadata": {"finalizers": null, "resourceVersion": "8"}})
+        );
+    }
+
+    #[test]
+    fn a_refreshed_finalizer_change_keeps_its_direction_and_others_finalizers() {
+        let mut patch = json!({
+            "metadata": {"finalizers": null, "resourceVersion": "7", "annotations": {"x": null}},
+        });
+        let fresh =
+            json!({"metadata": {"resourceVersion": "9", "finalizers": ["ours/f", "theirs/g"]}});
+        refresh_finalizer(&mut patch, &fresh, "ours/f");
+        assert_eq!(
+            patch,
+            json!({"metadata": {
+                "finalizers": ["theirs/g"], "resourceVersion": "9", "annotations": {"x": null},
+            }})
         );
     }
 
