@@ -417,10 +417,11 @@ impl ResourceProcessor {
         if !done {
             return (delay, ran);
         }
-        if reason != Reason::Delete && old_changed {
-            if let Some(new) = &context.new {
-                self.diffbase.store(body, new, patch);
-            }
+        if reason != Reason::Delete
+            && old_changed
+            && let Some(new) = &context.new
+        {
+            self.diffbase.store(body, new, patch);
         }
         memory.fully_handled_once.store(true, Ordering::Relaxed);
         if reason == Reason::Delete && blocked {

@@ -22,18 +22,20 @@ use serde_json::Value;
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct Index {
-    // object key → (index key → value)
-    objects: Arc<RwLock<BTreeMap<String, Vec<(Option<String>, Value)>>>>,
+    objects: Arc<RwLock<Entries>>,
 }
 
+/// Object key → (index key → value).
+type Entries = BTreeMap<String, Vec<(Option<String>, Value)>>;
+
 impl Index {
-    fn read(&self) -> RwLockReadGuard<'_, BTreeMap<String, Vec<(Option<String>, Value)>>> {
+    fn read(&self) -> RwLockReadGuard<'_, Entries> {
         self.objects
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, BTreeMap<String, Vec<(Option<String>, Value)>>> {
+    fn write(&self) -> RwLockWriteGuard<'_, Entries> {
         self.objects
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
