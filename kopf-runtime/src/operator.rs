@@ -8,7 +8,9 @@
 //! - Every handler the registry holds either runs or is refused at start-up
 //!   with an error naming it ([`OperatorError::Unsupported`]).
 //! - On stop, watching ends first; handlers in flight get
-//!   `queueing.exit_timeout` to finish, then the clean-up handlers run.
+//!   `queueing.exit_timeout` to finish and are cancelled after it (nothing
+//!   acts on objects once [`Operator::run_until`] returns); then the clean-up
+//!   handlers run.
 
 use std::collections::BTreeMap;
 use std::future::Future;

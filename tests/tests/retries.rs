@@ -83,7 +83,7 @@ async fn a_restart_mid_cause_reruns_only_the_handler_whose_success_was_not_recor
             let calls = c2.clone();
             async move {
                 calls.push("second", json!(kw.name()));
-                // Blocked until the operator is stopped (and abandoned then).
+                // Blocked until the operator is stopped (and cancelled then).
                 std::future::pending::<()>().await;
                 Ok::<_, Error>(json!("never"))
             }
@@ -414,4 +414,52 @@ async fn a_panicking_handler_is_contained_and_other_objects_are_still_served() {
     assert_eq!(per_object("boom"), 2, "the panics count as failed attempts");
     assert_eq!((per_object("fine"), per_object("later")), (1, 1));
     operator.stop().await;
+}
+
+/// Records "dropped" when the handler's future is dropped (cancelled).
+struct DropGuard(Calls);
+
+impl Drop for DropGuard {
+    fn drop(&mut self) {
+        self.0.push("dropped", Value::Null);
+    }
+}
+
+#[tokio::test]
+async fn a_handler_still_running_after_the_exit_timeout_is_cancelled_and_writes_nothing() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let calls = Calls::default();
+    let gate = std::sync::Arc::new(tokio::sync::Notify::new());
+    let (c, g) = (calls.clone(), gate.clone());
+    let registry = Registry::builder()
+        .on_create(cms(), "lingering", move |_kw: Kwargs| {
+            let (calls, gate) = (c.clone(), g.clone());
+            async move {
+                let _guard = DropGuard(calls.clone());
+                calls.push("started", Value::Null);
+                gate.notified().await;
+                calls.push("finished", Value::Null);
+                Ok::<_, Error>(json!("late"))
+            }
+        })
+        .build()
+        .expect("a valid registry");
+    let operator = Running::start(&emulator, registry);
+    new_configmap(&emulator, "linger").await;
+    calls.wait_for("started", 1).await;
+    operator.stop().await;
+    calls.wait_for("dropped", 1).await;
+
+    // Were it still running, it would finish now and patch the object.
+    gate.notify_waiters();
+    settle().await;
+    assert!(calls.named("finished").is_empty(), "{:?}", calls.all());
+    let body = get(&emulator, &configmaps(), "default", "linger")
+        .await
+        .expect("exists");
+    assert!(
+        body["status"].get("lingering").is_none() && annotation(&body, DIFFBASE).is_none(),
+        "the stopped operator wrote nothing: {body}"
+    );
 }
