@@ -371,3 +371,57 @@ async fn a_conflict_on_the_result_patch_does_not_rerun_the_handler() {
     assert_eq!(per_object(&calls, "create"), once_each(&["r"]));
     operator.stop().await;
 }
+
+#[tokio::test]
+async fn an_api_server_restart_with_its_state_repeats_nothing_and_loses_nothing() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let calls = Calls::default();
+    let operator = Running::start(&emulator, recording(&calls));
+    new_configmap(&emulator, "old").await;
+    handled(&emulator, "old").await;
+
+    emulator.restart(true).await;
+    new_configmap(&emulator, "new").await;
+    handled(&emulator, "new").await;
+    settle().await;
+    assert_eq!(per_object(&calls, "create"), once_each(&["new", "old"]));
+    assert!(calls.named("update").is_empty(), "{:?}", calls.all());
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn an_api_server_restart_without_its_state_reports_every_object_deleted() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let calls = Calls::default();
+    let operator = Running::start(&emulator, events(&calls));
+    new_configmap(&emulator, "wiped").await;
+    calls.wait_for("event", 1).await;
+
+    emulator.restart(false).await;
+    eventually("the wiped object to be reported deleted", || async {
+        calls
+            .named("event")
+            .contains(&json!(["wiped", "DELETED"]))
+            .then_some(())
+    })
+    .await;
+    new_configmap(&emulator, "fresh").await;
+    eventually("the fresh object to be seen", || async {
+        calls
+            .named("event")
+            .iter()
+            .any(|e| e[0] == "fresh")
+            .then_some(())
+    })
+    .await;
+    settle().await;
+    let deleted: Vec<Value> = calls
+        .named("event")
+        .into_iter()
+        .filter(|e| e[1] == "DELETED")
+        .collect();
+    assert_eq!(deleted, vec![json!(["wiped", "DELETED"])]);
+    operator.stop().await;
+}

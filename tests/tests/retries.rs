@@ -463,3 +463,48 @@ async fn a_handler_still_running_after_the_exit_timeout_is_cancelled_and_writes_
         "the stopped operator wrote nothing: {body}"
     );
 }
+
+#[tokio::test]
+async fn an_object_deleted_while_its_create_handler_awaits_a_retry_runs_its_delete_handler_and_goes()
+ {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let calls = Calls::default();
+    let (c, d) = (calls.clone(), calls.clone());
+    let registry = Registry::builder()
+        .on_create(cms(), "create_fn", move |_kw: Kwargs| {
+            let calls = c.clone();
+            async move {
+                calls.push("create", Value::Null);
+                Err::<(), _>(Error::temporary("later", Duration::from_secs(60)))
+            }
+        })
+        .on_delete(cms(), "delete_fn", move |_kw: Kwargs| {
+            let calls = d.clone();
+            async move {
+                calls.push("delete", Value::Null);
+                Ok::<_, Error>(())
+            }
+        })
+        .build()
+        .expect("a valid registry");
+    let operator = Running::start(&emulator, registry);
+    new_configmap(&emulator, "doomed").await;
+    progress(&emulator, "doomed", "create_fn", |r| r["retries"] == 1).await;
+    kopf_tests::raw_api(&emulator, &configmaps(), "default")
+        .delete("doomed", &kube::api::DeleteParams::default())
+        .await
+        .expect("deletion requested");
+    calls.wait_for("delete", 1).await;
+    eventually("the object to be gone", || async {
+        get(&emulator, &configmaps(), "default", "doomed")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    settle().await;
+    assert_eq!(calls.named("create").len(), 1, "not retried once deleting");
+    assert_eq!(calls.named("delete").len(), 1);
+    operator.stop().await;
+}
