@@ -6,7 +6,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kopf_runtime::progress::parse_timestamp;
-use kopf_runtime::{Error, Kwargs, Registry, ResourceRef};
+use kopf_runtime::{Error, ErrorsMode, Kwargs, Registry, ResourceRef};
 use kopf_testing::Emulator;
 use kopf_tests::{Calls, Running, annotation, configmaps, create, eventually, get, logs};
 use serde_json::{Value, json};
@@ -506,5 +506,98 @@ async fn an_object_deleted_while_its_create_handler_awaits_a_retry_runs_its_dele
     settle().await;
     assert_eq!(calls.named("create").len(), 1, "not retried once deleting");
     assert_eq!(calls.named("delete").len(), 1);
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn errors_without_a_delay_are_retried_after_the_handlers_backoff() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let calls = Calls::default();
+    let (c, r) = (calls.clone(), calls.clone());
+    let t0 = Instant::now();
+    let attempt = move |calls: Calls, name: &'static str, retry: u32| {
+        let ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+        calls.push(name, json!(ms));
+        retry
+    };
+    let registry = Registry::builder()
+        .on_create(cms(), "retry_fn", move |kw: Kwargs| {
+            let calls = c.clone();
+            async move {
+                match attempt(calls, "retry_fn", kw.retry) {
+                    0 => Err(Error::retry("no delay of its own")),
+                    _ => Ok(()),
+                }
+            }
+        })
+        .backoff(Duration::from_secs(1))
+        .on_create(cms(), "regular_fn", move |kw: Kwargs| {
+            let calls = r.clone();
+            async move {
+                match attempt(calls, "regular_fn", kw.retry) {
+                    0 => Err(Error::regular("an arbitrary error")),
+                    _ => Ok(()),
+                }
+            }
+        })
+        .backoff(Duration::from_secs(1))
+        .build()
+        .expect("a valid registry");
+    let operator = Running::start(&emulator, registry);
+    new_configmap(&emulator, "b").await;
+    cause_done(&emulator, "b").await;
+    settle().await;
+    for name in ["retry_fn", "regular_fn"] {
+        let at: Vec<u64> = calls
+            .named(name)
+            .iter()
+            .map(|v| v.as_u64().unwrap_or(0))
+            .collect();
+        assert_eq!(at.len(), 2, "{name}: failed once, then succeeded");
+        let gap = at[1] - at[0];
+        assert!(
+            (900..5_000).contains(&gap),
+            "{name}: retried after the 1 s backoff, not {gap} ms"
+        );
+    }
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn the_errors_mode_decides_whether_regular_errors_are_retried() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let calls = Calls::default();
+    let failing = |calls: &Calls, id: &'static str| {
+        let calls = calls.clone();
+        move |_kw: Kwargs| {
+            let calls = calls.clone();
+            async move {
+                calls.push(id, Value::Null);
+                Err::<Value, _>(Error::regular("broken"))
+            }
+        }
+    };
+    let registry = Registry::builder()
+        .on_create(cms(), "permanent_fn", failing(&calls, "permanent_fn"))
+        .errors(ErrorsMode::Permanent)
+        .backoff(Duration::from_millis(100))
+        .on_create(cms(), "ignored_fn", failing(&calls, "ignored_fn"))
+        .errors(ErrorsMode::Ignored)
+        .backoff(Duration::from_millis(100))
+        .on_create(cms(), "temporary_fn", failing(&calls, "temporary_fn"))
+        .errors(ErrorsMode::Temporary)
+        .retries(3)
+        .backoff(Duration::from_millis(100))
+        .build()
+        .expect("a valid registry");
+    let operator = Running::start(&emulator, registry);
+    new_configmap(&emulator, "modes").await;
+    cause_done(&emulator, "modes").await;
+    settle().await;
+    assert_eq!(calls.named("permanent_fn").len(), 1);
+    assert_eq!(calls.named("ignored_fn").len(), 1);
+    assert_eq!(calls.named("temporary_fn").len(), 3);
     operator.stop().await;
 }

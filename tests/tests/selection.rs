@@ -427,3 +427,51 @@ async fn a_permanently_failing_startup_handler_stops_the_operator_before_it_serv
     }
     assert!(calls.all().is_empty(), "nothing was served");
 }
+
+#[tokio::test]
+async fn a_panicking_event_handler_does_not_keep_events_from_the_others() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let calls = Calls::default();
+    let c = calls.clone();
+    let registry = Registry::builder()
+        .on_event(cms(), "a_panics", |kw: Kwargs| async move {
+            assert!(kw.name().is_none(), "the event handler panics");
+            Ok::<_, Error>(())
+        })
+        .on_event(cms(), "b_records", move |kw: Kwargs| {
+            let calls = c.clone();
+            async move {
+                calls.push(
+                    "event",
+                    json!([kw.name(), kw.event_type.map(|t| t.as_str())]),
+                );
+                Ok::<_, Error>(())
+            }
+        })
+        .build()
+        .expect("a valid registry");
+    let operator = Running::start(&emulator, registry);
+    for name in ["p1", "p2"] {
+        create(&emulator, &configmaps(), "default", name, json!({})).await;
+    }
+    eventually("both objects to reach the second handler", || async {
+        let seen = calls.named("event");
+        let seen = |name: &str| seen.iter().any(|e| e[0] == name);
+        (seen("p1") && seen("p2")).then_some(())
+    })
+    .await;
+    raw_api(&emulator, &configmaps(), "default")
+        .delete("p1", &DeleteParams::default())
+        .await
+        .expect("deleted");
+    eventually("the deletion to reach the second handler", || async {
+        calls
+            .named("event")
+            .contains(&json!(["p1", "DELETED"]))
+            .then_some(())
+    })
+    .await;
+    assert!(operator.is_running());
+    operator.stop().await;
+}
