@@ -425,3 +425,69 @@ async fn an_api_server_restart_without_its_state_reports_every_object_deleted() 
     assert_eq!(deleted, vec![json!(["wiped", "DELETED"])]);
     operator.stop().await;
 }
+
+#[tokio::test]
+async fn many_objects_under_mixed_faults_are_each_handled_exactly_once() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let calls = Calls::default();
+    let operator = Running::start(&emulator, recording(&calls));
+    let faults = emulator.faults();
+    faults.set_latency(Duration::from_millis(20));
+    let patches = |status| {
+        FailRule::status(status)
+            .verb("patch")
+            .path_contains("configmaps")
+    };
+    faults.fail_next(4, patches(500));
+    faults.fail_next(4, patches(409));
+    faults.fail_next(
+        2,
+        FailRule {
+            retry_after: Some(1),
+            ..patches(429)
+        },
+    );
+    let names: Vec<String> = (0..16).map(|i| format!("m{i:02}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        new_configmap(&emulator, name).await;
+        if i % 5 == 4 {
+            faults.drop_watches();
+        }
+        if i == 8 {
+            faults.fail_next(
+                2,
+                FailRule::status(500)
+                    .verb("watch")
+                    .path_contains("configmaps"),
+            );
+            faults.drop_watches();
+        }
+    }
+    // Half of them change while the faults go on.
+    let api = raw_api(&emulator, &configmaps(), "default");
+    for name in names.iter().step_by(2) {
+        handled(&emulator, name).await;
+        // The injected faults may hit this client too: retry until it gets through.
+        let change = Patch::Merge(json!({"data": {"k": "w"}}));
+        eventually(&format!("{name} to be changed"), || async {
+            api.patch(name, &PatchParams::default(), &change).await.ok()
+        })
+        .await;
+    }
+    faults.fail_next(3, patches(409));
+    for name in &names {
+        handled(&emulator, name).await;
+    }
+    eventually("every change to be handled", || async {
+        (calls.named("update").len() >= names.len() / 2).then_some(())
+    })
+    .await;
+    settle().await;
+    let all: Vec<&str> = names.iter().map(String::as_str).collect();
+    let changed: Vec<&str> = names.iter().step_by(2).map(String::as_str).collect();
+    assert_eq!(per_object(&calls, "create"), once_each(&all));
+    assert_eq!(per_object(&calls, "update"), once_each(&changed));
+    faults.clear();
+    operator.stop().await;
+}
