@@ -232,3 +232,74 @@ async fn malformed_progress_and_diffbase_annotations_are_treated_as_absent() {
     assert!(operator.is_running());
     operator.stop().await;
 }
+
+#[tokio::test]
+async fn a_resource_whose_crd_is_installed_after_the_start_is_served_once_it_exists() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let calls = Calls::default();
+    let c = calls.clone();
+    let registry = Registry::builder()
+        .on_create(
+            ResourceRef::dynamic("example.com", "v1", "widgets"),
+            "typed",
+            move |kw: Kwargs| {
+                let calls = c.clone();
+                async move {
+                    calls.push(kw.name().unwrap_or("?"), json!(kw.retry));
+                    let spec: WidgetSpec = serde_json::from_value(kw.spec().clone())?;
+                    Ok::<_, Error>(json!({"size": spec.size}))
+                }
+            },
+        )
+        .build()
+        .expect("a valid registry");
+    let operator = Running::start(&emulator, registry);
+    eventually("the operator to look for the resource", || async {
+        emulator
+            .requests()
+            .iter()
+            .any(|r| r.path == "/apis/example.com/v1")
+            .then_some(())
+    })
+    .await;
+    let crd: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                "subresources": {"status": {}},
+            }],
+        },
+    }))
+    .expect("a CRD");
+    let crds = ApiResource {
+        group: "apiextensions.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "apiextensions.k8s.io/v1".into(),
+        kind: "CustomResourceDefinition".into(),
+        plural: "customresourcedefinitions".into(),
+    };
+    Api::<kube::api::DynamicObject>::all_with(emulator.client(), &crds)
+        .create(&kube::api::PostParams::default(), &crd)
+        .await
+        .expect("the CRD is created");
+    create(
+        &emulator,
+        &widgets(),
+        "default",
+        "w",
+        json!({"spec": {"size": 7}}),
+    )
+    .await;
+    let body = typed(&emulator, "w").await;
+    assert_eq!(body["status"]["typed"], json!({"size": 7}));
+    assert_eq!(calls.named("w").len(), 1);
+    operator.stop().await;
+}

@@ -601,3 +601,58 @@ async fn the_errors_mode_decides_whether_regular_errors_are_retried() {
     assert_eq!(calls.named("temporary_fn").len(), 3);
     operator.stop().await;
 }
+
+#[tokio::test]
+async fn a_change_during_a_pending_retry_is_handled_by_that_retry_with_the_newest_body() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let calls = Calls::default();
+    let c = calls.clone();
+    let registry = Registry::builder()
+        .on_update(cms(), "update_fn", move |kw: Kwargs| {
+            let calls = c.clone();
+            async move {
+                let diff = serde_json::to_value(&kw.diff).unwrap_or_default();
+                calls.push("update", json!({"retry": kw.retry, "diff": diff}));
+                if kw.retry == 0 {
+                    return Err(Error::temporary("once more", Duration::from_secs(1)));
+                }
+                Ok(())
+            }
+        })
+        .build()
+        .expect("a valid registry");
+    let operator = Running::start(&emulator, registry);
+    new_configmap(&emulator, "u").await;
+    cause_done(&emulator, "u").await;
+    let api = kopf_tests::raw_api(&emulator, &configmaps(), "default");
+    let change = |v: &str| kube::api::Patch::Merge(json!({"data": {"k": v}}));
+    let params = kube::api::PatchParams::default();
+    api.patch("u", &params, &change("v2"))
+        .await
+        .expect("patched");
+    calls.wait_for("update", 1).await;
+    api.patch("u", &params, &change("v3"))
+        .await
+        .expect("patched");
+    calls.wait_for("update", 2).await;
+    eventually("the newest essence to be stored", || async {
+        let body = get(&emulator, &configmaps(), "default", "u").await?;
+        let essence: Value = serde_json::from_str(annotation(&body, DIFFBASE)?).ok()?;
+        (essence["data"]["k"] == "v3").then_some(())
+    })
+    .await;
+    settle().await;
+    let updates = calls.named("update");
+    assert_eq!(
+        updates.len(),
+        2,
+        "the retry covers both changes: {updates:?}"
+    );
+    assert_eq!(
+        updates[1]["diff"],
+        json!([["change", ["data", "k"], "v", "v3"]]),
+        "the retry sees the newest body against the last handled one"
+    );
+    operator.stop().await;
+}
