@@ -656,3 +656,58 @@ async fn a_change_during_a_pending_retry_is_handled_by_that_retry_with_the_newes
     );
     operator.stop().await;
 }
+
+#[tokio::test]
+async fn a_handler_with_a_long_id_keeps_and_purges_its_progress_under_hashed_keys() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let id =
+        "a_handler_with_a_rather_long_identifier/that_goes_past_the_sixty_three_character_limit";
+    let calls = Calls::default();
+    let c = calls.clone();
+    let registry = Registry::builder()
+        .on_create(cms(), id, move |kw: Kwargs| {
+            let calls = c.clone();
+            async move {
+                calls.push("long", json!(kw.retry));
+                if kw.retry < 2 {
+                    return Err(Error::temporary("again", Duration::from_millis(300)));
+                }
+                Ok(json!("done"))
+            }
+        })
+        .build()
+        .expect("a valid registry");
+    let operator = Running::start(&emulator, registry);
+    new_configmap(&emulator, "long").await;
+    let pending = eventually("a progress record under a hashed key", || async {
+        let body = get(&emulator, &configmaps(), "default", "long").await?;
+        let keys: Vec<String> = body["metadata"]["annotations"]
+            .as_object()?
+            .keys()
+            .filter(|k| k.starts_with("kopf.zalando.org/") && k.as_str() != DIFFBASE)
+            .cloned()
+            .collect();
+        (!keys.is_empty()).then_some(keys)
+    })
+    .await;
+    for key in &pending {
+        let name = key.split_once('/').map_or("", |(_, n)| n);
+        assert!(name.len() <= 63, "a valid annotation name: {key}");
+        assert!(!name.contains('/'), "a valid annotation name: {key}");
+    }
+    let body = cause_done(&emulator, "long").await;
+    settle().await;
+    assert_eq!(
+        calls.named("long"),
+        vec![json!(0), json!(1), json!(2)],
+        "the record is found again on every retry"
+    );
+    assert_eq!(body["status"][id], "done");
+    let leftovers: Vec<&String> = body["metadata"]["annotations"]
+        .as_object()
+        .map(|a| a.keys().filter(|k| pending.contains(k)).collect())
+        .unwrap_or_default();
+    assert!(leftovers.is_empty(), "purged: {leftovers:?}");
+    operator.stop().await;
+}

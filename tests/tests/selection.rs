@@ -475,3 +475,70 @@ async fn a_panicking_event_handler_does_not_keep_events_from_the_others() {
     assert!(operator.is_running());
     operator.stop().await;
 }
+
+#[tokio::test]
+async fn exact_namespace_names_serve_exactly_those_even_when_created_later() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    create_namespace(&emulator, "team-a").await;
+    for ns in ["team-a", "default"] {
+        create(&emulator, &configmaps(), ns, "x", json!({})).await;
+    }
+    let calls = Calls::default();
+    let registry = Registry::builder()
+        .on_create(cms(), "create_fn", hit(&calls, "create_fn"))
+        .build()
+        .expect("a valid registry");
+    let selector = NamespaceSelector::new(["team-a", "later"], false).expect("valid names");
+    let operator = Running::start_in(&emulator, registry, test_settings(), selector);
+    handled_as(&emulator, "team-a", "x", |_| true).await;
+    create_namespace(&emulator, "later").await;
+    create(&emulator, &configmaps(), "later", "x", json!({})).await;
+    handled_as(&emulator, "later", "x", |_| true).await;
+    settle().await;
+    assert_eq!(
+        hits(&calls),
+        pairs(&[("create_fn", "team-a/x"), ("create_fn", "later/x")])
+    );
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn cluster_scoped_objects_are_served_whatever_the_namespace_selection() {
+    logs();
+    let emulator = Emulator::builder()
+        .crd("example.com", "v1", "gadgets", "Gadget", false)
+        .start()
+        .await
+        .expect("emulator starts");
+    let calls = Calls::default();
+    let registry = Registry::builder()
+        .on_create(
+            ResourceRef::dynamic("example.com", "v1", "gadgets"),
+            "create_fn",
+            hit(&calls, "create_fn"),
+        )
+        .build()
+        .expect("a valid registry");
+    let selector = NamespaceSelector::new(["team-*"], false).expect("valid globs");
+    let operator = Running::start_in(&emulator, registry, test_settings(), selector);
+    let gadgets = kube::api::ApiResource {
+        group: "example.com".into(),
+        version: "v1".into(),
+        api_version: "example.com/v1".into(),
+        kind: "Gadget".into(),
+        plural: "gadgets".into(),
+    };
+    let object: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "g"},
+    }))
+    .expect("a gadget");
+    let api = kube::Api::<kube::api::DynamicObject>::all_with(emulator.client(), &gadgets);
+    api.create(&kube::api::PostParams::default(), &object)
+        .await
+        .expect("created");
+    calls.wait_for("hit", 1).await;
+    settle().await;
+    assert_eq!(hits(&calls), pairs(&[("create_fn", "-/g")]));
+    operator.stop().await;
+}
