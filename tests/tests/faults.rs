@@ -149,39 +149,48 @@ async fn changes_after_a_dropped_watch_are_still_handled() {
 }
 
 #[tokio::test]
-async fn an_object_deleted_during_a_watch_gap_ending_in_410_is_reported_deleted() {
+async fn changes_during_a_watch_gap_ending_in_410_are_reported_once_deletions_as_deleted() {
     logs();
     let emulator = Emulator::start().await.expect("emulator starts");
     let calls = Calls::default();
     let operator = Running::start(&emulator, events(&calls));
-    new_configmap(&emulator, "gone").await;
-    new_configmap(&emulator, "stays").await;
-    eventually("both objects to be seen", || async {
+    for name in ["gone", "changed", "quiet"] {
+        new_configmap(&emulator, name).await;
+    }
+    eventually("the objects to be seen", || async {
         let seen = calls.named("event");
         let seen = |name: &str| seen.iter().any(|e| e[0] == name);
-        (seen("gone") && seen("stays")).then_some(())
+        (seen("gone") && seen("changed") && seen("quiet")).then_some(())
     })
     .await;
+    let before_gap = calls.named("event").len();
 
     // Keep the watch down for a while (failed reconnects back off 1 s, 1 s,
-    // 2 s), delete an object meanwhile, and forget the history it could
-    // resume from: the watcher must re-list and notice the deletion.
+    // 2 s), delete and change objects meanwhile, and forget the history it
+    // could resume from: the watcher must re-list and notice both.
     let watches = FailRule::status(500)
         .verb("watch")
         .path_contains("configmaps");
     emulator.faults().fail_next(3, watches);
     emulator.faults().drop_watches();
-    raw_api(&emulator, &configmaps(), "default")
-        .delete("gone", &DeleteParams::default())
+    let api = raw_api(&emulator, &configmaps(), "default");
+    api.delete("gone", &DeleteParams::default())
         .await
         .expect("deleted");
+    api.patch(
+        "changed",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "changed"}})),
+    )
+    .await
+    .expect("patched");
     emulator.faults().compact();
 
-    eventually("the deletion to be reported", || async {
-        calls
-            .named("event")
-            .contains(&json!(["gone", "DELETED"]))
-            .then_some(())
+    eventually("the deletion and the change to be reported", || async {
+        let seen = calls.named("event");
+        (seen.contains(&json!(["gone", "DELETED"]))
+            && seen.contains(&json!(["changed", "MODIFIED"])))
+        .then_some(())
     })
     .await;
     assert!(
@@ -198,9 +207,18 @@ async fn an_object_deleted_during_a_watch_gap_ending_in_410_is_reported_deleted(
         "the watcher re-listed after 410: {relists} listings"
     );
     settle().await;
-    let events = calls.named("event");
-    let deleted: Vec<&Value> = events.iter().filter(|e| e[1] == "DELETED").collect();
-    assert_eq!(deleted, vec![&json!(["gone", "DELETED"])], "{events:?}");
+    let mut after_gap: Vec<String> = calls
+        .named("event")
+        .split_off(before_gap)
+        .iter()
+        .map(Value::to_string)
+        .collect();
+    after_gap.sort();
+    assert_eq!(
+        after_gap,
+        [r#"["changed","MODIFIED"]"#, r#"["gone","DELETED"]"#],
+        "each change reported once, the unchanged object not at all"
+    );
     operator.stop().await;
 }
 

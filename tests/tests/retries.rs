@@ -711,3 +711,51 @@ async fn a_handler_with_a_long_id_keeps_and_purges_its_progress_under_hashed_key
     assert!(leftovers.is_empty(), "purged: {leftovers:?}");
     operator.stop().await;
 }
+
+#[tokio::test]
+async fn a_restart_mid_deletion_runs_the_unfinished_delete_handler_and_releases_the_object() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let deleting = |calls: &Calls, block: bool| {
+        let c = calls.clone();
+        Registry::builder()
+            .on_delete(cms(), "delete_fn", move |_kw: Kwargs| {
+                let calls = c.clone();
+                async move {
+                    calls.push("delete", Value::Null);
+                    if block {
+                        std::future::pending::<()>().await;
+                    }
+                    Ok::<_, Error>(())
+                }
+            })
+            .build()
+            .expect("a valid registry")
+    };
+    let calls = Calls::default();
+    let operator = Running::start(&emulator, deleting(&calls, true));
+    new_configmap(&emulator, "del").await;
+    cause_done(&emulator, "del").await;
+    kopf_tests::raw_api(&emulator, &configmaps(), "default")
+        .delete("del", &kube::api::DeleteParams::default())
+        .await
+        .expect("deletion requested");
+    calls.wait_for("delete", 1).await;
+    operator.stop().await;
+    let body = get(&emulator, &configmaps(), "default", "del").await;
+    assert!(body.is_some(), "the finalizer holds the object");
+
+    let calls2 = Calls::default();
+    let operator = Running::start(&emulator, deleting(&calls2, false));
+    calls2.wait_for("delete", 1).await;
+    eventually("the object to be gone", || async {
+        get(&emulator, &configmaps(), "default", "del")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    settle().await;
+    assert_eq!(calls2.named("delete").len(), 1);
+    operator.stop().await;
+}
