@@ -193,10 +193,16 @@ async fn malformed_progress_and_diffbase_annotations_are_treated_as_absent() {
         ("listed", "kopf.zalando.org/create_fn", "[1, 2]"),
         ("nodiff", DIFFBASE, "garbage"),
         ("arraydiff", DIFFBASE, "[]"),
+        ("legacy", "status", "garbage"),
     ];
     for (name, key, value) in objects {
-        let meta = json!({"metadata": {"annotations": {key: value}}, "data": {"k": name}});
-        create(&emulator, &configmaps(), "default", name, meta).await;
+        let extra = if key == "status" {
+            // Kopf's legacy location of progress records.
+            json!({"status": {"kopf": {"progress": {"create_fn": value}}}, "data": {"k": name}})
+        } else {
+            json!({"metadata": {"annotations": {key: value}}, "data": {"k": name}})
+        };
+        create(&emulator, &configmaps(), "default", name, extra).await;
     }
     for (name, _, _) in objects {
         let body = eventually(&format!("{name} to be handled"), || async {
@@ -208,6 +214,10 @@ async fn malformed_progress_and_diffbase_annotations_are_treated_as_absent() {
         assert!(
             annotation(&body, "kopf.zalando.org/create_fn").is_none(),
             "{name}: progress purged once done: {body}"
+        );
+        assert!(
+            body.pointer("/status/kopf/progress/create_fn").is_none(),
+            "{name}: legacy progress purged once done: {body}"
         );
     }
     for (name, _, _) in objects {
@@ -225,7 +235,14 @@ async fn malformed_progress_and_diffbase_annotations_are_treated_as_absent() {
     created.sort();
     assert_eq!(
         created,
-        ["arraydiff", "garbled", "listed", "mistyped", "nodiff"],
+        [
+            "arraydiff",
+            "garbled",
+            "legacy",
+            "listed",
+            "mistyped",
+            "nodiff"
+        ],
         "each created once"
     );
     assert!(calls.named("update").is_empty(), "{:?}", calls.all());
