@@ -542,3 +542,59 @@ async fn cluster_scoped_objects_are_served_whatever_the_namespace_selection() {
     assert_eq!(hits(&calls), pairs(&[("create_fn", "-/g")]));
     operator.stop().await;
 }
+
+#[tokio::test]
+async fn objects_of_a_deleted_namespace_are_reported_deleted_once() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    create_namespace(&emulator, "team-a").await;
+    let calls = Calls::default();
+    let c = calls.clone();
+    let registry = Registry::builder()
+        .on_event(cms(), "watch_fn", move |kw: Kwargs| {
+            let calls = c.clone();
+            async move {
+                let who = format!(
+                    "{}/{}",
+                    kw.namespace().unwrap_or("-"),
+                    kw.name().unwrap_or("-")
+                );
+                calls.push("event", json!([who, kw.event_type.map(|t| t.as_str())]));
+                Ok::<_, Error>(())
+            }
+        })
+        .build()
+        .expect("a valid registry");
+    let selector = NamespaceSelector::new(["team-*"], false).expect("valid globs");
+    let operator = Running::start_in(&emulator, registry, test_settings(), selector);
+    create(&emulator, &configmaps(), "team-a", "x", json!({})).await;
+    eventually("the object to be seen", || async {
+        calls
+            .named("event")
+            .iter()
+            .any(|e| e[0] == "team-a/x")
+            .then_some(())
+    })
+    .await;
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(emulator.client());
+    namespaces
+        .delete("team-a", &DeleteParams::default())
+        .await
+        .expect("deletion requested");
+    eventually("the object's deletion to be reported", || async {
+        calls
+            .named("event")
+            .contains(&json!(["team-a/x", "DELETED"]))
+            .then_some(())
+    })
+    .await;
+    settle().await;
+    let deleted = calls
+        .named("event")
+        .into_iter()
+        .filter(|e| e[1] == "DELETED")
+        .count();
+    assert_eq!(deleted, 1, "{:?}", calls.all());
+    operator.stop().await;
+}
