@@ -232,7 +232,7 @@ async fn throttled_patches_are_retried_after_retry_after_and_nothing_is_lost() {
         verb: Some("patch".into()),
         path_contains: Some("configmaps".into()),
         status: 429,
-        retry_after: Some(1),
+        retry_after: Some(2),
     };
     emulator.faults().fail_next(3, throttled);
     let t0 = Instant::now();
@@ -243,8 +243,8 @@ async fn throttled_patches_are_retried_after_retry_after_and_nothing_is_lost() {
         handled(&emulator, name).await;
     }
     assert!(
-        t0.elapsed() >= Duration::from_millis(900),
-        "Retry-After was honoured"
+        t0.elapsed() >= Duration::from_millis(1_800),
+        "Retry-After (2 s, not the 1 s default backoff) was honoured"
     );
     assert_eq!(count_requests(&emulator, "patch", 429), 3);
     settle().await;
@@ -507,5 +507,28 @@ async fn many_objects_under_mixed_faults_are_each_handled_exactly_once() {
     assert_eq!(per_object(&calls, "create"), once_each(&all));
     assert_eq!(per_object(&calls, "update"), once_each(&changed));
     faults.clear();
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn the_retry_after_of_a_throttled_listing_is_honoured() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    new_configmap(&emulator, "waits").await;
+    let mut throttled = FailRule::status(429)
+        .verb("list")
+        .path_contains("configmaps");
+    throttled.retry_after = Some(3);
+    emulator.faults().fail_next(1, throttled);
+    let calls = Calls::default();
+    let t0 = Instant::now();
+    let operator = Running::start(&emulator, recording(&calls));
+    calls.wait_for("create", 1).await;
+    let waited = t0.elapsed();
+    assert!(
+        waited >= Duration::from_millis(2_800),
+        "waited the 3 s asked for, not the 1 s default backoff: {waited:?}"
+    );
+    handled(&emulator, "waits").await;
     operator.stop().await;
 }
