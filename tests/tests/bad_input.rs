@@ -8,7 +8,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kopf_runtime::{Error, Kwargs, Registry, ResourceRef};
 use kopf_testing::Emulator;
 use kopf_tests::{
-    Calls, Running, annotation, configmaps, create, eventually, get, logs, raw_api, test_settings,
+    Calls, Running, annotation, capture_logs, configmaps, create, eventually, get, logs, raw_api,
+    test_settings,
 };
 use kube::Api;
 use kube::api::{ApiResource, ListParams, Patch, PatchParams};
@@ -60,7 +61,7 @@ async fn settle() {
 
 #[tokio::test]
 async fn a_spec_that_does_not_deserialize_is_reported_and_retried_and_others_are_served() {
-    logs();
+    let (logs, _guard) = capture_logs();
     let emulator = Emulator::builder()
         .crd("example.com", "v1", "widgets", "Widget", true)
         .start()
@@ -131,6 +132,13 @@ async fn a_spec_that_does_not_deserialize_is_reported_and_retried_and_others_are
         })
     })
     .await;
+    let logged = logs.text();
+    assert!(
+        logged.lines().any(|l| l.contains("default/bad")
+            && l.contains("Handler 'typed' failed")
+            && l.contains("invalid type")),
+        "the failure is logged for the object: {logged}"
+    );
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     assert_eq!(event.involved_object.kind.as_deref(), Some("Widget"));
     assert!(operator.is_running(), "never a crash");
