@@ -634,6 +634,38 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_step_tells_whether_a_handler_ran_so_its_outcome_is_in_the_patch() {
+        let temporary = Handler::on_create(resource(), "t", |_kw: Kwargs| async {
+            Err::<(), _>(Error::temporary("later", Duration::from_secs(30)))
+        });
+        let mut body = json!({"metadata": {}});
+        let mut patch = json!({});
+        let out = step(
+            &cause(body.clone()),
+            &[&temporary],
+            &[&temporary],
+            &storage(),
+            Duration::from_secs(60),
+            &mut patch,
+        )
+        .await;
+        assert!(out.ran, "the handler was due");
+        apply(&mut body, patch);
+        let mut patch = json!({});
+        let out = step(
+            &cause(body.clone()),
+            &[&temporary],
+            &[&temporary],
+            &storage(),
+            Duration::from_secs(60),
+            &mut patch,
+        )
+        .await;
+        assert!(!out.ran, "the handler waits for its retry");
+        assert!(!out.done);
+    }
+
+    #[tokio::test]
     async fn a_panicking_handler_is_an_error_of_that_handler() {
         let handler = Handler::on_create(resource(), "boom", |_kw: Kwargs| async {
             if true {
