@@ -759,3 +759,49 @@ async fn a_restart_mid_deletion_runs_the_unfinished_delete_handler_and_releases_
     assert_eq!(calls2.named("delete").len(), 1);
     operator.stop().await;
 }
+
+#[tokio::test]
+async fn a_restarted_operator_keeps_the_recorded_delay_and_retry_count() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let t0 = Instant::now();
+    let failing = |calls: &Calls| {
+        let c = calls.clone();
+        Registry::builder()
+            .on_create(cms(), "flaky", move |kw: Kwargs| {
+                let calls = c.clone();
+                async move {
+                    let ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+                    calls.push("flaky", json!({"retry": kw.retry, "ms": ms}));
+                    Err::<(), _>(Error::temporary("not yet", Duration::from_secs(2)))
+                }
+            })
+            .retries(3)
+            .build()
+            .expect("a valid registry")
+    };
+    let calls = Calls::default();
+    let operator = Running::start(&emulator, failing(&calls));
+    new_configmap(&emulator, "kept").await;
+    progress(&emulator, "kept", "flaky", |r| r["retries"] == 1).await;
+    operator.stop().await;
+
+    let calls2 = Calls::default();
+    let operator = Running::start(&emulator, failing(&calls2));
+    cause_done(&emulator, "kept").await;
+    settle().await;
+    let first = calls.named("flaky");
+    let later = calls2.named("flaky");
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(
+        later.iter().map(|c| c["retry"].clone()).collect::<Vec<_>>(),
+        vec![json!(1), json!(2)],
+        "the count goes on from the recorded one, up to `retries`"
+    );
+    let gap = later[0]["ms"].as_u64().unwrap_or(0) - first[0]["ms"].as_u64().unwrap_or(0);
+    assert!(
+        gap >= 1_800,
+        "the recorded delay is honoured after the restart, not {gap} ms"
+    );
+    operator.stop().await;
+}
