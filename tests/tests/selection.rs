@@ -598,3 +598,38 @@ async fn objects_of_a_deleted_namespace_are_reported_deleted_once() {
     assert_eq!(deleted, 1, "{:?}", calls.all());
     operator.stop().await;
 }
+
+#[tokio::test]
+async fn an_operator_stuck_in_its_startup_handlers_can_still_be_stopped() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let calls = Calls::default();
+    let (s, e) = (calls.clone(), calls.clone());
+    let registry = Registry::builder()
+        .on_startup("never_ready", move |_kw: Kwargs| {
+            let calls = s.clone();
+            async move {
+                calls.push("startup", Value::Null);
+                Err::<(), _>(Error::temporary("not ready", Duration::from_secs(60)))
+            }
+        })
+        .on_event(cms(), "watch_fn", move |_kw: Kwargs| {
+            let calls = e.clone();
+            async move {
+                calls.push("event", Value::Null);
+                Ok::<_, Error>(())
+            }
+        })
+        .build()
+        .expect("a valid registry");
+    let operator = Running::start(&emulator, registry);
+    calls.wait_for("startup", 1).await;
+    let t0 = std::time::Instant::now();
+    operator.stop().await;
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "stopped promptly: {:?}",
+        t0.elapsed()
+    );
+    assert!(calls.named("event").is_empty(), "nothing was served");
+}
