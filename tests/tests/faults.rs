@@ -532,3 +532,37 @@ async fn the_retry_after_of_a_throttled_listing_is_honoured() {
     handled(&emulator, "waits").await;
     operator.stop().await;
 }
+
+#[tokio::test]
+async fn an_operator_whose_requests_keep_failing_can_still_be_stopped_promptly() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let calls = Calls::default();
+    let operator = Running::start(&emulator, recording(&calls));
+    new_configmap(&emulator, "first").await;
+    handled(&emulator, "first").await;
+    // Patches fail from now on: the new object's worker retries its patch.
+    let failing = |verb| FailRule::status(500).verb(verb).path_contains("configmaps");
+    emulator.faults().fail_next(100_000, failing("patch"));
+    new_configmap(&emulator, "second").await;
+    eventually("a failing patch", || async {
+        (count_requests(&emulator, "patch", 500) > 0).then_some(())
+    })
+    .await;
+    // And so do watches and listings.
+    emulator.faults().fail_next(100_000, failing("watch"));
+    emulator.faults().fail_next(100_000, failing("list"));
+    emulator.faults().drop_watches();
+    eventually("a failing watch", || async {
+        (count_requests(&emulator, "watch", 500) > 0).then_some(())
+    })
+    .await;
+    let t0 = Instant::now();
+    operator.stop().await;
+    assert!(
+        t0.elapsed() < Duration::from_secs(6),
+        "stopped within the exit timeout: {:?}",
+        t0.elapsed()
+    );
+    emulator.faults().clear();
+}
