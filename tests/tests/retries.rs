@@ -805,3 +805,48 @@ async fn a_restarted_operator_keeps_the_recorded_delay_and_retry_count() {
     );
     operator.stop().await;
 }
+
+#[tokio::test]
+async fn a_change_while_the_create_handler_runs_is_handled_as_an_update_afterwards() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let calls = Calls::default();
+    let gate = std::sync::Arc::new(tokio::sync::Notify::new());
+    let (c, u, g) = (calls.clone(), calls.clone(), gate.clone());
+    let registry = Registry::builder()
+        .on_create(cms(), "create_fn", move |kw: Kwargs| {
+            let (calls, gate) = (c.clone(), g.clone());
+            async move {
+                calls.push("create", kw.body["data"].clone());
+                gate.notified().await;
+                Ok::<_, Error>(())
+            }
+        })
+        .on_update(cms(), "update_fn", move |kw: Kwargs| {
+            let calls = u.clone();
+            async move {
+                calls.push("update", serde_json::to_value(&kw.diff).unwrap_or_default());
+                Ok::<_, Error>(())
+            }
+        })
+        .build()
+        .expect("a valid registry");
+    let operator = Running::start(&emulator, registry);
+    new_configmap(&emulator, "busy").await;
+    calls.wait_for("create", 1).await;
+    kopf_tests::raw_api(&emulator, &configmaps(), "default")
+        .patch(
+            "busy",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"data": {"k": "v2"}})),
+        )
+        .await
+        .expect("patched");
+    gate.notify_one();
+    let updates = calls.wait_for("update", 1).await;
+    assert_eq!(updates[0], json!([["change", ["data", "k"], "v", "v2"]]));
+    settle().await;
+    assert_eq!(calls.named("create"), vec![json!({"k": "v"})]);
+    assert_eq!(calls.named("update").len(), 1);
+    operator.stop().await;
+}
