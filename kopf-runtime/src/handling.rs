@@ -144,6 +144,9 @@ pub struct StepOutcome {
     pub succeeded: usize,
     /// How many handlers of the cause failed for good.
     pub failed: usize,
+    /// Whether a handler was invoked in this step: the patch then holds its
+    /// outcome, which is lost (and the handler run again) if the patch is.
+    pub ran: bool,
 }
 
 /// Runs the due handler with the fewest attempts, if any, and records its
@@ -180,6 +183,7 @@ pub async fn step(
         .min_by_key(|(i, _)| records[*i].as_ref().and_then(|r| r.retries).unwrap_or(0))
         .map(|(i, _)| i);
 
+    let ran = due.is_some();
     if let Some(i) = due {
         let handler = handlers[i];
         let record = records[i].take().unwrap_or_default();
@@ -217,6 +221,7 @@ pub async fn step(
             delay: None,
             succeeded,
             failed,
+            ran,
         };
     }
     let now = jiff::Timestamp::now();
@@ -237,6 +242,7 @@ pub async fn step(
         delay,
         succeeded,
         failed,
+        ran,
     }
 }
 
@@ -625,6 +631,38 @@ mod tests {
         .await;
         assert!(out.done);
         assert_eq!(out.failed, 1);
+    }
+
+    #[tokio::test]
+    async fn a_step_tells_whether_a_handler_ran_so_its_outcome_is_in_the_patch() {
+        let temporary = Handler::on_create(resource(), "t", |_kw: Kwargs| async {
+            Err::<(), _>(Error::temporary("later", Duration::from_secs(30)))
+        });
+        let mut body = json!({"metadata": {}});
+        let mut patch = json!({});
+        let out = step(
+            &cause(body.clone()),
+            &[&temporary],
+            &[&temporary],
+            &storage(),
+            Duration::from_secs(60),
+            &mut patch,
+        )
+        .await;
+        assert!(out.ran, "the handler was due");
+        apply(&mut body, patch);
+        let mut patch = json!({});
+        let out = step(
+            &cause(body.clone()),
+            &[&temporary],
+            &[&temporary],
+            &storage(),
+            Duration::from_secs(60),
+            &mut patch,
+        )
+        .await;
+        assert!(!out.ran, "the handler waits for its retry");
+        assert!(!out.done);
     }
 
     #[tokio::test]

@@ -7,8 +7,12 @@
 //! # Guarantees
 //! - Every handler the registry holds either runs or is refused at start-up
 //!   with an error naming it ([`OperatorError::Unsupported`]).
+//! - A stop during the start-up handlers cancels them; nothing is served and
+//!   no clean-up handler runs (as in Kopf).
 //! - On stop, watching ends first; handlers in flight get
-//!   `queueing.exit_timeout` to finish, then the clean-up handlers run.
+//!   `queueing.exit_timeout` to finish and are cancelled after it (nothing
+//!   acts on objects once [`Operator::run_until`] returns); then the clean-up
+//!   handlers run.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -206,7 +210,23 @@ impl Operator {
                 .cloned()
                 .collect::<Vec<Handler>>()
         };
-        run_activities(&activities(HandlerKind::OnStartup), &client, true).await?;
+        let mut stop = std::pin::pin!(stop);
+        let startup_handlers = activities(HandlerKind::OnStartup);
+        let startup = run_activities(&startup_handlers, &client, true);
+        tokio::select! {
+            started = startup => started?,
+            () = &mut stop => {
+                // As in Kopf: a start-up cut short serves nothing and cleans nothing up.
+                tracing::warn!("stopped before the start-up handlers finished");
+                root.cancel();
+                tasks.close();
+                let exit_timeout = settings.queueing.exit_timeout + Duration::from_secs(1);
+                if tokio::time::timeout(exit_timeout, tasks.wait()).await.is_err() {
+                    tracing::warn!("background tasks did not stop in time; abandoning them");
+                }
+                return Ok(());
+            }
+        }
 
         let watching = root.child_token();
         let mut queues = Vec::new();

@@ -38,6 +38,10 @@ use crate::watching::{DeletedBy, ObjectEvent, Seen};
 /// How long to wait before processing an object again after its patch was
 /// rejected (the object changed meanwhile, or the API server failed).
 const PATCH_RETRY: Duration = Duration::from_secs(1);
+/// How often a patch carrying handler outcomes is re-sent after a `409`.
+const CONFLICT_RESENDS: usize = 3;
+/// The pause before re-sending a conflicting patch.
+const CONFLICT_PAUSE: Duration = Duration::from_millis(200);
 /// How long to wait after an unexpected patch failure.
 const PATCH_FAILURE_BACKOFF: Duration = Duration::from_secs(10);
 
@@ -285,7 +289,7 @@ impl ResourceProcessor {
             .await;
 
         let mut patch = json!({});
-        let delay = self
+        let (delay, ran) = self
             .handle_object(uid, &body, &memory, &logger, &mut patch)
             .await;
         if patch.as_object().is_none_or(|p| p.is_empty()) {
@@ -300,7 +304,7 @@ impl ResourceProcessor {
             namespace: object.metadata.namespace.clone(),
             name: object.metadata.name.clone().unwrap_or_default(),
         };
-        match self.patcher.merge(&target, &patch).await {
+        match self.send(&target, &mut patch, ran, &logger).await {
             Ok(PatchOutcome::Patched(patched)) => Processed {
                 expect_version: patched.metadata.resource_version.clone(),
                 retry_after: delay,
@@ -326,8 +330,43 @@ impl ResourceProcessor {
         }
     }
 
+    /// Sends the step's patch. A patch that carries the outcome of a handler
+    /// (`ran`) is not given up on a `409 Conflict`: the outcome would be lost
+    /// and the handler run again. It is re-sent instead, its finalizer change
+    /// (the only part guarded by a `resourceVersion`) rebuilt from the object
+    /// as it is now. Other patches (e.g. adding the finalizer) are not
+    /// re-sent: the object is processed again from its newer body.
+    async fn send(
+        &self,
+        target: &PatchTarget,
+        patch: &mut Value,
+        ran: bool,
+        logger: &Logger,
+    ) -> Result<PatchOutcome, PatchError> {
+        let finalizer = self.settings.persistence.finalizer.as_str();
+        let mut resends = 0;
+        loop {
+            match self.patcher.merge(target, patch).await {
+                Err(PatchError::Conflict { .. }) if ran && resends < CONFLICT_RESENDS => {
+                    resends += 1;
+                    logger.debug("The patch conflicted; re-sending it to keep the outcomes.");
+                    tokio::time::sleep(CONFLICT_PAUSE).await;
+                    if patch.pointer("/metadata/resourceVersion").is_some() {
+                        let fresh = match self.patcher.merge(target, &json!({})).await? {
+                            PatchOutcome::Patched(fresh) => to_value(&fresh),
+                            PatchOutcome::Gone => return Ok(PatchOutcome::Gone),
+                        };
+                        refresh_finalizer(patch, &fresh, finalizer);
+                    }
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
     /// The finalizer, the daemons and timers, and the change handlers of an
-    /// object; returns when to come back.
+    /// object; returns when to come back, and whether a handler ran (its
+    /// outcome is in `patch`).
     async fn handle_object(
         &self,
         uid: &str,
@@ -335,9 +374,9 @@ impl ResourceProcessor {
         memory: &ObjectMemory,
         logger: &Logger,
         patch: &mut Value,
-    ) -> Option<Duration> {
+    ) -> (Option<Duration>, bool) {
         if self.handlers.changing.is_empty() && self.tasks.is_empty() {
-            return None;
+            return (None, false);
         }
         let probe = {
             let mut kwargs = Kwargs::new(Value::Null);
@@ -369,7 +408,7 @@ impl ResourceProcessor {
         if !deleting && !blocked && requires_finalizer {
             logger.debug("Adding the finalizer, thus preventing the actual deletion.");
             set_finalizer(body, patch, finalizer, true);
-            return None;
+            return (None, false);
         }
         if !deleting && blocked && !requires_finalizer {
             logger.debug("Removing the finalizer, as there are no handlers requiring it.");
@@ -397,11 +436,13 @@ impl ResourceProcessor {
         }
 
         let mut deletion_done = true;
+        let mut ran = false;
         if !changing.is_empty() {
             let outcome = self
                 .handle_changes(body, memory, logger, patch, &changing)
                 .await;
             deletion_done = outcome.done;
+            ran = outcome.ran;
             delay = min_delay(delay, outcome.delay);
         }
         if deleting && blocked {
@@ -415,7 +456,7 @@ impl ResourceProcessor {
                 set_finalizer(body, patch, finalizer, false);
             }
         }
-        delay
+        (delay, ran)
     }
 
     /// The change handlers (the object's cause); returns whether the cause is
@@ -473,8 +514,8 @@ impl ResourceProcessor {
             .filter(|h| context.selects(h))
             .collect();
         let owned: Vec<&Handler> = self.handlers.changing.iter().collect();
-        let (done, delay) = if selected.is_empty() {
-            (true, None)
+        let (done, delay, ran) = if selected.is_empty() {
+            (true, None, false)
         } else {
             let step = handling::step(
                 &context,
@@ -493,19 +534,21 @@ impl ResourceProcessor {
                     step.failed
                 ));
             }
-            (step.done, step.delay)
+            (step.done, step.delay, step.ran)
         };
         if done {
-            if reason != Reason::Delete && old_changed {
-                if let Some(new) = &context.new {
-                    self.diffbase.store(body, new, patch);
-                }
+            if reason != Reason::Delete
+                && old_changed
+                && let Some(new) = &context.new
+            {
+                self.diffbase.store(body, new, patch);
             }
             memory.fully_handled_once.store(true, Ordering::Relaxed);
         }
         handling::StepOutcome {
             done,
             delay,
+            ran,
             ..Default::default()
         }
     }
@@ -609,6 +652,17 @@ fn min_delay(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
     }
 }
 
+/// Rebuilds the finalizer change of `patch` (adding or removing
+/// `finalizer`) against `fresh`, the object as it is now, with its
+/// `resourceVersion` as the new precondition.
+fn refresh_finalizer(patch: &mut Value, fresh: &Value, finalizer: &str) {
+    let present = patch
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|list| list.iter().any(|f| f.as_str() == Some(finalizer)));
+    set_finalizer(fresh, patch, finalizer, present);
+}
+
 fn title(reason: Reason) -> &'static str {
     match reason {
         Reason::Create => "Creation",
@@ -656,6 +710,22 @@ mod tests {
         assert_eq!(
             patch,
             json!({"metadata": {"finalizers": null, "resourceVersion": "8"}})
+        );
+    }
+
+    #[test]
+    fn a_refreshed_finalizer_change_keeps_its_direction_and_others_finalizers() {
+        let mut patch = json!({
+            "metadata": {"finalizers": null, "resourceVersion": "7", "annotations": {"x": null}},
+        });
+        let fresh =
+            json!({"metadata": {"resourceVersion": "9", "finalizers": ["ours/f", "theirs/g"]}});
+        refresh_finalizer(&mut patch, &fresh, "ours/f");
+        assert_eq!(
+            patch,
+            json!({"metadata": {
+                "finalizers": ["theirs/g"], "resourceVersion": "9", "annotations": {"x": null},
+            }})
         );
     }
 

@@ -18,6 +18,9 @@
 //!   delay has passed, without any request to the API server.
 //! - Workers with nothing to do go away after [`QueueSettings::idle_timeout`],
 //!   so idle objects cost only their slot in the watcher.
+//! - After [`Queue::shutdown`] returns, no call runs any more: calls still in
+//!   flight when its timeout passes are cancelled (their futures dropped), so
+//!   a stopped operator never acts on an object afterwards.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -85,6 +88,8 @@ struct Inner<K, E> {
     permits: Arc<Semaphore>,
     tracker: TaskTracker,
     stop: CancellationToken,
+    /// Cancels the calls in flight (at the end of a shutdown).
+    abort: CancellationToken,
     settings: QueueSettings,
     process: ProcessFn<K, E>,
 }
@@ -113,6 +118,7 @@ where
                 permits,
                 tracker: TaskTracker::new(),
                 stop,
+                abort: CancellationToken::new(),
                 settings,
                 process,
             }),
@@ -146,8 +152,8 @@ where
         self.inner.lock_slots().len()
     }
 
-    /// Stops taking events and waits up to `timeout` for the calls in flight.
-    /// Returns how many workers were still running when the time ran out.
+    /// Stops taking events and waits up to `timeout` for the calls in flight,
+    /// then cancels those still running. Returns how many were cancelled.
     pub async fn shutdown(&self, timeout: Duration) -> usize {
         self.inner.stop.cancel();
         self.inner.tracker.close();
@@ -159,8 +165,18 @@ where
             tracing::warn!(
                 workers = left,
                 ?timeout,
-                "object workers did not finish in time; abandoning them"
+                "object workers did not finish in time; cancelling them"
             );
+            self.inner.abort.cancel();
+            if tokio::time::timeout(ABORT_GRACE, self.inner.tracker.wait())
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    workers = self.inner.tracker.len(),
+                    "object workers did not stop when cancelled; abandoning them"
+                );
+            }
             return left;
         }
         0
@@ -213,7 +229,10 @@ where
             let Ok(_permit) = self.permits.acquire().await else {
                 break;
             };
-            let processed = (self.process)(key.clone(), Arc::clone(&event)).await;
+            let processed = tokio::select! {
+                processed = (self.process)(key.clone(), Arc::clone(&event)) => processed,
+                () = self.abort.cancelled() => break,
+            };
             expected = processed.expect_version;
             retry_at = processed.retry_after.map(|delay| Instant::now() + delay);
         }
@@ -265,6 +284,9 @@ where
         true
     }
 }
+
+/// How long cancelled workers get to unwind (drop their futures) at shutdown.
+const ABORT_GRACE: Duration = Duration::from_secs(1);
 
 /// Whether `version` is at least `expected`. Kubernetes versions are opaque,
 /// but every server in use issues integers: compare them as such, and fall
@@ -451,6 +473,37 @@ mod tests {
         q.push(2, ev(1, 1));
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(log.try_recv().is_err(), "a stopped queue takes no events");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_still_running_after_the_shutdown_timeout_are_cancelled() {
+        let (finished_tx, mut finished) = mpsc::unbounded_channel();
+        let (started_tx, mut started) = mpsc::unbounded_channel();
+        let process: ProcessFn<u32, Ev> = Arc::new(move |_key, _event: Arc<Ev>| {
+            let (started, finished) = (started_tx.clone(), finished_tx.clone());
+            Box::pin(async move {
+                let _ = started.send(());
+                tokio::time::sleep(Duration::from_secs(100)).await;
+                let _ = finished.send(());
+                Processed::default()
+            })
+        });
+        let q = Queue::new(QueueSettings::default(), CancellationToken::new(), process);
+        q.push(1, ev(1, 1));
+        tokio::time::timeout(Duration::from_secs(60), started.recv())
+            .await
+            .expect("started within the timeout");
+        assert_eq!(q.shutdown(Duration::from_secs(5)).await, 1);
+        assert_eq!(q.inner.tracker.len(), 0, "no worker is left running");
+        drop(q);
+        tokio::time::sleep(Duration::from_secs(200)).await;
+        assert!(
+            matches!(
+                finished.try_recv(),
+                Err(mpsc::error::TryRecvError::Disconnected)
+            ),
+            "the call was dropped, not finished"
+        );
     }
 
     #[tokio::test(start_paused = true)]

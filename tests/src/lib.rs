@@ -5,10 +5,13 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kopf_runtime::namespaces::NamespaceSelector;
 use kopf_runtime::settings::OperatorSettings;
 use kopf_runtime::{Operator, OperatorError, Registry};
 use kopf_testing::Emulator;
-use serde_json::Value;
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, PostParams};
+use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -29,10 +32,22 @@ impl Running {
 
     /// Starts `registry` against the emulator with `settings`.
     pub fn start_with(emulator: &Emulator, registry: Registry, settings: OperatorSettings) -> Self {
+        Self::start_in(emulator, registry, settings, NamespaceSelector::all())
+    }
+
+    /// Starts `registry` against the emulator with `settings`, serving the
+    /// namespaces `selector` matches.
+    pub fn start_in(
+        emulator: &Emulator,
+        registry: Registry,
+        settings: OperatorSettings,
+        selector: NamespaceSelector,
+    ) -> Self {
         let stop = CancellationToken::new();
         let operator = Operator::new(registry)
             .client(emulator.client())
-            .settings(settings);
+            .settings(settings)
+            .namespaces(selector);
         let task = tokio::spawn(operator.run_until(stop.clone().cancelled_owned()));
         Self { stop, task }
     }
@@ -40,6 +55,15 @@ impl Running {
     /// Stops the operator and waits until it has exited.
     pub async fn stop(self) {
         self.stop.cancel();
+        self.join().await;
+    }
+
+    /// Whether the operator is still running (it has not exited on its own).
+    pub fn is_running(&self) -> bool {
+        !self.task.is_finished()
+    }
+
+    async fn join(self) {
         match tokio::time::timeout(PATIENCE, self.task).await {
             Ok(Ok(Ok(()))) => {}
             Ok(Ok(Err(error))) => panic!("the operator failed: {error}"),
@@ -53,7 +77,80 @@ impl Running {
 pub fn test_settings() -> OperatorSettings {
     let mut settings = OperatorSettings::default();
     settings.queueing.exit_timeout = Duration::from_secs(2);
+    settings.posting.enabled = false;
     settings
+}
+
+/// The API resource of ConfigMaps, for raw access.
+pub fn configmaps() -> ApiResource {
+    ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&())
+}
+
+/// A raw API for `resource` in namespace `ns`.
+pub fn raw_api(emulator: &Emulator, resource: &ApiResource, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(emulator.client(), ns, resource)
+}
+
+/// Creates an object of `resource` named `name` in `ns`; `extra` is merged
+/// into the body (e.g. `{"metadata": {"labels": …}, "data": …}`).
+pub async fn create(
+    emulator: &Emulator,
+    resource: &ApiResource,
+    ns: &str,
+    name: &str,
+    extra: Value,
+) -> Value {
+    let mut body = json!({
+        "apiVersion": resource.api_version, "kind": resource.kind,
+        "metadata": {"name": name, "namespace": ns},
+    });
+    merge(&mut body, extra);
+    let object: DynamicObject = serde_json::from_value(body).expect("a valid object");
+    let created = raw_api(emulator, resource, ns)
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap_or_else(|e| panic!("creating {ns}/{name}: {e}"));
+    serde_json::to_value(created).expect("serializable")
+}
+
+/// Creates a namespace.
+pub async fn create_namespace(emulator: &Emulator, name: &str) {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(emulator.client());
+    let ns = serde_json::from_value(json!({"metadata": {"name": name}})).expect("a namespace");
+    api.create(&PostParams::default(), &ns)
+        .await
+        .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
+}
+
+/// The object as the API server has it, as JSON (`None` if absent).
+pub async fn get(
+    emulator: &Emulator,
+    resource: &ApiResource,
+    ns: &str,
+    name: &str,
+) -> Option<Value> {
+    raw_api(emulator, resource, ns)
+        .get_opt(name)
+        .await
+        .expect("get works")
+        .map(|o| serde_json::to_value(o).expect("serializable"))
+}
+
+/// An annotation of a body, if present.
+pub fn annotation<'a>(body: &'a Value, key: &str) -> Option<&'a str> {
+    body.pointer("/metadata/annotations")?.get(key)?.as_str()
+}
+
+/// RFC 7386 merge of `patch` into `dst`.
+fn merge(dst: &mut Value, patch: Value) {
+    match (dst, patch) {
+        (Value::Object(dst), Value::Object(patch)) => {
+            for (key, value) in patch {
+                merge(dst.entry(key).or_insert(Value::Null), value);
+            }
+        }
+        (dst, patch) => *dst = patch,
+    }
 }
 
 /// Polls `check` until it returns `Some`, failing the test after [`PATIENCE`].
@@ -109,4 +206,50 @@ impl Calls {
         })
         .await
     }
+}
+
+/// Sends the runtime's logs to the test output (filtered by `RUST_LOG`,
+/// `info` by default); shown only for failing tests.
+pub fn logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
+}
+
+/// Log lines captured by [`capture_logs`].
+#[derive(Clone, Default)]
+pub struct CapturedLogs(Arc<Mutex<Vec<u8>>>);
+
+impl CapturedLogs {
+    /// Everything logged so far, as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().expect("logs lock")).into_owned()
+    }
+}
+
+impl std::io::Write for CapturedLogs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("logs lock").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Captures the logs of this thread (with `#[tokio::test]`'s single-threaded
+/// runtime: of the test and everything it spawns) until the guard drops.
+pub fn capture_logs() -> (CapturedLogs, tracing::subscriber::DefaultGuard) {
+    let logs = CapturedLogs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    (logs, tracing::subscriber::set_default(subscriber))
 }
