@@ -13,7 +13,16 @@ pub const MAJOR: &str = "1";
 /// The Kubernetes minor version the emulator claims to be.
 pub const MINOR: &str = "33";
 
-const VERBS: [&str; 8] = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+const VERBS: [&str; 8] = [
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
 
 /// `/version`.
 pub fn version() -> Value {
@@ -65,7 +74,10 @@ fn group_doc(name: &str, versions: &[String], preferred: Option<&String>) -> Val
 
 /// `/apis`.
 pub fn groups(defs: &[Arc<ResourceDef>]) -> Value {
-    let groups: Vec<Value> = group_versions(defs).iter().map(|(name, (vs, pref))| group_doc(name, vs, pref.as_ref())).collect();
+    let groups: Vec<Value> = group_versions(defs)
+        .iter()
+        .map(|(name, (vs, pref))| group_doc(name, vs, pref.as_ref()))
+        .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
@@ -81,7 +93,10 @@ pub fn group(defs: &[Arc<ResourceDef>], name: &str) -> Option<Value> {
 
 /// `/api/v1` or `/apis/G/V`, if served.
 pub fn resources(defs: &[Arc<ResourceDef>], group: &str, version: &str) -> Option<Value> {
-    let served: Vec<&Arc<ResourceDef>> = defs.iter().filter(|d| d.group == group && d.version == version).collect();
+    let served: Vec<&Arc<ResourceDef>> = defs
+        .iter()
+        .filter(|d| d.group == group && d.version == version)
+        .collect();
     if served.is_empty() {
         return None;
     }
@@ -97,8 +112,8 @@ pub fn resources(defs: &[Arc<ResourceDef>], group: &str, version: &str) -> Optio
         if !d.short_names.is_empty() {
             r["shortNames"] = json!(d.short_names);
         }
-        if !d.group.is_empty() && d.group != "apiextensions.k8s.io" && d.group != "coordination.k8s.io" && d.group != "events.k8s.io" {
-            r["categories"] = json!(["all"]);
+        if !d.categories.is_empty() {
+            r["categories"] = json!(d.categories);
         }
         resources.push(r);
         if d.status_subresource {
@@ -111,12 +126,92 @@ pub fn resources(defs: &[Arc<ResourceDef>], group: &str, version: &str) -> Optio
             }));
         }
     }
-    let group_version = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
-    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}))
+    let group_version = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}),
+    )
+}
+
+/// The Content-Type of aggregated discovery (v2) documents.
+pub const AGGREGATED_CONTENT_TYPE: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+/// Whether an `Accept` header asks for aggregated discovery v2.
+pub fn wants_aggregated(accept: &str) -> bool {
+    accept.split(',').any(|media| {
+        let params: Vec<&str> = media.split(';').map(str::trim).collect();
+        params.contains(&"g=apidiscovery.k8s.io")
+            && params.contains(&"v=v2")
+            && params.contains(&"as=APIGroupDiscoveryList")
+    })
+}
+
+/// Aggregated discovery (`apidiscovery.k8s.io/v2`) for `/api` (`core`) or `/apis`.
+pub fn aggregated(defs: &[Arc<ResourceDef>], core: bool) -> Value {
+    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+    for d in defs.iter().filter(|d| d.group.is_empty() == core) {
+        match groups.iter_mut().find(|(g, _)| *g == d.group) {
+            Some((_, versions)) if !versions.contains(&d.version) => {
+                // The storage version is preferred: it goes first.
+                if d.storage {
+                    versions.insert(0, d.version.clone())
+                } else {
+                    versions.push(d.version.clone())
+                }
+            }
+            Some(_) => {}
+            None => groups.push((d.group.clone(), vec![d.version.clone()])),
+        }
+    }
+    let items: Vec<Value> = groups
+        .iter()
+        .map(|(group, versions)| {
+            let versions: Vec<Value> = versions
+                .iter()
+                .map(|version| {
+                    let resources: Vec<Value> = defs
+                        .iter()
+                        .filter(|d| d.group == *group && d.version == *version)
+                        .map(|d| {
+                            let gvk = json!({"group": d.group, "version": d.version, "kind": d.kind});
+                            let mut r = json!({
+                                "resource": d.plural,
+                                "responseKind": gvk,
+                                "scope": if d.namespaced { "Namespaced" } else { "Cluster" },
+                                "singularResource": d.singular,
+                                "verbs": VERBS,
+                            });
+                            if !d.short_names.is_empty() {
+                                r["shortNames"] = json!(d.short_names);
+                            }
+                            if !d.categories.is_empty() {
+                                r["categories"] = json!(d.categories);
+                            }
+                            if d.status_subresource {
+                                r["subresources"] = json!([{"subresource": "status", "responseKind": gvk, "verbs": ["get", "patch", "update"]}]);
+                            }
+                            r
+                        })
+                        .collect();
+                    json!({"version": version, "resources": resources, "freshness": "Current"})
+                })
+                .collect();
+            json!({"metadata": {"name": group}, "versions": versions})
+        })
+        .collect();
+    json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items})
 }
 
 fn gv_path(group: &str, version: &str) -> String {
-    if group.is_empty() { format!("api/{version}") } else { format!("apis/{group}/{version}") }
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
 }
 
 /// `/openapi/v3`: the index of per-group-version documents.
@@ -134,14 +229,21 @@ pub fn openapi_v3_index(defs: &[Arc<ResourceDef>]) -> Value {
 /// whose PATCH operations declare `fieldValidation`, so kubectl leaves
 /// validation to the server instead of fetching `/openapi/v2`.
 pub fn openapi_v3_document(defs: &[Arc<ResourceDef>], path: &str) -> Option<Value> {
-    let served: Vec<&Arc<ResourceDef>> = defs.iter().filter(|d| gv_path(&d.group, &d.version) == path).collect();
+    let served: Vec<&Arc<ResourceDef>> = defs
+        .iter()
+        .filter(|d| gv_path(&d.group, &d.version) == path)
+        .collect();
     if served.is_empty() {
         return None;
     }
     let mut paths = serde_json::Map::new();
     for d in served {
         let gvk = json!([{"group": d.group, "version": d.version, "kind": d.kind}]);
-        let ns = if d.namespaced { "/namespaces/{namespace}" } else { "" };
+        let ns = if d.namespaced {
+            "/namespaces/{namespace}"
+        } else {
+            ""
+        };
         let patch = json!({
             "patch": {
                 "operationId": format!("patch{}", d.kind),
@@ -171,14 +273,24 @@ mod tests {
 
     fn defs() -> Vec<Arc<ResourceDef>> {
         let mut defs: Vec<Arc<ResourceDef>> = builtins().into_iter().map(Arc::new).collect();
-        defs.extend(defs_from_crd(&crd_object("example.com", "v1", "widgets", "Widget", true)).unwrap().into_iter().map(Arc::new));
+        defs.extend(
+            defs_from_crd(&crd_object("example.com", "v1", "widgets", "Widget", true))
+                .unwrap()
+                .into_iter()
+                .map(Arc::new),
+        );
         defs
     }
 
     #[test]
     fn core_resources_list_statuses_and_short_names() {
         let doc = resources(&defs(), "", "v1").unwrap();
-        let names: Vec<&str> = doc["resources"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
+        let names: Vec<&str> = doc["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap())
+            .collect();
         assert!(names.contains(&"configmaps"));
         assert!(names.contains(&"pods/status"));
         assert_eq!(doc["groupVersion"], "v1");
@@ -187,12 +299,49 @@ mod tests {
     #[test]
     fn groups_include_crds() {
         let doc = groups(&defs());
-        let names: Vec<&str> = doc["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
+        let names: Vec<&str> = doc["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["name"].as_str().unwrap())
+            .collect();
         assert!(names.contains(&"example.com"));
         assert!(names.contains(&"coordination.k8s.io"));
-        assert_eq!(group(&defs(), "example.com").unwrap()["preferredVersion"]["version"], "v1");
+        assert_eq!(
+            group(&defs(), "example.com").unwrap()["preferredVersion"]["version"],
+            "v1"
+        );
         assert!(group(&defs(), "nope.io").is_none());
         assert!(resources(&defs(), "example.com", "v2").is_none());
+    }
+
+    #[test]
+    fn aggregated_discovery_lists_groups_and_resources() {
+        let core = aggregated(&defs(), true);
+        assert_eq!(core["items"].as_array().unwrap().len(), 1);
+        assert_eq!(core["items"][0]["metadata"]["name"], "");
+        let apis = aggregated(&defs(), false);
+        let widgets = apis["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["metadata"]["name"] == "example.com")
+            .unwrap();
+        assert_eq!(
+            widgets["versions"][0]["resources"][0]["responseKind"]["kind"],
+            "Widget"
+        );
+        assert_eq!(
+            widgets["versions"][0]["resources"][0]["subresources"][0]["subresource"],
+            "status"
+        );
+        assert!(wants_aggregated(
+            kube::core::discovery::v2::ACCEPT_AGGREGATED_DISCOVERY_V2
+        ));
+        assert!(!wants_aggregated("application/json"));
+        assert!(!wants_aggregated(
+            "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json"
+        ));
     }
 
     #[test]
@@ -200,7 +349,8 @@ mod tests {
         let index = openapi_v3_index(&defs());
         assert!(index["paths"]["apis/example.com/v1"]["serverRelativeURL"].is_string());
         let doc = openapi_v3_document(&defs(), "apis/example.com/v1").unwrap();
-        let op = &doc["paths"]["/apis/example.com/v1/namespaces/{namespace}/widgets/{name}"]["patch"];
+        let op =
+            &doc["paths"]["/apis/example.com/v1/namespaces/{namespace}/widgets/{name}"]["patch"];
         assert_eq!(op["x-kubernetes-group-version-kind"]["kind"], "Widget");
         assert!(openapi_v3_document(&defs(), "apis/nope/v1").is_none());
     }

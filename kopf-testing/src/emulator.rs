@@ -39,7 +39,12 @@ pub struct EmulatorBuilder {
 
 impl Default for EmulatorBuilder {
     fn default() -> Self {
-        Self { port: 0, crds: Vec::new(), preloads: Vec::new(), history_limit: DEFAULT_HISTORY_LIMIT }
+        Self {
+            port: 0,
+            crds: Vec::new(),
+            preloads: Vec::new(),
+            history_limit: DEFAULT_HISTORY_LIMIT,
+        }
     }
 }
 
@@ -52,8 +57,17 @@ impl EmulatorBuilder {
 
     /// Registers a CRD (with a status subresource and a schema preserving unknown
     /// fields), exactly as creating it through the API would.
-    pub fn crd(mut self, group: &str, version: &str, plural: &str, kind: &str, namespaced: bool) -> Self {
-        self.crds.push(resources::crd_object(group, version, plural, kind, namespaced));
+    pub fn crd(
+        mut self,
+        group: &str,
+        version: &str,
+        plural: &str,
+        kind: &str,
+        namespaced: bool,
+    ) -> Self {
+        self.crds.push(resources::crd_object(
+            group, version, plural, kind, namespaced,
+        ));
         self
     }
 
@@ -66,7 +80,8 @@ impl EmulatorBuilder {
 
     /// Like [`preload_yaml`](Self::preload_yaml), reading a file at start.
     pub fn preload_file(mut self, path: impl AsRef<Path>) -> Self {
-        self.preloads.push(Preload::File(path.as_ref().to_path_buf()));
+        self.preloads
+            .push(Preload::File(path.as_ref().to_path_buf()));
         self
     }
 
@@ -86,18 +101,36 @@ impl EmulatorBuilder {
         for preload in &self.preloads {
             let yaml = match preload {
                 Preload::Yaml(yaml) => yaml.clone(),
-                Preload::File(path) => std::fs::read_to_string(path).map_err(|source| EmulatorError::PreloadFile { path: path.clone(), source })?,
+                Preload::File(path) => {
+                    std::fs::read_to_string(path).map_err(|source| EmulatorError::PreloadFile {
+                        path: path.clone(),
+                        source,
+                    })?
+                }
             };
             objects.extend(preload::parse(&yaml)?);
         }
         let mut store = Store::new(self.history_limit);
         preload::apply(&mut store, &objects)?;
         let listener = server::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, self.port)), 0).await?;
-        let addr = listener.local_addr().map_err(|source| EmulatorError::Bind { addr: SocketAddr::from((Ipv4Addr::LOCALHOST, self.port)), source })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| EmulatorError::Bind {
+                addr: SocketAddr::from((Ipv4Addr::LOCALHOST, self.port)),
+                source,
+            })?;
         let shared = Arc::new(Shared::new(store, addr.port()));
         let running = server::spawn(listener, shared.clone());
         tracing::debug!(%addr, "emulator: listening");
-        Ok(Emulator { faults: Faults { shared: shared.clone() }, shared, addr, objects, running: tokio::sync::Mutex::new(Some(running)) })
+        Ok(Emulator {
+            faults: Faults {
+                shared: shared.clone(),
+            },
+            shared,
+            addr,
+            objects,
+            running: tokio::sync::Mutex::new(Some(running)),
+        })
     }
 }
 
@@ -109,7 +142,7 @@ impl EmulatorBuilder {
 /// [`client`](Self::client) must be called inside a Tokio runtime.
 #[derive(Debug)]
 pub struct Emulator {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     faults: Faults,
     addr: SocketAddr,
     objects: Vec<Value>,
@@ -143,15 +176,20 @@ impl Emulator {
 
     /// A kube client for this emulator, with default namespace `default`.
     pub fn client(&self) -> kube::Client {
-        let uri: http::Uri = self.url().parse().expect("invariant: an http://127.0.0.1:PORT URL parses");
+        let uri: http::Uri = self
+            .url()
+            .parse()
+            .expect("invariant: an http://127.0.0.1:PORT URL parses");
         let config = kube::Config::new(uri);
-        kube::Client::try_from(config).expect("invariant: a plain-HTTP config always builds a client")
+        kube::Client::try_from(config)
+            .expect("invariant: a plain-HTTP config always builds a client")
     }
 
     /// A kubeconfig pointing at this emulator (context `kopf-emulator`, namespace `default`).
     pub fn kubeconfig(&self) -> kube::config::Kubeconfig {
         let doc = kubeconfig_json(&self.url());
-        serde_json::from_value(doc).expect("invariant: the kubeconfig document matches kube's schema")
+        serde_json::from_value(doc)
+            .expect("invariant: the kubeconfig document matches kube's schema")
     }
 
     /// Writes [`kubeconfig`](Self::kubeconfig) to a file (atomically: a temporary file, then rename).
@@ -231,8 +269,12 @@ pub(crate) fn kubeconfig_json(url: &str) -> Value {
 
 /// Writes a kubeconfig for `url` to `path` atomically.
 pub(crate) fn write_kubeconfig_file(url: &str, path: &Path) -> std::io::Result<()> {
-    let text = serde_json::to_string_pretty(&kubeconfig_json(url)).map_err(std::io::Error::other)?;
-    let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "kubeconfig".into());
+    let text =
+        serde_json::to_string_pretty(&kubeconfig_json(url)).map_err(std::io::Error::other)?;
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "kubeconfig".into());
     let tmp = path.with_file_name(format!(".{file_name}.{}.tmp", std::process::id()));
     std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, path).inspect_err(|_| {
@@ -265,15 +307,32 @@ mod tests {
         let created = api.create(&PostParams::default(), &cm("a")).await.unwrap();
         assert!(created.metadata.uid.is_some());
         let got = api.get("a").await.unwrap();
-        assert_eq!(got.metadata.resource_version, created.metadata.resource_version);
+        assert_eq!(
+            got.metadata.resource_version,
+            created.metadata.resource_version
+        );
         let patch = serde_json::json!({"data": {"k": "w"}});
-        let patched = api.patch("a", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        let patched = api
+            .patch("a", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
         assert_eq!(patched.data.unwrap()["k"], "w");
-        assert_eq!(api.list(&ListParams::default()).await.unwrap().items.len(), 1);
+        assert_eq!(
+            api.list(&ListParams::default()).await.unwrap().items.len(),
+            1
+        );
         api.delete("a", &DeleteParams::default()).await.unwrap();
         let err = api.get("a").await.unwrap_err();
-        assert!(matches!(err, kube::Error::Api(ref s) if s.code == 404), "{err:?}");
-        assert!(emulator.requests().iter().any(|r| r.verb == "patch" && r.status == 200));
+        assert!(
+            matches!(err, kube::Error::Api(ref s) if s.code == 404),
+            "{err:?}"
+        );
+        assert!(
+            emulator
+                .requests()
+                .iter()
+                .any(|r| r.verb == "patch" && r.status == 200)
+        );
     }
 
     #[tokio::test]
@@ -281,7 +340,10 @@ mod tests {
         let emulator = Emulator::start().await.unwrap();
         let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
         let mut events = watcher(api.clone(), watcher::Config::default()).boxed();
-        let first = tokio::time::timeout(Duration::from_secs(5), events.try_next()).await.unwrap().unwrap();
+        let first = tokio::time::timeout(Duration::from_secs(5), events.try_next())
+            .await
+            .unwrap()
+            .unwrap();
         assert!(matches!(first, Some(watcher::Event::Init)));
         api.create(&PostParams::default(), &cm("a")).await.unwrap();
         let seen = async {
@@ -293,7 +355,9 @@ mod tests {
                 }
             }
         };
-        tokio::time::timeout(Duration::from_secs(5), seen).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), seen)
+            .await
+            .unwrap();
         let port = emulator.addr().port();
         emulator.restart(true).await;
         assert_eq!(emulator.addr().port(), port);
@@ -307,20 +371,29 @@ mod tests {
                 }
             }
         };
-        tokio::time::timeout(Duration::from_secs(10), seen).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(10), seen)
+            .await
+            .unwrap();
     }
 
     #[tokio::test]
     async fn injected_failures_answer_status() {
         let emulator = Emulator::start().await.unwrap();
         let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
-        emulator.faults().fail_next(1, crate::FailRule::status(500).verb("list"));
+        emulator
+            .faults()
+            .fail_next(1, crate::FailRule::status(500).verb("list"));
         let err = api.list(&ListParams::default()).await.unwrap_err();
-        assert!(matches!(err, kube::Error::Api(ref s) if s.code == 500), "{err:?}");
+        assert!(
+            matches!(err, kube::Error::Api(ref s) if s.code == 500),
+            "{err:?}"
+        );
         assert!(api.list(&ListParams::default()).await.is_ok());
         // kube retries 429 after Retry-After: the request log shows both answers.
         emulator.clear_requests();
-        emulator.faults().fail_next(1, crate::FailRule::status(429).verb("list"));
+        emulator
+            .faults()
+            .fail_next(1, crate::FailRule::status(429).verb("list"));
         assert!(api.list(&ListParams::default()).await.is_ok());
         let statuses: Vec<u16> = emulator.requests().iter().map(|r| r.status).collect();
         assert_eq!(statuses, vec![429, 200]);
@@ -339,19 +412,30 @@ mod tests {
                 }
             }
         };
-        tokio::time::timeout(Duration::from_secs(10), seen).await.expect("the watcher saw the object in time");
+        tokio::time::timeout(Duration::from_secs(10), seen)
+            .await
+            .expect("the watcher saw the object in time");
     }
 
     #[tokio::test]
     async fn streaming_list_watcher_works() {
         let emulator = Emulator::start().await.unwrap();
         let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
-        api.create(&PostParams::default(), &cm("before")).await.unwrap();
+        api.create(&PostParams::default(), &cm("before"))
+            .await
+            .unwrap();
         let mut events = watcher(api.clone(), watcher::Config::default().streaming_lists()).boxed();
         wait_for_apply(&mut events, "before").await;
-        api.create(&PostParams::default(), &cm("after")).await.unwrap();
+        api.create(&PostParams::default(), &cm("after"))
+            .await
+            .unwrap();
         wait_for_apply(&mut events, "after").await;
-        assert!(emulator.requests().iter().any(|r| r.verb == "watch" && r.query.contains("sendInitialEvents=true")));
+        assert!(
+            emulator
+                .requests()
+                .iter()
+                .any(|r| r.verb == "watch" && r.query.contains("sendInitialEvents=true"))
+        );
     }
 
     #[tokio::test]
@@ -378,7 +462,9 @@ mod tests {
         let mut events = watcher(api.clone(), watcher::Config::default().labels("app=x")).boxed();
         wait_for_apply(&mut events, "a").await;
         let patch = serde_json::json!({"metadata": {"labels": {"app": "y"}}});
-        api.patch("a", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        api.patch("a", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
         let deleted = async {
             while let Some(ev) = events.next().await {
                 if let Ok(watcher::Event::Delete(o)) = ev {
@@ -387,7 +473,9 @@ mod tests {
             }
             None
         };
-        let name = tokio::time::timeout(Duration::from_secs(5), deleted).await.unwrap();
+        let name = tokio::time::timeout(Duration::from_secs(5), deleted)
+            .await
+            .unwrap();
         assert_eq!(name.as_deref(), Some("a"));
     }
 
@@ -398,7 +486,11 @@ mod tests {
         use kube::runtime::Controller;
         use kube::runtime::controller::Action;
 
-        let emulator = Emulator::builder().crd("example.com", "v1", "widgets", "Widget", true).start().await.unwrap();
+        let emulator = Emulator::builder()
+            .crd("example.com", "v1", "widgets", "Widget", true)
+            .start()
+            .await
+            .unwrap();
         let client = emulator.client();
         let ar = ApiResource {
             group: "example.com".into(),
@@ -416,10 +508,13 @@ mod tests {
         let reconcile = |obj: Arc<DynamicObject>, api: Arc<Api<DynamicObject>>| async move {
             let name = obj.metadata.name.clone().unwrap_or_default();
             let status = serde_json::json!({"status": {"seen": obj.metadata.generation}});
-            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await?;
+            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                .await?;
             Ok::<_, kube::Error>(Action::await_change())
         };
-        let error_policy = |_: Arc<DynamicObject>, _: &kube::Error, _: Arc<Api<DynamicObject>>| Action::await_change();
+        let error_policy = |_: Arc<DynamicObject>, _: &kube::Error, _: Arc<Api<DynamicObject>>| {
+            Action::await_change()
+        };
         let controller = Controller::new_with(api.clone(), watcher::Config::default(), ar.clone())
             .run(reconcile, error_policy, ctx)
             .for_each(|_| async {});
@@ -437,7 +532,11 @@ mod tests {
             _ = controller => panic!("the controller stopped"),
             _ = tokio::time::sleep(Duration::from_secs(10)) => panic!("not reconciled in time"),
         };
-        assert_eq!(obj.metadata.generation, Some(1), "a status write does not bump the generation");
+        assert_eq!(
+            obj.metadata.generation,
+            Some(1),
+            "a status write does not bump the generation"
+        );
         assert_eq!(obj.data["spec"]["size"], 1);
     }
 }

@@ -27,7 +27,9 @@ pub enum EmulatorError {
     #[error("preload YAML is invalid: {0}; check the document separators (---) and indentation")]
     PreloadYaml(String),
     /// A preload object's apiVersion/kind is not served (register its CRD first).
-    #[error("preload object {name:?} has apiVersion {api_version:?} and kind {kind:?}, which the emulator does not serve; add its CRD before it")]
+    #[error(
+        "preload object {name:?} has apiVersion {api_version:?} and kind {kind:?}, which the emulator does not serve; add its CRD before it"
+    )]
     UnknownKind {
         /// The object's apiVersion.
         api_version: String,

@@ -47,7 +47,13 @@ impl WatchEvent {
     /// Builds an event and serializes it once.
     pub fn new(rv: u64, kind: EventType, object: Arc<Value>, old: Option<Arc<Value>>) -> Self {
         let line = line(kind.as_str(), &object);
-        Self { rv, kind, object, old, line }
+        Self {
+            rv,
+            kind,
+            object,
+            old,
+            line,
+        }
     }
 }
 
@@ -70,7 +76,10 @@ pub fn bookmark(api_version: &str, kind: &str, rv: u64, initial_events_end: bool
     if initial_events_end {
         metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
-    line("BOOKMARK", &json!({"apiVersion": api_version, "kind": kind, "metadata": metadata}))
+    line(
+        "BOOKMARK",
+        &json!({"apiVersion": api_version, "kind": kind, "metadata": metadata}),
+    )
 }
 
 /// An ERROR line carrying a `Status`.
@@ -97,7 +106,10 @@ mod tests {
         let v: Value = serde_json::from_slice(&b).unwrap();
         assert_eq!(v["type"], "BOOKMARK");
         assert_eq!(v["object"]["metadata"]["resourceVersion"], "7");
-        assert_eq!(v["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"], "true");
+        assert_eq!(
+            v["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+            "true"
+        );
         assert_eq!(v["object"]["kind"], "ConfigMap");
     }
 }

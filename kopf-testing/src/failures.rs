@@ -25,7 +25,13 @@ pub struct ApiError {
 impl ApiError {
     /// A failure with a code, reason and message but no details.
     pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        Self { code, reason, message: message.into(), details: None, retry_after: None }
+        Self {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+            retry_after: None,
+        }
     }
 
     /// Adds `details` with the object's name, group and kind (resource plural).
@@ -56,15 +62,23 @@ impl ApiError {
     /// 409 AlreadyExists.
     pub fn already_exists(group: &str, plural: &str, name: &str) -> Self {
         let what = qualified(group, plural);
-        Self::new(409, "AlreadyExists", format!("{what} \"{name}\" already exists"))
-            .with_object(group, plural, name)
+        Self::new(
+            409,
+            "AlreadyExists",
+            format!("{what} \"{name}\" already exists"),
+        )
+        .with_object(group, plural, name)
     }
 
     /// 409 Conflict on a stale resourceVersion or failed precondition.
     pub fn conflict(group: &str, plural: &str, name: &str, why: &str) -> Self {
         let what = qualified(group, plural);
-        Self::new(409, "Conflict", format!("Operation cannot be fulfilled on {what} \"{name}\": {why}"))
-            .with_object(group, plural, name)
+        Self::new(
+            409,
+            "Conflict",
+            format!("Operation cannot be fulfilled on {what} \"{name}\": {why}"),
+        )
+        .with_object(group, plural, name)
     }
 
     /// 409 Conflict for a stale resourceVersion.
@@ -80,10 +94,21 @@ impl ApiError {
     /// 422 Invalid.
     pub fn invalid(group: &str, kind: &str, name: &str, message: impl Into<String>) -> Self {
         let message = message.into();
-        let mut err = Self::new(422, "Invalid", format!("{kind} \"{name}\" is invalid: {message}"));
+        let mut err = Self::new(
+            422,
+            "Invalid",
+            format!("{kind} \"{name}\" is invalid: {message}"),
+        );
+        // `metadata.name: Invalid value: ...` names its field before the first colon.
+        let (field, detail) = match message.split_once(": ") {
+            Some((field, rest)) if !field.is_empty() && !field.contains(' ') => {
+                (field.to_string(), rest.to_string())
+            }
+            _ => (String::new(), message.clone()),
+        };
         err.details = Some(json!({
             "name": name, "group": group, "kind": kind,
-            "causes": [{"reason": "FieldValueInvalid", "message": message}],
+            "causes": [{"reason": "FieldValueInvalid", "message": detail, "field": field}],
         }));
         err
     }
@@ -100,7 +125,11 @@ impl ApiError {
 
     /// 405 MethodNotAllowed.
     pub fn method_not_allowed() -> Self {
-        Self::new(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        Self::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        )
     }
 
     /// 415 UnsupportedMediaType.
@@ -113,6 +142,15 @@ impl ApiError {
                  include: application/json-patch+json, application/merge-patch+json, \
                  application/strategic-merge-patch+json, application/apply-patch+yaml, application/json"
             ),
+        )
+    }
+
+    /// 415 UnsupportedMediaType with a specific reason.
+    pub fn unsupported_media_type_because(content_type: &str, why: &str) -> Self {
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!("cannot decode the {content_type} body: {why}"),
         )
     }
 
@@ -133,7 +171,11 @@ impl ApiError {
     /// An injected failure with a chosen code.
     pub fn injected(code: u16, retry_after: Option<u32>) -> Self {
         let reason = reason_for(code);
-        let mut err = Self::new(code, reason, format!("injected failure ({code} {reason}) by the emulator's fault rules"));
+        let mut err = Self::new(
+            code,
+            reason,
+            format!("injected failure ({code} {reason}) by the emulator's fault rules"),
+        );
         if let Some(secs) = retry_after {
             err.details = Some(json!({"retryAfterSeconds": secs}));
             err.retry_after = Some(secs);
@@ -181,7 +223,11 @@ pub fn reason_for(code: u16) -> &'static str {
 }
 
 fn qualified(group: &str, plural: &str) -> String {
-    if group.is_empty() { plural.to_string() } else { format!("{plural}.{group}") }
+    if group.is_empty() {
+        plural.to_string()
+    } else {
+        format!("{plural}.{group}")
+    }
 }
 
 #[cfg(test)]
@@ -196,6 +242,17 @@ mod tests {
         assert_eq!(status["reason"], "NotFound");
         assert_eq!(status["message"], "widgets.example.com \"w1\" not found");
         assert_eq!(status["details"]["name"], "w1");
+    }
+
+    #[test]
+    fn invalid_names_the_field() {
+        let status = ApiError::invalid("", "ConfigMap", "a", "metadata.name: Invalid value: \"A\"")
+            .to_status();
+        assert_eq!(status["details"]["causes"][0]["field"], "metadata.name");
+        assert_eq!(
+            status["message"],
+            "ConfigMap \"a\" is invalid: metadata.name: Invalid value: \"A\""
+        );
     }
 
     #[test]

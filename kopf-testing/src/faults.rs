@@ -24,14 +24,22 @@ pub struct FailRule {
 impl Default for FailRule {
     /// Any request, 500 InternalError.
     fn default() -> Self {
-        Self { verb: None, path_contains: None, status: 500, retry_after: None }
+        Self {
+            verb: None,
+            path_contains: None,
+            status: 500,
+            retry_after: None,
+        }
     }
 }
 
 impl FailRule {
     /// A rule failing any request with `status`.
     pub fn status(status: u16) -> Self {
-        Self { status, ..Self::default() }
+        Self {
+            status,
+            ..Self::default()
+        }
     }
 
     /// Restricts the rule to one verb.
@@ -47,7 +55,11 @@ impl FailRule {
     }
 
     fn matches(&self, verb: &str, path: &str) -> bool {
-        self.verb.as_deref().is_none_or(|v| v == verb) && self.path_contains.as_deref().is_none_or(|p| path.contains(p))
+        self.verb.as_deref().is_none_or(|v| v == verb)
+            && self
+                .path_contains
+                .as_deref()
+                .is_none_or(|p| path.contains(p))
     }
 }
 
@@ -65,7 +77,9 @@ impl FaultState {
         if rules.is_empty() {
             return None;
         }
-        let idx = rules.iter().position(|(n, r)| *n > 0 && r.matches(verb, path))?;
+        let idx = rules
+            .iter()
+            .position(|(n, r)| *n > 0 && r.matches(verb, path))?;
         let rule = rules[idx].1.clone();
         rules[idx].0 -= 1;
         if rules[idx].0 == 0 {
@@ -107,18 +121,31 @@ impl Faults {
         if n == 0 {
             return;
         }
-        self.shared.faults.rules.lock().unwrap_or_else(PoisonError::into_inner).push((n, rule));
+        self.shared
+            .faults
+            .rules
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((n, rule));
     }
 
     /// Delays every request (including the start of watches) by `latency`.
     pub fn set_latency(&self, latency: Duration) {
         let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
-        self.shared.faults.latency_nanos.store(nanos, Ordering::Relaxed);
+        self.shared
+            .faults
+            .latency_nanos
+            .store(nanos, Ordering::Relaxed);
     }
 
     /// Removes all failure rules and latency.
     pub fn clear(&self) {
-        self.shared.faults.rules.lock().unwrap_or_else(PoisonError::into_inner).clear();
+        self.shared
+            .faults
+            .rules
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
         self.shared.faults.latency_nanos.store(0, Ordering::Relaxed);
     }
 }
@@ -130,12 +157,30 @@ mod tests {
     #[test]
     fn rules_fail_only_matching_requests_n_times() {
         let state = FaultState::default();
-        state.rules.lock().unwrap().push((2, FailRule::status(503).verb("get").path_contains("configmaps")));
+        state.rules.lock().unwrap().push((
+            2,
+            FailRule::status(503)
+                .verb("get")
+                .path_contains("configmaps"),
+        ));
         assert!(state.take("list", "/api/v1/configmaps").is_none());
         assert!(state.take("get", "/api/v1/pods/x").is_none());
-        assert_eq!(state.take("get", "/api/v1/namespaces/d/configmaps/x").map(|e| e.code), Some(503));
-        assert!(state.take("get", "/api/v1/namespaces/d/configmaps/x").is_some());
-        assert!(state.take("get", "/api/v1/namespaces/d/configmaps/x").is_none());
+        assert_eq!(
+            state
+                .take("get", "/api/v1/namespaces/d/configmaps/x")
+                .map(|e| e.code),
+            Some(503)
+        );
+        assert!(
+            state
+                .take("get", "/api/v1/namespaces/d/configmaps/x")
+                .is_some()
+        );
+        assert!(
+            state
+                .take("get", "/api/v1/namespaces/d/configmaps/x")
+                .is_none()
+        );
     }
 
     #[test]

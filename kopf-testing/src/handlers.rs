@@ -67,7 +67,10 @@ pub fn json_response(code: u16, body: &Value) -> Response<Body> {
 fn bytes_response(code: u16, bytes: Bytes) -> Response<Body> {
     let mut resp = Response::new(Body::from(bytes));
     *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     resp
 }
 
@@ -87,51 +90,94 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_string);
-    if let Some(len) = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok())
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    if let Some(len) = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
         && len > BODY_LIMIT
     {
         return Err(ApiError::too_large(BODY_LIMIT));
     }
     match Limited::new(req.into_body(), BODY_LIMIT).collect().await {
         Ok(collected) => Ok((content_type, collected.to_bytes())),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(ApiError::too_large(BODY_LIMIT)),
-        Err(e) => Err(ApiError::bad_request(format!("could not read the request body: {e}"))),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            Err(ApiError::too_large(BODY_LIMIT))
+        }
+        Err(e) => Err(ApiError::bad_request(format!(
+            "could not read the request body: {e}"
+        ))),
     }
 }
 
 /// Parses a create/update body (JSON, or YAML when so declared).
 fn parse_object(content_type: Option<&str>, body: &[u8]) -> Result<Value, ApiError> {
-    let media = content_type.map(|c| c.split(';').next().unwrap_or("").trim().to_ascii_lowercase()).unwrap_or_default();
+    let media = content_type
+        .map(|c| {
+            c.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .unwrap_or_default();
     let value = match media.as_str() {
         "" | "application/json" | "*/*" | "text/json" => serde_json::from_slice::<Value>(body)
-            .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))?,
+            .map_err(|e| {
+                ApiError::bad_request(format!("the request body is not valid JSON: {e}"))
+            })?,
+        "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(body)
+            .map_err(|e| ApiError::unsupported_media_type_because(&media, &e.to_string()))?,
         "application/yaml" | "application/x-yaml" | "text/yaml" => {
-            let text = std::str::from_utf8(body).map_err(|e| ApiError::bad_request(format!("the request body is not UTF-8: {e}")))?;
-            serde_saphyr::from_str::<Value>(text).map_err(|e| ApiError::bad_request(format!("the request body is not valid YAML: {e}")))?
+            let text = std::str::from_utf8(body).map_err(|e| {
+                ApiError::bad_request(format!("the request body is not UTF-8: {e}"))
+            })?;
+            serde_saphyr::from_str::<Value>(text).map_err(|e| {
+                ApiError::bad_request(format!("the request body is not valid YAML: {e}"))
+            })?
         }
         other => return Err(ApiError::unsupported_media_type(other)),
     };
     if !value.is_object() {
-        return Err(ApiError::bad_request("the request body must be a JSON object (a Kubernetes object)"));
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON object (a Kubernetes object)",
+        ));
     }
     Ok(value)
 }
 
-async fn serve<B>(shared: &Arc<Shared>, method: &Method, route: Option<Route>, query: &Query, req: Request<B>) -> Result<Response<Body>, ApiError>
+async fn serve<B>(
+    shared: &Arc<Shared>,
+    method: &Method,
+    route: Option<Route>,
+    query: &Query,
+    req: Request<B>,
+) -> Result<Response<Body>, ApiError>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
     let path = req.uri().path().to_string();
-    let Some(route) = route else { return Err(ApiError::no_route(&path)) };
+    let Some(route) = route else {
+        return Err(ApiError::no_route(&path));
+    };
     let route = match route {
         Route::Object(o) => o,
         other => {
             if method != Method::GET && method != Method::HEAD {
                 return Err(ApiError::method_not_allowed());
             }
-            return discover(shared, other, &path);
+            let accept = req
+                .headers()
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            return discover(shared, other, &path, accept);
         }
     };
     let def = shared
@@ -168,22 +214,40 @@ where
         (Method::PATCH, Some(name)) => {
             let (ct, body) = read_body(req).await?;
             let ct = ct.unwrap_or_default();
-            let kind = PatchKind::from_content_type(&ct).ok_or_else(|| ApiError::unsupported_media_type(&ct))?;
-            let patch = patching::parse_body(kind, &body).map_err(|e| ApiError::bad_request(e.to_string()))?;
-            let (obj, created) = shared.store().patch(&def, ns, name, kind, &patch, target, dry)?;
+            let kind = PatchKind::from_content_type(&ct)
+                .ok_or_else(|| ApiError::unsupported_media_type(&ct))?;
+            let patch = patching::parse_body(kind, &body)
+                .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            let (obj, created) = shared
+                .store()
+                .patch(&def, ns, name, kind, &patch, target, dry)?;
             Ok(object_response(if created { 201 } else { 200 }, &def, &obj))
         }
         (Method::DELETE, Some(name)) => {
             let (_, body) = read_body(req).await?;
             let options = delete_options(&body)?;
             let obj = shared.store().delete(&def, ns, name, &options, dry)?;
-            Ok(object_response(200, &def, &obj))
+            // As the API server: objects kept for their finalizers come back as
+            // they are; pods, services, service accounts and namespaces come
+            // back when removed; everything else answers a `Status` Success.
+            let returns_object = def.group.is_empty()
+                && matches!(
+                    def.plural.as_str(),
+                    "pods" | "services" | "serviceaccounts" | "namespaces"
+                );
+            if crate::objects::is_deleting(&obj) || returns_object {
+                Ok(object_response(200, &def, &obj))
+            } else {
+                Ok(json_response(200, &deleted_status(&def, &obj)))
+            }
         }
         (Method::DELETE, None) => {
             let (_, body) = read_body(req).await?;
             delete_options(&body)?;
-            let selectors = selectors(query)?;
-            let deleted = shared.store().delete_collection(&def, ns, &selectors, dry)?;
+            let selectors = selectors(&def, query)?;
+            let deleted = shared
+                .store()
+                .delete_collection(&def, ns, &selectors, dry)?;
             let rv = shared.store().current_rv();
             Ok(list_response(&def, &deleted, rv, None, None))
         }
@@ -191,32 +255,75 @@ where
     }
 }
 
+/// The `Status` answered for an object removed at once.
+fn deleted_status(def: &ResourceDef, obj: &Value) -> Value {
+    json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": {
+            "name": crate::objects::name(obj),
+            "group": def.group,
+            "kind": def.plural,
+            "uid": crate::objects::meta_str(obj, "uid").unwrap_or(""),
+        },
+    })
+}
+
 fn delete_options(body: &[u8]) -> Result<Value, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(json!({}));
     }
-    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("the DeleteOptions body is not valid JSON: {e}")))
-}
-
-fn selectors(query: &Query) -> Result<Selectors, ApiError> {
-    Ok(Selectors {
-        labels: LabelSelector::parse(&query.label_selector).map_err(|e| ApiError::bad_request(format!("invalid labelSelector: {e}")))?,
-        fields: FieldSelector::parse(&query.field_selector).map_err(|e| ApiError::bad_request(format!("invalid fieldSelector: {e}")))?,
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!("the DeleteOptions body is not valid JSON: {e}"))
     })
 }
 
-fn discover(shared: &Arc<Shared>, route: Route, path: &str) -> Result<Response<Body>, ApiError> {
+fn selectors(def: &ResourceDef, query: &Query) -> Result<Selectors, ApiError> {
+    let selectors = Selectors {
+        labels: LabelSelector::parse(&query.label_selector)
+            .map_err(|e| ApiError::bad_request(format!("invalid labelSelector: {e}")))?,
+        fields: FieldSelector::parse(&query.field_selector)
+            .map_err(|e| ApiError::bad_request(format!("invalid fieldSelector: {e}")))?,
+    };
+    selectors
+        .fields
+        .check_fields(&def.field_selectors())
+        .map_err(|e| ApiError::bad_request(format!("invalid fieldSelector: {e}")))?;
+    Ok(selectors)
+}
+
+fn discover(
+    shared: &Arc<Shared>,
+    route: Route,
+    path: &str,
+    accept: &str,
+) -> Result<Response<Body>, ApiError> {
     let store = shared.store();
+    if matches!(route, Route::CoreVersions | Route::Groups) && discovery::wants_aggregated(accept) {
+        let doc = discovery::aggregated(store.defs(), route == Route::CoreVersions);
+        let mut resp = json_response(200, &doc);
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(discovery::AGGREGATED_CONTENT_TYPE),
+        );
+        return Ok(resp);
+    }
     let doc = match route {
         Route::Version => discovery::version(),
         Route::Health => return Ok(bytes_response(200, Bytes::from_static(b"ok"))),
         Route::CoreVersions => discovery::core_versions(shared.port),
         Route::Groups => discovery::groups(store.defs()),
-        Route::Group(g) => discovery::group(store.defs(), &g).ok_or_else(|| ApiError::no_route(path))?,
-        Route::Resources { group, version } => discovery::resources(store.defs(), &group, &version).ok_or_else(|| ApiError::no_route(path))?,
+        Route::Group(g) => {
+            discovery::group(store.defs(), &g).ok_or_else(|| ApiError::no_route(path))?
+        }
+        Route::Resources { group, version } => discovery::resources(store.defs(), &group, &version)
+            .ok_or_else(|| ApiError::no_route(path))?,
         Route::OpenApiV2 => return Err(ApiError::no_route(path)),
         Route::OpenApiV3(rest) if rest.is_empty() => discovery::openapi_v3_index(store.defs()),
-        Route::OpenApiV3(rest) => discovery::openapi_v3_document(store.defs(), &rest).ok_or_else(|| ApiError::no_route(path))?,
+        Route::OpenApiV3(rest) => discovery::openapi_v3_document(store.defs(), &rest)
+            .ok_or_else(|| ApiError::no_route(path))?,
         Route::Object(_) => return Err(ApiError::no_route(path)),
     };
     Ok(json_response(200, &doc))
@@ -230,20 +337,19 @@ fn object_response(code: u16, def: &ResourceDef, obj: &Value) -> Response<Body> 
 
 /// Serializes an object as seen through `def`'s version.
 fn write_object(buf: &mut Vec<u8>, def: &ResourceDef, obj: &Value) {
-    let api_version = def.api_version();
-    let result = if obj.get("apiVersion").and_then(Value::as_str) == Some(api_version.as_str()) {
-        serde_json::to_writer(&mut *buf, obj)
-    } else {
-        let mut copy = obj.clone();
-        copy["apiVersion"] = api_version.into();
-        serde_json::to_writer(&mut *buf, &copy)
-    };
-    if result.is_err() {
+    let view = crate::conversion::present(obj, &def.api_version());
+    if serde_json::to_writer(&mut *buf, &*view).is_err() {
         buf.extend_from_slice(b"null");
     }
 }
 
-fn list_response(def: &ResourceDef, items: &[Arc<Value>], rv: u64, continue_token: Option<String>, remaining: Option<usize>) -> Response<Body> {
+fn list_response(
+    def: &ResourceDef,
+    items: &[Arc<Value>],
+    rv: u64,
+    continue_token: Option<String>,
+    remaining: Option<usize>,
+) -> Response<Body> {
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if let Some(token) = continue_token {
         metadata["continue"] = token.into();
@@ -266,44 +372,91 @@ fn list_response(def: &ResourceDef, items: &[Arc<Value>], rv: u64, continue_toke
 }
 
 fn parse_rv(rv: &str) -> Result<u64, ApiError> {
-    rv.parse().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}: pass a value from a previous response")))
+    rv.parse().map_err(|_| {
+        ApiError::bad_request(format!(
+            "invalid resourceVersion {rv:?}: pass a value from a previous response"
+        ))
+    })
 }
 
-fn list(shared: &Arc<Shared>, def: &ResourceDef, ns: Option<&str>, query: &Query) -> Result<Response<Body>, ApiError> {
-    let selectors = selectors(query)?;
-    let exact = match (query.resource_version_match.as_deref(), query.resource_version.as_deref()) {
+fn list(
+    shared: &Arc<Shared>,
+    def: &ResourceDef,
+    ns: Option<&str>,
+    query: &Query,
+) -> Result<Response<Body>, ApiError> {
+    let selectors = selectors(def, query)?;
+    let exact = match (
+        query.resource_version_match.as_deref(),
+        query.resource_version.as_deref(),
+    ) {
         (Some("Exact"), Some(rv)) => Some(parse_rv(rv)?),
         (Some("Exact" | "NotOlderThan"), None) => {
-            return Err(ApiError::invalid("", "ListOptions", "", "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"));
+            return Err(ApiError::invalid(
+                "",
+                "ListOptions",
+                "",
+                "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+            ));
         }
         _ => None,
     };
-    let page = shared.store().list(def, ns, &selectors, query.limit, query.continue_token.as_deref(), exact)?;
-    Ok(list_response(def, &page.items, page.rv, page.continue_token, page.remaining))
+    let page = shared.store().list(
+        def,
+        ns,
+        &selectors,
+        query.limit,
+        query.continue_token.as_deref(),
+        exact,
+    )?;
+    Ok(list_response(
+        def,
+        &page.items,
+        page.rv,
+        page.continue_token,
+        page.remaining,
+    ))
 }
 
-fn watch(shared: &Arc<Shared>, def: Arc<ResourceDef>, route: &ObjectPath, query: &Query) -> Result<Response<Body>, ApiError> {
-    let selectors = selectors(query)?;
+fn watch(
+    shared: &Arc<Shared>,
+    def: Arc<ResourceDef>,
+    route: &ObjectPath,
+    query: &Query,
+) -> Result<Response<Body>, ApiError> {
+    let selectors = selectors(&def, query)?;
     let from = match query.resource_version.as_deref() {
         _ if query.send_initial_events => None,
         None | Some("0") => None,
         Some(rv) => Some(parse_rv(rv)?),
     };
-    let filter = Filter { namespace: route.namespace.clone(), selectors, api_version: def.api_version() };
+    let filter = Filter {
+        namespace: route.namespace.clone(),
+        selectors,
+        api_version: def.api_version(),
+    };
     let opts = WatchOptions {
         bookmarks: query.bookmarks,
         timeout: query.timeout_seconds.map(Duration::from_secs),
         send_initial_events: query.send_initial_events,
     };
-    let subscribed = shared.store().subscribe(&def, route.namespace.as_deref(), from);
+    let subscribed = shared
+        .store()
+        .subscribe(&def, route.namespace.as_deref(), from);
     let body = match subscribed {
         Ok(sub) => watching::stream(shared.clone(), def, filter, sub, opts),
         Err(err) if err.code == 410 => watching::error_stream(&err),
         Err(err) => return Err(err),
     };
     let mut resp = Response::new(Body::from_stream(body));
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, private"),
+    );
     Ok(resp)
 }
 
@@ -317,7 +470,13 @@ mod tests {
         Arc::new(Shared::new(Store::new(1000), 0))
     }
 
-    async fn call(shared: &Arc<Shared>, method: &str, uri: &str, content_type: &str, body: &str) -> (u16, Value) {
+    async fn call(
+        shared: &Arc<Shared>,
+        method: &str,
+        uri: &str,
+        content_type: &str,
+        body: &str,
+    ) -> (u16, Value) {
         let mut req = Request::builder().method(method).uri(uri);
         if !content_type.is_empty() {
             req = req.header(header::CONTENT_TYPE, content_type);
@@ -326,7 +485,10 @@ mod tests {
         let resp = handle(shared.clone(), req).await;
         let status = resp.status().as_u16();
         let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
     }
 
     const CMS: &str = "/api/v1/namespaces/default/configmaps";
@@ -337,50 +499,205 @@ mod tests {
         let (code, body) = call(&s, "POST", CMS, "application/json", "{nope").await;
         assert_eq!((code, body["reason"].as_str()), (400, Some("BadRequest")));
         assert_eq!(body["kind"], "Status");
-        assert_eq!(call(&s, "POST", CMS, "application/json", "[1]").await.0, 400);
-        assert_eq!(call(&s, "POST", CMS, "application/vnd.kubernetes.protobuf", "x").await.0, 415);
-        assert_eq!(call(&s, "GET", "/apis/nope.io/v1/things", "", "").await.0, 404);
+        assert_eq!(
+            call(&s, "POST", CMS, "application/json", "[1]").await.0,
+            400
+        );
+        assert_eq!(
+            call(&s, "POST", CMS, "application/vnd.kubernetes.protobuf", "x")
+                .await
+                .0,
+            415
+        );
+        assert_eq!(
+            call(&s, "GET", "/apis/nope.io/v1/things", "", "").await.0,
+            404
+        );
         assert_eq!(call(&s, "GET", "/definitely/not", "", "").await.0, 404);
-        assert_eq!(call(&s, "PATCH", &format!("{CMS}/missing"), "application/merge-patch+json", "{}").await.0, 404);
-        let big = format!("{{\"metadata\":{{\"name\":\"big\"}},\"data\":{{\"a\":\"{}\"}}}}", "x".repeat(BODY_LIMIT));
+        assert_eq!(
+            call(
+                &s,
+                "PATCH",
+                &format!("{CMS}/missing"),
+                "application/merge-patch+json",
+                "{}"
+            )
+            .await
+            .0,
+            404
+        );
+        let big = format!(
+            "{{\"metadata\":{{\"name\":\"big\"}},\"data\":{{\"a\":\"{}\"}}}}",
+            "x".repeat(BODY_LIMIT)
+        );
         assert_eq!(call(&s, "POST", CMS, "application/json", &big).await.0, 413);
-        call(&s, "POST", CMS, "application/json", r#"{"metadata":{"name":"a"}}"#).await;
-        assert_eq!(call(&s, "PATCH", &format!("{CMS}/a"), "text/plain", "{}").await.0, 415);
-        assert_eq!(call(&s, "PATCH", &format!("{CMS}/a"), "application/merge-patch+json", "{bad").await.0, 400);
-        assert_eq!(call(&s, "GET", &format!("{CMS}?labelSelector=a%20in%20b"), "", "").await.0, 400);
-        assert_eq!(call(&s, "GET", &format!("{CMS}/a/status"), "", "").await.0, 404);
+        call(
+            &s,
+            "POST",
+            CMS,
+            "application/json",
+            r#"{"metadata":{"name":"a"}}"#,
+        )
+        .await;
+        assert_eq!(
+            call(&s, "PATCH", &format!("{CMS}/a"), "text/plain", "{}")
+                .await
+                .0,
+            415
+        );
+        assert_eq!(
+            call(
+                &s,
+                "PATCH",
+                &format!("{CMS}/a"),
+                "application/merge-patch+json",
+                "{bad"
+            )
+            .await
+            .0,
+            400
+        );
+        assert_eq!(
+            call(
+                &s,
+                "GET",
+                &format!("{CMS}?labelSelector=a%20in%20b"),
+                "",
+                ""
+            )
+            .await
+            .0,
+            400
+        );
+        assert_eq!(
+            call(&s, "GET", &format!("{CMS}/a/status"), "", "").await.0,
+            404
+        );
         assert_eq!(call(&s, "POST", "/api", "", "").await.0, 405);
     }
 
     #[tokio::test]
     async fn patch_with_stale_resource_version_conflicts() {
         let s = shared();
-        let (_, created) = call(&s, "POST", CMS, "application/json", r#"{"metadata":{"name":"a"}}"#).await;
-        let rv = created["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+        let (_, created) = call(
+            &s,
+            "POST",
+            CMS,
+            "application/json",
+            r#"{"metadata":{"name":"a"}}"#,
+        )
+        .await;
+        let rv = created["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .to_string();
         let stale = r#"{"metadata":{"resourceVersion":"1"},"data":{"x":"y"}}"#;
-        assert_eq!(call(&s, "PATCH", &format!("{CMS}/a"), "application/merge-patch+json", stale).await.0, 409);
+        assert_eq!(
+            call(
+                &s,
+                "PATCH",
+                &format!("{CMS}/a"),
+                "application/merge-patch+json",
+                stale
+            )
+            .await
+            .0,
+            409
+        );
         let fresh = format!(r#"{{"metadata":{{"resourceVersion":"{rv}"}},"data":{{"x":"y"}}}}"#);
-        assert_eq!(call(&s, "PATCH", &format!("{CMS}/a"), "application/merge-patch+json", &fresh).await.0, 200);
-        let (code, body) = call(&s, "PATCH", &format!("{CMS}/a"), "application/json-patch+json", r#"[{"op":"test","path":"/data/x","value":"z"}]"#).await;
+        assert_eq!(
+            call(
+                &s,
+                "PATCH",
+                &format!("{CMS}/a"),
+                "application/merge-patch+json",
+                &fresh
+            )
+            .await
+            .0,
+            200
+        );
+        let (code, body) = call(
+            &s,
+            "PATCH",
+            &format!("{CMS}/a"),
+            "application/json-patch+json",
+            r#"[{"op":"test","path":"/data/x","value":"z"}]"#,
+        )
+        .await;
         assert_eq!((code, body["reason"].as_str()), (422, Some("Invalid")));
         let apply = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\ndata:\n  k: v\n";
-        assert_eq!(call(&s, "PATCH", &format!("{CMS}/b?fieldManager=me"), "application/apply-patch+yaml", apply).await.0, 201);
+        assert_eq!(
+            call(
+                &s,
+                "PATCH",
+                &format!("{CMS}/b?fieldManager=me"),
+                "application/apply-patch+yaml",
+                apply
+            )
+            .await
+            .0,
+            201
+        );
     }
 
     #[tokio::test]
     async fn delete_preconditions_and_collections() {
         let s = shared();
-        call(&s, "POST", CMS, "application/json", r#"{"metadata":{"name":"a","labels":{"x":"1"}}}"#).await;
-        call(&s, "POST", CMS, "application/json", r#"{"metadata":{"name":"b","labels":{"x":"2"}}}"#).await;
+        call(
+            &s,
+            "POST",
+            CMS,
+            "application/json",
+            r#"{"metadata":{"name":"a","labels":{"x":"1"}}}"#,
+        )
+        .await;
+        call(
+            &s,
+            "POST",
+            CMS,
+            "application/json",
+            r#"{"metadata":{"name":"b","labels":{"x":"2"}}}"#,
+        )
+        .await;
         let pre = r#"{"preconditions":{"uid":"nope"}}"#;
-        assert_eq!(call(&s, "DELETE", &format!("{CMS}/a"), "application/json", pre).await.0, 409);
+        let (code, status) = call(&s, "DELETE", &format!("{CMS}/b"), "", "").await;
+        assert_eq!(
+            (
+                code,
+                status["status"].as_str(),
+                status["details"]["name"].as_str()
+            ),
+            (200, Some("Success"), Some("b"))
+        );
+        call(
+            &s,
+            "POST",
+            CMS,
+            "application/json",
+            r#"{"metadata":{"name":"b","labels":{"x":"2"}}}"#,
+        )
+        .await;
+        assert_eq!(
+            call(&s, "DELETE", &format!("{CMS}/a"), "application/json", pre)
+                .await
+                .0,
+            409
+        );
         let (code, list) = call(&s, "DELETE", &format!("{CMS}?labelSelector=x%3D1"), "", "").await;
         assert_eq!(code, 200);
         assert_eq!(list["items"].as_array().unwrap().len(), 1);
         let (_, list) = call(&s, "GET", CMS, "", "").await;
         assert_eq!(list["kind"], "ConfigMapList");
         assert_eq!(list["items"][0]["metadata"]["name"], "b");
-        let (_, list) = call(&s, "GET", "/api/v1/configmaps?fieldSelector=metadata.name%3Db", "", "").await;
+        let (_, list) = call(
+            &s,
+            "GET",
+            "/api/v1/configmaps?fieldSelector=metadata.name%3Db",
+            "",
+            "",
+        )
+        .await;
         assert_eq!(list["items"].as_array().unwrap().len(), 1);
     }
 
@@ -388,7 +705,14 @@ mod tests {
     async fn list_exact_old_version_is_gone() {
         let s = shared();
         s.store().compact();
-        let (code, body) = call(&s, "GET", &format!("{CMS}?resourceVersion=1&resourceVersionMatch=Exact"), "", "").await;
+        let (code, body) = call(
+            &s,
+            "GET",
+            &format!("{CMS}?resourceVersion=1&resourceVersionMatch=Exact"),
+            "",
+            "",
+        )
+        .await;
         assert_eq!((code, body["code"].as_u64()), (410, Some(410)));
     }
 
@@ -397,11 +721,129 @@ mod tests {
         let s = shared();
         s.faults.take("none", "none");
         let faults = crate::Faults { shared: s.clone() };
-        faults.fail_next(1, crate::FailRule { retry_after: Some(7), ..crate::FailRule::status(429) });
-        let req = Request::builder().uri(CMS).body(Full::new(Bytes::new())).unwrap();
+        faults.fail_next(
+            1,
+            crate::FailRule {
+                retry_after: Some(7),
+                ..crate::FailRule::status(429)
+            },
+        );
+        let req = Request::builder()
+            .uri(CMS)
+            .body(Full::new(Bytes::new()))
+            .unwrap();
         let resp = handle(s.clone(), req).await;
         assert_eq!(resp.status(), 429);
         assert_eq!(resp.headers()[header::RETRY_AFTER], "7");
         assert_eq!(s.recorder.snapshot()[0].verb, "list");
+    }
+
+    async fn lines(shared: &Arc<Shared>, uri: &str) -> Vec<Value> {
+        let req = Request::builder()
+            .uri(uri)
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let resp = handle(shared.clone(), req).await;
+        assert_eq!(resp.status(), 200);
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        bytes
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn watch_sends_state_bookmarks_and_ends_at_the_timeout() {
+        let s = shared();
+        call(
+            &s,
+            "POST",
+            CMS,
+            "application/json",
+            r#"{"metadata":{"name":"a"}}"#,
+        )
+        .await;
+        let events = lines(
+            &s,
+            &format!("{CMS}?watch=1&allowWatchBookmarks=true&timeoutSeconds=3"),
+        )
+        .await;
+        assert_eq!(events[0]["type"], "ADDED");
+        assert!(
+            events[1..].iter().all(|e| e["type"] == "BOOKMARK"),
+            "{events:?}"
+        );
+        assert!(events.len() >= 2, "{events:?}");
+        assert_eq!(events[1]["object"]["kind"], "ConfigMap");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn watch_resumes_after_a_version_and_reports_410_when_too_old() {
+        let s = shared();
+        let (_, a) = call(
+            &s,
+            "POST",
+            CMS,
+            "application/json",
+            r#"{"metadata":{"name":"a"}}"#,
+        )
+        .await;
+        call(
+            &s,
+            "POST",
+            CMS,
+            "application/json",
+            r#"{"metadata":{"name":"b"}}"#,
+        )
+        .await;
+        let rv = a["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let events = lines(
+            &s,
+            &format!("{CMS}?watch=1&resourceVersion={rv}&timeoutSeconds=1"),
+        )
+        .await;
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0]["object"]["metadata"]["name"], "b");
+        s.store().compact();
+        let events = lines(&s, &format!("{CMS}?watch=1&resourceVersion={rv}")).await;
+        assert_eq!(events[0]["type"], "ERROR");
+        assert_eq!(events[0]["object"]["code"], 410);
+        let events = lines(&s, &format!("{CMS}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1")).await;
+        assert_eq!(events[0]["type"], "ADDED");
+        assert_eq!(events[2]["type"], "BOOKMARK");
+        assert_eq!(
+            events[2]["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+            "true"
+        );
+    }
+
+    #[tokio::test]
+    async fn absurd_timeouts_do_not_panic() {
+        let s = shared();
+        let uri = format!("{CMS}?watch=1&timeoutSeconds=18446744073709551615");
+        let req = Request::builder()
+            .uri(uri)
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        assert_eq!(handle(s.clone(), req).await.status(), 200);
+    }
+
+    #[tokio::test]
+    async fn dry_run_does_not_persist() {
+        let s = shared();
+        let (code, _) = call(
+            &s,
+            "POST",
+            &format!("{CMS}?dryRun=All"),
+            "application/json",
+            r#"{"metadata":{"name":"a"}}"#,
+        )
+        .await;
+        assert_eq!(code, 201);
+        assert_eq!(call(&s, "GET", &format!("{CMS}/a"), "", "").await.0, 404);
     }
 }

@@ -5,7 +5,9 @@ use serde_json::{Map, Value};
 
 /// `metadata.<field>` as a string, if present.
 pub fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
-    obj.get("metadata").and_then(|m| m.get(field)).and_then(Value::as_str)
+    obj.get("metadata")
+        .and_then(|m| m.get(field))
+        .and_then(Value::as_str)
 }
 
 /// `metadata.name` or "".
@@ -24,11 +26,14 @@ pub fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
         *obj = Value::Object(Map::new());
     }
     let map = obj.as_object_mut().expect("invariant: just made an object");
-    let meta = map.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
+    let meta = map
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
     if !meta.is_object() {
         *meta = Value::Object(Map::new());
     }
-    meta.as_object_mut().expect("invariant: just made an object")
+    meta.as_object_mut()
+        .expect("invariant: just made an object")
 }
 
 /// `metadata.finalizers` as strings.
@@ -41,7 +46,8 @@ pub fn finalizers(obj: &Value) -> Vec<&str> {
 
 /// Whether `metadata.deletionTimestamp` is set.
 pub fn is_deleting(obj: &Value) -> bool {
-    obj.pointer("/metadata/deletionTimestamp").is_some_and(|v| !v.is_null())
+    obj.pointer("/metadata/deletionTimestamp")
+        .is_some_and(|v| !v.is_null())
 }
 
 /// `metadata.resourceVersion` parsed as an integer.
@@ -51,13 +57,18 @@ pub fn resource_version(obj: &Value) -> Option<&str> {
 
 /// The current time in the API server's RFC 3339 format (seconds, `Z`).
 pub fn now() -> String {
-    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }
 
 /// A random 5-character suffix for `generateName`, from the alphabet the API server uses.
 pub fn random_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    uuid::Uuid::new_v4().as_bytes()[..5].iter().map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char).collect()
+    uuid::Uuid::new_v4().as_bytes()[..5]
+        .iter()
+        .map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char)
+        .collect()
 }
 
 /// A fresh UID.
@@ -68,17 +79,33 @@ pub fn new_uid() -> String {
 /// Whether two objects differ outside `metadata` (and outside `status` when it
 /// is a subresource): the rule for bumping `metadata.generation`.
 pub fn spec_changed(old: &Value, new: &Value, status_is_subresource: bool) -> bool {
-    let skip = |k: &str| k == "metadata" || (status_is_subresource && k == "status") || k == "apiVersion" || k == "kind";
-    let (Some(o), Some(n)) = (old.as_object(), new.as_object()) else { return old != new };
+    let skip = |k: &str| {
+        k == "metadata"
+            || (status_is_subresource && k == "status")
+            || k == "apiVersion"
+            || k == "kind"
+    };
+    let (Some(o), Some(n)) = (old.as_object(), new.as_object()) else {
+        return old != new;
+    };
     let empty = Value::Null;
-    o.keys().chain(n.keys()).filter(|k| !skip(k)).any(|k| o.get(k).unwrap_or(&empty) != n.get(k).unwrap_or(&empty))
+    o.keys()
+        .chain(n.keys())
+        .filter(|k| !skip(k))
+        .any(|k| o.get(k).unwrap_or(&empty) != n.get(k).unwrap_or(&empty))
 }
 
 /// Folds a Secret's `stringData` into base64 `data` (as the API server does).
 pub fn fold_string_data(obj: &mut Value) {
-    let Some(map) = obj.as_object_mut() else { return };
-    let Some(Value::Object(string_data)) = map.remove("stringData") else { return };
-    let data = map.entry("data").or_insert_with(|| Value::Object(Map::new()));
+    let Some(map) = obj.as_object_mut() else {
+        return;
+    };
+    let Some(Value::Object(string_data)) = map.remove("stringData") else {
+        return;
+    };
+    let data = map
+        .entry("data")
+        .or_insert_with(|| Value::Object(Map::new()));
     if !data.is_object() {
         *data = Value::Object(Map::new());
     }
@@ -95,17 +122,23 @@ pub fn fold_string_data(obj: &mut Value) {
 
 /// Standard base64 with padding.
 pub fn base64(input: &[u8]) -> String {
-    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
-    for chunk in input.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        out.push(TABLE[(n >> 18) as usize & 63] as char);
-        out.push(TABLE[(n >> 12) as usize & 63] as char);
-        out.push(if chunk.len() > 1 { TABLE[(n >> 6) as usize & 63] as char } else { '=' });
-        out.push(if chunk.len() > 2 { TABLE[n as usize & 63] as char } else { '=' });
-    }
-    out
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(input)
+}
+
+/// Whether `s` is an RFC 1123 label: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters.
+pub fn is_dns_label(s: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars().all(|c| alnum(c) || c == '-')
+        && s.chars().next().is_some_and(alnum)
+        && s.chars().last().is_some_and(alnum)
+}
+
+/// Whether `s` is an RFC 1123 subdomain: dot-separated labels, at most 253 characters.
+pub fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
 /// Hex encoding (for opaque continue tokens).
@@ -118,7 +151,14 @@ pub fn unhex(input: &str) -> Option<Vec<u8>> {
     if !input.len().is_multiple_of(2) {
         return None;
     }
-    (0..input.len()).step_by(2).map(|i| input.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok())).collect()
+    (0..input.len())
+        .step_by(2)
+        .map(|i| {
+            input
+                .get(i..i + 2)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -142,7 +182,22 @@ mod tests {
     fn string_data_is_folded_into_data() {
         let mut secret = json!({"data": {"a": "YQ=="}, "stringData": {"b": "hello", "c": "hi!"}});
         fold_string_data(&mut secret);
-        assert_eq!(secret, json!({"data": {"a": "YQ==", "b": "aGVsbG8=", "c": "aGkh"}}));
+        assert_eq!(
+            secret,
+            json!({"data": {"a": "YQ==", "b": "aGVsbG8=", "c": "aGkh"}})
+        );
+    }
+
+    #[test]
+    fn dns_names() {
+        assert!(is_dns_label("a-1"));
+        assert!(!is_dns_label("-a"));
+        assert!(!is_dns_label("A"));
+        assert!(!is_dns_label("a.b"));
+        assert!(is_dns_subdomain("a.b-c.d"));
+        assert!(!is_dns_subdomain("a..b"));
+        assert!(!is_dns_subdomain("has space"));
+        assert!(!is_dns_subdomain(""));
     }
 
     #[test]
@@ -156,7 +211,10 @@ mod tests {
     fn suffix_has_five_safe_chars() {
         let s = random_suffix();
         assert_eq!(s.len(), 5);
-        assert!(s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
+        assert!(
+            s.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        );
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! Patch bodies: merge patch (RFC 7386), JSON patch (RFC 6902), strategic merge
-//! and server-side apply (both applied as a merge patch).
+//! (an approximation: lists of objects are merged by their well-known keys such
+//! as `name` or `type`, `finalizers` are unioned, directives are honoured where
+//! simple) and server-side apply (applied as a merge patch).
 
 use serde_json::Value;
 
@@ -10,7 +12,7 @@ pub enum PatchKind {
     Merge,
     /// `application/json-patch+json`.
     Json,
-    /// `application/strategic-merge-patch+json` (treated as a merge patch).
+    /// `application/strategic-merge-patch+json` (approximated, see the module docs).
     Strategic,
     /// `application/apply-patch+yaml` (YAML or JSON, treated as a merge patch).
     Apply,
@@ -19,7 +21,12 @@ pub enum PatchKind {
 impl PatchKind {
     /// The patch kind for a `Content-Type` value, if supported.
     pub fn from_content_type(content_type: &str) -> Option<Self> {
-        let media = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        let media = content_type
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
         match media.as_str() {
             "application/merge-patch+json" => Some(Self::Merge),
             "application/json-patch+json" => Some(Self::Json),
@@ -77,12 +84,19 @@ pub fn parse_body(kind: PatchKind, body: &[u8]) -> Result<Value, PatchError> {
             if let Ok(v) = serde_json::from_slice::<Value>(body) {
                 return Ok(v);
             }
-            let text = std::str::from_utf8(body)
-                .map_err(|e| PatchError::Malformed { format: "YAML", reason: e.to_string() })?;
-            serde_saphyr::from_str::<Value>(text)
-                .map_err(|e| PatchError::Malformed { format: "YAML", reason: e.to_string() })
+            let text = std::str::from_utf8(body).map_err(|e| PatchError::Malformed {
+                format: "YAML",
+                reason: e.to_string(),
+            })?;
+            serde_saphyr::from_str::<Value>(text).map_err(|e| PatchError::Malformed {
+                format: "YAML",
+                reason: e.to_string(),
+            })
         }
-        _ => serde_json::from_slice(body).map_err(|e| PatchError::Malformed { format: "JSON", reason: e.to_string() }),
+        _ => serde_json::from_slice(body).map_err(|e| PatchError::Malformed {
+            format: "JSON",
+            reason: e.to_string(),
+        }),
     }
 }
 
@@ -91,21 +105,126 @@ pub fn apply(kind: PatchKind, current: &Value, patch: &Value) -> Result<Value, P
     let mut doc = current.clone();
     match kind {
         PatchKind::Json => {
-            let ops: json_patch::Patch = serde_json::from_value(patch.clone())
-                .map_err(|e| PatchError::Malformed { format: "JSON patch", reason: e.to_string() })?;
+            let ops: json_patch::Patch =
+                serde_json::from_value(patch.clone()).map_err(|e| PatchError::Malformed {
+                    format: "JSON patch",
+                    reason: e.to_string(),
+                })?;
             json_patch::patch(&mut doc, &ops).map_err(|e| match e.kind {
                 json_patch::PatchErrorKind::TestFailed => PatchError::TestFailed(e.to_string()),
                 _ => PatchError::BadPath(e.to_string()),
             })?;
         }
-        PatchKind::Merge | PatchKind::Strategic | PatchKind::Apply => {
+        PatchKind::Merge | PatchKind::Apply => {
             if !patch.is_object() {
                 return Err(PatchError::NotAnObject(type_name(patch)));
             }
             json_patch::merge(&mut doc, &strip_directives(patch));
         }
+        PatchKind::Strategic => {
+            if !patch.is_object() {
+                return Err(PatchError::NotAnObject(type_name(patch)));
+            }
+            strategic(&mut doc, patch);
+        }
     }
     Ok(doc)
+}
+
+/// Applies a strategic merge patch object to `target`.
+fn strategic(target: &mut Value, patch: &Value) {
+    let Value::Object(p) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if p.get("$patch").and_then(Value::as_str) == Some("replace") {
+        *target = strip_directives(patch);
+        return;
+    }
+    if !target.is_object() {
+        *target = Value::Object(serde_json::Map::new());
+    }
+    let Some(t) = target.as_object_mut() else {
+        return;
+    };
+    for (k, v) in p {
+        if let Some(list) = k.strip_prefix("$deleteFromPrimitiveList/") {
+            if let (Some(Value::Array(existing)), Some(gone)) = (t.get_mut(list), v.as_array()) {
+                existing.retain(|x| !gone.contains(x));
+            }
+            continue;
+        }
+        if k.starts_with('$') {
+            continue;
+        }
+        if v.is_null() {
+            t.remove(k);
+            continue;
+        }
+        match (t.get_mut(k), v) {
+            (Some(existing @ Value::Object(_)), Value::Object(_)) => strategic(existing, v),
+            (Some(Value::Array(existing)), Value::Array(items)) => merge_list(existing, items, k),
+            _ => {
+                t.insert(k.clone(), strip_directives(v));
+            }
+        }
+    }
+}
+
+/// The merge key of a well-known list field, if its items are merged by key.
+fn merge_key(field: &str, items: &[Value]) -> Option<&'static str> {
+    match field {
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "env"
+        | "volumes"
+        | "imagePullSecrets"
+        | "secrets" => Some("name"),
+        "ports" if items.iter().all(|i| i.get("containerPort").is_some()) => Some("containerPort"),
+        "ports" => Some("port"),
+        "volumeMounts" => Some("mountPath"),
+        "conditions" => Some("type"),
+        "ownerReferences" => Some("uid"),
+        _ => None,
+    }
+}
+
+fn merge_list(existing: &mut Vec<Value>, items: &[Value], field: &str) {
+    if field == "finalizers" {
+        for item in items {
+            if !existing.contains(item) {
+                existing.push(item.clone());
+            }
+        }
+        return;
+    }
+    let key = merge_key(field, items).filter(|key| {
+        items
+            .iter()
+            .chain(existing.iter())
+            .all(|i| i.get(*key).is_some())
+    });
+    let Some(key) = key else {
+        *existing = items
+            .iter()
+            .filter(|i| i.get("$patch").is_none())
+            .map(strip_directives)
+            .collect();
+        return;
+    };
+    for item in items {
+        let pos = existing.iter().position(|e| e.get(key) == item.get(key));
+        let delete = item.get("$patch").and_then(Value::as_str) == Some("delete");
+        match (pos, delete) {
+            (Some(p), true) => {
+                existing.remove(p);
+            }
+            (Some(p), false) => strategic(&mut existing[p], item),
+            (None, true) => {}
+            (None, false) => existing.push(strip_directives(item)),
+        }
+    }
 }
 
 /// Drops strategic-merge directives (`$patch`, `$retainKeys`, `$setElementOrder/...`,
@@ -129,9 +248,18 @@ mod tests {
 
     #[test]
     fn content_types_are_recognised() {
-        assert_eq!(PatchKind::from_content_type("application/merge-patch+json; charset=utf-8"), Some(PatchKind::Merge));
-        assert_eq!(PatchKind::from_content_type("application/json-patch+json"), Some(PatchKind::Json));
-        assert_eq!(PatchKind::from_content_type("application/apply-patch+yaml"), Some(PatchKind::Apply));
+        assert_eq!(
+            PatchKind::from_content_type("application/merge-patch+json; charset=utf-8"),
+            Some(PatchKind::Merge)
+        );
+        assert_eq!(
+            PatchKind::from_content_type("application/json-patch+json"),
+            Some(PatchKind::Json)
+        );
+        assert_eq!(
+            PatchKind::from_content_type("application/apply-patch+yaml"),
+            Some(PatchKind::Apply)
+        );
         assert_eq!(PatchKind::from_content_type("text/plain"), None);
     }
 
@@ -139,14 +267,20 @@ mod tests {
     fn merge_patch_follows_rfc7386() {
         let doc = json!({"a": "b", "c": {"d": "e", "f": "g"}});
         let patch = json!({"a": "z", "c": {"f": null}});
-        assert_eq!(apply(PatchKind::Merge, &doc, &patch).unwrap(), json!({"a": "z", "c": {"d": "e"}}));
+        assert_eq!(
+            apply(PatchKind::Merge, &doc, &patch).unwrap(),
+            json!({"a": "z", "c": {"d": "e"}})
+        );
         let arrays = apply(PatchKind::Merge, &json!({"l": [1, 2]}), &json!({"l": [3]})).unwrap();
         assert_eq!(arrays, json!({"l": [3]}));
     }
 
     #[test]
     fn merge_patch_must_be_an_object() {
-        assert_eq!(apply(PatchKind::Merge, &json!({}), &json!([1])), Err(PatchError::NotAnObject("an array")));
+        assert_eq!(
+            apply(PatchKind::Merge, &json!({}), &json!([1])),
+            Err(PatchError::NotAnObject("an array"))
+        );
     }
 
     #[test]
@@ -161,13 +295,20 @@ mod tests {
     #[test]
     fn json_patch_bad_path_is_invalid() {
         let patch = json!([{"op": "remove", "path": "/nope/0"}]);
-        assert!(apply(PatchKind::Json, &json!({}), &patch).unwrap_err().is_invalid());
+        assert!(
+            apply(PatchKind::Json, &json!({}), &patch)
+                .unwrap_err()
+                .is_invalid()
+        );
     }
 
     #[test]
     fn json_patch_applies_operations() {
         let patch = json!([{"op": "add", "path": "/spec", "value": {"x": 1}}, {"op": "replace", "path": "/spec/x", "value": 2}]);
-        assert_eq!(apply(PatchKind::Json, &json!({}), &patch).unwrap(), json!({"spec": {"x": 2}}));
+        assert_eq!(
+            apply(PatchKind::Json, &json!({}), &patch).unwrap(),
+            json!({"spec": {"x": 2}})
+        );
     }
 
     #[test]
@@ -178,8 +319,40 @@ mod tests {
     }
 
     #[test]
+    fn strategic_lists_merge_by_key() {
+        let doc = json!({"metadata": {"finalizers": ["a"]}, "spec": {"containers": [{"name": "c", "image": "x", "ports": [{"containerPort": 80}]}]}});
+        let patch = json!({
+            "metadata": {"finalizers": ["b"]},
+            "spec": {"$setElementOrder/containers": [{"name": "c"}, {"name": "d"}], "containers": [{"name": "c", "image": "y"}, {"name": "d", "image": "z"}]},
+        });
+        let out = apply(PatchKind::Strategic, &doc, &patch).unwrap();
+        assert_eq!(out["metadata"]["finalizers"], json!(["a", "b"]));
+        assert_eq!(
+            out["spec"]["containers"][0],
+            json!({"name": "c", "image": "y", "ports": [{"containerPort": 80}]})
+        );
+        assert_eq!(out["spec"]["containers"][1]["image"], "z");
+        let delete = json!({"spec": {"containers": [{"name": "d", "$patch": "delete"}]}, "$deleteFromPrimitiveList/x": []});
+        let out = apply(PatchKind::Strategic, &out, &delete).unwrap();
+        assert_eq!(out["spec"]["containers"].as_array().unwrap().len(), 1);
+        let unfinalize = json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]}});
+        let out = apply(PatchKind::Strategic, &out, &unfinalize).unwrap();
+        assert_eq!(out["metadata"]["finalizers"], json!(["b"]));
+        let scalars = apply(
+            PatchKind::Strategic,
+            &json!({"args": ["a"]}),
+            &json!({"args": ["b"]}),
+        )
+        .unwrap();
+        assert_eq!(scalars, json!({"args": ["b"]}));
+    }
+
+    #[test]
     fn strategic_directives_are_dropped() {
         let patch = json!({"$setElementOrder/x": [], "spec": {"$retainKeys": ["a"], "a": 1}});
-        assert_eq!(apply(PatchKind::Strategic, &json!({}), &patch).unwrap(), json!({"spec": {"a": 1}}));
+        assert_eq!(
+            apply(PatchKind::Strategic, &json!({}), &patch).unwrap(),
+            json!({"spec": {"a": 1}})
+        );
     }
 }

@@ -8,16 +8,32 @@ use crate::store::Store;
 
 /// Parses multi-document YAML into objects; `List` documents are expanded.
 pub fn parse(yaml: &str) -> Result<Vec<Value>, EmulatorError> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple(yaml).map_err(|e| EmulatorError::PreloadYaml(e.to_string()))?;
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(yaml).map_err(|e| EmulatorError::PreloadYaml(e.to_string()))?;
     let mut objects = Vec::new();
     for doc in docs {
         match doc {
             Value::Null => {}
-            Value::Object(_) if doc.get("kind").and_then(Value::as_str).is_some_and(|k| k.ends_with("List")) && doc.get("items").is_some() => {
-                objects.extend(doc.get("items").and_then(Value::as_array).cloned().unwrap_or_default());
+            Value::Object(_)
+                if doc
+                    .get("kind")
+                    .and_then(Value::as_str)
+                    .is_some_and(|k| k.ends_with("List"))
+                    && doc.get("items").is_some() =>
+            {
+                objects.extend(
+                    doc.get("items")
+                        .and_then(Value::as_array)
+                        .cloned()
+                        .unwrap_or_default(),
+                );
             }
             Value::Object(_) => objects.push(doc),
-            other => return Err(EmulatorError::PreloadYaml(format!("a document is not a mapping: {other}"))),
+            other => {
+                return Err(EmulatorError::PreloadYaml(format!(
+                    "a document is not a mapping: {other}"
+                )));
+            }
         }
     }
     Ok(objects)
@@ -34,15 +50,27 @@ pub fn apply(store: &mut Store, objects: &[Value]) -> Result<(), EmulatorError> 
     let mut ordered: Vec<&Value> = objects.iter().collect();
     ordered.sort_by_key(|o| rank(o));
     for obj in ordered {
-        let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string();
-        let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
+        let api_version = obj
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let kind = obj
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
         let name = objects::name(obj).to_string();
         let def = store
             .defs()
             .iter()
             .find(|d| d.api_version() == api_version && d.kind == kind)
             .cloned()
-            .ok_or_else(|| EmulatorError::UnknownKind { api_version: api_version.clone(), kind: kind.clone(), name: name.clone() })?;
+            .ok_or_else(|| EmulatorError::UnknownKind {
+                api_version: api_version.clone(),
+                kind: kind.clone(),
+                name: name.clone(),
+            })?;
         let ns = if def.namespaced {
             let ns = objects::namespace(obj);
             let ns = if ns.is_empty() { "default" } else { ns }.to_string();
@@ -53,20 +81,30 @@ pub fn apply(store: &mut Store, objects: &[Value]) -> Result<(), EmulatorError> 
         };
         store
             .create(&def, ns.as_deref(), obj.clone(), false)
-            .map_err(|source| EmulatorError::Rejected { kind: kind.clone(), name: name.clone(), source: Box::new(source) })?;
+            .map_err(|source| EmulatorError::Rejected {
+                kind: kind.clone(),
+                name: name.clone(),
+                source: Box::new(source),
+            })?;
     }
     Ok(())
 }
 
 fn ensure_namespace(store: &mut Store, ns: &str) -> Result<(), EmulatorError> {
-    let Some(def) = store.find_def("", "v1", "namespaces") else { return Ok(()) };
+    let Some(def) = store.find_def("", "v1", "namespaces") else {
+        return Ok(());
+    };
     if store.get(&def, None, ns).is_ok() {
         return Ok(());
     }
     store
         .create(&def, None, json!({"metadata": {"name": ns}}), false)
         .map(|_| ())
-        .map_err(|source| EmulatorError::Rejected { kind: "Namespace".into(), name: ns.into(), source: Box::new(source) })
+        .map_err(|source| EmulatorError::Rejected {
+            kind: "Namespace".into(),
+            name: ns.into(),
+            source: Box::new(source),
+        })
 }
 
 #[cfg(test)]
@@ -115,7 +153,11 @@ spec:
     #[test]
     fn unknown_kinds_are_reported() {
         let mut store = Store::new(100);
-        let err = apply(&mut store, &parse("apiVersion: x/v1\nkind: Nope\nmetadata: {name: n}\n").unwrap()).unwrap_err();
+        let err = apply(
+            &mut store,
+            &parse("apiVersion: x/v1\nkind: Nope\nmetadata: {name: n}\n").unwrap(),
+        )
+        .unwrap_err();
         assert!(matches!(err, EmulatorError::UnknownKind { .. }));
         assert!(parse("a: [").is_err());
     }

@@ -40,12 +40,20 @@ impl Recorder {
 
     /// A copy of the recorded requests, oldest first.
     pub(crate) fn snapshot(&self) -> Vec<RecordedRequest> {
-        self.requests.lock().unwrap_or_else(PoisonError::into_inner).iter().cloned().collect()
+        self.requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .cloned()
+            .collect()
     }
 
     /// Forgets all recorded requests.
     pub(crate) fn clear(&self) {
-        self.requests.lock().unwrap_or_else(PoisonError::into_inner).clear();
+        self.requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
     }
 }
 
@@ -56,7 +64,13 @@ mod tests {
     #[test]
     fn records_and_clears() {
         let rec = Recorder::default();
-        rec.record(RecordedRequest { method: "GET".into(), path: "/api".into(), query: String::new(), verb: "get".into(), status: 200 });
+        rec.record(RecordedRequest {
+            method: "GET".into(),
+            path: "/api".into(),
+            query: String::new(),
+            verb: "get".into(),
+            status: 200,
+        });
         assert_eq!(rec.snapshot().len(), 1);
         rec.clear();
         assert!(rec.snapshot().is_empty());

@@ -19,6 +19,10 @@ pub struct ResourceDef {
     pub namespaced: bool,
     /// Short names for kubectl.
     pub short_names: Vec<String>,
+    /// Fields usable in field selectors besides `metadata.name`/`metadata.namespace`.
+    pub selectable_fields: Vec<String>,
+    /// Categories (`all` for pods and services, as the CRD says for CRs).
+    pub categories: Vec<String>,
     /// Whether `/status` is a separate subresource.
     pub status_subresource: bool,
     /// Whether this version is the storage version (for CRDs).
@@ -28,12 +32,25 @@ pub struct ResourceDef {
 impl ResourceDef {
     /// `apiVersion` of objects in this group/version.
     pub fn api_version(&self) -> String {
-        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
     }
 
     /// Key of the storage this resource shares across versions.
     pub fn store_key(&self) -> StoreKey {
-        StoreKey { group: self.group.clone(), plural: self.plural.clone() }
+        // events.k8s.io/v1 Events are another view of core/v1 Events.
+        let group = if self.group == "events.k8s.io" && self.plural == "events" {
+            ""
+        } else {
+            self.group.as_str()
+        };
+        StoreKey {
+            group: group.to_string(),
+            plural: self.plural.clone(),
+        }
     }
 }
 
@@ -46,7 +63,15 @@ pub struct StoreKey {
     pub plural: String,
 }
 
-fn builtin(group: &str, version: &str, plural: &str, kind: &str, namespaced: bool, short: &[&str], status: bool) -> ResourceDef {
+fn builtin(
+    group: &str,
+    version: &str,
+    plural: &str,
+    kind: &str,
+    namespaced: bool,
+    short: &[&str],
+    status: bool,
+) -> ResourceDef {
     ResourceDef {
         group: group.into(),
         version: version.into(),
@@ -55,8 +80,73 @@ fn builtin(group: &str, version: &str, plural: &str, kind: &str, namespaced: boo
         kind: kind.into(),
         namespaced,
         short_names: short.iter().map(|s| s.to_string()).collect(),
+        selectable_fields: builtin_selectable_fields(group, plural)
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        categories: if matches!(plural, "pods" | "services") {
+            vec!["all".into()]
+        } else {
+            Vec::new()
+        },
         status_subresource: status,
         storage: true,
+    }
+}
+
+/// The kind-specific field selectors the API server supports for built-ins.
+fn builtin_selectable_fields(group: &str, plural: &str) -> &'static [&'static str] {
+    match (group, plural) {
+        ("", "pods") => &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ],
+        ("", "events") => &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ],
+        ("events.k8s.io", "events") => &[
+            "regarding.kind",
+            "regarding.namespace",
+            "regarding.name",
+            "regarding.uid",
+            "regarding.apiVersion",
+            "regarding.resourceVersion",
+            "regarding.fieldPath",
+            "reason",
+            "reportingController",
+            "type",
+        ],
+        ("", "secrets") => &["type"],
+        ("", "namespaces") => &["status.phase"],
+        _ => &[],
+    }
+}
+
+impl ResourceDef {
+    /// Every field usable in a field selector on this resource.
+    pub fn field_selectors(&self) -> Vec<String> {
+        let mut fields = vec![
+            "metadata.name".to_string(),
+            "metadata.namespace".to_string(),
+        ];
+        fields.extend(self.selectable_fields.iter().cloned());
+        fields
     }
 }
 
@@ -69,10 +159,42 @@ pub fn builtins() -> Vec<ResourceDef> {
         builtin("", "v1", "pods", "Pod", true, &["po"], true),
         builtin("", "v1", "events", "Event", true, &["ev"], false),
         builtin("", "v1", "services", "Service", true, &["svc"], true),
-        builtin("", "v1", "serviceaccounts", "ServiceAccount", true, &["sa"], false),
-        builtin("events.k8s.io", "v1", "events", "Event", true, &["ev"], false),
-        builtin("coordination.k8s.io", "v1", "leases", "Lease", true, &[], false),
-        builtin("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", false, &["crd", "crds"], true),
+        builtin(
+            "",
+            "v1",
+            "serviceaccounts",
+            "ServiceAccount",
+            true,
+            &["sa"],
+            false,
+        ),
+        builtin(
+            "events.k8s.io",
+            "v1",
+            "events",
+            "Event",
+            true,
+            &["ev"],
+            false,
+        ),
+        builtin(
+            "coordination.k8s.io",
+            "v1",
+            "leases",
+            "Lease",
+            true,
+            &[],
+            false,
+        ),
+        builtin(
+            "apiextensions.k8s.io",
+            "v1",
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            false,
+            &["crd", "crds"],
+            true,
+        ),
     ]
 }
 
@@ -96,28 +218,68 @@ pub enum CrdError {
 /// The served resource definitions of a CRD object (one per served version).
 pub fn defs_from_crd(crd: &Value) -> Result<Vec<ResourceDef>, CrdError> {
     let spec = crd.get("spec").ok_or(CrdError::Missing("group"))?;
-    let group = spec.get("group").and_then(Value::as_str).filter(|s| !s.is_empty()).ok_or(CrdError::Missing("group"))?;
+    let group = spec
+        .get("group")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .ok_or(CrdError::Missing("group"))?;
     let names = spec.get("names").ok_or(CrdError::Missing("names"))?;
-    let plural = names.get("plural").and_then(Value::as_str).filter(|s| !s.is_empty()).ok_or(CrdError::Missing("names.plural"))?;
-    let kind = names.get("kind").and_then(Value::as_str).filter(|s| !s.is_empty()).ok_or(CrdError::Missing("names.kind"))?;
-    let singular = names.get("singular").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| kind.to_lowercase());
+    let plural = names
+        .get("plural")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .ok_or(CrdError::Missing("names.plural"))?;
+    let kind = names
+        .get("kind")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .ok_or(CrdError::Missing("names.kind"))?;
+    let singular = names
+        .get("singular")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| kind.to_lowercase());
+    let categories: Vec<String> = names
+        .get("categories")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
     let short_names: Vec<String> = names
         .get("shortNames")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
         .unwrap_or_default();
-    let scope = spec.get("scope").and_then(Value::as_str).unwrap_or("Namespaced");
+    let scope = spec
+        .get("scope")
+        .and_then(Value::as_str)
+        .unwrap_or("Namespaced");
     let namespaced = match scope {
         "Namespaced" => true,
         "Cluster" => false,
         other => return Err(CrdError::BadScope(other.into())),
     };
     let expected = format!("{plural}.{group}");
-    let name = crd.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    let name = crd
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     if name != expected {
         return Err(CrdError::BadName(expected));
     }
-    let versions = spec.get("versions").and_then(Value::as_array).ok_or(CrdError::Missing("versions"))?;
+    let versions = spec
+        .get("versions")
+        .and_then(Value::as_array)
+        .ok_or(CrdError::Missing("versions"))?;
     let defs: Vec<ResourceDef> = versions
         .iter()
         .filter(|v| v.get("served").and_then(Value::as_bool).unwrap_or(true))
@@ -131,6 +293,17 @@ pub fn defs_from_crd(crd: &Value) -> Result<Vec<ResourceDef>, CrdError> {
                 kind: kind.into(),
                 namespaced,
                 short_names: short_names.clone(),
+                categories: categories.clone(),
+                selectable_fields: v
+                    .get("selectableFields")
+                    .and_then(Value::as_array)
+                    .map(|fs| {
+                        fs.iter()
+                            .filter_map(|f| f.get("jsonPath").and_then(Value::as_str))
+                            .map(|p| p.trim_start_matches('.').to_string())
+                            .collect()
+                    })
+                    .unwrap_or_default(),
                 status_subresource: v.pointer("/subresources/status").is_some(),
                 storage: v.get("storage").and_then(Value::as_bool).unwrap_or(false),
             })

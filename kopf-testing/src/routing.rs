@@ -47,7 +47,11 @@ pub struct ObjectPath {
 
 /// Parses a request path (without the query).
 pub fn parse_path(path: &str) -> Option<Route> {
-    let segs: Vec<String> = path.split('/').filter(|s| !s.is_empty()).map(percent_decode).collect();
+    let segs: Vec<String> = path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(percent_decode)
+        .collect();
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
     match segs.as_slice() {
         ["version"] => Some(Route::Version),
@@ -55,8 +59,14 @@ pub fn parse_path(path: &str) -> Option<Route> {
         ["api"] => Some(Route::CoreVersions),
         ["apis"] => Some(Route::Groups),
         ["apis", g] => Some(Route::Group((*g).into())),
-        ["api", v] => Some(Route::Resources { group: String::new(), version: (*v).into() }),
-        ["apis", g, v] => Some(Route::Resources { group: (*g).into(), version: (*v).into() }),
+        ["api", v] => Some(Route::Resources {
+            group: String::new(),
+            version: (*v).into(),
+        }),
+        ["apis", g, v] => Some(Route::Resources {
+            group: (*g).into(),
+            version: (*v).into(),
+        }),
         ["openapi", "v2"] | ["swagger.json"] => Some(Route::OpenApiV2),
         ["openapi", "v3", rest @ ..] => Some(Route::OpenApiV3(rest.join("/"))),
         ["api", v, rest @ ..] => object_path("", v, rest).map(Route::Object),
@@ -66,10 +76,16 @@ pub fn parse_path(path: &str) -> Option<Route> {
 }
 
 fn object_path(group: &str, version: &str, rest: &[&str]) -> Option<ObjectPath> {
-    let mut path = ObjectPath { group: group.into(), version: version.into(), ..Default::default() };
+    let mut path = ObjectPath {
+        group: group.into(),
+        version: version.into(),
+        ..Default::default()
+    };
     // namespaces/NS/PLURAL[/NAME[/SUB]] unless it is namespaces/NAME/{status,finalize}
     let rest = match rest {
-        ["namespaces", ns, plural, tail @ ..] if !(tail.is_empty() && matches!(*plural, "status" | "finalize")) => {
+        ["namespaces", ns, plural, tail @ ..]
+            if !(tail.is_empty() && matches!(*plural, "status" | "finalize")) =>
+        {
             path.namespace = Some((*ns).into());
             let mut v = vec![*plural];
             v.extend_from_slice(tail);
@@ -101,7 +117,9 @@ pub fn percent_decode(s: &str) -> String {
     while i < bytes.len() {
         let b = bytes[i];
         if b == b'%' && i + 2 < bytes.len() {
-            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
+            let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok());
             if let Some(h) = hex {
                 out.push(h);
                 i += 3;
@@ -203,23 +221,48 @@ mod tests {
     fn discovery_paths() {
         assert_eq!(parse_path("/version"), Some(Route::Version));
         assert_eq!(parse_path("/api"), Some(Route::CoreVersions));
-        assert_eq!(parse_path("/api/v1"), Some(Route::Resources { group: String::new(), version: "v1".into() }));
-        assert_eq!(parse_path("/apis/example.com"), Some(Route::Group("example.com".into())));
-        assert_eq!(parse_path("/openapi/v3/apis/x/v1"), Some(Route::OpenApiV3("apis/x/v1".into())));
+        assert_eq!(
+            parse_path("/api/v1"),
+            Some(Route::Resources {
+                group: String::new(),
+                version: "v1".into()
+            })
+        );
+        assert_eq!(
+            parse_path("/apis/example.com"),
+            Some(Route::Group("example.com".into()))
+        );
+        assert_eq!(
+            parse_path("/openapi/v3/apis/x/v1"),
+            Some(Route::OpenApiV3("apis/x/v1".into()))
+        );
         assert_eq!(parse_path("/nope"), None);
     }
 
     #[test]
     fn namespaced_and_cluster_paths() {
         let o = obj("/api/v1/namespaces/ns1/configmaps/cm1");
-        assert_eq!((o.namespace.as_deref(), o.plural.as_str(), o.name.as_deref()), (Some("ns1"), "configmaps", Some("cm1")));
+        assert_eq!(
+            (o.namespace.as_deref(), o.plural.as_str(), o.name.as_deref()),
+            (Some("ns1"), "configmaps", Some("cm1"))
+        );
         let o = obj("/apis/example.com/v1/namespaces/ns1/widgets/w/status");
         assert_eq!(o.subresource.as_deref(), Some("status"));
         assert_eq!(o.group, "example.com");
         let o = obj("/api/v1/namespaces/ns1");
-        assert_eq!((o.namespace, o.plural.as_str(), o.name.as_deref()), (None, "namespaces", Some("ns1")));
+        assert_eq!(
+            (o.namespace, o.plural.as_str(), o.name.as_deref()),
+            (None, "namespaces", Some("ns1"))
+        );
         let o = obj("/api/v1/namespaces/ns1/status");
-        assert_eq!((o.plural.as_str(), o.name.as_deref(), o.subresource.as_deref()), ("namespaces", Some("ns1"), Some("status")));
+        assert_eq!(
+            (
+                o.plural.as_str(),
+                o.name.as_deref(),
+                o.subresource.as_deref()
+            ),
+            ("namespaces", Some("ns1"), Some("status"))
+        );
         let o = obj("/api/v1/namespaces");
         assert_eq!((o.plural.as_str(), o.name), ("namespaces", None));
         let o = obj("/api/v1/pods");
@@ -229,7 +272,9 @@ mod tests {
 
     #[test]
     fn query_parsing() {
-        let q = parse_query("watch=1&resourceVersion=12&labelSelector=a%3Db%2Cc+in+%28x%29&limit=0&timeoutSeconds=5");
+        let q = parse_query(
+            "watch=1&resourceVersion=12&labelSelector=a%3Db%2Cc+in+%28x%29&limit=0&timeoutSeconds=5",
+        );
         assert!(q.watch);
         assert_eq!(q.resource_version.as_deref(), Some("12"));
         assert_eq!(q.label_selector, "a=b,c in (x)");
@@ -240,7 +285,10 @@ mod tests {
     #[test]
     fn verbs() {
         let q = Query::default();
-        let w = Query { watch: true, ..Query::default() };
+        let w = Query {
+            watch: true,
+            ..Query::default()
+        };
         let coll = parse_path("/api/v1/namespaces/a/pods");
         let one = parse_path("/api/v1/namespaces/a/pods/p");
         assert_eq!(classify("GET", coll.as_ref(), &q), "list");

@@ -20,11 +20,26 @@ pub enum SelectorError {
     #[error("unbalanced parentheses in selector {0:?}")]
     Unbalanced(String),
     /// The requirement has no recognised operator.
-    #[error("cannot parse selector requirement {0:?}; use k=v, k!=v, k in (a,b), k notin (a,b), k or !k")]
+    #[error(
+        "cannot parse selector requirement {0:?}; use k=v, k!=v, k in (a,b), k notin (a,b), k or !k"
+    )]
     Unparsable(String),
     /// A field selector uses an operator other than =, ==, !=.
     #[error("field selector {0:?} must use =, == or !=")]
     BadField(String),
+    /// A label key is not a valid qualified name.
+    #[error(
+        "invalid label key {0:?}: use [prefix/]name, name being up to 63 of [A-Za-z0-9_.-] starting and ending alphanumeric"
+    )]
+    InvalidKey(String),
+    /// A label value is not valid.
+    #[error(
+        "invalid label value {0:?}: use up to 63 of [A-Za-z0-9_.-], starting and ending alphanumeric"
+    )]
+    InvalidValue(String),
+    /// The field is not selectable for this resource.
+    #[error("field label not supported: {0}; selectable fields are {1}")]
+    UnsupportedField(String, String),
     /// `>`/`<` need an integer.
     #[error("value in {0:?} must be an integer for > and <")]
     NotInteger(String),
@@ -72,7 +87,11 @@ fn split_top_level(s: &str) -> Result<Vec<&str>, SelectorError> {
         return Err(SelectorError::Unbalanced(s.into()));
     }
     parts.push(&s[start..]);
-    Ok(parts.into_iter().map(str::trim).filter(|p| !p.is_empty()).collect())
+    Ok(parts
+        .into_iter()
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect())
 }
 
 fn parse_set(req: &str, rest: &str) -> Result<Vec<String>, SelectorError> {
@@ -81,10 +100,54 @@ fn parse_set(req: &str, rest: &str) -> Result<Vec<String>, SelectorError> {
         .strip_prefix('(')
         .and_then(|r| r.strip_suffix(')'))
         .ok_or_else(|| SelectorError::MissingParens(req.into()))?;
-    Ok(inner.split(',').map(|v| v.trim().to_string()).filter(|v| !v.is_empty()).collect())
+    Ok(inner
+        .split(',')
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .collect())
+}
+
+fn is_label_name(s: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_alphanumeric();
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars().all(|c| alnum(c) || matches!(c, '-' | '_' | '.'))
+        && s.chars().next().is_some_and(alnum)
+        && s.chars().last().is_some_and(alnum)
+}
+
+fn valid_key(key: &str) -> bool {
+    match key.split_once('/') {
+        Some((prefix, name)) => crate::objects::is_dns_subdomain(prefix) && is_label_name(name),
+        None => is_label_name(key),
+    }
+}
+
+fn valid_value(value: &str) -> bool {
+    value.is_empty() || is_label_name(value)
+}
+
+/// Checks the key and values of a parsed requirement.
+fn validated(req: (String, LabelOp)) -> Result<(String, LabelOp), SelectorError> {
+    if !valid_key(&req.0) {
+        return Err(SelectorError::InvalidKey(req.0));
+    }
+    let values: Vec<&String> = match &req.1 {
+        LabelOp::Eq(v) | LabelOp::NotEq(v) => vec![v],
+        LabelOp::In(vs) | LabelOp::NotIn(vs) => vs.iter().collect(),
+        _ => Vec::new(),
+    };
+    if let Some(bad) = values.into_iter().find(|v| !valid_value(v)) {
+        return Err(SelectorError::InvalidValue(bad.clone()));
+    }
+    Ok(req)
 }
 
 fn parse_requirement(req: &str) -> Result<(String, LabelOp), SelectorError> {
+    parse_requirement_raw(req).and_then(validated)
+}
+
+fn parse_requirement_raw(req: &str) -> Result<(String, LabelOp), SelectorError> {
     if let Some(key) = req.strip_prefix('!') {
         let key = key.trim();
         if key.is_empty() {
@@ -113,8 +176,16 @@ fn parse_requirement(req: &str) -> Result<(String, LabelOp), SelectorError> {
             }
             let op = match op {
                 "!=" => LabelOp::NotEq(value),
-                ">" => LabelOp::Gt(value.parse().map_err(|_| SelectorError::NotInteger(req.into()))?),
-                "<" => LabelOp::Lt(value.parse().map_err(|_| SelectorError::NotInteger(req.into()))?),
+                ">" => LabelOp::Gt(
+                    value
+                        .parse()
+                        .map_err(|_| SelectorError::NotInteger(req.into()))?,
+                ),
+                "<" => LabelOp::Lt(
+                    value
+                        .parse()
+                        .map_err(|_| SelectorError::NotInteger(req.into()))?,
+                ),
                 _ => LabelOp::Eq(value),
             };
             return Ok((key.into(), op));
@@ -130,7 +201,10 @@ fn parse_requirement(req: &str) -> Result<(String, LabelOp), SelectorError> {
 impl LabelSelector {
     /// Parses a label selector string (empty selects everything).
     pub fn parse(s: &str) -> Result<Self, SelectorError> {
-        let reqs = split_top_level(s)?.into_iter().map(parse_requirement).collect::<Result<_, _>>()?;
+        let reqs = split_top_level(s)?
+            .into_iter()
+            .map(parse_requirement)
+            .collect::<Result<_, _>>()?;
         Ok(Self { reqs })
     }
 
@@ -151,8 +225,12 @@ impl LabelSelector {
                 LabelOp::NotIn(vs) => value.is_none_or(|x| !vs.iter().any(|v| v == x)),
                 LabelOp::Exists => value.is_some(),
                 LabelOp::NotExists => value.is_none(),
-                LabelOp::Gt(n) => value.and_then(|x| x.parse::<i64>().ok()).is_some_and(|x| x > *n),
-                LabelOp::Lt(n) => value.and_then(|x| x.parse::<i64>().ok()).is_some_and(|x| x < *n),
+                LabelOp::Gt(n) => value
+                    .and_then(|x| x.parse::<i64>().ok())
+                    .is_some_and(|x| x > *n),
+                LabelOp::Lt(n) => value
+                    .and_then(|x| x.parse::<i64>().ok())
+                    .is_some_and(|x| x < *n),
             }
         })
     }
@@ -182,7 +260,11 @@ impl FieldSelector {
             if path.is_empty() {
                 return Err(SelectorError::EmptyKey(part.into()));
             }
-            reqs.push((path.split('.').map(str::to_string).collect(), equal, value.trim().to_string()));
+            reqs.push((
+                path.split('.').map(str::to_string).collect(),
+                equal,
+                value.trim().to_string(),
+            ));
         }
         Ok(Self { reqs })
     }
@@ -190,6 +272,20 @@ impl FieldSelector {
     /// Whether the selector selects everything.
     pub fn is_empty(&self) -> bool {
         self.reqs.is_empty()
+    }
+
+    /// Rejects fields that `selectable` does not accept (as the API server does).
+    pub fn check_fields(&self, selectable: &[String]) -> Result<(), SelectorError> {
+        for (path, _, _) in &self.reqs {
+            let field = path.join(".");
+            if !selectable.contains(&field) {
+                return Err(SelectorError::UnsupportedField(
+                    field,
+                    selectable.join(", "),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Whether an object matches (missing fields compare as the empty string).
@@ -243,7 +339,11 @@ mod tests {
     fn equality_and_inequality() {
         let o = obj(json!({"app": "web", "tier": "fe"}));
         assert!(LabelSelector::parse("app=web").unwrap().matches(&o));
-        assert!(LabelSelector::parse("app==web,tier=fe").unwrap().matches(&o));
+        assert!(
+            LabelSelector::parse("app==web,tier=fe")
+                .unwrap()
+                .matches(&o)
+        );
         assert!(!LabelSelector::parse("app!=web").unwrap().matches(&o));
         assert!(LabelSelector::parse("missing!=x").unwrap().matches(&o));
     }
@@ -251,12 +351,24 @@ mod tests {
     #[test]
     fn set_based_requirements() {
         let o = obj(json!({"env": "prod"}));
-        assert!(LabelSelector::parse("env in (prod, staging)").unwrap().matches(&o));
-        assert!(!LabelSelector::parse("env notin (prod,staging)").unwrap().matches(&o));
+        assert!(
+            LabelSelector::parse("env in (prod, staging)")
+                .unwrap()
+                .matches(&o)
+        );
+        assert!(
+            !LabelSelector::parse("env notin (prod,staging)")
+                .unwrap()
+                .matches(&o)
+        );
         assert!(LabelSelector::parse("other notin (a)").unwrap().matches(&o));
         assert!(LabelSelector::parse("env,!other").unwrap().matches(&o));
         assert!(!LabelSelector::parse("!env").unwrap().matches(&o));
-        assert!(LabelSelector::parse("env in (prod),env").unwrap().matches(&o));
+        assert!(
+            LabelSelector::parse("env in (prod),env")
+                .unwrap()
+                .matches(&o)
+        );
     }
 
     #[test]
@@ -272,6 +384,21 @@ mod tests {
         assert!(LabelSelector::parse("env in (a").is_err());
         assert!(LabelSelector::parse("=x").is_err());
         assert!(LabelSelector::parse("a b c").is_err());
+        assert_eq!(
+            LabelSelector::parse("a=b=c"),
+            Err(SelectorError::InvalidValue("b=c".into()))
+        );
+        assert!(matches!(
+            LabelSelector::parse("!"),
+            Err(SelectorError::EmptyKey(_))
+        ));
+        assert!(
+            LabelSelector::parse("example.com/app=x,app.kubernetes.io/name in (a_b, c.d)").is_ok()
+        );
+        assert!(matches!(
+            LabelSelector::parse("-a=b"),
+            Err(SelectorError::InvalidKey(_))
+        ));
     }
 
     #[test]
@@ -285,10 +412,38 @@ mod tests {
     fn field_selectors() {
         let o = obj(json!({}));
         assert!(FieldSelector::parse("metadata.name=a").unwrap().matches(&o));
-        assert!(FieldSelector::parse("metadata.name==a,metadata.namespace=ns1").unwrap().matches(&o));
-        assert!(!FieldSelector::parse("metadata.name!=a").unwrap().matches(&o));
-        assert!(FieldSelector::parse("status.phase=Running").unwrap().matches(&o));
+        assert!(
+            FieldSelector::parse("metadata.name==a,metadata.namespace=ns1")
+                .unwrap()
+                .matches(&o)
+        );
+        assert!(
+            !FieldSelector::parse("metadata.name!=a")
+                .unwrap()
+                .matches(&o)
+        );
+        assert!(
+            FieldSelector::parse("status.phase=Running")
+                .unwrap()
+                .matches(&o)
+        );
         assert!(FieldSelector::parse("spec.nodeName=").unwrap().matches(&o));
         assert!(FieldSelector::parse("metadata.name").is_err());
+        let selectable = vec![
+            "metadata.name".to_string(),
+            "metadata.namespace".to_string(),
+        ];
+        assert!(
+            FieldSelector::parse("metadata.name=a")
+                .unwrap()
+                .check_fields(&selectable)
+                .is_ok()
+        );
+        assert!(
+            FieldSelector::parse("spec.nope=1")
+                .unwrap()
+                .check_fields(&selectable)
+                .is_err()
+        );
     }
 }

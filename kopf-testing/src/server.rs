@@ -87,7 +87,9 @@ pub(crate) fn spawn(listener: TcpListener, shared: Arc<Shared>) -> Running {
                     let shared = shared.clone();
                     async move { Ok::<_, Infallible>(handlers::handle(shared, req).await) }
                 });
-                let conn = http1::Builder::new().keep_alive(true).serve_connection(TokioIo::new(stream), service);
+                let conn = http1::Builder::new()
+                    .keep_alive(true)
+                    .serve_connection(TokioIo::new(stream), service);
                 tokio::select! {
                     result = conn => {
                         if let Err(e) = result {

@@ -4,12 +4,14 @@
 //! All methods are synchronous and run under one lock held by the caller;
 //! watch events are serialized once here and broadcast to watchers.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
+use crate::conversion;
 use crate::events::{EventType, WatchEvent};
 use crate::failures::ApiError;
 use crate::objects::{self, meta_mut};
@@ -76,7 +78,12 @@ struct Resource {
 
 impl Resource {
     fn new(floor: u64) -> Self {
-        Self { objects: BTreeMap::new(), history: VecDeque::new(), floor, tx: broadcast::channel(WATCH_BUFFER).0 }
+        Self {
+            objects: BTreeMap::new(),
+            history: VecDeque::new(),
+            floor,
+            tx: broadcast::channel(WATCH_BUFFER).0,
+        }
     }
 }
 
@@ -97,7 +104,13 @@ fn key_of(ns: &str, name: &str) -> (String, String) {
 impl Store {
     /// A fresh cluster with the built-in resources and initial namespaces.
     pub fn new(history_limit: usize) -> Self {
-        let mut store = Self { rv: 0, base_floor: 0, history_limit: history_limit.max(1), defs: Vec::new(), resources: HashMap::new() };
+        let mut store = Self {
+            rv: 0,
+            base_floor: 0,
+            history_limit: history_limit.max(1),
+            defs: Vec::new(),
+            resources: HashMap::new(),
+        };
         store.reset();
         store
     }
@@ -129,7 +142,10 @@ impl Store {
 
     /// The served resource for a group/version/plural.
     pub fn find_def(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceDef>> {
-        self.defs.iter().find(|d| d.group == group && d.version == version && d.plural == plural).cloned()
+        self.defs
+            .iter()
+            .find(|d| d.group == group && d.version == version && d.plural == plural)
+            .cloned()
     }
 
     /// Forgets all history: resuming from an older resourceVersion gets 410.
@@ -146,14 +162,26 @@ impl Store {
 
     fn resource(&mut self, key: &StoreKey) -> &mut Resource {
         let floor = self.base_floor;
-        self.resources.entry(key.clone()).or_insert_with(|| Resource::new(floor))
+        self.resources
+            .entry(key.clone())
+            .or_insert_with(|| Resource::new(floor))
     }
 
     fn object(&self, key: &StoreKey, ns: &str, name: &str) -> Option<Arc<Value>> {
-        self.resources.get(key)?.objects.get(&key_of(ns, name)).cloned()
+        self.resources
+            .get(key)?
+            .objects
+            .get(&key_of(ns, name))
+            .cloned()
     }
 
-    fn emit(&mut self, key: &StoreKey, kind: EventType, object: Arc<Value>, old: Option<Arc<Value>>) {
+    fn emit(
+        &mut self,
+        key: &StoreKey,
+        kind: EventType,
+        object: Arc<Value>,
+        old: Option<Arc<Value>>,
+    ) {
         let limit = self.history_limit;
         let event = Arc::new(WatchEvent::new(self.rv, kind, object, old));
         let res = self.resource(key);
@@ -182,15 +210,38 @@ impl Store {
             (false, Some(_)) => Err(ApiError::new(
                 404,
                 "NotFound",
-                format!("{} is cluster-scoped: use a path without /namespaces/NAMESPACE", def.plural),
+                format!(
+                    "{} is cluster-scoped: use a path without /namespaces/NAMESPACE",
+                    def.plural
+                ),
             )),
         }
     }
 
+    /// Reads one object as seen through `def`'s version (for writes through it).
+    fn get_view(
+        &self,
+        def: &ResourceDef,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Result<Arc<Value>, ApiError> {
+        let stored = self.get(def, ns, name)?;
+        Ok(match conversion::present(&stored, &def.api_version()) {
+            Cow::Borrowed(_) => stored,
+            Cow::Owned(view) => Arc::new(view),
+        })
+    }
+
     /// Reads one object.
-    pub fn get(&self, def: &ResourceDef, ns: Option<&str>, name: &str) -> Result<Arc<Value>, ApiError> {
+    pub fn get(
+        &self,
+        def: &ResourceDef,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Result<Arc<Value>, ApiError> {
         let ns = Self::scope_ns(def, ns)?;
-        self.object(&def.store_key(), ns, name).ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))
+        self.object(&def.store_key(), ns, name)
+            .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))
     }
 
     /// Lists objects matching selectors, one page at a time.
@@ -216,10 +267,16 @@ impl Store {
             )));
         }
         let Some(res) = res else {
-            if continue_token.is_some_and(|t| decode_continue(t).is_some_and(|(rv, _)| rv < floor)) {
+            if continue_token.is_some_and(|t| decode_continue(t).is_some_and(|(rv, _)| rv < floor))
+            {
                 return Err(expired_continue());
             }
-            return Ok(ListPage { items: Vec::new(), rv: self.rv, continue_token: None, remaining: None });
+            return Ok(ListPage {
+                items: Vec::new(),
+                rv: self.rv,
+                continue_token: None,
+                remaining: None,
+            });
         };
         let start = match continue_token {
             Some(token) => {
@@ -234,16 +291,22 @@ impl Store {
             None => None,
         };
         let range = match (&start, ns) {
-            (Some(after), _) => res.objects.range((std::ops::Bound::Excluded(after.clone()), std::ops::Bound::Unbounded)),
+            (Some(after), _) => res.objects.range((
+                std::ops::Bound::Excluded(after.clone()),
+                std::ops::Bound::Unbounded,
+            )),
             (None, Some(ns)) => res.objects.range((ns.to_string(), String::new())..),
             (None, None) => res.objects.range::<(String, String), _>(..),
         };
         let mut items = Vec::new();
         let mut continue_token = None;
         let mut remaining = None;
+        let api_version = def.api_version();
         let mut iter = range
             .take_while(|((ons, _), _)| ns.is_none_or(|ns| ons == ns))
-            .filter(|(_, obj)| selectors.matches(obj));
+            .filter(|(_, obj)| {
+                selectors.is_empty() || selectors.matches(&conversion::present(obj, &api_version))
+            });
         for (k, obj) in iter.by_ref() {
             items.push(obj.clone());
             if limit.is_some_and(|l| items.len() >= l) {
@@ -255,14 +318,28 @@ impl Store {
                 break;
             }
         }
-        Ok(ListPage { items, rv: self.rv, continue_token, remaining })
+        Ok(ListPage {
+            items,
+            rv: self.rv,
+            continue_token,
+            remaining,
+        })
     }
 
     /// Creates an object.
-    pub fn create(&mut self, def: &ResourceDef, ns: Option<&str>, mut body: Value, dry_run: bool) -> Result<Arc<Value>, ApiError> {
+    pub fn create(
+        &mut self,
+        def: &ResourceDef,
+        ns: Option<&str>,
+        mut body: Value,
+        dry_run: bool,
+    ) -> Result<Arc<Value>, ApiError> {
         if !body.is_object() {
-            return Err(ApiError::bad_request("the request body must be a JSON object"));
+            return Err(ApiError::bad_request(
+                "the request body must be a JSON object",
+            ));
         }
+        check_kind(def, &body)?;
         let path_ns = Self::scope_ns(def, ns)?;
         if def.namespaced
             && let Some(body_ns) = objects::meta_str(&body, "namespace").filter(|s| !s.is_empty())
@@ -276,20 +353,35 @@ impl Store {
         if name.is_empty() {
             let prefix = objects::meta_str(&body, "generateName").unwrap_or("");
             if prefix.is_empty() {
-                return Err(ApiError::invalid(&def.group, &def.kind, "", "metadata.name: Required value: name or generateName is required"));
+                return Err(ApiError::invalid(
+                    &def.group,
+                    &def.kind,
+                    "",
+                    "metadata.name: Required value: name or generateName is required",
+                ));
             }
             name = format!("{prefix}{}", objects::random_suffix());
         }
         validate_name(def, &name)?;
         if def.namespaced {
-            let ns_obj = self.object(&StoreKey { group: String::new(), plural: "namespaces".into() }, "", path_ns);
+            let ns_obj = self.object(
+                &StoreKey {
+                    group: String::new(),
+                    plural: "namespaces".into(),
+                },
+                "",
+                path_ns,
+            );
             match ns_obj {
                 None => return Err(ApiError::not_found("", "namespaces", path_ns)),
                 Some(o) if objects::is_deleting(&o) => {
                     return Err(ApiError::new(
                         403,
                         "Forbidden",
-                        format!("{} \"{name}\" is forbidden: unable to create new content in namespace {path_ns} because it is being terminated", def.plural),
+                        format!(
+                            "{} \"{name}\" is forbidden: unable to create new content in namespace {path_ns} because it is being terminated",
+                            def.plural
+                        ),
                     ));
                 }
                 Some(_) => {}
@@ -313,7 +405,8 @@ impl Store {
         let mut crd_defs = None;
         if def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions" {
             meta_mut(&mut body).insert("name".into(), name.clone().into());
-            let defs = resources::defs_from_crd(&body).map_err(|e| ApiError::invalid(&def.group, &def.kind, &name, e.to_string()))?;
+            let defs = resources::defs_from_crd(&body)
+                .map_err(|e| ApiError::invalid(&def.group, &def.kind, &name, e.to_string()))?;
             body["status"] = crd_status(&body);
             crd_defs = Some(defs);
         } else if def.status_subresource
@@ -342,7 +435,9 @@ impl Store {
         meta.remove("deletionGracePeriodSeconds");
         meta.remove("selfLink");
         let obj = Arc::new(body);
-        self.resource(&key).objects.insert(key_of(path_ns, &name), obj.clone());
+        self.resource(&key)
+            .objects
+            .insert(key_of(path_ns, &name), obj.clone());
         self.emit(&key, EventType::Added, obj.clone(), None);
         if let Some(defs) = crd_defs {
             self.register_crd(defs);
@@ -351,7 +446,9 @@ impl Store {
     }
 
     fn is_custom(&self, def: &ResourceDef) -> bool {
-        !resources::builtins().iter().any(|b| b.group == def.group && b.plural == def.plural)
+        !resources::builtins()
+            .iter()
+            .any(|b| b.group == def.group && b.plural == def.plural)
     }
 
     fn register_crd(&mut self, defs: Vec<ResourceDef>) {
@@ -360,13 +457,24 @@ impl Store {
         self.defs.retain(|d| d.store_key() != key);
         self.defs.extend(defs.into_iter().map(Arc::new));
         let floor = self.rv;
-        self.resources.entry(key).or_insert_with(|| Resource::new(floor));
+        self.resources
+            .entry(key)
+            .or_insert_with(|| Resource::new(floor));
     }
 
     fn unregister_crd(&mut self, crd: &Value) {
-        let group = crd.pointer("/spec/group").and_then(Value::as_str).unwrap_or("");
-        let plural = crd.pointer("/spec/names/plural").and_then(Value::as_str).unwrap_or("");
-        let key = StoreKey { group: group.into(), plural: plural.into() };
+        let group = crd
+            .pointer("/spec/group")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let plural = crd
+            .pointer("/spec/names/plural")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let key = StoreKey {
+            group: group.into(),
+            plural: plural.into(),
+        };
         if let Some(res) = self.resources.get(&key) {
             let objs: Vec<Arc<Value>> = res.objects.values().cloned().collect();
             for obj in objs {
@@ -390,7 +498,9 @@ impl Store {
         dry_run: bool,
     ) -> Result<Arc<Value>, ApiError> {
         if !body.is_object() {
-            return Err(ApiError::bad_request("the request body must be a JSON object"));
+            return Err(ApiError::bad_request(
+                "the request body must be a JSON object",
+            ));
         }
         let body_name = objects::name(&body);
         if !body_name.is_empty() && body_name != name {
@@ -398,7 +508,21 @@ impl Store {
                 "the name of the object ({body_name}) does not match the name on the URL ({name})"
             )));
         }
-        let old = self.get(def, ns, name)?;
+        check_kind(def, &body)?;
+        let old = self.get_view(def, ns, name)?;
+        if let Some(uid) = objects::meta_str(&body, "uid").filter(|u| !u.is_empty())
+            && objects::meta_str(&old, "uid") != Some(uid)
+        {
+            return Err(ApiError::conflict(
+                &def.group,
+                &def.plural,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    objects::meta_str(&old, "uid").unwrap_or("")
+                ),
+            ));
+        }
         self.write(def, &old, body, target, dry_run)
     }
 
@@ -414,7 +538,7 @@ impl Store {
         target: Target,
         dry_run: bool,
     ) -> Result<(Arc<Value>, bool), ApiError> {
-        let old = match self.get(def, ns, name) {
+        let old = match self.get_view(def, ns, name) {
             Ok(old) => old,
             Err(e) if e.code == 404 && kind == PatchKind::Apply && target == Target::Main => {
                 let mut body = patch.clone();
@@ -432,13 +556,26 @@ impl Store {
         })?;
         let new_name = objects::name(&new);
         if new_name != name {
-            return Err(ApiError::invalid(&def.group, &def.kind, name, format!("metadata.name: Invalid value: {new_name:?}: field is immutable")));
+            return Err(ApiError::invalid(
+                &def.group,
+                &def.kind,
+                name,
+                format!("metadata.name: Invalid value: {new_name:?}: field is immutable"),
+            ));
         }
-        self.write(def, &old, new, target, dry_run).map(|o| (o, false))
+        self.write(def, &old, new, target, dry_run)
+            .map(|o| (o, false))
     }
 
     /// The common write path of update and patch.
-    fn write(&mut self, def: &ResourceDef, old: &Arc<Value>, mut new: Value, target: Target, dry_run: bool) -> Result<Arc<Value>, ApiError> {
+    fn write(
+        &mut self,
+        def: &ResourceDef,
+        old: &Arc<Value>,
+        mut new: Value,
+        target: Target,
+        dry_run: bool,
+    ) -> Result<Arc<Value>, ApiError> {
         let name = objects::name(old).to_string();
         let ns = objects::namespace(old).to_string();
         let old_rv = objects::resource_version(old).unwrap_or("").to_string();
@@ -482,7 +619,12 @@ impl Store {
         }
         {
             let map = new.as_object_mut().expect("invariant: checked is_object");
-            map.insert("apiVersion".into(), old.get("apiVersion").cloned().unwrap_or_else(|| def.api_version().into()));
+            map.insert(
+                "apiVersion".into(),
+                old.get("apiVersion")
+                    .cloned()
+                    .unwrap_or_else(|| def.api_version().into()),
+            );
             map.insert("kind".into(), def.kind.clone().into());
         }
         if def.group.is_empty() && def.plural == "secrets" {
@@ -490,10 +632,21 @@ impl Store {
         }
         // Immutable and server-owned metadata.
         let old_meta = old.get("metadata").cloned().unwrap_or_else(|| json!({}));
-        let generation = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
+        let generation = old_meta
+            .get("generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
         {
             let meta = meta_mut(&mut new);
-            for field in ["name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"] {
+            for field in [
+                "name",
+                "namespace",
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+            ] {
                 match old_meta.get(field) {
                     Some(v) => meta.insert(field.into(), v.clone()),
                     None => meta.remove(field),
@@ -505,19 +658,28 @@ impl Store {
         let deleting = objects::is_deleting(old);
         if deleting {
             let before = objects::finalizers(old);
-            let added: Vec<&str> = objects::finalizers(&new).into_iter().filter(|f| !before.contains(f)).collect();
+            let added: Vec<&str> = objects::finalizers(&new)
+                .into_iter()
+                .filter(|f| !before.contains(f))
+                .collect();
             if !added.is_empty() {
                 return Err(ApiError::invalid(
                     &def.group,
                     &def.kind,
                     &name,
-                    format!("metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"),
+                    format!(
+                        "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
+                    ),
                 ));
             }
         }
         let mut crd_defs = None;
-        if def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions" && target == Target::Main {
-            let defs = resources::defs_from_crd(&new).map_err(|e| ApiError::invalid(&def.group, &def.kind, &name, e.to_string()))?;
+        if def.group == "apiextensions.k8s.io"
+            && def.plural == "customresourcedefinitions"
+            && target == Target::Main
+        {
+            let defs = resources::defs_from_crd(&new)
+                .map_err(|e| ApiError::invalid(&def.group, &def.kind, &name, e.to_string()))?;
             new["status"] = crd_status(&new);
             crd_defs = Some(defs);
         }
@@ -537,7 +699,9 @@ impl Store {
         if deleting && objects::finalizers(&obj).is_empty() {
             self.remove(&key, &ns, &name, obj.clone());
         } else {
-            self.resource(&key).objects.insert(key_of(&ns, &name), obj.clone());
+            self.resource(&key)
+                .objects
+                .insert(key_of(&ns, &name), obj.clone());
             self.emit(&key, EventType::Modified, obj.clone(), Some(old.clone()));
             if let Some(defs) = crd_defs {
                 self.register_crd(defs);
@@ -562,8 +726,23 @@ impl Store {
     }
 
     /// Deletes an object: marks it if it has finalizers, removes it otherwise.
-    pub fn delete(&mut self, def: &ResourceDef, ns: Option<&str>, name: &str, options: &Value, dry_run: bool) -> Result<Arc<Value>, ApiError> {
+    pub fn delete(
+        &mut self,
+        def: &ResourceDef,
+        ns: Option<&str>,
+        name: &str,
+        options: &Value,
+        dry_run: bool,
+    ) -> Result<Arc<Value>, ApiError> {
         let old = self.get(def, ns, name)?;
+        if def.group.is_empty() && def.plural == "namespaces" && INITIAL_NAMESPACES.contains(&name)
+        {
+            return Err(ApiError::new(
+                403,
+                "Forbidden",
+                format!("namespaces \"{name}\" is forbidden: this namespace may not be deleted"),
+            ));
+        }
         let pre = options.get("preconditions");
         if let Some(uid) = pre.and_then(|p| p.get("uid")).and_then(Value::as_str)
             && objects::meta_str(&old, "uid") != Some(uid)
@@ -572,10 +751,15 @@ impl Store {
                 &def.group,
                 &def.plural,
                 name,
-                &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", objects::meta_str(&old, "uid").unwrap_or("")),
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    objects::meta_str(&old, "uid").unwrap_or("")
+                ),
             ));
         }
-        if let Some(rv) = pre.and_then(|p| p.get("resourceVersion")).and_then(Value::as_str)
+        if let Some(rv) = pre
+            .and_then(|p| p.get("resourceVersion"))
+            .and_then(Value::as_str)
             && objects::resource_version(&old) != Some(rv)
         {
             return Err(ApiError::conflict(
@@ -602,8 +786,9 @@ impl Store {
             return old.clone();
         }
         let mut keep = !objects::finalizers(old).is_empty();
-        if is_namespace && !keep {
-            keep = self.terminate_namespace(&name);
+        if is_namespace {
+            // Contents go first (or get marked); the namespace waits for them.
+            keep = self.terminate_namespace(&name) || keep;
         }
         let rv = self.next_rv();
         if keep {
@@ -616,7 +801,9 @@ impl Store {
                 new["status"] = json!({"phase": "Terminating"});
             }
             let obj = Arc::new(new);
-            self.resource(key).objects.insert(key_of(&ns, &name), obj.clone());
+            self.resource(key)
+                .objects
+                .insert(key_of(&ns, &name), obj.clone());
             self.emit(key, EventType::Modified, obj.clone(), Some(old.clone()));
             obj
         } else {
@@ -644,7 +831,12 @@ impl Store {
     }
 
     fn namespaced_keys(&self) -> Vec<StoreKey> {
-        let mut keys: Vec<StoreKey> = self.defs.iter().filter(|d| d.namespaced).map(|d| d.store_key()).collect();
+        let mut keys: Vec<StoreKey> = self
+            .defs
+            .iter()
+            .filter(|d| d.namespaced)
+            .map(|d| d.store_key())
+            .collect();
         keys.sort();
         keys.dedup();
         keys
@@ -653,7 +845,13 @@ impl Store {
     fn namespace_objects(&self, key: &StoreKey, ns: &str) -> Vec<Arc<Value>> {
         self.resources
             .get(key)
-            .map(|r| r.objects.range((ns.to_string(), String::new())..).take_while(|((o, _), _)| o == ns).map(|(_, v)| v.clone()).collect())
+            .map(|r| {
+                r.objects
+                    .range((ns.to_string(), String::new())..)
+                    .take_while(|((o, _), _)| o == ns)
+                    .map(|(_, v)| v.clone())
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -663,19 +861,29 @@ impl Store {
             for obj in self.namespace_objects(&key, ns) {
                 let rv = self.next_rv();
                 let gone = Arc::new(with_rv(&obj, rv));
-                self.resource(&key).objects.remove(&key_of(ns, objects::name(&obj)));
+                self.resource(&key)
+                    .objects
+                    .remove(&key_of(ns, objects::name(&obj)));
                 self.emit(&key, EventType::Deleted, gone, None);
             }
         }
     }
 
     fn finish_namespace_if_empty(&mut self, ns: &str) {
-        let ns_key = StoreKey { group: String::new(), plural: "namespaces".into() };
-        let Some(ns_obj) = self.object(&ns_key, "", ns) else { return };
+        let ns_key = StoreKey {
+            group: String::new(),
+            plural: "namespaces".into(),
+        };
+        let Some(ns_obj) = self.object(&ns_key, "", ns) else {
+            return;
+        };
         if !objects::is_deleting(&ns_obj) || !objects::finalizers(&ns_obj).is_empty() {
             return;
         }
-        let empty = self.namespaced_keys().iter().all(|k| self.namespace_objects(k, ns).is_empty());
+        let empty = self
+            .namespaced_keys()
+            .iter()
+            .all(|k| self.namespace_objects(k, ns).is_empty());
         if empty {
             let rv = self.next_rv();
             let gone = Arc::new(with_rv(&ns_obj, rv));
@@ -684,17 +892,32 @@ impl Store {
     }
 
     /// Deletes every matching object of a collection; returns the results.
-    pub fn delete_collection(&mut self, def: &ResourceDef, ns: Option<&str>, selectors: &Selectors, dry_run: bool) -> Result<Vec<Arc<Value>>, ApiError> {
+    pub fn delete_collection(
+        &mut self,
+        def: &ResourceDef,
+        ns: Option<&str>,
+        selectors: &Selectors,
+        dry_run: bool,
+    ) -> Result<Vec<Arc<Value>>, ApiError> {
         let page = self.list(def, ns, selectors, None, None, None)?;
         if dry_run {
             return Ok(page.items);
         }
         let key = def.store_key();
-        Ok(page.items.iter().map(|obj| self.delete_object(&key, obj)).collect())
+        Ok(page
+            .items
+            .iter()
+            .map(|obj| self.delete_object(&key, obj))
+            .collect())
     }
 
     /// Starts a watch: from the current state (`from` = None) or after a resourceVersion.
-    pub fn subscribe(&mut self, def: &ResourceDef, ns: Option<&str>, from: Option<u64>) -> Result<Subscription, ApiError> {
+    pub fn subscribe(
+        &mut self,
+        def: &ResourceDef,
+        ns: Option<&str>,
+        from: Option<u64>,
+    ) -> Result<Subscription, ApiError> {
         if ns.is_some() && !def.namespaced {
             Self::scope_ns(def, ns)?;
         }
@@ -703,7 +926,12 @@ impl Store {
         let rx = res.tx.subscribe();
         let start = match from {
             None => WatchStart::Snapshot(match ns {
-                Some(ns) => res.objects.range((ns.to_string(), String::new())..).take_while(|((o, _), _)| o == ns).map(|(_, v)| v.clone()).collect(),
+                Some(ns) => res
+                    .objects
+                    .range((ns.to_string(), String::new())..)
+                    .take_while(|((o, _), _)| o == ns)
+                    .map(|(_, v)| v.clone())
+                    .collect(),
                 None => res.objects.values().cloned().collect(),
             }),
             Some(after) if after < res.floor => {
@@ -721,6 +949,17 @@ impl Store {
     }
 }
 
+/// Rejects a body whose `kind` is not the resource's kind.
+fn check_kind(def: &ResourceDef, body: &Value) -> Result<(), ApiError> {
+    match body.get("kind").and_then(Value::as_str) {
+        Some(kind) if !kind.is_empty() && kind != def.kind => Err(ApiError::bad_request(format!(
+            "the kind of the object ({kind}) does not match the resource {} ({}); send it to the {kind} resource instead",
+            def.plural, def.kind
+        ))),
+        _ => Ok(()),
+    }
+}
+
 fn with_rv(obj: &Value, rv: u64) -> Value {
     let mut new = obj.clone();
     meta_mut(&mut new).insert("resourceVersion".into(), rv.to_string().into());
@@ -728,10 +967,16 @@ fn with_rv(obj: &Value, rv: u64) -> Value {
 }
 
 fn validate_name(def: &ResourceDef, name: &str) -> Result<(), ApiError> {
-    let ok = if def.plural == "namespaces" {
-        name.len() <= 63 && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    let (ok, rule) = if def.group.is_empty() && def.plural == "namespaces" {
+        (
+            objects::is_dns_label(name),
+            "a lowercase RFC 1123 label (a-z, 0-9, '-', at most 63 characters)",
+        )
     } else {
-        name.len() <= 253 && !name.contains(['/', '%']) && name != "." && name != ".."
+        (
+            objects::is_dns_subdomain(name),
+            "a lowercase RFC 1123 subdomain (a-z, 0-9, '-', '.', at most 253 characters)",
+        )
     };
     if ok {
         Ok(())
@@ -740,7 +985,9 @@ fn validate_name(def: &ResourceDef, name: &str) -> Result<(), ApiError> {
             &def.group,
             &def.kind,
             name,
-            format!("metadata.name: Invalid value: {name:?}: must be a lowercase RFC 1123 name (a-z, 0-9, '-', '.')"),
+            format!(
+                "metadata.name: Invalid value: {name:?}: must be {rule}, starting and ending with a letter or digit"
+            ),
         ))
     }
 }
@@ -750,7 +997,12 @@ fn crd_status(crd: &Value) -> Value {
     let stored: Vec<Value> = crd
         .pointer("/spec/versions")
         .and_then(Value::as_array)
-        .map(|vs| vs.iter().filter(|v| v.get("storage").and_then(Value::as_bool).unwrap_or(false)).filter_map(|v| v.get("name").cloned()).collect())
+        .map(|vs| {
+            vs.iter()
+                .filter(|v| v.get("storage").and_then(Value::as_bool).unwrap_or(false))
+                .filter_map(|v| v.get("name").cloned())
+                .collect()
+        })
         .unwrap_or_default();
     json!({
         "acceptedNames": crd.pointer("/spec/names").cloned().unwrap_or_else(|| json!({})),
@@ -797,7 +1049,9 @@ mod tests {
     fn starts_with_initial_namespaces() {
         let store = Store::new(100);
         let ns = store.find_def("", "v1", "namespaces").unwrap();
-        let page = store.list(&ns, None, &Selectors::default(), None, None, None).unwrap();
+        let page = store
+            .list(&ns, None, &Selectors::default(), None, None, None)
+            .unwrap();
         assert_eq!(page.items.len(), 3);
         assert_eq!(store.current_rv(), 4);
     }
@@ -812,15 +1066,48 @@ mod tests {
         assert_eq!(obj["metadata"]["generation"], 1);
         assert_eq!(obj["metadata"]["resourceVersion"], "5");
         assert_eq!(obj["metadata"]["uid"].as_str().unwrap().len(), 36);
-        assert_eq!(store.create(&def, Some("default"), cm("a"), false).unwrap_err().code, 409);
-        assert_eq!(store.create(&def, Some("nope"), cm("a"), false).unwrap_err().code, 404);
+        assert_eq!(
+            store
+                .create(&def, Some("default"), cm("a"), false)
+                .unwrap_err()
+                .code,
+            409
+        );
+        assert_eq!(
+            store
+                .create(&def, Some("nope"), cm("a"), false)
+                .unwrap_err()
+                .code,
+            404
+        );
+        let wrong = json!({"kind": "Secret", "metadata": {"name": "b"}});
+        assert_eq!(
+            store
+                .create(&def, Some("default"), wrong, false)
+                .unwrap_err()
+                .code,
+            400
+        );
+        let mut other_uid = (*store.get(&def, Some("default"), "a").unwrap()).clone();
+        other_uid["metadata"]["uid"] = "x".into();
+        let err = store
+            .update(&def, Some("default"), "a", other_uid, Target::Main, false)
+            .unwrap_err();
+        assert_eq!(err.code, 409);
     }
 
     #[test]
     fn generate_name_appends_a_suffix() {
         let mut store = Store::new(100);
         let def = cm_def(&store);
-        let obj = store.create(&def, Some("default"), json!({"metadata": {"generateName": "x-"}}), false).unwrap();
+        let obj = store
+            .create(
+                &def,
+                Some("default"),
+                json!({"metadata": {"generateName": "x-"}}),
+                false,
+            )
+            .unwrap();
         assert!(objects::name(&obj).starts_with("x-"));
         assert_eq!(objects::name(&obj).len(), 7);
     }
@@ -832,17 +1119,49 @@ mod tests {
         let obj = store.create(&def, Some("default"), cm("a"), false).unwrap();
         let mut stale = (*obj).clone();
         stale["metadata"]["resourceVersion"] = "1".into();
-        assert_eq!(store.update(&def, Some("default"), "a", stale, Target::Main, false).unwrap_err().code, 409);
+        assert_eq!(
+            store
+                .update(&def, Some("default"), "a", stale, Target::Main, false)
+                .unwrap_err()
+                .code,
+            409
+        );
         let mut next = (*obj).clone();
         next["data"]["k"] = "w".into();
-        let updated = store.update(&def, Some("default"), "a", next, Target::Main, false).unwrap();
+        let updated = store
+            .update(&def, Some("default"), "a", next, Target::Main, false)
+            .unwrap();
         assert_eq!(updated["metadata"]["generation"], 2);
         let relabel = json!({"metadata": {"labels": {"x": "y"}}});
-        let (patched, _) = store.patch(&def, Some("default"), "a", PatchKind::Merge, &relabel, Target::Main, false).unwrap();
+        let (patched, _) = store
+            .patch(
+                &def,
+                Some("default"),
+                "a",
+                PatchKind::Merge,
+                &relabel,
+                Target::Main,
+                false,
+            )
+            .unwrap();
         assert_eq!(patched["metadata"]["generation"], 2);
         let rv = store.current_rv();
-        let (same, _) = store.patch(&def, Some("default"), "a", PatchKind::Merge, &relabel, Target::Main, false).unwrap();
-        assert_eq!(store.current_rv(), rv, "a no-op patch does not bump the resourceVersion");
+        let (same, _) = store
+            .patch(
+                &def,
+                Some("default"),
+                "a",
+                PatchKind::Merge,
+                &relabel,
+                Target::Main,
+                false,
+            )
+            .unwrap();
+        assert_eq!(
+            store.current_rv(),
+            rv,
+            "a no-op patch does not bump the resourceVersion"
+        );
         assert_eq!(same, patched);
     }
 
@@ -853,32 +1172,96 @@ mod tests {
         let mut body = cm("a");
         body["metadata"]["finalizers"] = json!(["f1"]);
         store.create(&def, Some("default"), body, false).unwrap();
-        let marked = store.delete(&def, Some("default"), "a", &json!({}), false).unwrap();
+        let marked = store
+            .delete(&def, Some("default"), "a", &json!({}), false)
+            .unwrap();
         assert!(objects::is_deleting(&marked));
-        let again = store.delete(&def, Some("default"), "a", &json!({}), false).unwrap();
+        let again = store
+            .delete(&def, Some("default"), "a", &json!({}), false)
+            .unwrap();
         assert_eq!(again, marked);
         let add = json!({"metadata": {"finalizers": ["f1", "f2"]}});
-        assert_eq!(store.patch(&def, Some("default"), "a", PatchKind::Merge, &add, Target::Main, false).unwrap_err().code, 422);
+        assert_eq!(
+            store
+                .patch(
+                    &def,
+                    Some("default"),
+                    "a",
+                    PatchKind::Merge,
+                    &add,
+                    Target::Main,
+                    false
+                )
+                .unwrap_err()
+                .code,
+            422
+        );
         let clear = json!({"metadata": {"finalizers": null}});
-        store.patch(&def, Some("default"), "a", PatchKind::Merge, &clear, Target::Main, false).unwrap();
+        store
+            .patch(
+                &def,
+                Some("default"),
+                "a",
+                PatchKind::Merge,
+                &clear,
+                Target::Main,
+                false,
+            )
+            .unwrap();
         assert_eq!(store.get(&def, Some("default"), "a").unwrap_err().code, 404);
     }
 
     #[test]
     fn status_subresource_separates_writes() {
         let mut store = Store::new(100);
-        let crd_def = store.find_def("apiextensions.k8s.io", "v1", "customresourcedefinitions").unwrap();
-        store.create(&crd_def, None, resources::crd_object("example.com", "v1", "widgets", "Widget", true), false).unwrap();
+        let crd_def = store
+            .find_def("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+            .unwrap();
+        store
+            .create(
+                &crd_def,
+                None,
+                resources::crd_object("example.com", "v1", "widgets", "Widget", true),
+                false,
+            )
+            .unwrap();
         let def = store.find_def("example.com", "v1", "widgets").unwrap();
-        store.create(&def, Some("default"), json!({"metadata": {"name": "w"}, "spec": {"a": 1}, "status": {"s": 1}}), false).unwrap();
+        store
+            .create(
+                &def,
+                Some("default"),
+                json!({"metadata": {"name": "w"}, "spec": {"a": 1}, "status": {"s": 1}}),
+                false,
+            )
+            .unwrap();
         let obj = store.get(&def, Some("default"), "w").unwrap();
         assert!(obj.get("status").is_none(), "status is dropped on create");
         let main = json!({"spec": {"a": 2}, "status": {"s": 2}});
-        let (obj, _) = store.patch(&def, Some("default"), "w", PatchKind::Merge, &main, Target::Main, false).unwrap();
+        let (obj, _) = store
+            .patch(
+                &def,
+                Some("default"),
+                "w",
+                PatchKind::Merge,
+                &main,
+                Target::Main,
+                false,
+            )
+            .unwrap();
         assert!(obj.get("status").is_none());
         assert_eq!(obj["metadata"]["generation"], 2);
         let status = json!({"spec": {"a": 3}, "status": {"s": 3}});
-        let (obj, _) = store.patch(&def, Some("default"), "w", PatchKind::Merge, &status, Target::Status, false).unwrap();
+        let (obj, _) = store
+            .patch(
+                &def,
+                Some("default"),
+                "w",
+                PatchKind::Merge,
+                &status,
+                Target::Status,
+                false,
+            )
+            .unwrap();
         assert_eq!(obj["status"]["s"], 3);
         assert_eq!(obj["spec"]["a"], 2);
         assert_eq!(obj["metadata"]["generation"], 2);
@@ -887,10 +1270,21 @@ mod tests {
     #[test]
     fn crd_deletion_removes_its_resource() {
         let mut store = Store::new(100);
-        let crd_def = store.find_def("apiextensions.k8s.io", "v1", "customresourcedefinitions").unwrap();
-        store.create(&crd_def, None, resources::crd_object("example.com", "v1", "widgets", "Widget", false), false).unwrap();
+        let crd_def = store
+            .find_def("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+            .unwrap();
+        store
+            .create(
+                &crd_def,
+                None,
+                resources::crd_object("example.com", "v1", "widgets", "Widget", false),
+                false,
+            )
+            .unwrap();
         assert!(store.find_def("example.com", "v1", "widgets").is_some());
-        store.delete(&crd_def, None, "widgets.example.com", &json!({}), false).unwrap();
+        store
+            .delete(&crd_def, None, "widgets.example.com", &json!({}), false)
+            .unwrap();
         assert!(store.find_def("example.com", "v1", "widgets").is_none());
     }
 
@@ -902,17 +1296,37 @@ mod tests {
             store.create(&def, Some("default"), cm(n), false).unwrap();
         }
         let all = Selectors::default();
-        let p1 = store.list(&def, Some("default"), &all, Some(2), None, None).unwrap();
+        let p1 = store
+            .list(&def, Some("default"), &all, Some(2), None, None)
+            .unwrap();
         assert_eq!(p1.items.len(), 2);
         assert_eq!(p1.remaining, Some(1));
         let token = p1.continue_token.unwrap();
-        let p2 = store.list(&def, Some("default"), &all, Some(2), Some(&token), None).unwrap();
+        let p2 = store
+            .list(&def, Some("default"), &all, Some(2), Some(&token), None)
+            .unwrap();
         assert_eq!(p2.items.len(), 1);
         assert!(p2.continue_token.is_none());
         store.compact();
-        assert_eq!(store.list(&def, Some("default"), &all, Some(2), Some(&token), None).unwrap_err().code, 410);
-        let sel = Selectors { labels: LabelSelector::parse("app in (a,c)").unwrap(), ..Default::default() };
-        assert_eq!(store.list(&def, None, &sel, None, None, None).unwrap().items.len(), 2);
+        assert_eq!(
+            store
+                .list(&def, Some("default"), &all, Some(2), Some(&token), None)
+                .unwrap_err()
+                .code,
+            410
+        );
+        let sel = Selectors {
+            labels: LabelSelector::parse("app in (a,c)").unwrap(),
+            ..Default::default()
+        };
+        assert_eq!(
+            store
+                .list(&def, None, &sel, None, None, None)
+                .unwrap()
+                .items
+                .len(),
+            2
+        );
     }
 
     #[test]
@@ -928,10 +1342,17 @@ mod tests {
             WatchStart::History(evs) => assert_eq!(evs.len(), 1),
             WatchStart::Snapshot(_) => panic!("expected history"),
         }
-        assert_eq!(store.subscribe(&def, None, Some(rv - 3)).unwrap_err().code, 410);
+        assert_eq!(
+            store.subscribe(&def, None, Some(rv - 3)).unwrap_err().code,
+            410
+        );
         store.compact();
         assert_eq!(store.subscribe(&def, None, Some(rv)).unwrap_err().code, 410);
-        assert!(store.subscribe(&def, None, Some(store.current_rv())).is_ok());
+        assert!(
+            store
+                .subscribe(&def, None, Some(store.current_rv()))
+                .is_ok()
+        );
     }
 
     #[test]
@@ -939,24 +1360,87 @@ mod tests {
         let mut store = Store::new(100);
         let def = cm_def(&store);
         let ns_def = store.find_def("", "v1", "namespaces").unwrap();
-        store.create(&ns_def, None, json!({"metadata": {"name": "n1"}}), false).unwrap();
+        store
+            .create(&ns_def, None, json!({"metadata": {"name": "n1"}}), false)
+            .unwrap();
         store.create(&def, Some("n1"), cm("a"), false).unwrap();
         let mut held = cm("b");
         held["metadata"]["finalizers"] = json!(["f"]);
         store.create(&def, Some("n1"), held, false).unwrap();
-        store.delete(&ns_def, None, "n1", &json!({}), false).unwrap();
-        assert!(objects::is_deleting(&store.get(&ns_def, None, "n1").unwrap()));
+        store
+            .delete(&ns_def, None, "n1", &json!({}), false)
+            .unwrap();
+        assert!(objects::is_deleting(
+            &store.get(&ns_def, None, "n1").unwrap()
+        ));
         assert_eq!(store.get(&def, Some("n1"), "a").unwrap_err().code, 404);
         let clear = json!({"metadata": {"finalizers": null}});
-        store.patch(&def, Some("n1"), "b", PatchKind::Merge, &clear, Target::Main, false).unwrap();
+        store
+            .patch(
+                &def,
+                Some("n1"),
+                "b",
+                PatchKind::Merge,
+                &clear,
+                Target::Main,
+                false,
+            )
+            .unwrap();
         assert_eq!(store.get(&ns_def, None, "n1").unwrap_err().code, 404);
+    }
+
+    #[test]
+    fn events_are_shared_between_core_and_events_k8s_io() {
+        let mut store = Store::new(100);
+        let new = store.find_def("events.k8s.io", "v1", "events").unwrap();
+        let core = store.find_def("", "v1", "events").unwrap();
+        let body = json!({"metadata": {"name": "e"}, "note": "hi", "regarding": {"name": "p"}, "eventTime": "2026-01-01T00:00:00.000000Z"});
+        store.create(&new, Some("default"), body, false).unwrap();
+        let stored = store.get(&core, Some("default"), "e").unwrap();
+        assert_eq!(conversion::present(&stored, "v1")["message"], "hi");
+        let sel = Selectors {
+            fields: crate::selectors::FieldSelector::parse("involvedObject.name=p").unwrap(),
+            ..Default::default()
+        };
+        assert_eq!(
+            store
+                .list(&core, Some("default"), &sel, None, None, None)
+                .unwrap()
+                .items
+                .len(),
+            1
+        );
+        let patch = json!({"message": "bye"});
+        let (patched, _) = store
+            .patch(
+                &core,
+                Some("default"),
+                "e",
+                PatchKind::Merge,
+                &patch,
+                Target::Main,
+                false,
+            )
+            .unwrap();
+        assert_eq!(patched["apiVersion"], "v1");
+        assert_eq!(
+            conversion::present(&patched, "events.k8s.io/v1")["note"],
+            "bye"
+        );
     }
 
     #[test]
     fn secrets_fold_string_data() {
         let mut store = Store::new(100);
         let def = store.find_def("", "v1", "secrets").unwrap();
-        let obj = store.create(&def, Some("default"), json!({"metadata": {"name": "s"}, "stringData": {"a": "hi"}}), false).unwrap();
+        let obj = store
+            .create(
+                &def,
+                Some("default"),
+                json!({"metadata": {"name": "s"}, "stringData": {"a": "hi"}}),
+                false,
+            )
+            .unwrap();
         assert_eq!(obj["data"]["a"], "aGk=");
         assert!(obj.get("stringData").is_none());
     }

@@ -39,7 +39,10 @@ fn kubectl_path() -> PathBuf {
 
 fn unique_dir() -> PathBuf {
     static N: AtomicUsize = AtomicUsize::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
     let dir = std::env::temp_dir().join(format!(
         "kopf-kubectl-{}-{}-{nanos}",
         std::process::id(),
@@ -112,7 +115,14 @@ async fn start_server(extra: &[String]) -> Server {
     .await;
     // Keep reading stdout so the emulator never blocks on a full pipe.
     let drain = tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Server { child, dir, kubeconfig, port, drain, written_when_announced }
+    Server {
+        child,
+        dir,
+        kubeconfig,
+        port,
+        drain,
+        written_when_announced,
+    }
 }
 
 struct Out {
@@ -133,9 +143,12 @@ fn kubectl_cmd(server: &Server, args: &[&str]) -> Command {
 }
 
 async fn kubectl(server: &Server, args: &[&str]) -> Out {
-    let out = within(&format!("kubectl {}", args.join(" ")), kubectl_cmd(server, args).output())
-        .await
-        .expect("run kubectl");
+    let out = within(
+        &format!("kubectl {}", args.join(" ")),
+        kubectl_cmd(server, args).output(),
+    )
+    .await
+    .expect("run kubectl");
     Out {
         ok: out.status.success(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -146,13 +159,23 @@ async fn kubectl(server: &Server, args: &[&str]) -> Out {
 /// Runs kubectl and fails the test if it does not succeed; returns stdout.
 async fn ok(server: &Server, args: &[&str]) -> String {
     let out = kubectl(server, args).await;
-    assert!(out.ok, "kubectl {} failed:\nstdout: {}\nstderr: {}", args.join(" "), out.stdout, out.stderr);
+    assert!(
+        out.ok,
+        "kubectl {} failed:\nstdout: {}\nstderr: {}",
+        args.join(" "),
+        out.stdout,
+        out.stderr
+    );
     out.stdout
 }
 
 /// Creates a ConfigMap through `kubectl apply` (a JSON body).
 async fn apply_cm(server: &Server, name: &str) {
-    let file = write(&server.dir, &format!("{name}.yaml"), &format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  a: b\n"));
+    let file = write(
+        &server.dir,
+        &format!("{name}.yaml"),
+        &format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  a: b\n"),
+    );
     ok(server, &["apply", "-f", &file]).await;
 }
 
@@ -167,7 +190,10 @@ async fn binary_writes_the_kubeconfig_before_announcing_that_it_listens() {
     // A script that waits for the listening line and then runs kubectl must not race the file.
     for _ in 0..3 {
         let server = start_server(&[]).await;
-        assert!(server.written_when_announced, "the kubeconfig exists when `listening on` is printed");
+        assert!(
+            server.written_when_announced,
+            "the kubeconfig exists when `listening on` is printed"
+        );
     }
 }
 
@@ -175,20 +201,38 @@ async fn binary_writes_the_kubeconfig_before_announcing_that_it_listens() {
 async fn binary_serves_kubectl_and_exits_zero_on_sigterm() {
     let mut server = start_server(&[]).await;
     let kc = std::fs::read_to_string(&server.kubeconfig).expect("read kubeconfig");
-    assert!(kc.contains(&format!("127.0.0.1:{}", server.port)), "kubeconfig points at the emulator:\n{kc}");
+    assert!(
+        kc.contains(&format!("127.0.0.1:{}", server.port)),
+        "kubeconfig points at the emulator:\n{kc}"
+    );
     let version = ok(&server, &["version", "-o", "json"]).await;
-    assert!(version.contains("serverVersion"), "kubectl sees a server version: {version}");
+    assert!(
+        version.contains("serverVersion"),
+        "kubectl sees a server version: {version}"
+    );
     let nss = ok(&server, &["get", "namespaces", "-o", "name"]).await;
-    for ns in ["namespace/default", "namespace/kube-system", "namespace/kube-public"] {
+    for ns in [
+        "namespace/default",
+        "namespace/kube-system",
+        "namespace/kube-public",
+    ] {
         assert!(nss.lines().any(|l| l == ns), "{ns} in {nss:?}");
     }
 
     let pid = server.child.id().expect("the emulator is running");
-    let kill = within("kill -TERM", Command::new("kill").arg("-TERM").arg(pid.to_string()).status())
-        .await
-        .expect("run kill");
+    let kill = within(
+        "kill -TERM",
+        Command::new("kill")
+            .arg("-TERM")
+            .arg(pid.to_string())
+            .status(),
+    )
+    .await
+    .expect("run kill");
     assert!(kill.success());
-    let status = within("kube-emulator to exit after SIGTERM", server.child.wait()).await.expect("wait");
+    let status = within("kube-emulator to exit after SIGTERM", server.child.wait())
+        .await
+        .expect("wait");
     assert_eq!(status.code(), Some(0), "SIGTERM exits 0: {status:?}");
 }
 
@@ -212,17 +256,27 @@ async fn binary_registers_crd_flags_and_preloads_manifests() {
     .await;
     let cms = ok(&server, &["get", "configmaps", "-o", "name"]).await;
     assert!(cms.lines().any(|l| l == "configmap/pre"), "{cms:?}");
-    let a = ok(&server, &["get", "configmap", "pre", "-o", "jsonpath={.data.a}"]).await;
+    let a = ok(
+        &server,
+        &["get", "configmap", "pre", "-o", "jsonpath={.data.a}"],
+    )
+    .await;
     assert_eq!(a, "b");
     let things = ok(&server, &["get", "things", "-o", "name"]).await;
     assert_eq!(things.trim(), "thing.example.com/t1");
     let gizmos = kubectl(&server, &["get", "gizmos", "-n", "default", "-o", "name"]).await;
-    assert!(gizmos.ok && gizmos.stdout.trim().is_empty(), "gizmos are served and empty: {}", gizmos.stderr);
+    assert!(
+        gizmos.ok && gizmos.stdout.trim().is_empty(),
+        "gizmos are served and empty: {}",
+        gizmos.stderr
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 
-const APP_V1: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  greeting: hello\n";
-const APP_V2: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  greeting: bonjour\n";
+const APP_V1: &str =
+    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  greeting: hello\n";
+const APP_V2: &str =
+    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  greeting: bonjour\n";
 
 #[tokio::test]
 async fn kubectl_apply_patch_and_label_change_objects() {
@@ -233,28 +287,127 @@ async fn kubectl_apply_patch_and_label_change_objects() {
     assert!(out.contains("configmap/app created"), "{out}");
     let out = ok(&server, &["apply", "-f", &v2]).await;
     assert!(out.contains("configmap/app configured"), "{out}");
-    let greeting = ok(&server, &["get", "configmap", "app", "-o", "jsonpath={.data.greeting}"]).await;
+    let greeting = ok(
+        &server,
+        &["get", "configmap", "app", "-o", "jsonpath={.data.greeting}"],
+    )
+    .await;
     assert_eq!(greeting, "bonjour");
 
     ok(&server, &["label", "configmap", "app", "tier=web"]).await;
-    ok(&server, &["patch", "configmap", "app", "--type", "merge", "-p", r#"{"data":{"m":"1"}}"#]).await;
-    ok(&server, &["patch", "configmap", "app", "--type", "json", "-p", r#"[{"op":"add","path":"/data/j","value":"2"}]"#])
-        .await;
-    ok(&server, &["patch", "configmap", "app", "-p", r#"{"data":{"s":"3"}}"#]).await;
-    let got = ok(&server, &["get", "configmap", "app", "-o", "jsonpath={.metadata.labels.tier} {.data.m}{.data.j}{.data.s}"])
-        .await;
+    ok(
+        &server,
+        &[
+            "patch",
+            "configmap",
+            "app",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"data":{"m":"1"}}"#,
+        ],
+    )
+    .await;
+    ok(
+        &server,
+        &[
+            "patch",
+            "configmap",
+            "app",
+            "--type",
+            "json",
+            "-p",
+            r#"[{"op":"add","path":"/data/j","value":"2"}]"#,
+        ],
+    )
+    .await;
+    ok(
+        &server,
+        &["patch", "configmap", "app", "-p", r#"{"data":{"s":"3"}}"#],
+    )
+    .await;
+    let got = ok(
+        &server,
+        &[
+            "get",
+            "configmap",
+            "app",
+            "-o",
+            "jsonpath={.metadata.labels.tier} {.data.m}{.data.j}{.data.s}",
+        ],
+    )
+    .await;
     assert_eq!(got, "web 123");
-    let selected = ok(&server, &["get", "configmaps", "-l", "tier=web", "-o", "name"]).await;
+    let selected = ok(
+        &server,
+        &["get", "configmaps", "-l", "tier=web", "-o", "name"],
+    )
+    .await;
     assert_eq!(selected.trim(), "configmap/app");
+
+    let table = ok(&server, &["get", "configmaps"]).await;
+    let header = table.lines().next().unwrap_or_default();
+    assert!(
+        header.starts_with("NAME"),
+        "kubectl get prints a table: {table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.split_whitespace().next() == Some("app")),
+        "{table}"
+    );
 
     let failed = kubectl(
         &server,
-        &["patch", "configmap", "app", "--type", "json", "-p", r#"[{"op":"test","path":"/data/m","value":"nope"}]"#],
+        &[
+            "patch",
+            "configmap",
+            "app",
+            "--type",
+            "json",
+            "-p",
+            r#"[{"op":"test","path":"/data/m","value":"nope"}]"#,
+        ],
     )
     .await;
-    assert!(!failed.ok, "a failing json-patch test op fails kubectl: {}", failed.stdout);
+    assert!(
+        !failed.ok,
+        "a failing json-patch test op fails kubectl: {}",
+        failed.stdout
+    );
     let missing = kubectl(&server, &["get", "configmap", "nope"]).await;
-    assert!(!missing.ok && missing.stderr.contains("NotFound"), "kubectl reports NotFound: {}", missing.stderr);
+    assert!(
+        !missing.ok && missing.stderr.contains("NotFound"),
+        "kubectl reports NotFound: {}",
+        missing.stderr
+    );
+    ok(
+        &server,
+        &["annotate", "configmap", "app", "kopf.dev/note=hi"],
+    )
+    .await;
+    let v3 = write(
+        &server.dir,
+        "v3.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  greeting: hallo\n",
+    );
+    let out = ok(&server, &["replace", "-f", &v3]).await;
+    assert!(out.contains("configmap/app replaced"), "{out}");
+    let got = ok(
+        &server,
+        &[
+            "get",
+            "configmap",
+            "app",
+            "-o",
+            "jsonpath={.data.greeting} {.data.m}",
+        ],
+    )
+    .await;
+    assert_eq!(got.trim_end(), "hallo", "replace swaps the whole object");
+    let out = ok(&server, &["delete", "-f", &v2]).await;
+    assert!(out.contains("configmap \"app\" deleted"), "{out}");
 }
 
 const WIDGET_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
@@ -281,16 +434,76 @@ async fn kubectl_applies_a_crd_and_patches_the_status_subresource() {
     let server = start_server(&[]).await;
     let crd = write(&server.dir, "crd.yaml", WIDGET_CRD);
     ok(&server, &["apply", "-f", &crd]).await;
-    ok(&server, &["wait", "--for=condition=Established", "crd/widgets.kopf.dev", "--timeout=20s"]).await;
-    let w = write(&server.dir, "w.yaml", "apiVersion: kopf.dev/v1\nkind: Widget\nmetadata:\n  name: w1\nspec:\n  size: 1\n");
+    ok(
+        &server,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/widgets.kopf.dev",
+            "--timeout=20s",
+        ],
+    )
+    .await;
+    let w = write(
+        &server.dir,
+        "w.yaml",
+        "apiVersion: kopf.dev/v1\nkind: Widget\nmetadata:\n  name: w1\nspec:\n  size: 1\n",
+    );
     ok(&server, &["apply", "-f", &w]).await;
 
-    ok(&server, &["patch", "widget", "w1", "--subresource", "status", "--type", "merge", "-p", r#"{"status":{"phase":"Ready"}}"#])
-        .await;
-    ok(&server, &["patch", "widget", "w1", "--type", "merge", "-p", r#"{"spec":{"size":2},"status":{"phase":"Ignored"}}"#])
-        .await;
-    let got = ok(&server, &["get", "widget", "w1", "-o", "jsonpath={.spec.size} {.status.phase}"]).await;
-    assert_eq!(got, "2 Ready", "status only changes through the subresource");
+    ok(
+        &server,
+        &[
+            "patch",
+            "widget",
+            "w1",
+            "--subresource",
+            "status",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"status":{"phase":"Ready"}}"#,
+        ],
+    )
+    .await;
+    ok(
+        &server,
+        &[
+            "patch",
+            "widget",
+            "w1",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"size":2},"status":{"phase":"Ignored"}}"#,
+        ],
+    )
+    .await;
+    let got = ok(
+        &server,
+        &[
+            "get",
+            "widget",
+            "w1",
+            "-o",
+            "jsonpath={.spec.size} {.status.phase}",
+        ],
+    )
+    .await;
+    assert_eq!(
+        got, "2 Ready",
+        "status only changes through the subresource"
+    );
+    ok(
+        &server,
+        &[
+            "wait",
+            "--for=jsonpath={.status.phase}=Ready",
+            "widget/w1",
+            "--timeout=20s",
+        ],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -327,7 +540,9 @@ async fn kubectl_get_watch_prints_changes_as_they_happen() {
     ok(&server, &["label", "configmap", "w1", "x=y"]).await;
     read_until("configmap/w1", &mut seen).await;
     watch.start_kill().expect("kill kubectl get -w");
-    within("kubectl get -w to exit", watch.wait()).await.expect("wait");
+    within("kubectl get -w to exit", watch.wait())
+        .await
+        .expect("wait");
 }
 
 #[tokio::test]
@@ -337,7 +552,11 @@ async fn kubectl_delete_removes_objects_and_waits_for_finalizers_to_be_released(
     let out = ok(&server, &["delete", "configmap", "plain"]).await;
     assert!(out.contains("deleted"), "{out}");
     let gone = kubectl(&server, &["get", "configmap", "plain"]).await;
-    assert!(!gone.ok && gone.stderr.contains("NotFound"), "{}", gone.stderr);
+    assert!(
+        !gone.ok && gone.stderr.contains("NotFound"),
+        "{}",
+        gone.stderr
+    );
 
     let held = write(
         &server.dir,
@@ -346,23 +565,57 @@ async fn kubectl_delete_removes_objects_and_waits_for_finalizers_to_be_released(
     );
     ok(&server, &["apply", "-f", &held]).await;
     ok(&server, &["delete", "configmap", "held", "--wait=false"]).await;
-    let ts = ok(&server, &["get", "configmap", "held", "-o", "jsonpath={.metadata.deletionTimestamp}"]).await;
-    assert!(!ts.trim().is_empty(), "the finalizer keeps the object, marked for deletion");
+    let ts = ok(
+        &server,
+        &[
+            "get",
+            "configmap",
+            "held",
+            "-o",
+            "jsonpath={.metadata.deletionTimestamp}",
+        ],
+    )
+    .await;
+    assert!(
+        !ts.trim().is_empty(),
+        "the finalizer keeps the object, marked for deletion"
+    );
 
-    let waiting = kubectl_cmd(&server, &["wait", "--for=delete", "configmap/held", "--timeout=30s"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn kubectl wait");
-    ok(&server, &["patch", "configmap", "held", "--type", "merge", "-p", r#"{"metadata":{"finalizers":null}}"#]).await;
-    let out = within("kubectl wait --for=delete", waiting.wait_with_output()).await.expect("kubectl wait");
+    let waiting = kubectl_cmd(
+        &server,
+        &["wait", "--for=delete", "configmap/held", "--timeout=30s"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("spawn kubectl wait");
+    ok(
+        &server,
+        &[
+            "patch",
+            "configmap",
+            "held",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ],
+    )
+    .await;
+    let out = within("kubectl wait --for=delete", waiting.wait_with_output())
+        .await
+        .expect("kubectl wait");
     assert!(
         out.status.success(),
         "kubectl wait --for=delete succeeds once the finalizer is gone: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     let gone = kubectl(&server, &["get", "configmap", "held"]).await;
-    assert!(!gone.ok && gone.stderr.contains("NotFound"), "{}", gone.stderr);
+    assert!(
+        !gone.ok && gone.stderr.contains("NotFound"),
+        "{}",
+        gone.stderr
+    );
 }
 
 #[tokio::test]
@@ -370,7 +623,31 @@ async fn kubectl_create_configmap_sends_protobuf_and_is_accepted() {
     // `kubectl create configmap|secret` use client-go's typed clients, which send
     // `Content-Type: application/vnd.kubernetes.protobuf` for built-in kinds.
     let server = start_server(&[]).await;
-    ok(&server, &["create", "configmap", "made", "--from-literal=a=b"]).await;
-    let a = ok(&server, &["get", "configmap", "made", "-o", "jsonpath={.data.a}"]).await;
+    ok(
+        &server,
+        &["create", "configmap", "made", "--from-literal=a=b"],
+    )
+    .await;
+    let a = ok(
+        &server,
+        &["get", "configmap", "made", "-o", "jsonpath={.data.a}"],
+    )
+    .await;
     assert_eq!(a, "b");
+}
+
+#[tokio::test]
+async fn kubectl_server_side_apply_creates_and_updates() {
+    let server = start_server(&[]).await;
+    let v1 = write(&server.dir, "v1.yaml", APP_V1);
+    let v2 = write(&server.dir, "v2.yaml", APP_V2);
+    let out = ok(&server, &["apply", "--server-side", "-f", &v1]).await;
+    assert!(out.contains("serverside-applied"), "{out}");
+    ok(&server, &["apply", "--server-side", "-f", &v2]).await;
+    let greeting = ok(
+        &server,
+        &["get", "configmap", "app", "-o", "jsonpath={.data.greeting}"],
+    )
+    .await;
+    assert_eq!(greeting, "bonjour");
 }

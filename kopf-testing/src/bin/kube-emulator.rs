@@ -4,8 +4,8 @@
 //! kube-emulator --port 0 --kubeconfig /tmp/kc --crd example.com/v1/widgets:Widget \
 //!               --crd example.com/v1/clusterwidgets:ClusterWidget:Cluster --preload objects.yaml -v
 //! ```
-//! Prints `listening on http://127.0.0.1:PORT` once it listens, writes the
-//! kubeconfig (atomically) after that, and exits with 0 on SIGTERM or SIGINT.
+//! Once it listens it writes the kubeconfig (atomically), then prints
+//! `listening on http://127.0.0.1:PORT`; it exits with 0 on SIGTERM or SIGINT.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -46,7 +46,11 @@ struct CrdSpec {
 
 /// Parses `group/version/plural:Kind[:Cluster|:Namespaced]`.
 fn parse_crd(spec: &str) -> Result<CrdSpec, String> {
-    let usage = || format!("invalid --crd {spec:?}: expected group/version/plural:Kind[:Cluster], e.g. example.com/v1/widgets:Widget");
+    let usage = || {
+        format!(
+            "invalid --crd {spec:?}: expected group/version/plural:Kind[:Cluster], e.g. example.com/v1/widgets:Widget"
+        )
+    };
     let mut parts = spec.split(':');
     let path = parts.next().ok_or_else(usage)?;
     let kind = parts.next().filter(|k| !k.is_empty()).ok_or_else(usage)?;
@@ -59,29 +63,49 @@ fn parse_crd(spec: &str) -> Result<CrdSpec, String> {
         return Err(usage());
     }
     let segs: Vec<&str> = path.split('/').collect();
-    let [group, version, plural] = segs.as_slice() else { return Err(usage()) };
+    let [group, version, plural] = segs.as_slice() else {
+        return Err(usage());
+    };
     if [group, version, plural].iter().any(|s| s.is_empty()) {
         return Err(usage());
     }
-    Ok(CrdSpec { group: (*group).into(), version: (*version).into(), plural: (*plural).into(), kind: kind.into(), namespaced })
+    Ok(CrdSpec {
+        group: (*group).into(),
+        version: (*version).into(),
+        plural: (*plural).into(),
+        kind: kind.into(),
+        namespaced,
+    })
 }
 
 async fn run(args: Args) -> Result<(), String> {
     let mut builder = Emulator::builder().port(args.port);
     for spec in &args.crd {
         let crd = parse_crd(spec)?;
-        builder = builder.crd(&crd.group, &crd.version, &crd.plural, &crd.kind, crd.namespaced);
+        builder = builder.crd(
+            &crd.group,
+            &crd.version,
+            &crd.plural,
+            &crd.kind,
+            crd.namespaced,
+        );
     }
     for path in &args.preload {
         builder = builder.preload_file(path);
     }
     let emulator = builder.start().await.map_err(|e| e.to_string())?;
-    println!("listening on {}", emulator.url());
+    // The socket listens already; write the kubeconfig before announcing it,
+    // so a script waiting for the line never races the file.
     if let Some(path) = &args.kubeconfig {
-        emulator.write_kubeconfig(path).map_err(|e| format!("cannot write kubeconfig {}: {e}", path.display()))?;
+        emulator
+            .write_kubeconfig(path)
+            .map_err(|e| format!("cannot write kubeconfig {}: {e}", path.display()))?;
         tracing::info!(path = %path.display(), "kubeconfig written");
     }
-    wait_for_signal().await.map_err(|e| format!("cannot listen for signals: {e}"))?;
+    println!("listening on {}", emulator.url());
+    wait_for_signal()
+        .await
+        .map_err(|e| format!("cannot listen for signals: {e}"))?;
     tracing::info!("shutting down");
     emulator.shutdown().await;
     Ok(())
@@ -112,9 +136,16 @@ fn main() -> ExitCode {
         1 => "kopf_testing=debug,kube_emulator=debug,info",
         _ => "trace",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("kube-emulator: cannot start the runtime: {e}");
@@ -137,8 +168,21 @@ mod tests {
     #[test]
     fn crd_specs_parse() {
         let c = parse_crd("example.com/v1/widgets:Widget").unwrap();
-        assert_eq!((c.group.as_str(), c.version.as_str(), c.plural.as_str(), c.kind.as_str(), c.namespaced), ("example.com", "v1", "widgets", "Widget", true));
-        assert!(!parse_crd("example.com/v1/things:Thing:Cluster").unwrap().namespaced);
+        assert_eq!(
+            (
+                c.group.as_str(),
+                c.version.as_str(),
+                c.plural.as_str(),
+                c.kind.as_str(),
+                c.namespaced
+            ),
+            ("example.com", "v1", "widgets", "Widget", true)
+        );
+        assert!(
+            !parse_crd("example.com/v1/things:Thing:Cluster")
+                .unwrap()
+                .namespaced
+        );
         assert!(parse_crd("example.com/widgets:Widget").is_err());
         assert!(parse_crd("example.com/v1/widgets").is_err());
         assert!(parse_crd("example.com/v1/widgets:Widget:Galaxy").is_err());

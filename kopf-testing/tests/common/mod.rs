@@ -30,7 +30,8 @@ pub fn api_error<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> Box<Stat
 /// Parses a `resourceVersion` the emulator hands out as a number.
 pub fn rv_num(rv: Option<&String>) -> u64 {
     let rv = rv.expect("object carries a resourceVersion");
-    rv.parse().unwrap_or_else(|e| panic!("resourceVersion {rv:?} is not numeric: {e}"))
+    rv.parse()
+        .unwrap_or_else(|e| panic!("resourceVersion {rv:?} is not numeric: {e}"))
 }
 
 /// A response read off a raw socket.
@@ -48,7 +49,10 @@ impl RawResponse {
     /// The first header called `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
         let name = name.to_ascii_lowercase();
-        self.headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
     }
 
     /// The body as JSON; fails the test if it is not JSON.
@@ -64,7 +68,12 @@ impl RawResponse {
 
     /// Asserts the body is a `Status` object carrying `code`.
     pub fn assert_status_object(&self, code: u16) {
-        assert_eq!(self.status, code, "HTTP status; body {:?}", String::from_utf8_lossy(&self.body));
+        assert_eq!(
+            self.status,
+            code,
+            "HTTP status; body {:?}",
+            String::from_utf8_lossy(&self.body)
+        );
         let body = self.json();
         assert_eq!(body["kind"], "Status", "body is a Status object: {body}");
         assert_eq!(body["apiVersion"], "v1", "Status apiVersion: {body}");
@@ -119,7 +128,9 @@ pub async fn raw_request(
 /// Sends raw bytes and returns whatever comes back before the server closes.
 pub async fn raw_bytes(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
     within("a raw exchange", async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect to the emulator");
+        let mut stream = tokio::net::TcpStream::connect(addr)
+            .await
+            .expect("connect to the emulator");
         let _ = stream.write_all(bytes).await;
         let _ = stream.shutdown().await;
         let mut buf = Vec::new();
@@ -150,15 +161,24 @@ fn parse_response(buf: &[u8]) -> RawResponse {
     let chunked = headers
         .iter()
         .any(|(k, v)| k == "transfer-encoding" && v.to_ascii_lowercase().contains("chunked"));
-    let body = if chunked { dechunk(rest) } else { rest.to_vec() };
-    RawResponse { status, headers, body }
+    let body = if chunked {
+        dechunk(rest)
+    } else {
+        rest.to_vec()
+    };
+    RawResponse {
+        status,
+        headers,
+        body,
+    }
 }
 
 fn dechunk(mut rest: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     while let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") {
         let size_str = String::from_utf8_lossy(&rest[..eol]);
-        let size = usize::from_str_radix(size_str.split(';').next().unwrap_or("0").trim(), 16).unwrap_or(0);
+        let size = usize::from_str_radix(size_str.split(';').next().unwrap_or("0").trim(), 16)
+            .unwrap_or(0);
         rest = &rest[eol + 2..];
         if size == 0 || rest.len() < size {
             break;
