@@ -112,12 +112,8 @@ pub fn resources(defs: &[Arc<ResourceDef>], group: &str, version: &str) -> Optio
         if !d.short_names.is_empty() {
             r["shortNames"] = json!(d.short_names);
         }
-        if !d.group.is_empty()
-            && d.group != "apiextensions.k8s.io"
-            && d.group != "coordination.k8s.io"
-            && d.group != "events.k8s.io"
-        {
-            r["categories"] = json!(["all"]);
+        if !d.categories.is_empty() {
+            r["categories"] = json!(d.categories);
         }
         resources.push(r);
         if d.status_subresource {
@@ -138,6 +134,76 @@ pub fn resources(defs: &[Arc<ResourceDef>], group: &str, version: &str) -> Optio
     Some(
         json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}),
     )
+}
+
+/// The Content-Type of aggregated discovery (v2) documents.
+pub const AGGREGATED_CONTENT_TYPE: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+/// Whether an `Accept` header asks for aggregated discovery v2.
+pub fn wants_aggregated(accept: &str) -> bool {
+    accept.split(',').any(|media| {
+        let params: Vec<&str> = media.split(';').map(str::trim).collect();
+        params.contains(&"g=apidiscovery.k8s.io")
+            && params.contains(&"v=v2")
+            && params.contains(&"as=APIGroupDiscoveryList")
+    })
+}
+
+/// Aggregated discovery (`apidiscovery.k8s.io/v2`) for `/api` (`core`) or `/apis`.
+pub fn aggregated(defs: &[Arc<ResourceDef>], core: bool) -> Value {
+    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+    for d in defs.iter().filter(|d| d.group.is_empty() == core) {
+        match groups.iter_mut().find(|(g, _)| *g == d.group) {
+            Some((_, versions)) if !versions.contains(&d.version) => {
+                // The storage version is preferred: it goes first.
+                if d.storage {
+                    versions.insert(0, d.version.clone())
+                } else {
+                    versions.push(d.version.clone())
+                }
+            }
+            Some(_) => {}
+            None => groups.push((d.group.clone(), vec![d.version.clone()])),
+        }
+    }
+    let items: Vec<Value> = groups
+        .iter()
+        .map(|(group, versions)| {
+            let versions: Vec<Value> = versions
+                .iter()
+                .map(|version| {
+                    let resources: Vec<Value> = defs
+                        .iter()
+                        .filter(|d| d.group == *group && d.version == *version)
+                        .map(|d| {
+                            let gvk = json!({"group": d.group, "version": d.version, "kind": d.kind});
+                            let mut r = json!({
+                                "resource": d.plural,
+                                "responseKind": gvk,
+                                "scope": if d.namespaced { "Namespaced" } else { "Cluster" },
+                                "singularResource": d.singular,
+                                "verbs": VERBS,
+                            });
+                            if !d.short_names.is_empty() {
+                                r["shortNames"] = json!(d.short_names);
+                            }
+                            if !d.categories.is_empty() {
+                                r["categories"] = json!(d.categories);
+                            }
+                            if d.status_subresource {
+                                r["subresources"] = json!([{"subresource": "status", "responseKind": gvk, "verbs": ["get", "patch", "update"]}]);
+                            }
+                            r
+                        })
+                        .collect();
+                    json!({"version": version, "resources": resources, "freshness": "Current"})
+                })
+                .collect();
+            json!({"metadata": {"name": group}, "versions": versions})
+        })
+        .collect();
+    json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items})
 }
 
 fn gv_path(group: &str, version: &str) -> String {
@@ -247,6 +313,35 @@ mod tests {
         );
         assert!(group(&defs(), "nope.io").is_none());
         assert!(resources(&defs(), "example.com", "v2").is_none());
+    }
+
+    #[test]
+    fn aggregated_discovery_lists_groups_and_resources() {
+        let core = aggregated(&defs(), true);
+        assert_eq!(core["items"].as_array().unwrap().len(), 1);
+        assert_eq!(core["items"][0]["metadata"]["name"], "");
+        let apis = aggregated(&defs(), false);
+        let widgets = apis["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["metadata"]["name"] == "example.com")
+            .unwrap();
+        assert_eq!(
+            widgets["versions"][0]["resources"][0]["responseKind"]["kind"],
+            "Widget"
+        );
+        assert_eq!(
+            widgets["versions"][0]["resources"][0]["subresources"][0]["subresource"],
+            "status"
+        );
+        assert!(wants_aggregated(
+            kube::core::discovery::v2::ACCEPT_AGGREGATED_DISCOVERY_V2
+        ));
+        assert!(!wants_aggregated("application/json"));
+        assert!(!wants_aggregated(
+            "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json"
+        ));
     }
 
     #[test]

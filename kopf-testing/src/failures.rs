@@ -99,9 +99,16 @@ impl ApiError {
             "Invalid",
             format!("{kind} \"{name}\" is invalid: {message}"),
         );
+        // `metadata.name: Invalid value: ...` names its field before the first colon.
+        let (field, detail) = match message.split_once(": ") {
+            Some((field, rest)) if !field.is_empty() && !field.contains(' ') => {
+                (field.to_string(), rest.to_string())
+            }
+            _ => (String::new(), message.clone()),
+        };
         err.details = Some(json!({
             "name": name, "group": group, "kind": kind,
-            "causes": [{"reason": "FieldValueInvalid", "message": message}],
+            "causes": [{"reason": "FieldValueInvalid", "message": detail, "field": field}],
         }));
         err
     }
@@ -135,6 +142,15 @@ impl ApiError {
                  include: application/json-patch+json, application/merge-patch+json, \
                  application/strategic-merge-patch+json, application/apply-patch+yaml, application/json"
             ),
+        )
+    }
+
+    /// 415 UnsupportedMediaType with a specific reason.
+    pub fn unsupported_media_type_because(content_type: &str, why: &str) -> Self {
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!("cannot decode the {content_type} body: {why}"),
         )
     }
 
@@ -226,6 +242,17 @@ mod tests {
         assert_eq!(status["reason"], "NotFound");
         assert_eq!(status["message"], "widgets.example.com \"w1\" not found");
         assert_eq!(status["details"]["name"], "w1");
+    }
+
+    #[test]
+    fn invalid_names_the_field() {
+        let status = ApiError::invalid("", "ConfigMap", "a", "metadata.name: Invalid value: \"A\"")
+            .to_status();
+        assert_eq!(status["details"]["causes"][0]["field"], "metadata.name");
+        assert_eq!(
+            status["message"],
+            "ConfigMap \"a\" is invalid: metadata.name: Invalid value: \"A\""
+        );
     }
 
     #[test]

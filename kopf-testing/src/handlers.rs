@@ -131,6 +131,8 @@ fn parse_object(content_type: Option<&str>, body: &[u8]) -> Result<Value, ApiErr
             .map_err(|e| {
                 ApiError::bad_request(format!("the request body is not valid JSON: {e}"))
             })?,
+        "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(body)
+            .map_err(|e| ApiError::unsupported_media_type_because(&media, &e.to_string()))?,
         "application/yaml" | "application/x-yaml" | "text/yaml" => {
             let text = std::str::from_utf8(body).map_err(|e| {
                 ApiError::bad_request(format!("the request body is not UTF-8: {e}"))
@@ -170,7 +172,12 @@ where
             if method != Method::GET && method != Method::HEAD {
                 return Err(ApiError::method_not_allowed());
             }
-            return discover(shared, other, &path);
+            let accept = req
+                .headers()
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            return discover(shared, other, &path, accept);
         }
     };
     let def = shared
@@ -220,12 +227,24 @@ where
             let (_, body) = read_body(req).await?;
             let options = delete_options(&body)?;
             let obj = shared.store().delete(&def, ns, name, &options, dry)?;
-            Ok(object_response(200, &def, &obj))
+            // As the API server: objects kept for their finalizers come back as
+            // they are; pods, services, service accounts and namespaces come
+            // back when removed; everything else answers a `Status` Success.
+            let returns_object = def.group.is_empty()
+                && matches!(
+                    def.plural.as_str(),
+                    "pods" | "services" | "serviceaccounts" | "namespaces"
+                );
+            if crate::objects::is_deleting(&obj) || returns_object {
+                Ok(object_response(200, &def, &obj))
+            } else {
+                Ok(json_response(200, &deleted_status(&def, &obj)))
+            }
         }
         (Method::DELETE, None) => {
             let (_, body) = read_body(req).await?;
             delete_options(&body)?;
-            let selectors = selectors(query)?;
+            let selectors = selectors(&def, query)?;
             let deleted = shared
                 .store()
                 .delete_collection(&def, ns, &selectors, dry)?;
@@ -234,6 +253,22 @@ where
         }
         _ => Err(ApiError::method_not_allowed()),
     }
+}
+
+/// The `Status` answered for an object removed at once.
+fn deleted_status(def: &ResourceDef, obj: &Value) -> Value {
+    json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": {
+            "name": crate::objects::name(obj),
+            "group": def.group,
+            "kind": def.plural,
+            "uid": crate::objects::meta_str(obj, "uid").unwrap_or(""),
+        },
+    })
 }
 
 fn delete_options(body: &[u8]) -> Result<Value, ApiError> {
@@ -245,17 +280,36 @@ fn delete_options(body: &[u8]) -> Result<Value, ApiError> {
     })
 }
 
-fn selectors(query: &Query) -> Result<Selectors, ApiError> {
-    Ok(Selectors {
+fn selectors(def: &ResourceDef, query: &Query) -> Result<Selectors, ApiError> {
+    let selectors = Selectors {
         labels: LabelSelector::parse(&query.label_selector)
             .map_err(|e| ApiError::bad_request(format!("invalid labelSelector: {e}")))?,
         fields: FieldSelector::parse(&query.field_selector)
             .map_err(|e| ApiError::bad_request(format!("invalid fieldSelector: {e}")))?,
-    })
+    };
+    selectors
+        .fields
+        .check_fields(&def.field_selectors())
+        .map_err(|e| ApiError::bad_request(format!("invalid fieldSelector: {e}")))?;
+    Ok(selectors)
 }
 
-fn discover(shared: &Arc<Shared>, route: Route, path: &str) -> Result<Response<Body>, ApiError> {
+fn discover(
+    shared: &Arc<Shared>,
+    route: Route,
+    path: &str,
+    accept: &str,
+) -> Result<Response<Body>, ApiError> {
     let store = shared.store();
+    if matches!(route, Route::CoreVersions | Route::Groups) && discovery::wants_aggregated(accept) {
+        let doc = discovery::aggregated(store.defs(), route == Route::CoreVersions);
+        let mut resp = json_response(200, &doc);
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(discovery::AGGREGATED_CONTENT_TYPE),
+        );
+        return Ok(resp);
+    }
     let doc = match route {
         Route::Version => discovery::version(),
         Route::Health => return Ok(bytes_response(200, Bytes::from_static(b"ok"))),
@@ -283,15 +337,8 @@ fn object_response(code: u16, def: &ResourceDef, obj: &Value) -> Response<Body> 
 
 /// Serializes an object as seen through `def`'s version.
 fn write_object(buf: &mut Vec<u8>, def: &ResourceDef, obj: &Value) {
-    let api_version = def.api_version();
-    let result = if obj.get("apiVersion").and_then(Value::as_str) == Some(api_version.as_str()) {
-        serde_json::to_writer(&mut *buf, obj)
-    } else {
-        let mut copy = obj.clone();
-        copy["apiVersion"] = api_version.into();
-        serde_json::to_writer(&mut *buf, &copy)
-    };
-    if result.is_err() {
+    let view = crate::conversion::present(obj, &def.api_version());
+    if serde_json::to_writer(&mut *buf, &*view).is_err() {
         buf.extend_from_slice(b"null");
     }
 }
@@ -338,7 +385,7 @@ fn list(
     ns: Option<&str>,
     query: &Query,
 ) -> Result<Response<Body>, ApiError> {
-    let selectors = selectors(query)?;
+    let selectors = selectors(def, query)?;
     let exact = match (
         query.resource_version_match.as_deref(),
         query.resource_version.as_deref(),
@@ -377,7 +424,7 @@ fn watch(
     route: &ObjectPath,
     query: &Query,
 ) -> Result<Response<Body>, ApiError> {
-    let selectors = selectors(query)?;
+    let selectors = selectors(&def, query)?;
     let from = match query.resource_version.as_deref() {
         _ if query.send_initial_events => None,
         None | Some("0") => None,
@@ -614,6 +661,23 @@ mod tests {
         )
         .await;
         let pre = r#"{"preconditions":{"uid":"nope"}}"#;
+        let (code, status) = call(&s, "DELETE", &format!("{CMS}/b"), "", "").await;
+        assert_eq!(
+            (
+                code,
+                status["status"].as_str(),
+                status["details"]["name"].as_str()
+            ),
+            (200, Some("Success"), Some("b"))
+        );
+        call(
+            &s,
+            "POST",
+            CMS,
+            "application/json",
+            r#"{"metadata":{"name":"b","labels":{"x":"2"}}}"#,
+        )
+        .await;
         assert_eq!(
             call(&s, "DELETE", &format!("{CMS}/a"), "application/json", pre)
                 .await
@@ -672,5 +736,114 @@ mod tests {
         assert_eq!(resp.status(), 429);
         assert_eq!(resp.headers()[header::RETRY_AFTER], "7");
         assert_eq!(s.recorder.snapshot()[0].verb, "list");
+    }
+
+    async fn lines(shared: &Arc<Shared>, uri: &str) -> Vec<Value> {
+        let req = Request::builder()
+            .uri(uri)
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let resp = handle(shared.clone(), req).await;
+        assert_eq!(resp.status(), 200);
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        bytes
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn watch_sends_state_bookmarks_and_ends_at_the_timeout() {
+        let s = shared();
+        call(
+            &s,
+            "POST",
+            CMS,
+            "application/json",
+            r#"{"metadata":{"name":"a"}}"#,
+        )
+        .await;
+        let events = lines(
+            &s,
+            &format!("{CMS}?watch=1&allowWatchBookmarks=true&timeoutSeconds=3"),
+        )
+        .await;
+        assert_eq!(events[0]["type"], "ADDED");
+        assert!(
+            events[1..].iter().all(|e| e["type"] == "BOOKMARK"),
+            "{events:?}"
+        );
+        assert!(events.len() >= 2, "{events:?}");
+        assert_eq!(events[1]["object"]["kind"], "ConfigMap");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn watch_resumes_after_a_version_and_reports_410_when_too_old() {
+        let s = shared();
+        let (_, a) = call(
+            &s,
+            "POST",
+            CMS,
+            "application/json",
+            r#"{"metadata":{"name":"a"}}"#,
+        )
+        .await;
+        call(
+            &s,
+            "POST",
+            CMS,
+            "application/json",
+            r#"{"metadata":{"name":"b"}}"#,
+        )
+        .await;
+        let rv = a["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let events = lines(
+            &s,
+            &format!("{CMS}?watch=1&resourceVersion={rv}&timeoutSeconds=1"),
+        )
+        .await;
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0]["object"]["metadata"]["name"], "b");
+        s.store().compact();
+        let events = lines(&s, &format!("{CMS}?watch=1&resourceVersion={rv}")).await;
+        assert_eq!(events[0]["type"], "ERROR");
+        assert_eq!(events[0]["object"]["code"], 410);
+        let events = lines(&s, &format!("{CMS}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1")).await;
+        assert_eq!(events[0]["type"], "ADDED");
+        assert_eq!(events[2]["type"], "BOOKMARK");
+        assert_eq!(
+            events[2]["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+            "true"
+        );
+    }
+
+    #[tokio::test]
+    async fn absurd_timeouts_do_not_panic() {
+        let s = shared();
+        let uri = format!("{CMS}?watch=1&timeoutSeconds=18446744073709551615");
+        let req = Request::builder()
+            .uri(uri)
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        assert_eq!(handle(s.clone(), req).await.status(), 200);
+    }
+
+    #[tokio::test]
+    async fn dry_run_does_not_persist() {
+        let s = shared();
+        let (code, _) = call(
+            &s,
+            "POST",
+            &format!("{CMS}?dryRun=All"),
+            "application/json",
+            r#"{"metadata":{"name":"a"}}"#,
+        )
+        .await;
+        assert_eq!(code, 201);
+        assert_eq!(call(&s, "GET", &format!("{CMS}/a"), "", "").await.0, 404);
     }
 }

@@ -6,7 +6,21 @@
 //! `resourceVersion`/`uid`/`generation`, label and field selectors, paging,
 //! watches with resume, bookmarks and `410 Gone`, merge/JSON/strategic/apply
 //! patches, optimistic concurrency, finalizers with `deletionTimestamp` and the
-//! status subresource. Faults can be injected through [`Faults`].
+//! status subresource. Faults can be injected through [`Faults`]; every request
+//! is recorded ([`Emulator::requests`]).
+//!
+//! # Caveats
+//! - Objects are kept as JSON without schemas: nothing is validated or pruned
+//!   beyond what the API server's generic rules require (names, namespaces,
+//!   resourceVersion, finalizers, CRD names).
+//! - Strategic merge patches are approximated (lists merged by well-known keys,
+//!   `finalizers` unioned); server-side apply is a merge patch without field
+//!   ownership. Protobuf bodies are decoded only for ConfigMap, Secret,
+//!   Namespace and ServiceAccount (what `kubectl create` sends).
+//! - Watch history is kept per resource ([`EmulatorBuilder::history_limit`]);
+//!   BOOKMARK events are sent every second to watchers that allow them.
+//! - `core/v1` and `events.k8s.io/v1` Events share one store and convert
+//!   their main fields; field selectors match what was stored.
 //!
 //! ```no_run
 //! use k8s_openapi::api::core::v1::ConfigMap;
@@ -23,6 +37,7 @@
 //! # Ok(()) }
 //! ```
 
+mod conversion;
 mod discovery;
 mod emulator;
 mod error;
@@ -34,6 +49,7 @@ mod objects;
 mod patching;
 mod perf_probe;
 mod preload;
+mod protobuf;
 mod recording;
 mod resources;
 mod routing;

@@ -122,29 +122,23 @@ pub fn fold_string_data(obj: &mut Value) {
 
 /// Standard base64 with padding.
 pub fn base64(input: &[u8]) -> String {
-    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
-    for chunk in input.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        out.push(TABLE[(n >> 18) as usize & 63] as char);
-        out.push(TABLE[(n >> 12) as usize & 63] as char);
-        out.push(if chunk.len() > 1 {
-            TABLE[(n >> 6) as usize & 63] as char
-        } else {
-            '='
-        });
-        out.push(if chunk.len() > 2 {
-            TABLE[n as usize & 63] as char
-        } else {
-            '='
-        });
-    }
-    out
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(input)
+}
+
+/// Whether `s` is an RFC 1123 label: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters.
+pub fn is_dns_label(s: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars().all(|c| alnum(c) || c == '-')
+        && s.chars().next().is_some_and(alnum)
+        && s.chars().last().is_some_and(alnum)
+}
+
+/// Whether `s` is an RFC 1123 subdomain: dot-separated labels, at most 253 characters.
+pub fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
 /// Hex encoding (for opaque continue tokens).
@@ -192,6 +186,18 @@ mod tests {
             secret,
             json!({"data": {"a": "YQ==", "b": "aGVsbG8=", "c": "aGkh"}})
         );
+    }
+
+    #[test]
+    fn dns_names() {
+        assert!(is_dns_label("a-1"));
+        assert!(!is_dns_label("-a"));
+        assert!(!is_dns_label("A"));
+        assert!(!is_dns_label("a.b"));
+        assert!(is_dns_subdomain("a.b-c.d"));
+        assert!(!is_dns_subdomain("a..b"));
+        assert!(!is_dns_subdomain("has space"));
+        assert!(!is_dns_subdomain(""));
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! Patch bodies: merge patch (RFC 7386), JSON patch (RFC 6902), strategic merge
-//! and server-side apply (both applied as a merge patch).
+//! (an approximation: lists of objects are merged by their well-known keys such
+//! as `name` or `type`, `finalizers` are unioned, directives are honoured where
+//! simple) and server-side apply (applied as a merge patch).
 
 use serde_json::Value;
 
@@ -10,7 +12,7 @@ pub enum PatchKind {
     Merge,
     /// `application/json-patch+json`.
     Json,
-    /// `application/strategic-merge-patch+json` (treated as a merge patch).
+    /// `application/strategic-merge-patch+json` (approximated, see the module docs).
     Strategic,
     /// `application/apply-patch+yaml` (YAML or JSON, treated as a merge patch).
     Apply,
@@ -113,14 +115,116 @@ pub fn apply(kind: PatchKind, current: &Value, patch: &Value) -> Result<Value, P
                 _ => PatchError::BadPath(e.to_string()),
             })?;
         }
-        PatchKind::Merge | PatchKind::Strategic | PatchKind::Apply => {
+        PatchKind::Merge | PatchKind::Apply => {
             if !patch.is_object() {
                 return Err(PatchError::NotAnObject(type_name(patch)));
             }
             json_patch::merge(&mut doc, &strip_directives(patch));
         }
+        PatchKind::Strategic => {
+            if !patch.is_object() {
+                return Err(PatchError::NotAnObject(type_name(patch)));
+            }
+            strategic(&mut doc, patch);
+        }
     }
     Ok(doc)
+}
+
+/// Applies a strategic merge patch object to `target`.
+fn strategic(target: &mut Value, patch: &Value) {
+    let Value::Object(p) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if p.get("$patch").and_then(Value::as_str) == Some("replace") {
+        *target = strip_directives(patch);
+        return;
+    }
+    if !target.is_object() {
+        *target = Value::Object(serde_json::Map::new());
+    }
+    let Some(t) = target.as_object_mut() else {
+        return;
+    };
+    for (k, v) in p {
+        if let Some(list) = k.strip_prefix("$deleteFromPrimitiveList/") {
+            if let (Some(Value::Array(existing)), Some(gone)) = (t.get_mut(list), v.as_array()) {
+                existing.retain(|x| !gone.contains(x));
+            }
+            continue;
+        }
+        if k.starts_with('$') {
+            continue;
+        }
+        if v.is_null() {
+            t.remove(k);
+            continue;
+        }
+        match (t.get_mut(k), v) {
+            (Some(existing @ Value::Object(_)), Value::Object(_)) => strategic(existing, v),
+            (Some(Value::Array(existing)), Value::Array(items)) => merge_list(existing, items, k),
+            _ => {
+                t.insert(k.clone(), strip_directives(v));
+            }
+        }
+    }
+}
+
+/// The merge key of a well-known list field, if its items are merged by key.
+fn merge_key(field: &str, items: &[Value]) -> Option<&'static str> {
+    match field {
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "env"
+        | "volumes"
+        | "imagePullSecrets"
+        | "secrets" => Some("name"),
+        "ports" if items.iter().all(|i| i.get("containerPort").is_some()) => Some("containerPort"),
+        "ports" => Some("port"),
+        "volumeMounts" => Some("mountPath"),
+        "conditions" => Some("type"),
+        "ownerReferences" => Some("uid"),
+        _ => None,
+    }
+}
+
+fn merge_list(existing: &mut Vec<Value>, items: &[Value], field: &str) {
+    if field == "finalizers" {
+        for item in items {
+            if !existing.contains(item) {
+                existing.push(item.clone());
+            }
+        }
+        return;
+    }
+    let key = merge_key(field, items).filter(|key| {
+        items
+            .iter()
+            .chain(existing.iter())
+            .all(|i| i.get(*key).is_some())
+    });
+    let Some(key) = key else {
+        *existing = items
+            .iter()
+            .filter(|i| i.get("$patch").is_none())
+            .map(strip_directives)
+            .collect();
+        return;
+    };
+    for item in items {
+        let pos = existing.iter().position(|e| e.get(key) == item.get(key));
+        let delete = item.get("$patch").and_then(Value::as_str) == Some("delete");
+        match (pos, delete) {
+            (Some(p), true) => {
+                existing.remove(p);
+            }
+            (Some(p), false) => strategic(&mut existing[p], item),
+            (None, true) => {}
+            (None, false) => existing.push(strip_directives(item)),
+        }
+    }
 }
 
 /// Drops strategic-merge directives (`$patch`, `$retainKeys`, `$setElementOrder/...`,
@@ -212,6 +316,35 @@ mod tests {
         let v = parse_body(PatchKind::Apply, b"metadata:\n  labels:\n    a: b\n").unwrap();
         assert_eq!(v, json!({"metadata": {"labels": {"a": "b"}}}));
         assert!(parse_body(PatchKind::Merge, b"{nope").is_err());
+    }
+
+    #[test]
+    fn strategic_lists_merge_by_key() {
+        let doc = json!({"metadata": {"finalizers": ["a"]}, "spec": {"containers": [{"name": "c", "image": "x", "ports": [{"containerPort": 80}]}]}});
+        let patch = json!({
+            "metadata": {"finalizers": ["b"]},
+            "spec": {"$setElementOrder/containers": [{"name": "c"}, {"name": "d"}], "containers": [{"name": "c", "image": "y"}, {"name": "d", "image": "z"}]},
+        });
+        let out = apply(PatchKind::Strategic, &doc, &patch).unwrap();
+        assert_eq!(out["metadata"]["finalizers"], json!(["a", "b"]));
+        assert_eq!(
+            out["spec"]["containers"][0],
+            json!({"name": "c", "image": "y", "ports": [{"containerPort": 80}]})
+        );
+        assert_eq!(out["spec"]["containers"][1]["image"], "z");
+        let delete = json!({"spec": {"containers": [{"name": "d", "$patch": "delete"}]}, "$deleteFromPrimitiveList/x": []});
+        let out = apply(PatchKind::Strategic, &out, &delete).unwrap();
+        assert_eq!(out["spec"]["containers"].as_array().unwrap().len(), 1);
+        let unfinalize = json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]}});
+        let out = apply(PatchKind::Strategic, &out, &unfinalize).unwrap();
+        assert_eq!(out["metadata"]["finalizers"], json!(["b"]));
+        let scalars = apply(
+            PatchKind::Strategic,
+            &json!({"args": ["a"]}),
+            &json!({"args": ["b"]}),
+        )
+        .unwrap();
+        assert_eq!(scalars, json!({"args": ["b"]}));
     }
 
     #[test]

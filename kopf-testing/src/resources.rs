@@ -19,6 +19,10 @@ pub struct ResourceDef {
     pub namespaced: bool,
     /// Short names for kubectl.
     pub short_names: Vec<String>,
+    /// Fields usable in field selectors besides `metadata.name`/`metadata.namespace`.
+    pub selectable_fields: Vec<String>,
+    /// Categories (`all` for pods and services, as the CRD says for CRs).
+    pub categories: Vec<String>,
     /// Whether `/status` is a separate subresource.
     pub status_subresource: bool,
     /// Whether this version is the storage version (for CRDs).
@@ -37,8 +41,14 @@ impl ResourceDef {
 
     /// Key of the storage this resource shares across versions.
     pub fn store_key(&self) -> StoreKey {
+        // events.k8s.io/v1 Events are another view of core/v1 Events.
+        let group = if self.group == "events.k8s.io" && self.plural == "events" {
+            ""
+        } else {
+            self.group.as_str()
+        };
         StoreKey {
-            group: self.group.clone(),
+            group: group.to_string(),
             plural: self.plural.clone(),
         }
     }
@@ -70,8 +80,73 @@ fn builtin(
         kind: kind.into(),
         namespaced,
         short_names: short.iter().map(|s| s.to_string()).collect(),
+        selectable_fields: builtin_selectable_fields(group, plural)
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        categories: if matches!(plural, "pods" | "services") {
+            vec!["all".into()]
+        } else {
+            Vec::new()
+        },
         status_subresource: status,
         storage: true,
+    }
+}
+
+/// The kind-specific field selectors the API server supports for built-ins.
+fn builtin_selectable_fields(group: &str, plural: &str) -> &'static [&'static str] {
+    match (group, plural) {
+        ("", "pods") => &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ],
+        ("", "events") => &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ],
+        ("events.k8s.io", "events") => &[
+            "regarding.kind",
+            "regarding.namespace",
+            "regarding.name",
+            "regarding.uid",
+            "regarding.apiVersion",
+            "regarding.resourceVersion",
+            "regarding.fieldPath",
+            "reason",
+            "reportingController",
+            "type",
+        ],
+        ("", "secrets") => &["type"],
+        ("", "namespaces") => &["status.phase"],
+        _ => &[],
+    }
+}
+
+impl ResourceDef {
+    /// Every field usable in a field selector on this resource.
+    pub fn field_selectors(&self) -> Vec<String> {
+        let mut fields = vec![
+            "metadata.name".to_string(),
+            "metadata.namespace".to_string(),
+        ];
+        fields.extend(self.selectable_fields.iter().cloned());
+        fields
     }
 }
 
@@ -164,6 +239,16 @@ pub fn defs_from_crd(crd: &Value) -> Result<Vec<ResourceDef>, CrdError> {
         .and_then(Value::as_str)
         .map(str::to_string)
         .unwrap_or_else(|| kind.to_lowercase());
+    let categories: Vec<String> = names
+        .get("categories")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
     let short_names: Vec<String> = names
         .get("shortNames")
         .and_then(Value::as_array)
@@ -208,6 +293,17 @@ pub fn defs_from_crd(crd: &Value) -> Result<Vec<ResourceDef>, CrdError> {
                 kind: kind.into(),
                 namespaced,
                 short_names: short_names.clone(),
+                categories: categories.clone(),
+                selectable_fields: v
+                    .get("selectableFields")
+                    .and_then(Value::as_array)
+                    .map(|fs| {
+                        fs.iter()
+                            .filter_map(|f| f.get("jsonPath").and_then(Value::as_str))
+                            .map(|p| p.trim_start_matches('.').to_string())
+                            .collect()
+                    })
+                    .unwrap_or_default(),
                 status_subresource: v.pointer("/subresources/status").is_some(),
                 storage: v.get("storage").and_then(Value::as_bool).unwrap_or(false),
             })

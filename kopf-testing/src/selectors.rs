@@ -27,6 +27,19 @@ pub enum SelectorError {
     /// A field selector uses an operator other than =, ==, !=.
     #[error("field selector {0:?} must use =, == or !=")]
     BadField(String),
+    /// A label key is not a valid qualified name.
+    #[error(
+        "invalid label key {0:?}: use [prefix/]name, name being up to 63 of [A-Za-z0-9_.-] starting and ending alphanumeric"
+    )]
+    InvalidKey(String),
+    /// A label value is not valid.
+    #[error(
+        "invalid label value {0:?}: use up to 63 of [A-Za-z0-9_.-], starting and ending alphanumeric"
+    )]
+    InvalidValue(String),
+    /// The field is not selectable for this resource.
+    #[error("field label not supported: {0}; selectable fields are {1}")]
+    UnsupportedField(String, String),
     /// `>`/`<` need an integer.
     #[error("value in {0:?} must be an integer for > and <")]
     NotInteger(String),
@@ -94,7 +107,47 @@ fn parse_set(req: &str, rest: &str) -> Result<Vec<String>, SelectorError> {
         .collect())
 }
 
+fn is_label_name(s: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_alphanumeric();
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars().all(|c| alnum(c) || matches!(c, '-' | '_' | '.'))
+        && s.chars().next().is_some_and(alnum)
+        && s.chars().last().is_some_and(alnum)
+}
+
+fn valid_key(key: &str) -> bool {
+    match key.split_once('/') {
+        Some((prefix, name)) => crate::objects::is_dns_subdomain(prefix) && is_label_name(name),
+        None => is_label_name(key),
+    }
+}
+
+fn valid_value(value: &str) -> bool {
+    value.is_empty() || is_label_name(value)
+}
+
+/// Checks the key and values of a parsed requirement.
+fn validated(req: (String, LabelOp)) -> Result<(String, LabelOp), SelectorError> {
+    if !valid_key(&req.0) {
+        return Err(SelectorError::InvalidKey(req.0));
+    }
+    let values: Vec<&String> = match &req.1 {
+        LabelOp::Eq(v) | LabelOp::NotEq(v) => vec![v],
+        LabelOp::In(vs) | LabelOp::NotIn(vs) => vs.iter().collect(),
+        _ => Vec::new(),
+    };
+    if let Some(bad) = values.into_iter().find(|v| !valid_value(v)) {
+        return Err(SelectorError::InvalidValue(bad.clone()));
+    }
+    Ok(req)
+}
+
 fn parse_requirement(req: &str) -> Result<(String, LabelOp), SelectorError> {
+    parse_requirement_raw(req).and_then(validated)
+}
+
+fn parse_requirement_raw(req: &str) -> Result<(String, LabelOp), SelectorError> {
     if let Some(key) = req.strip_prefix('!') {
         let key = key.trim();
         if key.is_empty() {
@@ -221,6 +274,20 @@ impl FieldSelector {
         self.reqs.is_empty()
     }
 
+    /// Rejects fields that `selectable` does not accept (as the API server does).
+    pub fn check_fields(&self, selectable: &[String]) -> Result<(), SelectorError> {
+        for (path, _, _) in &self.reqs {
+            let field = path.join(".");
+            if !selectable.contains(&field) {
+                return Err(SelectorError::UnsupportedField(
+                    field,
+                    selectable.join(", "),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Whether an object matches (missing fields compare as the empty string).
     pub fn matches(&self, obj: &Value) -> bool {
         self.reqs.iter().all(|(path, equal, expected)| {
@@ -317,6 +384,21 @@ mod tests {
         assert!(LabelSelector::parse("env in (a").is_err());
         assert!(LabelSelector::parse("=x").is_err());
         assert!(LabelSelector::parse("a b c").is_err());
+        assert_eq!(
+            LabelSelector::parse("a=b=c"),
+            Err(SelectorError::InvalidValue("b=c".into()))
+        );
+        assert!(matches!(
+            LabelSelector::parse("!"),
+            Err(SelectorError::EmptyKey(_))
+        ));
+        assert!(
+            LabelSelector::parse("example.com/app=x,app.kubernetes.io/name in (a_b, c.d)").is_ok()
+        );
+        assert!(matches!(
+            LabelSelector::parse("-a=b"),
+            Err(SelectorError::InvalidKey(_))
+        ));
     }
 
     #[test]
@@ -347,5 +429,21 @@ mod tests {
         );
         assert!(FieldSelector::parse("spec.nodeName=").unwrap().matches(&o));
         assert!(FieldSelector::parse("metadata.name").is_err());
+        let selectable = vec![
+            "metadata.name".to_string(),
+            "metadata.namespace".to_string(),
+        ];
+        assert!(
+            FieldSelector::parse("metadata.name=a")
+                .unwrap()
+                .check_fields(&selectable)
+                .is_ok()
+        );
+        assert!(
+            FieldSelector::parse("spec.nope=1")
+                .unwrap()
+                .check_fields(&selectable)
+                .is_err()
+        );
     }
 }

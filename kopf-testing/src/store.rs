@@ -4,12 +4,14 @@
 //! All methods are synchronous and run under one lock held by the caller;
 //! watch events are serialized once here and broadcast to watchers.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
+use crate::conversion;
 use crate::events::{EventType, WatchEvent};
 use crate::failures::ApiError;
 use crate::objects::{self, meta_mut};
@@ -216,6 +218,20 @@ impl Store {
         }
     }
 
+    /// Reads one object as seen through `def`'s version (for writes through it).
+    fn get_view(
+        &self,
+        def: &ResourceDef,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Result<Arc<Value>, ApiError> {
+        let stored = self.get(def, ns, name)?;
+        Ok(match conversion::present(&stored, &def.api_version()) {
+            Cow::Borrowed(_) => stored,
+            Cow::Owned(view) => Arc::new(view),
+        })
+    }
+
     /// Reads one object.
     pub fn get(
         &self,
@@ -285,9 +301,12 @@ impl Store {
         let mut items = Vec::new();
         let mut continue_token = None;
         let mut remaining = None;
+        let api_version = def.api_version();
         let mut iter = range
             .take_while(|((ons, _), _)| ns.is_none_or(|ns| ons == ns))
-            .filter(|(_, obj)| selectors.matches(obj));
+            .filter(|(_, obj)| {
+                selectors.is_empty() || selectors.matches(&conversion::present(obj, &api_version))
+            });
         for (k, obj) in iter.by_ref() {
             items.push(obj.clone());
             if limit.is_some_and(|l| items.len() >= l) {
@@ -320,6 +339,7 @@ impl Store {
                 "the request body must be a JSON object",
             ));
         }
+        check_kind(def, &body)?;
         let path_ns = Self::scope_ns(def, ns)?;
         if def.namespaced
             && let Some(body_ns) = objects::meta_str(&body, "namespace").filter(|s| !s.is_empty())
@@ -488,7 +508,21 @@ impl Store {
                 "the name of the object ({body_name}) does not match the name on the URL ({name})"
             )));
         }
-        let old = self.get(def, ns, name)?;
+        check_kind(def, &body)?;
+        let old = self.get_view(def, ns, name)?;
+        if let Some(uid) = objects::meta_str(&body, "uid").filter(|u| !u.is_empty())
+            && objects::meta_str(&old, "uid") != Some(uid)
+        {
+            return Err(ApiError::conflict(
+                &def.group,
+                &def.plural,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    objects::meta_str(&old, "uid").unwrap_or("")
+                ),
+            ));
+        }
         self.write(def, &old, body, target, dry_run)
     }
 
@@ -504,7 +538,7 @@ impl Store {
         target: Target,
         dry_run: bool,
     ) -> Result<(Arc<Value>, bool), ApiError> {
-        let old = match self.get(def, ns, name) {
+        let old = match self.get_view(def, ns, name) {
             Ok(old) => old,
             Err(e) if e.code == 404 && kind == PatchKind::Apply && target == Target::Main => {
                 let mut body = patch.clone();
@@ -701,6 +735,14 @@ impl Store {
         dry_run: bool,
     ) -> Result<Arc<Value>, ApiError> {
         let old = self.get(def, ns, name)?;
+        if def.group.is_empty() && def.plural == "namespaces" && INITIAL_NAMESPACES.contains(&name)
+        {
+            return Err(ApiError::new(
+                403,
+                "Forbidden",
+                format!("namespaces \"{name}\" is forbidden: this namespace may not be deleted"),
+            ));
+        }
         let pre = options.get("preconditions");
         if let Some(uid) = pre.and_then(|p| p.get("uid")).and_then(Value::as_str)
             && objects::meta_str(&old, "uid") != Some(uid)
@@ -744,8 +786,9 @@ impl Store {
             return old.clone();
         }
         let mut keep = !objects::finalizers(old).is_empty();
-        if is_namespace && !keep {
-            keep = self.terminate_namespace(&name);
+        if is_namespace {
+            // Contents go first (or get marked); the namespace waits for them.
+            keep = self.terminate_namespace(&name) || keep;
         }
         let rv = self.next_rv();
         if keep {
@@ -906,6 +949,17 @@ impl Store {
     }
 }
 
+/// Rejects a body whose `kind` is not the resource's kind.
+fn check_kind(def: &ResourceDef, body: &Value) -> Result<(), ApiError> {
+    match body.get("kind").and_then(Value::as_str) {
+        Some(kind) if !kind.is_empty() && kind != def.kind => Err(ApiError::bad_request(format!(
+            "the kind of the object ({kind}) does not match the resource {} ({}); send it to the {kind} resource instead",
+            def.plural, def.kind
+        ))),
+        _ => Ok(()),
+    }
+}
+
 fn with_rv(obj: &Value, rv: u64) -> Value {
     let mut new = obj.clone();
     meta_mut(&mut new).insert("resourceVersion".into(), rv.to_string().into());
@@ -913,13 +967,16 @@ fn with_rv(obj: &Value, rv: u64) -> Value {
 }
 
 fn validate_name(def: &ResourceDef, name: &str) -> Result<(), ApiError> {
-    let ok = if def.plural == "namespaces" {
-        name.len() <= 63
-            && name
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    let (ok, rule) = if def.group.is_empty() && def.plural == "namespaces" {
+        (
+            objects::is_dns_label(name),
+            "a lowercase RFC 1123 label (a-z, 0-9, '-', at most 63 characters)",
+        )
     } else {
-        name.len() <= 253 && !name.contains(['/', '%']) && name != "." && name != ".."
+        (
+            objects::is_dns_subdomain(name),
+            "a lowercase RFC 1123 subdomain (a-z, 0-9, '-', '.', at most 253 characters)",
+        )
     };
     if ok {
         Ok(())
@@ -929,7 +986,7 @@ fn validate_name(def: &ResourceDef, name: &str) -> Result<(), ApiError> {
             &def.kind,
             name,
             format!(
-                "metadata.name: Invalid value: {name:?}: must be a lowercase RFC 1123 name (a-z, 0-9, '-', '.')"
+                "metadata.name: Invalid value: {name:?}: must be {rule}, starting and ending with a letter or digit"
             ),
         ))
     }
@@ -1023,6 +1080,20 @@ mod tests {
                 .code,
             404
         );
+        let wrong = json!({"kind": "Secret", "metadata": {"name": "b"}});
+        assert_eq!(
+            store
+                .create(&def, Some("default"), wrong, false)
+                .unwrap_err()
+                .code,
+            400
+        );
+        let mut other_uid = (*store.get(&def, Some("default"), "a").unwrap()).clone();
+        other_uid["metadata"]["uid"] = "x".into();
+        let err = store
+            .update(&def, Some("default"), "a", other_uid, Target::Main, false)
+            .unwrap_err();
+        assert_eq!(err.code, 409);
     }
 
     #[test]
@@ -1316,6 +1387,46 @@ mod tests {
             )
             .unwrap();
         assert_eq!(store.get(&ns_def, None, "n1").unwrap_err().code, 404);
+    }
+
+    #[test]
+    fn events_are_shared_between_core_and_events_k8s_io() {
+        let mut store = Store::new(100);
+        let new = store.find_def("events.k8s.io", "v1", "events").unwrap();
+        let core = store.find_def("", "v1", "events").unwrap();
+        let body = json!({"metadata": {"name": "e"}, "note": "hi", "regarding": {"name": "p"}, "eventTime": "2026-01-01T00:00:00.000000Z"});
+        store.create(&new, Some("default"), body, false).unwrap();
+        let stored = store.get(&core, Some("default"), "e").unwrap();
+        assert_eq!(conversion::present(&stored, "v1")["message"], "hi");
+        let sel = Selectors {
+            fields: crate::selectors::FieldSelector::parse("involvedObject.name=p").unwrap(),
+            ..Default::default()
+        };
+        assert_eq!(
+            store
+                .list(&core, Some("default"), &sel, None, None, None)
+                .unwrap()
+                .items
+                .len(),
+            1
+        );
+        let patch = json!({"message": "bye"});
+        let (patched, _) = store
+            .patch(
+                &core,
+                Some("default"),
+                "e",
+                PatchKind::Merge,
+                &patch,
+                Target::Main,
+                false,
+            )
+            .unwrap();
+        assert_eq!(patched["apiVersion"], "v1");
+        assert_eq!(
+            conversion::present(&patched, "events.k8s.io/v1")["note"],
+            "bye"
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! matching is sent as ADDED or DELETED. A watcher lagging behind the broadcast
 //! buffer has its stream closed, so the client resumes from its last version.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +16,7 @@ use serde_json::Value;
 use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
 use tokio::time::{Instant, Interval};
 
+use crate::conversion;
 use crate::events::{self, EventType, WatchEvent};
 use crate::failures::ApiError;
 use crate::objects;
@@ -41,15 +43,6 @@ pub struct Filter {
 }
 
 impl Filter {
-    fn present(&self, kind: &str, obj: &Value) -> Bytes {
-        if obj.get("apiVersion").and_then(Value::as_str) == Some(self.api_version.as_str()) {
-            return events::line(kind, obj);
-        }
-        let mut copy = obj.clone();
-        copy["apiVersion"] = self.api_version.clone().into();
-        events::line(kind, &copy)
-    }
-
     fn in_namespace(&self, obj: &Value) -> bool {
         self.namespace
             .as_deref()
@@ -61,33 +54,39 @@ impl Filter {
         if !self.in_namespace(&ev.object) {
             return None;
         }
-        let same_version =
-            ev.object.get("apiVersion").and_then(Value::as_str) == Some(self.api_version.as_str());
-        if self.selectors.is_empty() {
-            return Some(if same_version {
-                ev.line.clone()
-            } else {
-                self.present(ev.kind.as_str(), &ev.object)
+        let view = conversion::present(&ev.object, &self.api_version);
+        let same_version = matches!(view, Cow::Borrowed(_));
+        let kind = if self.selectors.is_empty() {
+            ev.kind
+        } else {
+            let now = self.selectors.matches(&view);
+            let before = ev.old.as_ref().map(|o| {
+                self.selectors
+                    .matches(&conversion::present(o, &self.api_version))
             });
-        }
-        let now = self.selectors.matches(&ev.object);
-        let before = ev.old.as_ref().map(|o| self.selectors.matches(o));
-        let kind = match (ev.kind, before, now) {
-            (EventType::Modified, Some(false), true) => EventType::Added,
-            (EventType::Modified, Some(true), false) => EventType::Deleted,
-            (_, _, true) => ev.kind,
-            _ => return None,
+            match (ev.kind, before, now) {
+                (EventType::Modified, Some(false), true) => EventType::Added,
+                (EventType::Modified, Some(true), false) => EventType::Deleted,
+                (_, _, true) => ev.kind,
+                _ => return None,
+            }
         };
         if kind == ev.kind && same_version {
             Some(ev.line.clone())
         } else {
-            Some(self.present(kind.as_str(), &ev.object))
+            Some(events::line(kind.as_str(), &view))
         }
     }
 
     /// The line for a synthetic ADDED of a current object, if it matches.
     pub fn initial(&self, obj: &Value) -> Option<Bytes> {
-        (self.in_namespace(obj) && self.selectors.matches(obj)).then(|| self.present("ADDED", obj))
+        if !self.in_namespace(obj) {
+            return None;
+        }
+        let view = conversion::present(obj, &self.api_version);
+        self.selectors
+            .matches(&view)
+            .then(|| events::line("ADDED", &view))
     }
 }
 
@@ -247,7 +246,7 @@ pub fn stream(
         filter,
         def,
         epoch,
-        deadline: opts.timeout.map(|t| Instant::now() + t),
+        deadline: opts.timeout.and_then(|t| Instant::now().checked_add(t)),
         ticker,
         last_rv,
         done: false,

@@ -455,7 +455,13 @@ async fn builtin_kinds_round_trip_through_typed_apis() {
     let listed = within("list", new_events.list(&ListParams::default()))
         .await
         .expect("list events.k8s.io");
-    assert_eq!(names(listed), set(&["e2"]));
+    // Both APIs are views of one store (pinned by `events_k8s_io_and_core_v1_events_are_views_of_one_store`).
+    let listed = names(listed);
+    assert!(listed.contains("e2"), "{listed:?}");
+    let e2 = within("get", new_events.get("e2"))
+        .await
+        .expect("get events.k8s.io/v1 Event");
+    assert_eq!(e2.note.as_deref(), Some("hi"));
 
     let leases: Api<Lease> = Api::default_namespaced(c.clone());
     let l: Lease = serde_json::from_value(json!({
@@ -470,6 +476,76 @@ async fn builtin_kinds_round_trip_through_typed_apis() {
         .await
         .expect("get lease");
     assert_eq!(l.spec.expect("spec").holder_identity.as_deref(), Some("me"));
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn kube_event_recorder_creates_then_patches_an_event_series() {
+    use kube::{
+        Resource,
+        runtime::events::{Event, EventType, Recorder},
+    };
+    let emu = emulator().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(emu.client());
+    let target = create_cm(&cms, "regarding").await;
+    let recorder = Recorder::new(emu.client(), "kopf-test".into());
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "Reconciled".into(),
+        note: Some("all good".into()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    let reference = target.object_ref(&());
+    within("publish", recorder.publish(&event, &reference))
+        .await
+        .expect("first publish creates");
+    within("publish", recorder.publish(&event, &reference))
+        .await
+        .expect("second publish patches the series");
+
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::default_namespaced(emu.client());
+    let listed = within("list", events.list(&ListParams::default()))
+        .await
+        .expect("list events");
+    assert_eq!(
+        listed.items.len(),
+        1,
+        "one event with a series: {:?}",
+        listed.items
+    );
+    let e = &listed.items[0];
+    assert_eq!(e.note.as_deref(), Some("all good"));
+    assert_eq!(e.series.as_ref().map(|s| s.count), Some(2));
+    assert_eq!(
+        e.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("regarding")
+    );
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn events_k8s_io_and_core_v1_events_are_views_of_one_store() {
+    let emu = emulator().await;
+    let new_events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::default_namespaced(emu.client());
+    let e: k8s_openapi::api::events::v1::Event = serde_json::from_value(json!({
+        "metadata": {"name": "shared"},
+        "eventTime": "2026-01-01T00:00:00.000000Z",
+        "reportingController": "kopf.dev/test", "reportingInstance": "t1",
+        "action": "Test", "reason": "Testing", "note": "seen by kubectl get events", "type": "Normal",
+        "regarding": {"kind": "Pod", "name": "p1", "namespace": "default"}
+    }))
+    .expect("event");
+    within("create", new_events.create(&PostParams::default(), &e))
+        .await
+        .expect("create");
+    let core: Api<k8s_openapi::api::core::v1::Event> = Api::default_namespaced(emu.client());
+    let got = within("get", core.get("shared"))
+        .await
+        .expect("the core/v1 view shows the events.k8s.io event");
+    assert_eq!(got.message.as_deref(), Some("seen by kubectl get events"));
+    assert_eq!(got.involved_object.name.as_deref(), Some("p1"));
     emu.shutdown().await;
 }
 
@@ -510,6 +586,83 @@ async fn crd_created_through_the_api_is_established_and_served() {
         .expect("dynamic list");
     assert_eq!(listed.items.len(), 1);
     assert_eq!(listed.items[0].data["spec"]["size"], 3);
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn cluster_scoped_crd_without_status_subresource_keeps_status_in_the_main_resource() {
+    let emu = emulator().await;
+    let client = emu.client();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.kopf.dev"},
+        "spec": {
+            "group": "kopf.dev", "scope": "Cluster",
+            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+        }
+    }))
+    .expect("crd");
+    within("create crd", crds.create(&PostParams::default(), &crd))
+        .await
+        .expect("create CRD");
+    let ar = within("the CRD to be served", async {
+        loop {
+            let discovery = Discovery::new(client.clone())
+                .run()
+                .await
+                .expect("discovery");
+            if let Some((ar, caps)) =
+                discovery.resolve_gvk(&GroupVersionKind::gvk("kopf.dev", "v1", "Gadget"))
+            {
+                assert!(matches!(caps.scope, Scope::Cluster), "scope from discovery");
+                return ar;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    let gadgets: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let g =
+        DynamicObject::new("g1", &ar).data(json!({"spec": {"n": 1}, "status": {"phase": "Born"}}));
+    let created = within("create", gadgets.create(&PostParams::default(), &g))
+        .await
+        .expect("create");
+    assert_eq!(
+        created.data["status"]["phase"], "Born",
+        "without the subresource, status is part of the object"
+    );
+    assert_eq!(created.namespace(), None);
+    let p = Patch::Merge(json!({"status": {"phase": "Grown"}}));
+    let patched = within("patch", gadgets.patch("g1", &PatchParams::default(), &p))
+        .await
+        .expect("patch");
+    assert_eq!(patched.data["status"]["phase"], "Grown");
+    let status = api_error(
+        within(
+            "patch_status",
+            gadgets.patch_status("g1", &PatchParams::default(), &p),
+        )
+        .await,
+    );
+    assert_eq!(
+        status.code, 404,
+        "no /status subresource without subresources.status: {status:?}"
+    );
+    let r = raw_request(
+        emu.addr(),
+        "GET",
+        "/apis/kopf.dev/v1/namespaces/default/gadgets/g1",
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(
+        r.status, 404,
+        "a cluster-scoped kind has no namespaced path"
+    );
     emu.shutdown().await;
 }
 
@@ -872,6 +1025,121 @@ async fn deletecollection_removes_only_the_selected_objects() {
     emu.shutdown().await;
 }
 
+#[tokio::test]
+async fn replace_of_a_missing_object_is_404() {
+    let emu = emulator().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(emu.client());
+    let status = api_error(
+        within(
+            "replace",
+            api.replace("ghost", &PostParams::default(), &cm("ghost")),
+        )
+        .await,
+    );
+    assert_eq!(status.code, 404, "{status:?}");
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn body_and_url_disagreeing_on_name_or_namespace_is_400() {
+    let emu = emulator().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(emu.client());
+    let mut elsewhere = cm("ns-mismatch");
+    elsewhere.metadata.namespace = Some("kube-system".into());
+    let status = api_error(within("create", api.create(&PostParams::default(), &elsewhere)).await);
+    assert_eq!(
+        (status.code, status.reason.as_str()),
+        (400, "BadRequest"),
+        "namespace mismatch: {status:?}"
+    );
+
+    create_cm(&api, "right").await;
+    let mut renamed = within("get", api.get("right")).await.expect("get");
+    renamed.metadata.name = Some("wrong".into());
+    let status = api_error(
+        within(
+            "replace",
+            api.replace("right", &PostParams::default(), &renamed),
+        )
+        .await,
+    );
+    assert_eq!(
+        (status.code, status.reason.as_str()),
+        (400, "BadRequest"),
+        "name mismatch: {status:?}"
+    );
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn invalid_object_names_are_422_invalid() {
+    let emu = emulator().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(emu.client());
+    let mut wrong = Vec::new();
+    let nameless: ConfigMap = serde_json::from_value(json!({"metadata": {}})).expect("cm");
+    for (what, obj) in [
+        ("Upper_Case", cm("Upper_Case")),
+        ("-leading-dash", cm("-leading-dash")),
+        ("has space", cm("has space")),
+        ("neither name nor generateName", nameless),
+    ] {
+        match within("create", api.create(&PostParams::default(), &obj)).await {
+            Err(kube::Error::Api(s)) if s.code == 422 && s.reason == "Invalid" => {}
+            other => wrong.push(format!("{what}: {:?}", other.map(|o| o.name_any()))),
+        }
+    }
+    assert!(wrong.is_empty(), "expected 422 Invalid for: {wrong:#?}");
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn secret_string_data_is_folded_into_data() {
+    let emu = emulator().await;
+    let secrets: Api<Secret> = Api::default_namespaced(emu.client());
+    let s: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "sd"}, "stringData": {"user": "admin"}, "data": {"pw": "aHVudGVyMg=="}
+    }))
+    .expect("secret");
+    within("create", secrets.create(&PostParams::default(), &s))
+        .await
+        .expect("create");
+    let got = within("get", secrets.get("sd")).await.expect("get");
+    let data = got.data.expect("data");
+    assert_eq!(
+        data["user"].0,
+        b"admin".to_vec(),
+        "stringData lands in data"
+    );
+    assert_eq!(data["pw"].0, b"hunter2".to_vec());
+    assert!(got.string_data.is_none(), "stringData is write-only");
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn apply_patch_creates_a_missing_object() {
+    let emu = emulator().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(emu.client());
+    let applied = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"}, "data": {"a": "1"}});
+    let got = within(
+        "apply",
+        api.patch(
+            "ssa",
+            &PatchParams::apply("kopf-test"),
+            &Patch::Apply(applied),
+        ),
+    )
+    .await
+    .expect("server-side apply creates the object");
+    assert_eq!(got.data.expect("data")["a"], "1");
+    assert!(
+        within("get_opt", api.get_opt("ssa"))
+            .await
+            .expect("get_opt")
+            .is_some()
+    );
+    emu.shutdown().await;
+}
+
 // ---------------------------------------------------------------- selectors & paging
 
 #[tokio::test]
@@ -954,6 +1222,36 @@ async fn field_selectors_match_name_and_namespace() {
     .await
     .expect("list");
     assert_eq!(names(not_one), set(&["two"]));
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn malformed_or_unsupported_selectors_are_400() {
+    let emu = emulator().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(emu.client());
+    create_cm(&api, "sel").await;
+    let mut wrong = Vec::new();
+    for (what, lp) in [
+        (
+            "labelSelector `env in (prod`",
+            ListParams::default().labels("env in (prod"),
+        ),
+        (
+            "labelSelector `a=b=c`",
+            ListParams::default().labels("a=b=c"),
+        ),
+        ("labelSelector `!`", ListParams::default().labels("!")),
+        (
+            "fieldSelector `spec.nope=1`",
+            ListParams::default().fields("spec.nope=1"),
+        ),
+    ] {
+        match within("list", api.list(&lp)).await {
+            Err(kube::Error::Api(s)) if s.code == 400 => {}
+            other => wrong.push(format!("{what}: {:?}", other.map(|l| l.items.len()))),
+        }
+    }
+    assert!(wrong.is_empty(), "expected 400 BadRequest for: {wrong:#?}");
     emu.shutdown().await;
 }
 

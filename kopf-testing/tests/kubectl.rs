@@ -345,6 +345,19 @@ async fn kubectl_apply_patch_and_label_change_objects() {
     .await;
     assert_eq!(selected.trim(), "configmap/app");
 
+    let table = ok(&server, &["get", "configmaps"]).await;
+    let header = table.lines().next().unwrap_or_default();
+    assert!(
+        header.starts_with("NAME"),
+        "kubectl get prints a table: {table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.split_whitespace().next() == Some("app")),
+        "{table}"
+    );
+
     let failed = kubectl(
         &server,
         &[
@@ -369,6 +382,32 @@ async fn kubectl_apply_patch_and_label_change_objects() {
         "kubectl reports NotFound: {}",
         missing.stderr
     );
+    ok(
+        &server,
+        &["annotate", "configmap", "app", "kopf.dev/note=hi"],
+    )
+    .await;
+    let v3 = write(
+        &server.dir,
+        "v3.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  greeting: hallo\n",
+    );
+    let out = ok(&server, &["replace", "-f", &v3]).await;
+    assert!(out.contains("configmap/app replaced"), "{out}");
+    let got = ok(
+        &server,
+        &[
+            "get",
+            "configmap",
+            "app",
+            "-o",
+            "jsonpath={.data.greeting} {.data.m}",
+        ],
+    )
+    .await;
+    assert_eq!(got.trim_end(), "hallo", "replace swaps the whole object");
+    let out = ok(&server, &["delete", "-f", &v2]).await;
+    assert!(out.contains("configmap \"app\" deleted"), "{out}");
 }
 
 const WIDGET_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
@@ -455,6 +494,16 @@ async fn kubectl_applies_a_crd_and_patches_the_status_subresource() {
         got, "2 Ready",
         "status only changes through the subresource"
     );
+    ok(
+        &server,
+        &[
+            "wait",
+            "--for=jsonpath={.status.phase}=Ready",
+            "widget/w1",
+            "--timeout=20s",
+        ],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -585,4 +634,20 @@ async fn kubectl_create_configmap_sends_protobuf_and_is_accepted() {
     )
     .await;
     assert_eq!(a, "b");
+}
+
+#[tokio::test]
+async fn kubectl_server_side_apply_creates_and_updates() {
+    let server = start_server(&[]).await;
+    let v1 = write(&server.dir, "v1.yaml", APP_V1);
+    let v2 = write(&server.dir, "v2.yaml", APP_V2);
+    let out = ok(&server, &["apply", "--server-side", "-f", &v1]).await;
+    assert!(out.contains("serverside-applied"), "{out}");
+    ok(&server, &["apply", "--server-side", "-f", &v2]).await;
+    let greeting = ok(
+        &server,
+        &["get", "configmap", "app", "-o", "jsonpath={.data.greeting}"],
+    )
+    .await;
+    assert_eq!(greeting, "bonjour");
 }

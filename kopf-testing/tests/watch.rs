@@ -176,6 +176,31 @@ async fn watch_resumes_from_a_resource_version_replaying_only_later_events() {
 }
 
 #[tokio::test]
+async fn watch_without_a_resource_version_starts_with_the_existing_objects() {
+    let emu = emulator().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(emu.client());
+    create(&api, "old1").await;
+    create(&api, "old2").await;
+    let mut events = within("watch", api.watch(&WatchParams::default(), "0"))
+        .await
+        .expect("watch")
+        .boxed();
+    let mut first = vec![
+        describe(&next_change(&mut events).await),
+        describe(&next_change(&mut events).await),
+    ];
+    first.sort();
+    assert_eq!(
+        first,
+        ["ADDED old1", "ADDED old2"],
+        "resourceVersion=0 begins with synthetic ADDED events"
+    );
+    create(&api, "new").await;
+    assert_eq!(describe(&next_change(&mut events).await), "ADDED new");
+    emu.shutdown().await;
+}
+
+#[tokio::test]
 async fn watch_with_bookmarks_reports_a_bookmark_before_timeout_ends_the_stream() {
     let emu = emulator().await;
     let api: Api<ConfigMap> = Api::default_namespaced(emu.client());
@@ -288,6 +313,29 @@ async fn list_at_a_resource_version_before_the_kept_history_is_410() {
         .matching(VersionMatch::Exact);
     let status = api_error(within("list", api.list(&lp)).await);
     assert_eq!(status.code, 410, "{status:?}");
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_continue_token_from_before_compaction_is_410() {
+    let emu = emulator().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(emu.client());
+    for i in 0..5 {
+        create(&api, &format!("c{i}")).await;
+    }
+    let page = within("list", api.list(&ListParams::default().limit(2)))
+        .await
+        .expect("first page");
+    let token = page.metadata.continue_.clone().expect("a continue token");
+    create(&api, "later").await;
+    emu.faults().compact();
+    let lp = ListParams::default().limit(2).continue_token(&token);
+    let status = api_error(within("list", api.list(&lp)).await);
+    assert_eq!(
+        (status.code, status.reason.as_str()),
+        (410, "Expired"),
+        "{status:?}"
+    );
     emu.shutdown().await;
 }
 
@@ -451,6 +499,100 @@ async fn deletecollection_streams_a_deleted_event_per_object() {
     emu.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_then_watch_under_concurrent_writes_reconstructs_the_final_state() {
+    let emu = emulator().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(emu.client());
+    let mut writers = Vec::new();
+    for w in 0..6 {
+        let api: Api<ConfigMap> = Api::default_namespaced(emu.client());
+        writers.push(tokio::spawn(async move {
+            for i in 0..40 {
+                let name = format!("w{w}-{}", i % 7);
+                match i % 3 {
+                    0 => {
+                        let _ = api.create(&PostParams::default(), &cm(&name)).await;
+                    }
+                    1 => {
+                        let p = Patch::Merge(json!({"data": {"i": i.to_string()}}));
+                        let _ = api.patch(&name, &PatchParams::default(), &p).await;
+                    }
+                    _ => {
+                        let _ = api.delete(&name, &DeleteParams::default()).await;
+                    }
+                }
+            }
+        }));
+    }
+    // Take the list while writes are in flight.
+    within("some writes to land", async {
+        while api
+            .list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .len()
+            < 3
+        {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    let listed = within("list", api.list(&ListParams::default()))
+        .await
+        .expect("list");
+    let from = listed.metadata.resource_version.clone().expect("rv");
+    let mut state: std::collections::BTreeMap<String, String> = listed
+        .items
+        .iter()
+        .map(|o| (o.name_any(), o.resource_version().unwrap_or_default()))
+        .collect();
+    let mut events = within("watch", api.watch(&WatchParams::default(), &from))
+        .await
+        .expect("watch")
+        .boxed();
+    for w in writers {
+        within("writers to finish", w).await.expect("writer");
+    }
+    let final_list = within("list", api.list(&ListParams::default()))
+        .await
+        .expect("final list");
+    let final_rv = rv_num(final_list.metadata.resource_version.as_ref());
+    let mut last = rv_num(Some(&from));
+    within("the watch to catch up with the final list", async {
+        while last < final_rv {
+            let ev = next_change(&mut events).await;
+            let (o, gone) = match ev {
+                WatchEvent::Added(o) | WatchEvent::Modified(o) => (o, false),
+                WatchEvent::Deleted(o) => (o, true),
+                other => panic!("unexpected {}", describe(&other)),
+            };
+            let rv = rv_num(o.metadata.resource_version.as_ref());
+            assert!(
+                rv > last,
+                "events arrive in resourceVersion order: {rv} after {last}"
+            );
+            last = rv;
+            if gone {
+                state.remove(&o.name_any());
+            } else {
+                state.insert(o.name_any(), o.resource_version().unwrap_or_default());
+            }
+        }
+    })
+    .await;
+    let expected: std::collections::BTreeMap<String, String> = final_list
+        .items
+        .iter()
+        .map(|o| (o.name_any(), o.resource_version().unwrap_or_default()))
+        .collect();
+    assert_eq!(
+        state, expected,
+        "list at R + watch from R == list at the end"
+    );
+    emu.shutdown().await;
+}
+
 // ---------------------------------------------------------------- kube-runtime
 
 #[tokio::test]
@@ -591,6 +733,44 @@ async fn kube_watcher_resumes_after_dropped_watches_without_relisting() {
         count(&emu, "watch") >= 2,
         "the watch was re-opened: {:?}",
         emu.requests()
+    );
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn kube_watcher_recovers_across_restarts_keeping_and_wiping_state() {
+    let emu = emulator().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(emu.client());
+    create(&api, "a").await;
+    let (store, writer) = reflector::store();
+    let mut stream = watcher(api.clone(), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .boxed();
+    drive_until(&mut stream, &store, "the initial list", |s| has(s, "a")).await;
+
+    within("restart", emu.restart(true)).await;
+    create(&api, "b").await;
+    drive_until(
+        &mut stream,
+        &store,
+        "the watcher to resume after a restart keeping state",
+        |s| has(s, "a") && has(s, "b"),
+    )
+    .await;
+
+    within("restart", emu.restart(false)).await;
+    create(&api, "fresh").await;
+    let seen = drive_until(
+        &mut stream,
+        &store,
+        "the watcher to re-list after a restart wiping state",
+        |s| !has(s, "a") && !has(s, "b") && has(s, "fresh"),
+    )
+    .await;
+    assert!(
+        seen.iter().any(|e| e == "Init"),
+        "the wiped state is learnt through a re-list: {seen:?}"
     );
     emu.shutdown().await;
 }

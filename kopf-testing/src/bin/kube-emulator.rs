@@ -4,8 +4,8 @@
 //! kube-emulator --port 0 --kubeconfig /tmp/kc --crd example.com/v1/widgets:Widget \
 //!               --crd example.com/v1/clusterwidgets:ClusterWidget:Cluster --preload objects.yaml -v
 //! ```
-//! Prints `listening on http://127.0.0.1:PORT` once it listens, writes the
-//! kubeconfig (atomically) after that, and exits with 0 on SIGTERM or SIGINT.
+//! Once it listens it writes the kubeconfig (atomically), then prints
+//! `listening on http://127.0.0.1:PORT`; it exits with 0 on SIGTERM or SIGINT.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -94,13 +94,15 @@ async fn run(args: Args) -> Result<(), String> {
         builder = builder.preload_file(path);
     }
     let emulator = builder.start().await.map_err(|e| e.to_string())?;
-    println!("listening on {}", emulator.url());
+    // The socket listens already; write the kubeconfig before announcing it,
+    // so a script waiting for the line never races the file.
     if let Some(path) = &args.kubeconfig {
         emulator
             .write_kubeconfig(path)
             .map_err(|e| format!("cannot write kubeconfig {}: {e}", path.display()))?;
         tracing::info!(path = %path.display(), "kubeconfig written");
     }
+    println!("listening on {}", emulator.url());
     wait_for_signal()
         .await
         .map_err(|e| format!("cannot listen for signals: {e}"))?;
