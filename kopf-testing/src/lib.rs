@@ -47,7 +47,6 @@ mod faults;
 mod handlers;
 mod objects;
 mod patching;
-mod perf_probe;
 mod preload;
 mod protobuf;
 mod recording;
