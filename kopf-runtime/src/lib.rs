@@ -21,6 +21,28 @@
 //! it re-exports the macros. Generated code names this crate as
 //! `::kopf_runtime`, so do not rename the dependency in `Cargo.toml`.
 //!
+//! # Running
+//!
+//! [`run()`] is the whole `main` of an operator: it parses a command line
+//! like `kopf run` (`-n/--namespace` with globs and `!` excludes, `-A`,
+//! `--kubeconfig`, `--context`, `-v`, `-q`, `--log-format`, and `--emulator`
+//! to run against an in-process Kubernetes API emulator), collects the
+//! handlers declared with the macros, and runs until SIGINT or SIGTERM.
+//!
+//! ```no_run
+//! #[tokio::main]
+//! async fn main() -> Result<(), kopf_runtime::RunError> {
+//!     kopf_runtime::run().await
+//! }
+//! ```
+//!
+//! [`Runner`] does the same with options (settings, a registry built without
+//! macros, demo objects for `--emulator`), and [`Operator`] runs a
+//! [`Registry`] with a given client until a future completes, for embedding
+//! and tests. What the runtime does with handlers (causes, progress,
+//! finalizers, daemons and timers without finalizers) is described in the
+//! modules [`processing`], [`handling`] and [`spawned`].
+//!
 //! # Resources
 //!
 //! The first argument of every resource handler names the resource:
