@@ -422,12 +422,12 @@ fn check_task(handler: &Handler) -> Result<(), OperatorError> {
         handler: handler.fn_path.to_string(),
         source,
     };
-    if let KindOptions::Timer(timer) = &handler.kind_options {
-        if timer.interval.is_none_or(|i| i.is_zero()) {
-            return Err(invalid(crate::spawning::SpecError::ZeroInterval {
-                id: handler.id.clone(),
-            }));
-        }
+    if let KindOptions::Timer(timer) = &handler.kind_options
+        && timer.interval.is_none_or(|i| i.is_zero())
+    {
+        return Err(invalid(crate::spawning::SpecError::ZeroInterval {
+            id: handler.id.clone(),
+        }));
     }
     if handler.options.retries == Some(0) {
         return Err(invalid(crate::spawning::SpecError::ZeroRetries {
