@@ -142,7 +142,7 @@ impl EmulatorBuilder {
 /// [`client`](Self::client) must be called inside a Tokio runtime.
 #[derive(Debug)]
 pub struct Emulator {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     faults: Faults,
     addr: SocketAddr,
     objects: Vec<Value>,
