@@ -262,10 +262,19 @@ impl ResourceProcessor {
             }
         }
         if !self.tasks.is_empty() {
-            // Keep the object's identity for reports until its tasks end
-            // (bounded: a task that will not stop is abandoned).
-            let background = &self.settings.background;
-            let limit = background.graceful_exit_limit + background.default_cancellation_timeout;
+            // Keep the object's identity for reports until its tasks end:
+            // an abandoned task is reported (as an Event on the object) only
+            // after its own graceful period and cancellation timeout, which
+            // may exceed the settings' defaults. The spawner bounds the wait
+            // (a task that will not stop is abandoned by then); the timeout
+            // is a safety net only, past the longest stop of any task.
+            let limit = self
+                .tasks
+                .iter()
+                .map(|(_, spec)| self.spawner.stop_limit(spec))
+                .max()
+                .unwrap_or_default()
+                .saturating_add(STOP_LIMIT_MARGIN);
             let _ = tokio::time::timeout(limit, self.spawner.wait_stopped(uid)).await;
             self.observer.forget(uid);
         }
@@ -496,10 +505,11 @@ impl ResourceProcessor {
             (step.done, step.delay)
         };
         if done {
-            if reason != Reason::Delete && old_changed {
-                if let Some(new) = &context.new {
-                    self.diffbase.store(body, new, patch);
-                }
+            if reason != Reason::Delete
+                && old_changed
+                && let Some(new) = &context.new
+            {
+                self.diffbase.store(body, new, patch);
             }
             memory.fully_handled_once.store(true, Ordering::Relaxed);
         }
@@ -589,6 +599,10 @@ fn set_finalizer(body: &Value, patch: &mut Value, finalizer: &str, present: bool
         ensure_field(patch, &["metadata", "resourceVersion"], version.clone());
     }
 }
+
+/// How much longer than the longest stop of its tasks a deleted object's
+/// identity is kept for reports about them.
+const STOP_LIMIT_MARGIN: Duration = Duration::from_secs(1);
 
 /// How often an object with tasks still stopping is looked at again.
 const TASK_RESPAWN_CHECK: Duration = Duration::from_millis(500);
