@@ -44,6 +44,8 @@ enum Item {
     Option(Ident, Raw),
 }
 
+// Short-lived, a handful per attribute: boxing the type buys nothing.
+#[allow(clippy::large_enum_variant)]
 enum Positional {
     Str(LitStr),
     Type(syn::Type),
@@ -413,10 +415,10 @@ fn check_combinations(
             }
         }
     }
-    if let Some(span) = seen.get("value") {
-        if seen.contains_key("old") || seen.contains_key("new") {
-            errors.push(*span, "use either `value` or `old`/`new`, not both");
-        }
+    if let Some(span) = seen.get("value")
+        && (seen.contains_key("old") || seen.contains_key("new"))
+    {
+        errors.push(*span, "use either `value` or `old`/`new`, not both");
     }
 }
 
@@ -605,13 +607,13 @@ fn set_option(spec: &mut Spec, key: &Ident, raw: Raw, errors: &mut Errors) {
         // field = "spec.path"
         "field" => {
             spec.field = str_value(key, raw, errors);
-            if let Some(field) = &spec.field {
-                if field.value().split('.').any(str::is_empty) {
-                    errors.push(
-                        field.span(),
-                        "`field` must be a dot-separated path like `spec.size`",
-                    );
-                }
+            if let Some(field) = &spec.field
+                && field.value().split('.').any(str::is_empty)
+            {
+                errors.push(
+                    field.span(),
+                    "`field` must be a dot-separated path like `spec.size`",
+                );
             }
         }
         // subresource = "status"

@@ -244,16 +244,15 @@ fn validate(handlers: &[Handler]) -> Vec<RegistryError> {
                 second: path.clone(),
             });
         }
-        if handler.kind == HandlerKind::Index {
-            if let Some(first) = indexes.insert(&handler.id, handler) {
-                if first.resource != handler.resource {
-                    errors.push(RegistryError::DuplicateIndex {
-                        id: handler.id.clone(),
-                        first: first.fn_path.to_string(),
-                        second: path.clone(),
-                    });
-                }
-            }
+        if handler.kind == HandlerKind::Index
+            && let Some(first) = indexes.insert(&handler.id, handler)
+            && first.resource != handler.resource
+        {
+            errors.push(RegistryError::DuplicateIndex {
+                id: handler.id.clone(),
+                first: first.fn_path.to_string(),
+                second: path.clone(),
+            });
         }
         let filters = &handler.filters;
         if handler.kind == HandlerKind::OnField && filters.field.is_none() {

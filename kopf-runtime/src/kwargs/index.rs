@@ -5,6 +5,9 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use serde_json::Value;
 
+/// Object key → its (index key, value) pairs.
+type Entries = BTreeMap<String, Vec<(Option<String>, Value)>>;
+
 /// One index: what an `#[index]` handler returned for each object, grouped by key.
 ///
 /// As in Kopf, an index handler returns either a JSON object — each of its keys
@@ -22,18 +25,17 @@ use serde_json::Value;
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct Index {
-    // object key → (index key → value)
-    objects: Arc<RwLock<BTreeMap<String, Vec<(Option<String>, Value)>>>>,
+    objects: Arc<RwLock<Entries>>,
 }
 
 impl Index {
-    fn read(&self) -> RwLockReadGuard<'_, BTreeMap<String, Vec<(Option<String>, Value)>>> {
+    fn read(&self) -> RwLockReadGuard<'_, Entries> {
         self.objects
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, BTreeMap<String, Vec<(Option<String>, Value)>>> {
+    fn write(&self) -> RwLockWriteGuard<'_, Entries> {
         self.objects
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
