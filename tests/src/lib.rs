@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kopf_runtime::settings::OperatorSettings;
+use kopf_runtime::spawning::{Counters, CountersSnapshot};
 use kopf_runtime::{Operator, OperatorError, Registry};
 use kopf_testing::Emulator;
 use serde_json::Value;
@@ -19,6 +20,7 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 pub struct Running {
     stop: CancellationToken,
     task: JoinHandle<Result<(), OperatorError>>,
+    counters: Arc<Counters>,
 }
 
 impl Running {
@@ -33,8 +35,24 @@ impl Running {
         let operator = Operator::new(registry)
             .client(emulator.client())
             .settings(settings);
+        let counters = operator.task_counters();
         let task = tokio::spawn(operator.run_until(stop.clone().cancelled_owned()));
-        Self { stop, task }
+        Self {
+            stop,
+            task,
+            counters,
+        }
+    }
+
+    /// The live counters of the operator's daemons and timers (still readable
+    /// after [`Running::stop`]).
+    pub fn counters(&self) -> Arc<Counters> {
+        Arc::clone(&self.counters)
+    }
+
+    /// The counters of the operator's daemons and timers, now.
+    pub fn task_counters(&self) -> CountersSnapshot {
+        self.counters.snapshot()
     }
 
     /// Stops the operator and waits until it has exited.
@@ -108,5 +126,50 @@ impl Calls {
             async move { (calls.len() >= n).then_some(calls) }
         })
         .await
+    }
+}
+
+/// Everything logged at `WARN` or above in this test process, as text.
+///
+/// The first call installs a global `tracing` subscriber recording warnings
+/// (tests in one binary share it: look for what is unique to your test).
+pub fn captured_warnings() -> String {
+    let buffer = warnings_buffer();
+    let bytes = buffer.lock().expect("log lock").clone();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Starts capturing warnings (see [`captured_warnings`]).
+pub fn capture_warnings() {
+    warnings_buffer();
+}
+
+fn warnings_buffer() -> Arc<Mutex<Vec<u8>>> {
+    static BUFFER: std::sync::OnceLock<Arc<Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+    Arc::clone(BUFFER.get_or_init(|| {
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        let writer = CaptureWriter(Arc::clone(&buffer));
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        // Another subscriber may be installed already; then nothing is captured.
+        let _ = tracing::subscriber::set_global_default(subscriber);
+        buffer
+    }))
+}
+
+#[derive(Clone)]
+struct CaptureWriter(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for CaptureWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log lock").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
