@@ -257,6 +257,42 @@ async fn timer_without_finalizers_adds_none_and_removes_one_only_it_needed() {
     no_finalizers_keep_objects_free(Kind::Timer).await;
 }
 
+/// The operator used to keep a finalizer (e.g. an older version without
+/// `no_finalizers`); the object was deleted while it was down.
+async fn stale_finalizer_released_in_deletion(kind: Kind) {
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let api: Api<Secret> = Api::default_namespaced(emulator.client());
+    create(&api, &secret("stale", "1", &[FINALIZER])).await;
+    delete(&api, "stale").await;
+    let body = get(&emulator, "stale")
+        .await
+        .expect("held by the finalizer");
+    assert!(body["metadata"]["deletionTimestamp"].is_string());
+
+    let calls = Calls::default();
+    let operator = Running::start_with(&emulator, light(kind, &calls), settings());
+    eventually("the object released and gone", || async {
+        get(&emulator, "stale").await.is_none().then_some(())
+    })
+    .await;
+    assert!(
+        calls.all().is_empty(),
+        "nothing starts for an object in deletion"
+    );
+    assert_eq!(operator.task_counters().spawned, 0);
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn daemon_without_finalizers_releases_a_stale_finalizer_of_an_object_in_deletion() {
+    stale_finalizer_released_in_deletion(Kind::Daemon).await;
+}
+
+#[tokio::test]
+async fn timer_without_finalizers_releases_a_stale_finalizer_of_an_object_in_deletion() {
+    stale_finalizer_released_in_deletion(Kind::Timer).await;
+}
+
 // ---------------------------------------------------------------------------
 // 1. The DELETED watch event.
 
@@ -323,6 +359,8 @@ async fn watch_gap_stops(kind: Kind) {
     })
     .await;
     delete(&api, "gone").await;
+    // Re-created under the same name during the gap: a new UID.
+    let again = create(&api, &secret("gone", "again", &[])).await;
     faults.compact();
     emulator.clear_requests();
     faults.clear();
@@ -336,6 +374,16 @@ async fn watch_gap_stops(kind: Kind) {
         "the operator re-listed"
     );
     assert_running(kind, &calls, "task", &kept).await;
+    assert_running(kind, &calls, "task", &again).await;
+    for call in calls_for(&calls, "task", &gone) {
+        assert_eq!(call["mark"], "1", "the old task saw another body: {call}");
+    }
+    for call in calls_for(&calls, "task", &again) {
+        assert_eq!(
+            call["mark"], "again",
+            "the new task saw another body: {call}"
+        );
+    }
     operator.stop().await;
 }
 
@@ -611,19 +659,19 @@ async fn timer_blocking_its_thread_is_abandoned_and_reported_by_log_event_and_co
 // ---------------------------------------------------------------------------
 // 6. A patch from a task whose object is gone ends the task quietly.
 
-/// A timer that, once `armed`, deletes its own object (and re-creates it
-/// under the same name if `recreate`), then returns a result: the result's
-/// patch finds the object gone (404) or replaced (409).
-fn self_deleting(calls: &Calls, armed: &Arc<AtomicBool>, recreate: bool) -> Registry {
+/// A timer (each tick) or a daemon (polling) that, once `armed`, deletes its
+/// own object (and re-creates it under the same name if `recreate`), then
+/// returns a result: the result's patch finds the object gone (404) or
+/// replaced (409).
+fn self_deleting(kind: Kind, calls: &Calls, armed: &Arc<AtomicBool>, recreate: bool) -> Registry {
     let (calls, armed) = (calls.clone(), Arc::clone(armed));
-    Registry::builder()
-        .timer(secrets(), "task", move |kw: Kwargs| {
-            let (calls, armed) = (calls.clone(), Arc::clone(&armed));
-            async move {
-                calls.push("task", json!({"uid": kw.uid(), "name": kw.name()}));
-                let api: Api<Secret> =
-                    Api::default_namespaced(kw.client.clone().expect("a client"));
-                let name = kw.name().unwrap_or_default().to_owned();
+    let handler = move |kw: Kwargs| {
+        let (calls, armed) = (calls.clone(), Arc::clone(&armed));
+        async move {
+            calls.push("task", json!({"uid": kw.uid(), "name": kw.name()}));
+            let api: Api<Secret> = Api::default_namespaced(kw.client.clone().expect("a client"));
+            let name = kw.name().unwrap_or_default().to_owned();
+            loop {
                 if armed.load(Ordering::SeqCst) && mark(&kw.body) == "original" {
                     api.delete(&name, &DeleteParams::default()).await?;
                     if recreate {
@@ -631,31 +679,50 @@ fn self_deleting(calls: &Calls, armed: &Arc<AtomicBool>, recreate: bool) -> Regi
                             .await?;
                     }
                     calls.push("task:deleted", json!({"uid": kw.uid()}));
+                    break;
                 }
-                Ok::<_, Error>(json!({"ticked": true}))
+                match &kw.stopped {
+                    // A daemon polls until armed (or stopped).
+                    Some(stopped) if kind == Kind::Daemon => {
+                        if stopped.wait(TICK / 3).await {
+                            return Ok(json!(null));
+                        }
+                    }
+                    // A timer checks once per tick.
+                    _ => break,
+                }
             }
-        })
-        .interval(TICK)
-        .no_finalizers()
-        .build()
-        .expect("a valid registry")
+            Ok::<_, Error>(json!({"ticked": true}))
+        }
+    };
+    let builder = match kind {
+        Kind::Daemon => Registry::builder().daemon(secrets(), "task", handler),
+        Kind::Timer => Registry::builder()
+            .timer(secrets(), "task", handler)
+            .interval(TICK),
+    };
+    builder.no_finalizers().build().expect("a valid registry")
 }
 
-async fn patch_of_a_gone_object_ends_quietly(recreate: bool, name: &str) {
+async fn patch_of_a_gone_object_ends_quietly(kind: Kind, recreate: bool, name: &str) {
     capture_warnings();
     let emulator = Emulator::start().await.expect("emulator starts");
     let calls = Calls::default();
     let armed = Arc::new(AtomicBool::new(false));
-    let registry = self_deleting(&calls, &armed, recreate);
+    let registry = self_deleting(kind, &calls, &armed, recreate);
     let operator = Running::start_with(&emulator, registry, settings());
     let api: Api<Secret> = Api::default_namespaced(emulator.client());
     let uid = create(&api, &secret(name, "original", &[])).await;
-    eventually("the first result in status", || async {
-        get(&emulator, name)
-            .await
-            .filter(|b| b.pointer("/status/task").is_some())
-    })
-    .await;
+    first_call(&calls, "task", name).await;
+    if kind == Kind::Timer {
+        // Results land while the object lives (what ends later is the task).
+        eventually("the first result in status", || async {
+            get(&emulator, name)
+                .await
+                .filter(|b| b.pointer("/status/task").is_some())
+        })
+        .await;
+    }
 
     // Keep the operator from hearing of the deletion by its watch: only the
     // patch can tell the task that its object is gone.
@@ -718,13 +785,23 @@ async fn patch_of_a_gone_object_ends_quietly(recreate: bool, name: &str) {
 }
 
 #[tokio::test]
+async fn daemon_whose_result_patch_finds_the_object_deleted_ends_quietly() {
+    patch_of_a_gone_object_ends_quietly(Kind::Daemon, false, "daemon-404").await;
+}
+
+#[tokio::test]
+async fn daemon_whose_result_patch_finds_the_object_replaced_ends_quietly() {
+    patch_of_a_gone_object_ends_quietly(Kind::Daemon, true, "daemon-409").await;
+}
+
+#[tokio::test]
 async fn timer_whose_result_patch_finds_the_object_deleted_ends_quietly() {
-    patch_of_a_gone_object_ends_quietly(false, "deleted-404").await;
+    patch_of_a_gone_object_ends_quietly(Kind::Timer, false, "timer-404").await;
 }
 
 #[tokio::test]
 async fn timer_whose_result_patch_finds_the_object_replaced_ends_quietly() {
-    patch_of_a_gone_object_ends_quietly(true, "replaced-409").await;
+    patch_of_a_gone_object_ends_quietly(Kind::Timer, true, "timer-409").await;
 }
 
 // ---------------------------------------------------------------------------
@@ -828,11 +905,10 @@ async fn timer_results_land_in_the_status_under_the_handler_id() {
     operator.stop().await;
 }
 
-#[tokio::test]
-async fn timer_stops_when_its_filters_stop_matching_and_restarts_when_they_match_again() {
+async fn filters_stop_and_restart(kind: Kind) {
     let emulator = Emulator::start().await.expect("emulator starts");
     let calls = Calls::default();
-    let registry = add_task(Registry::builder(), Kind::Timer, "task", &calls)
+    let registry = add_task(Registry::builder(), kind, "task", &calls)
         .no_finalizers()
         .label("tick", "yes")
         .build()
@@ -842,6 +918,11 @@ async fn timer_stops_when_its_filters_stop_matching_and_restarts_when_they_match
     let label =
         |value: Option<&str>| Patch::Merge(json!({"metadata": {"labels": {"tick": value}}}));
     let uid = create(&api, &secret("filtered", "1", &[])).await;
+    tokio::time::sleep(QUIET).await;
+    assert!(
+        calls.all().is_empty(),
+        "nothing runs for a mismatching object"
+    );
     api.patch("filtered", &PatchParams::default(), &label(Some("yes")))
         .await
         .expect("labelled");
@@ -850,15 +931,33 @@ async fn timer_stops_when_its_filters_stop_matching_and_restarts_when_they_match
     api.patch("filtered", &PatchParams::default(), &label(Some("no")))
         .await
         .expect("unlabelled");
-    assert_stopped(Kind::Timer, &calls, "task", &uid).await;
+    assert_stopped(kind, &calls, "task", &uid).await;
     assert_eq!(operator.task_counters().spawned, 1);
 
+    let before = calls_for(&calls, "task", &uid).len();
     api.patch("filtered", &PatchParams::default(), &label(Some("yes")))
         .await
         .expect("labelled again");
-    assert_running(Kind::Timer, &calls, "task", &uid).await;
+    // A timer ticks again, a daemon starts again.
+    eventually("the task running again", || {
+        let now = calls_for(&calls, "task", &uid).len();
+        async move { (now > before).then_some(()) }
+    })
+    .await;
     assert_eq!(operator.task_counters().spawned, 2, "a new task");
+    let body = get(&emulator, "filtered").await.expect("exists");
+    assert!(finalizers(&body).is_empty(), "{body}");
     operator.stop().await;
+}
+
+#[tokio::test]
+async fn daemon_stops_when_its_filters_stop_matching_and_restarts_when_they_match_again() {
+    filters_stop_and_restart(Kind::Daemon).await;
+}
+
+#[tokio::test]
+async fn timer_stops_when_its_filters_stop_matching_and_restarts_when_they_match_again() {
+    filters_stop_and_restart(Kind::Timer).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
