@@ -391,7 +391,13 @@ impl ResourceProcessor {
         if !self.tasks.is_empty() && (any_spawning || !self.spawner.running(uid).is_empty()) {
             if deleting {
                 self.spawner.stop_object(uid, StopReason::DeletionRequested);
-                tasks_running = !self.spawner.running(uid).is_empty();
+                // Only the tasks of handlers that keep the finalizer hold the
+                // object; the others are stopped but never waited for.
+                let running = self.spawner.running(uid);
+                tasks_running = self
+                    .tasks
+                    .iter()
+                    .any(|(h, _)| h.requires_finalizer && running.contains(&h.id));
             } else {
                 self.observer.remember(uid, body);
                 for ((handler, spec), matches) in self.tasks.iter().zip(&spawning) {

@@ -860,6 +860,54 @@ async fn mixed_handlers_keep_the_finalizer_until_the_finalizer_keeping_daemon_st
     operator.stop().await;
 }
 
+#[tokio::test]
+async fn mixed_handlers_do_not_hold_the_object_for_a_slow_task_without_finalizers() {
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let calls = Calls::default();
+    let slow = calls.clone();
+    // The finalizer-keeping daemon stops at once; the other one takes its time.
+    let registry = add_task(Registry::builder(), Kind::Daemon, "keeper", &calls)
+        .daemon(secrets(), "slow", move |kw: Kwargs| {
+            let calls = slow.clone();
+            async move {
+                calls.push("slow", json!({"uid": kw.uid(), "name": kw.name()}));
+                let stopped = kw.stopped.clone().expect("daemons get a stop flag");
+                stopped.wait(PATIENCE).await;
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                calls.push("slow:exit", json!({"uid": kw.uid()}));
+                Ok::<_, Error>(())
+            }
+        })
+        .no_finalizers()
+        .cancellation_backoff(Duration::from_secs(10))
+        .build()
+        .expect("a valid registry");
+    let operator = Running::start_with(&emulator, registry, settings());
+    let api: Api<Secret> = Api::default_namespaced(emulator.client());
+    let uid = create(&api, &secret("mixed", "1", &[])).await;
+    first_call(&calls, "keeper", "mixed").await;
+    first_call(&calls, "slow", "mixed").await;
+    eventually("the finalizer", || async {
+        get(&emulator, "mixed")
+            .await
+            .filter(|b| finalizers(b) == [FINALIZER])
+    })
+    .await;
+
+    delete(&api, "mixed").await;
+    eventually("the object released and gone", || async {
+        get(&emulator, "mixed").await.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(calls_for(&calls, "keeper:exit", &uid).len(), 1);
+    assert!(
+        calls_for(&calls, "slow:exit", &uid).is_empty(),
+        "released without waiting for the task that opted out of the finalizer"
+    );
+    calls.wait_for("slow:exit", 1).await;
+    operator.stop().await;
+}
+
 // ---------------------------------------------------------------------------
 // kubectl delete does not hang while the operator is down.
 
