@@ -953,6 +953,122 @@ async fn timer_results_land_in_the_status_under_the_handler_id() {
     operator.stop().await;
 }
 
+/// A namespaced custom resource with a status subresource.
+fn examples() -> ApiResource {
+    ApiResource {
+        group: "kopf.dev".into(),
+        version: "v1".into(),
+        api_version: "kopf.dev/v1".into(),
+        kind: "KopfExample".into(),
+        plural: "kopfexamples".into(),
+    }
+}
+
+fn example(name: &str, mark: &str) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "kopf.dev/v1", "kind": "KopfExample",
+        "metadata": {"name": name, "namespace": "default", "annotations": {MARK: mark}},
+        "spec": {},
+    }))
+    .expect("a valid object")
+}
+
+#[tokio::test]
+async fn timer_results_go_to_the_status_subresource_and_never_to_a_replacement() {
+    capture_warnings();
+    let emulator = Emulator::builder()
+        .crd("kopf.dev", "v1", "kopfexamples", "KopfExample", true)
+        .start()
+        .await
+        .expect("emulator starts");
+    let calls = Calls::default();
+    let armed = Arc::new(AtomicBool::new(false));
+    let (c, a) = (calls.clone(), Arc::clone(&armed));
+    let registry = Registry::builder()
+        .timer(
+            ResourceRef::dynamic("kopf.dev", "v1", "kopfexamples"),
+            "task",
+            move |kw: Kwargs| {
+                let (calls, armed) = (c.clone(), Arc::clone(&a));
+                async move {
+                    calls.push("task", json!({"uid": kw.uid(), "name": kw.name()}));
+                    let api: Api<DynamicObject> = Api::default_namespaced_with(
+                        kw.client.clone().expect("a client"),
+                        &examples(),
+                    );
+                    let name = kw.name().unwrap_or_default().to_owned();
+                    if armed.load(Ordering::SeqCst) && mark(&kw.body) == "original" {
+                        api.delete(&name, &DeleteParams::default()).await?;
+                        api.create(&PostParams::default(), &example(&name, "replacement"))
+                            .await?;
+                        calls.push("task:replaced", json!({"uid": kw.uid()}));
+                    }
+                    Ok::<_, Error>(json!({"mark": mark(&kw.body)}))
+                }
+            },
+        )
+        .interval(TICK)
+        .no_finalizers()
+        .build()
+        .expect("a valid registry");
+    let operator = Running::start_with(&emulator, registry, settings());
+    let api: Api<DynamicObject> = Api::default_namespaced_with(emulator.client(), &examples());
+    let uid = api
+        .create(&PostParams::default(), &example("crd-409", "original"))
+        .await
+        .expect("created")
+        .metadata
+        .uid
+        .expect("a UID");
+    let body = eventually("the result in the status", || async {
+        api.get_opt("crd-409")
+            .await
+            .expect("get works")
+            .map(|o| serde_json::to_value(o).expect("serializable"))
+            .filter(|b| b.pointer("/status/task").is_some())
+    })
+    .await;
+    assert_eq!(body["status"]["task"], json!({"mark": "original"}));
+
+    let faults = emulator.faults();
+    faults.fail_next(
+        1_000_000,
+        FailRule::status(500)
+            .verb("watch")
+            .path_contains("kopfexamples"),
+    );
+    faults.fail_next(
+        1_000_000,
+        FailRule::status(500)
+            .verb("list")
+            .path_contains("kopfexamples"),
+    );
+    faults.drop_watches();
+    let stopped_before = operator.task_counters().stopped;
+    armed.store(true, Ordering::SeqCst);
+    calls.wait_for("task:replaced", 1).await;
+    eventually("the task ended by its patch", || {
+        let counters = operator.task_counters();
+        async move { (counters.stopped > stopped_before).then_some(()) }
+    })
+    .await;
+    tokio::time::sleep(QUIET).await;
+    let now = api.get("crd-409").await.expect("the replacement exists");
+    let now = serde_json::to_value(now).expect("serializable");
+    assert_ne!(now["metadata"]["uid"], uid.as_str());
+    assert!(
+        now.pointer("/status/task").is_none(),
+        "patched the replacement: {now}"
+    );
+    let warnings = captured_warnings();
+    assert!(
+        !warnings.lines().any(|l| l.contains("crd-409")),
+        "not quiet: {warnings}"
+    );
+    faults.clear();
+    operator.stop().await;
+}
+
 async fn filters_stop_and_restart(kind: Kind) {
     let emulator = Emulator::start().await.expect("emulator starts");
     let calls = Calls::default();
