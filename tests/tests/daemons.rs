@@ -1125,10 +1125,10 @@ async fn timer_stops_when_its_filters_stop_matching_and_restarts_when_they_match
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn shutdown_stops_every_task_and_a_stuck_one_does_not_hold_the_exit_beyond_its_timeout() {
+async fn shutdown_stops_every_task_and_stuck_ones_do_not_hold_the_exit_beyond_its_timeout() {
     let emulator = Emulator::start().await.expect("emulator starts");
     let calls = Calls::default();
-    let stuck = calls.clone();
+    let (stuck, blocked) = (calls.clone(), calls.clone());
     let registry = add_task(Registry::builder(), Kind::Daemon, "polite", &calls).no_finalizers();
     let registry = add_task(registry, Kind::Timer, "ticker", &calls).no_finalizers();
     let registry = registry
@@ -1142,10 +1142,21 @@ async fn shutdown_stops_every_task_and_a_stuck_one_does_not_hold_the_exit_beyond
             }
         })
         .no_finalizers()
+        .timer(secrets(), "blocked", move |kw: Kwargs| {
+            let calls = blocked.clone();
+            async move {
+                calls.push("blocked", json!({"uid": kw.uid(), "name": kw.name()}));
+                // Blocks its thread well beyond the shutdown's deadline.
+                tokio::task::block_in_place(|| std::thread::sleep(BLOCKED));
+                Ok::<_, Error>(())
+            }
+        })
+        .interval(TICK)
+        .no_finalizers()
         .build()
         .expect("a valid registry");
     let mut settings = settings();
-    // The stuck daemon would get a minute to exit, but the shutdown gives 1 s.
+    // The stuck tasks would get a minute to exit, but the shutdown gives 1 s.
     settings.background.graceful_exit_limit = Duration::from_secs(60);
     settings.background.shutdown_timeout = Duration::from_secs(1);
     let operator = Running::start_with(&emulator, registry, settings);
@@ -1154,9 +1165,10 @@ async fn shutdown_stops_every_task_and_a_stuck_one_does_not_hold_the_exit_beyond
     first_call(&calls, "polite", "busy").await;
     first_call(&calls, "ticker", "busy").await;
     first_call(&calls, "stuck", "busy").await;
+    first_call(&calls, "blocked", "busy").await;
 
     let counters = operator.counters();
-    assert_eq!(counters.snapshot().spawned, 3);
+    assert_eq!(counters.snapshot().spawned, 4);
     let stopping = Instant::now();
     operator.stop().await;
     let took = stopping.elapsed();
@@ -1165,7 +1177,12 @@ async fn shutdown_stops_every_task_and_a_stuck_one_does_not_hold_the_exit_beyond
         "the exit took {took:?}"
     );
     assert_eq!(calls_for(&calls, "polite:exit", &uid).len(), 1);
-    assert_eq!(counters.snapshot().abandoned, 1, "only the stuck daemon");
+    assert!(took < BLOCKED, "the blocked thread did not hold the exit");
+    assert_eq!(
+        counters.snapshot().abandoned,
+        2,
+        "the stuck daemon and the blocked timer"
+    );
     let ticks = calls_for(&calls, "ticker", &uid).len();
     tokio::time::sleep(QUIET).await;
     assert_eq!(calls_for(&calls, "ticker", &uid).len(), ticks);
