@@ -144,12 +144,22 @@ async fn assert_stopped(kind: Kind, calls: &Calls, id: &str, uid: &str) {
             .await;
         }
         Kind::Timer => {
-            // The stop lands between ticks: one tick may already be under way.
-            tokio::time::sleep(TICK * 2).await;
+            // The stop lands between ticks, whenever the operator gets to
+            // it: wait for a quiet spell of several intervals, then make
+            // sure that it stays quiet.
+            eventually(
+                &format!("the timer {id} of {uid} to stop ticking"),
+                || async {
+                    let before = calls_for(calls, id, uid).len();
+                    tokio::time::sleep(QUIET).await;
+                    (calls_for(calls, id, uid).len() == before).then_some(())
+                },
+            )
+            .await;
             let before = calls_for(calls, id, uid).len();
             tokio::time::sleep(QUIET).await;
             let after = calls_for(calls, id, uid).len();
-            assert_eq!(before, after, "the timer {id} of {uid} still ticks");
+            assert_eq!(before, after, "the timer {id} of {uid} ticks again");
         }
     }
 }
