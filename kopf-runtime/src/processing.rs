@@ -10,6 +10,9 @@
 //! - The finalizer is added before any handler runs when some matching
 //!   handler needs it, and removed once none does or the deletion handlers
 //!   are done. Objects no handler matches are never touched.
+//! - On deletion, the finalizer is released once the change handlers are
+//!   done and the tasks of finalizer-keeping daemons and timers have
+//!   stopped; tasks of `no_finalizers` handlers are stopped, never waited for.
 //! - A patch that finds its object gone ends the processing quietly.
 
 use std::collections::HashMap;
