@@ -137,9 +137,11 @@ async fn first_call(calls: &Calls, id: &str, name: &str) -> String {
 async fn assert_stopped(kind: Kind, calls: &Calls, id: &str, uid: &str) {
     match kind {
         Kind::Daemon => {
+            // Every run of it (it may have been restarted) has exited.
             eventually(&format!("the daemon {id} of {uid} to exit"), || {
-                let exited = !calls_for(calls, &format!("{id}:exit"), uid).is_empty();
-                async move { exited.then_some(()) }
+                let started = calls_for(calls, id, uid).len();
+                let exited = calls_for(calls, &format!("{id}:exit"), uid).len();
+                async move { (started > 0 && exited >= started).then_some(()) }
             })
             .await;
         }
@@ -932,6 +934,36 @@ async fn secret_served_without_finalizers_is_deleted_at_once_while_the_operator_
     assert!(finalizers(&body).is_empty(), "{body}");
     delete(&api, "free").await;
     assert!(get(&emulator, "free").await.is_none(), "deleted at once");
+}
+
+async fn restarted_operator_resumes(kind: Kind) {
+    let (emulator, calls, operator, api) = setup(kind).await;
+    let uid = create(&api, &secret("lasting", "1", &[])).await;
+    first_call(&calls, "task", "lasting").await;
+    operator.stop().await;
+    let before = calls_for(&calls, "task", &uid).len();
+
+    let operator = Running::start_with(&emulator, light(kind, &calls), settings());
+    eventually("the task running again", || {
+        let now = calls_for(&calls, "task", &uid).len();
+        async move { (now > before).then_some(()) }
+    })
+    .await;
+    let body = get(&emulator, "lasting").await.expect("exists");
+    assert!(finalizers(&body).is_empty(), "{body}");
+    delete(&api, "lasting").await;
+    assert_stopped(kind, &calls, "task", &uid).await;
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn daemon_without_finalizers_runs_again_for_existing_objects_after_an_operator_restart() {
+    restarted_operator_resumes(Kind::Daemon).await;
+}
+
+#[tokio::test]
+async fn timer_without_finalizers_runs_again_for_existing_objects_after_an_operator_restart() {
+    restarted_operator_resumes(Kind::Timer).await;
 }
 
 // ---------------------------------------------------------------------------
