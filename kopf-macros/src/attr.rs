@@ -44,6 +44,8 @@ enum Item {
     Option(Ident, Raw),
 }
 
+// Short-lived, a handful per attribute: boxing the type buys nothing.
+#[allow(clippy::large_enum_variant)]
 enum Positional {
     Str(LitStr),
     Type(Box<syn::Type>),

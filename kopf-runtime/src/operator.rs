@@ -36,7 +36,7 @@ use crate::registry::Registry;
 use crate::resources::ResourceRef;
 use crate::settings::OperatorSettings;
 use crate::spawned::TaskObserver;
-use crate::spawning::{Spawner, SpawnerSettings};
+use crate::spawning::{Counters, Spawner, SpawnerSettings};
 use crate::watching::{ObjectEvent, ResourceWatcher, Seen};
 
 /// Why an operator could not start or stopped with an error.
@@ -109,6 +109,7 @@ pub struct Operator {
     settings: OperatorSettings,
     client: Option<Client>,
     namespaces: NamespaceSelector,
+    task_counters: Arc<Counters>,
 }
 
 impl std::fmt::Debug for Operator {
@@ -129,7 +130,15 @@ impl Operator {
             settings: OperatorSettings::default(),
             client: None,
             namespaces: NamespaceSelector::all(),
+            task_counters: Arc::default(),
         }
+    }
+
+    /// The lifetime counters of the operator's daemons and timers (spawned,
+    /// stopped, cancelled, abandoned, …), for metrics; they keep counting
+    /// while the operator runs.
+    pub fn task_counters(&self) -> Arc<Counters> {
+        Arc::clone(&self.task_counters)
     }
 
     /// Uses this client instead of inferring one.
@@ -196,12 +205,14 @@ impl Operator {
         };
 
         let observer = TaskObserver::new(poster.clone());
-        let spawner = Arc::new(Spawner::new(
+        let spawner = Arc::new(Spawner::with_counters(
+            tokio::runtime::Handle::current(),
             Arc::clone(&observer) as Arc<dyn crate::spawning::Observer>,
             SpawnerSettings {
                 graceful_exit_limit: settings.background.graceful_exit_limit,
                 default_cancellation_timeout: settings.background.default_cancellation_timeout,
             },
+            Arc::clone(&self.task_counters),
         ));
 
         let activities = |kind| {

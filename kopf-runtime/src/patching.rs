@@ -336,10 +336,25 @@ pub fn split_status(patch: &Value, status_subresource: bool) -> (Option<Value>, 
         return ((!map.is_empty()).then(|| patch.clone()), None);
     }
     let mut main = map.clone();
-    let status = main
-        .remove("status")
-        .map(|s| Value::Object(Map::from_iter([("status".to_owned(), s)])));
-    ((!main.is_empty()).then_some(Value::Object(main)), status)
+    // A UID in the patch is a precondition (the object must be the same
+    // instance): both requests carry it, so that neither lands on an object
+    // re-created under the same name in between.
+    let uid = main
+        .get("metadata")
+        .and_then(|m| m.get("uid"))
+        .cloned()
+        .map(|uid| Value::Object(Map::from_iter([("uid".to_owned(), uid)])));
+    let status = main.remove("status").map(|s| {
+        let mut part = Map::from_iter([("status".to_owned(), s)]);
+        if let Some(uid) = &uid {
+            part.insert("metadata".to_owned(), uid.clone());
+        }
+        Value::Object(part)
+    });
+    // Nothing but the precondition left: no change to send.
+    let only_uid = uid.is_some() && main.len() == 1 && main.get("metadata") == uid.as_ref();
+    let main = (!main.is_empty() && !only_uid).then_some(Value::Object(main));
+    (main, status)
 }
 
 /// The value at `path` (object keys only), if every level is an object.
@@ -723,5 +738,28 @@ mod tests {
             (None, Some(json!({"status": {"x": 1}})))
         );
         assert_eq!(split_status(&json!({}), true), (None, None));
+    }
+
+    #[test]
+    fn a_uid_precondition_guards_both_parts_of_a_split_patch() {
+        let patch = json!({"metadata": {"uid": "u1", "labels": {"a": "b"}}, "status": {"x": 1}});
+        assert_eq!(
+            split_status(&patch, true),
+            (
+                Some(json!({"metadata": {"uid": "u1", "labels": {"a": "b"}}})),
+                Some(json!({"metadata": {"uid": "u1"}, "status": {"x": 1}}))
+            )
+        );
+        // The precondition alone is no change: only the status is sent.
+        let patch = json!({"metadata": {"uid": "u1"}, "status": {"x": 1}});
+        assert_eq!(
+            split_status(&patch, true),
+            (
+                None,
+                Some(json!({"metadata": {"uid": "u1"}, "status": {"x": 1}}))
+            )
+        );
+        // Without the subresource, one patch carries both.
+        assert_eq!(split_status(&patch, false), (Some(patch.clone()), None));
     }
 }

@@ -10,6 +10,9 @@
 //! - The finalizer is added before any handler runs when some matching
 //!   handler needs it, and removed once none does or the deletion handlers
 //!   are done. Objects no handler matches are never touched.
+//! - On deletion, the finalizer is released once the change handlers are
+//!   done and the tasks of finalizer-keeping daemons and timers have
+//!   stopped; tasks of `no_finalizers` handlers are stopped, never waited for.
 //! - A patch that finds its object gone ends the processing quietly.
 
 use std::collections::HashMap;
@@ -266,10 +269,19 @@ impl ResourceProcessor {
             }
         }
         if !self.tasks.is_empty() {
-            // Keep the object's identity for reports until its tasks end
-            // (bounded: a task that will not stop is abandoned).
-            let background = &self.settings.background;
-            let limit = background.graceful_exit_limit + background.default_cancellation_timeout;
+            // Keep the object's identity for reports until its tasks end:
+            // an abandoned task is reported (as an Event on the object) only
+            // after its own graceful period and cancellation timeout, which
+            // may exceed the settings' defaults. The spawner bounds the wait
+            // (a task that will not stop is abandoned by then); the timeout
+            // is a safety net only, past the longest stop of any task.
+            let limit = self
+                .tasks
+                .iter()
+                .map(|(_, spec)| self.spawner.stop_limit(spec))
+                .max()
+                .unwrap_or_default()
+                .saturating_add(STOP_LIMIT_MARGIN);
             let _ = tokio::time::timeout(limit, self.spawner.wait_stopped(uid)).await;
             self.observer.forget(uid);
         }
@@ -421,7 +433,13 @@ impl ResourceProcessor {
         if !self.tasks.is_empty() && (any_spawning || !self.spawner.running(uid).is_empty()) {
             if deleting {
                 self.spawner.stop_object(uid, StopReason::DeletionRequested);
-                tasks_running = !self.spawner.running(uid).is_empty();
+                // Only the tasks of handlers that keep the finalizer hold the
+                // object; the others are stopped but never waited for.
+                let running = self.spawner.running(uid);
+                tasks_running = self
+                    .tasks
+                    .iter()
+                    .any(|(h, _)| h.requires_finalizer && running.contains(&h.id));
             } else {
                 self.observer.remember(uid, body);
                 for ((handler, spec), matches) in self.tasks.iter().zip(&spawning) {
@@ -632,6 +650,10 @@ fn set_finalizer(body: &Value, patch: &mut Value, finalizer: &str, present: bool
         ensure_field(patch, &["metadata", "resourceVersion"], version.clone());
     }
 }
+
+/// How much longer than the longest stop of its tasks a deleted object's
+/// identity is kept for reports about them.
+const STOP_LIMIT_MARGIN: Duration = Duration::from_secs(1);
 
 /// How often an object with tasks still stopping is looked at again.
 const TASK_RESPAWN_CHECK: Duration = Duration::from_millis(500);

@@ -9,7 +9,8 @@
 //!
 //! # Guarantees
 //! - A patch never lands on another object of the same name: a re-created
-//!   object has a new UID and the server refuses the patch (409).
+//!   object has a new UID and the server refuses the patch (409). With a
+//!   status subresource, both requests of the split patch carry the UID.
 //! - A task whose object is gone (404) or replaced (409) ends quietly: its
 //!   stop flag is set and no error is logged or retried.
 //! - An abandoned task (one that ignored its stop flag and cancellation) is

@@ -587,6 +587,22 @@ impl Store {
         {
             return Err(ApiError::stale(&def.group, &def.plural, &name));
         }
+        // A UID in the body is a precondition (as kubelets use it in status
+        // patches): the object must still be the same instance.
+        if let Some(uid) = objects::meta_str(&new, "uid")
+            && !uid.is_empty()
+            && objects::meta_str(old, "uid") != Some(uid)
+        {
+            return Err(ApiError::conflict(
+                &def.group,
+                &def.plural,
+                &name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    objects::meta_str(old, "uid").unwrap_or("")
+                ),
+            ));
+        }
         // Which parts of the new object count.
         if target == Target::Status {
             let mut merged = (**old).clone();
@@ -1163,6 +1179,40 @@ mod tests {
             "a no-op patch does not bump the resourceVersion"
         );
         assert_eq!(same, patched);
+    }
+
+    #[test]
+    fn a_uid_in_a_patch_or_update_is_a_precondition() {
+        let mut store = Store::new(100);
+        let def = cm_def(&store);
+        let obj = store.create(&def, Some("default"), cm("a"), false).unwrap();
+        let uid = objects::meta_str(&obj, "uid").unwrap().to_owned();
+        let mut patch = |uid: &str| {
+            store.patch(
+                &def,
+                Some("default"),
+                "a",
+                PatchKind::Merge,
+                &json!({"metadata": {"uid": uid}, "data": {"k": uid}}),
+                Target::Main,
+                false,
+            )
+        };
+        let err = patch("another-instance").unwrap_err();
+        assert_eq!(err.code, 409);
+        assert!(
+            err.message.contains("Precondition failed: UID"),
+            "{}",
+            err.message
+        );
+        let (patched, _) = patch(&uid).expect("the same instance");
+        assert_eq!(patched["data"]["k"], uid.as_str());
+        let mut replaced = (*patched).clone();
+        replaced["metadata"]["uid"] = "another-instance".into();
+        let err = store
+            .update(&def, Some("default"), "a", replaced, Target::Main, false)
+            .unwrap_err();
+        assert_eq!(err.code, 409);
     }
 
     #[test]

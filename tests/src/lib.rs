@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use kopf_runtime::namespaces::NamespaceSelector;
 use kopf_runtime::settings::OperatorSettings;
+use kopf_runtime::spawning::{Counters, CountersSnapshot};
 use kopf_runtime::{Operator, OperatorError, Registry};
 use kopf_testing::Emulator;
 use kube::Api;
@@ -22,6 +23,7 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 pub struct Running {
     stop: CancellationToken,
     task: JoinHandle<Result<(), OperatorError>>,
+    counters: Arc<Counters>,
 }
 
 impl Running {
@@ -48,8 +50,24 @@ impl Running {
             .client(emulator.client())
             .settings(settings)
             .namespaces(selector);
+        let counters = operator.task_counters();
         let task = tokio::spawn(operator.run_until(stop.clone().cancelled_owned()));
-        Self { stop, task }
+        Self {
+            stop,
+            task,
+            counters,
+        }
+    }
+
+    /// The live counters of the operator's daemons and timers (still readable
+    /// after [`Running::stop`]).
+    pub fn counters(&self) -> Arc<Counters> {
+        Arc::clone(&self.counters)
+    }
+
+    /// The counters of the operator's daemons and timers, now.
+    pub fn task_counters(&self) -> CountersSnapshot {
+        self.counters.snapshot()
     }
 
     /// Stops the operator and waits until it has exited.
@@ -219,7 +237,7 @@ pub fn logs() {
         .try_init();
 }
 
-/// Log lines captured by [`capture_logs`].
+/// Log lines captured by [`capture_logs`] or [`capture_warnings`].
 #[derive(Clone, Default)]
 pub struct CapturedLogs(Arc<Mutex<Vec<u8>>>);
 
@@ -252,4 +270,32 @@ pub fn capture_logs() -> (CapturedLogs, tracing::subscriber::DefaultGuard) {
         .with_writer(move || writer.clone())
         .finish();
     (logs, tracing::subscriber::set_default(subscriber))
+}
+
+/// Starts capturing warnings process-wide, for tasks on other threads too
+/// (see [`captured_warnings`]).
+pub fn capture_warnings() {
+    warnings();
+}
+
+/// Everything logged at `WARN` or above in this test process, as text.
+/// Tests in one binary share it: look for what is unique to your test.
+pub fn captured_warnings() -> String {
+    warnings().text()
+}
+
+fn warnings() -> &'static CapturedLogs {
+    static WARNINGS: std::sync::OnceLock<CapturedLogs> = std::sync::OnceLock::new();
+    WARNINGS.get_or_init(|| {
+        let logs = CapturedLogs::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        // Another subscriber may be installed already; then nothing is captured.
+        let _ = tracing::subscriber::set_global_default(subscriber);
+        logs
+    })
 }

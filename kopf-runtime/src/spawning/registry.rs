@@ -172,7 +172,7 @@ struct Inner {
     tracker: TaskTracker,
     handle: Handle,
     root: StopFlag,
-    counters: Counters,
+    counters: Arc<Counters>,
     observer: Arc<dyn Observer>,
     settings: SpawnerSettings,
     settled: Notify,
@@ -399,13 +399,26 @@ impl Spawner {
         observer: Arc<dyn Observer>,
         settings: SpawnerSettings,
     ) -> Self {
+        Self::with_counters(handle, observer, settings, Arc::default())
+    }
+
+    /// A spawner whose tasks run on the given runtime and which counts into
+    /// `counters` (so that its owner can read them, e.g. for metrics, without
+    /// holding the spawner).
+    #[must_use]
+    pub fn with_counters(
+        handle: Handle,
+        observer: Arc<dyn Observer>,
+        settings: SpawnerSettings,
+        counters: Arc<Counters>,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 state: Mutex::default(),
                 tracker: TaskTracker::new(),
                 handle,
                 root: StopFlag::new(),
-                counters: Counters::default(),
+                counters,
                 observer,
                 settings,
                 settled: Notify::new(),
@@ -511,6 +524,15 @@ impl Spawner {
         state.tasks += 1;
         Counters::bump(&inner.counters.spawned);
         Ensured::Spawned
+    }
+
+    /// How long stopping a task of `spec` can take at most: its graceful
+    /// period plus its cancellation timeout (the handler's own options, else
+    /// the settings'). By then it has ended or been abandoned (and reported).
+    #[must_use]
+    pub fn stop_limit(&self, spec: &TaskSpec) -> Duration {
+        let (grace, timeout) = self.stop_policy(spec);
+        grace.saturating_add(timeout)
     }
 
     fn stop_policy(&self, spec: &TaskSpec) -> (Duration, Duration) {
@@ -935,6 +957,37 @@ mod tests {
         spawner.stop("u1", "d", StopReason::FilterMismatch);
         spawner.wait_stopped("u1").await;
         assert_eq!(dropped.times(), [secs(20)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_limit_is_the_handlers_own_grace_and_timeout_else_the_settings() {
+        let spawner = Spawner::new(
+            Arc::new(()),
+            SpawnerSettings {
+                graceful_exit_limit: secs(1),
+                default_cancellation_timeout: secs(2),
+            },
+        );
+        let noop = || task_fn(|_ctx| async { TaskOutcome::ok() });
+        let plain = TaskSpec::daemon("plain", noop()).build().expect("spec");
+        assert_eq!(spawner.stop_limit(&plain), secs(3));
+        let timer = TaskSpec::timer("timer", secs(1), noop())
+            .build()
+            .expect("spec");
+        assert_eq!(spawner.stop_limit(&timer), secs(3));
+        // Longer than the settings: the handler's own options count.
+        let patient = TaskSpec::daemon("patient", noop())
+            .cancellation_backoff(secs(5))
+            .cancellation_timeout(secs(7))
+            .build()
+            .expect("spec");
+        assert_eq!(spawner.stop_limit(&patient), secs(12));
+        // A timeout alone means no graceful period (as in Kopf).
+        let hasty = TaskSpec::daemon("hasty", noop())
+            .cancellation_timeout(secs(7))
+            .build()
+            .expect("spec");
+        assert_eq!(spawner.stop_limit(&hasty), secs(7));
     }
 
     #[tokio::test(start_paused = true)]
