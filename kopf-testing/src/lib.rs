@@ -6,7 +6,9 @@
 //! `resourceVersion`/`uid`/`generation`, label and field selectors, paging,
 //! watches with resume, bookmarks and `410 Gone`, merge/JSON/strategic/apply
 //! patches, optimistic concurrency, finalizers with `deletionTimestamp` and the
-//! status subresource. Faults can be injected through [`Faults`].
+//! status subresource. Faults can be injected through [`Faults`], or from
+//! other processes through the admin endpoints under `/_emulator/` (fault
+//! injection and request counts per User-Agent; see the `kube-emulator` binary).
 //!
 //! ```no_run
 //! use k8s_openapi::api::core::v1::ConfigMap;
@@ -23,6 +25,7 @@
 //! # Ok(()) }
 //! ```
 
+mod admin;
 mod discovery;
 mod emulator;
 mod error;
