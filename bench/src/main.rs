@@ -45,7 +45,7 @@ struct Args {
     /// Skip the Kopf peer (no Python, no pip).
     #[arg(long)]
     no_kopf: bool,
-    /// A quick check that everything works: N=20, 1 run, 3 s window, no Kopf
+    /// A quick check that everything works: N=20, 1 run, 2 s window, no Kopf
     /// (unless --operators names it).
     #[arg(long)]
     smoke: bool,
@@ -104,7 +104,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     }
     let operators_given = std::env::args().any(|a| a.starts_with("--operators"));
     let (ns, runs, window) = if args.smoke {
-        (vec![20], 1, 3)
+        (vec![20], 1, 2)
     } else {
         (args.n.clone(), args.runs, args.window)
     };
@@ -162,6 +162,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                     n,
                     window: Duration::from_secs(window),
                     s5_deletions: args.s5_deletions.unwrap_or(n / 10).max(1),
+                    quick: args.smoke,
                 };
                 let base = |scenario, variant| RunResult {
                     scenario,

@@ -1,7 +1,7 @@
 //! Results: one JSON line per run, a summary table (medians, ranges and ratios
 //! to the peers), and a plot of operator CPU and RSS against N.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -149,7 +149,7 @@ pub fn summary(results: &[RunResult], operators: &[Operator]) -> String {
     out
 }
 
-/// The panels of the plot: (figure index into [`FIGURES`]-like spec, title).
+/// The panels of the plot: scenario, variant, metric key, title.
 const PANELS: [(&str, &str, &str, &str); 4] = [
     ("S1", "", "operator_cpu_s", "S1 operator CPU (s)"),
     ("S2", "finalizers", "cpu_per_1000_ticks_s", "S2 CPU per 1,000 ticks (s)"),
@@ -222,13 +222,4 @@ pub fn plot(results: &[RunResult], operators: &[Operator], path: &Path) -> anyho
     }
     root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(())
-}
-
-/// Groups results by (scenario, variant) for the console.
-pub fn by_scenario(results: &[RunResult]) -> BTreeMap<(&'static str, &'static str), usize> {
-    let mut map = BTreeMap::new();
-    for r in results {
-        *map.entry((r.scenario, r.variant)).or_insert(0) += 1;
-    }
-    map
 }

@@ -44,7 +44,25 @@ pub struct Setup {
     pub window: Duration,
     /// S5's deletions during the gap.
     pub s5_deletions: usize,
+    /// Shorter settling pauses (smoke runs: checks, not measurements).
+    pub quick: bool,
 }
+
+impl Setup {
+    /// A pause to let the operator settle: `secs`, or a third of it when quick.
+    fn settle(&self, secs: u64) -> Duration {
+        if self.quick {
+            Duration::from_millis(secs * 1000 / 3)
+        } else {
+            Duration::from_secs(secs)
+        }
+    }
+}
+
+/// S5 looks for ticks of vanished objects from 5 s after the re-list…
+const S5_AFTER_NS: i64 = 5_000_000_000;
+/// … until 7 s after it (a leaking 1-s timer ticks at least once in between).
+const S5_UNTIL_NS: i64 = 7_000_000_000;
 
 /// One JSON line of results.
 #[derive(Debug, Clone, Serialize)]
@@ -284,7 +302,7 @@ pub async fn s2_s3(setup: &Setup, mode: Mode) -> anyhow::Result<Option<(Metrics,
         s.count(&names, |x| !x.ticks.is_empty()) == names.len()
     })
     .await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(setup.settle(2)).await;
 
     // S2: a steady window.
     if let Some(peak) = &env.peak {
@@ -380,7 +398,7 @@ pub async fn s2_s3(setup: &Setup, mode: Mode) -> anyhow::Result<Option<(Metrics,
     .await;
     watcher.abort();
     let t_deleted = result?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(setup.settle(2)).await;
     settle_signals().await;
     let op1 = env.op();
     let deleted = deleted.lock().unwrap_or_else(PoisonError::into_inner).clone();
@@ -425,14 +443,14 @@ pub async fn s4(setup: &Setup) -> anyhow::Result<Metrics> {
         s.by_name.get(SENTINEL).is_some_and(|x| !x.events.is_empty())
     })
     .await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(setup.settle(3)).await;
     let op0 = env.op();
     env.driver.create_all(&names).await?;
     env.wait_until("every object's event", timeout_for(setup.n), |s| {
         s.count(&names, |x| !x.events.is_empty()) == names.len()
     })
     .await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(setup.settle(3)).await;
     let op1 = env.op();
     let mut m = Metrics::new();
     m.insert("rss_0_mib".into(), op0.rss as f64 / MIB);
@@ -449,7 +467,7 @@ pub async fn s4(setup: &Setup) -> anyhow::Result<Metrics> {
 /// the operator can; Kopf keeps its finalizers and the runner removes them,
 /// so the objects vanish anyway); watch and list requests fail, every watch
 /// is dropped, K objects vanish, the history is compacted (410), the failures
-/// stop; count the vanished objects still ticking 5–8 s after the operator's re-list.
+/// stop; count the vanished objects still ticking 5–7 s after the operator's re-list.
 pub async fn s5(setup: &Setup) -> anyhow::Result<Metrics> {
     let mode = if setup.operator == Operator::Kopf {
         Mode::Timer
@@ -464,7 +482,7 @@ pub async fn s5(setup: &Setup) -> anyhow::Result<Metrics> {
         s.count(&names, |x| !x.ticks.is_empty()) == names.len()
     })
     .await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(setup.settle(2)).await;
     let k = setup.s5_deletions.clamp(1, setup.n);
     let (gone, kept) = names.split_at(k);
     let driver = &env.driver;
@@ -495,9 +513,9 @@ pub async fn s5(setup: &Setup) -> anyhow::Result<Metrics> {
         return Err(anyhow!("the operator did not re-list within 30 s after the gap"))
             .context(env.log_tail());
     }
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    tokio::time::sleep(Duration::from_nanos(S5_UNTIL_NS as u64)).await;
     settle_signals().await;
-    let (from, to) = (t_relist + 5_000_000_000, t_relist + 8_000_000_000);
+    let (from, to) = (t_relist + S5_AFTER_NS, t_relist + S5_UNTIL_NS);
     let in_window = |x: &signals::Seen| x.ticks.iter().any(|&t| t >= from && t < to);
     let (leaked, kept_ticking) = env
         .tail
