@@ -292,7 +292,12 @@ impl Driver {
         Ok(list
             .items
             .iter()
-            .filter(|o| o.metadata.name.as_deref().is_some_and(|n| n.starts_with(prefix)))
+            .filter(|o| {
+                o.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with(prefix))
+            })
             .count())
     }
 }

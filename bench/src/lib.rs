@@ -41,13 +41,13 @@
 //!   failures stop; after the operator's re-list (seen as its next `list`),
 //!   count the vanished objects with a tick 5–7 s later. Must be 0.
 //!
-//! - [`signals`]: how handlers report their calls to the runner.
-//! - [`procfs`]: CPU and RSS of a process from `/proc`.
-//! - [`stats`]: medians, ranges, percentiles.
-//! - [`cluster`]: the emulator process, its admin endpoints and the driver client.
-//! - [`operators`]: how each operator under test is started.
-//! - [`scenarios`]: S1–S5.
-//! - [`report`]: JSON lines, the summary table and the plot.
+//! - [`signals`] — how handlers report their calls to the runner.
+//! - [`procfs`] — CPU and RSS of a process from `/proc`.
+//! - [`stats`] — medians, ranges, percentiles.
+//! - [`cluster`] — the emulator process, its admin endpoints and the driver client.
+//! - [`operators`] — how each operator under test is started.
+//! - [`scenarios`] — S1–S5.
+//! - [`report`] — JSON lines, the summary table and the plot.
 
 pub mod cluster;
 pub mod operators;

@@ -98,8 +98,9 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let release = !cfg!(debug_assertions);
     let mut operators: Vec<Operator> = Vec::new();
     for name in &args.operators {
-        let op = Operator::parse(name)
-            .with_context(|| format!("unknown operator {name:?}: expected kopf-rs, bare or kopf"))?;
+        let op = Operator::parse(name).with_context(|| {
+            format!("unknown operator {name:?}: expected kopf-rs, bare or kopf")
+        })?;
         operators.push(op);
     }
     let operators_given = std::env::args().any(|a| a.starts_with("--operators"));
@@ -110,7 +111,10 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     };
     if args.no_kopf || (args.smoke && !operators_given) {
         operators.retain(|o| *o != Operator::Kopf);
-        println!("# the Kopf peer is skipped ({})", if args.no_kopf { "--no-kopf" } else { "--smoke" });
+        println!(
+            "# the Kopf peer is skipped ({})",
+            if args.no_kopf { "--no-kopf" } else { "--smoke" }
+        );
     }
     if !release {
         println!("# debug build: figures are not representative; use --release");
@@ -122,7 +126,10 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let bin_dir = exe.parent().context("no directory")?.to_path_buf();
     let root = workspace_root();
     let venv = if operators.contains(&Operator::Kopf) {
-        let venv = args.venv.clone().unwrap_or_else(|| root.join("target").join("bench-venv"));
+        let venv = args
+            .venv
+            .clone()
+            .unwrap_or_else(|| root.join("target").join("bench-venv"));
         operators::ensure_kopf(&args.python, &venv)?;
         Some(venv)
     } else {
@@ -188,7 +195,10 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                     record(done(base("S1", ""), scenarios::s1(&setup("s1")).await))?;
                 }
                 if want("s2") || want("s3") {
-                    for (mode, variant) in [(Mode::Timer, "finalizers"), (Mode::TimerNoFinalizers, "no_finalizers")] {
+                    for (mode, variant) in [
+                        (Mode::Timer, "finalizers"),
+                        (Mode::TimerNoFinalizers, "no_finalizers"),
+                    ] {
                         match scenarios::s2_s3(&setup(&format!("s2s3-{variant}")), mode).await {
                             Ok(None) => {}
                             Ok(Some((s2, s3))) => {
@@ -212,7 +222,11 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             }
         }
     }
-    let summary = report::summary(&results, &operators);
+    let summary = format!(
+        "{}\nTargets (BENCHMARKS.md) at the N of this run:\n\n{}",
+        report::summary(&results, &operators),
+        report::targets(&results)
+    );
     let command = std::env::args().skip(1).collect::<Vec<_>>().join(" ");
     let header = format!(
         "kopf-bench {command} ({} build, {} cores)\n\n",

@@ -24,7 +24,12 @@ pub struct Figure {
     pub label: &'static str,
 }
 
-const fn fig(scenario: &'static str, variant: &'static str, key: &'static str, label: &'static str) -> Figure {
+const fn fig(
+    scenario: &'static str,
+    variant: &'static str,
+    key: &'static str,
+    label: &'static str,
+) -> Figure {
     Figure {
         scenario,
         variant,
@@ -35,31 +40,131 @@ const fn fig(scenario: &'static str, variant: &'static str, key: &'static str, l
 
 /// The figures of the summary, in order.
 pub const FIGURES: &[Figure] = &[
-    fig("S1", "", "operator_cpu_s", "S1 operator CPU, first POST → last handler (s)"),
-    fig("S1", "", "first_post_to_last_call_s", "S1 first POST → last handler (s)"),
-    fig("S1", "", "requests_per_object", "S1 operator requests per object"),
+    fig(
+        "S1",
+        "",
+        "operator_cpu_s",
+        "S1 operator CPU, first POST → last handler (s)",
+    ),
+    fig(
+        "S1",
+        "",
+        "first_post_to_last_call_s",
+        "S1 first POST → last handler (s)",
+    ),
+    fig(
+        "S1",
+        "",
+        "requests_per_object",
+        "S1 operator requests per object",
+    ),
     fig("S1", "", "emulator_cpu_s", "S1 emulator CPU (s)"),
-    fig("S2", "finalizers", "ticks_ratio", "S2 ticks seen / expected (finalizers)"),
-    fig("S2", "finalizers", "cpu_per_1000_ticks_s", "S2 operator CPU per 1,000 ticks (s) (finalizers)"),
-    fig("S2", "finalizers", "jitter_p50_ms", "S2 jitter p50 (ms) (finalizers)"),
-    fig("S2", "finalizers", "jitter_p99_ms", "S2 jitter p99 (ms) (finalizers)"),
-    fig("S2", "finalizers", "jitter_max_ms", "S2 jitter max (ms) (finalizers)"),
-    fig("S2", "finalizers", "rss_peak_mib", "S2 RSS peak (MiB) (finalizers)"),
-    fig("S2", "no_finalizers", "ticks_ratio", "S2 ticks seen / expected (no_finalizers)"),
-    fig("S2", "no_finalizers", "cpu_per_1000_ticks_s", "S2 operator CPU per 1,000 ticks (s) (no_finalizers)"),
-    fig("S2", "no_finalizers", "jitter_p99_ms", "S2 jitter p99 (ms) (no_finalizers)"),
-    fig("S2", "no_finalizers", "rss_peak_mib", "S2 RSS peak (MiB) (no_finalizers)"),
-    fig("S3", "finalizers", "first_delete_to_last_tick_s", "S3 first DELETE → last tick (s) (finalizers)"),
-    fig("S3", "finalizers", "first_delete_to_all_gone_s", "S3 first DELETE → all gone (s) (finalizers)"),
-    fig("S3", "finalizers", "max_tick_after_own_deleted_ms", "S3 last tick − own DELETED event, max (ms) (finalizers)"),
-    fig("S3", "no_finalizers", "first_delete_to_last_tick_s", "S3 first DELETE → last tick (s) (no_finalizers)"),
-    fig("S3", "no_finalizers", "first_delete_to_all_gone_s", "S3 first DELETE → all gone (s) (no_finalizers)"),
-    fig("S3", "no_finalizers", "max_tick_after_own_deleted_ms", "S3 last tick − own DELETED event, max (ms) (no_finalizers)"),
+    fig(
+        "S2",
+        "finalizers",
+        "ticks_ratio",
+        "S2 ticks seen / expected (finalizers)",
+    ),
+    fig(
+        "S2",
+        "finalizers",
+        "cpu_per_1000_ticks_s",
+        "S2 operator CPU per 1,000 ticks (s) (finalizers)",
+    ),
+    fig(
+        "S2",
+        "finalizers",
+        "jitter_p50_ms",
+        "S2 jitter p50 (ms) (finalizers)",
+    ),
+    fig(
+        "S2",
+        "finalizers",
+        "jitter_p99_ms",
+        "S2 jitter p99 (ms) (finalizers)",
+    ),
+    fig(
+        "S2",
+        "finalizers",
+        "jitter_max_ms",
+        "S2 jitter max (ms) (finalizers)",
+    ),
+    fig(
+        "S2",
+        "finalizers",
+        "rss_peak_mib",
+        "S2 RSS peak (MiB) (finalizers)",
+    ),
+    fig(
+        "S2",
+        "no_finalizers",
+        "ticks_ratio",
+        "S2 ticks seen / expected (no_finalizers)",
+    ),
+    fig(
+        "S2",
+        "no_finalizers",
+        "cpu_per_1000_ticks_s",
+        "S2 operator CPU per 1,000 ticks (s) (no_finalizers)",
+    ),
+    fig(
+        "S2",
+        "no_finalizers",
+        "jitter_p99_ms",
+        "S2 jitter p99 (ms) (no_finalizers)",
+    ),
+    fig(
+        "S2",
+        "no_finalizers",
+        "rss_peak_mib",
+        "S2 RSS peak (MiB) (no_finalizers)",
+    ),
+    fig(
+        "S3",
+        "finalizers",
+        "first_delete_to_last_tick_s",
+        "S3 first DELETE → last tick (s) (finalizers)",
+    ),
+    fig(
+        "S3",
+        "finalizers",
+        "first_delete_to_all_gone_s",
+        "S3 first DELETE → all gone (s) (finalizers)",
+    ),
+    fig(
+        "S3",
+        "finalizers",
+        "max_tick_after_own_deleted_ms",
+        "S3 last tick − own DELETED event, max (ms) (finalizers)",
+    ),
+    fig(
+        "S3",
+        "no_finalizers",
+        "first_delete_to_last_tick_s",
+        "S3 first DELETE → last tick (s) (no_finalizers)",
+    ),
+    fig(
+        "S3",
+        "no_finalizers",
+        "first_delete_to_all_gone_s",
+        "S3 first DELETE → all gone (s) (no_finalizers)",
+    ),
+    fig(
+        "S3",
+        "no_finalizers",
+        "max_tick_after_own_deleted_ms",
+        "S3 last tick − own DELETED event, max (ms) (no_finalizers)",
+    ),
     fig("S4", "", "rss_0_mib", "S4 RSS with 0 objects (MiB)"),
     fig("S4", "", "rss_n_mib", "S4 RSS with N objects (MiB)"),
     fig("S4", "", "kib_per_object", "S4 KiB per watched object"),
     fig("S5", "", "leaked", "S5 leaked timers (must be 0)"),
-    fig("S5", "", "kept_ticking_ratio", "S5 surviving objects still ticking"),
+    fig(
+        "S5",
+        "",
+        "kept_ticking_ratio",
+        "S5 surviving objects still ticking",
+    ),
 ];
 
 /// The values of one figure for one operator and N.
@@ -95,7 +200,11 @@ fn num(v: f64) -> String {
 /// ratios of kopf-rs's median to each peer's.
 pub fn summary(results: &[RunResult], operators: &[Operator]) -> String {
     let ns: BTreeSet<usize> = results.iter().map(|r| r.n).collect();
-    let peers: Vec<Operator> = operators.iter().copied().filter(|o| *o != Operator::KopfRs).collect();
+    let peers: Vec<Operator> = operators
+        .iter()
+        .copied()
+        .filter(|o| *o != Operator::KopfRs)
+        .collect();
     let mut out = String::from("| figure | N |");
     for op in operators {
         let _ = write!(out, " {} |", op.name());
@@ -108,8 +217,10 @@ pub fn summary(results: &[RunResult], operators: &[Operator]) -> String {
     out.push('\n');
     for f in FIGURES {
         for &n in &ns {
-            let cells: Vec<Option<(f64, f64, f64)>> =
-                operators.iter().map(|&op| median_range(&values(results, f, op, n))).collect();
+            let cells: Vec<Option<(f64, f64, f64)>> = operators
+                .iter()
+                .map(|&op| median_range(&values(results, f, op, n)))
+                .collect();
             if cells.iter().all(Option::is_none) {
                 continue;
             }
@@ -142,8 +253,127 @@ pub fn summary(results: &[RunResult], operators: &[Operator]) -> String {
     if !failed.is_empty() {
         out.push_str("\nRuns that did not complete:\n");
         for r in failed {
-            let error = r.error.as_deref().unwrap_or("").lines().next().unwrap_or("");
-            let _ = writeln!(out, "- {} {} {} N={} run {}: {error}", r.scenario, r.variant, r.operator.name(), r.n, r.run);
+            let error = r
+                .error
+                .as_deref()
+                .unwrap_or("")
+                .lines()
+                .next()
+                .unwrap_or("");
+            let _ = writeln!(
+                out,
+                "- {} {} {} N={} run {}: {error}",
+                r.scenario,
+                r.variant,
+                r.operator.name(),
+                r.n,
+                r.run
+            );
+        }
+    }
+    out
+}
+
+/// How a target is checked: kopf-rs's median compared with a bound, or with
+/// a peer's median times a factor.
+enum Bound {
+    Max(f64),
+    Min(f64),
+    TimesPeer(Operator, f64),
+}
+
+/// The targets of BENCHMARKS.md that one run can check.
+const TARGETS: &[(&str, Figure, Bound)] = &[
+    (
+        "S1 operator CPU ≤ 1/10 of Kopf's",
+        fig("S1", "", "operator_cpu_s", ""),
+        Bound::TimesPeer(Operator::Kopf, 0.1),
+    ),
+    (
+        "S1 operator CPU ≤ 1.5× the bare watcher's",
+        fig("S1", "", "operator_cpu_s", ""),
+        Bound::TimesPeer(Operator::Bare, 1.5),
+    ),
+    (
+        "S1 requests per object ≤ Kopf's",
+        fig("S1", "", "requests_per_object", ""),
+        Bound::TimesPeer(Operator::Kopf, 1.0),
+    ),
+    (
+        "S2 ticks seen / expected ≥ 99.9 % (no_finalizers)",
+        fig("S2", "no_finalizers", "ticks_ratio", ""),
+        Bound::Min(0.999),
+    ),
+    (
+        "S2 jitter p99 ≤ 5 ms (no_finalizers)",
+        fig("S2", "no_finalizers", "jitter_p99_ms", ""),
+        Bound::Max(5.0),
+    ),
+    (
+        "S2 CPU per 1,000 ticks ≤ 1/20 of Kopf's (finalizers)",
+        fig("S2", "finalizers", "cpu_per_1000_ticks_s", ""),
+        Bound::TimesPeer(Operator::Kopf, 0.05),
+    ),
+    (
+        "S3 timers stopped ≤ 100 ms after the last DELETED (no_finalizers)",
+        fig(
+            "S3",
+            "no_finalizers",
+            "last_deleted_event_to_last_tick_ms",
+            "",
+        ),
+        Bound::Max(100.0),
+    ),
+    (
+        "S3 timers stopped ≤ 100 ms after the last DELETED (finalizers)",
+        fig("S3", "finalizers", "last_deleted_event_to_last_tick_ms", ""),
+        Bound::Max(100.0),
+    ),
+    (
+        "S4 RSS with N objects ≤ 1/5 of Kopf's",
+        fig("S4", "", "rss_n_mib", ""),
+        Bound::TimesPeer(Operator::Kopf, 0.2),
+    ),
+    (
+        "S4 RSS with N objects ≤ 1.5× the bare watcher's",
+        fig("S4", "", "rss_n_mib", ""),
+        Bound::TimesPeer(Operator::Bare, 1.5),
+    ),
+    (
+        "S5 leaked timers = 0",
+        fig("S5", "", "leaked", ""),
+        Bound::Max(0.0),
+    ),
+];
+
+/// The targets kopf-rs meets or misses, per N, as a Markdown table (medians).
+pub fn targets(results: &[RunResult]) -> String {
+    let ns: BTreeSet<usize> = results.iter().map(|r| r.n).collect();
+    let mut out = String::from("| target | N | kopf-rs | bound | met |\n|---|---|---|---|---|\n");
+    for (label, f, bound) in TARGETS {
+        for &n in &ns {
+            let Some((ours, _, _)) = median_range(&values(results, f, Operator::KopfRs, n)) else {
+                continue;
+            };
+            let (limit, met) = match bound {
+                Bound::Max(b) => (num(*b), ours <= *b),
+                Bound::Min(b) => (format!("≥ {}", num(*b)), ours >= *b),
+                Bound::TimesPeer(peer, k) => {
+                    let Some((theirs, _, _)) = median_range(&values(results, f, *peer, n)) else {
+                        continue;
+                    };
+                    (
+                        format!("{} ({} × {})", num(theirs * k), peer.name(), num(*k)),
+                        ours <= theirs * k,
+                    )
+                }
+            };
+            let _ = writeln!(
+                out,
+                "| {label} | {n} | {} | {limit} | {} |",
+                num(ours),
+                if met { "yes" } else { "**no**" }
+            );
         }
     }
     out
@@ -152,7 +382,12 @@ pub fn summary(results: &[RunResult], operators: &[Operator]) -> String {
 /// The panels of the plot: scenario, variant, metric key, title.
 const PANELS: [(&str, &str, &str, &str); 4] = [
     ("S1", "", "operator_cpu_s", "S1 operator CPU (s)"),
-    ("S2", "finalizers", "cpu_per_1000_ticks_s", "S2 CPU per 1,000 ticks (s)"),
+    (
+        "S2",
+        "finalizers",
+        "cpu_per_1000_ticks_s",
+        "S2 CPU per 1,000 ticks (s)",
+    ),
     ("S2", "finalizers", "rss_peak_mib", "S2 RSS peak (MiB)"),
     ("S4", "", "rss_n_mib", "S4 RSS with N objects (MiB)"),
 ];
@@ -165,7 +400,11 @@ pub fn plot(results: &[RunResult], operators: &[Operator], path: &Path) -> anyho
     let root = SVGBackend::new(path, (1200, 800)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
     let areas = root.split_evenly((2, 2));
-    let colors = [RGBColor(200, 60, 20), RGBColor(40, 110, 200), RGBColor(40, 150, 60)];
+    let colors = [
+        RGBColor(200, 60, 20),
+        RGBColor(40, 110, 200),
+        RGBColor(40, 150, 60),
+    ];
     for (area, (scenario, variant, key, title)) in areas.iter().zip(PANELS) {
         let f = fig(scenario, variant, key, title);
         let series: Vec<(Operator, Vec<(f64, f64)>)> = operators
@@ -174,7 +413,9 @@ pub fn plot(results: &[RunResult], operators: &[Operator], path: &Path) -> anyho
                 let ns: BTreeSet<usize> = results.iter().map(|r| r.n).collect();
                 let points = ns
                     .into_iter()
-                    .filter_map(|n| median_range(&values(results, &f, op, n)).map(|m| (n as f64, m.0)))
+                    .filter_map(|n| {
+                        median_range(&values(results, &f, op, n)).map(|m| (n as f64, m.0))
+                    })
                     .collect();
                 (op, points)
             })
@@ -204,10 +445,15 @@ pub fn plot(results: &[RunResult], operators: &[Operator], path: &Path) -> anyho
         for (i, (op, points)) in series.iter().enumerate() {
             let color = colors[i % colors.len()];
             chart
-                .draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)))
+                .draw_series(LineSeries::new(
+                    points.iter().copied(),
+                    color.stroke_width(2),
+                ))
                 .map_err(|e| anyhow::anyhow!("{e}"))?
                 .label(op.name())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+                });
             chart
                 .draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled())))
                 .map_err(|e| anyhow::anyhow!("{e}"))?;

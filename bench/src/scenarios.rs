@@ -241,9 +241,15 @@ pub async fn s1(setup: &Setup) -> anyhow::Result<Metrics> {
     let names = names(setup.n);
     env.driver.create(SENTINEL).await?;
     env.start_operator(Mode::Create)?;
-    env.wait_until("the sentinel's on_create call", Duration::from_secs(60), |s| {
-        s.by_name.get(SENTINEL).is_some_and(|x| !x.creates.is_empty())
-    })
+    env.wait_until(
+        "the sentinel's on_create call",
+        Duration::from_secs(60),
+        |s| {
+            s.by_name
+                .get(SENTINEL)
+                .is_some_and(|x| !x.creates.is_empty())
+        },
+    )
     .await?;
     env.wait_quiet(Duration::from_secs(5)).await?;
     env.driver.reset_counts().await?;
@@ -319,7 +325,9 @@ pub async fn s2_s3(setup: &Setup, mode: Mode) -> anyhow::Result<Option<(Metrics,
         let mut seen = 0usize;
         let mut gaps = Vec::new();
         for name in &names {
-            let Some(x) = s.by_name.get(name) else { continue };
+            let Some(x) = s.by_name.get(name) else {
+                continue;
+            };
             let mut prev: Option<i64> = None;
             for &ts in &x.ticks {
                 if ts >= t0 && ts < t1 {
@@ -341,9 +349,16 @@ pub async fn s2_s3(setup: &Setup, mode: Mode) -> anyhow::Result<Option<(Metrics,
     s2.insert("ticks_expected".into(), expected);
     s2.insert("ticks_ratio".into(), seen as f64 / expected);
     s2.insert("operator_cpu_s".into(), cpu);
-    s2.insert("cpu_per_1000_ticks_s".into(), cpu / seen.max(1) as f64 * 1000.0);
+    s2.insert(
+        "cpu_per_1000_ticks_s".into(),
+        cpu / seen.max(1) as f64 * 1000.0,
+    );
     s2.insert("emulator_cpu_s".into(), emu1.cpu_s - emu0.cpu_s);
-    for (key, p) in [("jitter_p50_ms", 50.0), ("jitter_p99_ms", 99.0), ("jitter_max_ms", 100.0)] {
+    for (key, p) in [
+        ("jitter_p50_ms", 50.0),
+        ("jitter_p99_ms", 99.0),
+        ("jitter_max_ms", 100.0),
+    ] {
         if let Some(v) = percentile(&gaps, p) {
             s2.insert(key.into(), v);
         }
@@ -381,7 +396,7 @@ pub async fn s2_s3(setup: &Setup, mode: Mode) -> anyhow::Result<Option<(Metrics,
             }
         })
     };
-    let op0 = env.op();
+    let (op0, emu0) = (env.op(), env.emu());
     let t_del = signals::now_ns();
     let result = async {
         env.driver.delete_all(&names, false).await?;
@@ -400,16 +415,23 @@ pub async fn s2_s3(setup: &Setup, mode: Mode) -> anyhow::Result<Option<(Metrics,
     let t_deleted = result?;
     tokio::time::sleep(setup.settle(2)).await;
     settle_signals().await;
-    let op1 = env.op();
-    let deleted = deleted.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let (op1, emu1) = (env.op(), env.emu());
+    let deleted = deleted
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
     let t_gone = deleted.values().copied().max().unwrap_or(t_del);
     let (last_tick, after_own_delete, max_after_own_ms) = env.tail.with(|s| {
         let mut last = t_del;
         let mut after = 0usize;
         let mut max_after = f64::NEG_INFINITY;
         for name in &names {
-            let Some(x) = s.by_name.get(name) else { continue };
-            let Some(&tick) = x.ticks.last() else { continue };
+            let Some(x) = s.by_name.get(name) else {
+                continue;
+            };
+            let Some(&tick) = x.ticks.last() else {
+                continue;
+            };
             last = last.max(tick);
             if let Some(&gone) = deleted.get(name) {
                 max_after = max_after.max((tick - gone) as f64 / 1e6);
@@ -421,15 +443,28 @@ pub async fn s2_s3(setup: &Setup, mode: Mode) -> anyhow::Result<Option<(Metrics,
         (last, after, max_after)
     });
     let mut s3 = Metrics::new();
-    s3.insert("first_delete_to_last_tick_s".into(), secs(last_tick - t_del));
-    s3.insert("first_delete_to_last_delete_response_s".into(), secs(t_deleted - t_del));
+    s3.insert(
+        "first_delete_to_last_tick_s".into(),
+        secs(last_tick - t_del),
+    );
+    s3.insert(
+        "first_delete_to_last_delete_response_s".into(),
+        secs(t_deleted - t_del),
+    );
     s3.insert("first_delete_to_all_gone_s".into(), secs(t_gone - t_del));
-    s3.insert("last_deleted_event_to_last_tick_ms".into(), (last_tick - t_gone) as f64 / 1e6);
-    s3.insert("objects_ticking_after_deleted".into(), after_own_delete as f64);
+    s3.insert(
+        "last_deleted_event_to_last_tick_ms".into(),
+        (last_tick - t_gone) as f64 / 1e6,
+    );
+    s3.insert(
+        "objects_ticking_after_deleted".into(),
+        after_own_delete as f64,
+    );
     if max_after_own_ms.is_finite() {
         s3.insert("max_tick_after_own_deleted_ms".into(), max_after_own_ms);
     }
     s3.insert("operator_cpu_s".into(), op1.cpu_s - op0.cpu_s);
+    s3.insert("emulator_cpu_s".into(), emu1.cpu_s - emu0.cpu_s);
     Ok(Some((s2, s3)))
 }
 
@@ -440,19 +475,22 @@ pub async fn s4(setup: &Setup) -> anyhow::Result<Metrics> {
     env.driver.create(SENTINEL).await?;
     env.start_operator(Mode::Event)?;
     env.wait_until("the sentinel's event", Duration::from_secs(60), |s| {
-        s.by_name.get(SENTINEL).is_some_and(|x| !x.events.is_empty())
+        s.by_name
+            .get(SENTINEL)
+            .is_some_and(|x| !x.events.is_empty())
     })
     .await?;
     tokio::time::sleep(setup.settle(3)).await;
-    let op0 = env.op();
+    let (op0, emu0) = (env.op(), env.emu());
     env.driver.create_all(&names).await?;
     env.wait_until("every object's event", timeout_for(setup.n), |s| {
         s.count(&names, |x| !x.events.is_empty()) == names.len()
     })
     .await?;
     tokio::time::sleep(setup.settle(3)).await;
-    let op1 = env.op();
+    let (op1, emu1) = (env.op(), env.emu());
     let mut m = Metrics::new();
+    m.insert("emulator_cpu_s".into(), emu1.cpu_s - emu0.cpu_s);
     m.insert("rss_0_mib".into(), op0.rss as f64 / MIB);
     m.insert("rss_n_mib".into(), op1.rss as f64 / MIB);
     m.insert(
@@ -510,8 +548,10 @@ pub async fn s5(setup: &Setup) -> anyhow::Result<Metrics> {
     }
     let t_relist = signals::now_ns();
     if !relisted {
-        return Err(anyhow!("the operator did not re-list within 30 s after the gap"))
-            .context(env.log_tail());
+        return Err(anyhow!(
+            "the operator did not re-list within 30 s after the gap"
+        ))
+        .context(env.log_tail());
     }
     tokio::time::sleep(Duration::from_nanos(S5_UNTIL_NS as u64)).await;
     settle_signals().await;
@@ -523,7 +563,10 @@ pub async fn s5(setup: &Setup) -> anyhow::Result<Metrics> {
     let mut m = Metrics::new();
     m.insert("leaked".into(), leaked as f64);
     m.insert("deleted_in_gap".into(), k as f64);
-    m.insert("kept_ticking_ratio".into(), kept_ticking as f64 / kept.len().max(1) as f64);
+    m.insert(
+        "kept_ticking_ratio".into(),
+        kept_ticking as f64 / kept.len().max(1) as f64,
+    );
     m.insert("relist_after_gap_s".into(), secs(t_relist - t_clear));
     Ok(m)
 }

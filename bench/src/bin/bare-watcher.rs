@@ -12,6 +12,7 @@
 //!   objects missing from a re-list. `timer` also adds a finalizer with one
 //!   PATCH and removes it once the object is being deleted.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -48,7 +49,11 @@ fn parse_args() -> Result<Args, String> {
         Some("event") => Mode::Event,
         Some("timer") => Mode::Timer { finalizers: true },
         Some("timer-nofin") => Mode::Timer { finalizers: false },
-        other => return Err(format!("unknown mode {other:?}: expected create, event, timer or timer-nofin")),
+        other => {
+            return Err(format!(
+                "unknown mode {other:?}: expected create, event, timer or timer-nofin"
+            ));
+        }
     };
     let (mut kubeconfig, mut namespace) = (None, "default".to_string());
     while let Some(arg) = argv.next() {
@@ -90,7 +95,8 @@ impl Timers {
 async fn run(args: Args) -> Result<(), String> {
     let client = client(&args.kubeconfig).await?;
     let api: Api<ConfigMap> = Api::namespaced(client, &args.namespace);
-    let mut events = std::pin::pin!(watcher(api.clone(), watcher::Config::default()).default_backoff());
+    let mut events =
+        std::pin::pin!(watcher(api.clone(), watcher::Config::default()).default_backoff());
     let mut patches: JoinSet<()> = JoinSet::new();
     let mut timers = Timers {
         tasks: HashMap::new(),
@@ -99,7 +105,10 @@ async fn run(args: Args) -> Result<(), String> {
     let patch = |patches: &mut JoinSet<()>, name: String, body: serde_json::Value| {
         let api = api.clone();
         patches.spawn(async move {
-            if let Err(e) = api.patch(&name, &PatchParams::default(), &Patch::Merge(&body)).await {
+            if let Err(e) = api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
+                .await
+            {
                 eprintln!("bare-watcher: patching {name}: {e}");
             }
         });
@@ -115,27 +124,43 @@ async fn run(args: Args) -> Result<(), String> {
             }
         };
         match (args.mode, event) {
-            (Mode::Event, watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o)) => {
+            (
+                Mode::Event,
+                watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o),
+            ) => {
                 signals::signal("event", &o.name_any());
             }
-            (Mode::Create, watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
-                if !o.annotations().contains_key(MARK) && o.metadata.deletion_timestamp.is_none() {
-                    let name = o.name_any();
-                    signals::signal("create", &name);
-                    patch(&mut patches, name, json!({"metadata": {"annotations": {MARK: "1"}}}));
-                }
+            (Mode::Create, watcher::Event::Apply(o) | watcher::Event::InitApply(o))
+                if !o.annotations().contains_key(MARK)
+                    && o.metadata.deletion_timestamp.is_none() =>
+            {
+                let name = o.name_any();
+                signals::signal("create", &name);
+                patch(
+                    &mut patches,
+                    name,
+                    json!({"metadata": {"annotations": {MARK: "1"}}}),
+                );
             }
             (Mode::Timer { .. }, watcher::Event::Init) => timers.listed = Some(HashSet::new()),
             (Mode::Timer { .. }, watcher::Event::InitDone) => {
                 // Objects that vanished while the watch was down count as deleted.
                 if let Some(listed) = timers.listed.take() {
-                    let gone: Vec<String> = timers.tasks.keys().filter(|uid| !listed.contains(*uid)).cloned().collect();
+                    let gone: Vec<String> = timers
+                        .tasks
+                        .keys()
+                        .filter(|uid| !listed.contains(*uid))
+                        .cloned()
+                        .collect();
                     for uid in gone {
                         timers.stop(&uid);
                     }
                 }
             }
-            (Mode::Timer { finalizers }, watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+            (
+                Mode::Timer { finalizers },
+                watcher::Event::Apply(o) | watcher::Event::InitApply(o),
+            ) => {
                 let uid = o.uid().unwrap_or_default();
                 if let Some(listed) = timers.listed.as_mut() {
                     listed.insert(uid.clone());
@@ -144,28 +169,38 @@ async fn run(args: Args) -> Result<(), String> {
                 if o.metadata.deletion_timestamp.is_some() {
                     timers.stop(&uid);
                     if has_finalizer {
-                        let rest: Vec<&String> = o.finalizers().iter().filter(|f| *f != FINALIZER).collect();
-                        patch(&mut patches, o.name_any(), json!({"metadata": {"finalizers": rest}}));
+                        let rest: Vec<&String> =
+                            o.finalizers().iter().filter(|f| *f != FINALIZER).collect();
+                        patch(
+                            &mut patches,
+                            o.name_any(),
+                            json!({"metadata": {"finalizers": rest}}),
+                        );
                     }
                     continue;
                 }
                 if finalizers && !has_finalizer {
                     let mut all = o.finalizers().to_vec();
                     all.push(FINALIZER.into());
-                    patch(&mut patches, o.name_any(), json!({"metadata": {"finalizers": all}}));
+                    patch(
+                        &mut patches,
+                        o.name_any(),
+                        json!({"metadata": {"finalizers": all}}),
+                    );
                 }
-                if !timers.tasks.contains_key(&uid) {
+                if let Entry::Vacant(slot) = timers.tasks.entry(uid) {
                     let name = o.name_any();
-                    let task = tokio::spawn(async move {
+                    slot.insert(tokio::spawn(async move {
                         loop {
                             signals::signal("tick", &name);
                             tokio::time::sleep(Duration::from_secs(1)).await;
                         }
-                    });
-                    timers.tasks.insert(uid, task);
+                    }));
                 }
             }
-            (Mode::Timer { .. }, watcher::Event::Delete(o)) => timers.stop(&o.uid().unwrap_or_default()),
+            (Mode::Timer { .. }, watcher::Event::Delete(o)) => {
+                timers.stop(&o.uid().unwrap_or_default())
+            }
             _ => {}
         }
     }
@@ -179,7 +214,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("bare-watcher: {e}");
@@ -207,7 +245,10 @@ fn main() -> ExitCode {
 
 async fn shutdown() {
     use tokio::signal::unix::{SignalKind, signal};
-    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
         (Ok(mut term), Ok(mut int)) => {
             tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
         }
