@@ -253,13 +253,16 @@ pub fn summary(results: &[RunResult], operators: &[Operator]) -> String {
     if !failed.is_empty() {
         out.push_str("\nRuns that did not complete:\n");
         for r in failed {
-            let error = r
-                .error
-                .as_deref()
-                .unwrap_or("")
-                .lines()
-                .next()
-                .unwrap_or("");
+            let text = r.error.as_deref().unwrap_or("");
+            let (first, last) = (
+                text.lines().next().unwrap_or(""),
+                text.lines().last().unwrap_or(""),
+            );
+            let error = if first == last {
+                first.to_string()
+            } else {
+                format!("{first} … {}", last.trim())
+            };
             let _ = writeln!(
                 out,
                 "- {} {} {} N={} run {}: {error}",
