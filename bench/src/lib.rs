@@ -26,7 +26,9 @@
 //! - **S2 timers at scale** (`timer(interval = 1)`, once keeping finalizers,
 //!   once `no_finalizers`): N objects exist before the operator starts; once
 //!   every one has ticked, +2 s, a steady window (`--window`, 30 s): ticks seen /
-//!   N·window, operator CPU per 1,000 ticks, |gap − 1 s| p50/p99/max over
+//!   expected (per object, one per second from its first to its last tick in
+//!   the window, so that where the window cuts the phase of objects ticking in
+//!   step does not count; the raw rate per object-second is reported too), operator CPU per 1,000 ticks, |gap − 1 s| p50/p99/max over
 //!   consecutive ticks of each object, RSS (end and peak in the window).
 //! - **S3 delete burst** (right after S2, same operator): the runner watches
 //!   DELETED events itself and deletes all N. First DELETE → last tick, →

@@ -321,33 +321,47 @@ pub async fn s2_s3(setup: &Setup, mode: Mode) -> anyhow::Result<Option<(Metrics,
     let (op1, emu1) = (env.op(), env.emu());
     let peak = env.peak.as_ref().map_or(0, PeakRss::peak);
     settle_signals().await;
-    let (seen, mut gaps) = env.tail.with(|s| {
-        let mut seen = 0usize;
+    let window_s = secs(t1 - t0);
+    let (seen, expected, mut gaps) = env.tail.with(|s| {
+        let (mut seen, mut expected) = (0usize, 0.0);
         let mut gaps = Vec::new();
         for name in &names {
-            let Some(x) = s.by_name.get(name) else {
-                continue;
-            };
+            let ticks = s.by_name.get(name).map_or(&[][..], |x| &x.ticks[..]);
             let mut prev: Option<i64> = None;
-            for &ts in &x.ticks {
+            let (mut first, mut last, mut count) = (None, 0, 0usize);
+            for &ts in ticks {
                 if ts >= t0 && ts < t1 {
-                    seen += 1;
+                    count += 1;
+                    first.get_or_insert(ts);
+                    last = ts;
                     if let Some(p) = prev {
                         gaps.push(((ts - p) as f64 / 1e6 - 1000.0).abs());
                     }
                 }
                 prev = Some(ts);
             }
+            // Expected ticks, independent of where the window cuts the phase
+            // (objects created in a burst tick in step): one per second of the
+            // span from the object's first to its last tick in the window; an
+            // object that never ticked in the window missed all of them.
+            expected += match first {
+                Some(first) => secs(last - first).round() + 1.0,
+                None => window_s.floor(),
+            };
+            seen += count;
         }
-        (seen, gaps)
+        (seen, expected, gaps)
     });
     gaps.sort_by(f64::total_cmp);
-    let expected = setup.n as f64 * secs(t1 - t0);
     let cpu = op1.cpu_s - op0.cpu_s;
     let mut s2 = Metrics::new();
     s2.insert("ticks_seen".into(), seen as f64);
     s2.insert("ticks_expected".into(), expected);
-    s2.insert("ticks_ratio".into(), seen as f64 / expected);
+    s2.insert("ticks_ratio".into(), seen as f64 / expected.max(1.0));
+    s2.insert(
+        "ticks_per_object_second".into(),
+        seen as f64 / setup.n as f64 / window_s,
+    );
     s2.insert("operator_cpu_s".into(), cpu);
     s2.insert(
         "cpu_per_1000_ticks_s".into(),
