@@ -472,3 +472,56 @@ pub fn plot(results: &[RunResult], operators: &[Operator], path: &Path) -> anyho
     root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(op: Operator, run: usize, cpu: f64, leaked: Option<f64>) -> RunResult {
+        let (scenario, key, value) = match leaked {
+            Some(v) => ("S5", "leaked", v),
+            None => ("S1", "operator_cpu_s", cpu),
+        };
+        RunResult {
+            scenario,
+            variant: "",
+            operator: op,
+            n: 1000,
+            run,
+            ok: true,
+            error: None,
+            metrics: [(key.to_string(), value)].into(),
+        }
+    }
+
+    #[test]
+    fn summary_has_medians_ranges_and_ratios_and_targets_are_checked() {
+        let results = vec![
+            result(Operator::KopfRs, 1, 0.2, None),
+            result(Operator::KopfRs, 2, 0.4, None),
+            result(Operator::KopfRs, 3, 0.3, None),
+            result(Operator::Kopf, 1, 3.0, None),
+            result(Operator::Bare, 1, 0.25, None),
+            result(Operator::KopfRs, 1, 0.0, Some(0.0)),
+        ];
+        let table = summary(&results, &Operator::ALL);
+        assert!(
+            table.contains(
+                "| S1 operator CPU, first POST → last handler (s) | 1000 | 0.30 [0.20–0.40] | 0.25 | 3.00 | 1.20× | 0.10× |"
+            ),
+            "{table}"
+        );
+        let checked = targets(&results);
+        assert!(
+            checked.contains(
+                "| S1 operator CPU ≤ 1/10 of Kopf's | 1000 | 0.30 | 0.30 (kopf × 0.10) | yes |"
+            ),
+            "{checked}"
+        );
+        assert!(checked.contains("| S1 operator CPU ≤ 1.5× the bare watcher's | 1000 | 0.30 | 0.38 (bare × 1.50) | yes |"), "{checked}");
+        assert!(
+            checked.contains("| S5 leaked timers = 0 | 1000 | 0 | 0 | yes |"),
+            "{checked}"
+        );
+    }
+}
