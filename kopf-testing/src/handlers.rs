@@ -10,6 +10,7 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::{Value, json};
 
+use crate::admin;
 use crate::discovery;
 use crate::failures::ApiError;
 use crate::patching::{self, PatchKind};
@@ -32,6 +33,18 @@ where
 {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
+    if path.starts_with(admin::PREFIX) {
+        return match read_body(req).await {
+            Ok((_, body)) => admin::serve(&shared, &method, &path, &body),
+            Err(err) => error_response(&err),
+        };
+    }
+    let agent = req
+        .headers()
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
     let raw_query = req.uri().query().unwrap_or("").to_string();
     let route = routing::parse_path(&path);
     let query = routing::parse_query(&raw_query);
@@ -48,6 +61,7 @@ where
             Err(err) => error_response(&err),
         },
     };
+    shared.recorder.count(&agent, verb);
     shared.recorder.record(RecordedRequest {
         method: method.to_string(),
         path,

@@ -6,8 +6,10 @@
 //! `resourceVersion`/`uid`/`generation`, label and field selectors, paging,
 //! watches with resume, bookmarks and `410 Gone`, merge/JSON/strategic/apply
 //! patches, optimistic concurrency, finalizers with `deletionTimestamp` and the
-//! status subresource. Faults can be injected through [`Faults`]; every request
-//! is recorded ([`Emulator::requests`]).
+//! status subresource. Faults can be injected through [`Faults`], or from
+//! other processes through the admin endpoints under `/_emulator/` (fault
+//! injection and request counts per User-Agent); every request is recorded
+//! ([`Emulator::requests`]).
 //!
 //! # Caveats
 //! - Objects are kept as JSON without schemas: nothing is validated or pruned
@@ -37,6 +39,7 @@
 //! # Ok(()) }
 //! ```
 
+mod admin;
 mod conversion;
 mod discovery;
 mod emulator;

@@ -1,6 +1,6 @@
 //! Request recording: what clients asked and what they got.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Mutex, PoisonError};
 
 /// How many requests are kept; older ones are dropped first.
@@ -22,10 +22,11 @@ pub struct RecordedRequest {
     pub status: u16,
 }
 
-/// A bounded log of requests.
+/// A bounded log of requests, and unbounded counts per (User-Agent, verb).
 #[derive(Debug, Default)]
 pub(crate) struct Recorder {
     requests: Mutex<VecDeque<RecordedRequest>>,
+    counts: Mutex<BTreeMap<(String, String), u64>>,
 }
 
 impl Recorder {
@@ -46,6 +47,33 @@ impl Recorder {
             .iter()
             .cloned()
             .collect()
+    }
+
+    /// Counts one request by its `User-Agent` (empty if none) and verb.
+    pub(crate) fn count(&self, agent: &str, verb: &str) {
+        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        match counts.get_mut(&(agent.to_string(), verb.to_string())) {
+            Some(n) => *n += 1,
+            None => {
+                counts.insert((agent.to_string(), verb.to_string()), 1);
+            }
+        }
+    }
+
+    /// The request counts per (User-Agent, verb) since the last reset.
+    pub(crate) fn counts(&self) -> BTreeMap<(String, String), u64> {
+        self.counts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Resets the request counts.
+    pub(crate) fn clear_counts(&self) {
+        self.counts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
     }
 
     /// Forgets all recorded requests.
@@ -74,5 +102,18 @@ mod tests {
         assert_eq!(rec.snapshot().len(), 1);
         rec.clear();
         assert!(rec.snapshot().is_empty());
+    }
+
+    #[test]
+    fn counts_by_agent_and_verb() {
+        let rec = Recorder::default();
+        rec.count("kopf/1.45", "list");
+        rec.count("kopf/1.45", "list");
+        rec.count("", "watch");
+        let counts = rec.counts();
+        assert_eq!(counts[&("kopf/1.45".into(), "list".into())], 2);
+        assert_eq!(counts[&(String::new(), "watch".into())], 1);
+        rec.clear_counts();
+        assert!(rec.counts().is_empty());
     }
 }

@@ -1,0 +1,175 @@
+//! The operators under test and how to start them: kopf-rs, Kopf (Python, in
+//! a virtual environment the runner creates) and the bare kube-runtime watcher.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, bail};
+
+use crate::cluster::{NAMESPACE, Process};
+use crate::signals;
+
+/// Which operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub enum Operator {
+    /// `kopf-rs-operator` (this workspace).
+    #[serde(rename = "kopf-rs")]
+    KopfRs,
+    /// `bare-watcher`: the floor.
+    #[serde(rename = "bare")]
+    Bare,
+    /// Kopf 1.45 (Python).
+    #[serde(rename = "kopf")]
+    Kopf,
+}
+
+impl Operator {
+    /// All three, in table order.
+    pub const ALL: [Operator; 3] = [Operator::KopfRs, Operator::Bare, Operator::Kopf];
+
+    /// The name used in JSON and tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Operator::KopfRs => "kopf-rs",
+            Operator::Bare => "bare",
+            Operator::Kopf => "kopf",
+        }
+    }
+
+    /// Parses [`name`](Self::name).
+    pub fn parse(s: &str) -> Option<Operator> {
+        Operator::ALL.into_iter().find(|o| o.name() == s)
+    }
+}
+
+/// Which handlers the operator runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// A no-op `on_create` (S1).
+    Create,
+    /// A no-op `on_event` (S4).
+    Event,
+    /// A no-op `timer(interval = 1)` keeping finalizers (S2, S3).
+    Timer,
+    /// A no-op `timer(interval = 1, no_finalizers)` (S2, S3, S5).
+    TimerNoFinalizers,
+}
+
+impl Mode {
+    /// The mode argument of `kopf-rs-operator` and `bare-watcher`.
+    pub fn arg(self) -> &'static str {
+        match self {
+            Mode::Create => "create",
+            Mode::Event => "event",
+            Mode::Timer => "timer",
+            Mode::TimerNoFinalizers => "timer-nofin",
+        }
+    }
+}
+
+/// Where the operators' programs are.
+#[derive(Debug, Clone)]
+pub struct Programs {
+    /// The directory of `kopf-rs-operator`, `bare-watcher` and `kube-emulator`.
+    pub bin_dir: PathBuf,
+    /// The virtual environment holding Kopf, if Kopf runs.
+    pub venv: Option<PathBuf>,
+    /// `bench/kopf`: the Kopf operators.
+    pub kopf_dir: PathBuf,
+}
+
+impl Programs {
+    /// The emulator binary.
+    pub fn emulator(&self) -> PathBuf {
+        self.bin_dir.join("kube-emulator")
+    }
+
+    /// Starts `operator` in `mode` against `kubeconfig`, signalling to
+    /// `signal_file`, logging to `log`. `Ok(None)` when the operator has no
+    /// such mode (Kopf's timers always keep finalizers).
+    ///
+    /// # Errors
+    /// If the program cannot be started.
+    pub fn start(
+        &self,
+        operator: Operator,
+        mode: Mode,
+        kubeconfig: &Path,
+        signal_file: &Path,
+        log: &Path,
+    ) -> anyhow::Result<Option<Process>> {
+        let mut cmd = match operator {
+            Operator::KopfRs => {
+                let mut cmd = Command::new(self.bin_dir.join("kopf-rs-operator"));
+                cmd.arg(mode.arg())
+                    .arg("--kubeconfig")
+                    .arg(kubeconfig)
+                    .args(["--standalone", "-n", NAMESPACE]);
+                cmd
+            }
+            Operator::Bare => {
+                let mut cmd = Command::new(self.bin_dir.join("bare-watcher"));
+                cmd.arg(mode.arg())
+                    .arg("--kubeconfig")
+                    .arg(kubeconfig)
+                    .args(["-n", NAMESPACE]);
+                cmd
+            }
+            Operator::Kopf => {
+                let file = match mode {
+                    Mode::Create => "create.py",
+                    Mode::Event => "event.py",
+                    Mode::Timer => "timer.py",
+                    Mode::TimerNoFinalizers => return Ok(None),
+                };
+                let Some(venv) = &self.venv else {
+                    bail!("Kopf is not installed (no virtual environment)");
+                };
+                let mut cmd = Command::new(venv.join("bin").join("kopf"));
+                cmd.args(["run", "--standalone", "--namespace", NAMESPACE])
+                    .arg(self.kopf_dir.join(file))
+                    .env("KUBECONFIG", kubeconfig)
+                    .env("PYTHONPATH", &self.kopf_dir);
+                cmd
+            }
+        };
+        let log = std::fs::File::create(log)?;
+        let child = cmd
+            .env(signals::ENV, signal_file)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("cannot start {cmd:?}"))?;
+        Ok(Some(Process::new(operator.name(), child)))
+    }
+}
+
+/// Creates `venv` with `python -m venv` and installs Kopf 1.45 into it with
+/// pip, unless it already holds `bin/kopf`.
+///
+/// # Errors
+/// If venv or pip fail.
+pub fn ensure_kopf(python: &str, venv: &Path) -> anyhow::Result<()> {
+    if venv.join("bin").join("kopf").exists() {
+        return Ok(());
+    }
+    eprintln!("kopf-bench: installing Kopf 1.45 into {}", venv.display());
+    let ok = Command::new(python)
+        .args(["-m", "venv"])
+        .arg(venv)
+        .status()
+        .with_context(|| format!("cannot run {python}"))?
+        .success();
+    if !ok {
+        bail!("{python} -m venv {} failed", venv.display());
+    }
+    let ok = Command::new(venv.join("bin").join("pip"))
+        .args(["install", "--quiet", "kopf==1.45.2"])
+        .status()?
+        .success();
+    if !ok {
+        bail!("pip install kopf==1.45.2 failed");
+    }
+    Ok(())
+}

@@ -1,0 +1,121 @@
+//! CPU and memory of a process from `/proc/PID/stat` and `/proc/PID/status`.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// One reading of a process.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Sample {
+    /// utime + stime, seconds.
+    pub cpu_s: f64,
+    /// Resident set size now (`VmRSS`), bytes.
+    pub rss: u64,
+    /// Peak resident set size over the process's life (`VmHWM`), bytes.
+    pub hwm: u64,
+}
+
+/// Clock ticks per second (`getconf CLK_TCK`, 100 if that fails).
+fn clock_ticks() -> f64 {
+    static TICKS: OnceLock<f64> = OnceLock::new();
+    *TICKS.get_or_init(|| {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}
+
+/// Reads a process; `None` once it has exited.
+pub fn sample(pid: u32) -> Option<Sample> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces), from field 3 on.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap_or(0)
+            * 1024
+    };
+    Some(Sample {
+        cpu_s: (utime + stime) / clock_ticks(),
+        rss: kib("VmRSS:"),
+        hwm: kib("VmHWM:"),
+    })
+}
+
+/// Samples a process's RSS every 50 ms on a thread and keeps the maximum since
+/// the last [`reset`](PeakRss::reset) (for peaks within a window, which
+/// `VmHWM` cannot give).
+#[derive(Debug)]
+pub struct PeakRss {
+    peak: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl PeakRss {
+    /// Starts sampling `pid`.
+    pub fn start(pid: u32) -> PeakRss {
+        let peak = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (peak, stop) = (peak.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    match sample(pid) {
+                        Some(s) => {
+                            peak.fetch_max(s.rss, Ordering::Relaxed);
+                        }
+                        None => return,
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            })
+        };
+        PeakRss {
+            peak,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Starts a new window.
+    pub fn reset(&self) {
+        self.peak.store(0, Ordering::Relaxed);
+    }
+
+    /// The peak RSS in bytes since the last reset.
+    pub fn peak(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for PeakRss {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_this_process() {
+        let s = sample(std::process::id()).expect("this process exists");
+        assert!(s.rss > 0 && s.hwm >= s.rss, "{s:?}");
+        assert!(s.cpu_s >= 0.0);
+    }
+}

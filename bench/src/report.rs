@@ -1,0 +1,527 @@
+//! Results: one JSON line per run, a summary table (medians, ranges and ratios
+//! to the peers), and a plot of operator CPU and RSS against N.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use crate::operators::Operator;
+use crate::scenarios::RunResult;
+use crate::stats::median_range;
+
+/// One row of the summary: a figure of a scenario (and variant).
+#[derive(Debug, Clone, Copy)]
+pub struct Figure {
+    /// Scenario.
+    pub scenario: &'static str,
+    /// Variant (`""` for any).
+    pub variant: &'static str,
+    /// The metric key.
+    pub key: &'static str,
+    /// What the row says.
+    pub label: &'static str,
+}
+
+const fn fig(
+    scenario: &'static str,
+    variant: &'static str,
+    key: &'static str,
+    label: &'static str,
+) -> Figure {
+    Figure {
+        scenario,
+        variant,
+        key,
+        label,
+    }
+}
+
+/// The figures of the summary, in order.
+pub const FIGURES: &[Figure] = &[
+    fig(
+        "S1",
+        "",
+        "operator_cpu_s",
+        "S1 operator CPU, first POST → last handler (s)",
+    ),
+    fig(
+        "S1",
+        "",
+        "first_post_to_last_call_s",
+        "S1 first POST → last handler (s)",
+    ),
+    fig(
+        "S1",
+        "",
+        "requests_per_object",
+        "S1 operator requests per object",
+    ),
+    fig("S1", "", "emulator_cpu_s", "S1 emulator CPU (s)"),
+    fig(
+        "S2",
+        "finalizers",
+        "ticks_ratio",
+        "S2 ticks seen / expected (finalizers)",
+    ),
+    fig(
+        "S2",
+        "finalizers",
+        "cpu_per_1000_ticks_s",
+        "S2 operator CPU per 1,000 ticks (s) (finalizers)",
+    ),
+    fig(
+        "S2",
+        "finalizers",
+        "jitter_p50_ms",
+        "S2 jitter p50 (ms) (finalizers)",
+    ),
+    fig(
+        "S2",
+        "finalizers",
+        "jitter_p99_ms",
+        "S2 jitter p99 (ms) (finalizers)",
+    ),
+    fig(
+        "S2",
+        "finalizers",
+        "jitter_max_ms",
+        "S2 jitter max (ms) (finalizers)",
+    ),
+    fig(
+        "S2",
+        "finalizers",
+        "rss_peak_mib",
+        "S2 RSS peak (MiB) (finalizers)",
+    ),
+    fig(
+        "S2",
+        "no_finalizers",
+        "ticks_ratio",
+        "S2 ticks seen / expected (no_finalizers)",
+    ),
+    fig(
+        "S2",
+        "no_finalizers",
+        "cpu_per_1000_ticks_s",
+        "S2 operator CPU per 1,000 ticks (s) (no_finalizers)",
+    ),
+    fig(
+        "S2",
+        "no_finalizers",
+        "jitter_p99_ms",
+        "S2 jitter p99 (ms) (no_finalizers)",
+    ),
+    fig(
+        "S2",
+        "no_finalizers",
+        "rss_peak_mib",
+        "S2 RSS peak (MiB) (no_finalizers)",
+    ),
+    fig(
+        "S3",
+        "finalizers",
+        "first_delete_to_last_tick_s",
+        "S3 first DELETE → last tick (s) (finalizers)",
+    ),
+    fig(
+        "S3",
+        "finalizers",
+        "first_delete_to_all_gone_s",
+        "S3 first DELETE → all gone (s) (finalizers)",
+    ),
+    fig(
+        "S3",
+        "finalizers",
+        "max_tick_after_own_deleted_ms",
+        "S3 last tick − own DELETED event, max (ms) (finalizers)",
+    ),
+    fig(
+        "S3",
+        "no_finalizers",
+        "first_delete_to_last_tick_s",
+        "S3 first DELETE → last tick (s) (no_finalizers)",
+    ),
+    fig(
+        "S3",
+        "no_finalizers",
+        "first_delete_to_all_gone_s",
+        "S3 first DELETE → all gone (s) (no_finalizers)",
+    ),
+    fig(
+        "S3",
+        "no_finalizers",
+        "max_tick_after_own_deleted_ms",
+        "S3 last tick − own DELETED event, max (ms) (no_finalizers)",
+    ),
+    fig("S4", "", "rss_0_mib", "S4 RSS with 0 objects (MiB)"),
+    fig("S4", "", "rss_n_mib", "S4 RSS with N objects (MiB)"),
+    fig("S4", "", "kib_per_object", "S4 KiB per watched object"),
+    fig("S5", "", "leaked", "S5 leaked timers (must be 0)"),
+    fig(
+        "S5",
+        "",
+        "kept_ticking_ratio",
+        "S5 surviving objects still ticking",
+    ),
+];
+
+/// The values of one figure for one operator and N.
+fn values(results: &[RunResult], f: &Figure, op: Operator, n: usize) -> Vec<f64> {
+    results
+        .iter()
+        .filter(|r| {
+            r.ok && r.scenario == f.scenario
+                && (f.variant.is_empty() || r.variant == f.variant)
+                && r.operator == op
+                && r.n == n
+        })
+        .filter_map(|r| r.metrics.get(f.key).copied())
+        .collect()
+}
+
+fn num(v: f64) -> String {
+    let a = v.abs();
+    if a == 0.0 {
+        "0".into()
+    } else if a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else if a >= 0.1 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// The summary as a Markdown table: median [min–max] per operator, and the
+/// ratios of kopf-rs's median to each peer's.
+pub fn summary(results: &[RunResult], operators: &[Operator]) -> String {
+    let ns: BTreeSet<usize> = results.iter().map(|r| r.n).collect();
+    let peers: Vec<Operator> = operators
+        .iter()
+        .copied()
+        .filter(|o| *o != Operator::KopfRs)
+        .collect();
+    let mut out = String::from("| figure | N |");
+    for op in operators {
+        let _ = write!(out, " {} |", op.name());
+    }
+    for peer in &peers {
+        let _ = write!(out, " kopf-rs / {} |", peer.name());
+    }
+    out.push_str("\n|---|---|");
+    out.push_str(&"---|".repeat(operators.len() + peers.len()));
+    out.push('\n');
+    for f in FIGURES {
+        for &n in &ns {
+            let cells: Vec<Option<(f64, f64, f64)>> = operators
+                .iter()
+                .map(|&op| median_range(&values(results, f, op, n)))
+                .collect();
+            if cells.iter().all(Option::is_none) {
+                continue;
+            }
+            let _ = write!(out, "| {} | {n} |", f.label);
+            for cell in &cells {
+                match cell {
+                    Some((m, lo, hi)) if lo == hi => {
+                        let _ = write!(out, " {} |", num(*m));
+                    }
+                    Some((m, lo, hi)) => {
+                        let _ = write!(out, " {} [{}–{}] |", num(*m), num(*lo), num(*hi));
+                    }
+                    None => out.push_str(" – |"),
+                }
+            }
+            let ours = median_range(&values(results, f, Operator::KopfRs, n)).map(|c| c.0);
+            for peer in &peers {
+                let theirs = median_range(&values(results, f, *peer, n)).map(|c| c.0);
+                match (ours, theirs) {
+                    (Some(a), Some(b)) if b != 0.0 => {
+                        let _ = write!(out, " {:.2}× |", a / b);
+                    }
+                    _ => out.push_str(" – |"),
+                }
+            }
+            out.push('\n');
+        }
+    }
+    let failed: Vec<&RunResult> = results.iter().filter(|r| !r.ok).collect();
+    if !failed.is_empty() {
+        out.push_str("\nRuns that did not complete:\n");
+        for r in failed {
+            let text = r.error.as_deref().unwrap_or("");
+            let (first, last) = (
+                text.lines().next().unwrap_or(""),
+                text.lines().last().unwrap_or(""),
+            );
+            let error = if first == last {
+                first.to_string()
+            } else {
+                format!("{first} … {}", last.trim())
+            };
+            let _ = writeln!(
+                out,
+                "- {} {} {} N={} run {}: {error}",
+                r.scenario,
+                r.variant,
+                r.operator.name(),
+                r.n,
+                r.run
+            );
+        }
+    }
+    out
+}
+
+/// How a target is checked: kopf-rs's median compared with a bound, or with
+/// a peer's median times a factor.
+enum Bound {
+    Max(f64),
+    Min(f64),
+    TimesPeer(Operator, f64),
+}
+
+/// The targets of BENCHMARKS.md that one run can check.
+const TARGETS: &[(&str, Figure, Bound)] = &[
+    (
+        "S1 operator CPU ≤ 1/10 of Kopf's",
+        fig("S1", "", "operator_cpu_s", ""),
+        Bound::TimesPeer(Operator::Kopf, 0.1),
+    ),
+    (
+        "S1 operator CPU ≤ 1.5× the bare watcher's",
+        fig("S1", "", "operator_cpu_s", ""),
+        Bound::TimesPeer(Operator::Bare, 1.5),
+    ),
+    (
+        "S1 requests per object ≤ Kopf's",
+        fig("S1", "", "requests_per_object", ""),
+        Bound::TimesPeer(Operator::Kopf, 1.0),
+    ),
+    (
+        "S2 ticks seen / expected ≥ 99.9 % (no_finalizers)",
+        fig("S2", "no_finalizers", "ticks_ratio", ""),
+        Bound::Min(0.999),
+    ),
+    (
+        "S2 jitter p99 ≤ 5 ms (no_finalizers)",
+        fig("S2", "no_finalizers", "jitter_p99_ms", ""),
+        Bound::Max(5.0),
+    ),
+    (
+        "S2 CPU per 1,000 ticks ≤ 1/20 of Kopf's (finalizers)",
+        fig("S2", "finalizers", "cpu_per_1000_ticks_s", ""),
+        Bound::TimesPeer(Operator::Kopf, 0.05),
+    ),
+    (
+        "S3 timers stopped ≤ 100 ms after the last DELETED (no_finalizers)",
+        fig(
+            "S3",
+            "no_finalizers",
+            "last_deleted_event_to_last_tick_ms",
+            "",
+        ),
+        Bound::Max(100.0),
+    ),
+    (
+        "S3 timers stopped ≤ 100 ms after the last DELETED (finalizers)",
+        fig("S3", "finalizers", "last_deleted_event_to_last_tick_ms", ""),
+        Bound::Max(100.0),
+    ),
+    (
+        "S4 RSS with N objects ≤ 1/5 of Kopf's",
+        fig("S4", "", "rss_n_mib", ""),
+        Bound::TimesPeer(Operator::Kopf, 0.2),
+    ),
+    (
+        "S4 RSS with N objects ≤ 1.5× the bare watcher's",
+        fig("S4", "", "rss_n_mib", ""),
+        Bound::TimesPeer(Operator::Bare, 1.5),
+    ),
+    (
+        "S5 leaked timers = 0",
+        fig("S5", "", "leaked", ""),
+        Bound::Max(0.0),
+    ),
+];
+
+/// The targets kopf-rs meets or misses, per N, as a Markdown table (medians).
+pub fn targets(results: &[RunResult]) -> String {
+    let ns: BTreeSet<usize> = results.iter().map(|r| r.n).collect();
+    let mut out = String::from("| target | N | kopf-rs | bound | met |\n|---|---|---|---|---|\n");
+    for (label, f, bound) in TARGETS {
+        for &n in &ns {
+            let Some((ours, _, _)) = median_range(&values(results, f, Operator::KopfRs, n)) else {
+                continue;
+            };
+            let (limit, met) = match bound {
+                Bound::Max(b) => (num(*b), ours <= *b),
+                Bound::Min(b) => (format!("≥ {}", num(*b)), ours >= *b),
+                Bound::TimesPeer(peer, k) => {
+                    let Some((theirs, _, _)) = median_range(&values(results, f, *peer, n)) else {
+                        continue;
+                    };
+                    (
+                        format!("{} ({} × {})", num(theirs * k), peer.name(), num(*k)),
+                        ours <= theirs * k,
+                    )
+                }
+            };
+            let _ = writeln!(
+                out,
+                "| {label} | {n} | {} | {limit} | {} |",
+                num(ours),
+                if met { "yes" } else { "**no**" }
+            );
+        }
+    }
+    out
+}
+
+/// The panels of the plot: scenario, variant, metric key, title.
+const PANELS: [(&str, &str, &str, &str); 4] = [
+    ("S1", "", "operator_cpu_s", "S1 operator CPU (s)"),
+    (
+        "S2",
+        "finalizers",
+        "cpu_per_1000_ticks_s",
+        "S2 CPU per 1,000 ticks (s)",
+    ),
+    ("S2", "finalizers", "rss_peak_mib", "S2 RSS peak (MiB)"),
+    ("S4", "", "rss_n_mib", "S4 RSS with N objects (MiB)"),
+];
+
+/// Draws operator CPU and RSS (medians) against N, one line per operator, as SVG.
+///
+/// # Errors
+/// If the file cannot be written.
+pub fn plot(results: &[RunResult], operators: &[Operator], path: &Path) -> anyhow::Result<()> {
+    let root = SVGBackend::new(path, (1200, 800)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let areas = root.split_evenly((2, 2));
+    let colors = [
+        RGBColor(200, 60, 20),
+        RGBColor(40, 110, 200),
+        RGBColor(40, 150, 60),
+    ];
+    for (area, (scenario, variant, key, title)) in areas.iter().zip(PANELS) {
+        let f = fig(scenario, variant, key, title);
+        let series: Vec<(Operator, Vec<(f64, f64)>)> = operators
+            .iter()
+            .map(|&op| {
+                let ns: BTreeSet<usize> = results.iter().map(|r| r.n).collect();
+                let points = ns
+                    .into_iter()
+                    .filter_map(|n| {
+                        median_range(&values(results, &f, op, n)).map(|m| (n as f64, m.0))
+                    })
+                    .collect();
+                (op, points)
+            })
+            .collect();
+        let all: Vec<(f64, f64)> = series.iter().flat_map(|s| s.1.iter().copied()).collect();
+        if all.is_empty() {
+            area.titled(&format!("{title}: no data"), ("sans-serif", 18))
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            continue;
+        }
+        let x_min = all.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
+        let x_max = all.iter().map(|p| p.0).fold(0.0, f64::max);
+        let y_max = all.iter().map(|p| p.1).fold(0.0, f64::max).max(1e-6) * 1.15;
+        let mut chart = ChartBuilder::on(area)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(56)
+            .build_cartesian_2d((x_min * 0.8..x_max * 1.25).log_scale(), 0.0..y_max)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        chart
+            .configure_mesh()
+            .x_desc("N (objects)")
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .draw()
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        for (i, (op, points)) in series.iter().enumerate() {
+            let color = colors[i % colors.len()];
+            chart
+                .draw_series(LineSeries::new(
+                    points.iter().copied(),
+                    color.stroke_width(2),
+                ))
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+                .label(op.name())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+                });
+            chart
+                .draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled())))
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(op: Operator, run: usize, cpu: f64, leaked: Option<f64>) -> RunResult {
+        let (scenario, key, value) = match leaked {
+            Some(v) => ("S5", "leaked", v),
+            None => ("S1", "operator_cpu_s", cpu),
+        };
+        RunResult {
+            scenario,
+            variant: "",
+            operator: op,
+            n: 1000,
+            run,
+            ok: true,
+            error: None,
+            metrics: [(key.to_string(), value)].into(),
+        }
+    }
+
+    #[test]
+    fn summary_has_medians_ranges_and_ratios_and_targets_are_checked() {
+        let results = vec![
+            result(Operator::KopfRs, 1, 0.2, None),
+            result(Operator::KopfRs, 2, 0.4, None),
+            result(Operator::KopfRs, 3, 0.3, None),
+            result(Operator::Kopf, 1, 3.0, None),
+            result(Operator::Bare, 1, 0.25, None),
+            result(Operator::KopfRs, 1, 0.0, Some(0.0)),
+        ];
+        let table = summary(&results, &Operator::ALL);
+        assert!(
+            table.contains(
+                "| S1 operator CPU, first POST → last handler (s) | 1000 | 0.30 [0.20–0.40] | 0.25 | 3.00 | 1.20× | 0.10× |"
+            ),
+            "{table}"
+        );
+        let checked = targets(&results);
+        assert!(
+            checked.contains(
+                "| S1 operator CPU ≤ 1/10 of Kopf's | 1000 | 0.30 | 0.30 (kopf × 0.10) | yes |"
+            ),
+            "{checked}"
+        );
+        assert!(checked.contains("| S1 operator CPU ≤ 1.5× the bare watcher's | 1000 | 0.30 | 0.38 (bare × 1.50) | yes |"), "{checked}");
+        assert!(
+            checked.contains("| S5 leaked timers = 0 | 1000 | 0 | 0 | yes |"),
+            "{checked}"
+        );
+    }
+}

@@ -1,0 +1,105 @@
+//! A small-N run of every scenario: checks that the runner works end to end
+//! and that S5 leaks nothing. Not a measurement (debug build, N = 20, one run)
+//! and without the Kopf peer (no Python or pip needed).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The emulator binary beside this package's binaries, built if missing.
+fn emulator_binary(bin_dir: &std::path::Path) -> PathBuf {
+    let path = bin_dir.join("kube-emulator");
+    if !path.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let ok = Command::new(cargo)
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+            .args([
+                "build",
+                "-p",
+                "kopf-testing",
+                "--features",
+                "cli",
+                "--bin",
+                "kube-emulator",
+            ])
+            .status()
+            .expect("cargo runs")
+            .success();
+        assert!(ok, "building kube-emulator failed");
+    }
+    path
+}
+
+#[test]
+fn every_scenario_runs_at_small_n_and_s5_leaks_nothing() {
+    let runner = PathBuf::from(env!("CARGO_BIN_EXE_kopf-bench"));
+    let bin_dir = runner.parent().expect("a directory").to_path_buf();
+    assert!(emulator_binary(&bin_dir).exists());
+    let out = std::env::temp_dir().join(format!("kopf-bench-smoke-{}", std::process::id()));
+    let started = Instant::now();
+    let output = Command::new(&runner)
+        .args(["--smoke", "--no-build", "--out"])
+        .arg(&out)
+        .output()
+        .expect("the runner starts");
+    let elapsed = started.elapsed();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("{stdout}\n{stderr}\nsmoke run took {elapsed:?}");
+    assert!(output.status.success(), "the runner failed: {stderr}");
+    assert!(
+        stdout.contains("the Kopf peer is skipped (--smoke)"),
+        "says that Kopf is skipped"
+    );
+    assert!(
+        elapsed < Duration::from_secs(120),
+        "the smoke run took {elapsed:?}"
+    );
+
+    let results: Vec<Value> = std::fs::read_to_string(out.join("results.jsonl"))
+        .expect("results.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let find = |scenario: &str, variant: &str, op: &str| {
+        results
+            .iter()
+            .find(|r| r["scenario"] == scenario && r["variant"] == variant && r["operator"] == op)
+            .unwrap_or_else(|| panic!("no {scenario} {variant} result for {op}"))
+    };
+    let scenarios = [
+        ("S1", ""),
+        ("S2", "finalizers"),
+        ("S2", "no_finalizers"),
+        ("S3", "finalizers"),
+        ("S3", "no_finalizers"),
+        ("S4", ""),
+        ("S5", ""),
+    ];
+    for (scenario, variant) in scenarios {
+        let bare = find(scenario, variant, "bare");
+        assert_eq!(bare["ok"], true, "bare {scenario} {variant}: {bare}");
+        let ours = find(scenario, variant, "kopf-rs");
+        let timers_pending = ours["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("does not run yet"));
+        assert!(
+            ours["ok"] == true || (scenario != "S1" && scenario != "S4" && timers_pending),
+            "kopf-rs {scenario} {variant}: {ours}"
+        );
+    }
+    for r in results
+        .iter()
+        .filter(|r| r["scenario"] == "S5" && r["ok"] == true)
+    {
+        assert_eq!(r["metrics"]["leaked"], 0.0, "S5 leaked timers: {r}");
+        let kept = r["metrics"]["kept_ticking_ratio"].as_f64().unwrap_or(0.0);
+        assert!(kept > 0.5, "S5: the surviving objects' timers tick on: {r}");
+    }
+    let s1 = find("S1", "", "bare");
+    assert_eq!(s1["metrics"]["calls_per_object"], 1.0, "{s1}");
+    assert!(out.join("summary.md").exists() && out.join("plot.svg").exists());
+    let _ = std::fs::remove_dir_all(&out);
+}

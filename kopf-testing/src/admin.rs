@@ -1,0 +1,104 @@
+//! The admin endpoints under `/_emulator/`: fault injection and request counts
+//! for clients in other processes (benchmark runners, scripts), as
+//! [`Faults`](crate::Faults) offers them in-process.
+//!
+//! ```text
+//! POST   /_emulator/faults/drop-watches   end every open watch stream
+//! POST   /_emulator/faults/compact        forget the watch history (410 Gone)
+//! POST   /_emulator/faults/fail           {"n": 5, "status": 503, "verb": "watch",
+//!                                          "path_contains": "configmaps", "retry_after": 1}
+//! POST   /_emulator/faults/clear          remove every failure rule and latency
+//! GET    /_emulator/requests/counts       {"counts": [{"agent": "…", "verb": "list", "count": 3}]}
+//! DELETE /_emulator/requests/counts       reset the counts
+//! ```
+//!
+//! No Kubernetes API path starts with `/_emulator/`. Admin requests are
+//! neither recorded nor counted, and faults do not apply to them.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use bytes::Bytes;
+use http::{Method, Response};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::failures::ApiError;
+use crate::faults::{FailRule, Faults};
+use crate::handlers::{error_response, json_response};
+use crate::shared::Shared;
+
+/// The path prefix of the admin endpoints.
+pub(crate) const PREFIX: &str = "/_emulator/";
+
+/// The body of `POST /_emulator/faults/fail`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FailBody {
+    n: usize,
+    status: u16,
+    #[serde(default)]
+    verb: Option<String>,
+    #[serde(default)]
+    path_contains: Option<String>,
+    #[serde(default)]
+    retry_after: Option<u32>,
+}
+
+/// Serves one admin request (`path` starts with [`PREFIX`]).
+pub(crate) fn serve(
+    shared: &Arc<Shared>,
+    method: &Method,
+    path: &str,
+    body: &Bytes,
+) -> Response<Body> {
+    let faults = Faults {
+        shared: shared.clone(),
+    };
+    let ok = || json_response(200, &json!({}));
+    match (method, &path[PREFIX.len()..]) {
+        (&Method::POST, "faults/drop-watches") => {
+            faults.drop_watches();
+            ok()
+        }
+        (&Method::POST, "faults/compact") => {
+            faults.compact();
+            ok()
+        }
+        (&Method::POST, "faults/clear") => {
+            faults.clear();
+            ok()
+        }
+        (&Method::POST, "faults/fail") => match serde_json::from_slice::<FailBody>(body) {
+            Ok(b) => {
+                faults.fail_next(
+                    b.n,
+                    FailRule {
+                        verb: b.verb,
+                        path_contains: b.path_contains,
+                        status: b.status,
+                        retry_after: b.retry_after,
+                    },
+                );
+                ok()
+            }
+            Err(e) => error_response(&ApiError::bad_request(format!(
+                "expected {{\"n\": N, \"status\": CODE, \"verb\"?, \"path_contains\"?, \"retry_after\"?}}: {e}"
+            ))),
+        },
+        (&Method::GET, "requests/counts") => {
+            let counts: Vec<_> = shared
+                .recorder
+                .counts()
+                .into_iter()
+                .map(|((agent, verb), count)| json!({"agent": agent, "verb": verb, "count": count}))
+                .collect();
+            json_response(200, &json!({ "counts": counts }))
+        }
+        (&Method::DELETE, "requests/counts") => {
+            shared.recorder.clear_counts();
+            ok()
+        }
+        _ => error_response(&ApiError::no_route(path)),
+    }
+}

@@ -1,0 +1,108 @@
+//! The admin endpoints under `/_emulator/`: faults and request counts from
+//! another process, over plain HTTP.
+
+mod common;
+
+use common::{raw_request, within};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kopf_testing::Emulator;
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+use kube::runtime::watcher;
+use serde_json::json;
+
+fn cm(name: &str) -> ConfigMap {
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some(name.into());
+    cm
+}
+
+#[tokio::test]
+async fn counts_requests_per_agent_and_verb_without_counting_admin_requests() {
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let addr = emulator.addr();
+    raw_request(
+        addr,
+        "GET",
+        "/api/v1/namespaces/default/configmaps",
+        &[("User-Agent", "tool/1")],
+        b"",
+    )
+    .await;
+    raw_request(
+        addr,
+        "GET",
+        "/api/v1/namespaces/default/configmaps",
+        &[("User-Agent", "tool/1")],
+        b"",
+    )
+    .await;
+    let counts = raw_request(addr, "GET", "/_emulator/requests/counts", &[], b"").await;
+    assert_eq!(counts.status, 200);
+    assert_eq!(
+        counts.json(),
+        json!({"counts": [{"agent": "tool/1", "verb": "list", "count": 2}]})
+    );
+    assert!(
+        emulator
+            .requests()
+            .iter()
+            .all(|r| !r.path.starts_with("/_emulator"))
+    );
+    let reset = raw_request(addr, "DELETE", "/_emulator/requests/counts", &[], b"").await;
+    assert_eq!(reset.status, 200);
+    let counts = raw_request(addr, "GET", "/_emulator/requests/counts", &[], b"").await;
+    assert_eq!(counts.json(), json!({"counts": []}));
+}
+
+#[tokio::test]
+async fn failure_rules_apply_until_cleared() {
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let addr = emulator.addr();
+    let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+    let body = json!({"n": 100, "status": 500, "verb": "list"}).to_string();
+    let added = raw_request(addr, "POST", "/_emulator/faults/fail", &[], body.as_bytes()).await;
+    assert_eq!(added.status, 200);
+    let err = api
+        .list(&ListParams::default())
+        .await
+        .expect_err("listing fails");
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 500),
+        "{err:?}"
+    );
+    raw_request(addr, "POST", "/_emulator/faults/clear", &[], b"").await;
+    api.list(&ListParams::default())
+        .await
+        .expect("listing works again");
+    let bad = raw_request(addr, "POST", "/_emulator/faults/fail", &[], b"{\"n\": 1}").await;
+    assert_eq!(bad.status, 400);
+    let unknown = raw_request(addr, "POST", "/_emulator/faults/nothing", &[], b"").await;
+    assert_eq!(unknown.status, 404);
+}
+
+#[tokio::test]
+async fn dropped_and_compacted_watches_force_a_relist() {
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let addr = emulator.addr();
+    let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+    let mut events = watcher(api.clone(), watcher::Config::default()).boxed();
+    within("the initial listing", async {
+        while !matches!(events.try_next().await, Ok(Some(watcher::Event::InitDone))) {}
+    })
+    .await;
+    api.create(&PostParams::default(), &cm("a"))
+        .await
+        .expect("created");
+    for path in [
+        "/_emulator/faults/compact",
+        "/_emulator/faults/drop-watches",
+    ] {
+        assert_eq!(raw_request(addr, "POST", path, &[], b"").await.status, 200);
+    }
+    within("a re-list after 410 Gone", async {
+        while !matches!(events.next().await, Some(Ok(watcher::Event::Init))) {}
+    })
+    .await;
+}
