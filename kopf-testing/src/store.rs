@@ -278,7 +278,10 @@ impl Store {
                 remaining: None,
             });
         };
-        let start = match continue_token {
+        // Every page of a list reports the version of its first page: a watch
+        // from the list's version then replays every change made while the
+        // pages were fetched, as with the API server's snapshot lists.
+        let (snapshot, start) = match continue_token {
             Some(token) => {
                 let (rv, after) = decode_continue(token).ok_or_else(|| {
                     ApiError::bad_request("invalid continue token: pass the `continue` value from the previous page unchanged")
@@ -286,9 +289,9 @@ impl Store {
                 if rv < res.floor {
                     return Err(expired_continue());
                 }
-                Some(after)
+                (rv, Some(after))
             }
-            None => None,
+            None => (self.rv, None),
         };
         let range = match (&start, ns) {
             (Some(after), _) => res.objects.range((
@@ -312,7 +315,7 @@ impl Store {
             if limit.is_some_and(|l| items.len() >= l) {
                 let rest = iter.count();
                 if rest > 0 {
-                    continue_token = Some(encode_continue(self.rv, k));
+                    continue_token = Some(encode_continue(snapshot, k));
                     remaining = Some(rest);
                 }
                 break;
@@ -320,7 +323,7 @@ impl Store {
         }
         Ok(ListPage {
             items,
-            rv: self.rv,
+            rv: snapshot,
             continue_token,
             remaining,
         })
@@ -1336,6 +1339,28 @@ mod tests {
             .delete(&crd_def, None, "widgets.example.com", &json!({}), false)
             .unwrap();
         assert!(store.find_def("example.com", "v1", "widgets").is_none());
+    }
+
+    #[test]
+    fn every_page_of_a_list_reports_the_version_of_its_first_page() {
+        // A watch from the list's version must replay what changed while the
+        // pages were fetched; otherwise a list+watch client misses it.
+        let mut store = Store::new(100);
+        let def = cm_def(&store);
+        for n in ["a", "b", "c"] {
+            store.create(&def, Some("default"), cm(n), false).unwrap();
+        }
+        let all = Selectors::default();
+        let p1 = store
+            .list(&def, Some("default"), &all, Some(2), None, None)
+            .unwrap();
+        store.create(&def, Some("default"), cm("d"), false).unwrap();
+        let token = p1.continue_token.unwrap();
+        let p2 = store
+            .list(&def, Some("default"), &all, Some(2), Some(&token), None)
+            .unwrap();
+        assert_eq!(p2.rv, p1.rv);
+        assert!(store.current_rv() > p1.rv);
     }
 
     #[test]
