@@ -24,7 +24,7 @@ use serde_json::Value;
 
 use crate::errors::{HandlerError, Outcome};
 use crate::handlers::{ErrorsMode, Handler, HandlerKind, KindOptions};
-use crate::kwargs::{Diff, Kwargs, Level, Logger, Memo, Patch, Reason};
+use crate::kwargs::{Diff, Kwargs, Logger, Memo, Patch, Reason};
 use crate::patching::ensure_field;
 use crate::progress::{ProgressRecord, ProgressStorage, format_timestamp};
 
@@ -436,21 +436,6 @@ pub fn merge_into(dst: &mut Value, src: Value) {
         }
         (dst, src) => *dst = src,
     }
-}
-
-/// A logger that also speaks through `sink` (e.g. posts Kubernetes Events).
-pub fn object_logger(object: String, sink: Option<crate::kwargs::LogSink>) -> Logger {
-    let logger = Logger::new(object);
-    match sink {
-        Some(sink) => logger.with_sink(sink),
-        None => logger,
-    }
-}
-
-/// Whether a level is worth a Kubernetes Event by default (Kopf posts `INFO`
-/// and above).
-pub fn is_posted(level: Level) -> bool {
-    level >= Level::Info
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ use crate::finalizers;
 use crate::handlers::{Handler, HandlerKind};
 use crate::handling::{self, CauseContext};
 use crate::kwargs::{Diff, EventType, Kwargs, Level, LogSink, Logger, Memo, Reason};
-use crate::patching::{PatchError, PatchOutcome, PatchTarget, Patcher, ensure_field};
+use crate::patching::{PatchError, PatchOutcome, PatchTarget, Patcher};
 use crate::posting::{EventPoster, ObjectReference};
 use crate::progress::ProgressStorage;
 use crate::queueing::{Processed, Versioned};
@@ -189,11 +189,6 @@ impl ResourceProcessor {
             spawner,
             observer,
         })
-    }
-
-    /// How many objects the processor remembers (live objects it has seen).
-    pub fn remembered(&self) -> usize {
-        self.lock_memories().len()
     }
 
     fn lock_memories(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<ObjectMemory>>> {
@@ -419,12 +414,12 @@ impl ResourceProcessor {
         let blocked = finalizers::is_deletion_blocked(body, finalizer);
         if !deleting && !blocked && requires_finalizer {
             logger.debug("Adding the finalizer, thus preventing the actual deletion.");
-            set_finalizer(body, patch, finalizer, true);
+            finalizers::merge_patch(body, patch, finalizer, true);
             return (None, false);
         }
         if !deleting && blocked && !requires_finalizer {
             logger.debug("Removing the finalizer, as there are no handlers requiring it.");
-            set_finalizer(body, patch, finalizer, false);
+            finalizers::merge_patch(body, patch, finalizer, false);
         }
 
         // Daemons and timers start before the change handlers and stop after them.
@@ -471,7 +466,7 @@ impl ResourceProcessor {
                 delay = min_delay(delay, Some(TASK_RESPAWN_CHECK));
             } else if deletion_done {
                 logger.debug("Removing the finalizer, thus allowing the actual deletion.");
-                set_finalizer(body, patch, finalizer, false);
+                finalizers::merge_patch(body, patch, finalizer, false);
             }
         }
         (delay, ran)
@@ -622,35 +617,6 @@ impl ResourceProcessor {
     }
 }
 
-/// Adds or removes `finalizer` in a merge patch. Finalizers are a list, which
-/// a merge patch replaces whole, so the patch carries the object's
-/// `resourceVersion`: if someone else changed the list meanwhile, the server
-/// answers 409 and the object is processed again from its newer body.
-fn set_finalizer(body: &Value, patch: &mut Value, finalizer: &str, present: bool) {
-    let mut list: Vec<Value> = body
-        .pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|f| {
-            f.as_str() != Some(finalizer) && f.as_str() != Some(finalizers::LEGACY_FINALIZER)
-        })
-        .collect();
-    if present {
-        list.push(Value::String(finalizer.to_owned()));
-    }
-    let list = if list.is_empty() {
-        Value::Null
-    } else {
-        Value::Array(list)
-    };
-    ensure_field(patch, &["metadata", "finalizers"], list);
-    if let Some(version) = body.pointer("/metadata/resourceVersion") {
-        ensure_field(patch, &["metadata", "resourceVersion"], version.clone());
-    }
-}
-
 /// How much longer than the longest stop of its tasks a deleted object's
 /// identity is kept for reports about them.
 const STOP_LIMIT_MARGIN: Duration = Duration::from_secs(1);
@@ -682,7 +648,7 @@ fn refresh_finalizer(patch: &mut Value, fresh: &Value, finalizer: &str) {
         .pointer("/metadata/finalizers")
         .and_then(Value::as_array)
         .is_some_and(|list| list.iter().any(|f| f.as_str() == Some(finalizer)));
-    set_finalizer(fresh, patch, finalizer, present);
+    finalizers::merge_patch(fresh, patch, finalizer, present);
 }
 
 fn title(reason: Reason) -> &'static str {
@@ -716,24 +682,6 @@ pub fn object_name(body: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn finalizers_are_added_and_removed_with_a_version_precondition() {
-        let body = json!({"metadata": {"resourceVersion": "7", "finalizers": ["other/x"]}});
-        let mut patch = json!({});
-        set_finalizer(&body, &mut patch, "ours/f", true);
-        assert_eq!(
-            patch,
-            json!({"metadata": {"finalizers": ["other/x", "ours/f"], "resourceVersion": "7"}})
-        );
-        let body = json!({"metadata": {"resourceVersion": "8", "finalizers": ["ours/f", "KopfFinalizerMarker"]}});
-        let mut patch = json!({});
-        set_finalizer(&body, &mut patch, "ours/f", false);
-        assert_eq!(
-            patch,
-            json!({"metadata": {"finalizers": null, "resourceVersion": "8"}})
-        );
-    }
 
     #[test]
     fn a_refreshed_finalizer_change_keeps_its_direction_and_others_finalizers() {

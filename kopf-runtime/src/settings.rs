@@ -83,9 +83,6 @@ pub struct QueueingSettings {
     /// How many per-object workers may run at once; `None` is unlimited.
     /// Default: `None`.
     pub worker_limit: Option<usize>,
-    /// How long events for one object are batched before its worker acts,
-    /// so a burst of changes is handled once. Default: 0.1 s.
-    pub batch_window: Duration,
     /// How long an idle per-object worker lingers before it exits.
     /// Default: 5 s.
     pub idle_timeout: Duration,
@@ -97,7 +94,6 @@ impl Default for QueueingSettings {
     fn default() -> Self {
         Self {
             worker_limit: None,
-            batch_window: Duration::from_millis(100),
             idle_timeout: Duration::from_secs(5),
             exit_timeout: Duration::from_secs(2),
         }

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use kopf_runtime::finalizers::{allow_deletion, block_deletion};
+use kopf_runtime::finalizers::merge_patch;
 use kopf_runtime::namespaces::NamespaceSelector;
 use kopf_runtime::patching::{PatchError, PatchOutcome, PatchTarget, Patcher};
 use kopf_runtime::posting::EventPoster;
@@ -311,9 +311,14 @@ async fn finalizers_are_added_and_removed_without_clobbering_others() -> Result 
     let patcher = Patcher::new(client.clone(), &NetworkingSettings::default());
     let mine = "kopf.zalando.org/KopfFinalizerMarker";
 
+    let patch_for = |body: &serde_json::Value, present: bool| {
+        let mut patch = json!({});
+        merge_patch(body, &mut patch, mine, present);
+        patch
+    };
     let body = serde_json::to_value(&obj)?;
     let outcome = patcher
-        .json(&target(&obj), &block_deletion(&body, mine).expect("absent"))
+        .merge(&target(&obj), &patch_for(&body, true))
         .await?;
     let with_mine = outcome.object().expect("exists").clone();
 
@@ -321,13 +326,22 @@ async fn finalizers_are_added_and_removed_without_clobbering_others() -> Result 
     let theirs = json!({"metadata": {"finalizers": [mine, "example.com/theirs"]}});
     patcher.merge(&target(&obj), &theirs).await?;
 
-    // A removal built from the body seen before theirs was added still keeps theirs.
+    // A removal built from the body seen before theirs was added is refused
+    // instead of clobbering theirs.
     let stale = serde_json::to_value(&with_mine)?;
+    let rejected = patcher
+        .merge(&target(&obj), &patch_for(&stale, false))
+        .await;
+    assert!(
+        matches!(rejected, Err(PatchError::Conflict { .. })),
+        "{rejected:?}"
+    );
+
+    // Rebuilt from the object as it is now, the removal keeps theirs.
+    let fresh = patcher.merge(&target(&obj), &json!({})).await?;
+    let fresh = serde_json::to_value(fresh.object().expect("exists"))?;
     let outcome = patcher
-        .json(
-            &target(&obj),
-            &allow_deletion(&stale, mine).expect("present"),
-        )
+        .merge(&target(&obj), &patch_for(&fresh, false))
         .await?;
     let finalizers = outcome
         .object()
@@ -339,8 +353,7 @@ async fn finalizers_are_added_and_removed_without_clobbering_others() -> Result 
     assert_eq!(finalizers, ["example.com/theirs"]);
 
     // An addition built from a stale list is rejected instead of clobbering.
-    let stale_add = block_deletion(&json!({"metadata": {"finalizers": []}}), mine).expect("absent");
-    let rejected = patcher.json(&target(&obj), &stale_add).await;
+    let rejected = patcher.merge(&target(&obj), &patch_for(&body, true)).await;
     assert!(
         matches!(
             rejected,

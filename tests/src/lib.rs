@@ -131,6 +131,18 @@ pub async fn create(
     serde_json::to_value(created).expect("serializable")
 }
 
+/// Creates the ConfigMap `default/name` with `data: {k: v}`.
+pub async fn new_configmap(emulator: &Emulator, name: &str) {
+    create(
+        emulator,
+        &configmaps(),
+        "default",
+        name,
+        json!({"data": {"k": "v"}}),
+    )
+    .await;
+}
+
 /// Creates a namespace.
 pub async fn create_namespace(emulator: &Emulator, name: &str) {
     let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(emulator.client());

@@ -9,7 +9,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kopf_runtime::{Error, Kwargs, Registry, ResourceRef};
 use kopf_testing::{Emulator, FailRule};
 use kopf_tests::{
-    Calls, Running, annotation, configmaps, create, eventually, get, logs, raw_api, test_settings,
+    Calls, Running, annotation, configmaps, eventually, get, logs, new_configmap, raw_api,
+    test_settings,
 };
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -67,17 +68,6 @@ fn events(calls: &Calls) -> Registry {
         })
         .build()
         .expect("a valid registry")
-}
-
-async fn new_configmap(emulator: &Emulator, name: &str) {
-    create(
-        emulator,
-        &configmaps(),
-        "default",
-        name,
-        json!({"data": {"k": "v"}}),
-    )
-    .await;
 }
 
 /// Waits until `name`'s create handler is done: result and diff-base stored.

@@ -8,24 +8,13 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kopf_runtime::progress::parse_timestamp;
 use kopf_runtime::{Error, ErrorsMode, Kwargs, Registry, ResourceRef};
 use kopf_testing::Emulator;
-use kopf_tests::{Calls, Running, annotation, configmaps, create, eventually, get, logs};
+use kopf_tests::{Calls, Running, annotation, configmaps, eventually, get, logs, new_configmap};
 use serde_json::{Value, json};
 
 const DIFFBASE: &str = "kopf.zalando.org/last-handled-configuration";
 
 fn cms() -> ResourceRef {
     ResourceRef::of::<ConfigMap>()
-}
-
-async fn new_configmap(emulator: &Emulator, name: &str) {
-    create(
-        emulator,
-        &configmaps(),
-        "default",
-        name,
-        json!({"data": {"k": "v"}}),
-    )
-    .await;
 }
 
 /// Waits until `name`'s change cause is finished: the diff-base is stored.
