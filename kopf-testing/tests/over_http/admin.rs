@@ -1,9 +1,7 @@
 //! The admin endpoints under `/_emulator/`: faults and request counts from
 //! another process, over plain HTTP.
 
-mod common;
-
-use common::{raw_request, within};
+use crate::common::{raw_request, within};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kopf_testing::Emulator;

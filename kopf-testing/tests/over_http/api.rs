@@ -3,11 +3,9 @@
 //! selectors, paging, patches, the status subresource, finalizers, errors on
 //! bad input, fault injection and request recording.
 
-mod common;
-
 use std::{collections::BTreeSet, time::Instant};
 
-use common::{api_error, raw_bytes, raw_request, rv_num, within};
+use crate::common::{api_error, raw_bytes, raw_request, rv_num, within};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::{
     api::{

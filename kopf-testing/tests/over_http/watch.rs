@@ -3,11 +3,9 @@
 //! kube-runtime's own `watcher`, `reflector` and `Controller`, unchanged,
 //! recovering from dropped watches and re-listing after a forced 410.
 
-mod common;
-
 use std::{convert::Infallible, sync::Arc, time::Instant};
 
-use common::{api_error, rv_num, within};
+use crate::common::{api_error, rv_num, within};
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kopf_testing::{Emulator, FailRule};

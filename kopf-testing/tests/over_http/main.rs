@@ -1,0 +1,10 @@
+//! The emulator driven over real HTTP by kube clients and raw requests.
+//!
+//! One test binary with a module per area, so the build links once.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod admin;
+mod api;
+mod watch;

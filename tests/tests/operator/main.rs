@@ -1,0 +1,11 @@
+//! Operators end to end against the emulator over real HTTP.
+//!
+//! One test binary with a module per area: each binary links kube, tokio
+//! and the runtime, so one link instead of six keeps the build fast and small.
+
+mod bad_input;
+mod daemons;
+mod faults;
+mod lifecycle;
+mod retries;
+mod selection;
