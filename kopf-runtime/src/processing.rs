@@ -600,11 +600,15 @@ impl ResourceProcessor {
         }
     }
 
-    /// The object's logger: messages go to `tracing`, and from `INFO` up also
-    /// to the object's Kubernetes Events.
+    /// The object's logger: messages go to `tracing`, and with
+    /// `settings.posting.loggers` also to the object's Kubernetes Events.
     fn logger(&self, body: &Value) -> Logger {
         let name = object_name(body);
-        let Some(poster) = self.poster.clone() else {
+        let poster = self
+            .poster
+            .clone()
+            .filter(|_| self.settings.posting.loggers);
+        let Some(poster) = poster else {
             return Logger::new(name);
         };
         let reference = ObjectReference::from_body(body);

@@ -199,6 +199,13 @@ pub struct PostingSettings {
     pub enabled: bool,
     /// The lowest severity posted. Default: [`PostingLevel::Info`].
     pub level: PostingLevel,
+    /// Also post the framework's and handlers' log lines about an object
+    /// ("Handler 'x' succeeded.", `logger.info(…)` in a handler) as Events,
+    /// from [`level`](Self::level) up. Default: `false`, as in Kopf 1.45:
+    /// one Event per log line doubles the API traffic of a busy operator.
+    /// Explicit [`posting::info`](crate::posting::info) and friends, and the
+    /// runtime's reports of tasks that would not stop, are posted either way.
+    pub loggers: bool,
     /// `reportingComponent` and `source.component` of Events. Default: `kopf`.
     pub reporting_component: String,
     /// `reportingInstance` of Events. Default: `dev`.
@@ -215,6 +222,7 @@ impl Default for PostingSettings {
         Self {
             enabled: true,
             level: PostingLevel::Info,
+            loggers: false,
             reporting_component: "kopf".into(),
             reporting_instance: "dev".into(),
             event_name_prefix: "kopf-event-".into(),
@@ -295,6 +303,7 @@ mod tests {
         assert_eq!(settings.execution.default_backoff, Duration::from_secs(60));
         assert_eq!(settings.posting.level, PostingLevel::Info);
         assert!(settings.posting.enabled);
+        assert!(!settings.posting.loggers, "log lines are not Events");
     }
 
     #[test]

@@ -239,14 +239,10 @@ impl Calls {
 }
 
 /// Sends the runtime's logs to the test output (filtered by `RUST_LOG`,
-/// `info` by default); shown only for failing tests.
+/// `info` by default; shown only for failing tests) and starts capturing
+/// warnings process-wide (see [`captured_warnings`]).
 pub fn logs() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_test_writer()
-        .try_init();
+    warnings();
 }
 
 /// Log lines captured by [`capture_logs`] or [`capture_warnings`].
@@ -296,18 +292,29 @@ pub fn captured_warnings() -> String {
     warnings().text()
 }
 
+/// The one process-wide subscriber, installed on first use, whichever test
+/// of the binary comes first: test output as [`logs`] says, plus a capture
+/// of every `WARN` and `ERROR` line.
 fn warnings() -> &'static CapturedLogs {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+
     static WARNINGS: std::sync::OnceLock<CapturedLogs> = std::sync::OnceLock::new();
     WARNINGS.get_or_init(|| {
         let logs = CapturedLogs::default();
         let writer = logs.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::WARN)
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        let output = tracing_subscriber::fmt::layer()
+            .with_test_writer()
+            .with_filter(filter);
+        let captured = tracing_subscriber::fmt::layer()
             .with_ansi(false)
             .with_writer(move || writer.clone())
-            .finish();
-        // Another subscriber may be installed already; then nothing is captured.
-        let _ = tracing::subscriber::set_global_default(subscriber);
+            .with_filter(tracing::level_filters::LevelFilter::WARN);
+        let subscriber = tracing_subscriber::registry().with(output).with(captured);
+        tracing::subscriber::set_global_default(subscriber)
+            .expect("nothing but this installs a global subscriber in the tests");
         logs
     })
 }

@@ -87,6 +87,7 @@ async fn a_spec_that_does_not_deserialize_is_reported_and_retried_and_others_are
         .expect("a valid registry");
     let mut settings = test_settings();
     settings.posting.enabled = true;
+    settings.posting.loggers = true;
     let operator = Running::start_with(&emulator, registry, settings);
     create(
         &emulator,

@@ -2,12 +2,14 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ConfigMap;
-use kopf_runtime::{Error, Kwargs, Registry, ResourceRef};
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use kopf_runtime::{Error, Kwargs, Registry, ResourceRef, posting};
 use kopf_testing::Emulator;
-use kopf_tests::{Calls, Running, eventually};
+use kopf_tests::{Calls, Running, eventually, test_settings};
 use kube::Api;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+};
 use serde_json::{Value, json};
 
 const FINALIZER: &str = "kopf.zalando.org/KopfFinalizerMarker";
@@ -243,4 +245,81 @@ async fn a_restarted_operator_resumes_existing_objects_and_does_not_recreate_the
     );
     assert_eq!(calls2.named("resume").len(), 1, "resumed once");
     operator.stop().await;
+}
+
+/// Events about `name`, as `(reason, message)`.
+async fn events_about(emulator: &Emulator, name: &str) -> Vec<(String, String)> {
+    let events: Api<Event> = Api::default_namespaced(emulator.client());
+    let mut list = events
+        .list(&ListParams::default())
+        .await
+        .expect("events listed")
+        .items;
+    list.retain(|e| e.involved_object.name.as_deref() == Some(name));
+    list.into_iter()
+        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect()
+}
+
+/// Kopf 1.45's `settings.posting.loggers`: log lines become Events only when
+/// asked; explicit `posting::info` always does.
+async fn log_lines_as_events(loggers: bool) -> Vec<(String, String)> {
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let registry = Registry::builder()
+        .on_create(cms(), "create_fn", |kw: Kwargs| async move {
+            kw.logger.info("said by the handler");
+            let name = kw.name().unwrap_or("?").to_owned();
+            posting::info(kw.body.as_ref(), "Explicit", &name);
+            Ok::<_, Error>(())
+        })
+        .build()
+        .expect("a valid registry");
+    let mut settings = test_settings();
+    settings.posting.enabled = true;
+    settings.posting.loggers = loggers;
+    let operator = Running::start_with(&emulator, registry, settings);
+    let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+    api.create(&PostParams::default(), &configmap("a", json!({})))
+        .await
+        .expect("created");
+    eventually("a's diff-base stored, so its handler is done", || async {
+        get(&api, "a").await.filter(|b| {
+            b.pointer("/metadata/annotations")
+                .is_some_and(|a| a.get(DIFFBASE).is_some())
+        })
+    })
+    .await;
+    // Events are posted one by one in order: once b's explicit Event is in,
+    // every Event queued about `a` before it is in too.
+    api.create(&PostParams::default(), &configmap("b", json!({})))
+        .await
+        .expect("created");
+    eventually("b's explicit Event", || async {
+        let b = events_about(&emulator, "b").await;
+        b.iter()
+            .any(|(reason, _)| reason == "Explicit")
+            .then_some(())
+    })
+    .await;
+    let about_a = events_about(&emulator, "a").await;
+    operator.stop().await;
+    about_a
+}
+
+#[tokio::test]
+async fn log_lines_are_not_events_by_default_but_explicit_events_are() {
+    let about_a = log_lines_as_events(false).await;
+    assert_eq!(about_a, vec![("Explicit".to_owned(), "a".to_owned())]);
+}
+
+#[tokio::test]
+async fn with_posting_loggers_log_lines_are_events_too() {
+    let about_a = log_lines_as_events(true).await;
+    let messages: Vec<&str> = about_a.iter().map(|(_, m)| m.as_str()).collect();
+    assert!(messages.contains(&"a"), "{about_a:?}");
+    assert!(messages.contains(&"said by the handler"), "{about_a:?}");
+    assert!(
+        messages.iter().any(|m| m.contains("'create_fn' succeeded")),
+        "{about_a:?}"
+    );
 }
