@@ -32,6 +32,8 @@
 //! # Ok::<(), serde_json::Error>(())
 //! ```
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value};
 
 pub use crate::kwargs::{Diff, DiffItem, DiffOp};
@@ -88,7 +90,7 @@ impl DiffBaseStorage {
     }
 
     /// The annotation keys of the diff-base on `body` (v2, then v1 if different).
-    pub fn keys(&self, body: &Value) -> Vec<String> {
+    pub fn keys(&self, body: &Value) -> Arc<[String]> {
         self.keys.make_keys(&self.name, body)
     }
 
@@ -142,7 +144,7 @@ impl DiffBaseStorage {
     /// The stored essence, if any. A malformed annotation is logged as a
     /// warning and treated as absent.
     pub fn fetch(&self, body: &Value) -> Option<Value> {
-        for key in self.keys(body) {
+        for key in self.keys(body).iter() {
             let Some(encoded) = resolve_field(body, &["metadata", "annotations", key.as_str()])
             else {
                 continue;
@@ -169,7 +171,7 @@ impl DiffBaseStorage {
     pub fn store(&self, body: &Value, essence: &Value, patch: &mut Value) {
         let mut encoded = essence.to_string();
         encoded.push('\n');
-        for key in self.keys(body) {
+        for key in self.keys(body).iter() {
             ensure_field(
                 patch,
                 &["metadata", "annotations", key.as_str()],

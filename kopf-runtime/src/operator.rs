@@ -378,6 +378,7 @@ impl ServeResource {
         let queue = Queue::new(
             QueueSettings {
                 max_workers: queueing.worker_limit.unwrap_or(usize::MAX >> 4),
+                max_backlog: queueing.backlog_limit,
                 idle_timeout: queueing.idle_timeout,
                 consistency_timeout: self.settings.persistence.consistency_timeout,
             },
@@ -408,13 +409,15 @@ impl ServeResource {
                 } if synced => {}
                 _ => {
                     if let Some(uid) = event.uid().map(str::to_owned) {
-                        queue.push(
-                            uid,
-                            Work {
-                                event,
-                                initial_listing: !synced,
-                            },
-                        );
+                        queue
+                            .push(
+                                uid,
+                                Work {
+                                    event,
+                                    initial_listing: !synced,
+                                },
+                            )
+                            .await;
                     }
                 }
             }

@@ -35,6 +35,10 @@
 //! assert_eq!(patch, json!({"metadata": {"annotations": {"kopf.zalando.org/create_fn": null}}}));
 //! ```
 
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -140,7 +144,47 @@ pub fn format_timestamp(ts: jiff::Timestamp) -> String {
 pub struct AnnotationKeys {
     prefix: String,
     v1: bool,
+    /// Keys already formed, by marked name: forming them hashes and formats,
+    /// and every processing of every object asks for the same few.
+    formed: FormedKeys,
 }
+
+/// A cache of formed keys; clones share it.
+#[derive(Clone, Default)]
+struct FormedKeys(Arc<Mutex<HashMap<String, Arc<[String]>>>>);
+
+/// Plenty for every handler id of an operator; a safety net only.
+const FORMED_KEYS_LIMIT: usize = 4_096;
+
+impl FormedKeys {
+    fn get_or_form(&self, marked: String, form: impl FnOnce(&str) -> Vec<String>) -> Arc<[String]> {
+        let mut formed = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(keys) = formed.get(&marked) {
+            return Arc::clone(keys);
+        }
+        if formed.len() >= FORMED_KEYS_LIMIT {
+            formed.clear();
+        }
+        let keys: Arc<[String]> = form(&marked).into();
+        formed.insert(marked, Arc::clone(&keys));
+        keys
+    }
+}
+
+impl fmt::Debug for FormedKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("FormedKeys")
+    }
+}
+
+/// A cache: any two are alike.
+impl PartialEq for FormedKeys {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for FormedKeys {}
 
 impl AnnotationKeys {
     /// Keys under `prefix` (e.g. `kopf.zalando.org`), also v1 keys if `v1`.
@@ -148,6 +192,7 @@ impl AnnotationKeys {
         Self {
             prefix: prefix.into(),
             v1,
+            formed: FormedKeys::default(),
         }
     }
 
@@ -158,17 +203,18 @@ impl AnnotationKeys {
 
     /// All annotation keys for `name` on `body`: the v2 key first, then the
     /// v1 key if enabled and different.
-    pub fn make_keys(&self, name: &str, body: &Value) -> Vec<String> {
-        let marked = mark_key(name, body);
-        let v2 = self.v2_key(&marked);
-        let mut keys = vec![v2];
-        if self.v1 {
-            let v1 = self.v1_key(&marked);
-            if v1 != keys[0] {
-                keys.push(v1);
+    pub fn make_keys(&self, name: &str, body: &Value) -> Arc<[String]> {
+        self.formed.get_or_form(mark_key(name, body), |marked| {
+            let v2 = self.v2_key(marked);
+            let mut keys = vec![v2];
+            if self.v1 {
+                let v1 = self.v1_key(marked);
+                if v1 != keys[0] {
+                    keys.push(v1);
+                }
             }
-        }
-        keys
+            keys
+        })
     }
 
     /// Kopf's `make_v2_key`: only the name part is limited to 63 characters.
@@ -328,7 +374,7 @@ impl ProgressStorage {
     /// `status.kopf.progress.<id>`. A record that is not a JSON object of the
     /// expected shape is logged as a warning and treated as absent.
     pub fn fetch(&self, id: &str, body: &Value) -> Option<ProgressRecord> {
-        for key in self.keys.make_keys(id, body) {
+        for key in self.keys.make_keys(id, body).iter() {
             let Some(encoded) = resolve_field(body, &["metadata", "annotations", key.as_str()])
             else {
                 continue;
@@ -360,7 +406,7 @@ impl ProgressStorage {
     /// Write `record` of handler `id` into the merge `patch`.
     pub fn store(&self, id: &str, record: &ProgressRecord, body: &Value, patch: &mut Value) {
         let encoded = Value::String(record.encode());
-        for key in self.keys.make_keys(id, body) {
+        for key in self.keys.make_keys(id, body).iter() {
             ensure_field(
                 patch,
                 &["metadata", "annotations", key.as_str()],
@@ -373,7 +419,7 @@ impl ProgressStorage {
     /// Remove handler `id`'s record: `null` for what the body has, and drop
     /// what only the patch was about to add.
     pub fn purge(&self, id: &str, body: &Value, patch: &mut Value) {
-        for key in self.keys.make_keys(id, body) {
+        for key in self.keys.make_keys(id, body).iter() {
             purge_field(body, patch, &["metadata", "annotations", key.as_str()]);
         }
         let mut path: Vec<&str> = self.status_field.iter().map(String::as_str).collect();
@@ -384,7 +430,7 @@ impl ProgressStorage {
     /// Set (or with `None`, remove) the `touch-dummy` annotation if it differs
     /// from `value`; used to provoke a new watch event for the object.
     pub fn touch(&self, body: &Value, patch: &mut Value, value: Option<&str>) {
-        for key in self.keys.make_keys(&self.touch_key, body) {
+        for key in self.keys.make_keys(&self.touch_key, body).iter() {
             let path = ["metadata", "annotations", key.as_str()];
             let current = resolve_field(body, &path).and_then(Value::as_str);
             if current != value {
@@ -486,15 +532,15 @@ mod tests {
         let keys = AnnotationKeys::new("kopf.zalando.org", true);
         let body = json!({});
         assert_eq!(
-            keys.make_keys("create_fn", &body),
+            keys.make_keys("create_fn", &body)[..],
             ["kopf.zalando.org/create_fn"]
         );
         assert_eq!(
-            keys.make_keys("update_fn/spec.field", &body),
+            keys.make_keys("update_fn/spec.field", &body)[..],
             ["kopf.zalando.org/update_fn.spec.field"]
         );
         assert_eq!(
-            keys.make_keys("fn/sub<1>", &body),
+            keys.make_keys("fn/sub<1>", &body)[..],
             ["kopf.zalando.org/fn.sub_1_"]
         );
     }
@@ -505,7 +551,7 @@ mod tests {
         let body = json!({});
         let a50 = "a".repeat(50);
         assert_eq!(
-            keys.make_keys(&a50, &body),
+            keys.make_keys(&a50, &body)[..],
             [
                 format!("kopf.zalando.org/{a50}"),
                 format!("kopf.zalando.org/{}-koaVtw", "a".repeat(39))
@@ -515,7 +561,7 @@ mod tests {
             keys.make_keys(
                 "handler_with_a_fairly_long_name/and/some/subhandlers/here/x",
                 &body
-            ),
+            )[..],
             [
                 "kopf.zalando.org/handler_with_a_fairly_long_name.and.some.subhandlers.here.x",
                 "kopf.zalando.org/handler_with_a_fairly_long_name.and.som-wwyiKw",
@@ -523,7 +569,7 @@ mod tests {
         );
         let b70 = "b".repeat(70);
         assert_eq!(
-            keys.make_keys(&b70, &body),
+            keys.make_keys(&b70, &body)[..],
             [
                 format!("kopf.zalando.org/{}-HIAfAA", "b".repeat(56)),
                 format!("kopf.zalando.org/{}-HIAfAA", "b".repeat(39)),
@@ -531,7 +577,7 @@ mod tests {
         );
         let v2_only = AnnotationKeys::new("kopf.zalando.org", false);
         assert_eq!(
-            v2_only.make_keys(&a50, &body),
+            v2_only.make_keys(&a50, &body)[..],
             [format!("kopf.zalando.org/{a50}")]
         );
     }
@@ -540,9 +586,9 @@ mod tests {
     fn keys_of_deployment_replicasets_are_marked() {
         let keys = AnnotationKeys::new("kopf.zalando.org", false);
         let rs = json!({"kind": "ReplicaSet", "metadata": {"ownerReferences": [{"kind": "Deployment"}]}});
-        assert_eq!(keys.make_keys("fn", &rs), ["kopf.zalando.org/fn-ofDRS"]);
+        assert_eq!(keys.make_keys("fn", &rs)[..], ["kopf.zalando.org/fn-ofDRS"]);
         let lone_rs = json!({"kind": "ReplicaSet", "metadata": {}});
-        assert_eq!(keys.make_keys("fn", &lone_rs), ["kopf.zalando.org/fn"]);
+        assert_eq!(keys.make_keys("fn", &lone_rs)[..], ["kopf.zalando.org/fn"]);
     }
 
     #[test]

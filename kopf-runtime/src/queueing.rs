@@ -16,20 +16,29 @@
 //!   [`QueueSettings::consistency_timeout`] has passed.
 //! - A call that asks for a retry gets the key's newest event again once the
 //!   delay has passed, without any request to the API server.
-//! - Workers with nothing to do go away after [`QueueSettings::idle_timeout`],
-//!   so idle objects cost only their slot in the watcher.
+//! - Workers with nothing to do go away after [`QueueSettings::idle_timeout`]
+//!   (at once by default), so idle objects cost only their slot in the
+//!   watcher. A worker waiting for its own patch to come back stays until it
+//!   does, or until the consistency timeout.
+//! - At most [`QueueSettings::max_backlog`] keys are admitted and not yet
+//!   through their first call; [`Queue::push`] of another new key waits. So
+//!   a burst (the initial listing of 100,000 objects) flows through in
+//!   bounded memory instead of piling up as 100,000 pending workers. A key
+//!   whose first call takes longer than [`ADMISSION_HOLD`] stops counting
+//!   then, so slow handlers do not hold up the others.
 //! - After [`Queue::shutdown`] returns, no call runs any more: calls still in
 //!   flight when its timeout passes are cancelled (their futures dropped), so
 //!   a stopped operator never acts on an object afterwards.
 
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -58,7 +67,12 @@ pub struct Processed {
 pub struct QueueSettings {
     /// How many keys are processed at the same time, at most.
     pub max_workers: usize,
-    /// How long an idle worker waits for another event before it exits.
+    /// How many new keys may wait for (or be in) their first call before
+    /// [`Queue::push`] of another new key waits.
+    pub max_backlog: usize,
+    /// How long an idle worker waits for another event before it exits
+    /// (a worker waiting for its own patch to come back waits at least the
+    /// consistency timeout).
     pub idle_timeout: Duration,
     /// How long a worker waits for the body its own patch produced before it
     /// goes on with the newest body it has.
@@ -69,7 +83,8 @@ impl Default for QueueSettings {
     fn default() -> Self {
         Self {
             max_workers: 1_000,
-            idle_timeout: Duration::from_secs(5),
+            max_backlog: 1_024,
+            idle_timeout: Duration::ZERO,
             consistency_timeout: Duration::from_secs(5),
         }
     }
@@ -86,6 +101,8 @@ pub struct Queue<K, E> {
 struct Inner<K, E> {
     slots: Mutex<HashMap<K, watch::Sender<Option<Arc<E>>>>>,
     permits: Arc<Semaphore>,
+    /// Admission of new keys (see [`QueueSettings::max_backlog`]).
+    backlog: Arc<Semaphore>,
     tracker: TaskTracker,
     stop: CancellationToken,
     /// Cancels the calls in flight (at the end of a shutdown).
@@ -112,10 +129,12 @@ where
     /// `stop` is cancelled (after the call in flight) or on [`Queue::shutdown`].
     pub fn new(settings: QueueSettings, stop: CancellationToken, process: ProcessFn<K, E>) -> Self {
         let permits = Arc::new(Semaphore::new(settings.max_workers.max(1)));
+        let backlog = Arc::new(Semaphore::new(settings.max_backlog.max(1)));
         Self {
             inner: Arc::new(Inner {
                 slots: Mutex::new(HashMap::new()),
                 permits,
+                backlog,
                 tracker: TaskTracker::new(),
                 stop,
                 abort: CancellationToken::new(),
@@ -126,12 +145,29 @@ where
     }
 
     /// Hands an event to the key's worker, starting one if there is none.
-    /// Never waits: a busy worker sees only the newest event when it is free.
-    pub fn push(&self, key: K, event: E) {
+    /// A key with a worker never waits: a busy worker sees only the newest
+    /// event when it is free. A new key waits while the backlog is full
+    /// (see [`QueueSettings::max_backlog`]).
+    pub async fn push(&self, key: K, event: E) {
         if self.inner.stop.is_cancelled() {
             return;
         }
         let event = Some(Arc::new(event));
+        if let Some(slot) = self.inner.lock_slots().get(&key) {
+            slot.send_replace(event);
+            return;
+        }
+        let backlog = Arc::clone(&self.inner.backlog);
+        let admission = tokio::select! {
+            permit = backlog.acquire_owned() => match permit {
+                Ok(permit) => Admission {
+                    _permit: permit,
+                    until: Instant::now() + ADMISSION_HOLD,
+                },
+                Err(_closed) => return,
+            },
+            () = self.inner.stop.cancelled() => return,
+        };
         let mut slots = self.inner.lock_slots();
         if let Some(slot) = slots.get(&key) {
             slot.send_replace(event);
@@ -144,7 +180,7 @@ where
         let inner = Arc::clone(&self.inner);
         self.inner
             .tracker
-            .spawn(async move { inner.work(key, receiver).await });
+            .spawn(async move { inner.work(key, receiver, admission).await });
     }
 
     /// How many keys have a worker now (busy or waiting for more events).
@@ -193,12 +229,26 @@ where
         self.slots.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    async fn work(&self, key: K, mut events: watch::Receiver<Option<Arc<E>>>) {
+    async fn work(
+        &self,
+        key: K,
+        mut events: watch::Receiver<Option<Arc<E>>>,
+        admission: Admission,
+    ) {
+        let mut admission = Some(admission);
         let mut expected: Option<String> = None;
         let mut retry_at: Option<Instant> = None;
         loop {
-            // Wake up for a new event, for a due retry, or to retire when idle.
-            let wake_at = retry_at.unwrap_or_else(|| Instant::now() + self.settings.idle_timeout);
+            // Wake up for a new event, for a due retry, or to retire when idle
+            // (not before the own patch's version came back, if one is due).
+            let linger = match expected {
+                Some(_) => self
+                    .settings
+                    .idle_timeout
+                    .max(self.settings.consistency_timeout),
+                None => self.settings.idle_timeout,
+            };
+            let wake_at = retry_at.unwrap_or_else(|| Instant::now() + linger);
             let next = tokio::select! {
                 biased;
                 () = self.stop.cancelled() => None,
@@ -226,13 +276,16 @@ where
                     None => break,
                 }
             }
-            let Ok(_permit) = self.permits.acquire().await else {
+            let Ok(_permit) = admitted(self.permits.acquire(), &mut admission).await else {
                 break;
             };
+            let call = (self.process)(key.clone(), Arc::clone(&event));
             let processed = tokio::select! {
-                processed = (self.process)(key.clone(), Arc::clone(&event)) => processed,
+                processed = admitted(call, &mut admission) => processed,
                 () = self.abort.cancelled() => break,
             };
+            admission = None;
+            drop(event);
             expected = processed.expect_version;
             retry_at = processed.retry_after.map(|delay| Instant::now() + delay);
         }
@@ -287,6 +340,31 @@ where
 
 /// How long cancelled workers get to unwind (drop their futures) at shutdown.
 const ABORT_GRACE: Duration = Duration::from_secs(1);
+
+/// How long a new key counts against [`QueueSettings::max_backlog`] at most,
+/// however long its first call takes.
+pub const ADMISSION_HOLD: Duration = Duration::from_secs(1);
+
+/// A new key's place in the backlog, given up after its first call or at
+/// `until`, whichever comes first.
+struct Admission {
+    _permit: OwnedSemaphorePermit,
+    until: Instant,
+}
+
+/// Runs `fut`, giving up `admission` once its time is over.
+async fn admitted<F: Future>(fut: F, admission: &mut Option<Admission>) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        let Some(until) = admission.as_ref().map(|a| a.until) else {
+            return fut.await;
+        };
+        tokio::select! {
+            out = &mut fut => return out,
+            () = tokio::time::sleep_until(until) => *admission = None,
+        }
+    }
+}
 
 /// Whether `version` is at least `expected`. Kubernetes versions are opaque,
 /// but every server in use issues integers: compare them as such, and fall
@@ -368,10 +446,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn events_for_a_busy_key_coalesce_to_the_newest() {
         let (q, mut log, peak) = queue(QueueSettings::default(), Duration::from_secs(1), |_| None);
-        q.push(1, ev(1, 1));
+        q.push(1, ev(1, 1)).await;
         assert_eq!(next(&mut log).await, (1, 1));
-        q.push(1, ev(2, 2));
-        q.push(1, ev(3, 3));
+        q.push(1, ev(2, 2)).await;
+        q.push(1, ev(3, 3)).await;
         assert_eq!(next(&mut log).await, (1, 3));
         tokio::time::sleep(Duration::from_secs(30)).await;
         assert!(log.try_recv().is_err(), "event 2 must have been skipped");
@@ -390,7 +468,7 @@ mod tests {
         };
         let (q, mut log, peak) = queue(settings, Duration::from_secs(1), |_| None);
         for key in 0..5 {
-            q.push(key, ev(key, 1));
+            q.push(key, ev(key, 1)).await;
         }
         let mut seen = Vec::new();
         for _ in 0..5 {
@@ -407,16 +485,16 @@ mod tests {
         let (q, mut log, _) = queue(QueueSettings::default(), Duration::from_millis(10), |n| {
             (n == 1).then(|| "10".to_owned())
         });
-        q.push(7, ev(1, 5));
+        q.push(7, ev(1, 5)).await;
         assert_eq!(next(&mut log).await, (7, 1));
         // A stale event from before the patch arrives: it must be held back.
-        q.push(7, ev(2, 9));
+        q.push(7, ev(2, 9)).await;
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(
             log.try_recv().is_err(),
             "version 9 is older than the patch's 10"
         );
-        q.push(7, ev(3, 10));
+        q.push(7, ev(3, 10)).await;
         assert_eq!(next(&mut log).await, (7, 3));
     }
 
@@ -429,10 +507,10 @@ mod tests {
         let (q, mut log, _) = queue(settings, Duration::from_millis(10), |n| {
             (n == 1).then(|| "10".to_owned())
         });
-        q.push(7, ev(1, 5));
+        q.push(7, ev(1, 5)).await;
         assert_eq!(next(&mut log).await, (7, 1));
         let pushed = Instant::now();
-        q.push(7, ev(2, 9));
+        q.push(7, ev(2, 9)).await;
         assert_eq!(next(&mut log).await, (7, 2));
         assert!(pushed.elapsed() >= Duration::from_secs(3));
     }
@@ -442,35 +520,118 @@ mod tests {
         let (q, mut log, _) = queue(QueueSettings::default(), Duration::from_millis(10), |n| {
             (n == 1).then(|| "10".to_owned())
         });
-        q.push(7, ev(1, 5));
+        q.push(7, ev(1, 5)).await;
         assert_eq!(next(&mut log).await, (7, 1));
         let pushed = Instant::now();
-        q.push(7, Ev { n: 2, rv: None });
+        q.push(7, Ev { n: 2, rv: None }).await;
         assert_eq!(next(&mut log).await, (7, 2));
         assert!(pushed.elapsed() < Duration::from_secs(1));
     }
 
     #[tokio::test(start_paused = true)]
     async fn idle_workers_exit_and_come_back_on_the_next_event() {
-        let (q, mut log, _) = queue(QueueSettings::default(), Duration::from_millis(10), |_| {
-            None
-        });
-        q.push(1, ev(1, 1));
+        let settings = QueueSettings {
+            idle_timeout: Duration::from_secs(5),
+            ..QueueSettings::default()
+        };
+        let (q, mut log, _) = queue(settings, Duration::from_millis(10), |_| None);
+        q.push(1, ev(1, 1)).await;
         assert_eq!(next(&mut log).await, (1, 1));
         assert_eq!(q.workers(), 1);
         tokio::time::sleep(Duration::from_secs(10)).await;
         assert_eq!(q.workers(), 0);
-        q.push(1, ev(2, 2));
+        q.push(1, ev(2, 2)).await;
         assert_eq!(next(&mut log).await, (1, 2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn by_default_a_worker_exits_as_soon_as_it_has_nothing_to_do() {
+        let (q, mut log, _) = queue(QueueSettings::default(), Duration::from_millis(10), |_| {
+            None
+        });
+        q.push(1, ev(1, 1)).await;
+        assert_eq!(next(&mut log).await, (1, 1));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(q.workers(), 0, "no idle worker is kept");
+        q.push(1, ev(2, 2)).await;
+        assert_eq!(next(&mut log).await, (1, 2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_worker_waiting_for_its_own_patch_stays_until_it_comes_back() {
+        let (q, mut log, _) = queue(QueueSettings::default(), Duration::from_millis(10), |n| {
+            (n == 1).then(|| "10".to_owned())
+        });
+        q.push(7, ev(1, 5)).await;
+        assert_eq!(next(&mut log).await, (7, 1));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(q.workers(), 1, "still waiting for version 10");
+        q.push(7, ev(2, 9)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(log.try_recv().is_err(), "version 9 is held back");
+        q.push(7, ev(3, 10)).await;
+        assert_eq!(next(&mut log).await, (7, 3));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(q.workers(), 0, "gone once its patch came back");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn new_keys_wait_while_the_backlog_is_full_and_known_keys_never_do() {
+        let settings = QueueSettings {
+            max_workers: 1,
+            max_backlog: 2,
+            ..QueueSettings::default()
+        };
+        let (q, mut log, _) = queue(settings, Duration::from_millis(300), |_| None);
+        q.push(1, ev(1, 1)).await;
+        q.push(2, ev(1, 1)).await;
+        // Keys 1 and 2 fill the backlog: a third new key waits...
+        let third = q.push(3, ev(1, 1));
+        let mut third = std::pin::pin!(third);
+        assert!(
+            futures::poll!(third.as_mut()).is_pending(),
+            "a third new key waits for room"
+        );
+        // ...but a key already admitted never waits.
+        q.push(2, ev(2, 2)).await;
+        assert_eq!(next(&mut log).await, (1, 1));
+        third.await;
+        let mut rest = vec![next(&mut log).await, next(&mut log).await];
+        rest.sort_unstable();
+        assert_eq!(
+            rest,
+            vec![(2, 2), (3, 1)],
+            "key 2 coalesced to its newest event"
+        );
+        assert!(q.workers() <= 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_first_call_gives_up_its_backlog_place_after_a_while() {
+        let settings = QueueSettings {
+            max_backlog: 1,
+            ..QueueSettings::default()
+        };
+        let (q, mut log, _) = queue(settings, Duration::from_secs(100), |_| None);
+        let started = Instant::now();
+        q.push(1, ev(1, 1)).await;
+        assert_eq!(next(&mut log).await, (1, 1));
+        q.push(2, ev(1, 1)).await;
+        assert_eq!(next(&mut log).await, (2, 1));
+        let waited = started.elapsed();
+        assert!(
+            waited >= ADMISSION_HOLD && waited < ADMISSION_HOLD * 2,
+            "key 2 got in once key 1's hold was over, not after its call: {waited:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn shutdown_waits_for_calls_in_flight_and_reports_the_stuck() {
         let (q, mut log, _) = queue(QueueSettings::default(), Duration::from_secs(100), |_| None);
-        q.push(1, ev(1, 1));
+        q.push(1, ev(1, 1)).await;
         assert_eq!(next(&mut log).await, (1, 1));
         assert_eq!(q.shutdown(Duration::from_secs(5)).await, 1);
-        q.push(2, ev(1, 1));
+        q.push(2, ev(1, 1)).await;
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(log.try_recv().is_err(), "a stopped queue takes no events");
     }
@@ -489,7 +650,7 @@ mod tests {
             })
         });
         let q = Queue::new(QueueSettings::default(), CancellationToken::new(), process);
-        q.push(1, ev(1, 1));
+        q.push(1, ev(1, 1)).await;
         tokio::time::timeout(Duration::from_secs(60), started.recv())
             .await
             .expect("started within the timeout");
@@ -522,11 +683,11 @@ mod tests {
         });
         let q = Queue::new(QueueSettings::default(), CancellationToken::new(), process);
         let started = Instant::now();
-        q.push(1, ev(1, 1));
+        q.push(1, ev(1, 1)).await;
         assert_eq!(next(&mut log).await, (1, 1));
         assert_eq!(next(&mut log).await, (1, 1), "retried without a new event");
         assert!(started.elapsed() >= Duration::from_secs(30));
-        q.push(1, ev(3, 3));
+        q.push(1, ev(3, 3)).await;
         assert_eq!(
             next(&mut log).await,
             (1, 3),

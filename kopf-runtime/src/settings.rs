@@ -83,8 +83,17 @@ pub struct QueueingSettings {
     /// How many per-object workers may run at once; `None` is unlimited.
     /// Default: `None`.
     pub worker_limit: Option<usize>,
-    /// How long an idle per-object worker lingers before it exits.
-    /// Default: 5 s.
+    /// How many newly seen objects may wait for (or be in) their first
+    /// processing at once; the watch stream waits for room beyond that, so
+    /// a listing of 100,000 objects flows through in bounded memory. An
+    /// object whose first processing takes over a second stops counting.
+    /// Default: 1,024.
+    pub backlog_limit: usize,
+    /// How long an idle per-object worker lingers before it exits (one
+    /// waiting for its own patch to come back stays until it does, or for
+    /// `persistence.consistency_timeout`). Default: 0, exit at once: a new
+    /// worker costs a task spawn, an idle one keeps the object's body.
+    /// Kopf's default is 5 s.
     pub idle_timeout: Duration,
     /// How long workers get to finish at operator exit. Default: 2 s.
     pub exit_timeout: Duration,
@@ -94,7 +103,8 @@ impl Default for QueueingSettings {
     fn default() -> Self {
         Self {
             worker_limit: None,
-            idle_timeout: Duration::from_secs(5),
+            backlog_limit: 1_024,
+            idle_timeout: Duration::ZERO,
             exit_timeout: Duration::from_secs(2),
         }
     }
