@@ -238,10 +238,7 @@ impl ResourceProcessor {
             .remove(uid);
         let logger = Logger::new(object_name(&body));
         if !self.tasks.is_empty() {
-            let reason = match how {
-                DeletedBy::Event => StopReason::ObjectDeleted,
-                DeletedBy::Vanished => StopReason::ObjectVanished,
-            };
+            let reason = stop_reason(how);
             if self.spawner.stop_object(uid, reason) > 0 {
                 logger.debug(format!(
                     "Stopping the object's daemons and timers: {}.",
@@ -618,6 +615,14 @@ impl ResourceProcessor {
             Level::Warning | Level::Error => poster.warn(reference.clone(), "Logging", message),
         });
         Logger::new(name).with_sink(sink)
+    }
+}
+
+/// Why an object's daemons and timers stop when it is gone.
+pub(crate) fn stop_reason(how: DeletedBy) -> StopReason {
+    match how {
+        DeletedBy::Event => StopReason::ObjectDeleted,
+        DeletedBy::Vanished => StopReason::ObjectVanished,
     }
 }
 

@@ -135,8 +135,12 @@ struct ObjectSlot {
     finished: HashSet<Arc<str>>,
     /// Nothing more may be spawned (gone or being deleted).
     closed: bool,
-    /// Gone: forget the slot once its tasks have ended.
+    /// Stopped as gone (deleted, vanished): kept as a tombstone, so that a
+    /// late [`Spawner::ensure`] for the UID (from processing that was
+    /// already under way when the deletion was seen) spawns nothing.
     gone: bool,
+    /// [`Spawner::forget`] was called: drop the slot once its tasks ended.
+    forgotten: bool,
 }
 
 impl ObjectSlot {
@@ -197,7 +201,7 @@ impl Inner {
         if ours {
             slot.tasks.remove(&*shared.id);
             state.tasks -= 1;
-            if slot.tasks.is_empty() && slot.gone {
+            if slot.tasks.is_empty() && slot.forgotten {
                 state.objects.remove(&*shared.uid);
             }
         }
@@ -365,9 +369,11 @@ impl Drop for Inner {
 ///   future (e.g. in a task of its own) keeps the task "running".
 /// - An abandoned task is forgotten, not killed: a new task for the same key
 ///   may be spawned while the abandoned one still runs somewhere.
-/// - Once all tasks of an object that was stopped as gone have ended, its
-///   memory is dropped; an [`Spawner::ensure`] for that UID after that starts
-///   afresh (the engine never does that for a deleted UID).
+/// - An object stopped as gone spawns nothing more, however late an
+///   [`Spawner::ensure`] for its UID comes, until [`Spawner::forget`]; once
+///   forgotten and its tasks ended, its memory is dropped, and an `ensure`
+///   for that UID after that starts afresh (the engine forgets a UID only
+///   after its deletion was processed, and never sees it again).
 #[derive(Clone)]
 pub struct Spawner {
     inner: Arc<Inner>,
@@ -463,6 +469,7 @@ impl Spawner {
                 finished: HashSet::new(),
                 closed: false,
                 gone: false,
+                forgotten: false,
             }),
         };
         if let Some(entry) = slot.tasks.get(spec.id()) {
@@ -613,10 +620,13 @@ impl Spawner {
         slot.flag.set(reason);
         slot.closed |= reason.ends_spawning();
         slot.gone |= reason.object_is_gone();
+        if slot.gone {
+            slot.finished.clear();
+        }
         for entry in slot.tasks.values_mut() {
             Inner::mark_stopping(entry, reason, victims);
         }
-        if slot.gone && slot.tasks.is_empty() {
+        if slot.forgotten && slot.tasks.is_empty() {
             state.objects.remove(uid);
         }
     }
@@ -661,6 +671,7 @@ impl Spawner {
             slot.finished.clear();
             slot.closed = true;
             slot.gone = true;
+            slot.forgotten = true;
             if slot.tasks.is_empty() {
                 state.objects.remove(uid);
             }
@@ -1205,6 +1216,24 @@ mod tests {
         );
         assert_eq!(spawner.stop_object("u1", StopReason::ObjectDeleted), 0);
         assert!(!spawner.is_finished("u1", "d"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_ensure_for_an_object_stopped_as_gone_spawns_nothing_until_forgotten() {
+        let (spawner, _) = spawner();
+        let reasons = Arc::default();
+        let spec = cooperative("d", &reasons);
+        assert_eq!(spawner.ensure("u1", &spec, &body(1)), Ensured::Spawned);
+        spawner.stop_object("u1", StopReason::ObjectDeleted);
+        spawner.wait_stopped("u1").await;
+        assert_eq!(
+            spawner.ensure("u1", &spec, &body(1)),
+            Ensured::ObjectGone,
+            "processing still under way must not revive a deleted object's task"
+        );
+        spawner.forget("u1");
+        assert_eq!(spawner.len(), 0);
+        assert_eq!(spawner.ensure("u1", &spec, &body(1)), Ensured::Spawned);
     }
 
     #[tokio::test(start_paused = true)]

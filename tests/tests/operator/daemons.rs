@@ -233,6 +233,58 @@ async fn setup(kind: Kind) -> (Emulator, Calls, Running, Api<Secret>) {
     (emulator, calls, operator, api)
 }
 
+/// How long the slow handler below keeps its object's worker busy.
+const BUSY: Duration = Duration::from_secs(30);
+
+/// The DELETED event stops an object's tasks when it is seen, not when the
+/// object's worker gets to it: here the worker is busy in a slow handler.
+async fn deleted_event_stops_while_busy(kind: Kind) {
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let calls = Calls::default();
+    let registry = add_task(Registry::builder(), kind, "task", &calls)
+        .no_finalizers()
+        .on_event(secrets(), "slow", |kw: Kwargs| async move {
+            if mark(&kw.body) == "slow" {
+                tokio::time::sleep(BUSY).await;
+            }
+            Ok::<_, Error>(())
+        })
+        .build()
+        .expect("a valid registry");
+    let operator = Running::start_with(&emulator, registry, settings());
+    let api: Api<Secret> = Api::default_namespaced(emulator.client());
+    let uid = create(&api, &secret("busy", "1", &[])).await;
+    first_call(&calls, "task", "busy").await;
+    api.patch(
+        "busy",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {MARK: "slow"}}})),
+    )
+    .await
+    .expect("patched");
+    // Let the worker get into the slow handler, then delete.
+    tokio::time::sleep(QUIET).await;
+    let deleted = Instant::now();
+    delete(&api, "busy").await;
+    assert_stopped(kind, &calls, "task", &uid).await;
+    assert!(
+        deleted.elapsed() < BUSY / 2,
+        "stopped on the DELETED event, not after the slow handler: {:?}",
+        deleted.elapsed()
+    );
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn daemon_stops_on_the_deleted_event_while_its_object_is_busy_in_a_slow_handler() {
+    deleted_event_stops_while_busy(Kind::Daemon).await;
+}
+
+#[tokio::test]
+async fn timer_stops_on_the_deleted_event_while_its_object_is_busy_in_a_slow_handler() {
+    deleted_event_stops_while_busy(Kind::Timer).await;
+}
+
 // ---------------------------------------------------------------------------
 // No finalizer, and an existing one only it needed is removed.
 
