@@ -346,10 +346,6 @@ impl ServeResource {
             return;
         };
         let poster = self.poster.clone();
-        // Objects with daemons or timers have them stopped the moment their
-        // deletion is seen, not once the queue gets to the object (which may
-        // be busy with a slow handler, or behind a burst of other objects).
-        let stops_tasks = (!self.handlers.spawning.is_empty()).then(|| Arc::clone(&self.spawner));
         let processor = match ResourceProcessor::new(
             target.clone(),
             self.handlers,
@@ -366,6 +362,7 @@ impl ServeResource {
                 return;
             }
         };
+        let stopper = Arc::clone(&processor);
         // Handlers post Events with `kopf_runtime::posting::{info, warn, …}`
         // through the poster in scope.
         let process: ProcessFn<String, Work> = Arc::new(move |uid, work| {
@@ -400,10 +397,10 @@ impl ServeResource {
         let watch = tokio::spawn(watcher.run(tx, watching.clone()));
         let mut synced = false;
         while let Some(event) = rx.recv().await {
-            if let (ObjectEvent::Deleted { how, .. }, Some(spawner)) = (&event, &stops_tasks)
+            if let ObjectEvent::Deleted { how, .. } = &event
                 && let Some(uid) = event.uid()
             {
-                spawner.stop_object(uid, crate::processing::stop_reason(*how));
+                stopper.stop_tasks(uid, *how);
             }
             match &event {
                 ObjectEvent::Synced { count } => {

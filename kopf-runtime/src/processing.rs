@@ -229,6 +229,21 @@ impl ResourceProcessor {
         }
     }
 
+    /// Stops the daemons and timers of the object `uid`, which is gone. The
+    /// watch loop calls this the moment it sees the deletion, before the
+    /// object's turn in the queue (its worker may be busy in a slow handler,
+    /// or behind a burst of other objects); [`process`](Self::process) of the
+    /// deletion then only forgets the object.
+    pub fn stop_tasks(&self, uid: &str, how: DeletedBy) {
+        if self.tasks.is_empty() {
+            return;
+        }
+        let reason = stop_reason(how);
+        if self.spawner.stop_object(uid, reason) > 0 {
+            tracing::debug!(%uid, reason = reason.as_str(), "stopping the object's daemons and timers");
+        }
+    }
+
     async fn deleted(&self, uid: &str, object: &DynamicObject, how: DeletedBy) {
         let body = Arc::new(to_value(object));
         let known = self.lock_memories().remove(uid);
@@ -238,13 +253,8 @@ impl ResourceProcessor {
             .remove(uid);
         let logger = Logger::new(object_name(&body));
         if !self.tasks.is_empty() {
-            let reason = stop_reason(how);
-            if self.spawner.stop_object(uid, reason) > 0 {
-                logger.debug(format!(
-                    "Stopping the object's daemons and timers: {}.",
-                    reason.as_str()
-                ));
-            }
+            // Its tasks were stopped when the deletion was seen
+            // (`stop_tasks`); what is left is to forget the object.
             self.spawner.forget(uid);
         }
         self.run_event_handlers(
@@ -619,7 +629,7 @@ impl ResourceProcessor {
 }
 
 /// Why an object's daemons and timers stop when it is gone.
-pub(crate) fn stop_reason(how: DeletedBy) -> StopReason {
+fn stop_reason(how: DeletedBy) -> StopReason {
     match how {
         DeletedBy::Event => StopReason::ObjectDeleted,
         DeletedBy::Vanished => StopReason::ObjectVanished,

@@ -245,7 +245,7 @@ pub fn logs() {
     warnings();
 }
 
-/// Log lines captured by [`capture_logs`] or [`capture_warnings`].
+/// Log lines captured by [`capture_logs`] or, process-wide, by [`logs`].
 #[derive(Clone, Default)]
 pub struct CapturedLogs(Arc<Mutex<Vec<u8>>>);
 
@@ -278,12 +278,6 @@ pub fn capture_logs() -> (CapturedLogs, tracing::subscriber::DefaultGuard) {
         .with_writer(move || writer.clone())
         .finish();
     (logs, tracing::subscriber::set_default(subscriber))
-}
-
-/// Starts capturing warnings process-wide, for tasks on other threads too
-/// (see [`captured_warnings`]).
-pub fn capture_warnings() {
-    warnings();
 }
 
 /// Everything logged at `WARN` or above in this test process, as text.

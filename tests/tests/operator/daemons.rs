@@ -14,9 +14,7 @@ use k8s_openapi::api::core::v1::{Event, Secret};
 use kopf_runtime::settings::OperatorSettings;
 use kopf_runtime::{Error, Kwargs, Registry, RegistryBuilder, ResourceRef};
 use kopf_testing::{Emulator, FailRule};
-use kopf_tests::{
-    Calls, PATIENCE, Running, capture_warnings, captured_warnings, eventually, test_settings,
-};
+use kopf_tests::{Calls, PATIENCE, Running, captured_warnings, eventually, logs, test_settings};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Api, api::PostParams};
 use serde_json::{Value, json};
@@ -663,7 +661,7 @@ async fn timer_ignoring_its_stop_flag_is_cancelled_after_the_graceful_exit_limit
 }
 
 async fn blocking_is_abandoned(kind: Kind) {
-    capture_warnings();
+    logs();
     let emulator = Emulator::start().await.expect("emulator starts");
     let calls = Calls::default();
     let registry = stubborn(kind, Stubborn::Blocking, &calls);
@@ -769,7 +767,7 @@ fn self_deleting(kind: Kind, calls: &Calls, armed: &Arc<AtomicBool>, recreate: b
 }
 
 async fn patch_of_a_gone_object_ends_quietly(kind: Kind, recreate: bool, name: &str) {
-    capture_warnings();
+    logs();
     let emulator = Emulator::start().await.expect("emulator starts");
     let calls = Calls::default();
     let armed = Arc::new(AtomicBool::new(false));
@@ -1069,7 +1067,7 @@ fn example(name: &str, mark: &str) -> DynamicObject {
 
 #[tokio::test]
 async fn timer_results_go_to_the_status_subresource_and_never_to_a_replacement() {
-    capture_warnings();
+    logs();
     let emulator = Emulator::builder()
         .crd("kopf.dev", "v1", "kopfexamples", "KopfExample", true)
         .start()
