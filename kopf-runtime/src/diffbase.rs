@@ -37,7 +37,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 pub use crate::kwargs::{Diff, DiffItem, DiffOp};
-use crate::patching::{ensure_field, remove_field, resolve_field};
+use crate::patching::{ensure_field, remove_field, resolve_field, resolve_field_mut};
 use crate::progress::{
     AnnotationKeys, LAST_APPLIED_ANNOTATION, ProgressStorage, detect_marked_prefixes,
     remove_empty_stanzas,
@@ -113,14 +113,16 @@ impl DiffBaseStorage {
             &["metadata.labels", "metadata.annotations"],
         );
 
-        if let Some(annotations) = essence
-            .pointer_mut("/metadata/annotations")
+        if let Some(annotations) = resolve_field_mut(&mut essence, &["metadata", "annotations"])
             .and_then(Value::as_object_mut)
         {
             let ignored = detect_marked_prefixes(annotations.keys().map(String::as_str));
             annotations.retain(|key, _| {
                 key != LAST_APPLIED_ANNOTATION
-                    && !ignored.iter().any(|p| key.starts_with(&format!("{p}/")))
+                    && !ignored.iter().any(|p| {
+                        key.strip_prefix(p.as_str())
+                            .is_some_and(|rest| rest.starts_with('/'))
+                    })
             });
         }
         cherrypick(body, &mut essence, extra_fields);
@@ -131,8 +133,7 @@ impl DiffBaseStorage {
         }
 
         let own = self.keys(body);
-        if let Some(annotations) = essence
-            .pointer_mut("/metadata/annotations")
+        if let Some(annotations) = resolve_field_mut(&mut essence, &["metadata", "annotations"])
             .and_then(Value::as_object_mut)
         {
             annotations.retain(|key, _| !own.contains(key));

@@ -21,27 +21,27 @@
 
 use serde_json::Value;
 
-use crate::patching::ensure_field;
+use crate::patching::{ensure_field, resolve_field};
 
 /// The finalizer written by Kopf versions before 1.0; removed along with ours.
 pub const LEGACY_FINALIZER: &str = "KopfFinalizerMarker";
 
-fn finalizers(body: &Value) -> Vec<&str> {
-    body.pointer("/metadata/finalizers")
+fn finalizers(body: &Value) -> impl Iterator<Item = &str> {
+    resolve_field(body, &["metadata", "finalizers"])
         .and_then(Value::as_array)
-        .map(|list| list.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
 }
 
 /// Whether the object is being deleted (`metadata.deletionTimestamp` is set).
 pub fn is_deletion_ongoing(body: &Value) -> bool {
-    body.pointer("/metadata/deletionTimestamp")
-        .is_some_and(|v| !v.is_null())
+    resolve_field(body, &["metadata", "deletionTimestamp"]).is_some_and(|v| !v.is_null())
 }
 
 /// Whether `finalizer` is on the object.
 pub fn is_deletion_blocked(body: &Value, finalizer: &str) -> bool {
-    finalizers(body).contains(&finalizer)
+    finalizers(body).any(|f| f == finalizer)
 }
 
 /// Adds or removes `finalizer` in a merge patch. Finalizers are a list, which
@@ -49,8 +49,7 @@ pub fn is_deletion_blocked(body: &Value, finalizer: &str) -> bool {
 /// `resourceVersion`: if someone else changed the list meanwhile, the server
 /// answers 409 and the object is processed again from its newer body.
 pub fn merge_patch(body: &Value, patch: &mut Value, finalizer: &str, present: bool) {
-    let mut list: Vec<Value> = body
-        .pointer("/metadata/finalizers")
+    let mut list: Vec<Value> = resolve_field(body, &["metadata", "finalizers"])
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default()
@@ -66,7 +65,7 @@ pub fn merge_patch(body: &Value, patch: &mut Value, finalizer: &str, present: bo
         Value::Array(list)
     };
     ensure_field(patch, &["metadata", "finalizers"], list);
-    if let Some(version) = body.pointer("/metadata/resourceVersion") {
+    if let Some(version) = resolve_field(body, &["metadata", "resourceVersion"]) {
         ensure_field(patch, &["metadata", "resourceVersion"], version.clone());
     }
 }

@@ -364,6 +364,19 @@ pub fn resolve_field<'a>(body: &'a Value, path: &[&str]) -> Option<&'a Value> {
         .try_fold(body, |value, key| value.as_object()?.get(*key))
 }
 
+/// A string field of the object's `metadata` (`name`, `uid`, …), if set.
+pub fn meta_str<'a>(body: &'a Value, key: &str) -> Option<&'a str> {
+    resolve_field(body, &["metadata", key]).and_then(Value::as_str)
+}
+
+/// The field at `path` for changing in place, if every step is an object.
+/// Like [`resolve_field`], and unlike `Value::pointer_mut`, it allocates
+/// nothing: keys are taken as they are, with no `~1` escapes to undo.
+pub fn resolve_field_mut<'a>(body: &'a mut Value, path: &[&str]) -> Option<&'a mut Value> {
+    path.iter()
+        .try_fold(body, |value, key| value.as_object_mut()?.get_mut(*key))
+}
+
 /// Set `path` to `value`, creating intermediate objects (replacing
 /// non-object intermediates) as Kopf's `ensure`. An empty path is ignored.
 pub fn ensure_field(patch: &mut Value, path: &[&str], value: Value) {

@@ -50,6 +50,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::patching::resolve_field;
 use crate::settings::{PostingLevel, PostingSettings};
 
 /// Kopf's limit on Event messages.
@@ -113,9 +114,9 @@ impl ObjectReference {
         Self {
             api_version: text(body.get("apiVersion")),
             kind: text(body.get("kind")),
-            name: text(body.pointer("/metadata/name")),
-            uid: text(body.pointer("/metadata/uid")),
-            namespace: text(body.pointer("/metadata/namespace")),
+            name: text(resolve_field(body, &["metadata", "name"])),
+            uid: text(resolve_field(body, &["metadata", "uid"])),
+            namespace: text(resolve_field(body, &["metadata", "namespace"])),
         }
     }
 

@@ -29,7 +29,7 @@ use crate::finalizers;
 use crate::handlers::{Handler, HandlerKind};
 use crate::handling::{self, CauseContext};
 use crate::kwargs::{Diff, EventType, Kwargs, Level, LogSink, Logger, Memo, Reason};
-use crate::patching::{PatchError, PatchOutcome, PatchTarget, Patcher};
+use crate::patching::{PatchError, PatchOutcome, PatchTarget, Patcher, meta_str, resolve_field};
 use crate::posting::{EventPoster, ObjectReference};
 use crate::progress::ProgressStorage;
 use crate::queueing::{Processed, Versioned};
@@ -60,7 +60,7 @@ pub struct Work {
 impl Versioned for Work {
     fn version(&self) -> Option<&str> {
         match &self.event {
-            ObjectEvent::Upserted { object, .. } => object.metadata.resource_version.as_deref(),
+            ObjectEvent::Upserted { object, .. } => meta_str(object, "resourceVersion"),
             ObjectEvent::Deleted { .. } | ObjectEvent::Synced { .. } => None,
         }
     }
@@ -244,14 +244,13 @@ impl ResourceProcessor {
         }
     }
 
-    async fn deleted(&self, uid: &str, object: &DynamicObject, how: DeletedBy) {
-        let body = Arc::new(to_value(object));
+    async fn deleted(&self, uid: &str, body: &Arc<Value>, how: DeletedBy) {
         let known = self.lock_memories().remove(uid);
         self.memos
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(uid);
-        let logger = Logger::new(object_name(&body));
+        let logger = Logger::new(object_name(body));
         if !self.tasks.is_empty() {
             // Its tasks were stopped when the deletion was seen
             // (`stop_tasks`); what is left is to forget the object.
@@ -259,7 +258,7 @@ impl ResourceProcessor {
         }
         self.run_event_handlers(
             Some(EventType::Deleted),
-            &body,
+            body,
             known.as_ref().map(|m| m.memo.clone()),
             &logger,
         )
@@ -292,19 +291,18 @@ impl ResourceProcessor {
     async fn upserted(
         &self,
         uid: &str,
-        object: &DynamicObject,
+        body: &Arc<Value>,
         event_type: Option<EventType>,
         initial_listing: bool,
     ) -> Processed {
-        let body = Arc::new(to_value(object));
         let memory = self.recall(uid, initial_listing);
-        let logger = self.logger(&body);
-        self.run_event_handlers(event_type, &body, Some(memory.memo.clone()), &logger)
+        let logger = self.logger(body);
+        self.run_event_handlers(event_type, body, Some(memory.memo.clone()), &logger)
             .await;
 
         let mut patch = json!({});
         let (delay, ran) = self
-            .handle_object(uid, &body, &memory, &logger, &mut patch)
+            .handle_object(uid, body, &memory, &logger, &mut patch)
             .await;
         if patch.as_object().is_none_or(|p| p.is_empty()) {
             return Processed {
@@ -315,8 +313,8 @@ impl ResourceProcessor {
         let target = PatchTarget {
             resource: self.target.api.clone(),
             status_subresource: self.target.status_subresource,
-            namespace: object.metadata.namespace.clone(),
-            name: object.metadata.name.clone().unwrap_or_default(),
+            namespace: meta_str(body, "namespace").map(str::to_owned),
+            name: meta_str(body, "name").unwrap_or_default().to_owned(),
         };
         match self.send(&target, &mut patch, ran, &logger).await {
             Ok(PatchOutcome::Patched(patched)) => Processed {
@@ -365,7 +363,7 @@ impl ResourceProcessor {
                     resends += 1;
                     logger.debug("The patch conflicted; re-sending it to keep the outcomes.");
                     tokio::time::sleep(CONFLICT_PAUSE).await;
-                    if patch.pointer("/metadata/resourceVersion").is_some() {
+                    if resolve_field(patch, &["metadata", "resourceVersion"]).is_some() {
                         let fresh = match self.patcher.merge(target, &json!({})).await? {
                             PatchOutcome::Patched(fresh) => to_value(&fresh),
                             PatchOutcome::Gone => return Ok(PatchOutcome::Gone),
@@ -663,8 +661,7 @@ fn min_delay(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
 /// `finalizer`) against `fresh`, the object as it is now, with its
 /// `resourceVersion` as the new precondition.
 fn refresh_finalizer(patch: &mut Value, fresh: &Value, finalizer: &str) {
-    let present = patch
-        .pointer("/metadata/finalizers")
+    let present = resolve_field(patch, &["metadata", "finalizers"])
         .and_then(Value::as_array)
         .is_some_and(|list| list.iter().any(|f| f.as_str() == Some(finalizer)));
     finalizers::merge_patch(fresh, patch, finalizer, present);
@@ -687,10 +684,7 @@ fn to_value(object: &DynamicObject) -> Value {
 
 /// `namespace/name`, or `name` for cluster-scoped objects.
 pub fn object_name(body: &Value) -> String {
-    let meta = |key: &str| {
-        body.pointer(&format!("/metadata/{key}"))
-            .and_then(Value::as_str)
-    };
+    let meta = |key: &str| resolve_field(body, &["metadata", key]).and_then(Value::as_str);
     match (meta("namespace"), meta("name")) {
         (Some(ns), Some(name)) => format!("{ns}/{name}"),
         (None, Some(name)) => name.to_owned(),

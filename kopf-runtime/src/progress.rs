@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::patching::{ensure_field, remove_field, resolve_field};
+use crate::patching::{ensure_field, remove_field, resolve_field, resolve_field_mut};
 use crate::settings::PersistenceSettings;
 
 /// The kubectl annotation that never counts as part of an object's essence.
@@ -308,9 +308,11 @@ pub fn detect_marked_prefixes<'a>(keys: impl IntoIterator<Item = &'a str>) -> Ve
         };
         let marked = KNOWN_MARKERS.contains(&name)
             || KNOWN_PREFIXES.contains(&prefix)
-            || KNOWN_PREFIXES
-                .iter()
-                .any(|p| prefix.ends_with(&format!(".{p}")));
+            || KNOWN_PREFIXES.iter().any(|p| {
+                prefix
+                    .strip_suffix(p)
+                    .is_some_and(|head| head.ends_with('.'))
+            });
         if marked && !prefixes.iter().any(|p| p == prefix) {
             prefixes.push(prefix.to_owned());
         }
@@ -444,12 +446,14 @@ impl ProgressStorage {
     /// Remove this storage's own fields from an essence (Kopf's `clear`):
     /// every `<prefix>/…` annotation and `status.kopf.progress`.
     pub fn clear(&self, mut essence: Value) -> Value {
-        let prefix = format!("{}/", self.keys.prefix);
-        if let Some(annotations) = essence
-            .pointer_mut("/metadata/annotations")
+        let prefix = self.keys.prefix.as_str();
+        if let Some(annotations) = resolve_field_mut(&mut essence, &["metadata", "annotations"])
             .and_then(Value::as_object_mut)
         {
-            annotations.retain(|key, _| !key.starts_with(&prefix));
+            annotations.retain(|key, _| {
+                !key.strip_prefix(prefix)
+                    .is_some_and(|rest| rest.starts_with('/'))
+            });
         }
         remove_empty_stanzas(&mut essence);
         let path: Vec<&str> = self.status_field.iter().map(String::as_str).collect();

@@ -26,7 +26,9 @@ use crate::errors::HandlerError;
 use crate::handlers::{ErrorsMode, Handler, KindOptions};
 use crate::handling::{self, merge_into};
 use crate::kwargs::{Kwargs, Logger, Memo, Patch, Stopped};
-use crate::patching::{PatchError, PatchOutcome, PatchTarget, Patcher, ensure_field};
+use crate::patching::{
+    PatchError, PatchOutcome, PatchTarget, Patcher, ensure_field, resolve_field,
+};
 use crate::posting::{self, EventPoster, ObjectReference};
 use crate::processing::{ResourceTarget, object_name};
 use crate::spawning::{
@@ -168,7 +170,7 @@ async fn apply(
     logger: &Logger,
 ) {
     let meta = |key: &str| {
-        body.pointer(&format!("/metadata/{key}"))
+        resolve_field(body, &["metadata", key])
             .and_then(Value::as_str)
             .map(str::to_owned)
     };

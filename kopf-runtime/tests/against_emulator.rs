@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use kopf_runtime::finalizers::merge_patch;
 use kopf_runtime::namespaces::NamespaceSelector;
-use kopf_runtime::patching::{PatchError, PatchOutcome, PatchTarget, Patcher};
+use kopf_runtime::patching::{PatchError, PatchOutcome, PatchTarget, Patcher, meta_str};
 use kopf_runtime::posting::EventPoster;
 use kopf_runtime::settings::{NetworkingSettings, PostingSettings, WatchingSettings};
 use kopf_runtime::watching::{DeletedBy, ObjectEvent, ResourceWatcher, Seen};
@@ -116,7 +116,7 @@ impl Watching {
 }
 
 fn named(event: &ObjectEvent) -> Option<&str> {
-    event.object().and_then(|o| o.metadata.name.as_deref())
+    event.object().and_then(|o| meta_str(o, "name"))
 }
 
 #[tokio::test]

@@ -64,16 +64,25 @@ impl Logger {
 
     /// Logs a message at `level`.
     pub fn log(&self, level: Level, message: impl fmt::Display) {
-        let message = message.to_string();
+        // The message is formatted only for whoever takes it: `tracing`
+        // skips disabled levels, and only a sink needs it as a string.
+        match &self.sink {
+            None => self.trace(level, &message),
+            Some(sink) => {
+                let message = message.to_string();
+                self.trace(level, &message);
+                sink(level, &message);
+            }
+        }
+    }
+
+    fn trace(&self, level: Level, message: &dyn fmt::Display) {
         let object = &*self.object;
         match level {
             Level::Debug => tracing::debug!(target: "kopf::objects", object, "{message}"),
             Level::Info => tracing::info!(target: "kopf::objects", object, "{message}"),
             Level::Warning => tracing::warn!(target: "kopf::objects", object, "{message}"),
             Level::Error => tracing::error!(target: "kopf::objects", object, "{message}"),
-        }
-        if let Some(sink) = &self.sink {
-            sink(level, &message);
         }
     }
 

@@ -42,8 +42,10 @@
 
 use std::sync::Arc;
 
-use kube::api::DynamicObject;
 use kube::core::Status;
+use serde_json::Value;
+
+use crate::patching::meta_str;
 
 mod resource;
 mod stream;
@@ -100,15 +102,15 @@ pub enum DeletedBy {
 pub enum ObjectEvent {
     /// An object exists in this state (`ADDED`, `MODIFIED`, or listed).
     Upserted {
-        /// The object.
-        object: Arc<DynamicObject>,
+        /// The object's body, as the API server sent it.
+        object: Arc<Value>,
         /// Whether it is new, changed, or as last seen.
         seen: Seen,
     },
     /// An object is gone.
     Deleted {
-        /// The object (see [`DeletedBy`] for how complete it is).
-        object: Arc<DynamicObject>,
+        /// The object's body (see [`DeletedBy`] for how complete it is).
+        object: Arc<Value>,
         /// How the deletion was noticed.
         how: DeletedBy,
     },
@@ -124,15 +126,13 @@ impl ObjectEvent {
     /// The object's UID; `None` for [`ObjectEvent::Synced`].
     pub fn uid(&self) -> Option<&str> {
         match self {
-            Self::Upserted { object, .. } | Self::Deleted { object, .. } => {
-                object.metadata.uid.as_deref()
-            }
+            Self::Upserted { object, .. } | Self::Deleted { object, .. } => meta_str(object, "uid"),
             Self::Synced { .. } => None,
         }
     }
 
     /// The object, if the event is about one.
-    pub fn object(&self) -> Option<&Arc<DynamicObject>> {
+    pub fn object(&self) -> Option<&Arc<Value>> {
         match self {
             Self::Upserted { object, .. } | Self::Deleted { object, .. } => Some(object),
             Self::Synced { .. } => None,

@@ -12,6 +12,7 @@ use tokio_util::task::TaskTracker;
 use super::ObjectEvent;
 use super::stream::ScopeWatch;
 use crate::namespaces::NamespaceSelector;
+use crate::patching::meta_str;
 use crate::settings::WatchingSettings;
 
 /// Watches one resource in the served namespaces; see the
@@ -184,7 +185,11 @@ impl ResourceWatcher {
                 event = ns_rx.recv() => event,
             };
             let Some(event) = event else { break };
-            let Some(name) = event.object().and_then(|ns| ns.metadata.name.clone()) else {
+            let Some(name) = event
+                .object()
+                .and_then(|ns| meta_str(ns, "name"))
+                .map(str::to_owned)
+            else {
                 continue;
             };
             match event {

@@ -3,14 +3,16 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::api::{Api, DynamicObject, ListParams, TypeMeta, WatchEvent, WatchParams};
-use kube::core::ApiResource;
+use kube::api::{Api, DynamicObject, ListParams, WatchEvent, WatchParams};
+use kube::core::{ApiResource, ObjectList, Request};
+use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::tracker::{ObjectTracker, WatchInput};
 use super::{ObjectEvent, WatchError};
 use crate::namespaces::NamespaceSelector;
+use crate::patching::meta_str;
 use crate::retrying::{Backoff, ErrorClass, classify, classify_status};
 use crate::settings::WatchingSettings;
 
@@ -28,13 +30,19 @@ enum WatchEnd {
 }
 
 /// A list-then-watch loop feeding one [`ObjectTracker`].
+///
+/// Objects are decoded straight into JSON bodies, which is what handlers
+/// and the progress storage work on; nothing decodes them twice.
 pub(super) struct ScopeWatch {
-    api: Api<DynamicObject>,
+    client: kube::Client,
+    /// List and watch requests for the scope's URL.
+    request: Request,
     scope: String,
     settings: WatchingSettings,
     filter: Option<NamespaceSelector>,
     /// `apiVersion` and `kind`, which list items lack.
-    types: TypeMeta,
+    api_version: String,
+    kind: String,
     tracker: ObjectTracker,
     out: Vec<ObjectEvent>,
 }
@@ -49,14 +57,13 @@ impl ScopeWatch {
         filter: Option<NamespaceSelector>,
     ) -> Self {
         Self {
-            api,
+            request: Request::new(api.resource_url()),
+            client: api.into_client(),
             scope,
             settings,
             filter,
-            types: TypeMeta {
-                api_version: resource.api_version.clone(),
-                kind: resource.kind.clone(),
-            },
+            api_version: resource.api_version.clone(),
+            kind: resource.kind.clone(),
             tracker: ObjectTracker::new(resource.clone()),
             out: Vec::new(),
         }
@@ -142,18 +149,19 @@ impl ScopeWatch {
 
     /// Give the object its `apiVersion` and `kind` if the answer omitted
     /// them (list items never have them), as Kopf does.
-    fn complete(&self, obj: &mut DynamicObject) {
-        let missing = obj
-            .types
-            .as_ref()
-            .is_none_or(|t| t.kind.is_empty() || t.api_version.is_empty());
-        if missing {
-            obj.types = Some(self.types.clone());
+    fn complete(&self, obj: &mut Value) {
+        let Some(map) = obj.as_object_mut() else {
+            return;
+        };
+        let blank = |v: Option<&Value>| v.and_then(Value::as_str).is_none_or(str::is_empty);
+        if blank(map.get("kind")) || blank(map.get("apiVersion")) {
+            map.insert("apiVersion".into(), Value::from(self.api_version.as_str()));
+            map.insert("kind".into(), Value::from(self.kind.as_str()));
         }
     }
 
-    fn accepts(&self, obj: &DynamicObject) -> bool {
-        match (&self.filter, obj.metadata.namespace.as_deref()) {
+    fn accepts(&self, obj: &Value) -> bool {
+        match (&self.filter, meta_str(obj, "namespace")) {
             (Some(selector), Some(ns)) => selector.matches(ns),
             _ => true,
         }
@@ -167,7 +175,7 @@ impl ScopeWatch {
         self.tracker.feed(WatchInput::ListStarted, &mut self.out);
         let mut params = ListParams::default().limit(self.settings.list_page_size.max(1));
         let version = loop {
-            let page = self.api.list(&params).await.map_err(WatchError::List)?;
+            let page = self.list_page(&params).await.map_err(WatchError::List)?;
             for mut obj in page.items {
                 self.complete(&mut obj);
                 if self.accepts(&obj) {
@@ -190,6 +198,15 @@ impl ScopeWatch {
         Ok(Ok(version))
     }
 
+    async fn list_page(&self, params: &ListParams) -> Result<ObjectList<Value>, kube::Error> {
+        let mut request = self
+            .request
+            .list(params)
+            .map_err(kube::Error::BuildRequest)?;
+        request.extensions_mut().insert("list");
+        self.client.request(request).await
+    }
+
     /// One watch request, from `rv` on; `rv` follows the events.
     async fn watch_once(
         &mut self,
@@ -201,7 +218,14 @@ impl ScopeWatch {
         if let Some(timeout) = self.settings.server_timeout {
             params = params.timeout(u32::try_from(timeout.as_secs()).unwrap_or(u32::MAX).max(1));
         }
-        let started = self.api.watch(&params, rv);
+        let started = async {
+            let mut request = self
+                .request
+                .watch(&params, rv)
+                .map_err(kube::Error::BuildRequest)?;
+            request.extensions_mut().insert("watch");
+            self.client.request_events::<Value>(request).await
+        };
         let connected = match self.settings.connect_timeout {
             Some(limit) => match tokio::time::timeout(limit, started).await {
                 Ok(result) => result,
@@ -286,9 +310,9 @@ impl ScopeWatch {
     }
 }
 
-fn remember_version(rv: &mut String, obj: &DynamicObject) {
-    if let Some(version) = &obj.metadata.resource_version {
-        rv.clone_from(version);
+fn remember_version(rv: &mut String, obj: &Value) {
+    if let Some(version) = meta_str(obj, "resourceVersion") {
+        version.clone_into(rv);
     }
 }
 

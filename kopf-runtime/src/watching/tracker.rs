@@ -20,35 +20,39 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use kube::api::{DynamicObject, ObjectMeta, TypeMeta};
+use kube::api::DynamicObject;
 use kube::core::ApiResource;
+use serde_json::{Value, json};
 
 use super::{DeletedBy, ObjectEvent, Seen};
+use crate::patching::meta_str;
 
 /// One input to the [`ObjectTracker`]: a listing step or a watch event.
 #[derive(Debug, Clone)]
 pub enum WatchInput {
     /// A fresh listing begins (after start, `410 Gone`, or a restart).
     ListStarted,
-    /// An object of the listing in progress.
-    Listed(DynamicObject),
+    /// An object of the listing in progress (its JSON body).
+    Listed(Value),
     /// The listing is complete.
     ListDone,
     /// A watch `ADDED` or `MODIFIED` event.
-    Applied(DynamicObject),
+    Applied(Value),
     /// A watch `DELETED` event.
-    Deleted(DynamicObject),
+    Deleted(Value),
 }
 
 impl From<kube::runtime::watcher::Event<DynamicObject>> for WatchInput {
     fn from(event: kube::runtime::watcher::Event<DynamicObject>) -> Self {
         use kube::runtime::watcher::Event;
+        // A DynamicObject is a JSON map with typed metadata: it always serializes.
+        let body = |obj: DynamicObject| serde_json::to_value(obj).unwrap_or(Value::Null);
         match event {
             Event::Init => Self::ListStarted,
-            Event::InitApply(obj) => Self::Listed(obj),
+            Event::InitApply(obj) => Self::Listed(body(obj)),
             Event::InitDone => Self::ListDone,
-            Event::Apply(obj) => Self::Applied(obj),
-            Event::Delete(obj) => Self::Deleted(obj),
+            Event::Apply(obj) => Self::Applied(body(obj)),
+            Event::Delete(obj) => Self::Deleted(body(obj)),
         }
     }
 }
@@ -122,14 +126,13 @@ impl ObjectTracker {
         }
     }
 
-    fn upsert(&mut self, obj: DynamicObject, out: &mut Vec<ObjectEvent>) {
-        let (Some(uid), Some(name)) = (obj.metadata.uid.as_deref(), obj.metadata.name.as_deref())
-        else {
-            tracing::warn!(kind = %self.resource.kind, name = ?obj.metadata.name, "ignoring an object without uid or name");
+    fn upsert(&mut self, obj: Value, out: &mut Vec<ObjectEvent>) {
+        let (Some(uid), Some(name)) = (meta_str(&obj, "uid"), meta_str(&obj, "name")) else {
+            tracing::warn!(kind = %self.resource.kind, name = ?meta_str(&obj, "name"), "ignoring an object without uid or name");
             return;
         };
-        let namespace = obj.metadata.namespace.as_deref();
-        let rv = obj.metadata.resource_version.as_deref().unwrap_or_default();
+        let namespace = meta_str(&obj, "namespace");
+        let rv = meta_str(&obj, "resourceVersion").unwrap_or_default();
         let epoch = self.epoch;
 
         // The same UID under another name: the old identity is gone.
@@ -188,9 +191,9 @@ impl ObjectTracker {
         shared
     }
 
-    fn delete(&mut self, obj: DynamicObject, out: &mut Vec<ObjectEvent>) {
-        let Some(uid) = obj.metadata.uid.as_deref() else {
-            tracing::warn!(kind = %self.resource.kind, name = ?obj.metadata.name, "ignoring a deletion without uid");
+    fn delete(&mut self, obj: Value, out: &mut Vec<ObjectEvent>) {
+        let Some(uid) = meta_str(&obj, "uid") else {
+            tracing::warn!(kind = %self.resource.kind, name = ?meta_str(&obj, "name"), "ignoring a deletion without uid");
             return;
         };
         if let Some(entry) = self.objects.remove(uid) {
@@ -230,20 +233,19 @@ impl ObjectTracker {
         {
             self.names.remove(&entry.key);
         }
-        let object = DynamicObject {
-            types: Some(TypeMeta {
-                api_version: self.resource.api_version.clone(),
-                kind: self.resource.kind.clone(),
-            }),
-            metadata: ObjectMeta {
-                name: Some(entry.key.1.to_string()),
-                namespace: entry.key.0.as_deref().map(str::to_owned),
-                uid: Some(uid.to_owned()),
-                resource_version: Some(entry.resource_version.to_string()),
-                ..ObjectMeta::default()
-            },
-            data: serde_json::Value::Object(serde_json::Map::new()),
-        };
+        let mut metadata = json!({
+            "name": &*entry.key.1,
+            "uid": uid,
+            "resourceVersion": &*entry.resource_version,
+        });
+        if let Some(namespace) = entry.key.0.as_deref() {
+            metadata["namespace"] = json!(namespace);
+        }
+        let object = json!({
+            "apiVersion": self.resource.api_version,
+            "kind": self.resource.kind,
+            "metadata": metadata,
+        });
         out.push(ObjectEvent::Deleted {
             object: Arc::new(object),
             how: DeletedBy::Vanished,
@@ -264,7 +266,15 @@ mod tests {
         )
     }
 
-    fn obj(ns: &str, name: &str, uid: &str, rv: &str) -> DynamicObject {
+    fn obj(ns: &str, name: &str, uid: &str, rv: &str) -> Value {
+        json!({
+            "apiVersion": "kopf.dev/v1",
+            "kind": "KopfExample",
+            "metadata": {"namespace": ns, "name": name, "uid": uid, "resourceVersion": rv},
+        })
+    }
+
+    fn dynamic(ns: &str, name: &str, uid: &str, rv: &str) -> DynamicObject {
         let mut obj = DynamicObject::new(name, &resource()).within(ns);
         obj.metadata.uid = Some(uid.into());
         obj.metadata.resource_version = Some(rv.into());
@@ -277,16 +287,10 @@ mod tests {
             .iter()
             .map(|e| match e {
                 ObjectEvent::Upserted { object, seen } => {
-                    format!(
-                        "+{}({seen:?})",
-                        object.metadata.uid.as_deref().unwrap_or("?")
-                    )
+                    format!("+{}({seen:?})", meta_str(object, "uid").unwrap_or("?"))
                 }
                 ObjectEvent::Deleted { object, how } => {
-                    format!(
-                        "-{}({how:?})",
-                        object.metadata.uid.as_deref().unwrap_or("?")
-                    )
+                    format!("-{}({how:?})", meta_str(object, "uid").unwrap_or("?"))
                 }
                 ObjectEvent::Synced { count } => format!("synced:{count}"),
             })
@@ -301,7 +305,7 @@ mod tests {
         render(&out)
     }
 
-    fn listing(objs: Vec<DynamicObject>) -> Vec<WatchInput> {
+    fn listing(objs: Vec<Value>) -> Vec<WatchInput> {
         std::iter::once(WatchInput::ListStarted)
             .chain(objs.into_iter().map(WatchInput::Listed))
             .chain(std::iter::once(WatchInput::ListDone))
@@ -368,13 +372,11 @@ mod tests {
         else {
             panic!("expected vanished")
         };
-        assert_eq!(object.metadata.name.as_deref(), Some("a"));
-        assert_eq!(object.metadata.namespace.as_deref(), Some("ns"));
-        assert_eq!(object.metadata.resource_version.as_deref(), Some("7"));
-        assert_eq!(
-            object.types.as_ref().map(|t| t.kind.as_str()),
-            Some("KopfExample")
-        );
+        assert_eq!(meta_str(object, "name"), Some("a"));
+        assert_eq!(meta_str(object, "namespace"), Some("ns"));
+        assert_eq!(meta_str(object, "resourceVersion"), Some("7"));
+        assert_eq!(object["kind"], "KopfExample");
+        assert_eq!(object["apiVersion"], "kopf.dev/v1");
         assert_eq!(out[0].uid(), Some("u1"));
     }
 
@@ -509,7 +511,7 @@ mod tests {
     fn cluster_scoped_objects_are_keyed_without_namespace() {
         let mut t = ObjectTracker::new(resource());
         let mut a = obj("ns", "a", "u1", "1");
-        a.metadata.namespace = None;
+        a["metadata"].as_object_mut().unwrap().remove("namespace");
         let events = feed_all(&mut t, listing(vec![a]));
         assert_eq!(events, ["+u1(New)", "synced:1"]);
         let events = feed_all(&mut t, vec![WatchInput::Applied(obj("ns", "a", "u2", "1"))]);
@@ -520,9 +522,9 @@ mod tests {
     fn objects_without_uid_or_name_are_ignored() {
         let mut t = ObjectTracker::new(resource());
         let mut no_uid = obj("ns", "a", "u1", "1");
-        no_uid.metadata.uid = None;
+        no_uid["metadata"].as_object_mut().unwrap().remove("uid");
         let mut no_name = obj("ns", "a", "u2", "1");
-        no_name.metadata.name = None;
+        no_name["metadata"].as_object_mut().unwrap().remove("name");
         let events = feed_all(
             &mut t,
             vec![
@@ -598,13 +600,16 @@ mod tests {
         let mut out = Vec::new();
         for event in [
             Event::Init,
-            Event::InitApply(obj("ns", "a", "u1", "1")),
+            Event::InitApply(dynamic("ns", "a", "u1", "1")),
             Event::InitDone,
         ] {
             t.feed(event.into(), &mut out);
         }
-        t.feed(Event::Apply(obj("ns", "a", "u1", "2")).into(), &mut out);
-        t.feed(Event::Delete(obj("ns", "a", "u1", "2")).into(), &mut out);
+        t.feed(Event::Apply(dynamic("ns", "a", "u1", "2")).into(), &mut out);
+        t.feed(
+            Event::Delete(dynamic("ns", "a", "u1", "2")).into(),
+            &mut out,
+        );
         assert_eq!(
             render(&out),
             ["+u1(New)", "synced:1", "+u1(Changed)", "-u1(Event)"]
