@@ -353,6 +353,7 @@ pub mod finalizers;
 pub mod handlers;
 pub mod handling;
 pub mod kwargs;
+pub mod memories;
 #[cfg(test)]
 mod mock_api;
 pub mod namespaces;

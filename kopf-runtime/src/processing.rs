@@ -15,9 +15,7 @@
 //!   stopped; tasks of `no_finalizers` handlers are stopped, never waited for.
 //! - A patch that finds its object gone ends the processing quietly.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::DynamicObject;
@@ -29,12 +27,13 @@ use crate::finalizers;
 use crate::handlers::{Handler, HandlerKind};
 use crate::handling::{self, CauseContext};
 use crate::kwargs::{Diff, EventType, Kwargs, Level, LogSink, Logger, Memo, Reason};
+use crate::memories::{Memories, ObjectMemory};
 use crate::patching::{PatchError, PatchOutcome, PatchTarget, Patcher, meta_str, resolve_field};
 use crate::posting::{EventPoster, ObjectReference};
 use crate::progress::ProgressStorage;
 use crate::queueing::{Processed, Versioned};
 use crate::settings::OperatorSettings;
-use crate::spawned::{self, Memos, TaskEnvironment, TaskObserver};
+use crate::spawned::{self, TaskEnvironment, TaskObserver};
 use crate::spawning::{Ensured, Spawner, SpecError, StopReason, TaskSpec};
 use crate::watching::{DeletedBy, ObjectEvent, Seen};
 
@@ -63,21 +62,6 @@ impl Versioned for Work {
             ObjectEvent::Upserted { object, .. } => meta_str(object, "resourceVersion"),
             ObjectEvent::Deleted { .. } | ObjectEvent::Synced { .. } => None,
         }
-    }
-}
-
-/// What the operator remembers about a live object between events.
-#[derive(Debug)]
-struct ObjectMemory {
-    memo: Memo,
-    noticed_by_listing: bool,
-    fully_handled_once: AtomicBool,
-}
-
-impl ObjectMemory {
-    /// Whether resume handlers are due (Kopf's `initial`).
-    fn initial(&self) -> bool {
-        self.noticed_by_listing && !self.fully_handled_once.load(Ordering::Relaxed)
     }
 }
 
@@ -119,8 +103,7 @@ pub struct ResourceProcessor {
     patcher: Patcher,
     poster: Option<EventPoster>,
     client: kube::Client,
-    memories: Mutex<HashMap<String, Arc<ObjectMemory>>>,
-    memos: Memos,
+    memories: Memories,
     tasks: Vec<(Handler, Arc<TaskSpec>)>,
     spawner: Arc<Spawner>,
     observer: Arc<TaskObserver>,
@@ -161,13 +144,13 @@ impl ResourceProcessor {
         observer: Arc<TaskObserver>,
     ) -> Result<Self, SpecError> {
         let patcher = Patcher::new(client.clone(), &settings.networking);
-        let memos = Memos::default();
+        let memories = Memories::default();
         let env = TaskEnvironment {
             target: target.clone(),
             client: client.clone(),
             patcher: patcher.clone(),
             poster: poster.clone(),
-            memos: Arc::clone(&memos),
+            memories: memories.clone(),
         };
         let tasks = handlers
             .spawning
@@ -183,30 +166,11 @@ impl ResourceProcessor {
             settings,
             poster,
             client,
-            memories: Mutex::new(HashMap::new()),
-            memos,
+            memories,
             tasks,
             spawner,
             observer,
         })
-    }
-
-    fn lock_memories(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<ObjectMemory>>> {
-        self.memories.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn recall(&self, uid: &str, initial_listing: bool) -> Arc<ObjectMemory> {
-        let mut memories = self.lock_memories();
-        if let Some(memory) = memories.get(uid) {
-            return Arc::clone(memory);
-        }
-        let memory = Arc::new(ObjectMemory {
-            memo: spawned::memo_of(&self.memos, uid),
-            noticed_by_listing: initial_listing,
-            fully_handled_once: AtomicBool::new(false),
-        });
-        memories.insert(uid.to_owned(), Arc::clone(&memory));
-        memory
     }
 
     /// Processes the newest event of the object `uid`.
@@ -245,11 +209,7 @@ impl ResourceProcessor {
     }
 
     async fn deleted(&self, uid: &str, body: &Arc<Value>, how: DeletedBy) {
-        let known = self.lock_memories().remove(uid);
-        self.memos
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(uid);
+        let known = self.memories.forget(uid);
         let logger = Logger::new(object_name(body));
         if !self.tasks.is_empty() {
             // Its tasks were stopped when the deletion was seen
@@ -295,7 +255,7 @@ impl ResourceProcessor {
         event_type: Option<EventType>,
         initial_listing: bool,
     ) -> Processed {
-        let memory = self.recall(uid, initial_listing);
+        let memory = self.memories.recall(uid, initial_listing);
         let logger = self.logger(body);
         self.run_event_handlers(event_type, body, Some(memory.memo.clone()), &logger)
             .await;
@@ -304,6 +264,13 @@ impl ResourceProcessor {
         let (delay, ran) = self
             .handle_object(uid, body, &memory, &logger, &mut patch)
             .await;
+        if self.handlers.changing.is_empty() && self.tasks.is_empty() {
+            // Only event handlers: nothing is due later, so the memory is
+            // kept only for a memo they filled or kept.
+            memory.mark_fully_handled();
+            drop(memory);
+            self.memories.release_if_unused(uid);
+        }
         if patch.as_object().is_none_or(|p| p.is_empty()) {
             return Processed {
                 expect_version: None,
@@ -502,7 +469,7 @@ impl ResourceProcessor {
         let reason = match cause {
             ChangeCause::Handle(reason) => reason,
             ChangeCause::Noop => {
-                memory.fully_handled_once.store(true, Ordering::Relaxed);
+                memory.mark_fully_handled();
                 logger.debug(
                     "Something has changed, but we are not interested (the essence is the same).",
                 );
@@ -561,7 +528,7 @@ impl ResourceProcessor {
             {
                 self.diffbase.store(body, new, patch);
             }
-            memory.fully_handled_once.store(true, Ordering::Relaxed);
+            memory.mark_fully_handled();
         }
         handling::StepOutcome {
             done,

@@ -25,7 +25,8 @@ use serde_json::{Value, json};
 use crate::errors::HandlerError;
 use crate::handlers::{ErrorsMode, Handler, KindOptions};
 use crate::handling::{self, merge_into};
-use crate::kwargs::{Kwargs, Logger, Memo, Patch, Stopped};
+use crate::kwargs::{Kwargs, Logger, Patch, Stopped};
+use crate::memories::Memories;
 use crate::patching::{
     PatchError, PatchOutcome, PatchTarget, Patcher, ensure_field, resolve_field,
 };
@@ -34,19 +35,6 @@ use crate::processing::{ResourceTarget, object_name};
 use crate::spawning::{
     AbandonedReport, Observer, SpecError, StopReason, TaskContext, TaskOutcome, TaskSpec, task_fn,
 };
-
-/// Per-object memos, shared by the change handlers and the tasks of an object.
-pub type Memos = Arc<Mutex<HashMap<String, Memo>>>;
-
-/// Returns the memo of object `uid`, creating it if needed.
-pub fn memo_of(memos: &Memos, uid: &str) -> Memo {
-    memos
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .entry(uid.to_owned())
-        .or_default()
-        .clone()
-}
 
 /// What every task of one resource shares.
 #[derive(Clone)]
@@ -59,8 +47,8 @@ pub struct TaskEnvironment {
     pub patcher: Patcher,
     /// Posts Events (if posting is on).
     pub poster: Option<EventPoster>,
-    /// The objects' memos.
-    pub memos: Memos,
+    /// What is remembered about the objects, their memos among it.
+    pub memories: Memories,
 }
 
 /// Builds the task spec of a `#[daemon]` or `#[timer]` handler.
@@ -137,7 +125,7 @@ async fn call(handler: &Handler, env: &TaskEnvironment, ctx: TaskContext) -> Tas
     kwargs.retry = ctx.retry;
     kwargs.started = Some(ctx.started);
     kwargs.runtime = ctx.runtime();
-    kwargs.memo = memo_of(&env.memos, &ctx.uid);
+    kwargs.memo = env.memories.memo_of(&ctx.uid);
     kwargs.logger = logger.clone();
     kwargs.client = Some(env.client.clone());
     let patch = Patch::new();

@@ -72,6 +72,12 @@ impl Memo {
     pub fn remove<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
         self.lock().remove(&TypeId::of::<T>())?.downcast::<T>().ok()
     }
+
+    /// Whether this handle is the only one and holds nothing: dropping it
+    /// loses nothing.
+    pub(crate) fn is_unused(&self) -> bool {
+        Arc::strong_count(&self.slots) == 1 && self.lock().is_empty()
+    }
 }
 
 #[cfg(test)]

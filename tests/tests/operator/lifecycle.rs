@@ -1,5 +1,6 @@
 //! Change handlers end to end: an operator and the emulator over real HTTP.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
@@ -69,6 +70,59 @@ fn recording(calls: &Calls) -> Registry {
         })
         .build()
         .expect("a valid registry")
+}
+
+/// Kopf's memo for event handlers: one per object, kept from event to event
+/// (the operator only keeps it while it holds something).
+#[tokio::test]
+async fn an_event_handlers_memo_lasts_from_event_to_event_per_object() {
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let calls = Calls::default();
+    let seen = calls.clone();
+    let registry = Registry::builder()
+        .on_event(cms(), "count_fn", move |kw: Kwargs| {
+            let calls = seen.clone();
+            async move {
+                let counter = kw.memo.get_or_insert_with(|| AtomicUsize::new(0));
+                let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+                calls.push("event", json!({"name": kw.name(), "n": n}));
+                Ok::<_, Error>(())
+            }
+        })
+        .build()
+        .expect("a valid registry");
+    let operator = Running::start(&emulator, registry);
+    let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+    api.create(&PostParams::default(), &configmap("a", json!({})))
+        .await
+        .expect("created");
+    calls.wait_for("event", 1).await;
+    api.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "v"}})),
+    )
+    .await
+    .expect("patched");
+    calls.wait_for("event", 2).await;
+    api.create(&PostParams::default(), &configmap("b", json!({})))
+        .await
+        .expect("created");
+    calls.wait_for("event", 3).await;
+    api.delete("a", &DeleteParams::default())
+        .await
+        .expect("deleted");
+    let events = calls.wait_for("event", 4).await;
+    assert_eq!(
+        events,
+        [
+            json!({"name": "a", "n": 1}),
+            json!({"name": "a", "n": 2}),
+            json!({"name": "b", "n": 1}),
+            json!({"name": "a", "n": 3}),
+        ]
+    );
+    operator.stop().await;
 }
 
 /// The object as the API server has it (a typed ConfigMap would drop `status`).

@@ -1,0 +1,186 @@
+//! What the operator remembers about live objects between their events:
+//! Kopf's in-memory state, the memo and whether an object was first seen
+//! in the operator's first listing. Everything else lives on the objects.
+//!
+//! One [`Memories`] serves one resource and is shared by its change
+//! handlers and its daemons and timers, so they all see the same memo.
+//!
+//! # Guarantees
+//! - An object's memo lives as long as the object is alive and something
+//!   needs it: change handlers, daemons or timers, or a memo that a handler
+//!   filled or kept.
+//! - An object that needs none of it (e.g. an operator with only `on_event`
+//!   handlers that leave the memo alone) costs no memory between events:
+//!   see [`Memories::release_if_unused`].
+//!
+//! ```
+//! use kopf_runtime::memories::Memories;
+//!
+//! let memories = Memories::default();
+//! let memory = memories.recall("uid-1", true);
+//! memory.memo.insert(42_u32);
+//! assert_eq!(memories.memo_of("uid-1").get::<u32>().as_deref(), Some(&42));
+//! drop(memory);
+//! assert!(!memories.release_if_unused("uid-1"), "a filled memo is kept");
+//! ```
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crate::kwargs::Memo;
+
+/// What the operator remembers about one live object.
+#[derive(Debug, Default)]
+pub struct ObjectMemory {
+    /// The memo its handlers share.
+    pub memo: Memo,
+    noticed_by_listing: bool,
+    fully_handled_once: AtomicBool,
+}
+
+impl ObjectMemory {
+    /// Whether resume handlers are due (Kopf's `initial`): the object was
+    /// first seen in a listing and not yet fully handled.
+    pub fn initial(&self) -> bool {
+        self.noticed_by_listing && !self.fully_handled_once.load(Ordering::Relaxed)
+    }
+
+    /// Records that every change handler of the object is done once.
+    pub fn mark_fully_handled(&self) {
+        self.fully_handled_once.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The memories of one resource's objects, by UID; cheap to clone (shared).
+#[derive(Debug, Clone, Default)]
+pub struct Memories {
+    objects: Arc<Mutex<HashMap<Box<str>, Arc<ObjectMemory>>>>,
+}
+
+impl Memories {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Box<str>, Arc<ObjectMemory>>> {
+        self.objects.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The memory of `uid`, created if it is new; `initial_listing` says
+    /// whether the object is being seen in the operator's first listing.
+    pub fn recall(&self, uid: &str, initial_listing: bool) -> Arc<ObjectMemory> {
+        let mut objects = self.lock();
+        if let Some(memory) = objects.get(uid) {
+            return Arc::clone(memory);
+        }
+        let memory = Arc::new(ObjectMemory {
+            noticed_by_listing: initial_listing,
+            ..ObjectMemory::default()
+        });
+        objects.insert(uid.into(), Arc::clone(&memory));
+        memory
+    }
+
+    /// The memo of `uid` (for its daemons and timers), created if needed.
+    pub fn memo_of(&self, uid: &str) -> Memo {
+        self.recall(uid, false).memo.clone()
+    }
+
+    /// Forgets `uid` (its object is gone); its memory, if there was one.
+    pub fn forget(&self, uid: &str) -> Option<Arc<ObjectMemory>> {
+        self.lock().remove(uid)
+    }
+
+    /// Forgets `uid` if nothing would miss its memory: nobody holds it or
+    /// its memo, the memo is empty, and no resume handler is due (it was not
+    /// first seen in a listing, or it has been fully handled since). A fresh
+    /// memory later is then the same as this one. Returns whether it was
+    /// forgotten.
+    pub fn release_if_unused(&self, uid: &str) -> bool {
+        let mut objects = self.lock();
+        let unused = objects.get(uid).is_some_and(|memory| {
+            Arc::strong_count(memory) == 1 && !memory.initial() && memory.memo.is_unused()
+        });
+        if unused {
+            objects.remove(uid);
+        }
+        unused
+    }
+
+    /// How many objects are remembered.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no object is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_memo_is_shared_by_handlers_and_tasks() {
+        let memories = Memories::default();
+        let memory = memories.recall("u", false);
+        memories.memo_of("u").insert("from a timer");
+        assert_eq!(memory.memo.get::<&str>().as_deref(), Some(&"from a timer"));
+        assert_eq!(memories.len(), 1);
+    }
+
+    #[test]
+    fn the_first_sighting_decides_initial() {
+        let memories = Memories::default();
+        let listed = memories.recall("u", true);
+        assert!(listed.initial());
+        assert!(
+            memories.recall("u", false).initial(),
+            "kept from the first sighting"
+        );
+        listed.mark_fully_handled();
+        assert!(!listed.initial());
+        assert!(!memories.recall("v", false).initial());
+    }
+
+    #[test]
+    fn an_unused_memory_is_released_and_a_used_one_kept() {
+        let memories = Memories::default();
+        drop(memories.recall("empty", false));
+        assert!(memories.release_if_unused("empty"));
+        assert!(memories.is_empty());
+
+        drop(memories.recall("filled", false));
+        memories.memo_of("filled").insert(1_u8);
+        assert!(!memories.release_if_unused("filled"));
+
+        let held = memories.memo_of("held");
+        assert!(
+            !memories.release_if_unused("held"),
+            "a handler kept the memo"
+        );
+        drop(held);
+        assert!(memories.release_if_unused("held"));
+
+        let memory = memories.recall("busy", false);
+        assert!(!memories.release_if_unused("busy"), "still in use");
+        drop(memory);
+
+        drop(memories.recall("listed", true));
+        assert!(
+            !memories.release_if_unused("listed"),
+            "resume handlers may still be due"
+        );
+        memories.recall("listed", false).mark_fully_handled();
+        assert!(memories.release_if_unused("listed"));
+        assert_eq!(memories.len(), 2);
+    }
+
+    #[test]
+    fn forgetting_returns_the_memory() {
+        let memories = Memories::default();
+        memories.memo_of("u").insert(7_i32);
+        let forgotten = memories.forget("u").expect("remembered");
+        assert_eq!(forgotten.memo.get::<i32>().as_deref(), Some(&7));
+        assert!(memories.forget("u").is_none());
+    }
+}
