@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use crate::errors::HandlerError;
 use crate::handlers::{ErrorsMode, Handler, KindOptions};
 use crate::handling::{self, merge_into};
-use crate::kwargs::{Kwargs, Logger, Patch, Stopped};
+use crate::kwargs::{Kwargs, Logger, Memo, Patch, Stopped};
 use crate::memories::Memories;
 use crate::patching::{
     PatchError, PatchOutcome, PatchTarget, Patcher, ensure_field, resolve_field,
@@ -58,15 +58,15 @@ pub struct TaskEnvironment {
 /// reported as [`SpecError::ZeroInterval`]).
 pub fn task_spec(handler: &Handler, env: &TaskEnvironment) -> Result<Arc<TaskSpec>, SpecError> {
     let call = {
-        let handler = handler.clone();
-        let env = env.clone();
+        // One reference per call, not a copy of the handler and environment.
+        let shared = Arc::new((handler.clone(), env.clone()));
         task_fn(move |ctx| {
-            let handler = handler.clone();
-            let env = env.clone();
+            let shared = Arc::clone(&shared);
             async move {
+                let (handler, env) = &*shared;
                 match env.poster.clone() {
-                    Some(poster) => posting::scope(poster, call(&handler, &env, ctx)).await,
-                    None => call(&handler, &env, ctx).await,
+                    Some(poster) => posting::scope(poster, call(handler, env, ctx)).await,
+                    None => call(handler, env, ctx).await,
                 }
             }
         })
@@ -115,17 +115,28 @@ pub fn task_spec(handler: &Handler, env: &TaskEnvironment) -> Result<Arc<TaskSpe
     spec.build()
 }
 
+/// What a task derives from its object once, for all its calls.
+struct TaskObject {
+    logger: Logger,
+    memo: Memo,
+}
+
 /// One call of a daemon or timer handler from its task.
 async fn call(handler: &Handler, env: &TaskEnvironment, ctx: TaskContext) -> TaskOutcome {
     let body = ctx.body();
-    let logger = Logger::new(object_name(&body));
+    // An object's namespace, name and memo never change while it lives.
+    let object = ctx.local(|| TaskObject {
+        logger: Logger::new(object_name(&body)),
+        memo: env.memories.memo_of(&ctx.uid),
+    });
+    let logger = &object.logger;
     let mut kwargs = Kwargs::new(Value::Null);
     kwargs.body = Arc::clone(&body);
     kwargs.stopped = Some(Stopped::new(ctx.stopped.token().clone()));
     kwargs.retry = ctx.retry;
     kwargs.started = Some(ctx.started);
     kwargs.runtime = ctx.runtime();
-    kwargs.memo = env.memories.memo_of(&ctx.uid);
+    kwargs.memo = object.memo.clone();
     kwargs.logger = logger.clone();
     kwargs.client = Some(env.client.clone());
     let patch = Patch::new();
@@ -144,9 +155,9 @@ async fn call(handler: &Handler, env: &TaskEnvironment, ctx: TaskContext) -> Tas
         if let Some(result) = result {
             ensure_field(&mut merged, &["status", handler.id.as_str()], result);
         }
-        apply(env, &ctx, &body, merged, &logger).await;
+        apply(env, &ctx, &body, merged, logger).await;
     }
-    to_task_outcome(outcome, handler, &logger)
+    to_task_outcome(outcome, handler, logger)
 }
 
 /// Applies a task's patch to its object, guarded by the object's UID.

@@ -2,9 +2,10 @@
 //! `(object UID, handler id)`, and stops them (gracefully, then by force,
 //! then by abandoning them).
 
+use std::any::Any;
 use std::collections::{HashMap, HashSet, hash_map};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -98,6 +99,8 @@ pub(crate) struct TaskShared {
     phase: AtomicU8,
     /// Set by a daemon that exited on its own: never respawn it for this object.
     pub(crate) finished_for_good: AtomicBool,
+    /// What the task's function keeps between its calls (see [`TaskContext::local`](super::TaskContext::local)).
+    pub(crate) local: OnceLock<Arc<dyn Any + Send + Sync>>,
 }
 
 /// Keeps a task "running" while any clone lives: the runner future holds
@@ -497,6 +500,7 @@ impl Spawner {
             done: CancellationToken::new(),
             phase: AtomicU8::new(RUNNING),
             finished_for_good: AtomicBool::new(false),
+            local: OnceLock::new(),
         });
         let run = Run {
             spec: Arc::clone(spec),

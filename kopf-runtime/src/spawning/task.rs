@@ -6,6 +6,7 @@
 //! The DSL adapts a user's `async fn` (parameter injection, error mapping)
 //! into a [`TaskFn`]; this module knows nothing about it.
 
+use std::any::Any;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -365,6 +366,23 @@ impl TaskContext {
     #[must_use]
     pub fn body(&self) -> Arc<Value> {
         self.body.borrow().clone()
+    }
+
+    /// A value the task's function keeps between its calls for this object
+    /// (e.g. what it derives from the object once), made by `init` on first
+    /// use. One type per task: asked for another type, it makes a fresh
+    /// value every time.
+    pub fn local<T: Any + Send + Sync>(&self, init: impl FnOnce() -> T) -> Arc<T> {
+        let slot = &self.liveness.shared.local;
+        if let Some(kept) = slot.get() {
+            return match Arc::clone(kept).downcast::<T>() {
+                Ok(value) => value,
+                Err(_) => Arc::new(init()),
+            };
+        }
+        let value = Arc::new(init());
+        let kept = slot.get_or_init(|| Arc::clone(&value) as Arc<dyn Any + Send + Sync>);
+        Arc::clone(kept).downcast::<T>().unwrap_or(value)
     }
 
     /// Time since the first attempt of this run (Kopf's `runtime`).

@@ -188,6 +188,46 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_task_keeps_its_local_value_between_calls_and_each_task_has_its_own() {
+        use std::sync::Mutex;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        let (spawner, _) = spawner();
+        let made = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (m, s) = (made.clone(), seen.clone());
+        let spec = TaskSpec::timer(
+            "t",
+            secs(1),
+            task_fn(move |ctx| {
+                let local = ctx.local(|| (ctx.uid.to_string(), m.fetch_add(1, Ordering::SeqCst)));
+                // Another type is not kept: made afresh on every call.
+                let other = ctx.local(|| 0_u8);
+                s.lock()
+                    .expect("lock")
+                    .push((local.0.clone(), local.1, *other));
+                async { TaskOutcome::ok() }
+            }),
+        )
+        .build()
+        .expect("spec");
+        spawner.ensure("u1", &spec, &body(1));
+        spawner.ensure("u2", &spec, &body(1));
+        tokio::time::sleep(millis(2500)).await;
+        let seen = seen.lock().expect("lock").clone();
+        assert_eq!(seen.len(), 6, "{seen:?}");
+        assert_eq!(
+            made.load(Ordering::SeqCst),
+            2,
+            "one value per task: {seen:?}"
+        );
+        for (uid, n, _) in &seen {
+            let first = seen.iter().find(|(u, ..)| u == uid).expect("seen");
+            assert_eq!(first.1, *n, "{uid} kept its value: {seen:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn first_tick_after_initial_delay_then_every_interval() {
         let (spawner, recorder) = spawner();
         let calls = Calls::new();
