@@ -4,7 +4,8 @@
 //! A [`ResourceProcessor`] serves one resource; the queue calls it with the
 //! newest event of one object at a time. Per object it remembers only what
 //! Kopf remembers in memory (the memo and whether the object was first seen
-//! at start-up); everything else lives on the object itself.
+//! at start-up; see [`memories`](crate::memories)); everything else lives on
+//! the object itself.
 //!
 //! # Guarantees
 //! - The finalizer is added before any handler runs when some matching
