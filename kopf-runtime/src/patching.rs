@@ -131,6 +131,21 @@ impl PatchTarget {
         })
     }
 
+    /// The target for the object whose JSON `body` this is (its namespace
+    /// and name) of `resource`; `None` without a name.
+    pub fn for_body(
+        body: &Value,
+        resource: &ApiResource,
+        status_subresource: bool,
+    ) -> Option<Self> {
+        Some(Self {
+            resource: resource.clone(),
+            status_subresource,
+            namespace: meta_str(body, "namespace").map(str::to_owned),
+            name: meta_str(body, "name")?.to_owned(),
+        })
+    }
+
     fn api(&self, client: &Client) -> Api<DynamicObject> {
         match &self.namespace {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &self.resource),
@@ -721,6 +736,17 @@ mod tests {
             assert_eq!(
                 (target.namespace.as_deref(), target.name.as_str()),
                 (Some("ns"), "a")
+            );
+            let body = example("ns", "a", "u1", "1");
+            let target =
+                PatchTarget::for_body(&body, &mock_api::example_resource(), true).expect("named");
+            assert_eq!(
+                (target.namespace.as_deref(), target.name.as_str()),
+                (Some("ns"), "a")
+            );
+            let nameless = json!({"metadata": {"namespace": "ns"}});
+            assert!(
+                PatchTarget::for_body(&nameless, &mock_api::example_resource(), true).is_none()
             );
         }
 

@@ -174,6 +174,11 @@ impl ResourceProcessor {
         })
     }
 
+    /// Whether no change handler, daemon or timer serves the resource.
+    fn only_event_handlers(&self) -> bool {
+        self.handlers.changing.is_empty() && self.tasks.is_empty()
+    }
+
     /// Processes the newest event of the object `uid`.
     pub async fn process(&self, uid: String, work: Arc<Work>) -> Processed {
         match &work.event {
@@ -265,9 +270,9 @@ impl ResourceProcessor {
         let (delay, ran) = self
             .handle_object(uid, body, &memory, &logger, &mut patch)
             .await;
-        if self.handlers.changing.is_empty() && self.tasks.is_empty() {
-            // Only event handlers: nothing is due later, so the memory is
-            // kept only for a memo they filled or kept.
+        if self.only_event_handlers() {
+            // Nothing is due later, so the memory is kept only for a memo
+            // the event handlers filled or kept.
             memory.mark_fully_handled();
             drop(memory);
             self.memories.release_if_unused(uid);
@@ -278,11 +283,11 @@ impl ResourceProcessor {
                 retry_after: delay,
             };
         }
-        let target = PatchTarget {
-            resource: self.target.api.clone(),
-            status_subresource: self.target.status_subresource,
-            namespace: meta_str(body, "namespace").map(str::to_owned),
-            name: meta_str(body, "name").unwrap_or_default().to_owned(),
+        // Watched objects always have a name (the watch drops the others).
+        let Some(target) =
+            PatchTarget::for_body(body, &self.target.api, self.target.status_subresource)
+        else {
+            return Processed::default();
         };
         match self.send(&target, &mut patch, ran, &logger).await {
             Ok(PatchOutcome::Patched(patched)) => Processed {
@@ -355,7 +360,7 @@ impl ResourceProcessor {
         logger: &Logger,
         patch: &mut Value,
     ) -> (Option<Duration>, bool) {
-        if self.handlers.changing.is_empty() && self.tasks.is_empty() {
+        if self.only_event_handlers() {
             return (None, false);
         }
         let probe = {
@@ -652,8 +657,7 @@ fn to_value(object: &DynamicObject) -> Value {
 
 /// `namespace/name`, or `name` for cluster-scoped objects.
 pub fn object_name(body: &Value) -> String {
-    let meta = |key: &str| resolve_field(body, &["metadata", key]).and_then(Value::as_str);
-    match (meta("namespace"), meta("name")) {
+    match (meta_str(body, "namespace"), meta_str(body, "name")) {
         (Some(ns), Some(name)) => format!("{ns}/{name}"),
         (None, Some(name)) => name.to_owned(),
         _ => "?".to_owned(),

@@ -27,9 +27,7 @@ use crate::handlers::{ErrorsMode, Handler, KindOptions};
 use crate::handling::{self, merge_into};
 use crate::kwargs::{Kwargs, Logger, Memo, Patch, Stopped};
 use crate::memories::Memories;
-use crate::patching::{
-    PatchError, PatchOutcome, PatchTarget, Patcher, ensure_field, resolve_field,
-};
+use crate::patching::{PatchError, PatchOutcome, PatchTarget, Patcher, ensure_field};
 use crate::posting::{self, EventPoster, ObjectReference};
 use crate::processing::{ResourceTarget, object_name};
 use crate::spawning::{
@@ -168,20 +166,12 @@ async fn apply(
     patch: Value,
     logger: &Logger,
 ) {
-    let meta = |key: &str| {
-        resolve_field(body, &["metadata", key])
-            .and_then(Value::as_str)
-            .map(str::to_owned)
+    let Some(target) = PatchTarget::for_body(body, &env.target.api, env.target.status_subresource)
+    else {
+        return;
     };
-    let Some(name) = meta("name") else { return };
     let mut guarded = json!({"metadata": {"uid": &*ctx.uid}});
     merge_into(&mut guarded, patch);
-    let target = PatchTarget {
-        resource: env.target.api.clone(),
-        status_subresource: env.target.status_subresource,
-        namespace: meta("namespace"),
-        name,
-    };
     match env.patcher.merge(&target, &guarded).await {
         Ok(PatchOutcome::Patched(_)) => {}
         Ok(PatchOutcome::Gone) => {

@@ -223,11 +223,16 @@ fn settings() -> OperatorSettings {
     settings
 }
 
+/// An operator with `registry` and these tests' settings; the Secrets API.
+fn serve(emulator: &Emulator, registry: Registry) -> (Running, Api<Secret>) {
+    let operator = Running::start_with(emulator, registry, settings());
+    (operator, Api::default_namespaced(emulator.client()))
+}
+
 async fn setup(kind: Kind) -> (Emulator, Calls, Running, Api<Secret>) {
     let emulator = Emulator::start().await.expect("emulator starts");
     let calls = Calls::default();
-    let operator = Running::start_with(&emulator, light(kind, &calls), settings());
-    let api: Api<Secret> = Api::default_namespaced(emulator.client());
+    let (operator, api) = serve(&emulator, light(kind, &calls));
     (emulator, calls, operator, api)
 }
 
@@ -249,8 +254,7 @@ async fn deleted_event_stops_while_busy(kind: Kind) {
         })
         .build()
         .expect("a valid registry");
-    let operator = Running::start_with(&emulator, registry, settings());
-    let api: Api<Secret> = Api::default_namespaced(emulator.client());
+    let (operator, api) = serve(&emulator, registry);
     let uid = create(&api, &secret("busy", "1", &[])).await;
     first_call(&calls, "task", "busy").await;
     api.patch(
@@ -772,8 +776,7 @@ async fn patch_of_a_gone_object_ends_quietly(kind: Kind, recreate: bool, name: &
     let calls = Calls::default();
     let armed = Arc::new(AtomicBool::new(false));
     let registry = self_deleting(kind, &calls, &armed, recreate);
-    let operator = Running::start_with(&emulator, registry, settings());
-    let api: Api<Secret> = Api::default_namespaced(emulator.client());
+    let (operator, api) = serve(&emulator, registry);
     let uid = create(&api, &secret(name, "original", &[])).await;
     first_call(&calls, "task", name).await;
     if kind == Kind::Timer {
@@ -890,8 +893,7 @@ async fn mixed_handlers_keep_the_finalizer_until_the_finalizer_keeping_daemon_st
         })
         .build()
         .expect("a valid registry");
-    let operator = Running::start_with(&emulator, registry, settings());
-    let api: Api<Secret> = Api::default_namespaced(emulator.client());
+    let (operator, api) = serve(&emulator, registry);
     let uid = create(&api, &secret("mixed", "1", &[])).await;
 
     first_call(&calls, "keeper", "mixed").await;
@@ -944,8 +946,7 @@ async fn mixed_handlers_do_not_hold_the_object_for_a_slow_task_without_finalizer
         .cancellation_backoff(Duration::from_secs(10))
         .build()
         .expect("a valid registry");
-    let operator = Running::start_with(&emulator, registry, settings());
-    let api: Api<Secret> = Api::default_namespaced(emulator.client());
+    let (operator, api) = serve(&emulator, registry);
     let uid = create(&api, &secret("mixed", "1", &[])).await;
     first_call(&calls, "keeper", "mixed").await;
     first_call(&calls, "slow", "mixed").await;
@@ -1030,8 +1031,7 @@ async fn timer_results_land_in_the_status_under_the_handler_id() {
         .no_finalizers()
         .build()
         .expect("a valid registry");
-    let operator = Running::start_with(&emulator, registry, settings());
-    let api: Api<Secret> = Api::default_namespaced(emulator.client());
+    let (operator, api) = serve(&emulator, registry);
     create(&api, &secret("counted", "1", &[])).await;
 
     let body = eventually("the result in status", || async {
@@ -1169,8 +1169,7 @@ async fn filters_stop_and_restart(kind: Kind) {
         .label("tick", "yes")
         .build()
         .expect("a valid registry");
-    let operator = Running::start_with(&emulator, registry, settings());
-    let api: Api<Secret> = Api::default_namespaced(emulator.client());
+    let (operator, api) = serve(&emulator, registry);
     let label =
         |value: Option<&str>| Patch::Merge(json!({"metadata": {"labels": {"tick": value}}}));
     let uid = create(&api, &secret("filtered", "1", &[])).await;
