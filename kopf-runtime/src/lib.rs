@@ -28,6 +28,9 @@
 //! `--kubeconfig`, `--context`, `-v`, `-q`, `--log-format`, and `--emulator`
 //! to run against an in-process Kubernetes API emulator), collects the
 //! handlers declared with the macros, and runs until SIGINT or SIGTERM.
+//! `--emulator` needs the `emulator` feature, which is off by default so
+//! that production builds do not carry the emulator:
+//! `kopf-runtime = { version = "0.1", features = ["emulator"] }`.
 //!
 //! ```no_run
 //! #[tokio::main]

@@ -63,9 +63,7 @@ pub enum OperatorError {
         source: crate::spawning::SpecError,
     },
     /// No cluster to talk to.
-    #[error(
-        "cannot connect to a cluster: {0}; set KUBECONFIG, pass --kubeconfig, or run with --emulator"
-    )]
+    #[error("cannot connect to a cluster: {0}; set KUBECONFIG, pass --kubeconfig, or {hint}", hint = NO_CLUSTER_HINT)]
     Client(#[source] kube::Error),
     /// An `on_startup` handler failed for good, so the operator does not start.
     #[error("start-up handler `{handler}` failed: {message}")]
@@ -76,6 +74,13 @@ pub enum OperatorError {
         message: String,
     },
 }
+
+/// How to run without a cluster, in this build.
+#[cfg(feature = "emulator")]
+const NO_CLUSTER_HINT: &str = "run with --emulator";
+#[cfg(not(feature = "emulator"))]
+const NO_CLUSTER_HINT: &str =
+    "build with kopf-runtime's `emulator` feature and run with --emulator";
 
 /// Kinds whose handlers this runtime runs.
 fn is_supported(kind: HandlerKind) -> bool {
