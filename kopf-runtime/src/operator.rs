@@ -75,6 +75,9 @@ pub enum OperatorError {
     },
 }
 
+/// How many watch events wait for the processing of a resource.
+const EVENT_BUFFER: usize = 64;
+
 /// How to run without a cluster, in this build.
 #[cfg(feature = "emulator")]
 const NO_CLUSTER_HINT: &str = "run with --emulator";
@@ -398,7 +401,11 @@ impl ServeResource {
             self.namespaces,
             self.settings.watching.clone(),
         );
-        let (tx, mut rx) = mpsc::channel::<ObjectEvent>(1024);
+        // A short channel: when processing lags, the watch waits rather than
+        // decoding bodies ahead that would only sit here (a burst of
+        // creations would otherwise leave the memory of a thousand bodies
+        // behind after they are processed).
+        let (tx, mut rx) = mpsc::channel::<ObjectEvent>(EVENT_BUFFER);
         let watch = tokio::spawn(watcher.run(tx, watching.clone()));
         let mut synced = false;
         while let Some(event) = rx.recv().await {

@@ -20,13 +20,18 @@
 //! # Memory
 //!
 //! A tracker may hold tens of thousands of objects, so each one is packed into
-//! a 32-byte entry in a dense slab: one allocation holds the UID,
-//! `resourceVersion` and name, and the namespace is an index into a list of
-//! the namespaces seen (shared by all their objects). Two hash tables of slab
-//! indexes (4 bytes and a control byte per bucket) find an entry by UID and by
-//! namespace/name. That is 45 to 90 bytes per object, by how full the slab
-//! and the tables are, plus the strings: about 130 bytes at 10,000 objects
-//! with 36-byte UIDs, 9-byte `resourceVersion`s and 17-byte names.
+//! a 20-byte entry in a dense slab, and the texts of all entries (UID,
+//! `resourceVersion`, name) lie end to end in one buffer; the namespace is an
+//! index into a list of the namespaces seen. Two hash tables of slab indexes
+//! (4 bytes and a control byte per bucket) find an entry by UID and by
+//! namespace/name. So a tracker makes a handful of large allocations, not one
+//! per object: its memory is about 40 to 70 bytes per object, by how full
+//! the slab and tables are, plus the texts (about 100 bytes per object at
+//! 10,000 objects with 36-byte UIDs, 9-byte `resourceVersion`s and 17-byte
+//! names). Between watch events, the memory freed by bodies is not pinned
+//! by small allocations of the tracker scattered among it. Texts of removed
+//! or updated entries are garbage until it is most of the buffer, which is
+//! then rewritten.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -73,15 +78,21 @@ impl From<kube::runtime::watcher::Event<DynamicObject>> for WatchInput {
 /// The namespace index of cluster-scoped objects.
 const CLUSTER_SCOPED: u32 = u32::MAX;
 
-/// One live object, packed into 32 bytes.
-#[derive(Debug)]
+/// Garbage in the text buffer below which it is never compacted.
+const COMPACT_MIN_GARBAGE: usize = 64 * 1024;
+
+/// One live object, packed into 20 bytes. Its UID, `resourceVersion` and
+/// name are in the tracker's text buffer, end to end, from `start`.
+#[derive(Debug, Clone, Copy)]
 struct Entry {
-    /// The UID, `resourceVersion` and name, concatenated.
-    text: Box<str>,
-    /// The length of the UID in `text`, in bytes.
-    uid_len: u32,
-    /// The length of the `resourceVersion` in `text`, in bytes.
-    rv_len: u32,
+    /// Where the entry's text begins in the buffer.
+    start: u32,
+    /// The length of the entry's text (UID, `resourceVersion` and name).
+    len: u32,
+    /// The length of the UID, in bytes.
+    uid_len: u16,
+    /// The length of the `resourceVersion`, in bytes.
+    rv_len: u16,
     /// An index into [`ObjectTracker::namespaces`], or [`CLUSTER_SCOPED`].
     namespace: u32,
     /// The listing in which the object was last seen alive. Epochs wrap
@@ -90,34 +101,29 @@ struct Entry {
 }
 
 impl Entry {
-    /// Whether the lengths of the UID and `resourceVersion` fit an entry
-    /// (under 4 GiB each).
-    fn fits(uid: &str, rv: &str) -> bool {
-        u32::try_from(uid.len()).is_ok() && u32::try_from(rv.len()).is_ok()
+    /// Whether an object's UID, `resourceVersion` and name fit an entry:
+    /// under 64 KiB for the first two (UIDs are 36 bytes, versions are
+    /// numbers), and under 4 GiB together.
+    fn fits(uid: &str, rv: &str, name: &str) -> bool {
+        u16::try_from(uid.len()).is_ok()
+            && u16::try_from(rv.len()).is_ok()
+            && u32::try_from(uid.len() + rv.len() + name.len()).is_ok()
     }
 
-    /// An entry; the UID and `resourceVersion` must [fit](Self::fits).
-    fn new(uid: &str, rv: &str, name: &str, namespace: u32, epoch: u32) -> Self {
-        debug_assert!(Self::fits(uid, rv));
-        Self {
-            uid_len: u32::try_from(uid.len()).unwrap_or(u32::MAX),
-            rv_len: u32::try_from(rv.len()).unwrap_or(u32::MAX),
-            text: [uid, rv, name].concat().into_boxed_str(),
-            namespace,
-            epoch,
-        }
+    fn text<'a>(&self, buffer: &'a str) -> &'a str {
+        &buffer[self.start as usize..][..self.len as usize]
     }
 
-    fn uid(&self) -> &str {
-        &self.text[..self.uid_len as usize]
+    fn uid<'a>(&self, buffer: &'a str) -> &'a str {
+        &self.text(buffer)[..usize::from(self.uid_len)]
     }
 
-    fn resource_version(&self) -> &str {
-        &self.text[self.uid_len as usize..][..self.rv_len as usize]
+    fn resource_version<'a>(&self, buffer: &'a str) -> &'a str {
+        &self.text(buffer)[usize::from(self.uid_len)..][..usize::from(self.rv_len)]
     }
 
-    fn name(&self) -> &str {
-        &self.text[self.uid_len as usize + self.rv_len as usize..]
+    fn name<'a>(&self, buffer: &'a str) -> &'a str {
+        &self.text(buffer)[usize::from(self.uid_len) + usize::from(self.rv_len)..]
     }
 }
 
@@ -127,6 +133,11 @@ pub struct ObjectTracker {
     resource: ApiResource,
     /// The live objects, densely packed in no particular order.
     entries: Vec<Entry>,
+    /// The texts of the entries, end to end; texts of removed or updated
+    /// entries stay as garbage until the buffer is compacted.
+    texts: String,
+    /// How many bytes of `texts` belong to no entry.
+    garbage: usize,
     /// Indexes into `entries`, hashed by the UID of the entry.
     by_uid: HashTable<u32>,
     /// Indexes into `entries`, hashed by the namespace index and name of the
@@ -147,6 +158,8 @@ impl ObjectTracker {
         Self {
             resource,
             entries: Vec::new(),
+            texts: String::new(),
+            garbage: 0,
             by_uid: HashTable::new(),
             by_name: HashTable::new(),
             hasher: DefaultHashBuilder::default(),
@@ -192,26 +205,26 @@ impl ObjectTracker {
             tracing::warn!(kind = %self.resource.kind, name = ?meta_str(&obj, "name"), "ignoring an object without uid or name");
             return;
         };
+        let rv = meta_str(&obj, "resourceVersion").unwrap_or_default();
+        if !Entry::fits(uid, rv, name) {
+            tracing::warn!(kind = %self.resource.kind, name, "ignoring an object with an oversized uid, resourceVersion or name");
+            return;
+        }
         let namespace = match meta_str(&obj, "namespace") {
             Some(namespace) => self.intern(namespace),
             None => CLUSTER_SCOPED,
         };
-        let rv = meta_str(&obj, "resourceVersion").unwrap_or_default();
-        if !Entry::fits(uid, rv) {
-            tracing::warn!(kind = %self.resource.kind, name, "ignoring an object with an oversized uid or resourceVersion");
-            return;
-        }
 
         // The same UID under another name: the old identity is gone.
         if let Some(index) = self.find_uid(uid) {
-            let entry = &self.entries[index];
-            if entry.namespace != namespace || entry.name() != name {
+            let entry = self.entries[index];
+            if entry.namespace != namespace || entry.name(&self.texts) != name {
                 self.vanish(index, out);
             }
         }
         // The same name under another UID: the predecessor is gone.
         if let Some(index) = self.find_name(namespace, name)
-            && self.entries[index].uid() != uid
+            && self.entries[index].uid(&self.texts) != uid
         {
             self.vanish(index, out);
         }
@@ -220,17 +233,19 @@ impl ObjectTracker {
         let seen = match self.find_uid(uid) {
             Some(index) => {
                 // Same UID, namespace and name: the keys of both tables stay.
-                let entry = &mut self.entries[index];
-                entry.epoch = epoch;
-                if entry.resource_version() == rv {
+                self.entries[index].epoch = epoch;
+                if self.entries[index].resource_version(&self.texts) == rv {
                     Seen::Unchanged
                 } else {
-                    *entry = Entry::new(uid, rv, name, namespace, epoch);
+                    let fresh = self.entry(uid, rv, name, namespace);
+                    let old = std::mem::replace(&mut self.entries[index], fresh);
+                    self.discard(old);
                     Seen::Changed
                 }
             }
             None => {
-                self.insert(Entry::new(uid, rv, name, namespace, epoch));
+                let fresh = self.entry(uid, rv, name, namespace);
+                self.insert(fresh);
                 Seen::New
             }
         };
@@ -238,6 +253,49 @@ impl ObjectTracker {
             object: Arc::new(obj),
             seen,
         });
+    }
+
+    /// A new entry of the current epoch, its text appended to the buffer.
+    /// The parts must [fit](Entry::fits).
+    fn entry(&mut self, uid: &str, rv: &str, name: &str, namespace: u32) -> Entry {
+        debug_assert!(Entry::fits(uid, rv, name));
+        let len = uid.len() + rv.len() + name.len();
+        if u32::try_from(self.texts.len() + len).is_err() {
+            self.compact_texts();
+        }
+        let entry = Entry {
+            start: compact(self.texts.len()),
+            len: compact(len),
+            uid_len: u16::try_from(uid.len()).unwrap_or(u16::MAX),
+            rv_len: u16::try_from(rv.len()).unwrap_or(u16::MAX),
+            namespace,
+            epoch: self.epoch,
+        };
+        self.texts.push_str(uid);
+        self.texts.push_str(rv);
+        self.texts.push_str(name);
+        entry
+    }
+
+    /// Count the text of an entry that is gone as garbage, and compact the
+    /// buffer once garbage is most of it.
+    fn discard(&mut self, entry: Entry) {
+        self.garbage += entry.len as usize;
+        if self.garbage > COMPACT_MIN_GARBAGE && self.garbage * 2 > self.texts.len() {
+            self.compact_texts();
+        }
+    }
+
+    /// Rewrite the text buffer with the texts of live entries only.
+    fn compact_texts(&mut self) {
+        let mut texts = String::with_capacity(self.texts.len() - self.garbage);
+        for entry in &mut self.entries {
+            let text = entry.text(&self.texts);
+            entry.start = compact(texts.len());
+            texts.push_str(text);
+        }
+        self.texts = texts;
+        self.garbage = 0;
     }
 
     /// The index of the namespace in `namespaces`, added if new.
@@ -299,9 +357,9 @@ impl ObjectTracker {
     fn vanished(&self, index: usize) -> ObjectEvent {
         let entry = &self.entries[index];
         let mut metadata = json!({
-            "name": entry.name(),
-            "uid": entry.uid(),
-            "resourceVersion": entry.resource_version(),
+            "name": entry.name(&self.texts),
+            "uid": entry.uid(&self.texts),
+            "resourceVersion": entry.resource_version(&self.texts),
         });
         if let Some(namespace) = self.namespace_of(entry) {
             metadata["namespace"] = json!(namespace);
@@ -328,7 +386,7 @@ impl ObjectTracker {
     /// namespace, then by name.
     fn sort_key(&self, index: usize) -> (Option<&str>, &str) {
         let entry = &self.entries[index];
-        (self.namespace_of(entry), entry.name())
+        (self.namespace_of(entry), entry.name(&self.texts))
     }
 
     fn uid_hash(&self, uid: &str) -> u64 {
@@ -343,7 +401,7 @@ impl ObjectTracker {
     fn find_uid(&self, uid: &str) -> Option<usize> {
         self.by_uid
             .find(self.uid_hash(uid), |&index| {
-                self.entries[index as usize].uid() == uid
+                self.entries[index as usize].uid(&self.texts) == uid
             })
             .map(|&index| index as usize)
     }
@@ -353,7 +411,7 @@ impl ObjectTracker {
         self.by_name
             .find(self.name_hash(namespace, name), |&index| {
                 let entry = &self.entries[index as usize];
-                entry.namespace == namespace && entry.name() == name
+                entry.namespace == namespace && entry.name(&self.texts) == name
             })
             .map(|&index| index as usize)
     }
@@ -361,29 +419,30 @@ impl ObjectTracker {
     /// Add an entry whose UID and name are in neither table.
     fn insert(&mut self, entry: Entry) {
         let index = compact(self.entries.len());
-        let uid_hash = self.uid_hash(entry.uid());
-        let name_hash = self.name_hash(entry.namespace, entry.name());
+        let uid_hash = self.uid_hash(entry.uid(&self.texts));
+        let name_hash = self.name_hash(entry.namespace, entry.name(&self.texts));
         self.entries.push(entry);
         // Growing a table rehashes its indexes by the entries they point to.
         let Self {
             entries,
+            texts,
             by_uid,
             by_name,
             hasher,
             ..
         } = self;
         by_uid.insert_unique(uid_hash, index, |&i| {
-            hasher.hash_one(entries[i as usize].uid())
+            hasher.hash_one(entries[i as usize].uid(texts))
         });
         by_name.insert_unique(name_hash, index, |&i| {
             let entry = &entries[i as usize];
-            hasher.hash_one((entry.namespace, entry.name()))
+            hasher.hash_one((entry.namespace, entry.name(texts)))
         });
     }
 
     /// Remove the entry at `index` from the slab and both tables. The last
     /// entry of the slab moves into its place, so its indexes are updated.
-    fn remove(&mut self, index: usize) -> Entry {
+    fn remove(&mut self, index: usize) {
         let last = self.entries.len() - 1;
         let (uid_hash, name_hash) = self.hashes(index);
         relink(&mut self.by_uid, uid_hash, index, None);
@@ -393,15 +452,16 @@ impl ObjectTracker {
             relink(&mut self.by_uid, uid_hash, last, Some(index));
             relink(&mut self.by_name, name_hash, last, Some(index));
         }
-        self.entries.swap_remove(index)
+        let gone = self.entries.swap_remove(index);
+        self.discard(gone);
     }
 
     /// The hashes of the entry at `index` in `by_uid` and `by_name`.
     fn hashes(&self, index: usize) -> (u64, u64) {
         let entry = &self.entries[index];
         (
-            self.uid_hash(entry.uid()),
-            self.name_hash(entry.namespace, entry.name()),
+            self.uid_hash(entry.uid(&self.texts)),
+            self.name_hash(entry.namespace, entry.name(&self.texts)),
         )
     }
 }
@@ -421,14 +481,15 @@ fn relink(table: &mut HashTable<u32>, hash: u64, from: usize, to: Option<usize>)
     }
 }
 
-/// A slab or namespace index as stored in a `u32`. Either stays far below
-/// `u32::MAX` (which is also [`CLUSTER_SCOPED`]): each index stands for an
-/// allocation of its own, and four billion of them would not fit in memory.
+/// An index, offset or length as stored in a `u32`. All stay below
+/// `u32::MAX` (which is also [`CLUSTER_SCOPED`]): entries and namespaces are
+/// counted far below it, and the text buffer is compacted before it would
+/// reach 4 GiB, which holds far more texts than a process can watch.
 fn compact(index: usize) -> u32 {
     u32::try_from(index)
         .ok()
         .filter(|&index| index != CLUSTER_SCOPED)
-        .expect("invariant: fewer than u32::MAX objects and namespaces")
+        .expect("invariant: fewer than u32::MAX objects, namespaces and bytes of text")
 }
 
 #[cfg(test)]
@@ -777,9 +838,18 @@ mod tests {
         assert_eq!(t.by_uid.len(), t.entries.len());
         assert_eq!(t.by_name.len(), t.entries.len());
         for (index, entry) in t.entries.iter().enumerate() {
-            assert_eq!(t.find_uid(entry.uid()), Some(index));
-            assert_eq!(t.find_name(entry.namespace, entry.name()), Some(index));
+            assert_eq!(t.find_uid(entry.uid(&t.texts)), Some(index));
+            assert_eq!(
+                t.find_name(entry.namespace, entry.name(&t.texts)),
+                Some(index)
+            );
         }
+        let live: usize = t.entries.iter().map(|e| e.len as usize).sum();
+        assert_eq!(
+            live + t.garbage,
+            t.texts.len(),
+            "garbage is counted exactly"
+        );
     }
 
     /// The `(namespace, name, uid, resourceVersion)` of vanished events, in order.
@@ -808,8 +878,60 @@ mod tests {
     }
 
     #[test]
-    fn entries_are_32_bytes() {
-        assert!(std::mem::size_of::<Entry>() <= 32);
+    fn entries_are_20_bytes() {
+        assert!(std::mem::size_of::<Entry>() <= 20);
+    }
+
+    #[test]
+    fn the_text_buffer_is_compacted_once_mostly_garbage() {
+        let mut t = ObjectTracker::new(resource());
+        let objects = |rv: usize| -> Vec<Value> {
+            (0..1000)
+                .map(|i| {
+                    obj(
+                        "ns",
+                        &format!("object-{i:04}"),
+                        &format!("uid-{i:04}"),
+                        &rv.to_string(),
+                    )
+                })
+                .collect()
+        };
+        feed_all(&mut t, listing(objects(1)));
+        let one_generation = t.texts.len();
+        let mut peak = 0;
+        // Every object changes 100 times: 100 generations of texts.
+        for rv in 2..=100 {
+            let events = feed_all(
+                &mut t,
+                objects(rv).into_iter().map(WatchInput::Applied).collect(),
+            );
+            assert!(events.iter().all(|e| e.ends_with("(Changed)")));
+            peak = peak.max(t.texts.len());
+        }
+        assert_consistent(&t);
+        assert!(
+            peak <= 3 * one_generation + COMPACT_MIN_GARBAGE,
+            "peak {peak} with generations of {one_generation} bytes"
+        );
+        // The texts survive compactions: every version reads back.
+        for (index, entry) in t.entries.iter().enumerate() {
+            assert_eq!(entry.resource_version(&t.texts), "100", "entry {index}");
+        }
+        // Deleting all but one object leaves its text only, once compacted.
+        let events = feed_all(
+            &mut t,
+            listing(vec![obj("ns", "object-0007", "uid-0007", "100")]),
+        );
+        assert_eq!(
+            events.iter().filter(|e| e.ends_with("(Vanished)")).count(),
+            999
+        );
+        assert_consistent(&t);
+        assert_eq!(t.len(), 1);
+        assert!(t.texts.len() <= one_generation + COMPACT_MIN_GARBAGE);
+        let vanished_again = feed_all(&mut t, listing(vec![]));
+        assert_eq!(vanished_again, ["-uid-0007(Vanished)", "synced:0"]);
     }
 
     #[test]
