@@ -27,8 +27,9 @@
 use std::time::Duration;
 
 use kube::Client;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::core::{ApiResource, Status};
+use kube::Resource;
+use kube::api::{DynamicObject, GetParams, Patch, PatchParams};
+use kube::core::{ApiResource, Request, Status};
 use serde_json::{Map, Value};
 
 use crate::retrying::{Backoff, ErrorClass, classify};
@@ -87,15 +88,15 @@ pub enum PatchError {
 /// The result of a patch that the server answered.
 #[derive(Debug, Clone)]
 pub enum PatchOutcome {
-    /// The object as it is after the patch.
-    Patched(Box<DynamicObject>),
+    /// The object as it is after the patch, as the server sent it.
+    Patched(Box<Value>),
     /// The object does not exist any more (`404`).
     Gone,
 }
 
 impl PatchOutcome {
     /// The patched object, if it still exists.
-    pub fn object(&self) -> Option<&DynamicObject> {
+    pub fn object(&self) -> Option<&Value> {
         match self {
             Self::Patched(obj) => Some(obj),
             Self::Gone => None,
@@ -146,11 +147,12 @@ impl PatchTarget {
         })
     }
 
-    fn api(&self, client: &Client) -> Api<DynamicObject> {
-        match &self.namespace {
-            Some(ns) => Api::namespaced_with(client.clone(), ns, &self.resource),
-            None => Api::all_with(client.clone(), &self.resource),
-        }
+    /// Requests to the object's collection.
+    fn request(&self) -> Request {
+        Request::new(DynamicObject::url_path(
+            &self.resource,
+            self.namespace.as_deref(),
+        ))
     }
 }
 
@@ -194,13 +196,13 @@ impl Patcher {
         target: &PatchTarget,
         patch: &Value,
     ) -> Result<PatchOutcome, PatchError> {
-        let api = target.api(&self.client);
+        let request = target.request();
         let (main, status) = split_status(patch, target.status_subresource);
         let mut outcome = None;
         if let Some(main) = main {
             let body = Patch::Merge(&main);
             let sent = self
-                .retrying(target, || api.patch(&target.name, &self.params, &body))
+                .retrying(target, || request.patch(&target.name, &self.params, &body))
                 .await?;
             if matches!(sent, PatchOutcome::Gone) {
                 return Ok(sent);
@@ -211,14 +213,17 @@ impl Patcher {
             let body = Patch::Merge(&status);
             let sent = self
                 .retrying(target, || {
-                    api.patch_status(&target.name, &self.params, &body)
+                    request.patch_subresource("status", &target.name, &self.params, &body)
                 })
                 .await?;
             outcome = Some(sent);
         }
         match outcome {
             Some(outcome) => Ok(outcome),
-            None => self.retrying(target, || api.get(&target.name)).await,
+            None => {
+                self.retrying(target, || request.get(&target.name, &GetParams::default()))
+                    .await
+            }
         }
     }
 
@@ -235,7 +240,7 @@ impl Patcher {
         target: &PatchTarget,
         patch: &json_patch::Patch,
     ) -> Result<PatchOutcome, PatchError> {
-        let api = target.api(&self.client);
+        let request = target.request();
         let on_status = |op: &json_patch::PatchOperation| {
             let path = op.path().to_string();
             target.status_subresource && (path == "/status" || path.starts_with("/status/"))
@@ -245,7 +250,7 @@ impl Patcher {
         if !main_ops.is_empty() {
             let body = Patch::<()>::Json(json_patch::Patch(main_ops));
             let sent = self
-                .retrying(target, || api.patch(&target.name, &self.params, &body))
+                .retrying(target, || request.patch(&target.name, &self.params, &body))
                 .await?;
             if matches!(sent, PatchOutcome::Gone) {
                 return Ok(sent);
@@ -256,26 +261,30 @@ impl Patcher {
             let body = Patch::<()>::Json(json_patch::Patch(status_ops));
             let sent = self
                 .retrying(target, || {
-                    api.patch_status(&target.name, &self.params, &body)
+                    request.patch_subresource("status", &target.name, &self.params, &body)
                 })
                 .await?;
             outcome = Some(sent);
         }
         match outcome {
             Some(outcome) => Ok(outcome),
-            None => self.retrying(target, || api.get(&target.name)).await,
+            None => {
+                self.retrying(target, || request.get(&target.name, &GetParams::default()))
+                    .await
+            }
         }
     }
 
-    async fn retrying<F, Fut>(
-        &self,
-        target: &PatchTarget,
-        mut request: F,
-    ) -> Result<PatchOutcome, PatchError>
+    /// Send the request built by `build` until the server answers, or the
+    /// retries run out; the answer is decoded as a JSON body.
+    async fn retrying<F>(&self, target: &PatchTarget, build: F) -> Result<PatchOutcome, PatchError>
     where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<DynamicObject, kube::Error>>,
+        F: Fn() -> Result<http::Request<Vec<u8>>, kube::core::request::Error>,
     {
+        let request = || async {
+            let request = build().map_err(kube::Error::BuildRequest)?;
+            self.client.request::<Value>(request).await
+        };
         let mut backoff = Backoff::limited(&self.backoffs);
         let name = || target.name.clone();
         loop {
@@ -524,7 +533,7 @@ mod tests {
             assert_eq!(
                 outcome
                     .object()
-                    .and_then(|o| o.metadata.resource_version.as_deref()),
+                    .and_then(|o| meta_str(o, "resourceVersion")),
                 Some("3")
             );
             let log = log.lock().expect("not poisoned");
@@ -622,7 +631,7 @@ mod tests {
             assert_eq!(
                 outcome
                     .object()
-                    .and_then(|o| o.metadata.resource_version.as_deref()),
+                    .and_then(|o| meta_str(o, "resourceVersion")),
                 Some("9")
             );
             let elapsed = started.elapsed();

@@ -19,7 +19,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::DynamicObject;
 use serde_json::{Value, json};
 
 use crate::causes::{self, CauseInput, ChangeCause};
@@ -291,7 +290,7 @@ impl ResourceProcessor {
         };
         match self.send(&target, &mut patch, ran, &logger).await {
             Ok(PatchOutcome::Patched(patched)) => Processed {
-                expect_version: patched.metadata.resource_version.clone(),
+                expect_version: meta_str(&patched, "resourceVersion").map(String::from),
                 retry_after: delay,
             },
             Ok(PatchOutcome::Gone) => {
@@ -338,7 +337,7 @@ impl ResourceProcessor {
                     tokio::time::sleep(CONFLICT_PAUSE).await;
                     if resolve_field(patch, &["metadata", "resourceVersion"]).is_some() {
                         let fresh = match self.patcher.merge(target, &json!({})).await? {
-                            PatchOutcome::Patched(fresh) => to_value(&fresh),
+                            PatchOutcome::Patched(fresh) => *fresh,
                             PatchOutcome::Gone => return Ok(PatchOutcome::Gone),
                         };
                         refresh_finalizer(patch, &fresh, finalizer);
@@ -648,11 +647,6 @@ fn title(reason: Reason) -> &'static str {
         Reason::Resume => "Resuming",
         Reason::Noop => "Nothing",
     }
-}
-
-fn to_value(object: &DynamicObject) -> Value {
-    // A DynamicObject is a JSON map with typed metadata: it always serializes.
-    serde_json::to_value(object).unwrap_or(Value::Null)
 }
 
 /// `namespace/name`, or `name` for cluster-scoped objects.
