@@ -184,6 +184,7 @@ pub async fn step(
         .map(|(i, _)| i);
 
     let ran = due.is_some();
+    let mut fresh = None;
     if let Some(i) = due {
         let handler = handlers[i];
         let record = records[i].take().unwrap_or_default();
@@ -195,8 +196,8 @@ pub async fn step(
         if let Some(result) = result {
             ensure_field(patch, &["status", handler.id.as_str()], result);
         }
-        storage.store(&handler.id, &record, &cause.body, patch);
         records[i] = Some(record);
+        fresh = Some(i);
     }
 
     let succeeded = records
@@ -213,6 +214,12 @@ pub async fn step(
         .iter()
         .all(|r| r.as_ref().is_some_and(ProgressRecord::is_finished));
     if done {
+        // The record of the handler just run would be purged by the same
+        // patch that stores it, so it is not stored; the marker that storing
+        // leaves on a custom annotation prefix is.
+        if fresh.is_some() {
+            storage.mark_managed(&cause.body, patch);
+        }
         for handler in owned {
             storage.purge(&handler.id, &cause.body, patch);
         }
@@ -223,6 +230,9 @@ pub async fn step(
             failed,
             ran,
         };
+    }
+    if let Some((i, Some(record))) = fresh.map(|i| (i, &records[i])) {
+        storage.store(&handlers[i].id, record, &cause.body, patch);
     }
     let now = jiff::Timestamp::now();
     let delay = records
@@ -514,6 +524,33 @@ mod tests {
                 .as_object()
                 .is_none_or(|a| a.keys().all(|k| !k.ends_with("create_fn"))),
             "the progress record is purged once the cause is done: {patch}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_cause_done_in_one_step_stores_no_record_but_marks_a_custom_prefix() {
+        let handler = Handler::on_create(resource(), "create_fn", |_kw: Kwargs| async {
+            Ok::<_, Error>(Value::Null)
+        });
+        let storage = ProgressStorage::from_settings(&crate::settings::PersistenceSettings {
+            progress_prefix: "my-op.example.com".into(),
+            ..Default::default()
+        });
+        let mut patch = json!({});
+        let out = step(
+            &cause(json!({"metadata": {}})),
+            &[&handler],
+            &[&handler],
+            &storage,
+            Duration::from_secs(60),
+            &mut patch,
+        )
+        .await;
+        assert!(out.done && out.ran);
+        // As storing and then purging the record would leave it: the marker only.
+        assert_eq!(
+            patch,
+            json!({"metadata": {"annotations": {"my-op.example.com/kopf-managed": "yes"}}})
         );
     }
 

@@ -418,6 +418,14 @@ impl ProgressStorage {
         self.keys.store_marker(body, patch);
     }
 
+    /// Mark this storage's annotation prefix as managed, as
+    /// [`store`](Self::store) does (for a prefix other than Kopf's own):
+    /// for a cause finished in the step that would store a record, whose
+    /// records are purged instead.
+    pub fn mark_managed(&self, body: &Value, patch: &mut Value) {
+        self.keys.store_marker(body, patch);
+    }
+
     /// Remove handler `id`'s record: `null` for what the body has, and drop
     /// what only the patch was about to add.
     pub fn purge(&self, id: &str, body: &Value, patch: &mut Value) {
