@@ -25,13 +25,13 @@
 //! index into a list of the namespaces seen. Two hash tables of slab indexes
 //! (4 bytes and a control byte per bucket) find an entry by UID and by
 //! namespace/name. So a tracker makes a handful of large allocations, not one
-//! per object: its memory is about 40 to 70 bytes per object, by how full
-//! the slab and tables are, plus the texts (about 100 bytes per object at
-//! 10,000 objects with 36-byte UIDs, 9-byte `resourceVersion`s and 17-byte
-//! names). Between watch events, the memory freed by bodies is not pinned
-//! by small allocations of the tracker scattered among it. Texts of removed
-//! or updated entries are garbage until it is most of the buffer, which is
-//! then rewritten.
+//! per object: about 30 to 60 bytes per object for the slab and tables, by
+//! how full they are, plus the texts themselves (62 bytes for a 36-byte UID,
+//! a 9-byte `resourceVersion` and a 17-byte name) and the slack of their
+//! growing buffer. Between watch events, the memory freed by bodies is not
+//! pinned by small allocations of the tracker scattered among it. Texts of
+//! removed or updated entries are garbage until they are most of the
+//! buffer, which is then rewritten.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
