@@ -231,7 +231,9 @@ pub async fn step(
             ran,
         };
     }
-    if let Some((i, Some(record))) = fresh.map(|i| (i, &records[i])) {
+    if let Some(i) = fresh
+        && let Some(record) = &records[i]
+    {
         storage.store(&handlers[i].id, record, &cause.body, patch);
     }
     let now = jiff::Timestamp::now();

@@ -415,7 +415,7 @@ impl ProgressStorage {
                 encoded.clone(),
             );
         }
-        self.keys.store_marker(body, patch);
+        self.mark_managed(body, patch);
     }
 
     /// Mark this storage's annotation prefix as managed, as

@@ -216,21 +216,25 @@ impl ObjectTracker {
         };
 
         // The same UID under another name: the old identity is gone.
-        if let Some(index) = self.find_uid(uid) {
+        let mut found = self.find_uid(uid);
+        if let Some(index) = found {
             let entry = self.entries[index];
             if entry.namespace != namespace || entry.name(&self.texts) != name {
                 self.vanish(index, out);
+                found = None;
             }
         }
-        // The same name under another UID: the predecessor is gone.
-        if let Some(index) = self.find_name(namespace, name)
-            && self.entries[index].uid(&self.texts) != uid
+        // The same name under another UID: the predecessor is gone. (An
+        // entry still found by this UID has this name, so only a new UID can
+        // meet another's name.)
+        if found.is_none()
+            && let Some(index) = self.find_name(namespace, name)
         {
             self.vanish(index, out);
         }
 
         let epoch = self.epoch;
-        let seen = match self.find_uid(uid) {
+        let seen = match found {
             Some(index) => {
                 // Same UID, namespace and name: the keys of both tables stay.
                 self.entries[index].epoch = epoch;
@@ -264,8 +268,8 @@ impl ObjectTracker {
             self.compact_texts();
         }
         let entry = Entry {
-            start: compact(self.texts.len()),
-            len: compact(len),
+            start: to_u32(self.texts.len()),
+            len: to_u32(len),
             uid_len: u16::try_from(uid.len()).unwrap_or(u16::MAX),
             rv_len: u16::try_from(rv.len()).unwrap_or(u16::MAX),
             namespace,
@@ -291,7 +295,7 @@ impl ObjectTracker {
         let mut texts = String::with_capacity(self.texts.len() - self.garbage);
         for entry in &mut self.entries {
             let text = entry.text(&self.texts);
-            entry.start = compact(texts.len());
+            entry.start = to_u32(texts.len());
             texts.push_str(text);
         }
         self.texts = texts;
@@ -303,7 +307,7 @@ impl ObjectTracker {
         if let Some(&id) = self.namespace_ids.get(namespace) {
             return id;
         }
-        let id = compact(self.namespaces.len());
+        let id = to_u32(self.namespaces.len());
         let shared: Arc<str> = Arc::from(namespace);
         self.namespaces.push(shared.clone());
         self.namespace_ids.insert(shared, id);
@@ -418,7 +422,7 @@ impl ObjectTracker {
 
     /// Add an entry whose UID and name are in neither table.
     fn insert(&mut self, entry: Entry) {
-        let index = compact(self.entries.len());
+        let index = to_u32(self.entries.len());
         let uid_hash = self.uid_hash(entry.uid(&self.texts));
         let name_hash = self.name_hash(entry.namespace, entry.name(&self.texts));
         self.entries.push(entry);
@@ -469,14 +473,14 @@ impl ObjectTracker {
 /// Point the slot of slab index `from` (found by its entry's `hash`) to slab
 /// index `to`, or remove it if `None`.
 fn relink(table: &mut HashTable<u32>, hash: u64, from: usize, to: Option<usize>) {
-    let from = compact(from);
+    let from = to_u32(from);
     let slot = table.find_entry(hash, |&index| index == from);
     debug_assert!(slot.is_ok(), "every live entry is in both tables");
     match (slot, to) {
         (Ok(slot), None) => {
             slot.remove();
         }
-        (Ok(mut slot), Some(to)) => *slot.get_mut() = compact(to),
+        (Ok(mut slot), Some(to)) => *slot.get_mut() = to_u32(to),
         (Err(_), _) => {}
     }
 }
@@ -485,7 +489,7 @@ fn relink(table: &mut HashTable<u32>, hash: u64, from: usize, to: Option<usize>)
 /// `u32::MAX` (which is also [`CLUSTER_SCOPED`]): entries and namespaces are
 /// counted far below it, and the text buffer is compacted before it would
 /// reach 4 GiB, which holds far more texts than a process can watch.
-fn compact(index: usize) -> u32 {
+fn to_u32(index: usize) -> u32 {
     u32::try_from(index)
         .ok()
         .filter(|&index| index != CLUSTER_SCOPED)
