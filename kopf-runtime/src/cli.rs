@@ -11,6 +11,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use std::io::IsTerminal as _;
 use std::path::PathBuf;
 
 use tracing_subscriber::EnvFilter;
@@ -199,7 +200,10 @@ impl Args {
 /// [`CliError`] if `RUST_LOG` is invalid or a subscriber is already set.
 pub fn init_logging(args: &Args) -> Result<(), CliError> {
     let filter = args.env_filter()?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    // Colours only for a terminal: not in log files and collectors.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stdout().is_terminal());
     let result = match args.log_format {
         LogFormat::Plain => builder
             .without_time()

@@ -77,12 +77,13 @@ impl Logger {
     }
 
     fn trace(&self, level: Level, message: &dyn fmt::Display) {
+        // `%`: the name as it is (`ns/name`), not quoted and escaped.
         let object = &*self.object;
         match level {
-            Level::Debug => tracing::debug!(target: "kopf::objects", object, "{message}"),
-            Level::Info => tracing::info!(target: "kopf::objects", object, "{message}"),
-            Level::Warning => tracing::warn!(target: "kopf::objects", object, "{message}"),
-            Level::Error => tracing::error!(target: "kopf::objects", object, "{message}"),
+            Level::Debug => tracing::debug!(target: "kopf::objects", %object, "{message}"),
+            Level::Info => tracing::info!(target: "kopf::objects", %object, "{message}"),
+            Level::Warning => tracing::warn!(target: "kopf::objects", %object, "{message}"),
+            Level::Error => tracing::error!(target: "kopf::objects", %object, "{message}"),
         }
     }
 
