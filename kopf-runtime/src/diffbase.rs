@@ -97,34 +97,43 @@ impl DiffBaseStorage {
     /// The essence of `body`, keeping `extra_fields` (dotted paths) too.
     pub fn build(&self, body: &Value, extra_fields: &[&str]) -> Value {
         let mut essence = match body.as_object() {
-            Some(map) => Value::Object(
-                map.iter()
-                    .filter(|(k, _)| {
-                        !matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status")
-                    })
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
-            ),
-            None => Value::Object(Map::new()),
+            Some(map) => map
+                .iter()
+                .filter(|(k, _)| {
+                    !matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status")
+                })
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            None => Map::new(),
         };
-        cherrypick(
-            body,
-            &mut essence,
-            &["metadata.labels", "metadata.annotations"],
-        );
-
-        if let Some(annotations) = resolve_field_mut(&mut essence, &["metadata", "annotations"])
-            .and_then(Value::as_object_mut)
-        {
-            let ignored = detect_marked_prefixes(annotations.keys().map(String::as_str));
-            annotations.retain(|key, _| {
-                key != LAST_APPLIED_ANNOTATION
-                    && !ignored.iter().any(|p| {
-                        key.strip_prefix(p.as_str())
-                            .is_some_and(|rest| rest.starts_with('/'))
-                    })
-            });
+        // Only the annotations kept are copied: the others (the stored
+        // essence among them) are often the larger part of the metadata.
+        let mut metadata = Map::new();
+        if let Some(labels) = resolve_field(body, &["metadata", "labels"]) {
+            metadata.insert("labels".to_owned(), labels.clone());
         }
+        match resolve_field(body, &["metadata", "annotations"]) {
+            Some(Value::Object(annotations)) => {
+                let ignored = detect_marked_prefixes(annotations.keys().map(String::as_str));
+                let kept = annotations.iter().filter(|(key, _)| {
+                    *key != LAST_APPLIED_ANNOTATION
+                        && !ignored.iter().any(|p| {
+                            key.strip_prefix(p.as_str())
+                                .is_some_and(|rest| rest.starts_with('/'))
+                        })
+                });
+                let kept: Map<String, Value> = kept.map(|(k, v)| (k.clone(), v.clone())).collect();
+                metadata.insert("annotations".to_owned(), Value::Object(kept));
+            }
+            Some(other) => {
+                metadata.insert("annotations".to_owned(), other.clone());
+            }
+            None => {}
+        }
+        if !metadata.is_empty() {
+            essence.insert("metadata".to_owned(), Value::Object(metadata));
+        }
+        let mut essence = Value::Object(essence);
         cherrypick(body, &mut essence, extra_fields);
         remove_empty_stanzas(&mut essence);
         for field in &self.ignored_fields {
@@ -170,13 +179,19 @@ impl DiffBaseStorage {
 
     /// Write `essence` as the new diff-base into the merge `patch`.
     pub fn store(&self, body: &Value, essence: &Value, patch: &mut Value) {
-        let mut encoded = essence.to_string();
+        let mut encoded =
+            serde_json::to_string(essence).expect("invariant: a JSON value always serializes");
         encoded.push('\n');
-        for key in self.keys(body).iter() {
+        let keys = self.keys(body);
+        if let Some((last, others)) = keys.split_last() {
+            for key in others {
+                let path = ["metadata", "annotations", key.as_str()];
+                ensure_field(patch, &path, Value::String(encoded.clone()));
+            }
             ensure_field(
                 patch,
-                &["metadata", "annotations", key.as_str()],
-                Value::String(encoded.clone()),
+                &["metadata", "annotations", last.as_str()],
+                Value::String(encoded),
             );
         }
         self.keys.store_marker(body, patch);

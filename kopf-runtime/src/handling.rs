@@ -65,12 +65,20 @@ impl CauseContext {
     /// The kwargs for `handler`: field-scoped handlers see their field's
     /// values and the diff reduced to it.
     pub fn kwargs(&self, handler: &Handler) -> Kwargs {
-        let mut kwargs = Kwargs::new(Value::Null);
-        kwargs.body = Arc::clone(&self.body);
-        kwargs.reason = Some(self.reason);
-        kwargs.memo = self.memo.clone();
-        kwargs.logger = self.logger.clone();
+        let mut kwargs = self.filter_kwargs(handler);
         kwargs.client = self.client.clone();
+        kwargs
+    }
+
+    /// The kwargs of `handler` without the client: what the object filters
+    /// need (a `when` callback gets the client too).
+    fn filter_kwargs(&self, handler: &Handler) -> Kwargs {
+        let mut kwargs = Kwargs::of(
+            Arc::clone(&self.body),
+            self.memo.clone(),
+            self.logger.clone(),
+        );
+        kwargs.reason = Some(self.reason);
         match &handler.filters.field {
             Some(field) => {
                 let parts = field.parts();
@@ -119,7 +127,10 @@ impl CauseContext {
         if !reason_matches {
             return false;
         }
-        let kwargs = self.kwargs(handler);
+        let mut kwargs = self.filter_kwargs(handler);
+        if handler.filters.when.is_some() {
+            kwargs.client = self.client.clone();
+        }
         if !handler.filters.matches_object(&kwargs) {
             return false;
         }

@@ -3,7 +3,9 @@
 //! [`Patcher::merge`] and [`Patcher::json`] send one patch to an object of
 //! any (dynamic) resource and return the patched object, whose
 //! `resourceVersion` is what the engine waits to see on the watch stream
-//! before acting on the object again.
+//! before acting on the object again. [`Patcher::merge_as`] decodes the
+//! answer into any type instead, e.g. [`ObjectVersion`] when only the version
+//! matters: fields the type does not name are skipped, not built.
 //!
 //! # Guarantees
 //!
@@ -24,12 +26,15 @@
 //! build merge-patch fragments for [`progress`](crate::progress),
 //! [`diffbase`](crate::diffbase) and the engine.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use kube::Client;
 use kube::Resource;
 use kube::api::{DynamicObject, GetParams, Patch, PatchParams};
 use kube::core::{ApiResource, Request, Status};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::retrying::{Backoff, ErrorClass, classify};
@@ -85,22 +90,58 @@ pub enum PatchError {
     },
 }
 
-/// The result of a patch that the server answered.
+/// The result of a patch that the server answered: the object decoded as
+/// `T` (the whole JSON body by default).
 #[derive(Debug, Clone)]
-pub enum PatchOutcome {
+pub enum PatchOutcome<T = Value> {
     /// The object as it is after the patch, as the server sent it.
-    Patched(Box<Value>),
+    Patched(Box<T>),
     /// The object does not exist any more (`404`).
     Gone,
 }
 
-impl PatchOutcome {
+impl<T> PatchOutcome<T> {
     /// The patched object, if it still exists.
-    pub fn object(&self) -> Option<&Value> {
+    pub fn object(&self) -> Option<&T> {
         match self {
             Self::Patched(obj) => Some(obj),
             Self::Gone => None,
         }
+    }
+}
+
+/// The `metadata.resourceVersion` of an object, and nothing else of it: the
+/// answer to decode with [`Patcher::merge_as`] when only the version matters.
+///
+/// ```
+/// use kopf_runtime::patching::ObjectVersion;
+///
+/// let answer = r#"{"kind": "ConfigMap", "metadata": {"name": "x", "resourceVersion": "42"}}"#;
+/// let version: ObjectVersion = serde_json::from_str(answer)?;
+/// assert_eq!(version.resource_version(), Some("42"));
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct ObjectVersion {
+    #[serde(default)]
+    metadata: ObjectVersionMeta,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+struct ObjectVersionMeta {
+    #[serde(default, rename = "resourceVersion")]
+    resource_version: Option<String>,
+}
+
+impl ObjectVersion {
+    /// The object's `resourceVersion`, if it has one.
+    pub fn resource_version(&self) -> Option<&str> {
+        self.metadata.resource_version.as_deref()
+    }
+
+    /// Takes the `resourceVersion` out.
+    pub fn into_resource_version(self) -> Option<String> {
+        self.metadata.resource_version
     }
 }
 
@@ -196,11 +237,35 @@ impl Patcher {
         target: &PatchTarget,
         patch: &Value,
     ) -> Result<PatchOutcome, PatchError> {
+        self.merge_as(target, patch).await
+    }
+
+    /// [`merge`](Self::merge), with the answer decoded as `T`: e.g.
+    /// [`ObjectVersion`] for the version only, or [`serde::de::IgnoredAny`] when
+    /// the answer does not matter.
+    ///
+    /// # Errors
+    ///
+    /// [`PatchError`] as described in the [module docs](self); an answer
+    /// that does not decode as `T` is [`PatchError::Request`].
+    pub async fn merge_as<T: DeserializeOwned>(
+        &self,
+        target: &PatchTarget,
+        patch: &Value,
+    ) -> Result<PatchOutcome<T>, PatchError> {
         let request = target.request();
-        let (main, status) = split_status(patch, target.status_subresource);
+        let whole = |patch: &Value| patch.as_object().is_none_or(|map| !map.is_empty());
+        // Most patches go in one piece: they are sent as they are, not copied.
+        let (main, status) = match patch.as_object() {
+            Some(map) if target.status_subresource && map.contains_key("status") => {
+                let (main, status) = split_status(patch, true);
+                (main.map(Cow::Owned), status)
+            }
+            _ => (whole(patch).then_some(Cow::Borrowed(patch)), None),
+        };
         let mut outcome = None;
         if let Some(main) = main {
-            let body = Patch::Merge(&main);
+            let body = Patch::Merge(&*main);
             let sent = self
                 .retrying(target, || request.patch(&target.name, &self.params, &body))
                 .await?;
@@ -277,13 +342,18 @@ impl Patcher {
 
     /// Send the request built by `build` until the server answers, or the
     /// retries run out; the answer is decoded as a JSON body.
-    async fn retrying<F>(&self, target: &PatchTarget, build: F) -> Result<PatchOutcome, PatchError>
+    async fn retrying<T, F>(
+        &self,
+        target: &PatchTarget,
+        build: F,
+    ) -> Result<PatchOutcome<T>, PatchError>
     where
+        T: DeserializeOwned,
         F: Fn() -> Result<http::Request<Vec<u8>>, kube::core::request::Error>,
     {
         let request = || async {
             let request = build().map_err(kube::Error::BuildRequest)?;
-            self.client.request::<Value>(request).await
+            self.client.request::<T>(request).await
         };
         let mut backoff = Backoff::limited(&self.backoffs);
         let name = || target.name.clone();
@@ -568,6 +638,43 @@ mod tests {
             let log = log.lock().expect("not poisoned");
             assert_eq!(log.len(), 1);
             assert_eq!(log[0].body, patch);
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn an_answer_decodes_as_the_version_alone_or_not_at_all() {
+            let (client, log) =
+                mock_api::client(|_| Reply::Json(200, example("ns", "a", "u1", "7")));
+            let patcher = patcher(client);
+            let patch = json!({"metadata": {"labels": {"x": "y"}}});
+            let outcome = patcher
+                .merge_as::<ObjectVersion>(&target(false), &patch)
+                .await
+                .expect("patched");
+            let version = outcome.object().and_then(ObjectVersion::resource_version);
+            assert_eq!(version, Some("7"));
+            let ignored = patcher
+                .merge_as::<serde::de::IgnoredAny>(&target(false), &patch)
+                .await;
+            assert!(
+                matches!(ignored, Ok(PatchOutcome::Patched(_))),
+                "{ignored:?}"
+            );
+            let log = log.lock().expect("not poisoned");
+            assert_eq!(log.len(), 2);
+            assert!(log.iter().all(|r| r.method == "PATCH" && r.body == patch));
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn an_answer_that_is_not_an_object_is_a_request_error() {
+            let (client, _) =
+                mock_api::client(|_| Reply::Json(200, json!(["not", "an", "object"])));
+            let outcome = patcher(client)
+                .merge_as::<ObjectVersion>(&target(false), &json!({"spec": {}}))
+                .await;
+            assert!(
+                matches!(outcome, Err(PatchError::Request { .. })),
+                "{outcome:?}"
+            );
         }
 
         #[tokio::test(start_paused = true)]

@@ -28,7 +28,9 @@ use crate::handlers::{Handler, HandlerKind};
 use crate::handling::{self, CauseContext};
 use crate::kwargs::{Diff, EventType, Kwargs, Level, LogSink, Logger, Memo, Reason};
 use crate::memories::{Memories, ObjectMemory};
-use crate::patching::{PatchError, PatchOutcome, PatchTarget, Patcher, meta_str, resolve_field};
+use crate::patching::{
+    ObjectVersion, PatchError, PatchOutcome, PatchTarget, Patcher, meta_str, resolve_field,
+};
 use crate::posting::{EventPoster, ObjectReference};
 use crate::progress::ProgressStorage;
 use crate::queueing::{Processed, Versioned};
@@ -290,7 +292,7 @@ impl ResourceProcessor {
         };
         match self.send(&target, &mut patch, ran, &logger).await {
             Ok(PatchOutcome::Patched(patched)) => Processed {
-                expect_version: meta_str(&patched, "resourceVersion").map(String::from),
+                expect_version: patched.into_resource_version(),
                 retry_after: delay,
             },
             Ok(PatchOutcome::Gone) => {
@@ -326,11 +328,13 @@ impl ResourceProcessor {
         patch: &mut Value,
         ran: bool,
         logger: &Logger,
-    ) -> Result<PatchOutcome, PatchError> {
+    ) -> Result<PatchOutcome<ObjectVersion>, PatchError> {
         let finalizer = self.settings.persistence.finalizer.as_str();
         let mut resends = 0;
         loop {
-            match self.patcher.merge(target, patch).await {
+            // Only the new version is kept of the answer: the object is
+            // processed again from its watch event, not from here.
+            match self.patcher.merge_as::<ObjectVersion>(target, patch).await {
                 Err(PatchError::Conflict { .. }) if ran && resends < CONFLICT_RESENDS => {
                     resends += 1;
                     logger.debug("The patch conflicted; re-sending it to keep the outcomes.");
@@ -362,12 +366,7 @@ impl ResourceProcessor {
         if self.only_event_handlers() {
             return (None, false);
         }
-        let probe = {
-            let mut kwargs = Kwargs::new(Value::Null);
-            kwargs.body = Arc::clone(body);
-            kwargs.memo = memory.memo.clone();
-            kwargs
-        };
+        let probe = Kwargs::of(Arc::clone(body), memory.memo.clone(), logger.clone());
         let changing: Vec<&Handler> = self
             .handlers
             .changing
@@ -558,12 +557,10 @@ impl ResourceProcessor {
             "object": &**body,
         }));
         for handler in &self.handlers.watching {
-            let mut kwargs = Kwargs::new(Value::Null);
-            kwargs.body = Arc::clone(body);
+            let memo = memo.clone().unwrap_or_default();
+            let mut kwargs = Kwargs::of(Arc::clone(body), memo, logger.clone());
             kwargs.event = Some(Arc::clone(&raw));
             kwargs.event_type = event_type;
-            kwargs.memo = memo.clone().unwrap_or_default();
-            kwargs.logger = logger.clone();
             kwargs.client = Some(self.client.clone());
             if !handler.filters.matches_object(&kwargs) {
                 continue;
@@ -652,7 +649,14 @@ fn title(reason: Reason) -> &'static str {
 /// `namespace/name`, or `name` for cluster-scoped objects.
 pub fn object_name(body: &Value) -> String {
     match (meta_str(body, "namespace"), meta_str(body, "name")) {
-        (Some(ns), Some(name)) => format!("{ns}/{name}"),
+        (Some(ns), Some(name)) => {
+            // Sized at once: `format!` would guess short and grow.
+            let mut full = String::with_capacity(ns.len() + 1 + name.len());
+            full.push_str(ns);
+            full.push('/');
+            full.push_str(name);
+            full
+        }
         (None, Some(name)) => name.to_owned(),
         _ => "?".to_owned(),
     }

@@ -35,6 +35,7 @@
 //! assert_eq!(patch, json!({"metadata": {"annotations": {"kopf.zalando.org/create_fn": null}}}));
 //! ```
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -134,9 +135,28 @@ pub fn parse_timestamp(text: &str) -> Option<jiff::Timestamp> {
 
 /// Format a timestamp as Kopf does: `2020-02-14T16:58:25.396364+00:00`.
 pub fn format_timestamp(ts: jiff::Timestamp) -> String {
-    ts.to_zoned(jiff::tz::TimeZone::UTC)
-        .strftime("%Y-%m-%dT%H:%M:%S%.6f+00:00")
-        .to_string()
+    use std::fmt::Write as _;
+    let dt = jiff::tz::TimeZone::UTC.to_datetime(ts);
+    if !(0..=9999).contains(&dt.year()) {
+        return ts
+            .to_zoned(jiff::tz::TimeZone::UTC)
+            .strftime("%Y-%m-%dT%H:%M:%S%.6f+00:00")
+            .to_string();
+    }
+    // Written field by field: every handler call stores two of these.
+    let mut out = String::with_capacity(32);
+    let _ = write!(
+        out,
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}+00:00",
+        dt.year(),
+        dt.month(),
+        dt.day(),
+        dt.hour(),
+        dt.minute(),
+        dt.second(),
+        dt.subsec_nanosecond() / 1_000
+    );
+    out
 }
 
 /// Kopf's annotation key forming (v1 and v2 keys, hash suffixes, markers).
@@ -157,16 +177,16 @@ struct FormedKeys(Arc<Mutex<HashMap<String, Arc<[String]>>>>);
 const FORMED_KEYS_LIMIT: usize = 4_096;
 
 impl FormedKeys {
-    fn get_or_form(&self, marked: String, form: impl FnOnce(&str) -> Vec<String>) -> Arc<[String]> {
+    fn get_or_form(&self, marked: &str, form: impl FnOnce(&str) -> Vec<String>) -> Arc<[String]> {
         let mut formed = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(keys) = formed.get(&marked) {
+        if let Some(keys) = formed.get(marked) {
             return Arc::clone(keys);
         }
         if formed.len() >= FORMED_KEYS_LIMIT {
             formed.clear();
         }
-        let keys: Arc<[String]> = form(&marked).into();
-        formed.insert(marked, Arc::clone(&keys));
+        let keys: Arc<[String]> = form(marked).into();
+        formed.insert(marked.to_owned(), Arc::clone(&keys));
         keys
     }
 }
@@ -204,7 +224,7 @@ impl AnnotationKeys {
     /// All annotation keys for `name` on `body`: the v2 key first, then the
     /// v1 key if enabled and different.
     pub fn make_keys(&self, name: &str, body: &Value) -> Arc<[String]> {
-        self.formed.get_or_form(mark_key(name, body), |marked| {
+        self.formed.get_or_form(&mark_key(name, body), |marked| {
             let v2 = self.v2_key(marked);
             let mut keys = vec![v2];
             if self.v1 {
@@ -272,7 +292,7 @@ pub fn make_safe_key(key: &str) -> String {
 }
 
 /// Kopf's collision evasion: ReplicaSets owned by Deployments get `-ofDRS`.
-fn mark_key(key: &str, body: &Value) -> String {
+fn mark_key<'a>(key: &'a str, body: &Value) -> Cow<'a, str> {
     let is_rs = body.get("kind").and_then(Value::as_str) == Some("ReplicaSet");
     let owned_by_deployment = resolve_field(body, &["metadata", "ownerReferences"])
         .and_then(Value::as_array)
@@ -282,9 +302,9 @@ fn mark_key(key: &str, body: &Value) -> String {
                 .any(|o| o.get("kind").and_then(Value::as_str) == Some("Deployment"))
         });
     if is_rs && owned_by_deployment {
-        format!("{key}-ofDRS")
+        Cow::Owned(format!("{key}-ofDRS"))
     } else {
-        key.to_owned()
+        Cow::Borrowed(key)
     }
 }
 
@@ -346,8 +366,10 @@ pub(crate) fn remove_empty_stanzas(essence: &mut Value) {
 pub struct ProgressStorage {
     keys: AnnotationKeys,
     touch_key: String,
-    status_field: Vec<String>,
 }
+
+/// Where Kopf's legacy progress records live: `status.kopf.progress.<id>`.
+const STATUS_FIELD: [&str; 3] = ["status", "kopf", "progress"];
 
 impl Default for ProgressStorage {
     fn default() -> Self {
@@ -361,7 +383,6 @@ impl ProgressStorage {
         Self {
             keys: AnnotationKeys::new(settings.progress_prefix.clone(), settings.progress_v1_keys),
             touch_key: "touch-dummy".into(),
-            status_field: ["status", "kopf", "progress"].map(String::from).to_vec(),
         }
     }
 
@@ -393,8 +414,8 @@ impl ProgressStorage {
                 }
             }
         }
-        let mut path: Vec<&str> = self.status_field.iter().map(String::as_str).collect();
-        path.push(id);
+        let [status, kopf, progress] = STATUS_FIELD;
+        let path = [status, kopf, progress, id];
         let value = resolve_field(body, &path)?;
         match serde_json::from_value::<Option<ProgressRecord>>(value.clone()) {
             Ok(record) => record,
@@ -432,9 +453,8 @@ impl ProgressStorage {
         for key in self.keys.make_keys(id, body).iter() {
             purge_field(body, patch, &["metadata", "annotations", key.as_str()]);
         }
-        let mut path: Vec<&str> = self.status_field.iter().map(String::as_str).collect();
-        path.push(id);
-        purge_field(body, patch, &path);
+        let [status, kopf, progress] = STATUS_FIELD;
+        purge_field(body, patch, &[status, kopf, progress, id]);
     }
 
     /// Set (or with `None`, remove) the `touch-dummy` annotation if it differs
@@ -464,8 +484,7 @@ impl ProgressStorage {
             });
         }
         remove_empty_stanzas(&mut essence);
-        let path: Vec<&str> = self.status_field.iter().map(String::as_str).collect();
-        remove_field(&mut essence, &path);
+        remove_field(&mut essence, &STATUS_FIELD);
         remove_empty_stanzas(&mut essence);
         essence
     }
@@ -745,6 +764,33 @@ mod tests {
             storage.clear(essence),
             json!({"metadata": {"annotations": {"other": "x"}}, "spec": {"a": 1}})
         );
+    }
+
+    #[test]
+    fn timestamps_are_formatted_with_microseconds_and_the_utc_offset() {
+        for (text, formatted) in [
+            ("2020-02-14T16:58:25Z", "2020-02-14T16:58:25.000000+00:00"),
+            (
+                "2020-02-14T16:58:25.0000019Z",
+                "2020-02-14T16:58:25.000001+00:00",
+            ),
+            (
+                "1969-12-31T23:59:59.999999Z",
+                "1969-12-31T23:59:59.999999+00:00",
+            ),
+            ("0001-01-01T00:00:00Z", "0001-01-01T00:00:00.000000+00:00"),
+            ("9999-12-30T21:59:59.5Z", "9999-12-30T21:59:59.500000+00:00"),
+        ] {
+            let ts: jiff::Timestamp = text.parse().expect("valid RFC 3339");
+            assert_eq!(format_timestamp(ts), formatted, "{text}");
+            assert!(
+                parse_timestamp(formatted).is_some(),
+                "{formatted} parses back"
+            );
+        }
+        // Years past 9999 or before 1 are written as the strftime form says.
+        let far = jiff::Timestamp::MIN;
+        assert!(format_timestamp(far).ends_with("+00:00"));
     }
 
     #[test]

@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use crate::errors::HandlerError;
 use crate::handlers::{ErrorsMode, Handler, KindOptions};
 use crate::handling::{self, merge_into};
-use crate::kwargs::{Kwargs, Logger, Memo, Patch, Stopped};
+use crate::kwargs::{Kwargs, Logger, Memo, Stopped};
 use crate::memories::Memories;
 use crate::patching::{PatchError, PatchOutcome, PatchTarget, Patcher, ensure_field};
 use crate::posting::{self, EventPoster, ObjectReference};
@@ -128,17 +128,13 @@ async fn call(handler: &Handler, env: &TaskEnvironment, ctx: TaskContext) -> Tas
         memo: env.memories.memo_of(&ctx.uid),
     });
     let logger = &object.logger;
-    let mut kwargs = Kwargs::new(Value::Null);
-    kwargs.body = Arc::clone(&body);
+    let mut kwargs = Kwargs::of(Arc::clone(&body), object.memo.clone(), logger.clone());
     kwargs.stopped = Some(Stopped::new(ctx.stopped.token().clone()));
     kwargs.retry = ctx.retry;
     kwargs.started = Some(ctx.started);
     kwargs.runtime = ctx.runtime();
-    kwargs.memo = object.memo.clone();
-    kwargs.logger = logger.clone();
     kwargs.client = Some(env.client.clone());
-    let patch = Patch::new();
-    kwargs.patch = patch.clone();
+    let patch = kwargs.patch.clone();
 
     let outcome = handling::invoke(handler, kwargs, None).await;
     let result = match &outcome {
@@ -172,7 +168,11 @@ async fn apply(
     };
     let mut guarded = json!({"metadata": {"uid": &*ctx.uid}});
     merge_into(&mut guarded, patch);
-    match env.patcher.merge(&target, &guarded).await {
+    match env
+        .patcher
+        .merge_as::<serde::de::IgnoredAny>(&target, &guarded)
+        .await
+    {
         Ok(PatchOutcome::Patched(_)) => {}
         Ok(PatchOutcome::Gone) => {
             logger.debug("The object is gone; the task ends.");

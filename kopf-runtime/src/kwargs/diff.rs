@@ -1,5 +1,7 @@
 //! [`Diff`]: what changed between two versions of an object (Kopf's `diff`).
 
+use std::sync::{Arc, LazyLock};
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -66,23 +68,37 @@ impl From<DiffItem> for DiffTuple {
 /// assert_eq!(diff.items()[0].op, DiffOp::Change);
 /// assert_eq!(diff.items()[0].field, ["spec", "b"]);
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Diff {
-    items: Vec<DiffItem>,
+    // Shared: every handler's kwargs get the cause's diff.
+    items: Arc<[DiffItem]>,
+}
+
+/// The empty diff; shared by every [`Diff::default`], as kwargs are made per call.
+static NO_CHANGES: LazyLock<Arc<[DiffItem]>> = LazyLock::new(|| Arc::from([]));
+
+impl Default for Diff {
+    fn default() -> Self {
+        Diff {
+            items: Arc::clone(&NO_CHANGES),
+        }
+    }
 }
 
 impl Diff {
     /// A diff from explicit items.
     pub fn new(items: Vec<DiffItem>) -> Self {
-        Diff { items }
+        Diff {
+            items: items.into(),
+        }
     }
 
     /// The differences between two values (`None` meaning absent).
     pub fn between(old: Option<&Value>, new: Option<&Value>) -> Self {
         let mut items = Vec::new();
         walk(&mut Vec::new(), old, new, &mut items);
-        Diff { items }
+        Self::new(items)
     }
 
     /// The changed fields.
@@ -104,7 +120,7 @@ impl Diff {
     /// `field` with the prefix stripped, for field-scoped handlers.
     pub fn reduce(&self, field: &[&str]) -> Diff {
         let mut items = Vec::new();
-        for item in &self.items {
+        for item in self.items.iter() {
             let common = item.field.len().min(field.len());
             if item.field[..common]
                 .iter()
@@ -126,7 +142,7 @@ impl Diff {
                 walk(&mut Vec::new(), old, new, &mut items);
             }
         }
-        Diff { items }
+        Self::new(items)
     }
 }
 

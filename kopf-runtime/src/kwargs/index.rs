@@ -1,7 +1,7 @@
 //! [`Index`] and [`Indexes`]: in-memory indexes filled by `#[index]` handlers.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, LazyLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use serde_json::Value;
 
@@ -95,9 +95,20 @@ impl Index {
 }
 
 /// All indexes of an operator by index (handler) id, as the engine hands them to handlers.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Indexes {
     indexes: Arc<HashMap<String, Index>>,
+}
+
+/// No indexes; shared by every [`Indexes::default`], as kwargs are made per call.
+static NO_INDEXES: LazyLock<Arc<HashMap<String, Index>>> = LazyLock::new(Arc::default);
+
+impl Default for Indexes {
+    fn default() -> Self {
+        Indexes {
+            indexes: Arc::clone(&NO_INDEXES),
+        }
+    }
 }
 
 impl Indexes {

@@ -14,7 +14,7 @@ mod stopped;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -175,7 +175,7 @@ impl Default for Admission {
 /// assert_eq!(kwargs.spec(), &json!({"size": 1}));
 /// assert!(kwargs.status().is_null());
 /// ```
-#[derive(Clone, Default)]
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct Kwargs {
     /// The object's body (`Null` for activity handlers).
@@ -218,6 +218,15 @@ pub struct Kwargs {
 
 static NULL: Value = Value::Null;
 
+/// The `Null` body; shared by every [`Kwargs::default`].
+static NULL_BODY: LazyLock<Arc<Value>> = LazyLock::new(|| Arc::new(Value::Null));
+
+impl Default for Kwargs {
+    fn default() -> Self {
+        Kwargs::of(Arc::clone(&NULL_BODY), Memo::new(), Logger::default())
+    }
+}
+
 impl fmt::Debug for Kwargs {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Kwargs")
@@ -241,9 +250,32 @@ impl fmt::Debug for Kwargs {
 impl Kwargs {
     /// Kwargs for an object body, everything else at defaults.
     pub fn new(body: Value) -> Self {
+        Kwargs::of(Arc::new(body), Memo::new(), Logger::default())
+    }
+
+    /// Kwargs for a shared body with its memo and logger; everything else at
+    /// defaults. The engine makes kwargs for every handler call and filter
+    /// check: none of the parts it sets is made only to be replaced.
+    pub(crate) fn of(body: Arc<Value>, memo: Memo, logger: Logger) -> Self {
         Kwargs {
-            body: Arc::new(body),
-            ..Kwargs::default()
+            body,
+            reason: None,
+            diff: Diff::default(),
+            old: None,
+            new: None,
+            event: None,
+            event_type: None,
+            retry: 0,
+            started: None,
+            runtime: Duration::ZERO,
+            patch: Patch::new(),
+            logger,
+            memo,
+            param: None,
+            stopped: None,
+            client: None,
+            indexes: Indexes::default(),
+            admission: None,
         }
     }
 
@@ -322,6 +354,23 @@ mod tests {
         assert_eq!(kwargs.name(), None);
         assert_eq!(kwargs.field("spec.x.y"), Some(&json!(1)));
         assert_eq!(Kwargs::default().spec(), &Value::Null);
+    }
+
+    #[test]
+    fn default_kwargs_share_nothing_that_handlers_change() {
+        let (a, b) = (Kwargs::default(), Kwargs::default());
+        a.memo.insert(1_u8);
+        a.patch.set("spec.x", json!(1));
+        assert!(b.memo.get::<u8>().is_none());
+        assert!(b.patch.is_empty());
+        assert!(a.diff.is_empty() && b.diff.is_empty());
+        assert!(a.indexes.get("any").is_none());
+
+        let body = Arc::new(json!({"metadata": {"name": "x"}}));
+        let kwargs = Kwargs::of(Arc::clone(&body), a.memo.clone(), Logger::new("ns/x"));
+        assert!(Arc::ptr_eq(&kwargs.body, &body));
+        assert_eq!(kwargs.memo.get::<u8>().as_deref(), Some(&1));
+        assert_eq!(kwargs.logger.object(), "ns/x");
     }
 
     #[test]
