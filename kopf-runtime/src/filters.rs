@@ -269,6 +269,17 @@ impl fmt::Debug for Filters {
 }
 
 impl Filters {
+    /// Whether there is nothing to check: every object passes, and no
+    /// callback will see the kwargs.
+    pub fn is_empty(&self) -> bool {
+        self.labels.entries.is_empty()
+            && self.annotations.entries.is_empty()
+            && self.when.is_none()
+            && self.value.is_none()
+            && self.old.is_none()
+            && self.new.is_none()
+    }
+
     /// Whether the object in `kwargs.body` passes `labels`, `annotations`, `value` and `when`.
     ///
     /// `old`/`new` are checked separately by [`matches_change`](Filters::matches_change).
@@ -348,6 +359,31 @@ mod tests {
             ..filters
         };
         assert!(!filters.matches_object(&kw));
+    }
+
+    #[test]
+    fn filters_are_empty_only_without_any_condition() {
+        assert!(Filters::default().is_empty());
+        let scoped = Filters {
+            field: FieldPath::parse("spec.size"),
+            ..Filters::default()
+        };
+        assert!(
+            scoped.is_empty(),
+            "a field alone is a scope, not a condition"
+        );
+        let labelled = Filters {
+            labels: MetaFilter {
+                entries: vec![("app".into(), PRESENT.into())],
+            },
+            ..Filters::default()
+        };
+        assert!(!labelled.is_empty());
+        let when = Filters {
+            when: Some(Arc::new(|_| true)),
+            ..Filters::default()
+        };
+        assert!(!when.is_empty());
     }
 
     #[test]

@@ -70,8 +70,7 @@ impl CauseContext {
         kwargs
     }
 
-    /// The kwargs of `handler` without the client: what the object filters
-    /// need (a `when` callback gets the client too).
+    /// The kwargs of `handler` without the client, for [`selects`](Self::selects).
     fn filter_kwargs(&self, handler: &Handler) -> Kwargs {
         let mut kwargs = Kwargs::of(
             Arc::clone(&self.body),
@@ -128,7 +127,8 @@ impl CauseContext {
             return false;
         }
         let mut kwargs = self.filter_kwargs(handler);
-        if handler.filters.when.is_some() {
+        if !handler.filters.is_empty() {
+            // Filter callbacks get the same kwargs as the handler.
             kwargs.client = self.client.clone();
         }
         if !handler.filters.matches_object(&kwargs) {
