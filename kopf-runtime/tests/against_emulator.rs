@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use kopf_runtime::finalizers::merge_patch;
 use kopf_runtime::namespaces::NamespaceSelector;
-use kopf_runtime::patching::{PatchError, PatchOutcome, PatchTarget, Patcher, meta_str};
+use kopf_runtime::patching::{
+    ObjectVersion, PatchError, PatchOutcome, PatchTarget, Patcher, meta_str,
+};
 use kopf_runtime::posting::EventPoster;
 use kopf_runtime::settings::{NetworkingSettings, PostingSettings, WatchingSettings};
 use kopf_runtime::watching::{DeletedBy, ObjectEvent, ResourceWatcher, Seen};
@@ -268,6 +270,13 @@ async fn patches_return_the_new_version_and_gone_objects() -> Result {
         meta_str(patched, "resourceVersion"),
         obj.metadata.resource_version.as_deref()
     );
+    // The version alone, as the engine decodes its own patches' answers.
+    let versioned = patcher
+        .merge_as::<ObjectVersion>(&target(&obj), &json!({"metadata": {"labels": {"x": "w"}}}))
+        .await?;
+    let version = versioned.object().and_then(ObjectVersion::resource_version);
+    assert!(version.is_some());
+    assert_ne!(version, meta_str(patched, "resourceVersion"));
 
     delete_cm(&client, "t1", "a").await?;
     let outcome = patcher
