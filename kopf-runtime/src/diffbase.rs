@@ -182,16 +182,11 @@ impl DiffBaseStorage {
         let mut encoded =
             serde_json::to_string(essence).expect("invariant: a JSON value always serializes");
         encoded.push('\n');
-        let keys = self.keys(body);
-        if let Some((last, others)) = keys.split_last() {
-            for key in others {
-                let path = ["metadata", "annotations", key.as_str()];
-                ensure_field(patch, &path, Value::String(encoded.clone()));
-            }
+        for key in self.keys(body).iter() {
             ensure_field(
                 patch,
-                &["metadata", "annotations", last.as_str()],
-                Value::String(encoded),
+                &["metadata", "annotations", key.as_str()],
+                Value::String(encoded.clone()),
             );
         }
         self.keys.store_marker(body, patch);

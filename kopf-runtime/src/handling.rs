@@ -65,19 +65,13 @@ impl CauseContext {
     /// The kwargs for `handler`: field-scoped handlers see their field's
     /// values and the diff reduced to it.
     pub fn kwargs(&self, handler: &Handler) -> Kwargs {
-        let mut kwargs = self.filter_kwargs(handler);
-        kwargs.client = self.client.clone();
-        kwargs
-    }
-
-    /// The kwargs of `handler` without the client, for [`selects`](Self::selects).
-    fn filter_kwargs(&self, handler: &Handler) -> Kwargs {
         let mut kwargs = Kwargs::of(
             Arc::clone(&self.body),
             self.memo.clone(),
             self.logger.clone(),
         );
         kwargs.reason = Some(self.reason);
+        kwargs.client = self.client.clone();
         match &handler.filters.field {
             Some(field) => {
                 let parts = field.parts();
@@ -126,11 +120,11 @@ impl CauseContext {
         if !reason_matches {
             return false;
         }
-        let mut kwargs = self.filter_kwargs(handler);
-        if !handler.filters.is_empty() {
-            // Filter callbacks get the same kwargs as the handler.
-            kwargs.client = self.client.clone();
+        // Without filters or a field, nothing below would look at kwargs.
+        if handler.filters.is_empty() && handler.filters.field.is_none() {
+            return true;
         }
+        let kwargs = self.kwargs(handler);
         if !handler.filters.matches_object(&kwargs) {
             return false;
         }

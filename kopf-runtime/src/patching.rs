@@ -254,15 +254,7 @@ impl Patcher {
         patch: &Value,
     ) -> Result<PatchOutcome<T>, PatchError> {
         let request = target.request();
-        let whole = |patch: &Value| patch.as_object().is_none_or(|map| !map.is_empty());
-        // Most patches go in one piece: they are sent as they are, not copied.
-        let (main, status) = match patch.as_object() {
-            Some(map) if target.status_subresource && map.contains_key("status") => {
-                let (main, status) = split_status(patch, true);
-                (main.map(Cow::Owned), status)
-            }
-            _ => (whole(patch).then_some(Cow::Borrowed(patch)), None),
-        };
+        let (main, status) = split_status(patch, target.status_subresource);
         let mut outcome = None;
         if let Some(main) = main {
             let body = Patch::Merge(&*main);
@@ -341,7 +333,7 @@ impl Patcher {
     }
 
     /// Send the request built by `build` until the server answers, or the
-    /// retries run out; the answer is decoded as a JSON body.
+    /// retries run out; the answer is decoded as `T`.
     async fn retrying<T, F>(
         &self,
         target: &PatchTarget,
@@ -421,13 +413,17 @@ impl Patcher {
 }
 
 /// Split a merge patch into the main part and the `status` part (if the
-/// resource has the subresource); empty parts are `None`.
-pub fn split_status(patch: &Value, status_subresource: bool) -> (Option<Value>, Option<Value>) {
+/// resource has the subresource); empty parts are `None`. A patch that is
+/// not split is its own main part, borrowed rather than copied.
+pub fn split_status(
+    patch: &Value,
+    status_subresource: bool,
+) -> (Option<Cow<'_, Value>>, Option<Value>) {
     let Some(map) = patch.as_object() else {
-        return (Some(patch.clone()), None);
+        return (Some(Cow::Borrowed(patch)), None);
     };
     if !status_subresource || !map.contains_key("status") {
-        return ((!map.is_empty()).then(|| patch.clone()), None);
+        return ((!map.is_empty()).then_some(Cow::Borrowed(patch)), None);
     }
     let mut main = map.clone();
     // A UID in the patch is a precondition (the object must be the same
@@ -447,7 +443,7 @@ pub fn split_status(patch: &Value, status_subresource: bool) -> (Option<Value>, 
     });
     // Nothing but the precondition left: no change to send.
     let only_uid = uid.is_some() && main.len() == 1 && main.get("metadata") == uid.as_ref();
-    let main = (!main.is_empty() && !only_uid).then_some(Value::Object(main));
+    let main = (!main.is_empty() && !only_uid).then_some(Cow::Owned(Value::Object(main)));
     (main, status)
 }
 
@@ -877,9 +873,17 @@ mod tests {
         }
     }
 
+    /// [`split_status`] with its parts owned, to compare.
+    fn split_status(patch: &Value, status_subresource: bool) -> (Option<Value>, Option<Value>) {
+        let (main, status) = super::split_status(patch, status_subresource);
+        (main.map(Cow::into_owned), status)
+    }
+
     #[test]
     fn status_is_split_only_with_the_subresource() {
         let patch = json!({"metadata": {"labels": {"a": "b"}}, "status": {"x": 1}});
+        let (unsplit, _) = super::split_status(&patch, false);
+        assert!(matches!(unsplit, Some(Cow::Borrowed(_))), "sent as it is");
         assert_eq!(split_status(&patch, false), (Some(patch.clone()), None));
         assert_eq!(
             split_status(&patch, true),
