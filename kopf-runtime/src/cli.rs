@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::LevelFilter;
 
+use crate::logformat::{PlainFields, UtcTime};
 use crate::namespaces::{NamespaceSelector, SelectorError};
 use crate::settings::NetworkingSettings;
 
@@ -201,15 +202,26 @@ impl Args {
 pub fn init_logging(args: &Args) -> Result<(), CliError> {
     let filter = args.env_filter()?;
     // Colours only for a terminal: not in log files and collectors.
+    let ansi = std::io::stdout().is_terminal();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::stdout().is_terminal());
+        .with_ansi(ansi)
+        .with_timer(UtcTime);
     let result = match args.log_format {
+        LogFormat::Plain if !ansi => builder
+            .without_time()
+            .with_target(false)
+            .compact()
+            .fmt_fields(PlainFields)
+            .try_init(),
         LogFormat::Plain => builder
             .without_time()
             .with_target(false)
             .compact()
             .try_init(),
+        // The same lines, written for less: an operator logs a line or two
+        // for every object it handles.
+        LogFormat::Full if !ansi => builder.with_target(true).fmt_fields(PlainFields).try_init(),
         LogFormat::Full => builder.with_target(true).try_init(),
         LogFormat::Json => builder
             .json()

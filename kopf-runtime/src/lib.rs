@@ -384,6 +384,7 @@ pub mod spawning;
 pub mod watching;
 
 mod injection;
+mod logformat;
 mod records;
 
 pub use kopf_macros::{
