@@ -193,7 +193,7 @@ pub async fn step(
     if let Some(i) = due {
         let handler = handlers[i];
         let record = records[i].take().unwrap_or_default();
-        let (record, result, handler_patch) =
+        let (record, result, handler_patch, stamps) =
             attempt(cause, handler, record, default_backoff).await;
         if let Some(handler_patch) = handler_patch {
             merge_into(patch, handler_patch);
@@ -202,7 +202,7 @@ pub async fn step(
             ensure_field(patch, &["status", handler.id.as_str()], result);
         }
         records[i] = Some(record);
-        fresh = Some(i);
+        fresh = Some((i, stamps));
     }
 
     let succeeded = records
@@ -236,9 +236,10 @@ pub async fn step(
             ran,
         };
     }
-    if let Some(i) = fresh
-        && let Some(record) = &records[i]
+    if let Some((i, stamps)) = fresh
+        && let Some(record) = &mut records[i]
     {
+        stamps.write(record);
         storage.store(&handlers[i].id, record, &cause.body, patch);
     }
     let now = jiff::Timestamp::now();
@@ -263,21 +264,58 @@ pub async fn step(
     }
 }
 
+/// When an attempt started (if it was the first) and stopped (if it
+/// finished the handler). They are written into the record only when the
+/// record is stored: a cause done in one step purges it unseen, and
+/// formatting them would be wasted.
+struct Stamps {
+    started: Option<jiff::Timestamp>,
+    stopped: Option<jiff::Timestamp>,
+}
+
+impl Stamps {
+    fn write(self, record: &mut ProgressRecord) {
+        if let Some(started) = self.started {
+            record
+                .started
+                .get_or_insert_with(|| format_timestamp(started));
+        }
+        if let Some(stopped) = self.stopped {
+            record.stopped = Some(format_timestamp(stopped));
+        }
+    }
+}
+
 /// One attempt of one handler: the updated record, its result for
-/// `status.<id>`, and the patch it asked for.
+/// `status.<id>`, the patch it asked for, and its [`Stamps`].
 async fn attempt(
+    cause: &CauseContext,
+    handler: &Handler,
+    record: ProgressRecord,
+    default_backoff: Duration,
+) -> (ProgressRecord, Option<Value>, Option<Value>, Stamps) {
+    let now = jiff::Timestamp::now();
+    let started = record.started_at().unwrap_or(now);
+    let first = record.started.is_none();
+    let (record, result, handler_patch) =
+        attempt_at(cause, handler, record, default_backoff, now, started).await;
+    let stamps = Stamps {
+        started: first.then_some(started),
+        stopped: record.is_finished().then_some(now),
+    };
+    (record, result, handler_patch, stamps)
+}
+
+async fn attempt_at(
     cause: &CauseContext,
     handler: &Handler,
     mut record: ProgressRecord,
     default_backoff: Duration,
+    now: jiff::Timestamp,
+    started: jiff::Timestamp,
 ) -> (ProgressRecord, Option<Value>, Option<Value>) {
-    let now = jiff::Timestamp::now();
-    let started = record.started_at().unwrap_or(now);
     let runtime = Duration::try_from(now.duration_since(started)).unwrap_or(Duration::ZERO);
     let retries = record.retries.unwrap_or(0);
-    record
-        .started
-        .get_or_insert_with(|| format_timestamp(started));
     record.purpose = Some(cause.reason.to_string());
     let logger = &cause.logger;
     let name = &handler.id;
@@ -290,7 +328,6 @@ async fn attempt(
         return (
             finish(
                 record,
-                now,
                 false,
                 Some(format!("timed out after {}", seconds(timeout))),
             ),
@@ -301,12 +338,7 @@ async fn attempt(
     if let Some(limit) = handler.options.retries.filter(|limit| retries >= *limit) {
         logger.error(format!("Handler '{name}' has exceeded {limit} retries."));
         return (
-            finish(
-                record,
-                now,
-                false,
-                Some(format!("exceeded {limit} retries")),
-            ),
+            finish(record, false, Some(format!("exceeded {limit} retries"))),
             None,
             None,
         );
@@ -331,10 +363,7 @@ async fn attempt(
     let (record, result) = match outcome {
         Ok(result) => {
             logger.info(format!("Handler '{name}' succeeded."));
-            (
-                finish(record, now, true, None),
-                result.filter(|r| !r.is_null()),
-            )
+            (finish(record, true, None), result.filter(|r| !r.is_null()))
         }
         Err(HandlerError::Temporary { message, delay }) => {
             logger.error(format!("Handler '{name}' failed temporarily: {message}"));
@@ -345,20 +374,20 @@ async fn attempt(
         }
         Err(HandlerError::Permanent { message }) => {
             logger.error(format!("Handler '{name}' failed permanently: {message}"));
-            (finish(record, now, false, Some(message)), None)
+            (finish(record, false, Some(message)), None)
         }
         Err(error) => match handler.options.errors {
             ErrorsMode::Ignored => {
                 logger.error(format!(
                     "Handler '{name}' failed with an exception. Will ignore: {error}"
                 ));
-                (finish(record, now, true, None), None)
+                (finish(record, true, None), None)
             }
             ErrorsMode::Permanent => {
                 logger.error(format!(
                     "Handler '{name}' failed with an exception. Will stop: {error}"
                 ));
-                (finish(record, now, false, Some(error.to_string())), None)
+                (finish(record, false, Some(error.to_string())), None)
             }
             ErrorsMode::Temporary => {
                 logger.error(format!(
@@ -402,13 +431,9 @@ fn panicked(panic: &(dyn std::any::Any + Send)) -> HandlerError {
     }
 }
 
-fn finish(
-    mut record: ProgressRecord,
-    now: jiff::Timestamp,
-    success: bool,
-    message: Option<String>,
-) -> ProgressRecord {
-    record.stopped = Some(format_timestamp(now));
+/// The record of a finished handler; its `stopped` time is one of the
+/// attempt's [`Stamps`].
+fn finish(mut record: ProgressRecord, success: bool, message: Option<String>) -> ProgressRecord {
     record.delayed = None;
     record.success = success.then_some(true);
     record.failure = (!success).then_some(true);

@@ -24,9 +24,12 @@
 //! assert!(!memories.release_if_unused("uid-1"), "a filled memo is kept");
 //! ```
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use hashbrown::HashMap;
+
+use serde_json::Value;
 
 use crate::kwargs::Memo;
 
@@ -37,6 +40,22 @@ pub struct ObjectMemory {
     pub memo: Memo,
     noticed_by_listing: bool,
     fully_handled_once: AtomicBool,
+    /// The body whose changes were just handled, and the diff-base stored
+    /// for it, until the next body of the object comes (see [`Handled`]).
+    handled: Mutex<Option<Box<Handled>>>,
+}
+
+/// A body whose changes were all handled, and the diff-base (as encoded in
+/// its annotation) that the operator's patch stored for it. When the patch
+/// comes back, a body that carries this diff-base and has the same essence
+/// has nothing to handle: it is known without building and comparing the
+/// essences again.
+#[derive(Debug)]
+pub struct Handled {
+    /// The body that was handled.
+    pub body: Arc<Value>,
+    /// The diff-base stored for it, as its annotation holds it.
+    pub diffbase: String,
 }
 
 impl ObjectMemory {
@@ -49,6 +68,23 @@ impl ObjectMemory {
     /// Records that every change handler of the object is done once.
     pub fn mark_fully_handled(&self) {
         self.fully_handled_once.store(true, Ordering::Relaxed);
+    }
+
+    /// Remembers the body just handled and the diff-base stored for it, until
+    /// the next [`take_handled`](Self::take_handled).
+    pub fn remember_handled(&self, handled: Handled) {
+        *self.lock_handled() = Some(Box::new(handled));
+    }
+
+    /// What [`remember_handled`](Self::remember_handled) left, if anything;
+    /// it is forgotten here, so it is kept for one processing at most.
+    pub fn take_handled(&self) -> Option<Box<Handled>> {
+        self.lock_handled().take()
+    }
+
+    fn lock_handled(&self) -> MutexGuard<'_, Option<Box<Handled>>> {
+        // An `Option` has no invariant a panicking holder could break.
+        self.handled.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -118,6 +154,21 @@ impl Memories {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_handled_body_is_kept_for_one_processing_only() {
+        let memory = Memories::default().recall("u", false);
+        assert!(memory.take_handled().is_none());
+        let body = Arc::new(serde_json::json!({"data": {"k": "v"}}));
+        memory.remember_handled(Handled {
+            body: Arc::clone(&body),
+            diffbase: "{}\n".into(),
+        });
+        let handled = memory.take_handled().expect("remembered");
+        assert!(Arc::ptr_eq(&handled.body, &body));
+        assert_eq!(handled.diffbase, "{}\n");
+        assert!(memory.take_handled().is_none(), "taken once");
+    }
 
     #[test]
     fn the_memo_is_shared_by_handlers_and_tasks() {

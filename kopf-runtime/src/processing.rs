@@ -27,7 +27,7 @@ use crate::finalizers;
 use crate::handlers::{Handler, HandlerKind};
 use crate::handling::{self, CauseContext};
 use crate::kwargs::{Diff, EventType, Kwargs, Level, LogSink, Logger, Memo, Reason};
-use crate::memories::{Memories, ObjectMemory};
+use crate::memories::{Handled, Memories, ObjectMemory};
 use crate::patching::{
     ObjectVersion, PatchError, PatchOutcome, PatchTarget, Patcher, meta_str, resolve_field,
 };
@@ -366,6 +366,8 @@ impl ResourceProcessor {
         if self.only_event_handlers() {
             return (None, false);
         }
+        // Taken whatever this body brings: it is kept for one processing.
+        let handled = memory.take_handled();
         let probe = Kwargs::of(Arc::clone(body), memory.memo.clone(), logger.clone());
         let changing: Vec<&Handler> = self
             .handlers
@@ -428,7 +430,7 @@ impl ResourceProcessor {
         let mut ran = false;
         if !changing.is_empty() {
             let outcome = self
-                .handle_changes(body, memory, logger, patch, &changing)
+                .handle_changes(body, memory, handled, logger, patch, &changing)
                 .await;
             deletion_done = outcome.done;
             ran = outcome.ran;
@@ -454,11 +456,30 @@ impl ResourceProcessor {
         &self,
         body: &Arc<Value>,
         memory: &ObjectMemory,
+        handled: Option<Box<Handled>>,
         logger: &Logger,
         patch: &mut Value,
         matching: &[&Handler],
     ) -> handling::StepOutcome {
         let finalizer = self.settings.persistence.finalizer.as_str();
+        // The operator's own patch came back with the diff-base it stored,
+        // and nothing an essence is made of changed meanwhile: the essence
+        // is that diff-base, so there is nothing to handle (as building and
+        // comparing both essences would find, for more).
+        if let Some(handled) = handled
+            && !memory.initial()
+            && !finalizers::is_deletion_ongoing(body)
+            && self.diffbase.holds(body, &handled.diffbase)
+            && self
+                .diffbase
+                .same_essence(&handled.body, body, &self.progress)
+        {
+            memory.mark_fully_handled();
+            logger.debug(
+                "Something has changed, but we are not interested (the essence is the same).",
+            );
+            return done();
+        }
         let (old, new) = self.diffbase.essences(body, &[], &self.progress);
         let diff = Diff::between(old.as_ref(), Some(&new));
         let initial = memory.initial();
@@ -530,7 +551,11 @@ impl ResourceProcessor {
                 && old_changed
                 && let Some(new) = &context.new
             {
-                self.diffbase.store(body, new, patch);
+                let diffbase = self.diffbase.store(body, new, patch);
+                memory.remember_handled(Handled {
+                    body: Arc::clone(body),
+                    diffbase,
+                });
             }
             memory.mark_fully_handled();
         }
@@ -648,7 +673,9 @@ fn title(reason: Reason) -> &'static str {
 
 /// `namespace/name`, or `name` for cluster-scoped objects.
 pub fn object_name(body: &Value) -> String {
-    match (meta_str(body, "namespace"), meta_str(body, "name")) {
+    let metadata = body.get("metadata").and_then(Value::as_object);
+    let field = |key: &str| metadata.and_then(|m| m.get(key)).and_then(Value::as_str);
+    match (field("namespace"), field("name")) {
         (Some(ns), Some(name)) => {
             // Sized at once: `format!` would guess short and grow.
             let mut full = String::with_capacity(ns.len() + 1 + name.len());

@@ -36,10 +36,10 @@
 //! ```
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use hashbrown::HashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -275,15 +275,18 @@ pub fn make_safe_key(key: &str) -> String {
 
 /// Kopf's collision evasion: ReplicaSets owned by Deployments get `-ofDRS`.
 fn mark_key<'a>(key: &'a str, body: &Value) -> Cow<'a, str> {
+    // Only ReplicaSets are marked: the owners of other kinds are not looked at.
     let is_rs = body.get("kind").and_then(Value::as_str) == Some("ReplicaSet");
-    let owned_by_deployment = resolve_field(body, &["metadata", "ownerReferences"])
-        .and_then(Value::as_array)
-        .is_some_and(|owners| {
-            owners
-                .iter()
-                .any(|o| o.get("kind").and_then(Value::as_str) == Some("Deployment"))
-        });
-    if is_rs && owned_by_deployment {
+    let owned_by_deployment = || {
+        resolve_field(body, &["metadata", "ownerReferences"])
+            .and_then(Value::as_array)
+            .is_some_and(|owners| {
+                owners
+                    .iter()
+                    .any(|o| o.get("kind").and_then(Value::as_str) == Some("Deployment"))
+            })
+    };
+    if is_rs && owned_by_deployment() {
         Cow::Owned(format!("{key}-ofDRS"))
     } else {
         Cow::Borrowed(key)
@@ -465,7 +468,7 @@ impl ProgressStorage {
                     .is_some_and(|rest| rest.starts_with('/'))
             });
         }
-        remove_empty_stanzas(&mut essence);
+        // Once, at the end: removing the field makes no stanza non-empty.
         remove_field(&mut essence, &STATUS_FIELD);
         remove_empty_stanzas(&mut essence);
         essence

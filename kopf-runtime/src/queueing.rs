@@ -30,7 +30,6 @@
 //!   flight when its timeout passes are cancelled (their futures dropped), so
 //!   a stopped operator never acts on an object afterwards.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::hash::Hash;
@@ -38,6 +37,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use hashbrown::HashMap;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

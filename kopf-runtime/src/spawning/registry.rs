@@ -3,13 +3,13 @@
 //! then by abandoning them).
 
 use std::any::Any;
-use std::collections::{HashMap, HashSet, hash_map};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use hashbrown::{HashMap, HashSet, hash_map};
 use serde_json::Value;
 use tokio::runtime::Handle;
 use tokio::sync::{Notify, watch};

@@ -201,16 +201,19 @@ impl ObjectTracker {
     }
 
     fn upsert(&mut self, obj: Value, out: &mut Vec<ObjectEvent>) {
-        let (Some(uid), Some(name)) = (meta_str(&obj, "uid"), meta_str(&obj, "name")) else {
-            tracing::warn!(kind = %self.resource.kind, name = ?meta_str(&obj, "name"), "ignoring an object without uid or name");
+        // The metadata is found once, not once for each of its fields.
+        let metadata = obj.get("metadata").and_then(Value::as_object);
+        let field = |key: &str| metadata.and_then(|m| m.get(key)).and_then(Value::as_str);
+        let (Some(uid), Some(name)) = (field("uid"), field("name")) else {
+            tracing::warn!(kind = %self.resource.kind, name = ?field("name"), "ignoring an object without uid or name");
             return;
         };
-        let rv = meta_str(&obj, "resourceVersion").unwrap_or_default();
+        let rv = field("resourceVersion").unwrap_or_default();
         if !Entry::fits(uid, rv, name) {
             tracing::warn!(kind = %self.resource.kind, name, "ignoring an object with an oversized uid, resourceVersion or name");
             return;
         }
-        let namespace = match meta_str(&obj, "namespace") {
+        let namespace = match field("namespace") {
             Some(namespace) => self.intern(namespace),
             None => CLUSTER_SCOPED,
         };

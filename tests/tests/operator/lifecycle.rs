@@ -235,6 +235,62 @@ async fn update_runs_the_update_handler_with_the_diff_and_noop_changes_run_nothi
     operator.stop().await;
 }
 
+/// The operator's own patch comes back carrying the diff-base of the body
+/// it handled. A change that reached the object between that body and the
+/// patch (here made by the create handler itself, so it surely falls in
+/// between) is in the body that comes back, and is an update: the body is
+/// not taken for the operator's mere echo.
+#[tokio::test]
+async fn a_change_made_while_the_create_handler_runs_is_then_handled_as_an_update() {
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let calls = Calls::default();
+    let (c, u) = (calls.clone(), calls.clone());
+    let client = emulator.client();
+    let registry = Registry::builder()
+        .on_create(cms(), "create_fn", move |kw: Kwargs| {
+            let (calls, client) = (c.clone(), client.clone());
+            async move {
+                let api: Api<ConfigMap> = Api::default_namespaced(client);
+                let change = Patch::Merge(json!({"data": {"k": "changed-meanwhile"}}));
+                api.patch(
+                    kw.name().unwrap_or_default(),
+                    &PatchParams::default(),
+                    &change,
+                )
+                .await
+                .expect("patched by the handler");
+                calls.push("create", json!({"name": kw.name()}));
+                Ok::<_, Error>(())
+            }
+        })
+        .on_update(cms(), "update_fn", move |kw: Kwargs| {
+            let calls = u.clone();
+            async move {
+                let diff = serde_json::to_value(&kw.diff).unwrap_or_default();
+                calls.push("update", json!({"diff": diff}));
+                Ok::<_, Error>(())
+            }
+        })
+        .build()
+        .expect("a valid registry");
+    let operator = Running::start(&emulator, registry);
+    let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+    api.create(&PostParams::default(), &configmap("m", json!({"k": "v1"})))
+        .await
+        .expect("created");
+
+    calls.wait_for("create", 1).await;
+    let updates = calls.wait_for("update", 1).await;
+    assert_eq!(
+        updates[0]["diff"],
+        json!([["change", ["data", "k"], "v1", "changed-meanwhile"]])
+    );
+    // Then the update's own patch comes back with nothing new: no more calls.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(calls.all().len(), 2, "{:?}", calls.all());
+    operator.stop().await;
+}
+
 #[tokio::test]
 async fn delete_runs_the_delete_handler_then_releases_the_finalizer_and_the_object_goes() {
     let emulator = Emulator::start().await.expect("emulator starts");
