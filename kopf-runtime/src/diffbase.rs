@@ -227,24 +227,35 @@ impl DiffBaseStorage {
         {
             return false;
         }
-        if resolve_field(a, &["metadata", "labels"]) != resolve_field(b, &["metadata", "labels"]) {
+        // The metadata is found once for all the fields compared in it.
+        let none = Map::new();
+        let (Some(a_meta), Some(b_meta)) = (
+            child_map(a_map, "metadata", &none),
+            child_map(b_map, "metadata", &none),
+        ) else {
+            return false;
+        };
+        // The diff-base's keys depend on the kind and the owners only.
+        if a_meta.get("labels") != b_meta.get("labels")
+            || a_map.get("kind") != b_map.get("kind")
+            || a_meta.get("ownerReferences") != b_meta.get("ownerReferences")
+        {
             return false;
         }
-        let (own_a, own_b) = (self.keys(a), self.keys(b));
-        if own_a != own_b {
-            return false;
-        }
+        let own = self.keys(b);
         let prefix = progress.keys().prefix();
         let written = |key: &str| {
-            own_a.iter().any(|own| own == key)
+            own.iter().any(|own| own == key)
                 || key
                     .strip_prefix(prefix)
                     .is_some_and(|rest| rest.starts_with('/'))
         };
         // No annotations at all are as good as none kept (a new object,
         // and the same object with the operator's diff-base).
-        let none = Map::new();
-        let (Some(a), Some(b)) = (annotation_map(a, &none), annotation_map(b, &none)) else {
+        let (Some(a), Some(b)) = (
+            child_map(a_meta, "annotations", &none),
+            child_map(b_meta, "annotations", &none),
+        ) else {
             return false;
         };
         let kept = |(key, _): &(&String, &Value)| !written(key);
@@ -265,15 +276,16 @@ impl DiffBaseStorage {
     }
 }
 
-/// The annotations of `body`, `none` if it has none; `None` if they are
-/// not a map.
-fn annotation_map<'a>(
-    body: &'a Value,
+/// The map under `key` in `map`, `none` if there is nothing there; `None`
+/// if it is not a map.
+fn child_map<'a>(
+    map: &'a Map<String, Value>,
+    key: &str,
     none: &'a Map<String, Value>,
 ) -> Option<&'a Map<String, Value>> {
-    match resolve_field(body, &["metadata", "annotations"]) {
+    match map.get(key) {
         None => Some(none),
-        Some(annotations) => annotations.as_object(),
+        Some(child) => child.as_object(),
     }
 }
 
@@ -521,6 +533,9 @@ mod tests {
             // change there is not vouched for (the essences are built).
             json!({"metadata": {"annotations": {"other.kopf.zalando.org/x": "y"}}}),
             json!({"metadata": {"annotations": {"example.com/kopf-managed": "yes"}}}),
+            // What the diff-base's own keys depend on.
+            json!({"kind": "ReplicaSet"}),
+            json!({"metadata": {"ownerReferences": [{"kind": "Deployment", "name": "d"}]}}),
         ];
         for change in changes {
             let mut changed = echoed.clone();

@@ -396,7 +396,7 @@ impl ServeResource {
         );
         let watcher = ResourceWatcher::new(
             self.client.clone(),
-            target.api.clone(),
+            (*target.api).clone(),
             target.namespaced,
             self.namespaces,
             self.settings.watching.clone(),
@@ -515,13 +515,13 @@ async fn discover(
         .iter()
         .any(|r| r.name == format!("{}/status", resource.plural));
     Ok(Some(ResourceTarget {
-        api: ApiResource {
+        api: Arc::new(ApiResource {
             group: resource.group.to_string(),
             version: resource.version.to_string(),
             api_version,
             kind: found.kind.clone(),
             plural: resource.plural.to_string(),
-        },
+        }),
         namespaced: found.namespaced,
         status_subresource,
     }))

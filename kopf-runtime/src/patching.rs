@@ -27,6 +27,7 @@
 //! [`diffbase`](crate::diffbase) and the engine.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
@@ -148,8 +149,9 @@ impl ObjectVersion {
 /// Which object to patch.
 #[derive(Debug, Clone)]
 pub struct PatchTarget {
-    /// The object's resource.
-    pub resource: ApiResource,
+    /// The object's resource (shared: every patch of every object of it
+    /// names it).
+    pub resource: Arc<ApiResource>,
     /// Whether the resource has a `status` subresource.
     pub status_subresource: bool,
     /// The object's namespace; `None` for cluster-scoped resources.
@@ -162,11 +164,11 @@ impl PatchTarget {
     /// The target for `obj` (its namespace and name) of `resource`.
     pub fn for_object(
         obj: &DynamicObject,
-        resource: &ApiResource,
+        resource: impl Into<Arc<ApiResource>>,
         status_subresource: bool,
     ) -> Option<Self> {
         Some(Self {
-            resource: resource.clone(),
+            resource: resource.into(),
             status_subresource,
             namespace: obj.metadata.namespace.clone(),
             name: obj.metadata.name.clone()?,
@@ -177,11 +179,11 @@ impl PatchTarget {
     /// and name) of `resource`; `None` without a name.
     pub fn for_body(
         body: &Value,
-        resource: &ApiResource,
+        resource: impl Into<Arc<ApiResource>>,
         status_subresource: bool,
     ) -> Option<Self> {
         Some(Self {
-            resource: resource.clone(),
+            resource: resource.into(),
             status_subresource,
             namespace: meta_str(body, "namespace").map(str::to_owned),
             name: meta_str(body, "name")?.to_owned(),
@@ -565,7 +567,7 @@ mod tests {
 
         fn target(status_subresource: bool) -> PatchTarget {
             PatchTarget {
-                resource: mock_api::example_resource(),
+                resource: mock_api::example_resource().into(),
                 status_subresource,
                 namespace: Some("ns".into()),
                 name: "a".into(),
@@ -844,22 +846,20 @@ mod tests {
             let obj: DynamicObject =
                 serde_json::from_value(example("ns", "a", "u1", "1")).expect("valid");
             let target =
-                PatchTarget::for_object(&obj, &mock_api::example_resource(), true).expect("named");
+                PatchTarget::for_object(&obj, mock_api::example_resource(), true).expect("named");
             assert_eq!(
                 (target.namespace.as_deref(), target.name.as_str()),
                 (Some("ns"), "a")
             );
             let body = example("ns", "a", "u1", "1");
             let target =
-                PatchTarget::for_body(&body, &mock_api::example_resource(), true).expect("named");
+                PatchTarget::for_body(&body, mock_api::example_resource(), true).expect("named");
             assert_eq!(
                 (target.namespace.as_deref(), target.name.as_str()),
                 (Some("ns"), "a")
             );
             let nameless = json!({"metadata": {"namespace": "ns"}});
-            assert!(
-                PatchTarget::for_body(&nameless, &mock_api::example_resource(), true).is_none()
-            );
+            assert!(PatchTarget::for_body(&nameless, mock_api::example_resource(), true).is_none());
         }
 
         #[tokio::test(start_paused = true)]

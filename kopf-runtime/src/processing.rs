@@ -114,8 +114,8 @@ pub struct ResourceProcessor {
 /// Where a resource's objects live, as discovery says.
 #[derive(Debug, Clone)]
 pub struct ResourceTarget {
-    /// The API resource.
-    pub api: kube::core::ApiResource,
+    /// The API resource (shared with the patches of its objects).
+    pub api: Arc<kube::core::ApiResource>,
     /// Whether objects live in namespaces.
     pub namespaced: bool,
     /// Whether `status` is a subresource.
@@ -285,9 +285,11 @@ impl ResourceProcessor {
             };
         }
         // Watched objects always have a name (the watch drops the others).
-        let Some(target) =
-            PatchTarget::for_body(body, &self.target.api, self.target.status_subresource)
-        else {
+        let Some(target) = PatchTarget::for_body(
+            body,
+            Arc::clone(&self.target.api),
+            self.target.status_subresource,
+        ) else {
             return Processed::default();
         };
         match self.send(&target, &mut patch, ran, &logger).await {
@@ -368,18 +370,26 @@ impl ResourceProcessor {
         }
         // Taken whatever this body brings: it is kept for one processing.
         let handled = memory.take_handled();
-        let probe = Kwargs::of(Arc::clone(body), memory.memo.clone(), logger.clone());
+        // Kwargs for the filters only if a handler has any to check.
+        let filtered = self
+            .handlers
+            .changing
+            .iter()
+            .chain(self.tasks.iter().map(|(h, _)| h))
+            .any(|h| !h.filters.is_empty());
+        let probe =
+            filtered.then(|| Kwargs::of(Arc::clone(body), memory.memo.clone(), logger.clone()));
+        let matches = |h: &Handler| match &probe {
+            Some(probe) => h.filters.matches_object(probe),
+            None => true,
+        };
         let changing: Vec<&Handler> = self
             .handlers
             .changing
             .iter()
-            .filter(|h| h.filters.matches_object(&probe))
+            .filter(|h| matches(h))
             .collect();
-        let spawning: Vec<bool> = self
-            .tasks
-            .iter()
-            .map(|(h, _)| h.filters.matches_object(&probe))
-            .collect();
+        let spawning: Vec<bool> = self.tasks.iter().map(|(h, _)| matches(h)).collect();
         let any_spawning = spawning.iter().any(|m| *m);
         let finalizer = self.settings.persistence.finalizer.as_str();
         let requires_finalizer = changing.iter().any(|h| h.requires_finalizer)

@@ -162,8 +162,11 @@ async fn apply(
     patch: Value,
     logger: &Logger,
 ) {
-    let Some(target) = PatchTarget::for_body(body, &env.target.api, env.target.status_subresource)
-    else {
+    let Some(target) = PatchTarget::for_body(
+        body,
+        Arc::clone(&env.target.api),
+        env.target.status_subresource,
+    ) else {
         return;
     };
     let mut guarded = json!({"metadata": {"uid": &*ctx.uid}});

@@ -251,7 +251,7 @@ async fn globbed_namespaces_follow_namespace_lifecycle() -> Result {
 }
 
 fn target(obj: &DynamicObject) -> PatchTarget {
-    PatchTarget::for_object(obj, &configmaps(), false).expect("named")
+    PatchTarget::for_object(obj, configmaps(), false).expect("named")
 }
 
 #[tokio::test]
@@ -449,7 +449,7 @@ async fn status_goes_to_the_subresource_of_a_crd() -> Result {
         "apiVersion": "kopf.dev/v1", "kind": "KopfExample", "metadata": {"name": "ex"}, "spec": {"field": "x"},
     }))?;
     let obj = api.create(&PostParams::default(), &obj).await?;
-    let target = PatchTarget::for_object(&obj, &examples(), true).expect("named");
+    let target = PatchTarget::for_object(&obj, examples(), true).expect("named");
     let patcher = Patcher::new(client.clone(), &NetworkingSettings::default());
     let patch =
         json!({"metadata": {"labels": {"l": "v"}}, "status": {"create_fn": {"message": "done"}}});
