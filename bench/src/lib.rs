@@ -13,8 +13,10 @@
 //! handlers are no-ops that append `<kind> <name> <unix-ns>` to a buffered
 //! file flushed every 100 ms ([`signals`]): equal for all three operators, no
 //! syscall per call, and the timestamp is taken in the handler. The runner
-//! reads CPU (utime + stime) and RSS (`VmRSS`, sampled every 50 ms for peaks)
-//! of both processes from `/proc`, and counts the operator's requests through
+//! reads CPU (utime + stime, to the nanosecond from each process's CPU-time
+//! clock; `/proc/PID/stat` counts it in ticks of 10 ms, too coarse for S1) and
+//! RSS (`VmRSS` from `/proc`, sampled every 50 ms for peaks) of both
+//! processes, and counts the operator's requests through
 //! the emulator's admin endpoint (requests per User-Agent; the runner's own
 //! client says `kopf-bench-driver`). Objects are created and deleted by 8
 //! concurrent requests.
