@@ -208,12 +208,6 @@ pub fn init_logging(args: &Args) -> Result<(), CliError> {
         .with_ansi(ansi)
         .with_timer(UtcTime);
     let result = match args.log_format {
-        LogFormat::Plain if !ansi => builder
-            .without_time()
-            .with_target(false)
-            .compact()
-            .fmt_fields(PlainFields)
-            .try_init(),
         LogFormat::Plain => builder
             .without_time()
             .with_target(false)

@@ -193,8 +193,14 @@ pub async fn step(
     if let Some(i) = due {
         let handler = handlers[i];
         let record = records[i].take().unwrap_or_default();
-        let (record, result, handler_patch, stamps) =
-            attempt(cause, handler, record, default_backoff).await;
+        let started = record.started_at().unwrap_or(now);
+        let first = record.started.is_none();
+        let (record, result, handler_patch) =
+            attempt(cause, handler, record, default_backoff, now, started).await;
+        let stamps = Stamps {
+            started: first.then_some(started),
+            stopped: record.is_finished().then_some(now),
+        };
         if let Some(handler_patch) = handler_patch {
             merge_into(patch, handler_patch);
         }
@@ -286,27 +292,10 @@ impl Stamps {
     }
 }
 
-/// One attempt of one handler: the updated record, its result for
-/// `status.<id>`, the patch it asked for, and its [`Stamps`].
+/// One attempt of one handler at `now` (the handler first `started` then):
+/// the updated record, its result for `status.<id>`, and the patch it asked
+/// for. Its times are left to the caller's [`Stamps`].
 async fn attempt(
-    cause: &CauseContext,
-    handler: &Handler,
-    record: ProgressRecord,
-    default_backoff: Duration,
-) -> (ProgressRecord, Option<Value>, Option<Value>, Stamps) {
-    let now = jiff::Timestamp::now();
-    let started = record.started_at().unwrap_or(now);
-    let first = record.started.is_none();
-    let (record, result, handler_patch) =
-        attempt_at(cause, handler, record, default_backoff, now, started).await;
-    let stamps = Stamps {
-        started: first.then_some(started),
-        stopped: record.is_finished().then_some(now),
-    };
-    (record, result, handler_patch, stamps)
-}
-
-async fn attempt_at(
     cause: &CauseContext,
     handler: &Handler,
     mut record: ProgressRecord,

@@ -192,8 +192,6 @@ impl<W: fmt::Write> fmt::Write for EscapingWriter<W> {
 mod tests {
     use std::sync::{Arc, Mutex};
 
-    use tracing_subscriber::fmt::MakeWriter;
-
     use super::*;
 
     /// A writer that keeps what the subscriber writes.
@@ -210,13 +208,6 @@ mod tests {
         }
     }
 
-    impl<'a> MakeWriter<'a> for Captured {
-        type Writer = Captured;
-        fn make_writer(&'a self) -> Self::Writer {
-            self.clone()
-        }
-    }
-
     impl Captured {
         fn text(&self) -> String {
             String::from_utf8(self.0.lock().expect("not poisoned").clone()).expect("utf-8")
@@ -226,18 +217,20 @@ mod tests {
     /// The lines `emit` logs, with the default formatter and with ours.
     fn both(emit: impl Fn()) -> (String, String) {
         let default = Captured::default();
+        let writer = default.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_ansi(false)
             .without_time()
-            .with_writer(default.clone())
+            .with_writer(move || writer.clone())
             .finish();
         tracing::subscriber::with_default(subscriber, &emit);
         let ours = Captured::default();
+        let writer = ours.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_ansi(false)
             .without_time()
             .fmt_fields(PlainFields)
-            .with_writer(ours.clone())
+            .with_writer(move || writer.clone())
             .finish();
         tracing::subscriber::with_default(subscriber, &emit);
         (default.text(), ours.text())

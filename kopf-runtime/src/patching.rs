@@ -461,6 +461,13 @@ pub fn meta_str<'a>(body: &'a Value, key: &str) -> Option<&'a str> {
     resolve_field(body, &["metadata", key]).and_then(Value::as_str)
 }
 
+/// Several string fields of the object's `metadata`, as [`meta_str`] finds
+/// each, with the metadata found once for all of them.
+pub fn meta_strs<'a, const N: usize>(body: &'a Value, keys: [&str; N]) -> [Option<&'a str>; N] {
+    let metadata = body.get("metadata").and_then(Value::as_object);
+    keys.map(|key| metadata.and_then(|m| m.get(key)).and_then(Value::as_str))
+}
+
 /// The field at `path` for changing in place, if every step is an object.
 /// Like [`resolve_field`], and unlike `Value::pointer_mut`, it allocates
 /// nothing: keys are taken as they are, with no `~1` escapes to undo.

@@ -29,7 +29,8 @@ use crate::handling::{self, CauseContext};
 use crate::kwargs::{Diff, EventType, Kwargs, Level, LogSink, Logger, Memo, Reason};
 use crate::memories::{Handled, Memories, ObjectMemory};
 use crate::patching::{
-    ObjectVersion, PatchError, PatchOutcome, PatchTarget, Patcher, meta_str, resolve_field,
+    ObjectVersion, PatchError, PatchOutcome, PatchTarget, Patcher, meta_str, meta_strs,
+    resolve_field,
 };
 use crate::posting::{EventPoster, ObjectReference};
 use crate::progress::ProgressStorage;
@@ -370,26 +371,25 @@ impl ResourceProcessor {
         }
         // Taken whatever this body brings: it is kept for one processing.
         let handled = memory.take_handled();
-        // Kwargs for the filters only if a handler has any to check.
-        let filtered = self
-            .handlers
-            .changing
-            .iter()
-            .chain(self.tasks.iter().map(|(h, _)| h))
-            .any(|h| !h.filters.is_empty());
-        let probe =
-            filtered.then(|| Kwargs::of(Arc::clone(body), memory.memo.clone(), logger.clone()));
-        let matches = |h: &Handler| match &probe {
-            Some(probe) => h.filters.matches_object(probe),
-            None => true,
+        let (changing, spawning) = {
+            // Kwargs for the filters, made when the first handler with any
+            // filter asks (and gone before anything awaits).
+            let probe = std::cell::OnceCell::new();
+            let matches = |h: &Handler| {
+                h.filters.is_empty()
+                    || h.filters.matches_object(probe.get_or_init(|| {
+                        Kwargs::of(Arc::clone(body), memory.memo.clone(), logger.clone())
+                    }))
+            };
+            let changing: Vec<&Handler> = self
+                .handlers
+                .changing
+                .iter()
+                .filter(|h| matches(h))
+                .collect();
+            let spawning: Vec<bool> = self.tasks.iter().map(|(h, _)| matches(h)).collect();
+            (changing, spawning)
         };
-        let changing: Vec<&Handler> = self
-            .handlers
-            .changing
-            .iter()
-            .filter(|h| matches(h))
-            .collect();
-        let spawning: Vec<bool> = self.tasks.iter().map(|(h, _)| matches(h)).collect();
         let any_spawning = spawning.iter().any(|m| *m);
         let finalizer = self.settings.persistence.finalizer.as_str();
         let requires_finalizer = changing.iter().any(|h| h.requires_finalizer)
@@ -683,10 +683,8 @@ fn title(reason: Reason) -> &'static str {
 
 /// `namespace/name`, or `name` for cluster-scoped objects.
 pub fn object_name(body: &Value) -> String {
-    let metadata = body.get("metadata").and_then(Value::as_object);
-    let field = |key: &str| metadata.and_then(|m| m.get(key)).and_then(Value::as_str);
-    match (field("namespace"), field("name")) {
-        (Some(ns), Some(name)) => {
+    match meta_strs(body, ["namespace", "name"]) {
+        [Some(ns), Some(name)] => {
             // Sized at once: `format!` would guess short and grow.
             let mut full = String::with_capacity(ns.len() + 1 + name.len());
             full.push_str(ns);
@@ -694,7 +692,7 @@ pub fn object_name(body: &Value) -> String {
             full.push_str(name);
             full
         }
-        (None, Some(name)) => name.to_owned(),
+        [None, Some(name)] => name.to_owned(),
         _ => "?".to_owned(),
     }
 }

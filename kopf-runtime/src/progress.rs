@@ -275,18 +275,17 @@ pub fn make_safe_key(key: &str) -> String {
 
 /// Kopf's collision evasion: ReplicaSets owned by Deployments get `-ofDRS`.
 fn mark_key<'a>(key: &'a str, body: &Value) -> Cow<'a, str> {
-    // Only ReplicaSets are marked: the owners of other kinds are not looked at.
+    // Only a ReplicaSet's owners are looked at.
     let is_rs = body.get("kind").and_then(Value::as_str) == Some("ReplicaSet");
-    let owned_by_deployment = || {
-        resolve_field(body, &["metadata", "ownerReferences"])
+    if is_rs
+        && resolve_field(body, &["metadata", "ownerReferences"])
             .and_then(Value::as_array)
             .is_some_and(|owners| {
                 owners
                     .iter()
                     .any(|o| o.get("kind").and_then(Value::as_str) == Some("Deployment"))
             })
-    };
-    if is_rs && owned_by_deployment() {
+    {
         Cow::Owned(format!("{key}-ofDRS"))
     } else {
         Cow::Borrowed(key)

@@ -43,7 +43,7 @@ use kube::core::ApiResource;
 use serde_json::{Value, json};
 
 use super::{DeletedBy, ObjectEvent, Seen};
-use crate::patching::meta_str;
+use crate::patching::{meta_str, meta_strs};
 
 /// One input to the [`ObjectTracker`]: a listing step or a watch event.
 #[derive(Debug, Clone)]
@@ -201,19 +201,18 @@ impl ObjectTracker {
     }
 
     fn upsert(&mut self, obj: Value, out: &mut Vec<ObjectEvent>) {
-        // The metadata is found once, not once for each of its fields.
-        let metadata = obj.get("metadata").and_then(Value::as_object);
-        let field = |key: &str| metadata.and_then(|m| m.get(key)).and_then(Value::as_str);
-        let (Some(uid), Some(name)) = (field("uid"), field("name")) else {
-            tracing::warn!(kind = %self.resource.kind, name = ?field("name"), "ignoring an object without uid or name");
+        let [uid, name, rv, namespace] =
+            meta_strs(&obj, ["uid", "name", "resourceVersion", "namespace"]);
+        let (Some(uid), Some(name)) = (uid, name) else {
+            tracing::warn!(kind = %self.resource.kind, ?name, "ignoring an object without uid or name");
             return;
         };
-        let rv = field("resourceVersion").unwrap_or_default();
+        let rv = rv.unwrap_or_default();
         if !Entry::fits(uid, rv, name) {
             tracing::warn!(kind = %self.resource.kind, name, "ignoring an object with an oversized uid, resourceVersion or name");
             return;
         }
-        let namespace = match field("namespace") {
+        let namespace = match namespace {
             Some(namespace) => self.intern(namespace),
             None => CLUSTER_SCOPED,
         };
