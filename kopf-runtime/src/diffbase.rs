@@ -242,14 +242,7 @@ impl DiffBaseStorage {
         {
             return false;
         }
-        let own = self.keys(b);
-        let prefix = progress.keys().prefix();
-        let written = |key: &str| {
-            own.iter().any(|own| own == key)
-                || key
-                    .strip_prefix(prefix)
-                    .is_some_and(|rest| rest.starts_with('/'))
-        };
+        let written = self.written(b, progress);
         // No annotations at all are as good as none kept (a new object,
         // and the same object with the operator's diff-base).
         let (Some(a), Some(b)) = (
@@ -260,6 +253,55 @@ impl DiffBaseStorage {
         };
         let kept = |(key, _): &(&String, &Value)| !written(key);
         a.iter().filter(kept).eq(b.iter().filter(kept))
+    }
+
+    /// Whether `patch` (a merge patch for `body`) changes nothing an
+    /// essence is made of, and nothing but the operator's bookkeeping: the
+    /// annotations of the diff-base and of the `progress` storage, the
+    /// finalizers, and the `resourceVersion` precondition. The object
+    /// patched with it has the same essence as `body`, and the same
+    /// fields besides.
+    pub fn only_bookkeeping(
+        &self,
+        body: &Value,
+        patch: &Value,
+        progress: &ProgressStorage,
+    ) -> bool {
+        let Some(patch) = patch.as_object() else {
+            return false;
+        };
+        let Some(metadata) = patch.get("metadata").and_then(Value::as_object) else {
+            return patch.is_empty();
+        };
+        if patch.len() > 1 {
+            return false;
+        }
+        let written = self.written(body, progress);
+        metadata.iter().all(|(key, value)| match key.as_str() {
+            "finalizers" | "resourceVersion" => true,
+            "annotations" => value
+                .as_object()
+                .is_some_and(|annotations| annotations.keys().all(|key| written(key))),
+            _ => false,
+        })
+    }
+
+    /// Which annotation keys of `body` the operator itself writes and no
+    /// essence keeps: the diff-base's, and everything under the `progress`
+    /// storage's prefix.
+    fn written<'a>(
+        &self,
+        body: &Value,
+        progress: &'a ProgressStorage,
+    ) -> impl Fn(&str) -> bool + use<'a> {
+        let own = self.keys(body);
+        let prefix = progress.keys().prefix();
+        move |key: &str| {
+            own.iter().any(|own| own == key)
+                || key
+                    .strip_prefix(prefix)
+                    .is_some_and(|rest| rest.starts_with('/'))
+        }
     }
 
     /// The old (stored) and new (current) essences as Kopf's processing

@@ -358,6 +358,7 @@
 pub mod causes;
 pub mod cli;
 pub mod diffbase;
+pub mod echoes;
 pub mod errors;
 pub mod filters;
 pub mod finalizers;

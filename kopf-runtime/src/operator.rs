@@ -401,6 +401,12 @@ impl ServeResource {
             self.namespaces,
             self.settings.watching.clone(),
         );
+        // The operator's own patches that come back with nothing new are
+        // skipped by the watch, undecoded.
+        let watcher = match stopper.echoes() {
+            Some(echoes) => watcher.with_echoes(echoes.clone()),
+            None => watcher,
+        };
         // A short channel: when processing lags, the watch waits rather than
         // decoding bodies ahead that would only sit here (a burst of
         // creations would otherwise leave the memory of a thousand bodies

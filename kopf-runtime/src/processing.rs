@@ -15,6 +15,12 @@
 //!   done and the tasks of finalizer-keeping daemons and timers have
 //!   stopped; tasks of `no_finalizers` handlers are stopped, never waited for.
 //! - A patch that finds its object gone ends the processing quietly.
+//! - A patch that settles the object (it records the handled change and
+//!   nothing else, and nothing is left to do) is conditional on the handled
+//!   body's `resourceVersion` when only change handlers serve the resource.
+//!   Accepted, its echo is known and skipped (see
+//!   [`echoes`](crate::echoes)); refused with `409 Conflict`, it is sent
+//!   again at once without the condition, and its echo is processed.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +29,7 @@ use serde_json::{Value, json};
 
 use crate::causes::{self, CauseInput, ChangeCause};
 use crate::diffbase::DiffBaseStorage;
+use crate::echoes::Echoes;
 use crate::finalizers;
 use crate::handlers::{Handler, HandlerKind};
 use crate::handling::{self, CauseContext};
@@ -30,7 +37,7 @@ use crate::kwargs::{Diff, EventType, Kwargs, Level, LogSink, Logger, Memo, Reaso
 use crate::memories::{Handled, Memories, ObjectMemory};
 use crate::patching::{
     ObjectVersion, PatchError, PatchOutcome, PatchTarget, Patcher, meta_str, meta_strs,
-    resolve_field,
+    resolve_field, resolve_field_mut,
 };
 use crate::posting::{EventPoster, ObjectReference};
 use crate::progress::ProgressStorage;
@@ -110,6 +117,21 @@ pub struct ResourceProcessor {
     tasks: Vec<(Handler, Arc<TaskSpec>)>,
     spawner: Arc<Spawner>,
     observer: Arc<TaskObserver>,
+    /// The operator's own patches that come back with nothing new; kept
+    /// when only change handlers serve the resource (event handlers see
+    /// every event, daemons and timers every body).
+    echoes: Option<Echoes>,
+}
+
+/// What handling an object came to.
+struct Handling {
+    /// When to come back, if at all.
+    delay: Option<Duration>,
+    /// Whether a handler ran (its outcome is in the patch).
+    ran: bool,
+    /// Whether all is handled: the patch only records it, and the patched
+    /// object will need nothing more.
+    settled: bool,
 }
 
 /// Where a resource's objects live, as discovery says.
@@ -160,6 +182,9 @@ impl ResourceProcessor {
             .iter()
             .map(|handler| Ok((handler.clone(), spawned::task_spec(handler, &env)?)))
             .collect::<Result<Vec<_>, SpecError>>()?;
+        let echoes =
+            (handlers.watching.is_empty() && tasks.is_empty() && !handlers.changing.is_empty())
+                .then(Echoes::default);
         Ok(Self {
             progress: ProgressStorage::from_settings(&settings.persistence),
             diffbase: DiffBaseStorage::from_settings(&settings.persistence),
@@ -173,7 +198,15 @@ impl ResourceProcessor {
             tasks,
             spawner,
             observer,
+            echoes,
         })
+    }
+
+    /// The operator's own patches the processor expects back with nothing
+    /// new, for the watch to skip (see [`Echoes`]); `None` when every event
+    /// must be processed: the resource has event handlers, daemons or timers.
+    pub fn echoes(&self) -> Option<&Echoes> {
+        self.echoes.as_ref()
     }
 
     /// Whether no change handler, daemon or timer serves the resource.
@@ -217,6 +250,9 @@ impl ResourceProcessor {
     }
 
     async fn deleted(&self, uid: &str, body: &Arc<Value>, how: DeletedBy) {
+        if let Some(echoes) = &self.echoes {
+            echoes.forget(uid);
+        }
         let known = self.memories.forget(uid);
         let logger = Logger::new(object_name(body));
         if !self.tasks.is_empty() {
@@ -263,21 +299,34 @@ impl ResourceProcessor {
         event_type: Option<EventType>,
         initial_listing: bool,
     ) -> Processed {
+        if let Some(echoes) = &self.echoes
+            && let Some(version) = meta_str(body, "resourceVersion")
+            && echoes.take(uid, version)
+        {
+            // The operator's own patch, back before its answer was read (so
+            // the watch could not skip it): the handled body, plus the patch.
+            return Processed::default();
+        }
         let memory = self.memories.recall(uid, initial_listing);
         let logger = self.logger(body);
         self.run_event_handlers(event_type, body, Some(memory.memo.clone()), &logger)
             .await;
 
         let mut patch = json!({});
-        let (delay, ran) = self
+        let Handling {
+            delay,
+            ran,
+            settled,
+        } = self
             .handle_object(uid, body, &memory, &logger, &mut patch)
             .await;
         if self.only_event_handlers() {
             // Nothing is due later, so the memory is kept only for a memo
-            // the event handlers filled or kept.
+            // the event handlers filled or kept. Nothing is patched either.
             memory.mark_fully_handled();
             drop(memory);
             self.memories.release_if_unused(uid);
+            return Processed::default();
         }
         if patch.as_object().is_none_or(|p| p.is_empty()) {
             return Processed {
@@ -293,12 +342,35 @@ impl ResourceProcessor {
         ) else {
             return Processed::default();
         };
-        match self.send(&target, &mut patch, ran, &logger).await {
-            Ok(PatchOutcome::Patched(patched)) => Processed {
-                expect_version: patched.into_resource_version(),
-                retry_after: delay,
-            },
-            Ok(PatchOutcome::Gone) => {
+        // A patch that settles the object is guarded by the handled body's
+        // version: accepted, it comes back with nothing new (see `Echoes`).
+        let echoes = self
+            .echoes
+            .as_ref()
+            .filter(|_| settled && self.diffbase.only_bookkeeping(body, &patch, &self.progress));
+        let guard = echoes.and_then(|_| guard(&mut patch, body));
+        match self.send(&target, &mut patch, ran, guard, &logger).await {
+            Ok((PatchOutcome::Patched(patched), guarded)) => {
+                let version = patched.into_resource_version();
+                if let Some(echoes) = echoes
+                    && guarded
+                    && let Some(version) = version.as_deref()
+                    && Some(version) != meta_str(body, "resourceVersion")
+                {
+                    echoes.expect(uid, version);
+                    // Nothing needs comparing when it comes back.
+                    drop(memory.take_handled());
+                    return Processed {
+                        expect_version: None,
+                        retry_after: delay,
+                    };
+                }
+                Processed {
+                    expect_version: version,
+                    retry_after: delay,
+                }
+            }
+            Ok((PatchOutcome::Gone, _)) => {
                 logger.debug("The object is gone; nothing to patch.");
                 Processed::default()
             }
@@ -325,32 +397,48 @@ impl ResourceProcessor {
     /// (the only part guarded by a `resourceVersion`) rebuilt from the object
     /// as it is now. Other patches (e.g. adding the finalizer) are not
     /// re-sent: the object is processed again from its newer body.
+    ///
+    /// `guard` says how the patch carries the handled body's version: a
+    /// precondition added only to know its echo ([`Guard::Added`]) is
+    /// dropped on a conflict, and the patch re-sent at once, as it would
+    /// have been sent without it. Also returns whether the patch was
+    /// accepted under the handled body's version.
     async fn send(
         &self,
         target: &PatchTarget,
         patch: &mut Value,
         ran: bool,
+        mut guard: Option<Guard>,
         logger: &Logger,
-    ) -> Result<PatchOutcome<ObjectVersion>, PatchError> {
+    ) -> Result<(PatchOutcome<ObjectVersion>, bool), PatchError> {
         let finalizer = self.settings.persistence.finalizer.as_str();
         let mut resends = 0;
         loop {
             // Only the new version is kept of the answer: the object is
             // processed again from its watch event, not from here.
             match self.patcher.merge_as::<ObjectVersion>(target, patch).await {
+                Err(PatchError::Conflict { .. }) if guard == Some(Guard::Added) => {
+                    guard = None;
+                    if let Some(metadata) =
+                        resolve_field_mut(patch, &["metadata"]).and_then(Value::as_object_mut)
+                    {
+                        metadata.remove("resourceVersion");
+                    }
+                }
                 Err(PatchError::Conflict { .. }) if ran && resends < CONFLICT_RESENDS => {
+                    guard = None;
                     resends += 1;
                     logger.debug("The patch conflicted; re-sending it to keep the outcomes.");
                     tokio::time::sleep(CONFLICT_PAUSE).await;
                     if resolve_field(patch, &["metadata", "resourceVersion"]).is_some() {
                         let fresh = match self.patcher.merge(target, &json!({})).await? {
                             PatchOutcome::Patched(fresh) => *fresh,
-                            PatchOutcome::Gone => return Ok(PatchOutcome::Gone),
+                            PatchOutcome::Gone => return Ok((PatchOutcome::Gone, false)),
                         };
                         refresh_finalizer(patch, &fresh, finalizer);
                     }
                 }
-                outcome => return outcome,
+                outcome => return outcome.map(|outcome| (outcome, guard.is_some())),
             }
         }
     }
@@ -365,9 +453,14 @@ impl ResourceProcessor {
         memory: &ObjectMemory,
         logger: &Logger,
         patch: &mut Value,
-    ) -> (Option<Duration>, bool) {
+    ) -> Handling {
+        let mut handling = Handling {
+            delay: None,
+            ran: false,
+            settled: false,
+        };
         if self.only_event_handlers() {
-            return (None, false);
+            return handling;
         }
         // Taken whatever this body brings: it is kept for one processing.
         let handled = memory.take_handled();
@@ -403,7 +496,7 @@ impl ResourceProcessor {
         if !deleting && !blocked && requires_finalizer {
             logger.debug("Adding the finalizer, thus preventing the actual deletion.");
             finalizers::merge_patch(body, patch, finalizer, true);
-            return (None, false);
+            return handling;
         }
         if !deleting && blocked && !requires_finalizer {
             logger.debug("Removing the finalizer, as there are no handlers requiring it.");
@@ -437,13 +530,13 @@ impl ResourceProcessor {
         }
 
         let mut deletion_done = true;
-        let mut ran = false;
         if !changing.is_empty() {
-            let outcome = self
+            let (outcome, settled) = self
                 .handle_changes(body, memory, handled, logger, patch, &changing)
                 .await;
             deletion_done = outcome.done;
-            ran = outcome.ran;
+            handling.ran = outcome.ran;
+            handling.settled = settled;
             delay = min_delay(delay, outcome.delay);
         }
         if deleting && blocked {
@@ -457,11 +550,14 @@ impl ResourceProcessor {
                 finalizers::merge_patch(body, patch, finalizer, false);
             }
         }
-        (delay, ran)
+        handling.settled &= delay.is_none() && !deleting;
+        handling.delay = delay;
+        handling
     }
 
     /// The change handlers (the object's cause); returns whether the cause is
-    /// done and when to come back.
+    /// done and when to come back, and whether the patch stores the handled
+    /// essence as the new diff-base (with nothing left to do).
     async fn handle_changes(
         &self,
         body: &Arc<Value>,
@@ -470,7 +566,7 @@ impl ResourceProcessor {
         logger: &Logger,
         patch: &mut Value,
         matching: &[&Handler],
-    ) -> handling::StepOutcome {
+    ) -> (handling::StepOutcome, bool) {
         let finalizer = self.settings.persistence.finalizer.as_str();
         // The operator's own patch came back with the diff-base it stored,
         // and nothing an essence is made of changed meanwhile: the essence
@@ -488,7 +584,7 @@ impl ResourceProcessor {
             logger.debug(
                 "Something has changed, but we are not interested (the essence is the same).",
             );
-            return done();
+            return (done(), false);
         }
         let (old, new) = self.diffbase.essences(body, &[], &self.progress);
         let diff = Diff::between(old.as_ref(), Some(&new));
@@ -508,13 +604,13 @@ impl ResourceProcessor {
                 logger.debug(
                     "Something has changed, but we are not interested (the essence is the same).",
                 );
-                return done();
+                return (done(), false);
             }
             ChangeCause::Free => {
                 logger.debug("Deletion, but we are done with it, and we do not care.");
-                return done();
+                return (done(), false);
             }
-            ChangeCause::Gone => return done(),
+            ChangeCause::Gone => return (done(), false),
         };
         let old_changed = old.as_ref() != Some(&new);
         let context = CauseContext {
@@ -556,6 +652,7 @@ impl ResourceProcessor {
             }
             (step.done, step.delay, step.ran)
         };
+        let mut settled = false;
         if done {
             if reason != Reason::Delete
                 && old_changed
@@ -566,15 +663,17 @@ impl ResourceProcessor {
                     body: Arc::clone(body),
                     diffbase,
                 });
+                settled = delay.is_none();
             }
             memory.mark_fully_handled();
         }
-        handling::StepOutcome {
+        let outcome = handling::StepOutcome {
             done,
             delay,
             ran,
             ..Default::default()
-        }
+        };
+        (outcome, settled)
     }
 
     async fn run_event_handlers(
@@ -653,6 +752,33 @@ fn done() -> handling::StepOutcome {
     }
 }
 
+/// How a patch carries the handled body's `resourceVersion`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Guard {
+    /// It had it already (a finalizer change).
+    Had,
+    /// It was added, to know the patch's echo.
+    Added,
+}
+
+/// Makes `patch` conditional on the version of `body`; `None` if the body
+/// has no version, or the patch is already conditional on another one.
+fn guard(patch: &mut Value, body: &Value) -> Option<Guard> {
+    let version = meta_str(body, "resourceVersion")?;
+    match resolve_field(patch, &["metadata", "resourceVersion"]) {
+        Some(had) => (had.as_str() == Some(version)).then_some(Guard::Had),
+        None => {
+            let patch = patch.as_object_mut()?;
+            let metadata = patch
+                .entry("metadata")
+                .or_insert_with(|| Value::Object(serde_json::Map::new()))
+                .as_object_mut()?;
+            metadata.insert("resourceVersion".into(), Value::from(version));
+            Some(Guard::Added)
+        }
+    }
+}
+
 /// The earlier of two optional delays.
 fn min_delay(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
     match (a, b) {
@@ -699,7 +825,161 @@ pub fn object_name(body: &Value) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
     use super::*;
+    use crate::errors::Error;
+    use crate::mock_api::{self, Recorded, Reply, example};
+    use crate::registry::{Registry, RegistryBuilder};
+    use crate::resources::ResourceRef;
+    use crate::spawning::{Observer, SpawnerSettings};
+
+    fn examples() -> ResourceRef {
+        ResourceRef::dynamic("kopf.dev", "v1", "kopfexamples")
+    }
+
+    /// An on-create handler that does nothing.
+    fn creating() -> RegistryBuilder {
+        Registry::builder().on_create(examples(), "create_fn", |_kw: Kwargs| async {
+            Ok::<_, Error>(())
+        })
+    }
+
+    /// A processor of `registry`'s handlers against the mock API, and its
+    /// requests.
+    fn processor(
+        registry: RegistryBuilder,
+        handler: impl Fn(&Recorded) -> Reply + Send + Sync + 'static,
+    ) -> (ResourceProcessor, Arc<Mutex<Vec<Recorded>>>) {
+        let registry = registry.build().expect("a valid registry");
+        let (client, log) = mock_api::client(handler);
+        let observer = TaskObserver::new(None);
+        let spawner = Spawner::new(
+            Arc::clone(&observer) as Arc<dyn Observer>,
+            SpawnerSettings::default(),
+        );
+        let target = ResourceTarget {
+            api: Arc::new(mock_api::example_resource()),
+            namespaced: true,
+            status_subresource: false,
+        };
+        let processor = ResourceProcessor::new(
+            target,
+            ResourceHandlers::new(registry.handlers()),
+            Arc::new(OperatorSettings::default()),
+            client,
+            None,
+            Arc::new(spawner),
+            observer,
+        )
+        .expect("valid tasks");
+        (processor, log)
+    }
+
+    fn upserted(body: Value, seen: Seen) -> Arc<Work> {
+        Arc::new(Work {
+            event: ObjectEvent::Upserted {
+                object: Arc::new(body),
+                seen,
+            },
+            initial_listing: false,
+        })
+    }
+
+    fn patches(log: &Mutex<Vec<Recorded>>) -> Vec<Value> {
+        let log = log.lock().expect("not poisoned");
+        log.iter()
+            .filter(|r| r.method == "PATCH")
+            .map(|r| r.body.clone())
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_settling_patch_is_guarded_and_its_echo_not_processed() {
+        let (processor, log) = processor(creating(), |_| {
+            Reply::Json(200, example("ns", "a", "u1", "2"))
+        });
+        let echoes = processor.echoes().expect("only change handlers").clone();
+        let processed = processor
+            .process(
+                "u1".into(),
+                upserted(example("ns", "a", "u1", "1"), Seen::New),
+            )
+            .await;
+        let sent = patches(&log);
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0]["metadata"]["resourceVersion"], "1", "{sent:?}");
+        assert!(sent[0]["metadata"]["annotations"].is_object());
+        assert_eq!(processed, Processed::default(), "no wait for the echo");
+        assert_eq!(echoes.len(), 1);
+
+        // The echo (here without the patch's annotations: processed, it
+        // would be created again) is known and left alone.
+        let echo = upserted(example("ns", "a", "u1", "2"), Seen::Changed);
+        let processed = processor.process("u1".into(), echo).await;
+        assert_eq!(processed, Processed::default());
+        assert_eq!(patches(&log).len(), 1, "nothing more is sent");
+        assert!(echoes.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_guard_is_dropped_and_the_patch_sent_again_at_once() {
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        let (processor, log) = processor(creating(), move |_| {
+            if calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                Reply::Json(409, mock_api::status(409, "Conflict", 0))
+            } else {
+                Reply::Json(200, example("ns", "a", "u1", "3"))
+            }
+        });
+        let started = tokio::time::Instant::now();
+        let processed = processor
+            .process(
+                "u1".into(),
+                upserted(example("ns", "a", "u1", "1"), Seen::New),
+            )
+            .await;
+        let sent = patches(&log);
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        assert_eq!(sent[0]["metadata"]["resourceVersion"], "1");
+        assert!(
+            sent[1]["metadata"].get("resourceVersion").is_none(),
+            "re-sent unguarded: {sent:?}"
+        );
+        assert_eq!(
+            sent[0]["metadata"]["annotations"], sent[1]["metadata"]["annotations"],
+            "the same outcome"
+        );
+        assert_eq!(started.elapsed(), Duration::ZERO, "at once");
+        assert_eq!(processed.expect_version.as_deref(), Some("3"));
+        assert!(
+            processor.echoes().expect("kept").is_empty(),
+            "its echo may carry others' changes: it is processed"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_event_handlers_every_event_is_processed() {
+        let registry = creating().on_event(examples(), "event_fn", |_kw: Kwargs| async {
+            Ok::<_, Error>(())
+        });
+        let (processor, log) = processor(registry, |_| {
+            Reply::Json(200, example("ns", "a", "u1", "2"))
+        });
+        assert!(processor.echoes().is_none());
+        let processed = processor
+            .process(
+                "u1".into(),
+                upserted(example("ns", "a", "u1", "1"), Seen::New),
+            )
+            .await;
+        let sent = patches(&log);
+        assert!(
+            sent[0]["metadata"].get("resourceVersion").is_none(),
+            "unguarded: {sent:?}"
+        );
+        assert_eq!(processed.expect_version.as_deref(), Some("2"));
+    }
 
     #[test]
     fn a_refreshed_finalizer_change_keeps_its_direction_and_others_finalizers() {

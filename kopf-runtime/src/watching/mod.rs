@@ -47,6 +47,7 @@ use serde_json::Value;
 
 use crate::patching::meta_str;
 
+mod events;
 mod resource;
 mod stream;
 #[cfg(test)]

@@ -11,6 +11,7 @@ use tokio_util::task::TaskTracker;
 
 use super::ObjectEvent;
 use super::stream::ScopeWatch;
+use crate::echoes::Echoes;
 use crate::namespaces::NamespaceSelector;
 use crate::patching::meta_str;
 use crate::settings::WatchingSettings;
@@ -47,6 +48,7 @@ pub struct ResourceWatcher {
     namespaced: bool,
     selector: NamespaceSelector,
     settings: WatchingSettings,
+    echoes: Option<Echoes>,
 }
 
 impl std::fmt::Debug for ResourceWatcher {
@@ -86,7 +88,16 @@ impl ResourceWatcher {
             namespaced,
             selector,
             settings,
+            echoes: None,
         }
+    }
+
+    /// Skips the events of the operator's own patches that `echoes` expects
+    /// (see [`Echoes`]): their objects are not decoded and not sent.
+    #[must_use]
+    pub fn with_echoes(mut self, echoes: Echoes) -> Self {
+        self.echoes = Some(echoes);
+        self
     }
 
     /// Watch until `cancel` fires or `tx`'s receiver is dropped; per-namespace
@@ -103,6 +114,7 @@ impl ResourceWatcher {
             let api = Api::all_with(self.client.clone(), &self.resource);
             let scope = format!("{} (cluster-wide)", self.resource.plural);
             ScopeWatch::new(api, &self.resource, scope, self.settings.clone(), filter)
+                .with_echoes(self.echoes.clone())
                 .run(tx, cancel, None)
                 .await;
         } else if let Some(names) = self.selector.exact_names() {
@@ -154,6 +166,7 @@ impl ResourceWatcher {
         let api = Api::namespaced_with(self.client.clone(), ns, &self.resource);
         let scope = format!("{} in {ns}", self.resource.plural);
         ScopeWatch::new(api, &self.resource, scope, self.settings.clone(), None)
+            .with_echoes(self.echoes.clone())
     }
 
     /// Glob mode: watch Namespaces; run a scope per matching namespace.

@@ -2,15 +2,17 @@
 
 use std::time::Duration;
 
-use futures::StreamExt;
-use kube::api::{Api, DynamicObject, ListParams, WatchEvent, WatchParams};
+use futures::{AsyncBufReadExt, StreamExt};
+use kube::api::{Api, DynamicObject, ListParams, WatchParams};
 use kube::core::{ApiResource, ObjectList, Request};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::events::{self, Event};
 use super::tracker::{ObjectTracker, WatchInput};
 use super::{ObjectEvent, WatchError};
+use crate::echoes::Echoes;
 use crate::namespaces::NamespaceSelector;
 use crate::patching::meta_str;
 use crate::retrying::{Backoff, ErrorClass, classify, classify_status};
@@ -32,7 +34,8 @@ enum WatchEnd {
 /// A list-then-watch loop feeding one [`ObjectTracker`].
 ///
 /// Objects are decoded straight into JSON bodies, which is what handlers
-/// and the progress storage work on; nothing decodes them twice.
+/// and the progress storage work on; nothing decodes them twice. With
+/// [`Echoes`], the operator's own patches coming back are not decoded at all.
 pub(super) struct ScopeWatch {
     client: kube::Client,
     /// List and watch requests for the scope's URL.
@@ -44,6 +47,8 @@ pub(super) struct ScopeWatch {
     api_version: String,
     kind: String,
     tracker: ObjectTracker,
+    /// The operator's own patches to recognise, if the consumer keeps them.
+    echoes: Option<Echoes>,
     out: Vec<ObjectEvent>,
 }
 
@@ -65,8 +70,16 @@ impl ScopeWatch {
             api_version: resource.api_version.clone(),
             kind: resource.kind.clone(),
             tracker: ObjectTracker::new(resource.clone()),
+            echoes: None,
             out: Vec::new(),
         }
+    }
+
+    /// Events of the operator's own patches that `echoes` expects are
+    /// skipped: they only advance the object's version.
+    pub(super) fn with_echoes(mut self, echoes: Option<Echoes>) -> Self {
+        self.echoes = echoes;
+        self
     }
 
     /// Run until `cancel` (stop quietly), `gone` (report every object as
@@ -224,7 +237,7 @@ impl ScopeWatch {
                 .watch(&params, rv)
                 .map_err(kube::Error::BuildRequest)?;
             request.extensions_mut().insert("watch");
-            self.client.request_events::<Value>(request).await
+            self.client.request_stream(request).await
         };
         let connected = match self.settings.connect_timeout {
             Some(limit) => match tokio::time::timeout(limit, started).await {
@@ -247,7 +260,7 @@ impl ScopeWatch {
                 });
             }
         };
-        let mut stream = std::pin::pin!(stream);
+        let mut stream = std::pin::pin!(stream.lines());
         let deadline = self
             .settings
             .client_timeout
@@ -261,37 +274,62 @@ impl ScopeWatch {
                 },
                 None => next.await,
             };
-            let event = match item {
+            let line = match item {
                 Err(_) => {
                     tracing::debug!(scope = %self.scope, "watch stream inactive; reconnecting");
                     return Ok(WatchEnd::Resume);
                 }
                 Ok(None) => return Ok(WatchEnd::Resume),
+                Ok(Some(Err(error))) if ended_early(&error) => {
+                    tracing::debug!(scope = %self.scope, %error, "watch stream cut off; resuming");
+                    return Ok(WatchEnd::Resume);
+                }
                 Ok(Some(Err(error))) => {
+                    let error = kube::Error::ReadEvents(error);
+                    let class = classify(&error);
+                    return Ok(WatchEnd::Failed(WatchError::Stream(error), class));
+                }
+                Ok(Some(Ok(line))) => line,
+            };
+            // The operator's own patch, expected back: the object is known.
+            let echoes = self.echoes.as_ref();
+            let tracker = &mut self.tracker;
+            let mut skip = |uid: &str, version: &str| {
+                echoes.is_some_and(|e| e.take(uid, version)) && tracker.advance(uid, version)
+            };
+            let skip = echoes.is_some().then_some(&mut skip);
+            let event = match events::decode(&line, skip) {
+                Ok(Some(event)) => event,
+                // A truncated last line: resume from the last whole event.
+                Ok(None) => return Ok(WatchEnd::Resume),
+                Err(error) => {
                     return Ok(match classify(&error) {
                         ErrorClass::Expired => WatchEnd::Relist,
                         class => WatchEnd::Failed(WatchError::Stream(error), class),
                     });
                 }
-                Ok(Some(Ok(event))) => event,
             };
             backoff.reset();
             let input = match event {
-                WatchEvent::Added(mut obj) | WatchEvent::Modified(mut obj) => {
+                Event::Applied(mut obj) => {
                     remember_version(rv, &obj);
                     self.complete(&mut obj);
                     WatchInput::Applied(obj)
                 }
-                WatchEvent::Deleted(mut obj) => {
+                Event::Skipped(version) => {
+                    *rv = version;
+                    continue;
+                }
+                Event::Deleted(mut obj) => {
                     remember_version(rv, &obj);
                     self.complete(&mut obj);
                     WatchInput::Deleted(obj)
                 }
-                WatchEvent::Bookmark(bookmark) => {
-                    *rv = bookmark.metadata.resource_version;
+                Event::Bookmark(version) => {
+                    *rv = version;
                     continue;
                 }
-                WatchEvent::Error(status) => {
+                Event::Error(status) => {
                     return Ok(match classify_status(&status) {
                         ErrorClass::Expired => WatchEnd::Relist,
                         class => WatchEnd::Failed(WatchError::ErrorEvent(status), class),
@@ -308,6 +346,26 @@ impl ScopeWatch {
             }
         }
     }
+}
+
+/// Whether a broken watch stream only ended before its time (a connection
+/// cut mid-chunk, as proxies and API servers do after minutes of watching):
+/// it is resumed at once rather than retried as a failure.
+fn ended_early(error: &std::io::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = source {
+        if error
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::UnexpectedEof)
+        {
+            return true;
+        }
+        if error.to_string().contains("unexpected EOF") {
+            return true;
+        }
+        source = error.source();
+    }
+    false
 }
 
 fn remember_version(rv: &mut String, obj: &Value) {

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::{ObjectEvent, ResourceWatcher};
+use crate::echoes::Echoes;
 use crate::mock_api::{self, Recorded, Reply, example, list};
 use crate::namespaces::NamespaceSelector;
 use crate::patching::meta_str;
@@ -42,6 +43,14 @@ impl Running {
         selector: NamespaceSelector,
         handler: impl Fn(&Recorded) -> Reply + Send + Sync + 'static,
     ) -> Self {
+        Self::start_with(selector, None, handler)
+    }
+
+    fn start_with(
+        selector: NamespaceSelector,
+        echoes: Option<Echoes>,
+        handler: impl Fn(&Recorded) -> Reply + Send + Sync + 'static,
+    ) -> Self {
         let (client, log) = mock_api::client(handler);
         let watcher = ResourceWatcher::new(
             client,
@@ -50,6 +59,10 @@ impl Running {
             selector,
             WatchingSettings::default(),
         );
+        let watcher = match echoes {
+            Some(echoes) => watcher.with_echoes(echoes),
+            None => watcher,
+        };
         let (tx, rx) = mpsc::channel(16);
         let cancel = CancellationToken::new();
         let tasks = TaskTracker::new();
@@ -156,6 +169,66 @@ async fn relist_after_gone_reports_vanished_objects() {
         watches[2].contains("resourceVersion=20"),
         "watched from the re-list: {watches:?}"
     );
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn expected_echoes_are_skipped_and_their_versions_count_as_seen() {
+    let echoes = Echoes::default();
+    echoes.expect("u1", "13");
+    echoes.expect("u2", "30");
+    let lists = AtomicUsize::new(0);
+    let watches = AtomicUsize::new(0);
+    let mut running =
+        Running::start_with(NamespaceSelector::all(), Some(echoes.clone()), move |r| {
+            if is_watch(r) {
+                match watches.fetch_add(1, Ordering::SeqCst) {
+                    0 => Reply::Events(vec![
+                        // Expected at another version: not the echo.
+                        mock_api::event("MODIFIED", example("ns", "b", "u2", "12")),
+                        mock_api::event("MODIFIED", example("ns", "a", "u1", "13")),
+                    ]),
+                    1 => Reply::Events(vec![
+                        json!({"type": "ERROR", "object": mock_api::status(410, "Expired", 0)}),
+                    ]),
+                    _ => Reply::EventsThenHang(vec![]),
+                }
+            } else {
+                match lists.fetch_add(1, Ordering::SeqCst) {
+                    0 => list(
+                        vec![
+                            example("ns", "a", "u1", "10"),
+                            example("ns", "b", "u2", "10"),
+                        ],
+                        "10",
+                    ),
+                    _ => list(
+                        vec![
+                            example("ns", "a", "u1", "13"),
+                            example("ns", "b", "u2", "12"),
+                        ],
+                        "20",
+                    ),
+                }
+            }
+        });
+    assert_eq!(running.next(3).await, ["+u1(New)", "+u2(New)", "synced:2"]);
+    assert_eq!(
+        running.next(1).await,
+        ["+u2(Changed)"],
+        "u1's echo is not sent"
+    );
+    assert_eq!(
+        running.next(3).await,
+        ["+u1(Unchanged)", "+u2(Unchanged)", "synced:2"],
+        "the skipped version counts as seen"
+    );
+    let watches = running.wait_for_requests(2, is_watch).await;
+    assert!(
+        watches[1].contains("resourceVersion=13"),
+        "resumed after the skipped event: {watches:?}"
+    );
+    assert!(echoes.is_empty(), "both expectations are used up");
     running.stop().await;
 }
 

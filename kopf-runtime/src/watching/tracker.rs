@@ -184,6 +184,26 @@ impl ObjectTracker {
         self.find_uid(uid).is_some()
     }
 
+    /// Records a new `resourceVersion` of a live object whose event is not
+    /// reported (the operator's own patch coming back, see
+    /// [`Echoes`](crate::echoes::Echoes)), as if it had been applied. Returns
+    /// `false`, changing nothing, for a UID that is not alive: such an event
+    /// must be applied in full.
+    pub fn advance(&mut self, uid: &str, rv: &str) -> bool {
+        let Some(index) = self.find_uid(uid) else {
+            return false;
+        };
+        let entry = self.entries[index];
+        let name = entry.name(&self.texts).to_owned();
+        if !Entry::fits(uid, rv, &name) {
+            return false;
+        }
+        let fresh = self.entry(uid, rv, &name, entry.namespace);
+        let old = std::mem::replace(&mut self.entries[index], fresh);
+        self.discard(old);
+        true
+    }
+
     /// Apply one input; the resulting events are appended to `out`.
     pub fn feed(&mut self, input: WatchInput, out: &mut Vec<ObjectEvent>) {
         match input {
@@ -566,6 +586,26 @@ mod tests {
         );
         assert_eq!(events, ["+u1(New)", "+u2(New)", "synced:2"]);
         assert_eq!(t.len(), 2);
+    }
+
+    #[test]
+    fn an_advanced_version_counts_as_seen() {
+        let mut t = ObjectTracker::new(resource());
+        feed_all(&mut t, listing(vec![obj("ns", "a", "u1", "1")]));
+        assert!(t.advance("u1", "2"), "a live object advances");
+        assert!(!t.advance("u9", "2"), "an unknown one does not");
+        assert!(!t.contains("u9"));
+        // A re-list at the advanced version finds it unchanged, and its
+        // identity is kept for the vanished report.
+        let events = feed_all(&mut t, listing(vec![obj("ns", "a", "u1", "2")]));
+        assert_eq!(events, ["+u1(Unchanged)", "synced:1"]);
+        let mut out = Vec::new();
+        t.drain(&mut out);
+        let object = out[0].object().expect("an object");
+        assert_eq!(
+            meta_strs(object, ["name", "namespace", "resourceVersion"]),
+            [Some("a"), Some("ns"), Some("2")]
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kopf_runtime::{Error, Kwargs, Registry, ResourceRef, posting};
 use kopf_testing::Emulator;
-use kopf_tests::{Calls, Running, eventually, test_settings};
+use kopf_tests::{Calls, Running, capture_logs, eventually, test_settings};
 use kube::Api;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
@@ -288,6 +288,131 @@ async fn a_change_made_while_the_create_handler_runs_is_then_handled_as_an_updat
     // Then the update's own patch comes back with nothing new: no more calls.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(calls.all().len(), 2, "{:?}", calls.all());
+    // The create's outcome was guarded by the body it handled, which the
+    // handler's change outdated: refused, then sent again unguarded.
+    let patches: Vec<u16> = emulator
+        .requests()
+        .iter()
+        .filter(|r| r.verb == "patch")
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(
+        patches,
+        [200, 409, 200, 200],
+        "the handler's change, the create's outcome refused and re-sent, the update's outcome"
+    );
+    operator.stop().await;
+}
+
+/// What the operator logs when it processes a body with nothing new in it.
+const NOT_INTERESTED: &str = "Something has changed, but we are not interested";
+
+/// The patch that records a handled change is guarded by the handled
+/// body's version, so the body it makes comes back known: it is not
+/// processed again (not even decoded). Changes after it still are.
+#[tokio::test]
+async fn the_operators_own_patch_is_not_processed_again_but_later_changes_are() {
+    let (logs, _guard) = capture_logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let calls = Calls::default();
+    let (c, u) = (calls.clone(), calls.clone());
+    let registry = Registry::builder()
+        .on_create(cms(), "create_fn", move |kw: Kwargs| {
+            let calls = c.clone();
+            async move {
+                calls.push("create", json!({"name": kw.name()}));
+                Ok::<_, Error>(())
+            }
+        })
+        .on_update(cms(), "update_fn", move |kw: Kwargs| {
+            let calls = u.clone();
+            async move {
+                let diff = serde_json::to_value(&kw.diff).unwrap_or_default();
+                calls.push("update", json!({"diff": diff}));
+                Ok::<_, Error>(())
+            }
+        })
+        .build()
+        .expect("a valid registry");
+    let operator = Running::start(&emulator, registry);
+    let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+    api.create(&PostParams::default(), &configmap("e", json!({"k": "v1"})))
+        .await
+        .expect("created");
+    calls.wait_for("create", 1).await;
+    let handled = eventually("the diff-base", || async {
+        get(&api, "e")
+            .await
+            .filter(|b| b["metadata"]["annotations"][DIFFBASE].is_string())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !logs.text().contains(NOT_INTERESTED),
+        "the own patch was processed again:\n{}",
+        logs.text()
+    );
+
+    api.patch(
+        "e",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "v2"}})),
+    )
+    .await
+    .expect("patched");
+    let updates = calls.wait_for("update", 1).await;
+    assert_eq!(
+        updates[0]["diff"],
+        json!([["change", ["data", "k"], "v1", "v2"]]),
+        "the diff-base the skipped body carried is the one compared with"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(calls.all().len(), 2, "{:?}", calls.all());
+    assert!(!logs.text().contains(NOT_INTERESTED), "{}", logs.text());
+    assert_ne!(
+        get(&api, "e")
+            .await
+            .map(|b| b["metadata"]["annotations"][DIFFBASE].clone()),
+        Some(handled["metadata"]["annotations"][DIFFBASE].clone()),
+        "the update stored a new diff-base"
+    );
+    operator.stop().await;
+}
+
+/// Event handlers see every event, the operator's own patches included:
+/// with one, nothing is skipped.
+#[tokio::test]
+async fn event_handlers_see_the_operators_own_patches() {
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let calls = Calls::default();
+    let (c, e) = (calls.clone(), calls.clone());
+    let registry = Registry::builder()
+        .on_create(cms(), "create_fn", move |_kw: Kwargs| {
+            let calls = c.clone();
+            async move {
+                calls.push("create", json!({}));
+                Ok::<_, Error>(())
+            }
+        })
+        .on_event(cms(), "event_fn", move |kw: Kwargs| {
+            let calls = e.clone();
+            async move {
+                let handled = kw.body["metadata"]["annotations"][DIFFBASE].is_string();
+                calls.push("event", json!({"handled": handled}));
+                Ok::<_, Error>(())
+            }
+        })
+        .build()
+        .expect("a valid registry");
+    let operator = Running::start(&emulator, registry);
+    let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+    api.create(&PostParams::default(), &configmap("w", json!({})))
+        .await
+        .expect("created");
+    calls.wait_for("create", 1).await;
+    let events = calls.wait_for("event", 2).await;
+    assert_eq!(events[0], json!({"handled": false}));
+    assert_eq!(events[1], json!({"handled": true}), "the own patch, back");
     operator.stop().await;
 }
 

@@ -1,0 +1,129 @@
+//! The operator's own patches coming back on the watch stream.
+//!
+//! Every patch the operator sends comes back as a `MODIFIED` event. When
+//! handling an object ends with a patch that only records what was done (the
+//! handlers' outcomes and the new diff-base, nothing left to do later), and
+//! that patch carries the handled body's `resourceVersion` as a precondition,
+//! the server applies it only if the object is still exactly that body. The
+//! object at the version the server answers with is then the handled body
+//! with the patch applied, and nothing else: its event holds nothing to
+//! handle. [`Echoes`] remembers that version, so the watch recognises the
+//! event by UID and version alone and does not even decode its body.
+//!
+//! An expectation lives until the next event or processing of its object,
+//! whichever comes first, so the book holds only the patches still in flight.
+//!
+//! # Guarantees
+//! - An event is skipped only at the exact version the server answered a
+//!   guarded patch with. A patch refused with `409 Conflict` (the object
+//!   changed meanwhile) is re-sent unguarded, and its echo is handled.
+//! - Any other event of the object drops its expectation.
+//!
+//! ```
+//! use kopf_runtime::echoes::Echoes;
+//!
+//! let echoes = Echoes::default();
+//! echoes.expect("uid-1", "42");
+//! assert!(!echoes.take("uid-1", "41"), "another version is not the echo");
+//! assert!(!echoes.take("uid-1", "42"), "and it dropped the expectation");
+//! echoes.expect("uid-1", "43");
+//! assert!(echoes.take("uid-1", "43"));
+//! assert!(echoes.is_empty());
+//! ```
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use hashbrown::HashMap;
+
+/// The versions at which the operator's guarded patches will come back, by
+/// the UID of their object; cheap to clone (shared by the processing of a
+/// resource and its watch). See the [module docs](self).
+#[derive(Debug, Clone, Default)]
+pub struct Echoes {
+    expected: Arc<Mutex<HashMap<Box<str>, Box<str>>>>,
+}
+
+impl Echoes {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Box<str>, Box<str>>> {
+        // The map holds no invariant a panicking holder could break halfway.
+        self.expected.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Expects the object `uid` back at `version` with nothing new in it.
+    pub fn expect(&self, uid: &str, version: &str) {
+        let mut expected = self.lock();
+        match expected.get_mut(uid) {
+            Some(known) => *known = version.into(),
+            None => {
+                expected.insert(uid.into(), version.into());
+            }
+        }
+    }
+
+    /// Whether the object `uid` at `version` is an expected echo. The
+    /// object's expectation, if any, is dropped either way.
+    pub fn take(&self, uid: &str, version: &str) -> bool {
+        let mut expected = self.lock();
+        if expected.is_empty() {
+            return false;
+        }
+        expected.remove(uid).is_some_and(|known| &*known == version)
+    }
+
+    /// Drops the expectation of `uid` (its object is gone).
+    pub fn forget(&self, uid: &str) {
+        let mut expected = self.lock();
+        if !expected.is_empty() {
+            expected.remove(uid);
+        }
+    }
+
+    /// How many echoes are expected.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no echo is expected.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_echo_is_taken_once() {
+        let echoes = Echoes::default();
+        echoes.expect("u", "5");
+        assert!(echoes.take("u", "5"));
+        assert!(!echoes.take("u", "5"), "taken already");
+    }
+
+    #[test]
+    fn a_newer_expectation_replaces_the_older() {
+        let echoes = Echoes::default();
+        echoes.expect("u", "5");
+        echoes.expect("u", "7");
+        assert_eq!(echoes.len(), 1);
+        assert!(echoes.take("u", "7"));
+    }
+
+    #[test]
+    fn objects_are_kept_apart() {
+        let echoes = Echoes::default();
+        echoes.expect("u", "5");
+        assert!(!echoes.take("v", "5"), "another object at the same version");
+        assert!(echoes.take("u", "5"), "the expectation of u is untouched");
+    }
+
+    #[test]
+    fn forgetting_drops_the_expectation() {
+        let echoes = Echoes::default();
+        echoes.expect("u", "5");
+        echoes.forget("u");
+        assert!(echoes.is_empty());
+        assert!(!echoes.take("u", "5"));
+    }
+}

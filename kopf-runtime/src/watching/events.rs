@@ -1,0 +1,293 @@
+//! Watch events as they come: one JSON document per line.
+//!
+//! An event's object is decoded into a JSON body only when it is needed: the
+//! caller may first look at the object's UID and `resourceVersion` and skip
+//! the rest (see [`Echoes`](crate::echoes::Echoes)), which costs a scan of
+//! the text instead of building a tree of allocations.
+//!
+//! Lines are read the way API servers write them, `{"type":"…","object":…}`,
+//! without a pass over the object just to find where it ends; any other
+//! line, or one whose object does not decode that way, is decoded in full.
+
+use std::borrow::Cow;
+
+use kube::core::Status;
+use serde::Deserialize;
+use serde::de::Error as _;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+/// One decoded watch line.
+#[derive(Debug)]
+pub(super) enum Event {
+    /// `ADDED` or `MODIFIED`.
+    Applied(Value),
+    /// `ADDED` or `MODIFIED`, skipped by the caller: the object's version.
+    Skipped(String),
+    /// `DELETED`.
+    Deleted(Value),
+    /// `BOOKMARK`: the version to resume from.
+    Bookmark(String),
+    /// `ERROR`.
+    Error(Box<Status>),
+}
+
+/// A line as sent: the type, and the object still as text.
+#[derive(Deserialize)]
+struct Line<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    object: &'a RawValue,
+}
+
+/// The part of an object that identifies its version.
+#[derive(Deserialize, Default)]
+struct Head<'a> {
+    #[serde(borrow, default)]
+    metadata: HeadMeta<'a>,
+}
+
+#[derive(Deserialize, Default)]
+struct HeadMeta<'a> {
+    #[serde(borrow, default)]
+    uid: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "resourceVersion")]
+    resource_version: Option<Cow<'a, str>>,
+}
+
+/// Decodes one line. For `MODIFIED` events (the operator's own patches come
+/// back as those), `skip` (if given) sees the object's UID and
+/// `resourceVersion` first; if it says so, the body is not decoded.
+/// `Ok(None)` is a truncated last line, which a broken stream may leave: the
+/// watch resumes from the last complete event.
+///
+/// # Errors
+/// A line that is no watch event: a `Status` the server sent instead
+/// ([`kube::Error::Api`]), or anything else ([`kube::Error::SerdeError`]).
+pub(super) fn decode<F: FnMut(&str, &str) -> bool + ?Sized>(
+    line: &str,
+    mut skip: Option<&mut F>,
+) -> Result<Option<Event>, kube::Error> {
+    if let Some((kind, object)) = split(line)
+        && let Ok(event) = decode_object(kind, object, skip.as_deref_mut())
+    {
+        return Ok(Some(event));
+    }
+    let parsed: Line<'_> = match serde_json::from_str(line) {
+        Ok(parsed) => parsed,
+        Err(e) if e.is_eof() => return Ok(None),
+        Err(e) => {
+            return Err(match serde_json::from_str::<Status>(line) {
+                Ok(status) if is_status(line) => kube::Error::Api(Box::new(status)),
+                _ => kube::Error::SerdeError(e),
+            });
+        }
+    };
+    decode_object(&parsed.kind, parsed.object.get(), skip).map(Some)
+}
+
+/// Whether a line is a `Status` (every field of which is optional, so that
+/// any JSON object decodes as one).
+fn is_status(line: &str) -> bool {
+    #[derive(Deserialize)]
+    struct Kind<'a> {
+        #[serde(borrow, default)]
+        kind: Option<Cow<'a, str>>,
+    }
+    serde_json::from_str::<Kind<'_>>(line).is_ok_and(|k| k.kind.as_deref() == Some("Status"))
+}
+
+/// The type and the object's text of a line as API servers write it:
+/// `{"type":"…","object":…}` and nothing else. Whether the object's text
+/// is one JSON value (and the line therefore this one object) is for its
+/// decoding to find.
+fn split(line: &str) -> Option<(&str, &str)> {
+    let rest = line.strip_prefix(r#"{"type":""#)?;
+    let (kind, rest) = rest.split_once('"')?;
+    let object = rest
+        .strip_prefix(r#","object":"#)?
+        .trim_end()
+        .strip_suffix('}')?;
+    Some((kind, object))
+}
+
+/// Decodes an event of type `kind` from its object's text.
+fn decode_object<F: FnMut(&str, &str) -> bool + ?Sized>(
+    kind: &str,
+    object: &str,
+    skip: Option<&mut F>,
+) -> Result<Event, kube::Error> {
+    let body = || serde_json::from_str::<Value>(object).map_err(kube::Error::SerdeError);
+    let event = match kind {
+        "ADDED" => Event::Applied(body()?),
+        "MODIFIED" => {
+            if let Some(skip) = skip
+                && let Ok(Head { metadata }) = serde_json::from_str::<Head<'_>>(object)
+                && let (Some(uid), Some(version)) = (metadata.uid, metadata.resource_version)
+                && skip(&uid, &version)
+            {
+                Event::Skipped(version.into_owned())
+            } else {
+                Event::Applied(body()?)
+            }
+        }
+        "DELETED" => Event::Deleted(body()?),
+        "BOOKMARK" => {
+            let head: Head<'_> = serde_json::from_str(object).map_err(kube::Error::SerdeError)?;
+            let version = head.metadata.resource_version.ok_or_else(|| {
+                kube::Error::SerdeError(serde_json::Error::custom(
+                    "a BOOKMARK event without metadata.resourceVersion",
+                ))
+            })?;
+            Event::Bookmark(version.into_owned())
+        }
+        "ERROR" => Event::Error(Box::new(
+            serde_json::from_str(object).map_err(kube::Error::SerdeError)?,
+        )),
+        other => {
+            return Err(kube::Error::SerdeError(serde_json::Error::custom(format!(
+                "an unknown watch event type {other:?}"
+            ))));
+        }
+    };
+    Ok(event)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plain(line: &str) -> Event {
+        decode(line, None::<&mut fn(&str, &str) -> bool>)
+            .expect("decodes")
+            .expect("complete")
+    }
+
+    #[test]
+    fn every_event_type_decodes() {
+        let object = r#"{"kind":"ConfigMap","metadata":{"name":"a","uid":"u","resourceVersion":"5"},"data":{"k":"v"}}"#;
+        for kind in ["ADDED", "MODIFIED"] {
+            let Event::Applied(body) = plain(&format!(r#"{{"type":"{kind}","object":{object}}}"#))
+            else {
+                panic!("{kind} is applied");
+            };
+            assert_eq!(body["data"]["k"], "v");
+        }
+        let Event::Deleted(body) = plain(&format!(r#"{{"type":"DELETED","object":{object}}}"#))
+        else {
+            panic!("deleted");
+        };
+        assert_eq!(body["metadata"]["uid"], "u");
+        let bookmark = r#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","metadata":{"resourceVersion":"9"}}}"#;
+        assert!(matches!(plain(bookmark), Event::Bookmark(v) if v == "9"));
+        let error = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old","reason":"Expired","code":410}}"#;
+        assert!(matches!(plain(error), Event::Error(s) if s.code == 410));
+    }
+
+    #[test]
+    fn lines_written_otherwise_decode_the_same() {
+        let cases = [
+            r#"{"object":{"metadata":{"uid":"u","resourceVersion":"5"}},"type":"MODIFIED"}"#,
+            r#"{ "type": "MODIFIED", "object": {"metadata":{"uid":"u","resourceVersion":"5"}} }"#,
+            r#"{"type":"MODIFIED","object":{"metadata":{"uid":"u","resourceVersion":"5"}},"extra":{"a":1}}"#,
+        ];
+        for line in cases {
+            let Event::Applied(body) = plain(line) else {
+                panic!("{line} is applied");
+            };
+            assert_eq!(body["metadata"]["resourceVersion"], "5", "{line}");
+        }
+        // What follows the object is never taken for a part of it.
+        for line in [
+            r#"{"type":"ADDED","object":{"a":1},"object":{"a":2}}"#,
+            r#"{"type":"ADDED","object":{"a":1},"type":"DELETED"}"#,
+        ] {
+            let result = decode(line, None::<&mut fn(&str, &str) -> bool>);
+            assert!(
+                matches!(result, Err(kube::Error::SerdeError(_))),
+                "{line}: {result:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_skipped_object_is_not_decoded_and_gives_its_version() {
+        let line = r#"{"type":"MODIFIED","object":{"metadata":{"uid":"u\u0031","resourceVersion":"7"},"spec":{}}}"#;
+        let mut seen = Vec::new();
+        let mut skip = |uid: &str, version: &str| {
+            seen.push((uid.to_owned(), version.to_owned()));
+            true
+        };
+        let event = decode(line, Some(&mut skip)).expect("decodes");
+        assert!(matches!(event, Some(Event::Skipped(v)) if v == "7"));
+        assert_eq!(
+            seen,
+            [("u1".to_owned(), "7".to_owned())],
+            "escapes are undone"
+        );
+    }
+
+    #[test]
+    fn only_applied_objects_with_an_identity_are_offered_for_skipping() {
+        let mut offered = 0;
+        let mut skip = |_: &str, _: &str| {
+            offered += 1;
+            true
+        };
+        let deleted =
+            r#"{"type":"DELETED","object":{"metadata":{"uid":"u","resourceVersion":"7"}}}"#;
+        assert!(matches!(
+            decode(deleted, Some(&mut skip)),
+            Ok(Some(Event::Deleted(_)))
+        ));
+        let added = r#"{"type":"ADDED","object":{"metadata":{"uid":"u","resourceVersion":"7"}}}"#;
+        assert!(matches!(
+            decode(added, Some(&mut skip)),
+            Ok(Some(Event::Applied(_)))
+        ));
+        let nameless = r#"{"type":"MODIFIED","object":{"metadata":{"resourceVersion":"7"}}}"#;
+        assert!(matches!(
+            decode(nameless, Some(&mut skip)),
+            Ok(Some(Event::Applied(_)))
+        ));
+        let odd = r#"{"type":"MODIFIED","object":{"metadata":{"uid":5,"resourceVersion":"7"}}}"#;
+        assert!(matches!(
+            decode(odd, Some(&mut skip)),
+            Ok(Some(Event::Applied(_)))
+        ));
+        assert_eq!(offered, 0);
+    }
+
+    #[test]
+    fn a_truncated_line_is_no_event() {
+        let line = r#"{"type":"ADDED","object":{"metadata":{"uid":"u""#;
+        assert!(matches!(
+            decode(line, None::<&mut fn(&str, &str) -> bool>),
+            Ok(None)
+        ));
+    }
+
+    #[test]
+    fn a_status_instead_of_an_event_is_an_api_error() {
+        let line = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"forbidden","reason":"Forbidden","code":403}"#;
+        assert!(
+            matches!(decode(line, None::<&mut fn(&str, &str) -> bool>), Err(kube::Error::Api(s)) if s.code == 403)
+        );
+    }
+
+    #[test]
+    fn garbage_and_unknown_types_are_decoding_errors() {
+        for line in [
+            "not json",
+            r#"{"type":"RENAMED","object":{}}"#,
+            r#"{"type":"BOOKMARK","object":{"metadata":{}}}"#,
+        ] {
+            let result = decode(line, None::<&mut fn(&str, &str) -> bool>);
+            assert!(
+                matches!(result, Err(kube::Error::SerdeError(_))),
+                "{line}: {result:?}"
+            );
+        }
+    }
+}
