@@ -16,7 +16,9 @@ use std::path::PathBuf;
 
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::fmt::MakeWriter;
 
+use crate::logbuffer::Batched;
 use crate::logformat::{PlainFields, UtcTime};
 use crate::namespaces::{NamespaceSelector, SelectorError};
 use crate::settings::NetworkingSettings;
@@ -199,14 +201,30 @@ impl Args {
 /// # Errors
 ///
 /// [`CliError`] if `RUST_LOG` is invalid or a subscriber is already set.
+///
+/// A terminal gets every line as it comes. Any other stdout (a file, a
+/// pipe: a container's log) gets lines in batches, at the latest 0.1 s
+/// after they were logged and at once from `WARN` up; the operator writes
+/// what is left when it exits.
 pub fn init_logging(args: &Args) -> Result<(), CliError> {
     let filter = args.env_filter()?;
     // Colours only for a terminal: not in log files and collectors.
-    let ansi = std::io::stdout().is_terminal();
+    if std::io::stdout().is_terminal() {
+        install(args, filter, true, std::io::stdout)
+    } else {
+        install(args, filter, false, Batched::stdout())
+    }
+}
+
+fn install<W>(args: &Args, filter: EnvFilter, ansi: bool, writer: W) -> Result<(), CliError>
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
-        .with_timer(UtcTime);
+        .with_timer(UtcTime)
+        .with_writer(writer);
     let result = match args.log_format {
         LogFormat::Plain => builder
             .without_time()

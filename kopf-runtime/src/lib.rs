@@ -385,6 +385,7 @@ pub mod spawning;
 pub mod watching;
 
 mod injection;
+mod logbuffer;
 mod logformat;
 mod records;
 

@@ -138,6 +138,8 @@ impl Runner {
             None => Args::parse(),
         };
         cli::init_logging(&args)?;
+        // Batched log lines are written out on every way out of here.
+        let _logs = crate::logbuffer::FlushOnDrop;
         let registry = match self.registry {
             Some(registry) => registry,
             None => Registry::from_inventory()?,
