@@ -203,9 +203,9 @@ impl Args {
 /// [`CliError`] if `RUST_LOG` is invalid or a subscriber is already set.
 ///
 /// A terminal gets every line as it comes. Any other stdout (a file, a
-/// pipe: a container's log) gets lines in batches, at the latest 0.1 s
-/// after they were logged and at once from `WARN` up; the operator writes
-/// what is left when it exits.
+/// pipe: a container's log) gets lines in batches while the operator runs,
+/// at the latest 0.1 s after they were logged and at once from `WARN` up;
+/// the operator writes what is left when it exits.
 pub fn init_logging(args: &Args) -> Result<(), CliError> {
     let filter = args.env_filter()?;
     // Colours only for a terminal: not in log files and collectors.

@@ -5,17 +5,20 @@
 //! pipe (a container's log), lines are gathered and written together:
 //!
 //! - at the latest [`FLUSH_DELAY`] after the first line of a batch, by a
-//!   thread that sleeps while nothing is waiting;
+//!   task on the operator's runtime (a runtime that shuts down first
+//!   writes them as it drops the task);
 //! - at once when [`FLUSH_SIZE`] bytes are waiting;
 //! - at once, with everything before it, for a `WARN` or `ERROR` line;
-//! - when the operator exits (see [`flush`]), also on an error or a panic
-//!   unwinding through [`Runner::run`](crate::Runner::run).
+//! - when the operator exits, also on an error or a panic unwinding through
+//!   [`Runner::run`](crate::Runner::run) (see [`batch_on`]).
 //!
-//! A process killed outright (`SIGKILL`) loses the `INFO` and `DEBUG` lines
-//! of its last [`FLUSH_DELAY`]. A terminal gets every line as it comes.
+//! Lines are batched only while the operator runs: before and after, they
+//! are written as they come. A process killed outright (`SIGKILL`) loses
+//! the `INFO` and `DEBUG` lines of its last [`FLUSH_DELAY`]. A terminal
+//! gets every line as it comes.
 
 use std::io::{self, Write};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
 use tracing::{Level, Metadata};
@@ -38,17 +41,14 @@ pub(crate) struct Batched {
 
 struct Shared {
     state: Mutex<State>,
-    /// Signalled when a batch begins.
-    begun: Condvar,
 }
 
 struct State {
     pending: Vec<u8>,
     output: Box<dyn Write + Send>,
-    /// Whether the flushing thread runs.
-    flusher: bool,
-    /// Whether lines are written as they come (no thread could start).
-    direct: bool,
+    /// The runtime that writes batches out after their delay; lines are
+    /// written as they come without one.
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl Batched {
@@ -59,10 +59,8 @@ impl Batched {
                 state: Mutex::new(State {
                     pending: Vec::new(),
                     output,
-                    flusher: false,
-                    direct: false,
+                    runtime: None,
                 }),
-                begun: Condvar::new(),
             }),
         }
     }
@@ -80,30 +78,27 @@ impl Batched {
         self.shared.lock().write_out();
     }
 
-    /// Starts the thread that writes each batch out after its delay; it
-    /// sleeps while no line waits.
-    fn start_flusher(&self) {
-        let shared = Arc::clone(&self.shared);
-        let spawned = std::thread::Builder::new()
-            .name("kopf-log-flush".into())
-            .spawn(move || {
-                loop {
-                    let state = shared.lock();
-                    let state = shared
-                        .begun
-                        .wait_while(state, |state| state.pending.is_empty())
-                        .unwrap_or_else(PoisonError::into_inner);
-                    drop(state);
-                    std::thread::sleep(FLUSH_DELAY);
-                    shared.lock().write_out();
-                }
-            });
-        if spawned.is_err() {
-            // No thread: every line is written as it comes.
-            let mut state = self.shared.lock();
-            state.direct = true;
+    /// Batches lines from now on, each written out by a task on `runtime`
+    /// (which must have timers enabled); `None` writes every line as it
+    /// comes again, and what waits at once.
+    pub(crate) fn set_runtime(&self, runtime: Option<tokio::runtime::Handle>) {
+        let mut state = self.shared.lock();
+        state.runtime = runtime;
+        if state.runtime.is_none() {
             state.write_out();
         }
+    }
+
+    /// Has the batch written out after [`FLUSH_DELAY`] by a task on
+    /// `runtime`.
+    fn schedule(&self, runtime: &tokio::runtime::Handle) {
+        // Written when the task ends, or is dropped undone (the runtime
+        // shuts down).
+        let due = WriteOutOnDrop(self.clone());
+        runtime.spawn(async move {
+            tokio::time::sleep(FLUSH_DELAY).await;
+            drop(due);
+        });
     }
 }
 
@@ -123,7 +118,24 @@ impl State {
         // as `tracing-subscriber` drops them.
         let _ = self.output.write_all(&self.pending);
         let _ = self.output.flush();
-        self.pending.clear();
+        if self.pending.capacity() > KEPT_CAPACITY {
+            // A burst's buffer is not kept for the quiet after it.
+            self.pending = Vec::new();
+        } else {
+            self.pending.clear();
+        }
+    }
+}
+
+/// The buffer capacity kept between batches.
+const KEPT_CAPACITY: usize = 4 * 1024;
+
+/// Writes out its batch when dropped.
+struct WriteOutOnDrop(Batched);
+
+impl Drop for WriteOutOnDrop {
+    fn drop(&mut self) {
+        self.0.flush();
     }
 }
 
@@ -135,19 +147,18 @@ pub(crate) struct LineWriter<'a> {
 
 impl Write for LineWriter<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let shared = &self.batched.shared;
-        let mut state = shared.lock();
+        let mut state = self.batched.shared.lock();
         let begins = state.pending.is_empty();
         state.pending.extend_from_slice(buf);
-        if self.urgent || state.direct || state.pending.len() >= FLUSH_SIZE {
-            state.write_out();
-        } else if begins {
-            if !state.flusher {
-                state.flusher = true;
-                drop(state);
-                self.batched.start_flusher();
+        match &state.runtime {
+            Some(runtime) if !self.urgent && state.pending.len() < FLUSH_SIZE => {
+                if begins {
+                    let runtime = runtime.clone();
+                    drop(state);
+                    self.batched.schedule(&runtime);
+                }
             }
-            shared.begun.notify_one();
+            _ => state.write_out(),
         }
         Ok(buf.len())
     }
@@ -175,26 +186,29 @@ impl<'a> MakeWriter<'a> for Batched {
     }
 }
 
-/// Writes out the log lines still waiting, if logging batches them.
-pub(crate) fn flush() {
+/// Batches the lines of the process's log output (if logging set it up
+/// with [`Batched::stdout`]) on `runtime` until the guard is dropped, which
+/// writes out what waits then: on every way out of the operator's scope.
+pub(crate) fn batch_on(runtime: tokio::runtime::Handle) -> Batching {
     if let Some(batched) = STDOUT.get() {
-        batched.flush();
+        batched.set_runtime(Some(runtime));
     }
+    Batching
 }
 
-/// Calls [`flush`] when dropped: on every way out of a scope.
-pub(crate) struct FlushOnDrop;
+/// Batching of the log output, until dropped; see [`batch_on`].
+pub(crate) struct Batching;
 
-impl Drop for FlushOnDrop {
+impl Drop for Batching {
     fn drop(&mut self) {
-        flush();
+        if let Some(batched) = STDOUT.get() {
+            batched.set_runtime(None);
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::Instant;
-
     use super::*;
 
     /// An output the test can read.
@@ -226,10 +240,9 @@ mod tests {
         writer.write_all(text.as_bytes()).expect("written");
     }
 
-    #[test]
-    fn lines_wait_for_the_flush() {
-        let sink = Sink::default();
-        let batched = Batched::new(Box::new(sink.clone()));
+    #[tokio::test(start_paused = true)]
+    async fn lines_wait_for_the_flush() {
+        let (batched, sink) = batched();
         line(&batched, Some(Level::INFO), "a\n");
         line(&batched, Some(Level::DEBUG), "b\n");
         assert_eq!(sink.text(), "", "nothing is written line by line");
@@ -237,21 +250,28 @@ mod tests {
         assert_eq!(sink.text(), "a\nb\n");
     }
 
-    #[test]
-    fn a_warning_is_written_at_once_after_the_lines_before_it() {
+    /// Batches for a sink the test reads, on the test's runtime.
+    fn batched() -> (Batched, Sink) {
         let sink = Sink::default();
         let batched = Batched::new(Box::new(sink.clone()));
+        batched.set_runtime(Some(tokio::runtime::Handle::current()));
+        (batched, sink)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_warning_is_written_at_once_after_the_lines_before_it() {
+        let (batched, sink) = batched();
         line(&batched, Some(Level::INFO), "a\n");
+        assert_eq!(sink.text(), "");
         line(&batched, Some(Level::WARN), "w\n");
         assert_eq!(sink.text(), "a\nw\n");
         line(&batched, Some(Level::ERROR), "e\n");
         assert_eq!(sink.text(), "a\nw\ne\n");
     }
 
-    #[test]
-    fn a_full_buffer_is_written_at_once() {
-        let sink = Sink::default();
-        let batched = Batched::new(Box::new(sink.clone()));
+    #[tokio::test(start_paused = true)]
+    async fn a_full_buffer_is_written_at_once() {
+        let (batched, sink) = batched();
         let long = "x".repeat(FLUSH_SIZE / 2);
         line(&batched, None, &long);
         assert_eq!(sink.text(), "");
@@ -259,23 +279,60 @@ mod tests {
         assert_eq!(sink.text().len(), FLUSH_SIZE);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn waiting_lines_are_written_after_the_delay() {
+        let (batched, sink) = batched();
+        line(&batched, Some(Level::INFO), "a\n");
+        tokio::time::sleep(FLUSH_DELAY / 2).await;
+        line(&batched, Some(Level::INFO), "b\n");
+        assert_eq!(sink.text(), "");
+        tokio::time::sleep(FLUSH_DELAY / 2).await;
+        tokio::task::yield_now().await;
+        assert_eq!(
+            sink.text(),
+            "a\nb\n",
+            "the batch, after its first line's delay"
+        );
+        // And again for a later batch.
+        line(&batched, Some(Level::INFO), "c\n");
+        tokio::time::sleep(FLUSH_DELAY).await;
+        tokio::task::yield_now().await;
+        assert_eq!(sink.text(), "a\nb\nc\n");
+    }
+
     #[test]
-    fn waiting_lines_are_written_after_the_delay() {
+    fn without_a_runtime_lines_are_written_as_they_come() {
         let sink = Sink::default();
         let batched = Batched::new(Box::new(sink.clone()));
-        let started = Instant::now();
         line(&batched, Some(Level::INFO), "a\n");
-        // Generous: the flushing thread is only asked to write after the delay.
-        while sink.text().is_empty() && started.elapsed() < Duration::from_secs(30) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
         assert_eq!(sink.text(), "a\n");
-        assert!(started.elapsed() >= FLUSH_DELAY);
-        // And again for a later batch.
+    }
+
+    #[test]
+    fn a_runtime_shutting_down_writes_its_waiting_lines() {
+        let sink = Sink::default();
+        let batched = Batched::new(Box::new(sink.clone()));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        batched.set_runtime(Some(runtime.handle().clone()));
+        // Logged from another thread: the runtime writes it all the same.
+        std::thread::scope(|s| {
+            s.spawn(|| line(&batched, Some(Level::INFO), "a\n"));
+        });
+        assert_eq!(sink.text(), "", "still waiting");
+        drop(runtime);
+        assert_eq!(sink.text(), "a\n");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ending_the_batching_writes_what_waits_and_then_every_line() {
+        let (batched, sink) = batched();
+        line(&batched, Some(Level::INFO), "a\n");
+        batched.set_runtime(None);
+        assert_eq!(sink.text(), "a\n");
         line(&batched, Some(Level::INFO), "b\n");
-        while sink.text().len() < 4 && started.elapsed() < Duration::from_secs(30) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
         assert_eq!(sink.text(), "a\nb\n");
     }
 }

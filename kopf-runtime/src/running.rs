@@ -138,8 +138,9 @@ impl Runner {
             None => Args::parse(),
         };
         cli::init_logging(&args)?;
-        // Batched log lines are written out on every way out of here.
-        let _logs = crate::logbuffer::FlushOnDrop;
+        // Log lines are batched while the operator runs, and what waits is
+        // written out on every way out of here.
+        let _logs = crate::logbuffer::batch_on(tokio::runtime::Handle::current());
         let registry = match self.registry {
             Some(registry) => registry,
             None => Registry::from_inventory()?,
