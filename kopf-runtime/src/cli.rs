@@ -198,14 +198,14 @@ impl Args {
 
 /// Install the global tracing subscriber as the arguments say.
 ///
-/// # Errors
-///
-/// [`CliError`] if `RUST_LOG` is invalid or a subscriber is already set.
-///
 /// A terminal gets every line as it comes. Any other stdout (a file, a
 /// pipe: a container's log) gets lines in batches while the operator runs,
 /// at the latest 0.1 s after they were logged and at once from `WARN` up;
 /// the operator writes what is left when it exits.
+///
+/// # Errors
+///
+/// [`CliError`] if `RUST_LOG` is invalid or a subscriber is already set.
 pub fn init_logging(args: &Args) -> Result<(), CliError> {
     let filter = args.env_filter()?;
     // Colours only for a terminal: not in log files and collectors.

@@ -591,6 +591,39 @@ mod tests {
     }
 
     #[test]
+    fn only_the_operators_bookkeeping_leaves_a_patched_object_as_handled() {
+        let (storage, progress) = (DiffBaseStorage::default(), ProgressStorage::default());
+        let (new, _) = handled_and_echoed();
+        let bookkeeping = [
+            json!({}),
+            json!({"metadata": {"annotations": {
+                "kopf.zalando.org/last-handled-configuration": "{}\n",
+                "kopf.zalando.org/create_fn": null,
+            }}}),
+            json!({"metadata": {"finalizers": null, "resourceVersion": "1"}}),
+        ];
+        for patch in bookkeeping {
+            assert!(storage.only_bookkeeping(&new, &patch, &progress), "{patch}");
+        }
+        let more = [
+            json!({"status": {"create_fn": {"done": true}}}),
+            json!({"data": {"k": "v2"}}),
+            json!({"metadata": {"labels": {"l": "2"}}}),
+            json!({"metadata": {"annotations": {"someone/else": "x"}}}),
+            json!({"metadata": {"annotations": {"other.kopf.zalando.org/x": "y"}}}),
+            json!({"metadata": {"annotations": null}}),
+            json!({"metadata": {"annotations": {"kopf.zalando.org/x": "y"}, "labels": {}}}),
+            json!("not a patch"),
+        ];
+        for patch in more {
+            assert!(
+                !storage.only_bookkeeping(&new, &patch, &progress),
+                "{patch}"
+            );
+        }
+    }
+
+    #[test]
     fn the_stored_diffbase_is_recognised_under_every_key() {
         let storage = DiffBaseStorage::default();
         let (new, _) = handled_and_echoed();
