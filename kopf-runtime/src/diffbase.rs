@@ -258,9 +258,9 @@ impl DiffBaseStorage {
     /// Whether `patch` (a merge patch for `body`) changes nothing an
     /// essence is made of, and nothing but the operator's bookkeeping: the
     /// annotations of the diff-base and of the `progress` storage, the
-    /// finalizers, and the `resourceVersion` precondition. The object
-    /// patched with it has the same essence as `body`, and the same
-    /// fields besides.
+    /// finalizers, the `resourceVersion` precondition, and the `status`
+    /// (where handlers' results go). The object patched with it has the
+    /// same essence as `body`, and the same fields besides.
     pub fn only_bookkeeping(
         &self,
         body: &Value,
@@ -270,12 +270,15 @@ impl DiffBaseStorage {
         let Some(patch) = patch.as_object() else {
             return false;
         };
-        let Some(metadata) = patch.get("metadata").and_then(Value::as_object) else {
-            return patch.is_empty();
-        };
-        if patch.len() > 1 {
+        if patch.keys().any(|key| key != "metadata" && key != "status") {
             return false;
         }
+        let Some(metadata) = patch.get("metadata") else {
+            return true;
+        };
+        let Some(metadata) = metadata.as_object() else {
+            return false;
+        };
         let written = self.written(body, progress);
         metadata.iter().all(|(key, value)| match key.as_str() {
             "finalizers" | "resourceVersion" => true,
@@ -601,13 +604,16 @@ mod tests {
                 "kopf.zalando.org/create_fn": null,
             }}}),
             json!({"metadata": {"finalizers": null, "resourceVersion": "1"}}),
+            // Handlers' results: no essence keeps the status.
+            json!({"status": {"create_fn": {"message": "done"}}}),
         ];
         for patch in bookkeeping {
             assert!(storage.only_bookkeeping(&new, &patch, &progress), "{patch}");
         }
         let more = [
-            json!({"status": {"create_fn": {"done": true}}}),
             json!({"data": {"k": "v2"}}),
+            json!({"status": {}, "data": {"k": "v2"}}),
+            json!({"metadata": null}),
             json!({"metadata": {"labels": {"l": "2"}}}),
             json!({"metadata": {"annotations": {"someone/else": "x"}}}),
             json!({"metadata": {"annotations": {"other.kopf.zalando.org/x": "y"}}}),

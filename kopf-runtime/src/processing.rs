@@ -344,10 +344,12 @@ impl ResourceProcessor {
         };
         // A patch that settles the object is guarded by the handled body's
         // version: accepted, it comes back with nothing new (see `Echoes`).
-        let echoes = self
-            .echoes
-            .as_ref()
-            .filter(|_| settled && self.diffbase.only_bookkeeping(body, &patch, &self.progress));
+        // One request only: a status subresource would be a second one.
+        let echoes = self.echoes.as_ref().filter(|_| {
+            settled
+                && self.diffbase.only_bookkeeping(body, &patch, &self.progress)
+                && !(self.target.status_subresource && patch.get("status").is_some())
+        });
         let guard = echoes.and_then(|_| guard(&mut patch, body));
         match self.send(&target, &mut patch, ran, guard, &logger).await {
             Ok((PatchOutcome::Patched(patched), guarded)) => {
@@ -851,6 +853,15 @@ mod tests {
         registry: RegistryBuilder,
         handler: impl Fn(&Recorded) -> Reply + Send + Sync + 'static,
     ) -> (ResourceProcessor, Arc<Mutex<Vec<Recorded>>>) {
+        processor_of(registry, false, handler)
+    }
+
+    /// [`processor`], for a resource with or without a status subresource.
+    fn processor_of(
+        registry: RegistryBuilder,
+        status_subresource: bool,
+        handler: impl Fn(&Recorded) -> Reply + Send + Sync + 'static,
+    ) -> (ResourceProcessor, Arc<Mutex<Vec<Recorded>>>) {
         let registry = registry.build().expect("a valid registry");
         let (client, log) = mock_api::client(handler);
         let observer = TaskObserver::new(None);
@@ -861,7 +872,7 @@ mod tests {
         let target = ResourceTarget {
             api: Arc::new(mock_api::example_resource()),
             namespaced: true,
-            status_subresource: false,
+            status_subresource,
         };
         let processor = ResourceProcessor::new(
             target,
@@ -886,6 +897,14 @@ mod tests {
         })
     }
 
+    /// Processes the object `u1` at version 1, new.
+    async fn process_new(processor: &ResourceProcessor) -> Processed {
+        let body = example("ns", "a", "u1", "1");
+        processor
+            .process("u1".into(), upserted(body, Seen::New))
+            .await
+    }
+
     fn patches(log: &Mutex<Vec<Recorded>>) -> Vec<Value> {
         let log = log.lock().expect("not poisoned");
         log.iter()
@@ -900,12 +919,7 @@ mod tests {
             Reply::Json(200, example("ns", "a", "u1", "2"))
         });
         let echoes = processor.echoes().expect("only change handlers").clone();
-        let processed = processor
-            .process(
-                "u1".into(),
-                upserted(example("ns", "a", "u1", "1"), Seen::New),
-            )
-            .await;
+        let processed = process_new(&processor).await;
         let sent = patches(&log);
         assert_eq!(sent.len(), 1);
         assert_eq!(sent[0]["metadata"]["resourceVersion"], "1", "{sent:?}");
@@ -933,12 +947,7 @@ mod tests {
             }
         });
         let started = tokio::time::Instant::now();
-        let processed = processor
-            .process(
-                "u1".into(),
-                upserted(example("ns", "a", "u1", "1"), Seen::New),
-            )
-            .await;
+        let processed = process_new(&processor).await;
         let sent = patches(&log);
         assert_eq!(sent.len(), 2, "{sent:?}");
         assert_eq!(sent[0]["metadata"]["resourceVersion"], "1");
@@ -959,6 +968,33 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_handlers_result_is_guarded_unless_the_status_is_a_second_request() {
+        let returning = || {
+            Registry::builder().on_create(examples(), "create_fn", |_kw: Kwargs| async {
+                Ok::<_, Error>(json!({"message": "created"}))
+            })
+        };
+        let answer = |_: &Recorded| Reply::Json(200, example("ns", "a", "u1", "2"));
+        let (processor, log) = processor_of(returning(), false, answer);
+        process_new(&processor).await;
+        let sent = patches(&log);
+        assert_eq!(sent[0]["status"]["create_fn"]["message"], "created");
+        assert_eq!(sent[0]["metadata"]["resourceVersion"], "1", "{sent:?}");
+        assert_eq!(processor.echoes().expect("kept").len(), 1);
+
+        let (processor, log) = processor_of(returning(), true, answer);
+        process_new(&processor).await;
+        let sent = patches(&log);
+        assert_eq!(sent.len(), 2, "the object, then its status: {sent:?}");
+        assert!(
+            sent.iter()
+                .all(|p| p["metadata"].get("resourceVersion").is_none()),
+            "unguarded: {sent:?}"
+        );
+        assert!(processor.echoes().expect("kept").is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn with_event_handlers_every_event_is_processed() {
         let registry = creating().on_event(examples(), "event_fn", |_kw: Kwargs| async {
             Ok::<_, Error>(())
@@ -967,12 +1003,7 @@ mod tests {
             Reply::Json(200, example("ns", "a", "u1", "2"))
         });
         assert!(processor.echoes().is_none());
-        let processed = processor
-            .process(
-                "u1".into(),
-                upserted(example("ns", "a", "u1", "1"), Seen::New),
-            )
-            .await;
+        let processed = process_new(&processor).await;
         let sent = patches(&log);
         assert!(
             sent[0]["metadata"].get("resourceVersion").is_none(),

@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use kopf_runtime::registry::RegistryBuilder;
 use kopf_runtime::{Error, Kwargs, Registry, ResourceRef, posting};
 use kopf_testing::Emulator;
 use kopf_tests::{Calls, Running, capture_logs, eventually, test_settings};
@@ -70,6 +71,19 @@ fn recording(calls: &Calls) -> Registry {
         })
         .build()
         .expect("a valid registry")
+}
+
+/// `builder` with an update handler recording each call's diff into `calls`.
+fn recording_diffs(builder: RegistryBuilder, calls: &Calls) -> RegistryBuilder {
+    let calls = calls.clone();
+    builder.on_update(cms(), "update_fn", move |kw: Kwargs| {
+        let calls = calls.clone();
+        async move {
+            let diff = serde_json::to_value(&kw.diff).unwrap_or_default();
+            calls.push("update", json!({"diff": diff}));
+            Ok::<_, Error>(())
+        }
+    })
 }
 
 /// Kopf's memo for event handlers: one per object, kept from event to event
@@ -244,9 +258,9 @@ async fn update_runs_the_update_handler_with_the_diff_and_noop_changes_run_nothi
 async fn a_change_made_while_the_create_handler_runs_is_then_handled_as_an_update() {
     let emulator = Emulator::start().await.expect("emulator starts");
     let calls = Calls::default();
-    let (c, u) = (calls.clone(), calls.clone());
+    let c = calls.clone();
     let client = emulator.client();
-    let registry = Registry::builder()
+    let registry = recording_diffs(Registry::builder(), &calls)
         .on_create(cms(), "create_fn", move |kw: Kwargs| {
             let (calls, client) = (c.clone(), client.clone());
             async move {
@@ -260,14 +274,6 @@ async fn a_change_made_while_the_create_handler_runs_is_then_handled_as_an_updat
                 .await
                 .expect("patched by the handler");
                 calls.push("create", json!({"name": kw.name()}));
-                Ok::<_, Error>(())
-            }
-        })
-        .on_update(cms(), "update_fn", move |kw: Kwargs| {
-            let calls = u.clone();
-            async move {
-                let diff = serde_json::to_value(&kw.diff).unwrap_or_default();
-                calls.push("update", json!({"diff": diff}));
                 Ok::<_, Error>(())
             }
         })
@@ -315,20 +321,12 @@ async fn the_operators_own_patch_is_not_processed_again_but_later_changes_are() 
     let (logs, _guard) = capture_logs();
     let emulator = Emulator::start().await.expect("emulator starts");
     let calls = Calls::default();
-    let (c, u) = (calls.clone(), calls.clone());
-    let registry = Registry::builder()
+    let c = calls.clone();
+    let registry = recording_diffs(Registry::builder(), &calls)
         .on_create(cms(), "create_fn", move |kw: Kwargs| {
             let calls = c.clone();
             async move {
                 calls.push("create", json!({"name": kw.name()}));
-                Ok::<_, Error>(())
-            }
-        })
-        .on_update(cms(), "update_fn", move |kw: Kwargs| {
-            let calls = u.clone();
-            async move {
-                let diff = serde_json::to_value(&kw.diff).unwrap_or_default();
-                calls.push("update", json!({"diff": diff}));
                 Ok::<_, Error>(())
             }
         })
