@@ -16,6 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -185,116 +186,128 @@ impl Operator {
         self,
         stop: impl Future<Output = ()> + Send,
     ) -> Result<(), OperatorError> {
-        if let Some(handler) = self
-            .registry
-            .handlers()
-            .iter()
-            .find(|h| !is_supported(h.kind))
-        {
-            return Err(OperatorError::Unsupported {
-                handler: handler.fn_path.to_string(),
-                kind: handler.kind,
-            });
-        }
-        let client = match self.client.clone() {
-            Some(client) => client,
-            None => Client::try_default().await.map_err(OperatorError::Client)?,
-        };
-        let settings = Arc::new(self.settings.clone());
-        let root = CancellationToken::new();
-        let tasks = TaskTracker::new();
+        // One body, polled through one boxed future, for every kind of
+        // `stop` and every caller: the operator's whole run is large code,
+        // not worth a copy in each place that awaits it.
+        self.run_until_boxed(Box::pin(stop)).await
+    }
 
-        let poster = if settings.posting.enabled {
-            let (poster, task) = EventPoster::new(client.clone(), settings.posting.clone());
-            tasks.spawn(task.run(root.child_token()));
-            Some(poster)
-        } else {
-            None
-        };
-
-        let observer = TaskObserver::new(poster.clone());
-        let spawner = Arc::new(Spawner::with_counters(
-            tokio::runtime::Handle::current(),
-            Arc::clone(&observer) as Arc<dyn crate::spawning::Observer>,
-            SpawnerSettings {
-                graceful_exit_limit: settings.background.graceful_exit_limit,
-                default_cancellation_timeout: settings.background.default_cancellation_timeout,
-            },
-            Arc::clone(&self.task_counters),
-        ));
-
-        let activities = |kind| {
-            self.registry
-                .of_kind(kind)
-                .cloned()
-                .collect::<Vec<Handler>>()
-        };
-        let mut stop = std::pin::pin!(stop);
-        let startup_handlers = activities(HandlerKind::OnStartup);
-        let startup = run_activities(&startup_handlers, &client, true);
-        tokio::select! {
-            started = startup => started?,
-            () = &mut stop => {
-                // As in Kopf: a start-up cut short serves nothing and cleans nothing up.
-                tracing::warn!("stopped before the start-up handlers finished");
-                root.cancel();
-                tasks.close();
-                let exit_timeout = settings.queueing.exit_timeout + Duration::from_secs(1);
-                if tokio::time::timeout(exit_timeout, tasks.wait()).await.is_err() {
-                    tracing::warn!("background tasks did not stop in time; abandoning them");
-                }
-                return Ok(());
+    fn run_until_boxed<'a>(
+        self,
+        stop: Pin<Box<dyn Future<Output = ()> + Send + 'a>>,
+    ) -> Pin<Box<dyn Future<Output = Result<(), OperatorError>> + Send + 'a>> {
+        Box::pin(async move {
+            if let Some(handler) = self
+                .registry
+                .handlers()
+                .iter()
+                .find(|h| !is_supported(h.kind))
+            {
+                return Err(OperatorError::Unsupported {
+                    handler: handler.fn_path.to_string(),
+                    kind: handler.kind,
+                });
             }
-        }
-
-        let watching = root.child_token();
-        let mut queues = Vec::new();
-        for (resource, handlers) in self.resources().into_values() {
-            let handlers = ResourceHandlers::new(handlers.iter());
-            for handler in &handlers.spawning {
-                check_task(handler)?;
-            }
-            let serve = ServeResource {
-                resource,
-                handlers,
-                client: client.clone(),
-                settings: Arc::clone(&settings),
-                poster: poster.clone(),
-                namespaces: self.namespaces.clone(),
-                spawner: Arc::clone(&spawner),
-                observer: Arc::clone(&observer),
+            let client = match self.client.clone() {
+                Some(client) => client,
+                None => Client::try_default().await.map_err(OperatorError::Client)?,
             };
-            let (queue_tx, queue_rx) = tokio::sync::oneshot::channel();
-            tasks.spawn(serve.run(watching.clone(), queue_tx));
-            queues.push(queue_rx);
-        }
+            let settings = Arc::new(self.settings.clone());
+            let root = CancellationToken::new();
+            let tasks = TaskTracker::new();
 
-        stop.await;
-        tracing::info!("stopping the operator");
-        watching.cancel();
-        let exit_timeout = settings.queueing.exit_timeout;
-        for queue in queues {
-            if let Ok(queue) = queue.await {
-                queue.shutdown(exit_timeout).await;
+            let poster = if settings.posting.enabled {
+                let (poster, task) = EventPoster::new(client.clone(), settings.posting.clone());
+                tasks.spawn(task.run(root.child_token()));
+                Some(poster)
+            } else {
+                None
+            };
+
+            let observer = TaskObserver::new(poster.clone());
+            let spawner = Arc::new(Spawner::with_counters(
+                tokio::runtime::Handle::current(),
+                Arc::clone(&observer) as Arc<dyn crate::spawning::Observer>,
+                SpawnerSettings {
+                    graceful_exit_limit: settings.background.graceful_exit_limit,
+                    default_cancellation_timeout: settings.background.default_cancellation_timeout,
+                },
+                Arc::clone(&self.task_counters),
+            ));
+
+            let activities = |kind| {
+                self.registry
+                    .of_kind(kind)
+                    .cloned()
+                    .collect::<Vec<Handler>>()
+            };
+            let mut stop = stop;
+            let startup_handlers = activities(HandlerKind::OnStartup);
+            let startup = run_activities(&startup_handlers, &client, true);
+            tokio::select! {
+                started = startup => started?,
+                () = &mut stop => {
+                    // As in Kopf: a start-up cut short serves nothing and cleans nothing up.
+                    tracing::warn!("stopped before the start-up handlers finished");
+                    root.cancel();
+                    tasks.close();
+                    let exit_timeout = settings.queueing.exit_timeout + Duration::from_secs(1);
+                    if tokio::time::timeout(exit_timeout, tasks.wait()).await.is_err() {
+                        tracing::warn!("background tasks did not stop in time; abandoning them");
+                    }
+                    return Ok(());
+                }
             }
-        }
-        if let Err(error) = spawner.shutdown(settings.background.shutdown_timeout).await {
-            tracing::warn!(%error, "daemons and timers did not all stop in time");
-        }
-        if let Err(error) =
-            run_activities(&activities(HandlerKind::OnCleanup), &client, false).await
-        {
-            tracing::warn!(%error, "a clean-up handler failed");
-        }
-        root.cancel();
-        tasks.close();
-        if tokio::time::timeout(exit_timeout + Duration::from_secs(1), tasks.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!("background tasks did not stop in time; abandoning them");
-        }
-        Ok(())
+
+            let watching = root.child_token();
+            let mut queues = Vec::new();
+            for (resource, handlers) in self.resources().into_values() {
+                let handlers = ResourceHandlers::new(handlers.iter());
+                for handler in &handlers.spawning {
+                    check_task(handler)?;
+                }
+                let serve = ServeResource {
+                    resource,
+                    handlers,
+                    client: client.clone(),
+                    settings: Arc::clone(&settings),
+                    poster: poster.clone(),
+                    namespaces: self.namespaces.clone(),
+                    spawner: Arc::clone(&spawner),
+                    observer: Arc::clone(&observer),
+                };
+                let (queue_tx, queue_rx) = tokio::sync::oneshot::channel();
+                tasks.spawn(serve.run(watching.clone(), queue_tx));
+                queues.push(queue_rx);
+            }
+
+            stop.await;
+            tracing::info!("stopping the operator");
+            watching.cancel();
+            let exit_timeout = settings.queueing.exit_timeout;
+            for queue in queues {
+                if let Ok(queue) = queue.await {
+                    queue.shutdown(exit_timeout).await;
+                }
+            }
+            if let Err(error) = spawner.shutdown(settings.background.shutdown_timeout).await {
+                tracing::warn!(%error, "daemons and timers did not all stop in time");
+            }
+            if let Err(error) =
+                run_activities(&activities(HandlerKind::OnCleanup), &client, false).await
+            {
+                tracing::warn!(%error, "a clean-up handler failed");
+            }
+            root.cancel();
+            tasks.close();
+            if tokio::time::timeout(exit_timeout + Duration::from_secs(1), tasks.wait())
+                .await
+                .is_err()
+            {
+                tracing::warn!("background tasks did not stop in time; abandoning them");
+            }
+            Ok(())
+        })
     }
 
     /// The resources served, each with its handlers, in a stable order.

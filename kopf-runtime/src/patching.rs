@@ -27,6 +27,8 @@
 //! [`diffbase`](crate::diffbase) and the engine.
 
 use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -255,13 +257,24 @@ impl Patcher {
         target: &PatchTarget,
         patch: &Value,
     ) -> Result<PatchOutcome<T>, PatchError> {
+        let answer = self.merge_text(target, patch).await?;
+        decode(target, answer)
+    }
+
+    /// [`merge`](Self::merge) with the answer undecoded: one body for every
+    /// `T` of [`merge_as`](Self::merge_as).
+    async fn merge_text(
+        &self,
+        target: &PatchTarget,
+        patch: &Value,
+    ) -> Result<PatchOutcome<String>, PatchError> {
         let request = target.request();
         let (main, status) = split_status(patch, target.status_subresource);
         let mut outcome = None;
         if let Some(main) = main {
             let body = Patch::Merge(&*main);
             let sent = self
-                .retrying(target, || request.patch(&target.name, &self.params, &body))
+                .retrying(target, &|| request.patch(&target.name, &self.params, &body))
                 .await?;
             if matches!(sent, PatchOutcome::Gone) {
                 return Ok(sent);
@@ -271,7 +284,7 @@ impl Patcher {
         if let Some(status) = status {
             let body = Patch::Merge(&status);
             let sent = self
-                .retrying(target, || {
+                .retrying(target, &|| {
                     request.patch_subresource("status", &target.name, &self.params, &body)
                 })
                 .await?;
@@ -280,7 +293,7 @@ impl Patcher {
         match outcome {
             Some(outcome) => Ok(outcome),
             None => {
-                self.retrying(target, || request.get(&target.name, &GetParams::default()))
+                self.retrying(target, &|| request.get(&target.name, &GetParams::default()))
                     .await
             }
         }
@@ -309,108 +322,127 @@ impl Patcher {
         if !main_ops.is_empty() {
             let body = Patch::<()>::Json(json_patch::Patch(main_ops));
             let sent = self
-                .retrying(target, || request.patch(&target.name, &self.params, &body))
+                .retrying(target, &|| request.patch(&target.name, &self.params, &body))
                 .await?;
             if matches!(sent, PatchOutcome::Gone) {
-                return Ok(sent);
+                return Ok(PatchOutcome::Gone);
             }
             outcome = Some(sent);
         }
         if !status_ops.is_empty() {
             let body = Patch::<()>::Json(json_patch::Patch(status_ops));
             let sent = self
-                .retrying(target, || {
+                .retrying(target, &|| {
                     request.patch_subresource("status", &target.name, &self.params, &body)
                 })
                 .await?;
             outcome = Some(sent);
         }
-        match outcome {
-            Some(outcome) => Ok(outcome),
+        let answer = match outcome {
+            Some(outcome) => outcome,
             None => {
-                self.retrying(target, || request.get(&target.name, &GetParams::default()))
-                    .await
+                self.retrying(target, &|| request.get(&target.name, &GetParams::default()))
+                    .await?
             }
-        }
+        };
+        decode(target, answer)
     }
 
     /// Send the request built by `build` until the server answers, or the
-    /// retries run out; the answer is decoded as `T`.
-    async fn retrying<T, F>(
-        &self,
-        target: &PatchTarget,
-        build: F,
-    ) -> Result<PatchOutcome<T>, PatchError>
-    where
-        T: DeserializeOwned,
-        F: Fn() -> Result<http::Request<Vec<u8>>, kube::core::request::Error>,
-    {
-        let request = || async {
-            let request = build().map_err(kube::Error::BuildRequest)?;
-            self.client.request::<T>(request).await
-        };
-        let mut backoff = Backoff::limited(&self.backoffs);
-        let name = || target.name.clone();
-        loop {
-            let answer = match self.request_timeout {
-                Some(limit) => tokio::time::timeout(limit, request()).await,
-                None => Ok(request().await),
+    /// retries run out; the answer is the server's text, to [`decode`].
+    fn retrying<'a>(
+        &'a self,
+        target: &'a PatchTarget,
+        build: &'a (dyn Fn() -> Result<http::Request<Vec<u8>>, kube::core::request::Error> + Sync),
+    ) -> Pin<Box<dyn Future<Output = Result<PatchOutcome<String>, PatchError>> + Send + 'a>> {
+        // Boxed: polled through one vtable, the retry loop is one body
+        // however many places await it.
+        Box::pin(async move {
+            let request = || async {
+                let request = build().map_err(kube::Error::BuildRequest)?;
+                self.client.request_text(request).await
             };
-            let error = match answer {
-                Ok(Ok(obj)) => return Ok(PatchOutcome::Patched(Box::new(obj))),
-                Ok(Err(error)) => error,
-                Err(_elapsed) => match backoff.next_delay(None) {
-                    Some(delay) => {
-                        tracing::debug!(name = %target.name, ?delay, "a patch timed out; retrying");
-                        tokio::time::sleep(delay).await;
-                        continue;
-                    }
-                    None => {
-                        return Err(PatchError::TimedOut {
-                            name: name(),
-                            attempts: backoff.attempts() + 1,
-                        });
-                    }
-                },
-            };
-            match (classify(&error), error) {
-                (ErrorClass::NotFound, _) => return Ok(PatchOutcome::Gone),
-                (ErrorClass::Conflict, kube::Error::Api(status)) => {
-                    return Err(PatchError::Conflict {
-                        name: name(),
-                        status,
-                    });
-                }
-                (ErrorClass::Invalid, kube::Error::Api(status)) => {
-                    return Err(PatchError::Invalid {
-                        name: name(),
-                        status,
-                    });
-                }
-                (ErrorClass::Transient { retry_after }, error) => {
-                    match backoff.next_delay(retry_after) {
+            let mut backoff = Backoff::limited(&self.backoffs);
+            let name = || target.name.clone();
+            loop {
+                let answer = match self.request_timeout {
+                    Some(limit) => tokio::time::timeout(limit, request()).await,
+                    None => Ok(request().await),
+                };
+                let error = match answer {
+                    Ok(Ok(obj)) => return Ok(PatchOutcome::Patched(Box::new(obj))),
+                    Ok(Err(error)) => error,
+                    Err(_elapsed) => match backoff.next_delay(None) {
                         Some(delay) => {
-                            tracing::debug!(name = %target.name, ?delay, %error, "retrying a patch");
+                            tracing::debug!(name = %target.name, ?delay, "a patch timed out; retrying");
                             tokio::time::sleep(delay).await;
+                            continue;
                         }
                         None => {
-                            let attempts = backoff.attempts() + 1;
-                            return Err(PatchError::RetriesExhausted {
+                            return Err(PatchError::TimedOut {
                                 name: name(),
-                                attempts,
-                                last: error,
+                                attempts: backoff.attempts() + 1,
                             });
                         }
+                    },
+                };
+                match (classify(&error), error) {
+                    (ErrorClass::NotFound, _) => return Ok(PatchOutcome::Gone),
+                    (ErrorClass::Conflict, kube::Error::Api(status)) => {
+                        return Err(PatchError::Conflict {
+                            name: name(),
+                            status,
+                        });
+                    }
+                    (ErrorClass::Invalid, kube::Error::Api(status)) => {
+                        return Err(PatchError::Invalid {
+                            name: name(),
+                            status,
+                        });
+                    }
+                    (ErrorClass::Transient { retry_after }, error) => {
+                        match backoff.next_delay(retry_after) {
+                            Some(delay) => {
+                                tracing::debug!(name = %target.name, ?delay, %error, "retrying a patch");
+                                tokio::time::sleep(delay).await;
+                            }
+                            None => {
+                                let attempts = backoff.attempts() + 1;
+                                return Err(PatchError::RetriesExhausted {
+                                    name: name(),
+                                    attempts,
+                                    last: error,
+                                });
+                            }
+                        }
+                    }
+                    (_, source) => {
+                        return Err(PatchError::Request {
+                            name: name(),
+                            source,
+                        });
                     }
                 }
-                (_, source) => {
-                    return Err(PatchError::Request {
-                        name: name(),
-                        source,
-                    });
-                }
             }
-        }
+        })
+    }
+}
+
+/// The server's answer decoded as `T`; an answer that does not decode is a
+/// [`PatchError::Request`], as the client reports it.
+fn decode<T: DeserializeOwned>(
+    target: &PatchTarget,
+    answer: PatchOutcome<String>,
+) -> Result<PatchOutcome<T>, PatchError> {
+    match answer {
+        PatchOutcome::Patched(text) => match serde_json::from_str(&text) {
+            Ok(obj) => Ok(PatchOutcome::Patched(Box::new(obj))),
+            Err(error) => Err(PatchError::Request {
+                name: target.name.clone(),
+                source: kube::Error::SerdeError(error),
+            }),
+        },
+        PatchOutcome::Gone => Ok(PatchOutcome::Gone),
     }
 }
 
