@@ -17,6 +17,12 @@ pub struct Sample {
     pub rss: u64,
     /// Peak resident set size over the process's life (`VmHWM`), bytes.
     pub hwm: u64,
+    /// The anonymous part of [`rss`](Self::rss) (`RssAnon`: heap, stacks),
+    /// bytes.
+    pub rss_anon: u64,
+    /// The file-backed part of [`rss`](Self::rss) (`RssFile`: mostly the
+    /// program's own code), bytes.
+    pub rss_file: u64,
 }
 
 /// Clock ticks per second (`getconf CLK_TCK`, 100 if that fails).
@@ -61,6 +67,8 @@ pub fn sample(pid: u32) -> Option<Sample> {
         cpu_s: cpu_clock(pid).unwrap_or((utime + stime) / clock_ticks()),
         rss: kib("VmRSS:"),
         hwm: kib("VmHWM:"),
+        rss_anon: kib("RssAnon:"),
+        rss_file: kib("RssFile:"),
     })
 }
 
@@ -155,6 +163,9 @@ mod tests {
     fn reads_this_process() {
         let s = sample(std::process::id()).expect("this process exists");
         assert!(s.rss > 0 && s.hwm >= s.rss, "{s:?}");
+        // VmRSS is RssAnon + RssFile + RssShmem.
+        assert!(s.rss_anon > 0 && s.rss_file > 0, "{s:?}");
+        assert!(s.rss_anon + s.rss_file <= s.rss, "{s:?}");
         assert!(s.cpu_s >= 0.0);
     }
 }

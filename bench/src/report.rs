@@ -157,6 +157,8 @@ pub const FIGURES: &[Figure] = &[
     ),
     fig("S4", "", "rss_0_mib", "S4 RSS with 0 objects (MiB)"),
     fig("S4", "", "rss_n_mib", "S4 RSS with N objects (MiB)"),
+    fig("S4", "", "rss_anon_n_mib", "S4 of which anonymous (MiB)"),
+    fig("S4", "", "rss_file_n_mib", "S4 of which file pages (MiB)"),
     fig("S4", "", "kib_per_object", "S4 KiB per watched object"),
     fig("S5", "", "leaked", "S5 leaked timers (must be 0)"),
     fig(

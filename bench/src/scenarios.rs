@@ -507,6 +507,9 @@ pub async fn s4(setup: &Setup) -> anyhow::Result<Metrics> {
     m.insert("emulator_cpu_s".into(), emu1.cpu_s - emu0.cpu_s);
     m.insert("rss_0_mib".into(), op0.rss as f64 / MIB);
     m.insert("rss_n_mib".into(), op1.rss as f64 / MIB);
+    // Where the RSS is: heap and stacks, or the program's own pages.
+    m.insert("rss_anon_n_mib".into(), op1.rss_anon as f64 / MIB);
+    m.insert("rss_file_n_mib".into(), op1.rss_file as f64 / MIB);
     m.insert(
         "kib_per_object".into(),
         (op1.rss as f64 - op0.rss as f64) / 1024.0 / setup.n.max(1) as f64,
