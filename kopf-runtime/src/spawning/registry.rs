@@ -22,7 +22,7 @@ use super::counters::Counters;
 use super::observing::{AbandonedReport, Observer};
 use super::runner::Run;
 use super::stopping::{StopFlag, StopReason};
-use super::task::{TaskKind, TaskSpec};
+use super::task::{TaskKind, TaskSpec, TimerSchedule};
 use super::{daemons, timers};
 
 /// Limits that replace Kopf's "wait forever" when a handler sets neither
@@ -133,7 +133,7 @@ struct Entry {
 struct ObjectSlot {
     flag: StopFlag,
     body: watch::Sender<Arc<Value>>,
-    changed: watch::Sender<Instant>,
+    changed: LastChange,
     tasks: HashMap<Arc<str>, Entry>,
     finished: HashSet<Arc<str>>,
     /// Nothing more may be spawned (gone or being deleted).
@@ -146,8 +146,41 @@ struct ObjectSlot {
     forgotten: bool,
 }
 
+/// When an object last changed, for timers with `idle`. A channel only once
+/// such a timer subscribes: most objects never have one, and a channel costs
+/// about half a KiB per object.
+struct LastChange {
+    at: Instant,
+    watched: Option<watch::Sender<Instant>>,
+}
+
+impl LastChange {
+    fn new() -> Self {
+        Self {
+            at: Instant::now(),
+            watched: None,
+        }
+    }
+
+    /// The object changed now.
+    fn bump(&mut self) {
+        self.at = Instant::now();
+        if let Some(watched) = &self.watched {
+            watched.send_replace(self.at);
+        }
+    }
+
+    /// A receiver of the changes from now on, seeing the last one first.
+    fn subscribe(&mut self) -> watch::Receiver<Instant> {
+        let at = self.at;
+        self.watched
+            .get_or_insert_with(|| watch::Sender::new(at))
+            .subscribe()
+    }
+}
+
 impl ObjectSlot {
-    fn update_body(&self, body: &Arc<Value>) -> bool {
+    fn update_body(&mut self, body: &Arc<Value>) -> bool {
         let modified = self.body.send_if_modified(|current| {
             if Arc::ptr_eq(current, body) || **current == **body {
                 false
@@ -157,7 +190,7 @@ impl ObjectSlot {
             }
         });
         if modified {
-            self.changed.send_replace(Instant::now());
+            self.changed.bump();
         }
         modified
     }
@@ -467,7 +500,7 @@ impl Spawner {
             hash_map::Entry::Vacant(vacant) => vacant.insert(ObjectSlot {
                 flag: inner.root.child(),
                 body: watch::Sender::new(Arc::clone(body)),
-                changed: watch::Sender::new(Instant::now()),
+                changed: LastChange::new(),
                 tasks: HashMap::new(),
                 finished: HashSet::new(),
                 closed: false,
@@ -505,7 +538,12 @@ impl Spawner {
         let run = Run {
             spec: Arc::clone(spec),
             flag,
-            changes: slot.changed.subscribe(),
+            changes: match spec.kind {
+                TaskKind::Timer(TimerSchedule { idle: Some(_), .. }) => {
+                    Some(slot.changed.subscribe())
+                }
+                _ => None,
+            },
             body: slot.body.subscribe(),
             observer: Arc::clone(&inner.observer),
             liveness: Arc::new(Liveness {
@@ -569,17 +607,17 @@ impl Spawner {
         self.inner
             .lock()
             .objects
-            .get(uid)
+            .get_mut(uid)
             .is_some_and(|slot| !slot.gone && slot.update_body(&body))
     }
 
     /// The object changed in a way not visible in its body (e.g. an event
     /// was seen): idle timers start waiting afresh.
     pub fn touched(&self, uid: &str) {
-        if let Some(slot) = self.inner.lock().objects.get(uid)
+        if let Some(slot) = self.inner.lock().objects.get_mut(uid)
             && !slot.gone
         {
-            slot.changed.send_replace(Instant::now());
+            slot.changed.bump();
         }
     }
 
@@ -812,6 +850,25 @@ mod tests {
         Ensured, ShutdownError, Spawner, SpawnerSettings, StopReason, TaskOutcome, TaskSpec,
         task_fn,
     };
+
+    #[tokio::test(start_paused = true)]
+    async fn only_timers_with_idle_make_an_object_keep_a_channel_of_its_changes() {
+        let (spawner, _) = spawner();
+        let watched = |uid: &str| spawner.inner.lock().objects[uid].changed.watched.is_some();
+        let noop = || task_fn(|_ctx| async { TaskOutcome::ok() });
+        let plain = TaskSpec::timer("plain", secs(1), noop())
+            .build()
+            .expect("spec");
+        let idle = TaskSpec::timer("idle", secs(1), noop())
+            .idle(secs(5))
+            .build()
+            .expect("spec");
+        assert_eq!(spawner.ensure("u1", &plain, &body(1)), Ensured::Spawned);
+        spawner.touched("u1");
+        assert!(!watched("u1"));
+        assert_eq!(spawner.ensure("u1", &idle, &body(1)), Ensured::Spawned);
+        assert!(watched("u1"));
+    }
 
     /// Records when its future is dropped (i.e. cancelled or finished).
     struct DropClock(Calls);

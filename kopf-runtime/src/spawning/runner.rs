@@ -20,7 +20,8 @@ use super::task::{TaskContext, TaskOutcome, TaskSpec, Verdict};
 pub(crate) struct Run {
     pub(crate) spec: Arc<TaskSpec>,
     pub(crate) flag: StopFlag,
-    pub(crate) changes: watch::Receiver<Instant>,
+    /// The object's changes: only for timers with `idle`.
+    pub(crate) changes: Option<watch::Receiver<Instant>>,
     pub(crate) body: watch::Receiver<Arc<Value>>,
     pub(crate) observer: Arc<dyn Observer>,
     pub(crate) liveness: Arc<Liveness>,

@@ -13,8 +13,8 @@
 //!   timer gives up on this tick and waits for the next one, counting retries
 //!   from zero again. A timer never ends on its own.
 //!
-//! Each timer is one task with one pinned sleep; a tick allocates nothing
-//! beyond what the handler call itself does.
+//! Each timer is one task with one pinned sleep; a tick allocates the state
+//! of the handler call and nothing else, so that a waiting timer is small.
 //!
 //! [`Spawner::update_body`]: super::Spawner::update_body
 //! [`Spawner::touched`]: super::Spawner::touched
@@ -32,7 +32,7 @@ use super::task::{TimerSchedule, Verdict};
 /// Run a timer until it is stopped.
 pub(crate) async fn run(mut run: Run, schedule: TimerSchedule) {
     if let Some(delay) = run.spec.initial_delay
-        && run.flag.wait(delay).await
+        && Box::pin(run.flag.wait(delay)).await
     {
         return;
     }
@@ -52,14 +52,16 @@ pub(crate) async fn run(mut run: Run, schedule: TimerSchedule) {
             () = stopped.as_mut() => return,
             () = sleep.as_mut() => {}
         }
-        if let Some(idle) = schedule.idle
-            && wait_idle(&flag, &mut run.changes, idle).await
+        // Both boxed: a waiting timer's state is then the few bytes above,
+        // not the largest of these (for tens of thousands of timers).
+        if let (Some(idle), Some(changes)) = (schedule.idle, run.changes.as_mut())
+            && Box::pin(wait_idle(&flag, changes, idle)).await
         {
             return;
         }
         let begun = Instant::now();
         let first = *started.get_or_insert(begun);
-        let outcome = run.call(retry, first).await;
+        let outcome = Box::pin(run.call(retry, first)).await;
         if flag.is_set() {
             run.report(retry, outcome, Verdict::Stopped);
             return;
@@ -308,6 +310,33 @@ mod tests {
                 millis(19_500)
             ]
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_timer_spawned_later_counts_from_the_last_change_before_it() {
+        let (spawner, _) = spawner();
+        let (busy, quiet) = (Calls::new(), Calls::new());
+        let plain = timer(&busy, secs(100), secs(0), ok())
+            .build()
+            .expect("spec");
+        spawner.ensure("u1", &plain, &body(1)); // first sighting at t=0
+        tokio::time::sleep(secs(3)).await;
+        assert!(spawner.update_body("u1", body(2))); // t=3, no idle timer yet
+        tokio::time::sleep(secs(1)).await;
+        let spec = TaskSpec::timer("idle", secs(100), {
+            let quiet = quiet.clone();
+            task_fn(move |_ctx| {
+                quiet.hit();
+                async { TaskOutcome::ok() }
+            })
+        })
+        .idle(secs(5))
+        .build()
+        .expect("spec");
+        spawner.ensure("u1", &spec, &body(2)); // t=4
+        tokio::time::sleep(secs(10)).await;
+        // Quiet since t=3, not since t=0 or its own start at t=4.
+        assert_eq!(quiet.times(), [secs(8)]);
     }
 
     #[tokio::test(start_paused = true)]
