@@ -274,7 +274,6 @@ impl Operator {
                     poster: poster.clone(),
                     namespaces: self.namespaces.clone(),
                     spawner: Arc::clone(&spawner),
-                    observer: Arc::clone(&observer),
                 };
                 let (queue_tx, queue_rx) = tokio::sync::oneshot::channel();
                 tasks.spawn(serve.run(watching.clone(), queue_tx));
@@ -350,7 +349,6 @@ struct ServeResource {
     poster: Option<EventPoster>,
     namespaces: NamespaceSelector,
     spawner: Arc<Spawner>,
-    observer: Arc<TaskObserver>,
 }
 
 impl ServeResource {
@@ -374,7 +372,6 @@ impl ServeResource {
             self.client.clone(),
             self.poster,
             self.spawner,
-            self.observer,
         ) {
             Ok(processor) => Arc::new(processor),
             Err(error) => {

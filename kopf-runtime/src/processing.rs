@@ -43,7 +43,7 @@ use crate::posting::{EventPoster, ObjectReference};
 use crate::progress::ProgressStorage;
 use crate::queueing::{Processed, Versioned};
 use crate::settings::OperatorSettings;
-use crate::spawned::{self, TaskEnvironment, TaskObserver};
+use crate::spawned::{self, TaskEnvironment};
 use crate::spawning::{Ensured, Spawner, SpecError, StopReason, TaskSpec};
 use crate::watching::{DeletedBy, ObjectEvent, Seen};
 
@@ -116,7 +116,6 @@ pub struct ResourceProcessor {
     memories: Memories,
     tasks: Vec<(Handler, Arc<TaskSpec>)>,
     spawner: Arc<Spawner>,
-    observer: Arc<TaskObserver>,
     /// The operator's own patches that come back with nothing new; kept
     /// when only change handlers serve the resource (event handlers see
     /// every event, daemons and timers every body).
@@ -155,7 +154,7 @@ impl std::fmt::Debug for ResourceProcessor {
 
 impl ResourceProcessor {
     /// A processor for the objects of `target`; its daemons and timers run
-    /// in `spawner`, which reports to `observer`.
+    /// in `spawner`.
     ///
     /// # Errors
     /// [`SpecError`] for a daemon or timer whose options cannot run.
@@ -166,7 +165,6 @@ impl ResourceProcessor {
         client: kube::Client,
         poster: Option<EventPoster>,
         spawner: Arc<Spawner>,
-        observer: Arc<TaskObserver>,
     ) -> Result<Self, SpecError> {
         let patcher = Patcher::new(client.clone(), &settings.networking);
         let memories = Memories::default();
@@ -197,7 +195,6 @@ impl ResourceProcessor {
             memories,
             tasks,
             spawner,
-            observer,
             echoes,
         })
     }
@@ -288,7 +285,6 @@ impl ResourceProcessor {
                 .unwrap_or_default()
                 .saturating_add(STOP_LIMIT_MARGIN);
             let _ = tokio::time::timeout(limit, self.spawner.wait_stopped(uid)).await;
-            self.observer.forget(uid);
         }
     }
 
@@ -519,7 +515,6 @@ impl ResourceProcessor {
                     .iter()
                     .any(|(h, _)| h.requires_finalizer && running.contains(&h.id));
             } else {
-                self.observer.remember(uid, body);
                 for ((handler, spec), matches) in self.tasks.iter().zip(&spawning) {
                     if !*matches {
                         self.spawner
@@ -864,7 +859,7 @@ mod tests {
     ) -> (ResourceProcessor, Arc<Mutex<Vec<Recorded>>>) {
         let registry = registry.build().expect("a valid registry");
         let (client, log) = mock_api::client(handler);
-        let observer = TaskObserver::new(None);
+        let observer = crate::spawned::TaskObserver::new(None);
         let spawner = Spawner::new(
             Arc::clone(&observer) as Arc<dyn Observer>,
             SpawnerSettings::default(),
@@ -881,7 +876,6 @@ mod tests {
             client,
             None,
             Arc::new(spawner),
-            observer,
         )
         .expect("valid tasks");
         (processor, log)

@@ -16,8 +16,7 @@
 //! - An abandoned task (one that ignored its stop flag and cancellation) is
 //!   reported as a warning and a Kubernetes Event, and counted.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -240,35 +239,12 @@ fn to_task_outcome(
 /// (the spawner's counters).
 pub struct TaskObserver {
     poster: Option<EventPoster>,
-    references: Mutex<HashMap<String, ObjectReference>>,
 }
 
 impl TaskObserver {
     /// An observer posting through `poster`, if any.
     pub fn new(poster: Option<EventPoster>) -> Arc<Self> {
-        Arc::new(Self {
-            poster,
-            references: Mutex::new(HashMap::new()),
-        })
-    }
-
-    /// Remembers which object a UID is, for reports after it is gone.
-    pub fn remember(&self, uid: &str, body: &Value) {
-        let mut references = self
-            .references
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if !references.contains_key(uid) {
-            references.insert(uid.to_owned(), ObjectReference::from_body(body));
-        }
-    }
-
-    /// Forgets an object whose tasks have all ended.
-    pub fn forget(&self, uid: &str) {
-        self.references
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(uid);
+        Arc::new(Self { poster })
     }
 }
 
@@ -280,14 +256,8 @@ impl Observer for TaskObserver {
             report.handler_id, report.waited
         );
         tracing::warn!(uid = %report.uid, handler = %report.handler_id, waited = ?report.waited, %reason, "{message}");
-        let reference = self
-            .references
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&*report.uid)
-            .cloned();
-        if let (Some(poster), Some(reference)) = (&self.poster, reference) {
-            poster.warn(reference, "Abandoned", &message);
+        if let (Some(poster), Some(body)) = (&self.poster, &report.body) {
+            poster.warn(ObjectReference::from_body(body), "Abandoned", &message);
         }
     }
 }

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::stopping::StopReason;
@@ -43,6 +44,8 @@ pub struct AbandonedReport {
     /// How long it was given in total (graceful period + cancellation
     /// timeout, or the shutdown timeout).
     pub waited: Duration,
+    /// The object's last body the task knew (e.g. to post an Event on it).
+    pub body: Option<Arc<Value>>,
 }
 
 /// Hears about every handler outcome and every abandoned task; implemented

@@ -330,15 +330,20 @@ impl Inner {
     }
 
     fn abandon(&self, shared: &TaskShared, waited: Duration) {
-        {
+        let body = {
             let mut state = self.lock();
+            let body = state
+                .objects
+                .get(&*shared.uid)
+                .map(|slot| Arc::clone(&slot.body.borrow()));
             // Only a task still registered can be abandoned: one that settled
             // meanwhile (its entry is gone) is counted there, not here.
             if !Self::remove_entry(&mut state, shared) {
                 return;
             }
             shared.phase.store(ABANDONED, Ordering::Release);
-        }
+            body
+        };
         Counters::bump(&self.counters.abandoned);
         let reason = shared.flag.reason();
         tracing::warn!(
@@ -353,6 +358,7 @@ impl Inner {
             handler_id: Arc::clone(&shared.id),
             reason,
             waited,
+            body,
         });
         self.settled.notify_waiters();
     }
@@ -1096,7 +1102,9 @@ mod tests {
                 "u1".to_owned(),
                 "sync".to_owned(),
                 Some(StopReason::ObjectVanished),
-                secs(5)
+                secs(5),
+                // The object's body, for an Event on it.
+                Some(body(1)),
             )]
         );
         assert!(spawner.running("u1").is_empty());

@@ -22,8 +22,15 @@ pub(crate) struct Seen {
     pub at: Duration,
 }
 
-/// One recorded abandonment: uid, handler id, reason, time waited.
-pub(crate) type Abandoned = (String, String, Option<StopReason>, Duration);
+/// One recorded abandonment: UID, handler id, reason, time waited, and the
+/// body the report carried.
+pub(crate) type Abandoned = (
+    String,
+    String,
+    Option<StopReason>,
+    Duration,
+    Option<Arc<Value>>,
+);
 
 /// Records everything the spawner reports.
 pub(crate) struct Recorder {
@@ -75,6 +82,7 @@ impl Observer for Recorder {
             report.handler_id.to_string(),
             report.reason,
             report.waited,
+            report.body,
         ));
     }
 }
