@@ -248,18 +248,35 @@ where
                     .max(self.settings.consistency_timeout),
                 None => self.settings.idle_timeout,
             };
-            let wake_at = retry_at.unwrap_or_else(|| Instant::now() + linger);
-            let next = tokio::select! {
-                biased;
-                () = self.stop.cancelled() => None,
-                next = tokio::time::timeout_at(wake_at, events.changed()) => Some(next),
+            let woken = if retry_at.is_none() && linger.is_zero() {
+                // Nothing to wait for: take what is there or retire, with no
+                // timer to arm (and no wake-up of the runtime's driver).
+                if self.stop.is_cancelled() {
+                    Woken::Stopped
+                } else {
+                    match events.has_changed() {
+                        Ok(true) => Woken::Changed,
+                        Ok(false) => Woken::Idle,
+                        Err(_closed) => Woken::Stopped,
+                    }
+                }
+            } else {
+                let wake_at = retry_at.unwrap_or_else(|| Instant::now() + linger);
+                tokio::select! {
+                    biased;
+                    () = self.stop.cancelled() => Woken::Stopped,
+                    next = tokio::time::timeout_at(wake_at, events.changed()) => match next {
+                        Ok(Ok(())) => Woken::Changed,
+                        Ok(Err(_closed)) => Woken::Stopped,
+                        Err(_elapsed) if retry_at.is_some() => Woken::Due,
+                        Err(_idle) => Woken::Idle,
+                    },
+                }
             };
-            match next {
-                None => break,
-                Some(Ok(Ok(()))) => {}
-                Some(Ok(Err(_closed))) => break,
-                Some(Err(_elapsed)) if retry_at.is_some() => {}
-                Some(Err(_idle)) => {
+            match woken {
+                Woken::Stopped => break,
+                Woken::Changed | Woken::Due => {}
+                Woken::Idle => {
                     if self.retire(&key, &events) {
                         return;
                     }
@@ -344,6 +361,18 @@ const ABORT_GRACE: Duration = Duration::from_secs(1);
 /// How long a new key counts against [`QueueSettings::max_backlog`] at most,
 /// however long its first call takes.
 pub const ADMISSION_HOLD: Duration = Duration::from_secs(1);
+
+/// Why a waiting worker woke up.
+enum Woken {
+    /// A new event for its key.
+    Changed,
+    /// A retry is due.
+    Due,
+    /// Nothing came for the idle timeout.
+    Idle,
+    /// The queue is stopping, or the key's events are gone.
+    Stopped,
+}
 
 /// A new key's place in the backlog, given up after its first call or at
 /// `until`, whichever comes first.
