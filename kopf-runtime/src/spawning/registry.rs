@@ -148,7 +148,7 @@ struct ObjectSlot {
 
 /// When an object last changed, for timers with `idle`. A channel only once
 /// such a timer subscribes: most objects never have one, and a channel costs
-/// about half a KiB per object.
+/// about 360 bytes per object.
 struct LastChange {
     at: Instant,
     watched: Option<watch::Sender<Instant>>,
