@@ -52,7 +52,8 @@ struct State {
 }
 
 impl Batched {
-    /// Batches for `output`; the flushing thread starts with the first line.
+    /// Batches for `output`, written as they come until
+    /// [`set_runtime`](Self::set_runtime) gives a runtime to batch on.
     pub(crate) fn new(output: Box<dyn Write + Send>) -> Self {
         Self {
             shared: Arc::new(Shared {

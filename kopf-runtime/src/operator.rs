@@ -194,7 +194,7 @@ impl Operator {
 
     fn run_until_boxed<'a>(
         self,
-        stop: Pin<Box<dyn Future<Output = ()> + Send + 'a>>,
+        mut stop: Pin<Box<dyn Future<Output = ()> + Send + 'a>>,
     ) -> Pin<Box<dyn Future<Output = Result<(), OperatorError>> + Send + 'a>> {
         Box::pin(async move {
             if let Some(handler) = self
@@ -241,7 +241,6 @@ impl Operator {
                     .cloned()
                     .collect::<Vec<Handler>>()
             };
-            let mut stop = stop;
             let startup_handlers = activities(HandlerKind::OnStartup);
             let startup = run_activities(&startup_handlers, &client, true);
             tokio::select! {

@@ -36,8 +36,8 @@ use crate::handling::{self, CauseContext};
 use crate::kwargs::{Diff, EventType, Kwargs, Level, LogSink, Logger, Memo, Reason};
 use crate::memories::{Handled, Memories, ObjectMemory};
 use crate::patching::{
-    ObjectVersion, PatchError, PatchOutcome, PatchTarget, Patcher, meta_str, meta_strs,
-    resolve_field, resolve_field_mut,
+    ObjectVersion, PatchError, PatchOutcome, PatchTarget, Patcher, ensure_field, meta_str,
+    meta_strs, remove_field, resolve_field,
 };
 use crate::posting::{EventPoster, ObjectReference};
 use crate::progress::ProgressStorage;
@@ -417,11 +417,7 @@ impl ResourceProcessor {
             match self.patcher.merge_as::<ObjectVersion>(target, patch).await {
                 Err(PatchError::Conflict { .. }) if guard == Some(Guard::Added) => {
                     guard = None;
-                    if let Some(metadata) =
-                        resolve_field_mut(patch, &["metadata"]).and_then(Value::as_object_mut)
-                    {
-                        metadata.remove("resourceVersion");
-                    }
+                    remove_field(patch, &["metadata", "resourceVersion"]);
                 }
                 Err(PatchError::Conflict { .. }) if ran && resends < CONFLICT_RESENDS => {
                     guard = None;
@@ -528,12 +524,13 @@ impl ResourceProcessor {
 
         let mut deletion_done = true;
         if !changing.is_empty() {
-            let (outcome, settled) = self
+            let (outcome, stored) = self
                 .handle_changes(body, memory, handled, logger, patch, &changing)
                 .await;
             deletion_done = outcome.done;
             handling.ran = outcome.ran;
-            handling.settled = settled;
+            // Settled if nothing is due later either (see below).
+            handling.settled = stored;
             delay = min_delay(delay, outcome.delay);
         }
         if deleting && blocked {
@@ -554,7 +551,7 @@ impl ResourceProcessor {
 
     /// The change handlers (the object's cause); returns whether the cause is
     /// done and when to come back, and whether the patch stores the handled
-    /// essence as the new diff-base (with nothing left to do).
+    /// essence as the new diff-base.
     async fn handle_changes(
         &self,
         body: &Arc<Value>,
@@ -649,7 +646,7 @@ impl ResourceProcessor {
             }
             (step.done, step.delay, step.ran)
         };
-        let mut settled = false;
+        let mut stored = false;
         if done {
             if reason != Reason::Delete
                 && old_changed
@@ -660,7 +657,7 @@ impl ResourceProcessor {
                     body: Arc::clone(body),
                     diffbase,
                 });
-                settled = delay.is_none();
+                stored = true;
             }
             memory.mark_fully_handled();
         }
@@ -670,7 +667,7 @@ impl ResourceProcessor {
             ran,
             ..Default::default()
         };
-        (outcome, settled)
+        (outcome, stored)
     }
 
     async fn run_event_handlers(
@@ -765,12 +762,11 @@ fn guard(patch: &mut Value, body: &Value) -> Option<Guard> {
     match resolve_field(patch, &["metadata", "resourceVersion"]) {
         Some(had) => (had.as_str() == Some(version)).then_some(Guard::Had),
         None => {
-            let patch = patch.as_object_mut()?;
-            let metadata = patch
-                .entry("metadata")
-                .or_insert_with(|| Value::Object(serde_json::Map::new()))
-                .as_object_mut()?;
-            metadata.insert("resourceVersion".into(), Value::from(version));
+            ensure_field(
+                patch,
+                &["metadata", "resourceVersion"],
+                Value::from(version),
+            );
             Some(Guard::Added)
         }
     }
