@@ -19,7 +19,7 @@ use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::fmt::MakeWriter;
 
 use crate::logbuffer::Batched;
-use crate::logformat::{PlainFields, UtcTime};
+use crate::logformat::{PlainFields, PlainLines, UtcTime};
 use crate::namespaces::{NamespaceSelector, SelectorError};
 use crate::settings::NetworkingSettings;
 
@@ -233,7 +233,10 @@ where
             .try_init(),
         // The same lines, written for less: an operator logs a line or two
         // for every object it handles.
-        LogFormat::Full if !ansi => builder.with_target(true).fmt_fields(PlainFields).try_init(),
+        LogFormat::Full if !ansi => builder
+            .fmt_fields(PlainFields)
+            .event_format(PlainLines::new())
+            .try_init(),
         LogFormat::Full => builder.with_target(true).try_init(),
         LogFormat::Json => builder
             .json()

@@ -8,16 +8,96 @@
 //!   scanned for control characters once and escaped (as the default
 //!   formatter escapes them) only when it has any, instead of being written
 //!   character by character.
+//! - [`PlainLines`]: the whole line without colours, `time level spans:
+//!   target: fields`, each part written as a piece of text rather than
+//!   through a format string.
 
 use std::cell::RefCell;
 use std::fmt::{self, Write as _};
 use std::time::SystemTime;
 
 use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_log::NormalizeEvent;
 use tracing_subscriber::field::RecordFields;
-use tracing_subscriber::fmt::FormatFields;
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::time::FormatTime;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
+use tracing_subscriber::registry::LookupSpan;
+
+/// Lines as `tracing-subscriber`'s default (`Full`) format writes them
+/// without colours, with [`UtcTime`] (or no time) and the target:
+/// `2026-11-30T23:58:16.123456Z  INFO span{a=1}:kopf::objects: message key=value`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PlainLines {
+    time: bool,
+}
+
+impl PlainLines {
+    /// Lines that start with the time.
+    pub(crate) fn new() -> Self {
+        Self { time: true }
+    }
+}
+
+impl<S, N> FormatEvent<S, N> for PlainLines
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        // Records of the `log` crate carry their own level and target.
+        let normalized = event.normalized_metadata();
+        let meta = normalized.as_ref().unwrap_or_else(|| event.metadata());
+        if self.time {
+            if UtcTime.format_time(&mut writer).is_err() {
+                writer.write_str("<unknown time>")?;
+            }
+            writer.write_char(' ')?;
+        }
+        writer.write_str(level_text(meta.level()))?;
+        writer.write_char(' ')?;
+        if let Some(scope) = ctx.event_scope() {
+            let mut seen = false;
+            for span in scope.from_root() {
+                writer.write_str(span.metadata().name())?;
+                seen = true;
+                let extensions = span.extensions();
+                if let Some(fields) = extensions.get::<FormattedFields<N>>()
+                    && !fields.is_empty()
+                {
+                    writer.write_char('{')?;
+                    writer.write_str(fields)?;
+                    writer.write_char('}')?;
+                }
+                writer.write_char(':')?;
+            }
+            if seen {
+                writer.write_char(' ')?;
+            }
+        }
+        writer.write_str(meta.target())?;
+        writer.write_str(": ")?;
+        ctx.format_fields(writer.by_ref(), event)?;
+        writer.write_char('\n')
+    }
+}
+
+/// A level as the default format writes it: five characters wide.
+fn level_text(level: &Level) -> &'static str {
+    match *level {
+        Level::TRACE => "TRACE",
+        Level::DEBUG => "DEBUG",
+        Level::INFO => " INFO",
+        Level::WARN => " WARN",
+        Level::ERROR => "ERROR",
+    }
+}
 
 /// Wall-clock time in UTC with microseconds, as `tracing-subscriber`'s
 /// `SystemTime` writes it.
@@ -48,9 +128,22 @@ impl FormatTime for UtcTime {
                 *cached = second;
             }
             w.write_str(text)?;
-            write!(w, ".{micros:06}Z")
+            let fraction = fraction(micros);
+            w.write_str(std::str::from_utf8(&fraction).map_err(|_| fmt::Error)?)
         })
     }
+}
+
+/// `.123456Z`: the microseconds of a second (below 1,000,000) in six
+/// digits, as `format!(".{micros:06}Z")` writes them.
+fn fraction(micros: u32) -> [u8; 8] {
+    let mut text = *b".000000Z";
+    let mut rest = micros;
+    for digit in text[1..7].iter_mut().rev() {
+        *digit = b"0123456789"[(rest % 10) as usize];
+        rest /= 10;
+    }
+    text
 }
 
 /// Event and span fields as the default formatter writes them without
@@ -221,6 +314,7 @@ mod tests {
         let subscriber = tracing_subscriber::fmt()
             .with_ansi(false)
             .without_time()
+            .with_max_level(Level::TRACE)
             .with_writer(move || writer.clone())
             .finish();
         tracing::subscriber::with_default(subscriber, &emit);
@@ -228,8 +322,9 @@ mod tests {
         let writer = ours.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_ansi(false)
-            .without_time()
+            .with_max_level(Level::TRACE)
             .fmt_fields(PlainFields)
+            .event_format(PlainLines { time: false })
             .with_writer(move || writer.clone())
             .finish();
         tracing::subscriber::with_default(subscriber, &emit);
@@ -267,6 +362,56 @@ mod tests {
         assert_eq!(ours, default);
         assert!(ours.contains("object=ns/name"), "{ours}");
         assert!(ours.contains("error.sources=[inner cause]"), "{ours}");
+    }
+
+    #[test]
+    fn lines_are_written_as_the_default_formatter_writes_them() {
+        let (default, ours) = both(|| {
+            tracing::trace!(target: "a::b", "every level");
+            tracing::debug!("every level");
+            tracing::info!("every level");
+            tracing::warn!("every level");
+            tracing::error!("every level");
+            let outer = tracing::info_span!("outer", resource = "configmaps", n = 2);
+            outer.in_scope(|| {
+                tracing::info!("in one span");
+                let inner = tracing::info_span!("inner");
+                inner.in_scope(|| tracing::info!(k = 1, "in two spans, one without fields"));
+            });
+        });
+        assert_eq!(ours, default);
+        assert!(
+            ours.contains(" INFO outer{resource=\"configmaps\" n=2}:inner: "),
+            "{ours}"
+        );
+        assert!(ours.contains("TRACE a::b: every level\n"), "{ours}");
+    }
+
+    #[test]
+    fn a_timed_line_starts_with_the_time() {
+        let lines = Captured::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .fmt_fields(PlainFields)
+            .event_format(PlainLines::new())
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || tracing::warn!(target: "t", "late"));
+        let text = lines.text();
+        let (time, rest) = text.split_once(' ').expect("a time, then the rest");
+        let _: jiff::Timestamp = time.parse().expect("RFC 3339");
+        assert_eq!(rest, " WARN t: late\n");
+    }
+
+    #[test]
+    fn fractions_of_a_second_have_six_digits() {
+        for micros in [0, 7, 45_000, 123_456, 999_999] {
+            let fraction = fraction(micros);
+            assert_eq!(
+                std::str::from_utf8(&fraction).expect("ASCII"),
+                format!(".{micros:06}Z")
+            );
+        }
     }
 
     #[test]
