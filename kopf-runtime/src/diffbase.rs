@@ -49,6 +49,10 @@ use crate::settings::PersistenceSettings;
 pub struct DiffBaseStorage {
     keys: AnnotationKeys,
     name: String,
+    /// The keys of every object but a few ReplicaSets (see
+    /// [`AnnotationKeys::make_keys`]): formed once, asked for several
+    /// times in every processing.
+    plain_keys: Arc<[String]>,
     ignored_fields: Vec<Vec<String>>,
 }
 
@@ -70,8 +74,10 @@ impl DiffBaseStorage {
                 settings.diffbase_key.clone(),
             ),
         };
+        let keys = AnnotationKeys::new(prefix, settings.progress_v1_keys);
         Self {
-            keys: AnnotationKeys::new(prefix, settings.progress_v1_keys),
+            plain_keys: keys.make_keys(&name, &Value::Null),
+            keys,
             name,
             ignored_fields: Vec::new(),
         }
@@ -91,21 +97,23 @@ impl DiffBaseStorage {
 
     /// The annotation keys of the diff-base on `body` (v2, then v1 if different).
     pub fn keys(&self, body: &Value) -> Arc<[String]> {
-        self.keys.make_keys(&self.name, body)
+        if AnnotationKeys::marks(body) {
+            self.keys.make_keys(&self.name, body)
+        } else {
+            Arc::clone(&self.plain_keys)
+        }
     }
 
     /// The essence of `body`, keeping `extra_fields` (dotted paths) too.
     pub fn build(&self, body: &Value, extra_fields: &[&str]) -> Value {
-        let mut essence = match body.as_object() {
-            Some(map) => map
-                .iter()
-                .filter(|(k, _)| {
-                    !matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status")
-                })
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-            None => Map::new(),
-        };
+        // Inserted one by one: collecting would gather and sort the few
+        // fields in a vector first.
+        let mut essence = Map::new();
+        for (key, value) in body.as_object().into_iter().flatten() {
+            if !matches!(key.as_str(), "apiVersion" | "kind" | "metadata" | "status") {
+                essence.insert(key.clone(), value.clone());
+            }
+        }
         // Only the annotations kept are copied: the others (the stored
         // essence among them) are often the larger part of the metadata.
         let mut metadata = Map::new();
@@ -122,8 +130,11 @@ impl DiffBaseStorage {
                                 .is_some_and(|rest| rest.starts_with('/'))
                         })
                 });
-                let kept: Map<String, Value> = kept.map(|(k, v)| (k.clone(), v.clone())).collect();
-                metadata.insert("annotations".to_owned(), Value::Object(kept));
+                let mut annotations = Map::new();
+                for (key, value) in kept {
+                    annotations.insert(key.clone(), value.clone());
+                }
+                metadata.insert("annotations".to_owned(), Value::Object(annotations));
             }
             Some(other) => {
                 metadata.insert("annotations".to_owned(), other.clone());
@@ -140,10 +151,10 @@ impl DiffBaseStorage {
             remove_field(&mut essence, &path);
         }
 
-        let own = self.keys(body);
         if let Some(annotations) = resolve_field_mut(&mut essence, &["metadata", "annotations"])
             .and_then(Value::as_object_mut)
         {
+            let own = self.keys(body);
             annotations.retain(|key, _| !own.contains(key));
         }
         remove_empty_stanzas(&mut essence);
@@ -591,6 +602,36 @@ mod tests {
         odd["metadata"]["annotations"] = json!("not a map");
         assert!(!storage.same_essence(&new, &odd, &progress));
         assert!(!storage.same_essence(&new, &json!("not an object"), &progress));
+    }
+
+    #[test]
+    fn a_deployments_replicaset_has_diffbase_keys_of_its_own() {
+        let storage = DiffBaseStorage::default();
+        let plain = storage.keys(&json!({"kind": "ConfigMap"}));
+        assert_eq!(&plain[..1], ["kopf.zalando.org/last-handled-configuration"]);
+        let owned = json!({"kind": "ReplicaSet", "metadata": {"ownerReferences": [{"kind": "Deployment"}]}});
+        let marked = storage.keys(&owned);
+        assert!(!marked.is_empty());
+        assert!(
+            marked.iter().all(|key| key.ends_with("-ofDRS")),
+            "{marked:?}"
+        );
+        let alone =
+            json!({"kind": "ReplicaSet", "metadata": {"ownerReferences": [{"kind": "Job"}]}});
+        assert_eq!(storage.keys(&alone), plain);
+        let mut patch = json!({});
+        storage.store(&owned, &json!({"spec": {}}), &mut patch);
+        assert!(storage.holds(&merged(&owned, &patch), "{\"spec\":{}}\n"));
+        assert!(!storage.holds(
+            &merged(&json!({"kind": "ConfigMap"}), &patch),
+            "{\"spec\":{}}\n"
+        ));
+    }
+
+    fn merged(body: &Value, patch: &Value) -> Value {
+        let mut body = body.clone();
+        crate::handling::merge_into(&mut body, patch.clone());
+        body
     }
 
     #[test]

@@ -192,11 +192,20 @@ pub async fn step(
     let mut fresh = None;
     if let Some(i) = due {
         let handler = handlers[i];
-        let record = records[i].take().unwrap_or_default();
-        let started = record.started_at().unwrap_or(now);
-        let first = record.started.is_none();
-        let (record, result, handler_patch) =
-            attempt(cause, handler, record, default_backoff, now, started).await;
+        let known = records[i].as_ref();
+        let started = known.and_then(ProgressRecord::started_at).unwrap_or(now);
+        let first = known.is_none_or(|record| record.started.is_none());
+        // The record is moved into the attempt in a statement of its own,
+        // so that the step does not hold a copy of it while the handler runs.
+        let attempting = attempt(
+            cause,
+            handler,
+            records[i].take().unwrap_or_default(),
+            default_backoff,
+            now,
+            started,
+        );
+        let (record, result, handler_patch) = attempting.await;
         let stamps = Stamps {
             started: first.then_some(started),
             stopped: record.is_finished().then_some(now),
@@ -310,7 +319,7 @@ async fn attempt(
     let name = &handler.id;
 
     if let Some(timeout) = handler.options.timeout.filter(|t| runtime >= *t) {
-        logger.error(format!(
+        logger.error(format_args!(
             "Handler '{name}' has timed out after {}.",
             seconds(timeout)
         ));
@@ -325,7 +334,9 @@ async fn attempt(
         );
     }
     if let Some(limit) = handler.options.retries.filter(|limit| retries >= *limit) {
-        logger.error(format!("Handler '{name}' has exceeded {limit} retries."));
+        logger.error(format_args!(
+            "Handler '{name}' has exceeded {limit} retries."
+        ));
         return (
             finish(record, false, Some(format!("exceeded {limit} retries"))),
             None,
@@ -333,14 +344,22 @@ async fn attempt(
         );
     }
 
-    let mut kwargs = cause.kwargs(handler);
     let patch = Patch::new();
-    kwargs.patch = patch.clone();
-    kwargs.retry = retries;
-    kwargs.started = Some(started);
-    kwargs.runtime = runtime;
     let limit = handler.options.timeout.map(|t| t.saturating_sub(runtime));
-    let outcome = invoke(handler, kwargs, limit).await;
+    // Called in a statement of its own: the kwargs are no part of what the
+    // attempt holds while the handler runs.
+    let call = invoke(
+        handler,
+        Kwargs {
+            patch: patch.clone(),
+            retry: retries,
+            started: Some(started),
+            runtime,
+            ..cause.kwargs(handler)
+        },
+        limit,
+    );
+    let outcome = call.await;
     let handler_patch = (!patch.is_empty()).then(|| patch.take());
     record.retries = Some(retries + 1);
     let backoff = if handler.options.backoff.is_zero() {
@@ -351,35 +370,39 @@ async fn attempt(
 
     let (record, result) = match outcome {
         Ok(result) => {
-            logger.info(format!("Handler '{name}' succeeded."));
+            logger.info(format_args!("Handler '{name}' succeeded."));
             (finish(record, true, None), result.filter(|r| !r.is_null()))
         }
         Err(HandlerError::Temporary { message, delay }) => {
-            logger.error(format!("Handler '{name}' failed temporarily: {message}"));
+            logger.error(format_args!(
+                "Handler '{name}' failed temporarily: {message}"
+            ));
             (
                 delay_record(record, now, delay.unwrap_or(backoff), message),
                 None,
             )
         }
         Err(HandlerError::Permanent { message }) => {
-            logger.error(format!("Handler '{name}' failed permanently: {message}"));
+            logger.error(format_args!(
+                "Handler '{name}' failed permanently: {message}"
+            ));
             (finish(record, false, Some(message)), None)
         }
         Err(error) => match handler.options.errors {
             ErrorsMode::Ignored => {
-                logger.error(format!(
+                logger.error(format_args!(
                     "Handler '{name}' failed with an exception. Will ignore: {error}"
                 ));
                 (finish(record, true, None), None)
             }
             ErrorsMode::Permanent => {
-                logger.error(format!(
+                logger.error(format_args!(
                     "Handler '{name}' failed with an exception. Will stop: {error}"
                 ));
                 (finish(record, false, Some(error.to_string())), None)
             }
             ErrorsMode::Temporary => {
-                logger.error(format!(
+                logger.error(format_args!(
                     "Handler '{name}' failed with an exception. Will retry: {error}"
                 ));
                 (delay_record(record, now, backoff, error.to_string()), None)
@@ -390,23 +413,32 @@ async fn attempt(
 }
 
 /// Calls a handler with panics contained and an optional time limit.
-pub async fn invoke(handler: &Handler, kwargs: Kwargs, limit: Option<Duration>) -> Outcome {
-    let call = match std::panic::catch_unwind(AssertUnwindSafe(|| handler.call(kwargs))) {
-        Ok(future) => AssertUnwindSafe(future).catch_unwind(),
-        Err(panic) => return Err(panicked(&*panic)),
-    };
-    let outcome = match limit {
-        Some(limit) => match tokio::time::timeout(limit, call).await {
-            Ok(outcome) => outcome,
-            Err(_elapsed) => {
-                return Err(HandlerError::Permanent {
-                    message: format!("timed out after {}", seconds(limit)),
-                });
-            }
-        },
-        None => call.await,
-    };
-    outcome.unwrap_or_else(|panic| Err(panicked(&*panic)))
+///
+/// The handler is called at once (its kwargs are moved into its own
+/// future); what is returned holds only that call and the limit, not the
+/// kwargs a second time, as an `async fn` would.
+pub fn invoke(
+    handler: &Handler,
+    kwargs: Kwargs,
+    limit: Option<Duration>,
+) -> impl Future<Output = Outcome> + Send + use<> {
+    let call = std::panic::catch_unwind(AssertUnwindSafe(|| handler.call(kwargs)))
+        .map(|future| AssertUnwindSafe(future).catch_unwind());
+    async move {
+        let call = call.map_err(|panic| panicked(&*panic))?;
+        let outcome = match limit {
+            Some(limit) => match tokio::time::timeout(limit, call).await {
+                Ok(outcome) => outcome,
+                Err(_elapsed) => {
+                    return Err(HandlerError::Permanent {
+                        message: format!("timed out after {}", seconds(limit)),
+                    });
+                }
+            },
+            None => call.await,
+        };
+        outcome.unwrap_or_else(|panic| Err(panicked(&*panic)))
+    }
 }
 
 fn panicked(panic: &(dyn std::any::Any + Send)) -> HandlerError {

@@ -105,7 +105,7 @@ fn is_supported(kind: HandlerKind) -> bool {
 /// # async fn example(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
 /// let registry = Registry::builder()
 ///     .on_create(ResourceRef::of::<ConfigMap>(), "created", |kw: Kwargs| async move {
-///         kw.logger.info(format!("{:?} created", kw.name()));
+///         kw.logger.info(format_args!("{:?} created", kw.name()));
 ///         Ok::<_, kopf_runtime::Error>(())
 ///     })
 ///     .build()?;
@@ -386,9 +386,10 @@ impl ServeResource {
             let processor = Arc::clone(&processor);
             let poster = poster.clone();
             Box::pin(async move {
+                let processing = processor.process(uid, work);
                 match poster {
-                    Some(poster) => posting::scope(poster, processor.process(uid, work)).await,
-                    None => processor.process(uid, work).await,
+                    Some(poster) => posting::scope(poster, processing).await,
+                    None => processing.await,
                 }
             })
         });

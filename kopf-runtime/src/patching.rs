@@ -33,7 +33,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
-use kube::Resource;
 use kube::api::{DynamicObject, GetParams, Patch, PatchParams};
 use kube::core::{ApiResource, Request, Status};
 use serde::Deserialize;
@@ -184,20 +183,42 @@ impl PatchTarget {
         resource: impl Into<Arc<ApiResource>>,
         status_subresource: bool,
     ) -> Option<Self> {
+        let [namespace, name] = meta_strs(body, ["namespace", "name"]);
         Some(Self {
             resource: resource.into(),
             status_subresource,
-            namespace: meta_str(body, "namespace").map(str::to_owned),
-            name: meta_str(body, "name")?.to_owned(),
+            namespace: namespace.map(str::to_owned),
+            name: name?.to_owned(),
         })
     }
 
     /// Requests to the object's collection.
     fn request(&self) -> Request {
-        Request::new(DynamicObject::url_path(
-            &self.resource,
-            self.namespace.as_deref(),
-        ))
+        Request::new(self.url_path())
+    }
+
+    /// The path of the object's collection, as [`kube::Resource::url_path`]
+    /// writes it (`/api/v1/namespaces/{ns}/configmaps`), written in one
+    /// piece: every patch needs it.
+    fn url_path(&self) -> String {
+        let api = &*self.resource;
+        let namespace = self.namespace.as_deref().unwrap_or_default();
+        let mut path =
+            String::with_capacity(api.api_version.len() + namespace.len() + api.plural.len() + 20);
+        path.push_str(if api.group.is_empty() {
+            "/api/"
+        } else {
+            "/apis/"
+        });
+        path.push_str(&api.api_version);
+        path.push('/');
+        if let Some(namespace) = &self.namespace {
+            path.push_str("namespaces/");
+            path.push_str(namespace);
+            path.push('/');
+        }
+        path.push_str(&api.plural);
+        path
     }
 }
 
@@ -592,6 +613,31 @@ mod tests {
         remove_field(&mut body, &["d", "e"]);
         remove_field(&mut body, &["x", "y"]);
         assert_eq!(body, json!({"d": {"f": 2}}));
+    }
+
+    #[test]
+    fn the_collection_path_is_the_clients() {
+        use kube::Resource;
+
+        let core = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let grouped = ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&());
+        let cluster = ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&());
+        for resource in [core, grouped, cluster] {
+            for namespace in [Some("ns-1"), None] {
+                let target = PatchTarget {
+                    resource: Arc::new(resource.clone()),
+                    status_subresource: false,
+                    namespace: namespace.map(str::to_owned),
+                    name: "x".to_owned(),
+                };
+                assert_eq!(
+                    target.url_path(),
+                    DynamicObject::url_path(&resource, namespace),
+                    "{} in {namespace:?}",
+                    resource.plural
+                );
+            }
+        }
     }
 
     mod api {

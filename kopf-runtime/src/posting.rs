@@ -419,8 +419,10 @@ tokio::task_local! {
 
 /// Run `fut` with `poster` as the one [`info`], [`warn`] and [`exception`]
 /// use (the runtime wraps every handler call in this).
-pub async fn scope<F: Future>(poster: EventPoster, fut: F) -> F::Output {
-    CURRENT.scope(poster, fut).await
+pub fn scope<F: Future>(poster: EventPoster, fut: F) -> impl Future<Output = F::Output> {
+    // Not an `async fn`: its future would hold `fut` twice, once as the
+    // argument and once inside the scope it is moved into.
+    CURRENT.scope(poster, fut)
 }
 
 fn with_current(f: impl FnOnce(&EventPoster)) {

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use smallvec::SmallVec;
 
 use crate::causes::{self, CauseInput, ChangeCause};
 use crate::diffbase::DiffBaseStorage;
@@ -224,7 +225,9 @@ impl ResourceProcessor {
                     .await
             }
             ObjectEvent::Deleted { object, how } => {
-                self.deleted(&uid, object, *how).await;
+                // Boxed, as are the event handlers: the future of every
+                // event is only as large as the common path needs.
+                Box::pin(self.deleted(&uid, object, *how)).await;
                 Processed::default()
             }
             ObjectEvent::Synced { .. } => Processed::default(),
@@ -257,13 +260,15 @@ impl ResourceProcessor {
             // (`stop_tasks`); what is left is to forget the object.
             self.spawner.forget(uid);
         }
-        self.run_event_handlers(
-            Some(EventType::Deleted),
-            body,
-            known.as_ref().map(|m| m.memo.clone()),
-            &logger,
-        )
-        .await;
+        if !self.handlers.watching.is_empty() {
+            Box::pin(self.run_event_handlers(
+                Some(EventType::Deleted),
+                body,
+                known.as_ref().map(|m| m.memo.clone()),
+                &logger,
+            ))
+            .await;
+        }
         if known.is_some() {
             match how {
                 DeletedBy::Event => logger.debug("Deleted, really."),
@@ -295,8 +300,9 @@ impl ResourceProcessor {
         event_type: Option<EventType>,
         initial_listing: bool,
     ) -> Processed {
+        let handled_version = meta_str(body, "resourceVersion");
         if let Some(echoes) = &self.echoes
-            && let Some(version) = meta_str(body, "resourceVersion")
+            && let Some(version) = handled_version
             && echoes.take(uid, version)
         {
             // The operator's own patch, back before its answer was read (so
@@ -305,8 +311,10 @@ impl ResourceProcessor {
         }
         let memory = self.memories.recall(uid, initial_listing);
         let logger = self.logger(body);
-        self.run_event_handlers(event_type, body, Some(memory.memo.clone()), &logger)
-            .await;
+        if !self.handlers.watching.is_empty() {
+            Box::pin(self.run_event_handlers(event_type, body, Some(memory.memo.clone()), &logger))
+                .await;
+        }
 
         let mut patch = json!({});
         let Handling {
@@ -353,7 +361,7 @@ impl ResourceProcessor {
                 if let Some(echoes) = echoes
                     && guarded
                     && let Some(version) = version.as_deref()
-                    && Some(version) != meta_str(body, "resourceVersion")
+                    && Some(version) != handled_version
                 {
                     echoes.expect(uid, version);
                     // Nothing needs comparing when it comes back.
@@ -380,7 +388,7 @@ impl ResourceProcessor {
                 }
             }
             Err(error) => {
-                logger.error(format!("Patching failed: {error}"));
+                logger.error(format_args!("Patching failed: {error}"));
                 Processed {
                     expect_version: None,
                     retry_after: Some(PATCH_FAILURE_BACKOFF),
@@ -468,13 +476,15 @@ impl ResourceProcessor {
                         Kwargs::of(Arc::clone(body), memory.memo.clone(), logger.clone())
                     }))
             };
-            let changing: Vec<&Handler> = self
+            // Inline: an operator has a handful of handlers per resource.
+            let changing: SmallVec<[&Handler; 4]> = self
                 .handlers
                 .changing
                 .iter()
                 .filter(|h| matches(h))
                 .collect();
-            let spawning: Vec<bool> = self.tasks.iter().map(|(h, _)| matches(h)).collect();
+            let spawning: SmallVec<[bool; 8]> =
+                self.tasks.iter().map(|(h, _)| matches(h)).collect();
             (changing, spawning)
         };
         let any_spawning = spawning.iter().any(|m| *m);
@@ -581,13 +591,17 @@ impl ResourceProcessor {
             return (done(), false);
         }
         let (old, new) = self.diffbase.essences(body, &[], &self.progress);
-        let diff = Diff::between(old.as_ref(), Some(&new));
+        let old_changed = old.as_ref() != Some(&new);
+        let (old, new) = (old.map(Arc::new), Arc::new(new));
+        // Found only if asked for: by the cause of an object with a
+        // diff-base, by handlers that read it.
+        let diff = Diff::between_shared(old.clone(), Some(Arc::clone(&new)));
         let initial = memory.initial();
         let cause = causes::detect(CauseInput {
             body,
             gone: false,
             finalizer,
-            old: old.as_ref(),
+            old: old.as_deref(),
             diff: &diff,
             initial,
         });
@@ -606,24 +620,23 @@ impl ResourceProcessor {
             }
             ChangeCause::Gone => return (done(), false),
         };
-        let old_changed = old.as_ref() != Some(&new);
         let context = CauseContext {
             reason,
             initial: causes::resume_mixes_in(reason, initial),
             body: Arc::clone(body),
-            old: old.map(Arc::new),
-            new: Some(Arc::new(new)),
+            old,
+            new: Some(new),
             diff,
             memo: memory.memo.clone(),
             logger: logger.clone(),
             client: Some(self.client.clone()),
         };
-        let selected: Vec<&Handler> = matching
+        let selected: SmallVec<[&Handler; 4]> = matching
             .iter()
             .copied()
             .filter(|h| context.selects(h))
             .collect();
-        let owned: Vec<&Handler> = self.handlers.changing.iter().collect();
+        let owned: SmallVec<[&Handler; 4]> = self.handlers.changing.iter().collect();
         let (done, delay, ran) = if selected.is_empty() {
             (true, None, false)
         } else {
@@ -637,7 +650,7 @@ impl ResourceProcessor {
             )
             .await;
             if step.done {
-                logger.info(format!(
+                logger.info(format_args!(
                     "{} is processed: {} succeeded; {} failed.",
                     title(reason),
                     step.succeeded,
@@ -694,7 +707,7 @@ impl ResourceProcessor {
                 continue;
             }
             if let Err(error) = handling::invoke(handler, kwargs, handler.options.timeout).await {
-                logger.error(format!(
+                logger.error(format_args!(
                     "Handler '{}' failed with an exception. Will ignore: {error}",
                     handler.id
                 ));

@@ -184,7 +184,7 @@ async fn apply(
             logger.debug("The object was replaced by another of the same name; the task ends.");
             ctx.stopped.set(StopReason::ObjectDeleted);
         }
-        Err(error) => logger.warn(format!("Patching the object failed: {error}")),
+        Err(error) => logger.warn(format_args!("Patching the object failed: {error}")),
     }
 }
 
@@ -198,25 +198,29 @@ fn to_task_outcome(
     match outcome {
         Ok(result) => TaskOutcome::Ok(result.filter(|r| !r.is_null())),
         Err(HandlerError::Temporary { message, delay }) => {
-            logger.error(format!("Handler '{name}' failed temporarily: {message}"));
+            logger.error(format_args!(
+                "Handler '{name}' failed temporarily: {message}"
+            ));
             TaskOutcome::Temporary {
                 delay: delay.unwrap_or(handler.options.backoff),
                 message,
             }
         }
         Err(HandlerError::Permanent { message }) => {
-            logger.error(format!("Handler '{name}' failed permanently: {message}"));
+            logger.error(format_args!(
+                "Handler '{name}' failed permanently: {message}"
+            ));
             TaskOutcome::Permanent { message }
         }
         Err(error) => match handler.options.errors {
             ErrorsMode::Ignored => {
-                logger.error(format!(
+                logger.error(format_args!(
                     "Handler '{name}' failed with an exception. Will ignore: {error}"
                 ));
                 TaskOutcome::Ok(None)
             }
             ErrorsMode::Permanent => {
-                logger.error(format!(
+                logger.error(format_args!(
                     "Handler '{name}' failed with an exception. Will stop: {error}"
                 ));
                 TaskOutcome::Permanent {
@@ -224,7 +228,7 @@ fn to_task_outcome(
                 }
             }
             ErrorsMode::Temporary => {
-                logger.error(format!(
+                logger.error(format_args!(
                     "Handler '{name}' failed with an exception. Will retry: {error}"
                 ));
                 TaskOutcome::Error {

@@ -1,8 +1,9 @@
 //! [`Diff`]: what changed between two versions of an object (Kopf's `diff`).
 
-use std::sync::{Arc, LazyLock};
+use std::fmt;
+use std::sync::{Arc, LazyLock, OnceLock};
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 /// The kind of a change.
@@ -68,21 +69,57 @@ impl From<DiffItem> for DiffTuple {
 /// assert_eq!(diff.items()[0].op, DiffOp::Change);
 /// assert_eq!(diff.items()[0].field, ["spec", "b"]);
 /// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
+#[derive(Clone)]
 pub struct Diff {
     // Shared: every handler's kwargs get the cause's diff.
-    items: Arc<[DiffItem]>,
+    inner: Arc<Items>,
+}
+
+/// The items of a diff, found when first asked for if the diff was made
+/// from the values it compares.
+struct Items {
+    found: OnceLock<Box<[DiffItem]>>,
+    between: Option<Between>,
+}
+
+/// The values a diff compares (`None` meaning absent).
+struct Between {
+    old: Option<Arc<Value>>,
+    new: Option<Arc<Value>>,
 }
 
 /// The empty diff; shared by every [`Diff::default`], as kwargs are made per call.
-static NO_CHANGES: LazyLock<Arc<[DiffItem]>> = LazyLock::new(|| Arc::from([]));
+static NO_CHANGES: LazyLock<Diff> = LazyLock::new(|| Diff::new(Vec::new()));
 
 impl Default for Diff {
     fn default() -> Self {
-        Diff {
-            items: Arc::clone(&NO_CHANGES),
-        }
+        NO_CHANGES.clone()
+    }
+}
+
+impl fmt::Debug for Diff {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Diff")
+            .field("items", &self.items())
+            .finish()
+    }
+}
+
+impl PartialEq for Diff {
+    fn eq(&self, other: &Self) -> bool {
+        self.items() == other.items()
+    }
+}
+
+impl Serialize for Diff {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.items().serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Diff {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Vec::deserialize(deserializer).map(Diff::new)
     }
 }
 
@@ -90,37 +127,53 @@ impl Diff {
     /// A diff from explicit items.
     pub fn new(items: Vec<DiffItem>) -> Self {
         Diff {
-            items: items.into(),
+            inner: Arc::new(Items {
+                found: OnceLock::from(items.into_boxed_slice()),
+                between: None,
+            }),
         }
     }
 
     /// The differences between two values (`None` meaning absent).
     pub fn between(old: Option<&Value>, new: Option<&Value>) -> Self {
-        let mut items = Vec::new();
-        walk(&mut Vec::new(), old, new, &mut items);
-        Self::new(items)
+        Self::new(find(old, new))
+    }
+
+    /// The differences between two shared values, found only when first
+    /// asked for: most handlers never look at their diff.
+    pub(crate) fn between_shared(old: Option<Arc<Value>>, new: Option<Arc<Value>>) -> Self {
+        Diff {
+            inner: Arc::new(Items {
+                found: OnceLock::new(),
+                between: Some(Between { old, new }),
+            }),
+        }
     }
 
     /// The changed fields.
     pub fn items(&self) -> &[DiffItem] {
-        &self.items
+        let Items { found, between } = &*self.inner;
+        found.get_or_init(|| match between {
+            Some(Between { old, new }) => find(old.as_deref(), new.as_deref()).into_boxed_slice(),
+            None => Box::default(),
+        })
     }
 
     /// The number of changed fields.
     pub fn len(&self) -> usize {
-        self.items.len()
+        self.items().len()
     }
 
     /// Whether nothing changed.
     pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
+        self.items().is_empty()
     }
 
     /// The diff as seen from inside a field (Kopf's `diffs.reduce`): items under
     /// `field` with the prefix stripped, for field-scoped handlers.
     pub fn reduce(&self, field: &[&str]) -> Diff {
         let mut items = Vec::new();
-        for item in self.items.iter() {
+        for item in self.items() {
             let common = item.field.len().min(field.len());
             if item.field[..common]
                 .iter()
@@ -144,6 +197,13 @@ impl Diff {
         }
         Self::new(items)
     }
+}
+
+/// The items of [`Diff::between`].
+fn find(old: Option<&Value>, new: Option<&Value>) -> Vec<DiffItem> {
+    let mut items = Vec::new();
+    walk(&mut Vec::new(), old, new, &mut items);
+    items
 }
 
 /// The value at a path inside a JSON value.
@@ -224,6 +284,37 @@ mod tests {
                 (DiffOp::Change, "b.c".into())
             ]
         );
+    }
+
+    #[test]
+    fn a_diff_of_shared_values_is_found_when_asked_for_and_the_same() {
+        let old = Arc::new(json!({"a": 1, "b": {"c": 2}}));
+        let new = Arc::new(json!({"b": {"c": 3}, "d": [1]}));
+        let eager = Diff::between(Some(&old), Some(&new));
+        let lazy = Diff::between_shared(Some(Arc::clone(&old)), Some(Arc::clone(&new)));
+        let shared = lazy.clone();
+        assert_eq!(shared, eager);
+        assert_eq!(lazy.len(), 3);
+        assert_eq!(
+            serde_json::to_value(&lazy).expect("serializes"),
+            serde_json::to_value(&eager).expect("serializes")
+        );
+        assert_eq!(lazy.reduce(&["b"]), eager.reduce(&["b"]));
+        assert!(Diff::between_shared(Some(Arc::clone(&old)), Some(old)).is_empty());
+        assert!(Diff::between_shared(None, None).is_empty());
+        let created = Diff::between_shared(None, Some(new));
+        assert_eq!(created.items()[0].op, DiffOp::Add);
+        assert_eq!(created.items()[0].field, Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_diff_reads_back_as_written() {
+        let diff = Diff::between(Some(&json!({"a": 1})), Some(&json!({"a": 2, "b": null})));
+        let text = serde_json::to_string(&diff).expect("serializes");
+        assert_eq!(text, r#"[["change",["a"],1,2]]"#);
+        let back: Diff = serde_json::from_str(&text).expect("deserializes");
+        assert_eq!(back, diff);
+        assert_eq!(format!("{back:?}"), format!("{diff:?}"));
     }
 
     #[test]
