@@ -105,7 +105,7 @@ fn is_supported(kind: HandlerKind) -> bool {
 /// # async fn example(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
 /// let registry = Registry::builder()
 ///     .on_create(ResourceRef::of::<ConfigMap>(), "created", |kw: Kwargs| async move {
-///         kw.logger.info(format_args!("{:?} created", kw.name()));
+///         kw.logger.info(format!("{:?} created", kw.name()));
 ///         Ok::<_, kopf_runtime::Error>(())
 ///     })
 ///     .build()?;

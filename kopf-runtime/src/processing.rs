@@ -683,6 +683,9 @@ impl ResourceProcessor {
         (outcome, stored)
     }
 
+    /// The `on_event` handlers of an event. Only called (and boxed) when
+    /// there are any: its future would otherwise make every processing's
+    /// larger.
     async fn run_event_handlers(
         &self,
         event_type: Option<EventType>,
@@ -690,9 +693,6 @@ impl ResourceProcessor {
         memo: Option<Memo>,
         logger: &Logger,
     ) {
-        if self.handlers.watching.is_empty() {
-            return;
-        }
         let raw = Arc::new(json!({
             "type": event_type.map(|t| t.as_str()),
             "object": &**body,
