@@ -49,10 +49,6 @@ use crate::settings::PersistenceSettings;
 pub struct DiffBaseStorage {
     keys: AnnotationKeys,
     name: String,
-    /// The keys of every object but a few ReplicaSets (see
-    /// [`AnnotationKeys::make_keys`]): formed once, asked for several
-    /// times in every processing.
-    plain_keys: Arc<[String]>,
     ignored_fields: Vec<Vec<String>>,
 }
 
@@ -74,10 +70,8 @@ impl DiffBaseStorage {
                 settings.diffbase_key.clone(),
             ),
         };
-        let keys = AnnotationKeys::new(prefix, settings.progress_v1_keys);
         Self {
-            plain_keys: keys.make_keys(&name, &Value::Null),
-            keys,
+            keys: AnnotationKeys::new(prefix, settings.progress_v1_keys),
             name,
             ignored_fields: Vec::new(),
         }
@@ -97,11 +91,7 @@ impl DiffBaseStorage {
 
     /// The annotation keys of the diff-base on `body` (v2, then v1 if different).
     pub fn keys(&self, body: &Value) -> Arc<[String]> {
-        if AnnotationKeys::marks(body) {
-            self.keys.make_keys(&self.name, body)
-        } else {
-            Arc::clone(&self.plain_keys)
-        }
+        self.keys.make_keys(&self.name, body)
     }
 
     /// The essence of `body`, keeping `extra_fields` (dotted paths) too.

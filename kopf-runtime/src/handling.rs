@@ -160,7 +160,7 @@ pub struct StepOutcome {
 pub async fn step(
     cause: &CauseContext,
     handlers: &[&Handler],
-    owned: &[&Handler],
+    owned: &[Handler],
     storage: &ProgressStorage,
     default_backoff: Duration,
     patch: &mut Value,
@@ -559,7 +559,7 @@ mod tests {
         let out = step(
             &cause(json!({"metadata": {}})),
             &[&handler],
-            &[&handler],
+            std::slice::from_ref(&handler),
             &storage(),
             Duration::from_secs(60),
             &mut patch,
@@ -593,7 +593,7 @@ mod tests {
         let out = step(
             &cause(json!({"metadata": {}})),
             &[&handler],
-            &[&handler],
+            std::slice::from_ref(&handler),
             &storage,
             Duration::from_secs(60),
             &mut patch,
@@ -626,12 +626,13 @@ mod tests {
             }
         });
         let mut body = json!({"metadata": {}});
+        let owned = [first.clone(), second.clone()];
         let handlers = [&first, &second];
         let mut patch = json!({});
         let out = step(
             &cause(body.clone()),
             &handlers,
-            &handlers,
+            &owned,
             &storage(),
             Duration::from_secs(60),
             &mut patch,
@@ -649,7 +650,7 @@ mod tests {
         let out = step(
             &cause(body.clone()),
             &handlers,
-            &handlers,
+            &owned,
             &storage(),
             Duration::from_secs(60),
             &mut patch,
@@ -682,7 +683,7 @@ mod tests {
         let out = step(
             &cause(json!({})),
             &[&temporary],
-            &[&temporary],
+            std::slice::from_ref(&temporary),
             &storage(),
             Duration::from_secs(60),
             &mut patch,
@@ -698,7 +699,7 @@ mod tests {
         let out = step(
             &cause(json!({})),
             &[&permanent],
-            &[&permanent],
+            std::slice::from_ref(&permanent),
             &storage(),
             Duration::from_secs(60),
             &mut patch,
@@ -718,7 +719,7 @@ mod tests {
         let out = step(
             &cause(body.clone()),
             &[&temporary],
-            &[&temporary],
+            std::slice::from_ref(&temporary),
             &storage(),
             Duration::from_secs(60),
             &mut patch,
@@ -730,7 +731,7 @@ mod tests {
         let out = step(
             &cause(body.clone()),
             &[&temporary],
-            &[&temporary],
+            std::slice::from_ref(&temporary),
             &storage(),
             Duration::from_secs(60),
             &mut patch,
@@ -753,7 +754,7 @@ mod tests {
         let out = step(
             &cause(json!({})),
             &[&handler],
-            &[&handler],
+            std::slice::from_ref(&handler),
             &storage(),
             Duration::from_secs(60),
             &mut patch,
@@ -792,7 +793,7 @@ mod tests {
             let out = step(
                 &cause(body.clone()),
                 &[&handler],
-                &[&handler],
+                std::slice::from_ref(&handler),
                 &storage(),
                 Duration::from_secs(60),
                 &mut patch,
@@ -821,7 +822,7 @@ mod tests {
         let out = step(
             &cause(json!({})),
             &[&handler],
-            &[&handler],
+            std::slice::from_ref(&handler),
             &storage(),
             Duration::from_secs(60),
             &mut patch,

@@ -260,15 +260,13 @@ impl ResourceProcessor {
             // (`stop_tasks`); what is left is to forget the object.
             self.spawner.forget(uid);
         }
-        if !self.handlers.watching.is_empty() {
-            Box::pin(self.run_event_handlers(
-                Some(EventType::Deleted),
-                body,
-                known.as_ref().map(|m| m.memo.clone()),
-                &logger,
-            ))
-            .await;
-        }
+        self.run_event_handlers(
+            Some(EventType::Deleted),
+            body,
+            known.as_ref().map(|m| m.memo.clone()),
+            &logger,
+        )
+        .await;
         if known.is_some() {
             match how {
                 DeletedBy::Event => logger.debug("Deleted, really."),
@@ -311,10 +309,8 @@ impl ResourceProcessor {
         }
         let memory = self.memories.recall(uid, initial_listing);
         let logger = self.logger(body);
-        if !self.handlers.watching.is_empty() {
-            Box::pin(self.run_event_handlers(event_type, body, Some(memory.memo.clone()), &logger))
-                .await;
-        }
+        self.run_event_handlers(event_type, body, Some(memory.memo.clone()), &logger)
+            .await;
 
         let mut patch = json!({});
         let Handling {
@@ -636,14 +632,13 @@ impl ResourceProcessor {
             .copied()
             .filter(|h| context.selects(h))
             .collect();
-        let owned: SmallVec<[&Handler; 4]> = self.handlers.changing.iter().collect();
         let (done, delay, ran) = if selected.is_empty() {
             (true, None, false)
         } else {
             let step = handling::step(
                 &context,
                 &selected,
-                &owned,
+                &self.handlers.changing,
                 &self.progress,
                 self.settings.execution.default_backoff,
                 patch,
@@ -683,10 +678,22 @@ impl ResourceProcessor {
         (outcome, stored)
     }
 
-    /// The `on_event` handlers of an event. Only called (and boxed) when
-    /// there are any: its future would otherwise make every processing's
-    /// larger.
+    /// The `on_event` handlers of an event, if there are any. Their calls
+    /// are boxed: held inline, they would make every processing's future
+    /// larger, with or without event handlers.
     async fn run_event_handlers(
+        &self,
+        event_type: Option<EventType>,
+        body: &Arc<Value>,
+        memo: Option<Memo>,
+        logger: &Logger,
+    ) {
+        if !self.handlers.watching.is_empty() {
+            Box::pin(self.call_event_handlers(event_type, body, memo, logger)).await;
+        }
+    }
+
+    async fn call_event_handlers(
         &self,
         event_type: Option<EventType>,
         body: &Arc<Value>,

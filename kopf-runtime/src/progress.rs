@@ -203,20 +203,6 @@ impl AnnotationKeys {
         &self.prefix
     }
 
-    /// Whether the keys of `body` differ from every other object's: Kopf
-    /// marks those of ReplicaSets owned by Deployments.
-    pub fn marks(body: &Value) -> bool {
-        // Only a ReplicaSet's owners are looked at.
-        body.get("kind").and_then(Value::as_str) == Some("ReplicaSet")
-            && resolve_field(body, &["metadata", "ownerReferences"])
-                .and_then(Value::as_array)
-                .is_some_and(|owners| {
-                    owners
-                        .iter()
-                        .any(|o| o.get("kind").and_then(Value::as_str) == Some("Deployment"))
-                })
-    }
-
     /// All annotation keys for `name` on `body`: the v2 key first, then the
     /// v1 key if enabled and different.
     pub fn make_keys(&self, name: &str, body: &Value) -> Arc<[String]> {
@@ -289,7 +275,17 @@ pub fn make_safe_key(key: &str) -> String {
 
 /// Kopf's collision evasion: ReplicaSets owned by Deployments get `-ofDRS`.
 fn mark_key<'a>(key: &'a str, body: &Value) -> Cow<'a, str> {
-    if AnnotationKeys::marks(body) {
+    // Only a ReplicaSet's owners are looked at.
+    let is_rs = body.get("kind").and_then(Value::as_str) == Some("ReplicaSet");
+    if is_rs
+        && resolve_field(body, &["metadata", "ownerReferences"])
+            .and_then(Value::as_array)
+            .is_some_and(|owners| {
+                owners
+                    .iter()
+                    .any(|o| o.get("kind").and_then(Value::as_str) == Some("Deployment"))
+            })
+    {
         Cow::Owned(format!("{key}-ofDRS"))
     } else {
         Cow::Borrowed(key)
