@@ -357,6 +357,7 @@
 
 pub mod causes;
 pub mod cli;
+mod decoding;
 pub mod diffbase;
 pub mod echoes;
 pub mod errors;

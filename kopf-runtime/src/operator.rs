@@ -14,7 +14,7 @@
 //!   acts on objects once [`Operator::run_until`] returns); then the clean-up
 //!   handlers run.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use kube::Client;
 use kube::core::ApiResource;
+use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -30,8 +31,8 @@ use crate::handlers::{Handler, HandlerKind};
 use crate::handling;
 use crate::kwargs::{Kwargs, Logger};
 use crate::namespaces::NamespaceSelector;
-use crate::posting::{self, EventPoster};
-use crate::processing::{ResourceHandlers, ResourceProcessor, ResourceTarget, Work};
+use crate::posting::{self, EventPoster, ObjectReference};
+use crate::processing::{ResourceHandlers, ResourceProcessor, ResourceTarget, Work, object_name};
 use crate::queueing::{ProcessFn, Queue, QueueSettings};
 use crate::registry::Registry;
 use crate::resources::ResourceRef;
@@ -380,6 +381,7 @@ impl ServeResource {
             }
         };
         let stopper = Arc::clone(&processor);
+        let reporter = poster.clone();
         // Handlers post Events with `kopf_runtime::posting::{info, warn, …}`
         // through the poster in scope.
         let process: ProcessFn<String, Work> = Arc::new(move |uid, work| {
@@ -424,13 +426,29 @@ impl ServeResource {
         let (tx, mut rx) = mpsc::channel::<ObjectEvent>(EVENT_BUFFER);
         let watch = tokio::spawn(watcher.run(tx, watching.clone()));
         let mut synced = false;
+        // The UIDs of the objects reported as undecodable, until a later
+        // state of theirs decodes or they are deleted.
+        let mut undecodable = HashSet::new();
         while let Some(event) = rx.recv().await {
             if let ObjectEvent::Deleted { how, .. } = &event
                 && let Some(uid) = event.uid()
             {
                 stopper.stop_tasks(uid, *how);
             }
+            if !undecodable.is_empty()
+                && let Some(uid) = event.uid()
+                && !matches!(event, ObjectEvent::Undecodable { .. })
+            {
+                undecodable.remove(uid);
+            }
             match &event {
+                ObjectEvent::Undecodable { object, reason, .. } => {
+                    if let Some(uid) = event.uid()
+                        && undecodable.insert(uid.to_owned())
+                    {
+                        report_undecodable(reporter.as_ref(), object, reason);
+                    }
+                }
                 ObjectEvent::Synced { count } => {
                     if !synced {
                         tracing::debug!(resource = %target.api.plural, count, "initial listing complete");
@@ -460,6 +478,22 @@ impl ServeResource {
             tracing::error!(%error, resource = %target.api.plural, "the watcher task failed");
         }
         let _ = queue_out.send(queue);
+    }
+}
+
+/// Reports an object that does not decode, once while it stays so: a
+/// warning and a Kubernetes Event on it. Nothing handles it meanwhile; its
+/// daemons and timers, if an earlier state started them, go on with that
+/// state until it decodes again or is deleted.
+fn report_undecodable(poster: Option<&EventPoster>, object: &Value, reason: &str) {
+    let name = object_name(object);
+    tracing::warn!(object = %name, %reason, "skipping an object that cannot be decoded");
+    if let Some(poster) = poster {
+        poster.warn(
+            ObjectReference::from_body(object),
+            "Undecodable",
+            &format!("The operator cannot decode this object and skips it: {reason}"),
+        );
     }
 }
 

@@ -39,6 +39,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use crate::decoding;
 use crate::retrying::{Backoff, ErrorClass, classify};
 use crate::settings::NetworkingSettings;
 
@@ -449,18 +450,20 @@ impl Patcher {
     }
 }
 
-/// The server's answer decoded as `T`; an answer that does not decode is a
+/// The server's answer decoded as `T` (objects as deep as the watch
+/// decodes by default); an answer that does not decode is a
 /// [`PatchError::Request`], as the client reports it.
 fn decode<T: DeserializeOwned>(
     target: &PatchTarget,
     answer: PatchOutcome<String>,
 ) -> Result<PatchOutcome<T>, PatchError> {
     match answer {
-        PatchOutcome::Patched(text) => match serde_json::from_str(&text) {
+        PatchOutcome::Patched(text) => match decoding::from_str(&text, decoding::DEFAULT_MAX_DEPTH)
+        {
             Ok(obj) => Ok(PatchOutcome::Patched(Box::new(obj))),
             Err(error) => Err(PatchError::Request {
                 name: target.name.clone(),
-                source: kube::Error::SerdeError(error),
+                source: kube::Error::SerdeError(serde::de::Error::custom(error)),
             }),
         },
         PatchOutcome::Gone => Ok(PatchOutcome::Gone),

@@ -71,7 +71,9 @@ impl Versioned for Work {
     fn version(&self) -> Option<&str> {
         match &self.event {
             ObjectEvent::Upserted { object, .. } => meta_str(object, "resourceVersion"),
-            ObjectEvent::Deleted { .. } | ObjectEvent::Synced { .. } => None,
+            ObjectEvent::Deleted { .. }
+            | ObjectEvent::Synced { .. }
+            | ObjectEvent::Undecodable { .. } => None,
         }
     }
 }
@@ -230,7 +232,8 @@ impl ResourceProcessor {
                 Box::pin(self.deleted(&uid, object, *how)).await;
                 Processed::default()
             }
-            ObjectEvent::Synced { .. } => Processed::default(),
+            // Reported by the watch loop; nothing handles it.
+            ObjectEvent::Synced { .. } | ObjectEvent::Undecodable { .. } => Processed::default(),
         }
     }
 

@@ -61,6 +61,14 @@ pub struct WatchingSettings {
     pub error_backoffs: Vec<Duration>,
     /// Page size of the initial listing (`limit`). Default: 500.
     pub list_page_size: u32,
+    /// How deeply an object's JSON may nest (arrays and objects) for the
+    /// operator to decode it. A deeper object is reported once (a warning
+    /// and an Event) and skipped; its deletion is still noticed. Handlers
+    /// receive bodies as `serde_json::Value`s, whose clone and drop recurse
+    /// per level: raise it only with thread stacks to match (a 2 MiB stack
+    /// holds about 1,500 levels in a debug build). Default: 1,000 (the API
+    /// server accepts 10,000).
+    pub max_depth: usize,
 }
 
 impl Default for WatchingSettings {
@@ -73,6 +81,7 @@ impl Default for WatchingSettings {
             inactivity_timeout: Duration::from_secs(70),
             error_backoffs: kopf_error_backoffs(),
             list_page_size: 500,
+            max_depth: crate::decoding::DEFAULT_MAX_DEPTH,
         }
     }
 }

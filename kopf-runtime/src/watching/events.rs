@@ -8,6 +8,9 @@
 //! Lines are read the way API servers write them, `{"type":"…","object":…}`,
 //! without a pass over the object just to find where it ends; any other
 //! line, or one whose object does not decode that way, is decoded in full.
+//!
+//! An object that does not decode (see [`decoding`](crate::decoding)) is
+//! an [`Event::Undecodable`], not an error: the watch goes on past it.
 
 use std::borrow::Cow;
 
@@ -16,6 +19,8 @@ use serde::Deserialize;
 use serde::de::Error as _;
 use serde_json::Value;
 use serde_json::value::RawValue;
+
+use crate::decoding::{self, Undecodable};
 
 /// One decoded watch line.
 #[derive(Debug)]
@@ -30,6 +35,15 @@ pub(super) enum Event {
     Bookmark(String),
     /// `ERROR`.
     Error(Box<Status>),
+    /// `ADDED`, `MODIFIED` or `DELETED` of an object that does not decode.
+    Undecodable {
+        /// Whether it was `DELETED`.
+        deleted: bool,
+        /// The object's identity, if its metadata could be read.
+        identity: Option<Value>,
+        /// Why it does not decode.
+        reason: Undecodable,
+    },
 }
 
 /// A line as sent: the type, and the object still as text.
@@ -59,6 +73,7 @@ struct HeadMeta<'a> {
 /// Decodes one line. For `MODIFIED` events (the operator's own patches come
 /// back as those), `skip` (if given) sees the object's UID and
 /// `resourceVersion` first; if it says so, the body is not decoded.
+/// Objects nest at most `max_depth` levels.
 /// `Ok(None)` is a truncated last line, which a broken stream may leave: the
 /// watch resumes from the last complete event.
 ///
@@ -67,10 +82,14 @@ struct HeadMeta<'a> {
 /// ([`kube::Error::Api`]), or anything else ([`kube::Error::SerdeError`]).
 pub(super) fn decode<F: FnMut(&str, &str) -> bool + ?Sized>(
     line: &str,
+    max_depth: usize,
     mut skip: Option<&mut F>,
 ) -> Result<Option<Event>, kube::Error> {
+    // An object that does not decode from the split may have been split
+    // wrongly: the whole line is decoded to tell.
     if let Some((kind, object)) = split(line)
-        && let Ok(event) = decode_object(kind, object, skip.as_deref_mut())
+        && let Ok(event) = decode_object(kind, object, max_depth, skip.as_deref_mut())
+        && !matches!(event, Event::Undecodable { .. })
     {
         return Ok(Some(event));
     }
@@ -84,7 +103,7 @@ pub(super) fn decode<F: FnMut(&str, &str) -> bool + ?Sized>(
             });
         }
     };
-    decode_object(&parsed.kind, parsed.object.get(), skip).map(Some)
+    decode_object(&parsed.kind, parsed.object.get(), max_depth, skip).map(Some)
 }
 
 /// Whether a line is a `Status` (every field of which is optional, so that
@@ -116,11 +135,19 @@ fn split(line: &str) -> Option<(&str, &str)> {
 fn decode_object<F: FnMut(&str, &str) -> bool + ?Sized>(
     kind: &str,
     object: &str,
+    max_depth: usize,
     skip: Option<&mut F>,
 ) -> Result<Event, kube::Error> {
-    let body = || serde_json::from_str::<Value>(object).map_err(kube::Error::SerdeError);
+    let body = |deleted: bool, event: fn(Value) -> Event| match decoding::body(object, max_depth) {
+        Ok(body) => event(body),
+        Err(reason) => Event::Undecodable {
+            deleted,
+            identity: decoding::identity(object),
+            reason,
+        },
+    };
     let event = match kind {
-        "ADDED" => Event::Applied(body()?),
+        "ADDED" => body(false, Event::Applied),
         "MODIFIED" => {
             if let Some(skip) = skip
                 && let Ok(Head { metadata }) = serde_json::from_str::<Head<'_>>(object)
@@ -129,10 +156,10 @@ fn decode_object<F: FnMut(&str, &str) -> bool + ?Sized>(
             {
                 Event::Skipped(version.into_owned())
             } else {
-                Event::Applied(body()?)
+                body(false, Event::Applied)
             }
         }
-        "DELETED" => Event::Deleted(body()?),
+        "DELETED" => body(true, Event::Deleted),
         "BOOKMARK" => {
             let head: Head<'_> = serde_json::from_str(object).map_err(kube::Error::SerdeError)?;
             let version = head.metadata.resource_version.ok_or_else(|| {
@@ -159,7 +186,7 @@ mod tests {
     use super::*;
 
     fn plain(line: &str) -> Event {
-        decode(line, None::<&mut fn(&str, &str) -> bool>)
+        decode(line, 1000, None::<&mut fn(&str, &str) -> bool>)
             .expect("decodes")
             .expect("complete")
     }
@@ -203,7 +230,7 @@ mod tests {
             r#"{"type":"ADDED","object":{"a":1},"object":{"a":2}}"#,
             r#"{"type":"ADDED","object":{"a":1},"type":"DELETED"}"#,
         ] {
-            let result = decode(line, None::<&mut fn(&str, &str) -> bool>);
+            let result = decode(line, 1000, None::<&mut fn(&str, &str) -> bool>);
             assert!(
                 matches!(result, Err(kube::Error::SerdeError(_))),
                 "{line}: {result:?}"
@@ -219,7 +246,7 @@ mod tests {
             seen.push((uid.to_owned(), version.to_owned()));
             true
         };
-        let event = decode(line, Some(&mut skip)).expect("decodes");
+        let event = decode(line, 1000, Some(&mut skip)).expect("decodes");
         assert!(matches!(event, Some(Event::Skipped(v)) if v == "7"));
         assert_eq!(
             seen,
@@ -238,32 +265,60 @@ mod tests {
         let deleted =
             r#"{"type":"DELETED","object":{"metadata":{"uid":"u","resourceVersion":"7"}}}"#;
         assert!(matches!(
-            decode(deleted, Some(&mut skip)),
+            decode(deleted, 1000, Some(&mut skip)),
             Ok(Some(Event::Deleted(_)))
         ));
         let added = r#"{"type":"ADDED","object":{"metadata":{"uid":"u","resourceVersion":"7"}}}"#;
         assert!(matches!(
-            decode(added, Some(&mut skip)),
+            decode(added, 1000, Some(&mut skip)),
             Ok(Some(Event::Applied(_)))
         ));
         let nameless = r#"{"type":"MODIFIED","object":{"metadata":{"resourceVersion":"7"}}}"#;
         assert!(matches!(
-            decode(nameless, Some(&mut skip)),
+            decode(nameless, 1000, Some(&mut skip)),
             Ok(Some(Event::Applied(_)))
         ));
         let odd = r#"{"type":"MODIFIED","object":{"metadata":{"uid":5,"resourceVersion":"7"}}}"#;
         assert!(matches!(
-            decode(odd, Some(&mut skip)),
+            decode(odd, 1000, Some(&mut skip)),
             Ok(Some(Event::Applied(_)))
         ));
         assert_eq!(offered, 0);
     }
 
     #[test]
+    fn objects_that_do_not_decode_are_events_with_their_identity() {
+        let deep = format!(
+            r#"{{"metadata":{{"name":"a","uid":"u","resourceVersion":"7"}},"spec":{}1{}}}"#,
+            "[".repeat(300),
+            "]".repeat(300)
+        );
+        for (kind, deleted) in [("ADDED", false), ("MODIFIED", false), ("DELETED", true)] {
+            let line = format!(r#"{{"type":"{kind}","object":{deep}}}"#);
+            let event = decode(&line, 100, None::<&mut fn(&str, &str) -> bool>);
+            let Ok(Some(Event::Undecodable {
+                deleted: d,
+                identity: Some(identity),
+                reason,
+            })) = event
+            else {
+                panic!("{kind}: {event:?}");
+            };
+            assert_eq!(d, deleted);
+            assert_eq!(identity["metadata"]["uid"], "u");
+            assert!(reason.as_str().contains("301 levels deep"), "{reason}");
+        }
+        // Within the limit, deeper than serde_json's own: decoded.
+        let line = format!(r#"{{"type":"ADDED","object":{deep}}}"#);
+        let event = decode(&line, 1000, None::<&mut fn(&str, &str) -> bool>);
+        assert!(matches!(event, Ok(Some(Event::Applied(_)))), "{event:?}");
+    }
+
+    #[test]
     fn a_truncated_line_is_no_event() {
         let line = r#"{"type":"ADDED","object":{"metadata":{"uid":"u""#;
         assert!(matches!(
-            decode(line, None::<&mut fn(&str, &str) -> bool>),
+            decode(line, 1000, None::<&mut fn(&str, &str) -> bool>),
             Ok(None)
         ));
     }
@@ -272,7 +327,7 @@ mod tests {
     fn a_status_instead_of_an_event_is_an_api_error() {
         let line = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"forbidden","reason":"Forbidden","code":403}"#;
         assert!(
-            matches!(decode(line, None::<&mut fn(&str, &str) -> bool>), Err(kube::Error::Api(s)) if s.code == 403)
+            matches!(decode(line, 1000, None::<&mut fn(&str, &str) -> bool>), Err(kube::Error::Api(s)) if s.code == 403)
         );
     }
 
@@ -283,7 +338,7 @@ mod tests {
             r#"{"type":"RENAMED","object":{}}"#,
             r#"{"type":"BOOKMARK","object":{"metadata":{}}}"#,
         ] {
-            let result = decode(line, None::<&mut fn(&str, &str) -> bool>);
+            let result = decode(line, 1000, None::<&mut fn(&str, &str) -> bool>);
             assert!(
                 matches!(result, Err(kube::Error::SerdeError(_))),
                 "{line}: {result:?}"

@@ -24,6 +24,11 @@
 //! - A watch that ends or stays silent (no event, no bookmark) for
 //!   `inactivity_timeout` is resumed from the last seen `resourceVersion`,
 //!   after `reconnect_backoff`.
+//! - An object that does not decode (nested too deeply, malformed; see
+//!   [`decoding`](crate::decoding)) never stops the watch: it is reported as
+//!   [`ObjectEvent::Undecodable`] with its identity, and its deletion as
+//!   [`DeletedBy::Vanished`]. List pages are decoded item by item, so one
+//!   such object spoils nothing but itself.
 //! - `410 Gone` (as an answer or an `ERROR` event) triggers a re-list; objects
 //!   absent from it are reported as vanished.
 //! - `429`, `5xx` and transport failures are retried with
@@ -93,8 +98,9 @@ pub enum Seen {
 pub enum DeletedBy {
     /// A watch `DELETED` event; the body is the object's last state.
     Event,
-    /// It was absent from a re-list, its name now has another UID, or its
-    /// namespace stopped being watched; the body holds identity metadata only.
+    /// It was absent from a re-list, its name now has another UID, its
+    /// namespace stopped being watched, or its `DELETED` event's object did
+    /// not decode; the body holds identity metadata only.
     Vanished,
 }
 
@@ -115,6 +121,18 @@ pub enum ObjectEvent {
         /// How the deletion was noticed.
         how: DeletedBy,
     },
+    /// An object exists in a state that does not decode (too deep,
+    /// malformed): it is tracked by its identity, so that its deletion is
+    /// noticed, but nothing handles it.
+    Undecodable {
+        /// The object's identity: `apiVersion`, `kind` and the identifying
+        /// metadata (`uid`, `name`, `namespace`, `resourceVersion`).
+        object: Arc<Value>,
+        /// Why it does not decode: a short text, never the body.
+        reason: Arc<str>,
+        /// Whether it is new, changed, or as last seen.
+        seen: Seen,
+    },
     /// A listing completed (one per watch scope: the cluster or a namespace);
     /// every live object of that scope was reported before this.
     Synced {
@@ -127,7 +145,9 @@ impl ObjectEvent {
     /// The object's UID; `None` for [`ObjectEvent::Synced`].
     pub fn uid(&self) -> Option<&str> {
         match self {
-            Self::Upserted { object, .. } | Self::Deleted { object, .. } => meta_str(object, "uid"),
+            Self::Upserted { object, .. }
+            | Self::Deleted { object, .. }
+            | Self::Undecodable { object, .. } => meta_str(object, "uid"),
             Self::Synced { .. } => None,
         }
     }
@@ -135,7 +155,9 @@ impl ObjectEvent {
     /// The object, if the event is about one.
     pub fn object(&self) -> Option<&Arc<Value>> {
         match self {
-            Self::Upserted { object, .. } | Self::Deleted { object, .. } => Some(object),
+            Self::Upserted { object, .. }
+            | Self::Deleted { object, .. }
+            | Self::Undecodable { object, .. } => Some(object),
             Self::Synced { .. } => None,
         }
     }

@@ -4,14 +4,17 @@ use std::time::Duration;
 
 use futures::{AsyncBufReadExt, StreamExt};
 use kube::api::{Api, DynamicObject, ListParams, WatchParams};
-use kube::core::{ApiResource, ObjectList, Request};
+use kube::core::{ApiResource, ListMeta, Request};
+use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::events::{self, Event};
 use super::tracker::{ObjectTracker, WatchInput};
 use super::{ObjectEvent, WatchError};
+use crate::decoding;
 use crate::echoes::Echoes;
 use crate::namespaces::NamespaceSelector;
 use crate::patching::meta_str;
@@ -188,12 +191,18 @@ impl ScopeWatch {
         self.tracker.feed(WatchInput::ListStarted, &mut self.out);
         let mut params = ListParams::default().limit(self.settings.list_page_size.max(1));
         let version = loop {
-            let page = self.list_page(&params).await.map_err(WatchError::List)?;
-            for mut obj in page.items {
-                self.complete(&mut obj);
-                if self.accepts(&obj) {
-                    self.tracker.feed(WatchInput::Listed(obj), &mut self.out);
-                }
+            let text = self.list_page(&params).await.map_err(WatchError::List)?;
+            let page: Page<'_> = serde_json::from_str(&text)
+                .map_err(|e| WatchError::List(kube::Error::SerdeError(e)))?;
+            for item in page.items {
+                let input = match decoding::body(item.get(), self.settings.max_depth) {
+                    Ok(obj) => WatchInput::Listed(obj),
+                    Err(reason) => match self.undecodable(item.get(), false, &reason) {
+                        Some(input) => input,
+                        None => continue,
+                    },
+                };
+                self.feed(input);
             }
             if flush(&mut self.out, tx).await.is_err() {
                 return Ok(Err(Closed));
@@ -211,13 +220,56 @@ impl ScopeWatch {
         Ok(Ok(version))
     }
 
-    async fn list_page(&self, params: &ListParams) -> Result<ObjectList<Value>, kube::Error> {
+    /// One page of a listing, as text: its items are decoded one by one,
+    /// so that one that does not decode spoils nothing but itself (and the
+    /// client never logs a whole page that failed to decode).
+    async fn list_page(&self, params: &ListParams) -> Result<String, kube::Error> {
         let mut request = self
             .request
             .list(params)
             .map_err(kube::Error::BuildRequest)?;
         request.extensions_mut().insert("list");
-        self.client.request(request).await
+        self.client.request_text(request).await
+    }
+
+    /// Completes an object and feeds it to the tracker if its namespace is
+    /// served.
+    fn feed(&mut self, mut input: WatchInput) {
+        let accepted = match &mut input {
+            WatchInput::Listed(obj)
+            | WatchInput::Applied(obj)
+            | WatchInput::Deleted(obj)
+            | WatchInput::DeletedUndecodable(obj)
+            | WatchInput::Undecodable { identity: obj, .. } => {
+                self.complete(obj);
+                self.accepts(obj)
+            }
+            WatchInput::ListStarted | WatchInput::ListDone => true,
+        };
+        if accepted {
+            self.tracker.feed(input, &mut self.out);
+        }
+    }
+
+    /// What the tracker learns of an object that does not decode: its
+    /// identity, or nothing (with a warning) if even that is unreadable.
+    fn undecodable(
+        &self,
+        text: &str,
+        deleted: bool,
+        reason: &decoding::Undecodable,
+    ) -> Option<WatchInput> {
+        match decoding::identity(text) {
+            Some(identity) if deleted => Some(WatchInput::DeletedUndecodable(identity)),
+            Some(identity) => Some(WatchInput::Undecodable {
+                identity,
+                reason: reason.as_str().into(),
+            }),
+            None => {
+                tracing::warn!(scope = %self.scope, %reason, "skipping an object without a readable uid and name");
+                None
+            }
+        }
     }
 
     /// One watch request, from `rv` on; `rv` follows the events.
@@ -298,7 +350,7 @@ impl ScopeWatch {
                 echoes.is_some_and(|e| e.take(uid, version)) && tracker.advance(uid, version)
             };
             let skip = echoes.is_some().then_some(&mut skip);
-            let event = match events::decode(&line, skip) {
+            let event = match events::decode(&line, self.settings.max_depth, skip) {
                 Ok(Some(event)) => event,
                 // A truncated last line: resume from the last whole event.
                 Ok(None) => return Ok(WatchEnd::Resume),
@@ -311,19 +363,40 @@ impl ScopeWatch {
             };
             backoff.reset();
             let input = match event {
-                Event::Applied(mut obj) => {
+                Event::Applied(obj) => {
                     remember_version(rv, &obj);
-                    self.complete(&mut obj);
                     WatchInput::Applied(obj)
                 }
                 Event::Skipped(version) => {
                     *rv = version;
                     continue;
                 }
-                Event::Deleted(mut obj) => {
+                Event::Deleted(obj) => {
                     remember_version(rv, &obj);
-                    self.complete(&mut obj);
                     WatchInput::Deleted(obj)
+                }
+                Event::Undecodable {
+                    deleted,
+                    identity: Some(identity),
+                    reason,
+                } => {
+                    remember_version(rv, &identity);
+                    if deleted {
+                        WatchInput::DeletedUndecodable(identity)
+                    } else {
+                        WatchInput::Undecodable {
+                            identity,
+                            reason: reason.as_str().into(),
+                        }
+                    }
+                }
+                Event::Undecodable {
+                    identity: None,
+                    reason,
+                    ..
+                } => {
+                    tracing::warn!(scope = %self.scope, %reason, "skipping an object without a readable uid and name");
+                    continue;
                 }
                 Event::Bookmark(version) => {
                     *rv = version;
@@ -336,14 +409,8 @@ impl ScopeWatch {
                     });
                 }
             };
-            let accepted = match &input {
-                WatchInput::Applied(obj) | WatchInput::Deleted(obj) => self.accepts(obj),
-                _ => true,
-            };
-            if accepted {
-                self.tracker.feed(input, &mut self.out);
-                flush(&mut self.out, tx).await?;
-            }
+            self.feed(input);
+            flush(&mut self.out, tx).await?;
         }
     }
 }
@@ -366,6 +433,15 @@ fn ended_early(error: &std::io::Error) -> bool {
         source = error.source();
     }
     false
+}
+
+/// A page of a listing, its items still as text.
+#[derive(Deserialize)]
+struct Page<'a> {
+    #[serde(default)]
+    metadata: ListMeta,
+    #[serde(borrow, default)]
+    items: Vec<&'a RawValue>,
 }
 
 fn remember_version(rv: &mut String, obj: &Value) {

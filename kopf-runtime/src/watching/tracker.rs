@@ -8,7 +8,9 @@
 //!
 //! - Every listed or applied object is reported as [`ObjectEvent::Upserted`],
 //!   marked [`Seen::New`], [`Seen::Changed`] or [`Seen::Unchanged`]
-//!   (same `resourceVersion` as last seen, e.g. in a re-list).
+//!   (same `resourceVersion` as last seen, e.g. in a re-list); one that does
+//!   not decode is tracked by its identity alike and reported as
+//!   [`ObjectEvent::Undecodable`].
 //! - When a listing completes, every UID known before but absent from it is
 //!   reported as [`DeletedBy::Vanished`], then [`ObjectEvent::Synced`].
 //! - Objects are keyed by UID: a UID seen under a different namespace/name is
@@ -58,6 +60,16 @@ pub enum WatchInput {
     Applied(Value),
     /// A watch `DELETED` event.
     Deleted(Value),
+    /// A listed or applied object that does not decode (see
+    /// [`decoding`](crate::decoding)): its identity only, and why.
+    Undecodable {
+        /// `apiVersion`, `kind` and the identifying metadata.
+        identity: Value,
+        /// Why the object does not decode.
+        reason: Arc<str>,
+    },
+    /// A watch `DELETED` event whose object does not decode: its identity.
+    DeletedUndecodable(Value),
 }
 
 impl From<kube::runtime::watcher::Event<DynamicObject>> for WatchInput {
@@ -208,9 +220,25 @@ impl ObjectTracker {
     pub fn feed(&mut self, input: WatchInput, out: &mut Vec<ObjectEvent>) {
         match input {
             WatchInput::ListStarted => self.epoch = self.epoch.wrapping_add(1),
-            WatchInput::Listed(obj) | WatchInput::Applied(obj) => self.upsert(obj, out),
+            WatchInput::Listed(obj) | WatchInput::Applied(obj) => {
+                if let Some((object, seen)) = self.upsert(obj, out) {
+                    out.push(ObjectEvent::Upserted { object, seen });
+                }
+            }
+            WatchInput::Undecodable { identity, reason } => {
+                if let Some((object, seen)) = self.upsert(identity, out) {
+                    out.push(ObjectEvent::Undecodable {
+                        object,
+                        reason,
+                        seen,
+                    });
+                }
+            }
             WatchInput::ListDone => self.list_done(out),
-            WatchInput::Deleted(obj) => self.delete(obj, out),
+            WatchInput::Deleted(obj) => self.delete(obj, DeletedBy::Event, out),
+            WatchInput::DeletedUndecodable(identity) => {
+                self.delete(identity, DeletedBy::Vanished, out);
+            }
         }
     }
 
@@ -220,17 +248,20 @@ impl ObjectTracker {
         self.vanish_all((0..self.entries.len()).collect(), out);
     }
 
-    fn upsert(&mut self, obj: Value, out: &mut Vec<ObjectEvent>) {
+    /// Records a live object (vanishing whatever it replaces into `out`);
+    /// the object and how it was seen, for the caller to report, unless it
+    /// is ignored for want of an identity.
+    fn upsert(&mut self, obj: Value, out: &mut Vec<ObjectEvent>) -> Option<(Arc<Value>, Seen)> {
         let [uid, name, rv, namespace] =
             meta_strs(&obj, ["uid", "name", "resourceVersion", "namespace"]);
         let (Some(uid), Some(name)) = (uid, name) else {
             tracing::warn!(kind = %self.resource.kind, ?name, "ignoring an object without uid or name");
-            return;
+            return None;
         };
         let rv = rv.unwrap_or_default();
         if !Entry::fits(uid, rv, name) {
             tracing::warn!(kind = %self.resource.kind, name, "ignoring an object with an oversized uid, resourceVersion or name");
-            return;
+            return None;
         }
         let namespace = match namespace {
             Some(namespace) => self.intern(namespace),
@@ -275,10 +306,7 @@ impl ObjectTracker {
                 Seen::New
             }
         };
-        out.push(ObjectEvent::Upserted {
-            object: Arc::new(obj),
-            seen,
-        });
+        Some((Arc::new(obj), seen))
     }
 
     /// A new entry of the current epoch, its text appended to the buffer.
@@ -336,7 +364,7 @@ impl ObjectTracker {
         id
     }
 
-    fn delete(&mut self, obj: Value, out: &mut Vec<ObjectEvent>) {
+    fn delete(&mut self, obj: Value, how: DeletedBy, out: &mut Vec<ObjectEvent>) {
         let Some(uid) = meta_str(&obj, "uid") else {
             tracing::warn!(kind = %self.resource.kind, name = ?meta_str(&obj, "name"), "ignoring a deletion without uid");
             return;
@@ -346,7 +374,7 @@ impl ObjectTracker {
         }
         out.push(ObjectEvent::Deleted {
             object: Arc::new(obj),
-            how: DeletedBy::Event,
+            how,
         });
     }
 
@@ -557,6 +585,9 @@ mod tests {
                 ObjectEvent::Deleted { object, how } => {
                     format!("-{}({how:?})", meta_str(object, "uid").unwrap_or("?"))
                 }
+                ObjectEvent::Undecodable { object, seen, .. } => {
+                    format!("!{}({seen:?})", meta_str(object, "uid").unwrap_or("?"))
+                }
                 ObjectEvent::Synced { count } => format!("synced:{count}"),
             })
             .collect()
@@ -690,6 +721,38 @@ mod tests {
         feed_all(&mut t, listing(vec![obj("ns", "a", "u1", "1")]));
         feed_all(&mut t, vec![WatchInput::Deleted(obj("ns", "a", "u1", "2"))]);
         assert_eq!(feed_all(&mut t, listing(vec![])), ["synced:0"]);
+    }
+
+    #[test]
+    fn undecodable_objects_are_tracked_by_identity_and_their_deletion_reported() {
+        let mut t = ObjectTracker::new(resource());
+        let poisoned = |rv: &str| WatchInput::Undecodable {
+            identity: obj("ns", "p", "u2", rv),
+            reason: "too deep".into(),
+        };
+        let events = feed_all(
+            &mut t,
+            vec![
+                WatchInput::ListStarted,
+                WatchInput::Listed(obj("ns", "a", "u1", "1")),
+                poisoned("1"),
+                WatchInput::ListDone,
+            ],
+        );
+        assert_eq!(events, ["+u1(New)", "!u2(New)", "synced:2"]);
+        // A re-list does not vanish it; the same version is unchanged.
+        let events = feed_all(
+            &mut t,
+            vec![WatchInput::ListStarted, poisoned("1"), WatchInput::ListDone],
+        );
+        assert_eq!(events, ["!u2(Unchanged)", "-u1(Vanished)", "synced:1"]);
+        // Its DELETED event, undecodable too, reports it gone by identity.
+        let events = feed_all(
+            &mut t,
+            vec![WatchInput::DeletedUndecodable(obj("ns", "p", "u2", "2"))],
+        );
+        assert_eq!(events, ["-u2(Vanished)"]);
+        assert!(t.is_empty());
     }
 
     #[test]

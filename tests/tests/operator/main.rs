@@ -9,3 +9,4 @@ mod faults;
 mod lifecycle;
 mod retries;
 mod selection;
+mod undecodable;

@@ -1,0 +1,258 @@
+//! Objects that the operator cannot decode (here: nested deeper than its
+//! `settings.watching.max_depth`): each is reported once, skipped, and never
+//! holds back the other objects of its resource; its deletion is still
+//! noticed from its identity, so its timers stop. Objects nested deeper than
+//! serde_json's own limit of 128 levels, but within the setting, are served.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Event;
+use kopf_runtime::{Error, Kwargs, Registry, ResourceRef};
+use kopf_testing::Emulator;
+use kopf_tests::{Calls, Running, capture_logs, create, eventually, raw_api, test_settings};
+use kube::Api;
+use kube::api::{ApiResource, DeleteParams, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+/// Objects that decode, served beside the poisoned ones.
+const GOOD: usize = 100;
+/// The timers' interval.
+const TICK: Duration = Duration::from_millis(200);
+/// How long "no more ticks" is watched for: several intervals.
+const QUIET: Duration = Duration::from_millis(1000);
+/// The operator's decoding limit in these tests, below the emulator's.
+const MAX_DEPTH: usize = 64;
+/// What the operator logs when it skips an object.
+const SKIPPED: &str = "skipping an object that cannot be decoded";
+
+fn widgets() -> ApiResource {
+    ApiResource {
+        group: "example.com".into(),
+        version: "v1".into(),
+        api_version: "example.com/v1".into(),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+    }
+}
+
+/// A value nesting `levels` objects.
+fn nested(levels: usize) -> Value {
+    (0..levels).fold(json!("bottom"), |inner, _| json!({ "a": inner }))
+}
+
+/// A timer on widgets without finalizers, recording `{name, uid}` per tick.
+fn ticking(calls: &Calls) -> Registry {
+    let calls = calls.clone();
+    Registry::builder()
+        .timer(
+            ResourceRef::dynamic("example.com", "v1", "widgets"),
+            "tick",
+            move |kw: Kwargs| {
+                let calls = calls.clone();
+                async move {
+                    calls.push("tick", json!({"name": kw.name(), "uid": kw.uid()}));
+                    Ok::<_, Error>(())
+                }
+            },
+        )
+        .interval(TICK)
+        .no_finalizers()
+        .build()
+        .expect("a valid registry")
+}
+
+fn ticks_of(calls: &Calls, name: &str) -> usize {
+    calls
+        .named("tick")
+        .iter()
+        .filter(|c| c["name"] == name)
+        .count()
+}
+
+async fn ticked(calls: &Calls, name: &str) {
+    eventually(&format!("a tick of {name}"), || {
+        let n = ticks_of(calls, name);
+        async move { (n > 0).then_some(()) }
+    })
+    .await;
+}
+
+/// Waits until `name` ticks no more: a quiet spell of several intervals,
+/// confirmed by a second one.
+async fn stopped(calls: &Calls, name: &str) {
+    eventually(&format!("the timer of {name} to stop"), || async {
+        let before = ticks_of(calls, name);
+        tokio::time::sleep(QUIET).await;
+        (ticks_of(calls, name) == before).then_some(())
+    })
+    .await;
+    let before = ticks_of(calls, name);
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(ticks_of(calls, name), before, "{name} ticks again");
+}
+
+/// How often the log reports `default/name` as skipped.
+fn reports(logs: &str, name: &str) -> usize {
+    let object = format!("default/{name}");
+    logs.lines()
+        .filter(|l| l.contains(SKIPPED) && l.contains(&object))
+        .count()
+}
+
+/// The operator's Events about `name` with `reason`.
+async fn events_about(emulator: &Emulator, name: &str, reason: &str) -> Vec<Event> {
+    let events: Api<Event> = Api::namespaced(emulator.client(), "default");
+    let list = events
+        .list(&ListParams::default())
+        .await
+        .expect("events list");
+    list.items
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.name.as_deref() == Some(name) && e.reason.as_deref() == Some(reason)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn poisoned_objects_are_reported_once_and_never_hold_back_the_others() {
+    let (logs, _guard) = capture_logs();
+    let emulator = Emulator::builder()
+        .crd("example.com", "v1", "widgets", "Widget", true)
+        .start()
+        .await
+        .expect("emulator starts");
+    // Present at start: in the operator's first listing, among good ones.
+    create(
+        &emulator,
+        &widgets(),
+        "default",
+        "poisoned-at-start",
+        json!({"spec": nested(MAX_DEPTH + 20)}),
+    )
+    .await;
+    let names: Vec<String> = (0..GOOD).map(|i| format!("good-{i:03}")).collect();
+    futures::stream::iter(names.iter())
+        .for_each_concurrent(8, |name| {
+            let emulator = &emulator;
+            async move {
+                create(
+                    emulator,
+                    &widgets(),
+                    "default",
+                    name,
+                    json!({"spec": {"size": 1}}),
+                )
+                .await;
+            }
+        })
+        .await;
+
+    let calls = Calls::default();
+    let mut settings = test_settings();
+    settings.watching.max_depth = MAX_DEPTH;
+    settings.posting.enabled = true;
+    let operator = Running::start_with(&emulator, ticking(&calls), settings);
+
+    for name in &names {
+        ticked(&calls, name).await;
+    }
+    eventually("the report of poisoned-at-start", || {
+        let found = reports(&logs.text(), "poisoned-at-start") > 0;
+        async move { found.then_some(()) }
+    })
+    .await;
+
+    // Poisoned by a patch while served: the watch goes on past its event.
+    create(
+        &emulator,
+        &widgets(),
+        "default",
+        "poisoned-later",
+        json!({"spec": {"size": 1}}),
+    )
+    .await;
+    ticked(&calls, "poisoned-later").await;
+    let api = raw_api(&emulator, &widgets(), "default");
+    api.patch(
+        "poisoned-later",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": nested(MAX_DEPTH + 20)})),
+    )
+    .await
+    .expect("patched");
+    eventually("the report of poisoned-later", || {
+        let found = reports(&logs.text(), "poisoned-later") > 0;
+        async move { found.then_some(()) }
+    })
+    .await;
+    create(
+        &emulator,
+        &widgets(),
+        "default",
+        "after",
+        json!({"spec": {"size": 1}}),
+    )
+    .await;
+    ticked(&calls, "after").await;
+
+    // A re-list (history compacted, watches dropped) sees both again: they
+    // are not reported again.
+    emulator.clear_requests();
+    emulator.faults().compact();
+    emulator.faults().drop_watches();
+    eventually("a re-list", || {
+        let listed = emulator
+            .requests()
+            .iter()
+            .any(|r| r.verb == "list" && r.path.contains("widgets") && r.status == 200);
+        async move { listed.then_some(()) }
+    })
+    .await;
+    create(
+        &emulator,
+        &widgets(),
+        "default",
+        "after-relist",
+        json!({"spec": {"size": 1}}),
+    )
+    .await;
+    ticked(&calls, "after-relist").await;
+
+    // Deleting a poisoned object stops its timer: its DELETED event is read
+    // for its identity.
+    api.delete("poisoned-later", &DeleteParams::default())
+        .await
+        .expect("deleted");
+    stopped(&calls, "poisoned-later").await;
+    // The others tick on.
+    let before = ticks_of(&calls, "good-000");
+    eventually("more ticks of good-000", || {
+        let n = ticks_of(&calls, "good-000");
+        async move { (n > before).then_some(()) }
+    })
+    .await;
+
+    let logged = logs.text();
+    assert_eq!(reports(&logged, "poisoned-at-start"), 1, "{logged}");
+    assert_eq!(reports(&logged, "poisoned-later"), 1, "{logged}");
+    assert_eq!(ticks_of(&calls, "poisoned-at-start"), 0);
+    assert!(
+        logged.lines().all(|l| l.len() < 2_000),
+        "no log line carries a body"
+    );
+    for name in ["poisoned-at-start", "poisoned-later"] {
+        let events = eventually(&format!("an Event about {name}"), || async {
+            let events = events_about(&emulator, name, "Undecodable").await;
+            (!events.is_empty()).then_some(events)
+        })
+        .await;
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0].count.unwrap_or(1), 1, "{events:?}");
+        let message = events[0].message.as_deref().unwrap_or_default();
+        assert!(message.contains("levels deep"), "{message}");
+    }
+    assert!(operator.is_running(), "never a crash");
+    operator.stop().await;
+}
