@@ -15,6 +15,19 @@
 //! trailing newline (Kopf's format, also written under the v1 key when it
 //! differs).
 //!
+//! # Oversized essences
+//!
+//! The API server refuses an object whose annotations, keys and values
+//! together, exceed 256 KiB (Kopf's issue #1087: a large object's diff-base
+//! makes every patch fail). When the essence does not fit beside the other
+//! annotations, its largest values (strings, numbers and whole lists, which
+//! diffs compare whole anyway) are stored as digests,
+//! `kopf-rs:digest:blake2b-256:<hex>`, largest first, until it fits. When it
+//! is read back, each digest that matches the current value at its place is
+//! that value again, so diffs stay exact for what did not change; a value
+//! that changed shows its old side as the digest. Kopf operators reading
+//! such a diff-base see the digests as the old values.
+//!
 //! A [`Diff`] is Kopf's: a list of `(op, field, old, new)` where `op` is
 //! `add`/`change`/`remove`, `field` is a path of keys, and lists are compared
 //! as a whole. It serializes to Kopf's JSON shape:
@@ -178,12 +191,18 @@ impl DiffBaseStorage {
     }
 
     /// Write `essence` as the new diff-base into the merge `patch`; returns
-    /// the annotation's text.
+    /// the annotation's text. An essence too large for the annotations
+    /// keeps its largest values as digests (see the [module docs](self)).
     pub fn store(&self, body: &Value, essence: &Value, patch: &mut Value) -> String {
+        let keys = self.keys(body);
         let mut encoded =
             serde_json::to_string(essence).expect("invariant: a JSON value always serializes");
+        let room = diffbase_room(body, &keys);
+        if encoded.len() >= room {
+            encoded = shrink(essence, room);
+        }
         encoded.push('\n');
-        for key in self.keys(body).iter() {
+        for key in keys.iter() {
             ensure_field(
                 patch,
                 &["metadata", "annotations", key.as_str()],
@@ -316,9 +335,120 @@ impl DiffBaseStorage {
         extra_fields: &[&str],
         progress: &ProgressStorage,
     ) -> (Option<Value>, Value) {
-        let old = self.fetch(body).map(|old| progress.clear(old));
         let new = progress.clear(self.build(body, extra_fields));
+        let old = self.fetch(body).map(|old| {
+            let mut old = progress.clear(old);
+            restore_digests(&mut old, &new);
+            old
+        });
         (old, new)
+    }
+}
+
+/// The API server's limit on the annotations of one object: keys and
+/// values together.
+pub const ANNOTATIONS_LIMIT: usize = 256 * 1024;
+
+/// What is kept free of the annotations for the progress records that the
+/// same patch may write.
+const PROGRESS_ROOM: usize = 16 * 1024;
+
+/// How a value kept only as a digest begins.
+const DIGEST_PREFIX: &str = "kopf-rs:digest:blake2b-256:";
+
+/// How many bytes one copy of the diff-base may take, stored under each of
+/// `keys`, beside the other annotations of `body`.
+fn diffbase_room(body: &Value, keys: &[String]) -> usize {
+    let others: usize = resolve_field(body, &["metadata", "annotations"])
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter(|(key, _)| !keys.contains(key))
+        .map(|(key, value)| key.len() + value.as_str().map_or(0, str::len))
+        .sum();
+    let own_keys: usize = keys.iter().map(String::len).sum();
+    ANNOTATIONS_LIMIT.saturating_sub(others + own_keys + PROGRESS_ROOM) / keys.len().max(1)
+}
+
+/// The digest that stands for `value` in a diff-base too large to keep it.
+fn digest(value: &Value) -> String {
+    use blake2::digest::{Update, VariableOutput};
+    let text = serde_json::to_string(value).expect("invariant: a JSON value always serializes");
+    let mut hasher =
+        blake2::Blake2bVar::new(32).expect("invariant: a 32-byte digest is a valid size");
+    hasher.update(text.as_bytes());
+    let mut out = [0u8; 32];
+    hasher
+        .finalize_variable(&mut out)
+        .expect("invariant: the buffer has the digest's size");
+    let mut digest = String::with_capacity(DIGEST_PREFIX.len() + 64);
+    digest.push_str(DIGEST_PREFIX);
+    for byte in out {
+        digest.push_str(&format!("{byte:02x}"));
+    }
+    digest
+}
+
+/// `essence` encoded in under `room` bytes if it can be: its largest
+/// leaves (anything but a map) replaced by their digests, largest first.
+fn shrink(essence: &Value, room: usize) -> String {
+    fn leaves<'a>(value: &'a Value, path: &mut Vec<&'a str>, out: &mut Vec<(usize, Vec<&'a str>)>) {
+        match value {
+            Value::Object(map) => {
+                for (key, child) in map {
+                    path.push(key);
+                    leaves(child, path, out);
+                    path.pop();
+                }
+            }
+            leaf => {
+                let size = serde_json::to_string(leaf).map_or(0, |text| text.len());
+                if size > DIGEST_PREFIX.len() + 66 {
+                    out.push((size, path.clone()));
+                }
+            }
+        }
+    }
+    let mut found = Vec::new();
+    leaves(essence, &mut Vec::new(), &mut found);
+    found.sort_by_key(|leaf| std::cmp::Reverse(leaf.0));
+    let mut shrunk = essence.clone();
+    let mut size = serde_json::to_string(essence).map_or(0, |text| text.len());
+    for (leaf_size, path) in found {
+        if size < room {
+            break;
+        }
+        if let Some(leaf) = resolve_field_mut(&mut shrunk, &path) {
+            let marker = digest(leaf);
+            size = size + marker.len() + 2 - leaf_size;
+            *leaf = Value::String(marker);
+        }
+    }
+    if size >= room {
+        tracing::warn!(
+            size,
+            room,
+            "the diff-base does not fit the annotations even with digests; the API server may refuse it"
+        );
+    }
+    serde_json::to_string(&shrunk).expect("invariant: a JSON value always serializes")
+}
+
+/// Puts back into a stored essence the values it keeps as digests, where
+/// `current` holds the same value at the same place.
+fn restore_digests(stored: &mut Value, current: &Value) {
+    match stored {
+        Value::Object(map) => {
+            for (key, child) in map.iter_mut() {
+                if let Some(current) = current.get(key) {
+                    restore_digests(child, current);
+                }
+            }
+        }
+        Value::String(text) if text.starts_with(DIGEST_PREFIX) && *text == digest(current) => {
+            *stored = current.clone();
+        }
+        _ => {}
     }
 }
 
@@ -421,6 +551,53 @@ mod tests {
             serde_json::to_value(&d).expect("serializable"),
             json!([["change", ["spec", "field"], "value", "value2"]])
         );
+    }
+
+    #[test]
+    fn an_essence_too_large_for_the_annotations_keeps_its_largest_values_as_digests() {
+        let storage = DiffBaseStorage::default();
+        let big = "x".repeat(300 * 1024);
+        let other = "y".repeat(4 * 1024);
+        let handled = json!({
+            "metadata": {"name": "a", "annotations": {"example.com/note": "small"}},
+            "spec": {"replicas": 1, "data": big, "other": other},
+        });
+        let essence = storage.build(&handled, &[]);
+        let mut patch = json!({});
+        let encoded = storage.store(&handled, &essence, &mut patch);
+        let keys = storage.keys(&handled);
+        let total: usize = keys.iter().map(|k| k.len() + encoded.len()).sum();
+        assert!(total < ANNOTATIONS_LIMIT, "{total} bytes");
+        assert!(encoded.contains(DIGEST_PREFIX));
+        assert!(encoded.contains(&other), "smaller values stay as they are");
+
+        // Read back: unchanged values are whole again; the diff is exact.
+        let mut stored = handled.clone();
+        stored["metadata"]["annotations"][keys[0].as_str()] = json!(encoded);
+        let mut changed = stored.clone();
+        changed["spec"]["replicas"] = json!(2);
+        let progress = ProgressStorage::default();
+        let (old, new) = storage.essences(&changed, &[], &progress);
+        let d = diff(old.as_ref().expect("stored"), &new);
+        assert_eq!(
+            serde_json::to_value(&d).expect("serializes"),
+            json!([["change", ["spec", "replicas"], 1, 2]])
+        );
+        let (old, new) = storage.essences(&stored, &[], &progress);
+        assert_eq!(old.as_ref(), Some(&new), "nothing changed");
+
+        // A changed large value shows its old side as the digest.
+        let mut grown = stored.clone();
+        grown["spec"]["data"] = json!(format!("{big}z"));
+        let (old, new) = storage.essences(&grown, &[], &progress);
+        let d = diff(old.as_ref().expect("stored"), &new);
+        assert_eq!(d.len(), 1);
+        let old_side = d.items()[0]
+            .old
+            .as_ref()
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        assert!(old_side.starts_with(DIGEST_PREFIX), "{old_side}");
     }
 
     #[test]
