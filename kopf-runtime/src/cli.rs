@@ -38,6 +38,14 @@ pub enum CliError {
     /// No cluster configuration found (no kubeconfig, not in a cluster).
     #[error("cannot find a cluster configuration")]
     InferConfig(#[source] kube::config::InferConfigError),
+    /// A flag of `kopf run` that kopf-rs does not implement yet.
+    #[error("{flag} is not supported yet: {instead}")]
+    Unsupported {
+        /// The flag as given on the command line.
+        flag: &'static str,
+        /// What to do instead.
+        instead: &'static str,
+    },
 }
 
 /// How log lines look (`--log-format`), as in Kopf.
@@ -65,20 +73,28 @@ pub struct Args {
     #[arg(short = 'A', long = "all-namespaces")]
     pub all_namespaces: bool,
 
-    /// Run without peering, even if peering objects exist.
+    /// Run without coordinating with other replicas: what kopf-rs always
+    /// does, as it has no peering yet.
     #[arg(long)]
     pub standalone: bool,
 
-    /// The peering object to coordinate with other operator instances.
-    #[arg(short = 'P', long, value_name = "NAME", env = "KOPF_RUN_PEERING")]
+    /// Kopf's peering object: not supported yet, refused (see
+    /// [`Args::check_supported`]).
+    #[arg(
+        short = 'P',
+        long,
+        value_name = "NAME",
+        env = "KOPF_RUN_PEERING",
+        hide = true
+    )]
     pub peering: Option<String>,
 
-    /// This instance's peering priority (the highest one runs).
-    #[arg(short = 'p', long, value_name = "N")]
+    /// Kopf's peering priority: not supported yet, refused.
+    #[arg(short = 'p', long, value_name = "N", hide = true)]
     pub priority: Option<i64>,
 
-    /// Development mode, as in Kopf: `--standalone` with priority 666.
-    #[arg(long)]
+    /// Kopf's development mode (priority 666): not supported yet, refused.
+    #[arg(long, hide = true)]
     pub dev: bool,
 
     /// The kubeconfig file to use instead of `$KUBECONFIG` / `~/.kube/config`.
@@ -109,8 +125,8 @@ pub struct Args {
     #[arg(long)]
     pub emulator: bool,
 
-    /// Serve a liveness endpoint, e.g. `http://0.0.0.0:8080/healthz`.
-    #[arg(short = 'L', long, value_name = "URL")]
+    /// Kopf's liveness endpoint: not supported yet, refused.
+    #[arg(short = 'L', long, value_name = "URL", hide = true)]
     pub liveness: Option<String>,
 }
 
@@ -124,14 +140,30 @@ impl Args {
         NamespaceSelector::new(&self.namespaces, self.all_namespaces)
     }
 
-    /// Whether to run without peering (`--standalone` or `--dev`).
-    pub fn is_standalone(&self) -> bool {
-        self.standalone || self.dev
-    }
-
-    /// The peering priority: `--priority`, else 666 with `--dev`, else 0.
-    pub fn effective_priority(&self) -> i64 {
-        self.priority.unwrap_or(if self.dev { 666 } else { 0 })
+    /// Refuses the flags of `kopf run` that kopf-rs parses under Kopf's
+    /// names but does not implement yet, rather than run as if they were
+    /// not given.
+    ///
+    /// # Errors
+    /// [`CliError::Unsupported`] naming the first such flag and what to do
+    /// instead.
+    pub fn check_supported(&self) -> Result<(), CliError> {
+        const PEERING: &str = "kopf-rs runs one replica without coordination; \
+                               drop the flag (and unset KOPF_RUN_PEERING), or use --standalone";
+        let unsupported = [
+            (
+                self.liveness.is_some(),
+                "--liveness",
+                "kopf-rs serves no probe endpoint yet; drop the flag and probe the process instead",
+            ),
+            (self.peering.is_some(), "--peering", PEERING),
+            (self.priority.is_some(), "--priority", PEERING),
+            (self.dev, "--dev", PEERING),
+        ];
+        match unsupported.into_iter().find(|(given, ..)| *given) {
+            Some((_, flag, instead)) => Err(CliError::Unsupported { flag, instead }),
+            None => Ok(()),
+        }
     }
 
     /// The client configuration: `--kubeconfig` and `--context` if given,
@@ -283,18 +315,12 @@ mod tests {
             "--log-format",
             "json",
             "--emulator",
-            "-L",
-            "http://0.0.0.0:8080/healthz",
         ]);
         assert_eq!(args.namespaces, ["a", "b-*"]);
         assert!(args.standalone && args.emulator);
         assert_eq!(args.kubeconfig, Some(PathBuf::from("/tmp/kc")));
         assert_eq!(args.context.as_deref(), Some("ctx"));
         assert_eq!(args.log_format, LogFormat::Json);
-        assert_eq!(
-            args.liveness.as_deref(),
-            Some("http://0.0.0.0:8080/healthz")
-        );
     }
 
     #[test]
@@ -318,15 +344,44 @@ mod tests {
     }
 
     #[test]
-    fn peering_options() {
-        let args = parse(&["--dev"]);
-        assert!(args.is_standalone());
-        assert_eq!(args.effective_priority(), 666);
-        let args = parse(&["-P", "team", "-p", "10"]);
-        assert_eq!(args.peering.as_deref(), Some("team"));
-        assert_eq!(args.effective_priority(), 10);
-        assert!(!args.is_standalone());
+    fn flags_not_implemented_yet_are_refused_by_name() {
+        for (argv, flag) in [
+            (&["-L", "http://0.0.0.0:8080/healthz"][..], "--liveness"),
+            (&["--liveness", "http://0.0.0.0:8080/healthz"], "--liveness"),
+            (&["-P", "team"], "--peering"),
+            (&["--peering", "team"], "--peering"),
+            (&["-p", "10"], "--priority"),
+            (&["--priority", "10"], "--priority"),
+            (&["--dev"], "--dev"),
+        ] {
+            let error = parse(argv).check_supported().expect_err("refused");
+            assert!(
+                matches!(error, CliError::Unsupported { flag: f, .. } if f == flag),
+                "{argv:?}: {error}"
+            );
+            assert!(
+                error
+                    .to_string()
+                    .starts_with(&format!("{flag} is not supported yet: "))
+            );
+        }
+        assert!(
+            parse(&["--standalone", "-A", "-v"])
+                .check_supported()
+                .is_ok()
+        );
+        assert!(parse(&[]).check_supported().is_ok());
         assert_eq!(parse(&["-d"]).default_level(), LevelFilter::TRACE);
+    }
+
+    #[test]
+    fn the_help_promises_only_what_runs() {
+        use clap::CommandFactory as _;
+        let help = Args::command().render_long_help().to_string();
+        for hidden in ["--liveness", "--peering", "--priority", "--dev"] {
+            assert!(!help.contains(hidden), "{hidden} in:\n{help}");
+        }
+        assert!(help.contains("--standalone"));
     }
 
     #[test]

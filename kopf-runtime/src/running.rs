@@ -137,6 +137,7 @@ impl Runner {
             Some(args) => args,
             None => Args::parse(),
         };
+        args.check_supported()?;
         cli::init_logging(&args)?;
         // Log lines are batched while the operator runs, and what waits is
         // written out on every way out of here.
