@@ -23,7 +23,10 @@ fn run(args: &[&str]) -> (std::process::ExitStatus, String) {
 #[test]
 fn flags_not_implemented_yet_are_refused_by_name() {
     for (args, flag) in [
-        (&["--liveness", "http://0.0.0.0:8080/healthz"][..], "--liveness"),
+        (
+            &["--liveness", "http://0.0.0.0:8080/healthz"][..],
+            "--liveness",
+        ),
         (&["--peering", "team"], "--peering"),
         (&["-p", "10"], "--priority"),
         (&["--dev"], "--dev"),

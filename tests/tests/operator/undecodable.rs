@@ -19,8 +19,6 @@ use serde_json::{Value, json};
 const GOOD: usize = 100;
 /// The timers' interval.
 const TICK: Duration = Duration::from_millis(200);
-/// How long "no more ticks" is watched for: several intervals.
-const QUIET: Duration = Duration::from_millis(1000);
 /// The operator's decoding limit in these tests, below the emulator's.
 const MAX_DEPTH: usize = 64;
 /// What the operator logs when it skips an object.
@@ -78,18 +76,14 @@ async fn ticked(calls: &Calls, name: &str) {
     .await;
 }
 
-/// Waits until `name` ticks no more: a quiet spell of several intervals,
-/// confirmed by a second one.
-async fn stopped(calls: &Calls, name: &str) {
-    eventually(&format!("the timer of {name} to stop"), || async {
-        let before = ticks_of(calls, name);
-        tokio::time::sleep(QUIET).await;
-        (ticks_of(calls, name) == before).then_some(())
+/// Waits until `n` more ticks of `name` than now were seen.
+async fn more_ticks(calls: &Calls, name: &str, n: usize) {
+    let before = ticks_of(calls, name);
+    eventually(&format!("{n} more ticks of {name}"), || {
+        let now = ticks_of(calls, name);
+        async move { (now >= before + n).then_some(()) }
     })
     .await;
-    let before = ticks_of(calls, name);
-    tokio::time::sleep(QUIET).await;
-    assert_eq!(ticks_of(calls, name), before, "{name} ticks again");
 }
 
 /// How often the log reports `default/name` as skipped.
@@ -220,19 +214,28 @@ async fn poisoned_objects_are_reported_once_and_never_hold_back_the_others() {
     .await;
     ticked(&calls, "after-relist").await;
 
-    // Deleting a poisoned object stops its timer: its DELETED event is read
-    // for its identity.
+    // Poisoned while served, its timer goes on with the last state that
+    // decoded.
+    more_ticks(&calls, "poisoned-later", 2).await;
+    // Deleting it stops its timer: its DELETED event is read for its
+    // identity. The task's end is counted; no tick of it comes after, while
+    // the others tick on.
+    let stopped_before = operator.task_counters().stopped;
     api.delete("poisoned-later", &DeleteParams::default())
         .await
         .expect("deleted");
-    stopped(&calls, "poisoned-later").await;
-    // The others tick on.
-    let before = ticks_of(&calls, "good-000");
-    eventually("more ticks of good-000", || {
-        let n = ticks_of(&calls, "good-000");
-        async move { (n > before).then_some(()) }
+    eventually("the timer of poisoned-later to stop", || {
+        let stopped = operator.task_counters().stopped;
+        async move { (stopped > stopped_before).then_some(()) }
     })
     .await;
+    let last = ticks_of(&calls, "poisoned-later");
+    more_ticks(&calls, "good-000", 3).await;
+    assert_eq!(
+        ticks_of(&calls, "poisoned-later"),
+        last,
+        "ticks after its end"
+    );
 
     let logged = logs.text();
     assert_eq!(reports(&logged, "poisoned-at-start"), 1, "{logged}");
