@@ -3,79 +3,146 @@
 //!
 //! Generated code names the runtime only as `::kopf_runtime::__private::…`.
 
-use proc_macro2::{Span, TokenStream};
-use quote::{format_ident, quote, quote_spanned};
-use syn::LitStr;
-
-use crate::attr::{MetaSpec, Resource, Secs, Spec, ValueSpec};
+use crate::attr::{Attribute, Resource};
 use crate::kinds::Kind;
 use crate::signature::{Signature, Source};
+use crate::values::{
+    Count, ErrorsMode, Flag, Json, MetaFilter, MetaSpec, Operations, Secs, Str, ValueSpec, When,
+};
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
 
-fn private() -> TokenStream {
+/// The runtime's hidden module, the only way generated code reaches it.
+pub(crate) fn private() -> TokenStream {
     quote!(::kopf_runtime::__private)
 }
 
-fn duration(value: Option<Secs>) -> TokenStream {
-    let p = private();
-    match value {
-        Some(Secs { secs, nanos }) => quote!(#p::Some(#p::Duration::new(#secs, #nanos))),
-        None => quote!(#p::None),
+/// A parsed option value as the record field it fills.
+pub(crate) trait ToRecord {
+    fn to_record(&self) -> TokenStream;
+}
+
+impl ToRecord for Str {
+    fn to_record(&self) -> TokenStream {
+        let p = private();
+        let lit = &self.0;
+        quote!(#p::Some(#lit))
     }
 }
 
-fn option_str(value: &Option<LitStr>) -> TokenStream {
-    let p = private();
-    match value {
-        Some(lit) => quote!(#p::Some(#lit)),
-        None => quote!(#p::None),
+impl ToRecord for Count {
+    fn to_record(&self) -> TokenStream {
+        let p = private();
+        let count = self.0;
+        quote!(#p::Some(#count))
     }
 }
 
-fn value_record(value: &Option<ValueSpec>) -> TokenStream {
-    let p = private();
-    match value {
-        None => quote!(#p::None),
-        Some(ValueSpec::Present) => quote!(#p::Some(#p::ValueRecord::Present)),
-        Some(ValueSpec::Absent) => quote!(#p::Some(#p::ValueRecord::Absent)),
-        Some(ValueSpec::Json(expr)) => {
-            quote!(#p::Some(#p::ValueRecord::Equals(|| #p::serde_json::json!(#expr))))
-        }
-        Some(ValueSpec::Callback(path)) => {
-            let span = syn::spanned::Spanned::span(path);
-            let f = quote_spanned!(span=> {
-                const __KOPF_VALUE: fn(
-                    ::kopf_runtime::__private::Option<&::kopf_runtime::__private::serde_json::Value>,
-                    &::kopf_runtime::__private::Kwargs,
-                ) -> bool = #path;
-                __KOPF_VALUE
-            });
-            quote!(#p::Some(#p::ValueRecord::Callback(#f)))
-        }
+impl ToRecord for Secs {
+    fn to_record(&self) -> TokenStream {
+        let p = private();
+        let Secs { secs, nanos } = *self;
+        quote!(#p::Some(#p::Duration::new(#secs, #nanos)))
     }
 }
 
-fn meta_records(entries: &[(LitStr, MetaSpec)]) -> TokenStream {
-    let p = private();
-    let items = entries.iter().map(|(key, spec)| {
-        let value = match spec {
-            MetaSpec::Equals(lit) => quote!(#p::MetaRecord::Equals(#lit)),
-            MetaSpec::Present => quote!(#p::MetaRecord::Present),
-            MetaSpec::Absent => quote!(#p::MetaRecord::Absent),
-            MetaSpec::Callback(path) => {
+impl ToRecord for Flag {
+    fn to_record(&self) -> TokenStream {
+        let flag = self.0;
+        quote!(#flag)
+    }
+}
+
+impl ToRecord for ErrorsMode {
+    fn to_record(&self) -> TokenStream {
+        let p = private();
+        let mode = &self.0;
+        quote!(#p::Some(#p::ErrorsMode::#mode))
+    }
+}
+
+impl ToRecord for Json {
+    fn to_record(&self) -> TokenStream {
+        let p = private();
+        let expr = &self.0;
+        quote!(#p::Some(|| #p::serde_json::json!(#expr)))
+    }
+}
+
+impl ToRecord for When {
+    fn to_record(&self) -> TokenStream {
+        let p = private();
+        let path = &self.0;
+        let span = syn::spanned::Spanned::span(path);
+        let f = quote_spanned!(span=> {
+            const __KOPF_WHEN: fn(&::kopf_runtime::__private::Kwargs) -> bool = #path;
+            __KOPF_WHEN
+        });
+        quote!(#p::Some(#f))
+    }
+}
+
+impl ToRecord for Operations {
+    fn to_record(&self) -> TokenStream {
+        let p = private();
+        let operations = self.0.iter().map(|op| quote!(#p::Operation::#op));
+        quote!(&[#(#operations),*])
+    }
+}
+
+impl ToRecord for ValueSpec {
+    fn to_record(&self) -> TokenStream {
+        let p = private();
+        match self {
+            ValueSpec::Present => quote!(#p::Some(#p::ValueRecord::Present)),
+            ValueSpec::Absent => quote!(#p::Some(#p::ValueRecord::Absent)),
+            ValueSpec::Json(expr) => {
+                quote!(#p::Some(#p::ValueRecord::Equals(|| #p::serde_json::json!(#expr))))
+            }
+            ValueSpec::Callback(path) => {
                 let span = syn::spanned::Spanned::span(path);
                 let f = quote_spanned!(span=> {
-                    const __KOPF_META: fn(
-                        ::kopf_runtime::__private::Option<&str>,
+                    const __KOPF_VALUE: fn(
+                        ::kopf_runtime::__private::Option<&::kopf_runtime::__private::serde_json::Value>,
                         &::kopf_runtime::__private::Kwargs,
                     ) -> bool = #path;
-                    __KOPF_META
+                    __KOPF_VALUE
                 });
-                quote!(#p::MetaRecord::Callback(#f))
+                quote!(#p::Some(#p::ValueRecord::Callback(#f)))
             }
-        };
-        quote!((#key, #value))
-    });
-    quote!(&[#(#items),*])
+        }
+    }
+}
+
+impl ToRecord for MetaFilter {
+    fn to_record(&self) -> TokenStream {
+        let p = private();
+        let items = self.0.iter().map(|(key, spec)| {
+            let value = match spec {
+                MetaSpec::Equals(lit) => quote!(#p::MetaRecord::Equals(#lit)),
+                MetaSpec::Present => quote!(#p::MetaRecord::Present),
+                MetaSpec::Absent => quote!(#p::MetaRecord::Absent),
+                MetaSpec::Callback(path) => {
+                    let span = syn::spanned::Spanned::span(path);
+                    let f = quote_spanned!(span=> {
+                        const __KOPF_META: fn(
+                            ::kopf_runtime::__private::Option<&str>,
+                            &::kopf_runtime::__private::Kwargs,
+                        ) -> bool = #path;
+                        __KOPF_META
+                    });
+                    quote!(#p::MetaRecord::Callback(#f))
+                }
+            };
+            quote!((#key, #value))
+        });
+        quote!(&[#(#items),*])
+    }
+}
+
+fn optional<T: ToRecord>(value: Option<&T>) -> TokenStream {
+    let p = private();
+    value.map_or_else(|| quote!(#p::None), ToRecord::to_record)
 }
 
 fn resource(resource: &Option<Resource>) -> TokenStream {
@@ -164,59 +231,25 @@ fn invoker(sig: &Signature) -> TokenStream {
 }
 
 /// The full expansion for a valid attribute.
-pub(crate) fn expand(kind: Kind, spec: &Spec, sig: &Signature, item: TokenStream) -> TokenStream {
+pub(crate) fn expand(
+    kind: Kind,
+    attribute: &Attribute,
+    sig: &Signature,
+    item: TokenStream,
+) -> TokenStream {
     let p = private();
     let ident = &sig.ident;
     let variant = syn::Ident::new(kind.variant(), Span::call_site());
     let invoker = invoker(sig);
-    let id = option_str(&spec.id);
-    let resource = resource(&spec.resource);
-    let retries = match spec.retries {
-        Some(n) => quote!(#p::Some(#n)),
-        None => quote!(#p::None),
-    };
-    let backoff = duration(spec.backoff);
-    let timeout = duration(spec.timeout);
-    let errors = match &spec.errors {
-        Some(mode) => quote!(#p::Some(#p::ErrorsMode::#mode)),
-        None => quote!(#p::None),
-    };
-    let param = match &spec.param {
-        Some(expr) => quote!(#p::Some(|| #p::serde_json::json!(#expr))),
-        None => quote!(#p::None),
-    };
-    let labels = meta_records(&spec.labels);
-    let annotations = meta_records(&spec.annotations);
-    let when = match &spec.when {
-        Some(path) => {
-            let span = syn::spanned::Spanned::span(path);
-            let f = quote_spanned!(span=> {
-                const __KOPF_WHEN: fn(&::kopf_runtime::__private::Kwargs) -> bool = #path;
-                __KOPF_WHEN
-            });
-            quote!(#p::Some(#f))
-        }
-        None => quote!(#p::None),
-    };
-    let field = option_str(&spec.field);
-    let value = value_record(&spec.value);
-    let old = value_record(&spec.old);
-    let new = value_record(&spec.new);
-    let deleted = spec.deleted;
-    let optional = spec.optional;
-    let no_finalizers = spec.no_finalizers;
-    let interval = duration(spec.interval);
-    let initial_delay = duration(spec.initial_delay);
-    let sharp = spec.sharp;
-    let idle = duration(spec.idle);
-    let cancellation_backoff = duration(spec.cancellation_backoff);
-    let cancellation_timeout = duration(spec.cancellation_timeout);
-    let cancellation_polling = duration(spec.cancellation_polling);
-    let operations = spec.operations.iter().map(|op| quote!(#p::Operation::#op));
-    let subresource = option_str(&spec.subresource);
-    let persistent = spec.persistent;
-    let side_effects = spec.side_effects;
-    let ignore_failures = spec.ignore_failures;
+    let options = &attribute.options;
+    let id = optional(options.id.get());
+    let param = optional(options.param.get());
+    let resource = resource(&attribute.resource);
+    let filters = options.filters.to_record();
+    let retry = options.retry.to_record();
+    let changes = options.changes.to_record();
+    let task = options.task.to_record();
+    let webhook = options.webhook.to_record();
     let blocking = !sig.is_async;
     let index_params = sig.params.iter().filter_map(|param| match &param.source {
         Source::Index { name } => Some(name.as_str()),
@@ -230,45 +263,26 @@ pub(crate) fn expand(kind: Kind, spec: &Spec, sig: &Signature, item: TokenStream
         const _: () = {
             #invoker
 
-            #p::inventory::submit! {
-                #p::HandlerRecord {
-                    kind: #p::HandlerKind::#variant,
-                    fn_path: ::core::concat!(::core::module_path!(), "::", ::core::stringify!(#ident)),
-                    fn_name: ::core::stringify!(#ident),
-                    id: #id,
-                    resource: #resource,
-                    retries: #retries,
-                    backoff: #backoff,
-                    timeout: #timeout,
-                    errors: #errors,
-                    param: #param,
-                    labels: #labels,
-                    annotations: #annotations,
-                    when: #when,
-                    field: #field,
-                    value: #value,
-                    old: #old,
-                    new: #new,
-                    deleted: #deleted,
-                    optional: #optional,
-                    no_finalizers: #no_finalizers,
-                    interval: #interval,
-                    initial_delay: #initial_delay,
-                    sharp: #sharp,
-                    idle: #idle,
-                    cancellation_backoff: #cancellation_backoff,
-                    cancellation_timeout: #cancellation_timeout,
-                    cancellation_polling: #cancellation_polling,
-                    operations: &[#(#operations),*],
-                    subresource: #subresource,
-                    persistent: #persistent,
-                    side_effects: #side_effects,
-                    ignore_failures: #ignore_failures,
+            const __KOPF_RECORD: #p::HandlerRecord = #p::HandlerRecord {
+                kind: #p::HandlerKind::#variant,
+                function: #p::FunctionRecord {
+                    path: ::core::concat!(::core::module_path!(), "::", ::core::stringify!(#ident)),
+                    name: ::core::stringify!(#ident),
                     blocking: #blocking,
                     index_params: &[#(#index_params),*],
                     invoke: __kopf_invoke,
-                }
-            }
+                },
+                id: #id,
+                param: #param,
+                resource: #resource,
+                filters: #filters,
+                retry: #retry,
+                changes: #changes,
+                task: #task,
+                webhook: #webhook,
+            };
+
+            #p::inventory::submit!(__KOPF_RECORD);
         };
     }
 }

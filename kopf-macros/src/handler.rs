@@ -4,7 +4,7 @@ use proc_macro2::{Span, TokenStream};
 use quote::quote;
 use syn::ItemFn;
 
-use crate::attr::{self, Errors, RawArgs, Spec};
+use crate::attr::{self, Attribute, Errors, RawArgs};
 use crate::expand::expand;
 use crate::kinds::Kind;
 use crate::signature;
@@ -26,16 +26,16 @@ pub(crate) fn handler(kind: Kind, attr: TokenStream, item: TokenStream) -> Token
         }
     };
     let mut errors = Errors::default();
-    let spec = match syn::parse2::<RawArgs>(attr) {
+    let attribute = match syn::parse2::<RawArgs>(attr) {
         Ok(raw) => attr::validate(kind, raw, Span::call_site(), &mut errors),
         Err(error) => {
             errors.push_error(error);
-            Spec::default()
+            Attribute::default()
         }
     };
     let sig = signature::validate(kind, &item_fn, &mut errors);
     match errors.finish() {
-        Ok(()) => expand(kind, &spec, &sig, item),
+        Ok(()) => expand(kind, &attribute, &sig, item),
         Err(error) => {
             let error = error.to_compile_error();
             quote!(#item #error)

@@ -1,5 +1,7 @@
 //! The handler kinds: their options and the parameters (kwargs) they accept.
 
+use crate::options::Options;
+
 /// One attribute macro.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -37,9 +39,6 @@ const ALL: [Kind; 15] = [
     Kind::OnValidate,
     Kind::OnMutate,
 ];
-
-const FILTERS: &[&str] = &["labels", "annotations", "when", "field", "value"];
-const RETRYING: &[&str] = &["retries", "backoff", "timeout", "errors"];
 
 /// Every parameter name known to any kind, with the injection trait behind it.
 pub(crate) const KWARGS: &[(&str, &str)] = &[
@@ -144,46 +143,34 @@ impl Kind {
         )
     }
 
+    /// Handlers that serve a resource's objects (all but activities).
+    pub(crate) fn has_resource(self) -> bool {
+        !self.is_activity()
+    }
+
+    /// Handlers that retry on errors (all but `on_event` and webhooks).
+    pub(crate) fn retries(self) -> bool {
+        !matches!(self, Kind::OnEvent) && !self.is_webhook()
+    }
+
+    /// Handlers that see a field's old and new values.
+    pub(crate) fn has_old_new(self) -> bool {
+        matches!(self, Kind::OnUpdate | Kind::OnField)
+    }
+
+    /// Timers and daemons: tasks that run beside the object.
+    pub(crate) fn is_task(self) -> bool {
+        matches!(self, Kind::Timer | Kind::Daemon)
+    }
+
+    /// Admission handlers.
+    pub(crate) fn is_webhook(self) -> bool {
+        matches!(self, Kind::OnValidate | Kind::OnMutate)
+    }
+
     /// The options this kind accepts, in the order listed in messages.
     pub(crate) fn options(self) -> Vec<&'static str> {
-        let mut options = vec!["id", "param"];
-        let specific: &[&str] = match self {
-            Kind::OnCreate | Kind::Index => &[],
-            Kind::OnUpdate | Kind::OnField => &["old", "new"],
-            Kind::OnDelete => &["optional"],
-            Kind::OnResume => &["deleted"],
-            Kind::OnEvent => &[],
-            Kind::Timer => &[
-                "interval",
-                "initial_delay",
-                "sharp",
-                "idle",
-                "no_finalizers",
-            ],
-            Kind::Daemon => &[
-                "initial_delay",
-                "cancellation_backoff",
-                "cancellation_timeout",
-                "cancellation_polling",
-                "no_finalizers",
-            ],
-            Kind::OnStartup | Kind::OnCleanup | Kind::OnProbe | Kind::OnLogin => &[],
-            Kind::OnValidate | Kind::OnMutate => &[
-                "operations",
-                "subresource",
-                "persistent",
-                "side_effects",
-                "ignore_failures",
-            ],
-        };
-        if !matches!(self, Kind::OnEvent | Kind::OnValidate | Kind::OnMutate) {
-            options.extend(RETRYING);
-        }
-        if !self.is_activity() {
-            options.extend(FILTERS);
-        }
-        options.extend(specific);
-        options
+        Options::keys(self)
     }
 
     /// The kinds that accept an option (for "valid for" hints).
@@ -273,6 +260,54 @@ mod tests {
         );
         assert!(!Kind::OnEvent.options().contains(&"retries"));
         assert!(!Kind::OnStartup.options().contains(&"labels"));
+    }
+
+    #[test]
+    fn every_kind_lists_its_options_in_a_stable_order() {
+        const RETRY: &[&str] = &["retries", "backoff", "timeout", "errors"];
+        const FILTERS: &[&str] = &["labels", "annotations", "when", "field", "value"];
+        let expected = |groups: &[&[&'static str]]| -> Vec<&'static str> {
+            let mut keys = vec!["id", "param"];
+            for group in groups {
+                keys.extend_from_slice(group);
+            }
+            keys
+        };
+        let timer = &[
+            "interval",
+            "initial_delay",
+            "sharp",
+            "idle",
+            "no_finalizers",
+        ][..];
+        let daemon = &[
+            "initial_delay",
+            "cancellation_backoff",
+            "cancellation_timeout",
+            "cancellation_polling",
+            "no_finalizers",
+        ][..];
+        let webhook = &[
+            "operations",
+            "subresource",
+            "persistent",
+            "side_effects",
+            "ignore_failures",
+        ][..];
+        for kind in Kind::all() {
+            let groups: Vec<&[&'static str]> = match kind {
+                Kind::OnCreate | Kind::Index => vec![RETRY, FILTERS],
+                Kind::OnUpdate | Kind::OnField => vec![RETRY, FILTERS, &["old", "new"]],
+                Kind::OnDelete => vec![RETRY, FILTERS, &["optional"]],
+                Kind::OnResume => vec![RETRY, FILTERS, &["deleted"]],
+                Kind::OnEvent => vec![FILTERS],
+                Kind::Timer => vec![RETRY, FILTERS, timer],
+                Kind::Daemon => vec![RETRY, FILTERS, daemon],
+                Kind::OnStartup | Kind::OnCleanup | Kind::OnProbe | Kind::OnLogin => vec![RETRY],
+                Kind::OnValidate | Kind::OnMutate => vec![FILTERS, webhook],
+            };
+            assert_eq!(kind.options(), expected(&groups), "{}", kind.name());
+        }
     }
 
     #[test]

@@ -3,8 +3,10 @@
 //!
 //! Each `#[proc_macro_attribute]` is a one-line call into `handler::handler`,
 //! which works on `proc_macro2` and is unit-tested: it parses the attribute
-//! (`attr`), validates it and the fn (`signature`) collecting every error, and
-//! expands (`expand`) to the unchanged fn plus a `const` registration record.
+//! (`attr`; the options into the typed holders of `options`, their values
+//! with `values`), validates it and the fn (`signature`) collecting every
+//! error, and expands (`expand`) to the unchanged fn plus a `const`
+//! registration record whose groups mirror the option groups.
 //! On errors the fn is emitted unchanged next to `compile_error!`s.
 
 use proc_macro::TokenStream;
@@ -13,7 +15,9 @@ mod attr;
 mod expand;
 mod handler;
 mod kinds;
+mod options;
 mod signature;
+mod values;
 
 #[cfg(test)]
 mod tests;

@@ -480,7 +480,10 @@ pub mod __private {
     pub use crate::handlers::{ErrorsMode, HandlerKind};
     pub use crate::injection::*;
     pub use crate::kwargs::{Kwargs, Operation};
-    pub use crate::records::{HandlerRecord, MetaRecord, ValueRecord};
+    pub use crate::records::{
+        ChangeRecord, FilterRecord, FunctionRecord, HandlerRecord, MetaRecord, RetryRecord,
+        TaskRecord, ValueRecord, WebhookRecord,
+    };
     pub use crate::resources::ResourceRef;
 
     /// Runs a blocking handler body on tokio's blocking threads.

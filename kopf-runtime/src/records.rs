@@ -1,8 +1,10 @@
 //! Registration records emitted by the attribute macros (not public API).
 //!
 //! Every attribute expands to one `const` [`HandlerRecord`] submitted with
-//! `inventory`. Records hold only `'static` data and fn pointers, so they are
-//! `Sync` and const-constructible; [`HandlerRecord::to_handler`] turns one into
+//! `inventory`, its options grouped by what they describe (filters, retry
+//! policy, task and webhook options). Records hold only `'static` data and fn
+//! pointers, so they are `Sync` and const-constructible;
+//! [`HandlerRecord::to_handler`] turns one into
 //! the runtime [`Handler`]. The macros already reject invalid combinations; the
 //! conversion re-checks what it must (field paths) so that a record is never
 //! trusted blindly.
@@ -15,7 +17,7 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use crate::errors::Outcome;
-use crate::filters::{FieldPath, MetaFilter, MetaValue, ValueFilter};
+use crate::filters::{FieldPath, Filters, MetaFilter, MetaValue, ValueFilter};
 use crate::handlers::{
     DEFAULT_BACKOFF, DaemonOptions, ErrorsMode, Handler, HandlerKind, KindOptions, Options,
     TimerOptions, WebhookOptions,
@@ -50,28 +52,54 @@ pub enum ValueRecord {
 }
 
 /// One handler registration, as emitted by the macros.
+///
+/// The options are grouped by what they describe. Each group is a `const`
+/// struct with a `DEFAULT` holding Kopf's defaults; the macros write only the
+/// options given in the attribute and complete the group with
+/// `..Group::DEFAULT`, so a new option is a field of its group (plus the
+/// group's `DEFAULT` and conversion, right beside it) and nothing else here.
 #[derive(Debug, Clone, Copy)]
 pub struct HandlerRecord {
     /// The kind.
     pub kind: HandlerKind,
-    /// `module_path!()::fn_name`.
-    pub fn_path: &'static str,
-    /// The fn's name (the default id).
-    pub fn_name: &'static str,
+    /// The handler fn and how to call it.
+    pub function: FunctionRecord,
     /// The `id` option.
     pub id: Option<&'static str>,
+    /// The `param` option.
+    pub param: Option<fn() -> Value>,
     /// The resource (`None` for activities).
     pub resource: Option<fn() -> ResourceRef>,
-    /// `retries`.
-    pub retries: Option<u32>,
-    /// `backoff`.
-    pub backoff: Option<Duration>,
-    /// `timeout`.
-    pub timeout: Option<Duration>,
-    /// `errors`.
-    pub errors: Option<ErrorsMode>,
-    /// `param`.
-    pub param: Option<fn() -> Value>,
+    /// Which objects and changes the handler serves.
+    pub filters: FilterRecord,
+    /// The retry policy.
+    pub retry: RetryRecord,
+    /// Options of the change handlers `on_resume` and `on_delete`.
+    pub changes: ChangeRecord,
+    /// Options of the task handlers `timer` and `daemon`.
+    pub task: TaskRecord,
+    /// Options of the admission handlers `on_validate` and `on_mutate`.
+    pub webhook: WebhookRecord,
+}
+
+/// The handler fn, as the macro found it.
+#[derive(Debug, Clone, Copy)]
+pub struct FunctionRecord {
+    /// `module_path!()::fn_name`.
+    pub path: &'static str,
+    /// The fn's name (the default id).
+    pub name: &'static str,
+    /// Whether the fn is a plain (blocking) `fn`.
+    pub blocking: bool,
+    /// The names of index parameters.
+    pub index_params: &'static [&'static str],
+    /// The generated invoker.
+    pub invoke: fn(Kwargs) -> BoxFuture<'static, Outcome>,
+}
+
+/// `labels`, `annotations`, `when`, `field`, `value`, `old`, `new`.
+#[derive(Debug, Clone, Copy)]
+pub struct FilterRecord {
     /// `labels`.
     pub labels: &'static [(&'static str, MetaRecord)],
     /// `annotations`.
@@ -86,42 +114,179 @@ pub struct HandlerRecord {
     pub old: Option<ValueRecord>,
     /// `new`.
     pub new: Option<ValueRecord>,
-    /// `deleted` (`on_resume`).
+}
+
+impl FilterRecord {
+    /// No filters: every object and change.
+    pub const DEFAULT: FilterRecord = FilterRecord {
+        labels: &[],
+        annotations: &[],
+        when: None,
+        field: None,
+        value: None,
+        old: None,
+        new: None,
+    };
+
+    /// The runtime filters; an invalid `field` is reported in `problems`.
+    fn to_filters(self, problems: &mut Vec<String>) -> Filters {
+        let field = self.field.and_then(|f| {
+            let parsed = FieldPath::parse(f);
+            if parsed.is_none() {
+                problems.push(format!("`field` is not a valid dot-separated path: {f:?}"));
+            }
+            parsed
+        });
+        Filters {
+            labels: meta(self.labels),
+            annotations: meta(self.annotations),
+            when: self.when.map(|f| Arc::new(f) as _),
+            field,
+            value: value(self.value),
+            old: value(self.old),
+            new: value(self.new),
+        }
+    }
+}
+
+/// `retries`, `backoff`, `timeout`, `errors`.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryRecord {
+    /// `retries`.
+    pub retries: Option<u32>,
+    /// `backoff`.
+    pub backoff: Option<Duration>,
+    /// `timeout`.
+    pub timeout: Option<Duration>,
+    /// `errors`.
+    pub errors: Option<ErrorsMode>,
+}
+
+impl RetryRecord {
+    /// Kopf's defaults: retry forever, every 60 s, errors temporary.
+    pub const DEFAULT: RetryRecord = RetryRecord {
+        retries: None,
+        backoff: None,
+        timeout: None,
+        errors: None,
+    };
+
+    fn to_options(self) -> Options {
+        Options {
+            retries: self.retries,
+            backoff: self.backoff.unwrap_or(DEFAULT_BACKOFF),
+            timeout: self.timeout,
+            errors: self.errors.unwrap_or_default(),
+        }
+    }
+}
+
+/// `deleted` (`on_resume`), `optional` (`on_delete`).
+#[derive(Debug, Clone, Copy)]
+pub struct ChangeRecord {
+    /// `deleted`.
     pub deleted: bool,
-    /// `optional` (`on_delete`).
+    /// `optional`.
     pub optional: bool,
-    /// `no_finalizers` (`timer`, `daemon`).
-    pub no_finalizers: bool,
-    /// `interval` (`timer`).
+}
+
+impl ChangeRecord {
+    /// Kopf's defaults: resume live objects only, deletion handlers hold a finalizer.
+    pub const DEFAULT: ChangeRecord = ChangeRecord {
+        deleted: false,
+        optional: false,
+    };
+}
+
+/// `interval`, `initial_delay`, `sharp`, `idle` (`timer`),
+/// `cancellation_backoff`, `cancellation_timeout`, `cancellation_polling`
+/// (`daemon`) and `no_finalizers` (both).
+#[derive(Debug, Clone, Copy)]
+pub struct TaskRecord {
+    /// `interval`.
     pub interval: Option<Duration>,
-    /// `initial_delay` (`timer`, `daemon`).
+    /// `initial_delay`.
     pub initial_delay: Option<Duration>,
-    /// `sharp` (`timer`).
+    /// `sharp`.
     pub sharp: bool,
-    /// `idle` (`timer`).
+    /// `idle`.
     pub idle: Option<Duration>,
-    /// `cancellation_backoff` (`daemon`).
+    /// `cancellation_backoff`.
     pub cancellation_backoff: Option<Duration>,
-    /// `cancellation_timeout` (`daemon`).
+    /// `cancellation_timeout`.
     pub cancellation_timeout: Option<Duration>,
-    /// `cancellation_polling` (`daemon`).
+    /// `cancellation_polling`.
     pub cancellation_polling: Option<Duration>,
-    /// `operations` (webhooks).
+    /// `no_finalizers`.
+    pub no_finalizers: bool,
+}
+
+impl TaskRecord {
+    /// Kopf's defaults; unset durations fall back to the operator's settings.
+    pub const DEFAULT: TaskRecord = TaskRecord {
+        interval: None,
+        initial_delay: None,
+        sharp: false,
+        idle: None,
+        cancellation_backoff: None,
+        cancellation_timeout: None,
+        cancellation_polling: None,
+        no_finalizers: false,
+    };
+
+    fn to_timer(self) -> TimerOptions {
+        TimerOptions {
+            interval: self.interval,
+            initial_delay: self.initial_delay,
+            sharp: self.sharp,
+            idle: self.idle,
+        }
+    }
+
+    fn to_daemon(self) -> DaemonOptions {
+        DaemonOptions {
+            initial_delay: self.initial_delay,
+            cancellation_backoff: self.cancellation_backoff,
+            cancellation_timeout: self.cancellation_timeout,
+            cancellation_polling: self.cancellation_polling,
+        }
+    }
+}
+
+/// `operations`, `subresource`, `persistent`, `side_effects`, `ignore_failures`.
+#[derive(Debug, Clone, Copy)]
+pub struct WebhookRecord {
+    /// `operations`.
     pub operations: &'static [Operation],
-    /// `subresource` (webhooks).
+    /// `subresource`.
     pub subresource: Option<&'static str>,
-    /// `persistent` (webhooks).
+    /// `persistent`.
     pub persistent: bool,
-    /// `side_effects` (webhooks).
+    /// `side_effects`.
     pub side_effects: bool,
-    /// `ignore_failures` (webhooks).
+    /// `ignore_failures`.
     pub ignore_failures: bool,
-    /// Whether the fn is a plain (blocking) `fn`.
-    pub blocking: bool,
-    /// The names of index parameters.
-    pub index_params: &'static [&'static str],
-    /// The generated invoker.
-    pub invoke: fn(Kwargs) -> BoxFuture<'static, Outcome>,
+}
+
+impl WebhookRecord {
+    /// Kopf's defaults: all operations on the main resource, fail closed.
+    pub const DEFAULT: WebhookRecord = WebhookRecord {
+        operations: &[],
+        subresource: None,
+        persistent: false,
+        side_effects: false,
+        ignore_failures: false,
+    };
+
+    fn to_options(self) -> WebhookOptions {
+        WebhookOptions {
+            operations: self.operations.to_vec(),
+            subresource: self.subresource.map(str::to_owned),
+            persistent: self.persistent,
+            side_effects: self.side_effects,
+            ignore_failures: self.ignore_failures,
+        }
+    }
 }
 
 inventory::collect!(HandlerRecord);
@@ -161,74 +326,42 @@ impl HandlerRecord {
     pub fn to_handler(&self) -> Handler {
         let kind = self.kind;
         let mut problems = Vec::new();
-        let field = self.field.and_then(|f| {
-            let parsed = FieldPath::parse(f);
-            if parsed.is_none() {
-                problems.push(format!("`field` is not a valid dot-separated path: {f:?}"));
-            }
-            parsed
-        });
-        let base = self.id.unwrap_or(self.fn_name);
-        let id = match (&field, kind) {
+        let filters = self.filters.to_filters(&mut problems);
+        let base = self.id.unwrap_or(self.function.name);
+        let id = match (&filters.field, kind) {
             (Some(field), k) if k != HandlerKind::Index => format!("{base}/{field}"),
             _ => base.to_owned(),
         };
         let kind_options = match kind {
             HandlerKind::OnResume => KindOptions::Resume {
-                deleted: self.deleted,
+                deleted: self.changes.deleted,
             },
             HandlerKind::OnDelete => KindOptions::Delete {
-                optional: self.optional,
+                optional: self.changes.optional,
             },
-            HandlerKind::Timer => KindOptions::Timer(TimerOptions {
-                interval: self.interval,
-                initial_delay: self.initial_delay,
-                sharp: self.sharp,
-                idle: self.idle,
-            }),
-            HandlerKind::Daemon => KindOptions::Daemon(DaemonOptions {
-                initial_delay: self.initial_delay,
-                cancellation_backoff: self.cancellation_backoff,
-                cancellation_timeout: self.cancellation_timeout,
-                cancellation_polling: self.cancellation_polling,
-            }),
+            HandlerKind::Timer => KindOptions::Timer(self.task.to_timer()),
+            HandlerKind::Daemon => KindOptions::Daemon(self.task.to_daemon()),
             HandlerKind::OnValidate | HandlerKind::OnMutate => {
-                KindOptions::Webhook(WebhookOptions {
-                    operations: self.operations.to_vec(),
-                    subresource: self.subresource.map(str::to_owned),
-                    persistent: self.persistent,
-                    side_effects: self.side_effects,
-                    ignore_failures: self.ignore_failures,
-                })
+                KindOptions::Webhook(self.webhook.to_options())
             }
             _ => KindOptions::None,
         };
         let requires_finalizer = match kind {
-            HandlerKind::OnDelete => !self.optional,
-            HandlerKind::Timer | HandlerKind::Daemon => !self.no_finalizers,
+            HandlerKind::OnDelete => !self.changes.optional,
+            HandlerKind::Timer | HandlerKind::Daemon => !self.task.no_finalizers,
             _ => false,
         };
-        let invoke = self.invoke;
+        let invoke = self.function.invoke;
         let mut handler = Handler::new(kind, self.resource.map(|f| f()), id, Arc::new(invoke));
-        handler.fn_path = Cow::Borrowed(self.fn_path);
-        handler.options = Options {
-            retries: self.retries,
-            backoff: self.backoff.unwrap_or(DEFAULT_BACKOFF),
-            timeout: self.timeout,
-            errors: self.errors.unwrap_or_default(),
-        };
-        handler.filters.labels = meta(self.labels);
-        handler.filters.annotations = meta(self.annotations);
-        handler.filters.when = self.when.map(|f| Arc::new(f) as _);
-        handler.filters.field = field;
-        handler.filters.value = value(self.value);
-        handler.filters.old = value(self.old);
-        handler.filters.new = value(self.new);
+        handler.fn_path = Cow::Borrowed(self.function.path);
+        handler.options = self.retry.to_options();
+        handler.filters = filters;
         handler.kind_options = kind_options;
         handler.param = self.param.map(|f| f());
         handler.requires_finalizer = requires_finalizer;
-        handler.blocking = self.blocking;
+        handler.blocking = self.function.blocking;
         handler.index_params = self
+            .function
             .index_params
             .iter()
             .map(|name| Cow::Borrowed(*name))

@@ -66,28 +66,33 @@ const _: () = {
             ::kopf_runtime::__private::IntoOutcome::into_outcome(__kopf_result)
         })
     }
-    ::kopf_runtime::__private::inventory::submit! {
-        ::kopf_runtime::__private::HandlerRecord { kind :
-        ::kopf_runtime::__private::HandlerKind::OnCreate, fn_path :
-        ::core::concat!(::core::module_path!(), "::", ::core::stringify!(created)),
-        fn_name : ::core::stringify!(created), id : ::kopf_runtime::__private::None,
-        resource : ::kopf_runtime::__private::Some(||
-        ::kopf_runtime::__private::ResourceRef::of:: < KopfExample > ()), retries :
-        ::kopf_runtime::__private::Some(3u32), backoff :
-        ::kopf_runtime::__private::Some(::kopf_runtime::__private::Duration::new(1u64,
-        500000000u32)), timeout : ::kopf_runtime::__private::None, errors :
-        ::kopf_runtime::__private::None, param : ::kopf_runtime::__private::None, labels
-        : & [], annotations : & [], when : ::kopf_runtime::__private::None, field :
-        ::kopf_runtime::__private::None, value : ::kopf_runtime::__private::None, old :
-        ::kopf_runtime::__private::None, new : ::kopf_runtime::__private::None, deleted :
-        false, optional : false, no_finalizers : false, interval :
-        ::kopf_runtime::__private::None, initial_delay : ::kopf_runtime::__private::None,
-        sharp : false, idle : ::kopf_runtime::__private::None, cancellation_backoff :
-        ::kopf_runtime::__private::None, cancellation_timeout :
-        ::kopf_runtime::__private::None, cancellation_polling :
-        ::kopf_runtime::__private::None, operations : & [], subresource :
-        ::kopf_runtime::__private::None, persistent : false, side_effects : false,
-        ignore_failures : false, blocking : false, index_params : & [], invoke :
-        __kopf_invoke, }
-    }
+    const __KOPF_RECORD: ::kopf_runtime::__private::HandlerRecord = ::kopf_runtime::__private::HandlerRecord {
+        kind: ::kopf_runtime::__private::HandlerKind::OnCreate,
+        function: ::kopf_runtime::__private::FunctionRecord {
+            path: ::core::concat!(
+                ::core::module_path!(), "::", ::core::stringify!(created)
+            ),
+            name: ::core::stringify!(created),
+            blocking: false,
+            index_params: &[],
+            invoke: __kopf_invoke,
+        },
+        id: ::kopf_runtime::__private::None,
+        param: ::kopf_runtime::__private::None,
+        resource: ::kopf_runtime::__private::Some(|| ::kopf_runtime::__private::ResourceRef::of::<
+            KopfExample,
+        >()),
+        filters: ::kopf_runtime::__private::FilterRecord::DEFAULT,
+        retry: ::kopf_runtime::__private::RetryRecord {
+            retries: ::kopf_runtime::__private::Some(3u32),
+            backoff: ::kopf_runtime::__private::Some(
+                ::kopf_runtime::__private::Duration::new(1u64, 500000000u32),
+            ),
+            ..::kopf_runtime::__private::RetryRecord::DEFAULT
+        },
+        changes: ::kopf_runtime::__private::ChangeRecord::DEFAULT,
+        task: ::kopf_runtime::__private::TaskRecord::DEFAULT,
+        webhook: ::kopf_runtime::__private::WebhookRecord::DEFAULT,
+    };
+    ::kopf_runtime::__private::inventory::submit!(__KOPF_RECORD);
 };

@@ -48,32 +48,42 @@ const _: () = {
             ::kopf_runtime::__private::IntoOutcome::into_outcome(__kopf_result)
         })
     }
-    ::kopf_runtime::__private::inventory::submit! {
-        ::kopf_runtime::__private::HandlerRecord { kind :
-        ::kopf_runtime::__private::HandlerKind::OnField, fn_path :
-        ::core::concat!(::core::module_path!(), "::", ::core::stringify!(relabelled)),
-        fn_name : ::core::stringify!(relabelled), id : ::kopf_runtime::__private::None,
-        resource : ::kopf_runtime::__private::Some(||
-        ::kopf_runtime::__private::ResourceRef::of:: < Pod > ()), retries :
-        ::kopf_runtime::__private::None, backoff : ::kopf_runtime::__private::None,
-        timeout : ::kopf_runtime::__private::None, errors :
-        ::kopf_runtime::__private::None, param : ::kopf_runtime::__private::None, labels
-        : & [], annotations : & [], when : ::kopf_runtime::__private::Some({ const
-        __KOPF_WHEN : fn (& ::kopf_runtime::__private::Kwargs) -> bool = is_ready;
-        __KOPF_WHEN }), field : ::kopf_runtime::__private::Some("metadata.labels"), value
-        : ::kopf_runtime::__private::None, old :
-        ::kopf_runtime::__private::Some(::kopf_runtime::__private::ValueRecord::Absent),
-        new :
-        ::kopf_runtime::__private::Some(::kopf_runtime::__private::ValueRecord::Equals(||
-        ::kopf_runtime::__private::serde_json::json!("x"))), deleted : false, optional :
-        false, no_finalizers : false, interval : ::kopf_runtime::__private::None,
-        initial_delay : ::kopf_runtime::__private::None, sharp : false, idle :
-        ::kopf_runtime::__private::None, cancellation_backoff :
-        ::kopf_runtime::__private::None, cancellation_timeout :
-        ::kopf_runtime::__private::None, cancellation_polling :
-        ::kopf_runtime::__private::None, operations : & [], subresource :
-        ::kopf_runtime::__private::None, persistent : false, side_effects : false,
-        ignore_failures : false, blocking : true, index_params : & ["by_owner"], invoke :
-        __kopf_invoke, }
-    }
+    const __KOPF_RECORD: ::kopf_runtime::__private::HandlerRecord = ::kopf_runtime::__private::HandlerRecord {
+        kind: ::kopf_runtime::__private::HandlerKind::OnField,
+        function: ::kopf_runtime::__private::FunctionRecord {
+            path: ::core::concat!(
+                ::core::module_path!(), "::", ::core::stringify!(relabelled)
+            ),
+            name: ::core::stringify!(relabelled),
+            blocking: true,
+            index_params: &["by_owner"],
+            invoke: __kopf_invoke,
+        },
+        id: ::kopf_runtime::__private::None,
+        param: ::kopf_runtime::__private::None,
+        resource: ::kopf_runtime::__private::Some(|| ::kopf_runtime::__private::ResourceRef::of::<
+            Pod,
+        >()),
+        filters: ::kopf_runtime::__private::FilterRecord {
+            when: ::kopf_runtime::__private::Some({
+                const __KOPF_WHEN: fn(&::kopf_runtime::__private::Kwargs) -> bool = is_ready;
+                __KOPF_WHEN
+            }),
+            field: ::kopf_runtime::__private::Some("metadata.labels"),
+            old: ::kopf_runtime::__private::Some(
+                ::kopf_runtime::__private::ValueRecord::Absent,
+            ),
+            new: ::kopf_runtime::__private::Some(
+                ::kopf_runtime::__private::ValueRecord::Equals(|| {
+                    ::kopf_runtime::__private::serde_json::json!("x")
+                }),
+            ),
+            ..::kopf_runtime::__private::FilterRecord::DEFAULT
+        },
+        retry: ::kopf_runtime::__private::RetryRecord::DEFAULT,
+        changes: ::kopf_runtime::__private::ChangeRecord::DEFAULT,
+        task: ::kopf_runtime::__private::TaskRecord::DEFAULT,
+        webhook: ::kopf_runtime::__private::WebhookRecord::DEFAULT,
+    };
+    ::kopf_runtime::__private::inventory::submit!(__KOPF_RECORD);
 };
