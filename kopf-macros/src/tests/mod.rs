@@ -15,84 +15,244 @@ fn pretty(tokens: TokenStream) -> String {
     prettyplease::unparse(&file)
 }
 
-fn snapshot(name: &str, kind: Kind, attr: TokenStream, item: TokenStream) {
-    let actual = pretty(handler(kind, attr, item));
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/snapshots")
-        .join(format!("{name}.rs"));
-    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
-        std::fs::write(&path, &actual).expect("write the snapshot");
-        return;
+/// One expansion snapshot: a name (the file under `tests/snapshots`) and an attribute on a fn.
+struct Case {
+    name: &'static str,
+    kind: Kind,
+    attr: TokenStream,
+    item: TokenStream,
+}
+
+/// One case per kind at least, each showing the options of its own group.
+fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "on_create_typed",
+            kind: Kind::OnCreate,
+            attr: quote!(KopfExample, retries = 3, backoff = 1.5),
+            item: quote! {
+                async fn created(spec: &KopfExampleSpec, name: &str, logger: &kopf::Logger) -> kopf::Result<serde_json::Value> {
+                    Ok(serde_json::json!({"name": name, "size": spec.size}))
+                }
+            },
+        },
+        Case {
+            name: "on_update",
+            kind: Kind::OnUpdate,
+            attr: quote!(
+                "kopf.dev/v1",
+                "kopfexamples",
+                field = "spec.size",
+                old = kopf::PRESENT,
+                new = 5,
+                timeout = 30,
+                errors = kopf::ErrorsMode::Permanent
+            ),
+            item: quote! {
+                async fn resized(old: Option<u32>, new: Option<u32>, diff: &kopf::Diff) -> kopf::Result<()> {
+                    Ok(())
+                }
+            },
+        },
+        Case {
+            name: "on_delete",
+            kind: Kind::OnDelete,
+            attr: quote!(ConfigMap, optional, id = "forget"),
+            item: quote! {
+                async fn deleted(meta: &ObjectMeta) {}
+            },
+        },
+        Case {
+            name: "on_resume",
+            kind: Kind::OnResume,
+            attr: quote!(
+                ConfigMap,
+                deleted,
+                labels("app" = "demo", "tier" = kopf::ABSENT, "owner" = has_owner)
+            ),
+            item: quote! {
+                fn resumed(reason: kopf::Reason, patch: &kopf::Patch) -> kopf::Result<()> {
+                    Ok(())
+                }
+            },
+        },
+        Case {
+            name: "on_field_blocking",
+            kind: Kind::OnField,
+            attr: quote!(
+                Pod,
+                field = "metadata.labels",
+                old = kopf::ABSENT,
+                new = "x",
+                when = is_ready
+            ),
+            item: quote! {
+                fn relabelled(new: Option<String>, by_owner: &kopf::Index) {}
+            },
+        },
+        Case {
+            name: "on_event",
+            kind: Kind::OnEvent,
+            attr: quote!(
+                Secret,
+                when = is_big,
+                annotations("example.com/watch" = kopf::PRESENT),
+                param = "verbose"
+            ),
+            item: quote! {
+                async fn spied(r#type: Option<kopf::EventType>, event: &serde_json::Value) {}
+            },
+        },
+        Case {
+            name: "timer_dynamic",
+            kind: Kind::Timer,
+            attr: quote!(
+                "",
+                "v1",
+                "secrets",
+                interval = 10,
+                no_finalizers,
+                annotations("example.com/ttl" = kopf::PRESENT)
+            ),
+            item: quote! {
+                async fn expire(meta: &ObjectMeta, client: kube::Client) -> kopf::Result<()> {
+                    Ok(())
+                }
+            },
+        },
+        Case {
+            name: "daemon",
+            kind: Kind::Daemon,
+            attr: quote!(
+                Pod,
+                initial_delay = 3,
+                cancellation_backoff = 1,
+                cancellation_timeout = 5,
+                cancellation_polling = 0.25
+            ),
+            item: quote! {
+                async fn monitor(name: &str, stopped: kopf::Stopped) -> kopf::Result<()> {
+                    Ok(())
+                }
+            },
+        },
+        Case {
+            name: "index",
+            kind: Kind::Index,
+            attr: quote!(Pod, field = "spec.nodeName", value = kopf::PRESENT),
+            item: quote! {
+                async fn by_node(namespace: Option<&str>, name: String) -> kopf::Result<serde_json::Value> {
+                    Ok(serde_json::json!({ namespace.unwrap_or_default(): name }))
+                }
+            },
+        },
+        Case {
+            name: "on_startup",
+            kind: Kind::OnStartup,
+            attr: quote!(),
+            item: quote! {
+                async fn boot(logger: kopf::Logger) {}
+            },
+        },
+        Case {
+            name: "on_cleanup",
+            kind: Kind::OnCleanup,
+            attr: quote!(retries = 1, backoff = 0.5),
+            item: quote! {
+                fn bye(retry: u32) {}
+            },
+        },
+        Case {
+            name: "on_probe",
+            kind: Kind::OnProbe,
+            attr: quote!(id = "ready"),
+            item: quote! {
+                async fn probe(runtime: std::time::Duration) -> kopf::Result<u64> {
+                    Ok(runtime.as_secs())
+                }
+            },
+        },
+        Case {
+            name: "on_login",
+            kind: Kind::OnLogin,
+            attr: quote!(timeout = 60),
+            item: quote! {
+                async fn login(started: Option<jiff::Timestamp>) -> kopf::Result<serde_json::Value> {
+                    Ok(serde_json::json!({"server": "https://127.0.0.1:6443"}))
+                }
+            },
+        },
+        Case {
+            name: "on_validate",
+            kind: Kind::OnValidate,
+            attr: quote!(
+                "kopf.dev",
+                "v1",
+                "kopfexamples",
+                operations("CREATE", "UPDATE"),
+                persistent,
+                side_effects = false
+            ),
+            item: quote! {
+                async fn check(spec: &Spec, warnings: &kopf::Warnings, dryrun: bool) -> kopf::Result<()> {
+                    Ok(())
+                }
+            },
+        },
+        Case {
+            name: "on_mutate",
+            kind: Kind::OnMutate,
+            attr: quote!(
+                "kopf.dev",
+                "v1",
+                "kopfexamples",
+                subresource = "status",
+                ignore_failures,
+                labels("app" = "demo")
+            ),
+            item: quote! {
+                async fn mutate(patch: &kopf::Patch, operation: kopf::Operation) -> kopf::Result<()> {
+                    Ok(())
+                }
+            },
+        },
+    ]
+}
+
+#[test]
+fn expansion_snapshots_of_every_kind() {
+    let cases = cases();
+    for kind in Kind::all() {
+        assert!(
+            cases.iter().any(|case| case.kind == *kind),
+            "no expansion snapshot of `{}`",
+            kind.name()
+        );
     }
-    let expected = std::fs::read_to_string(&path).unwrap_or_default();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots");
+    let update = std::env::var_os("UPDATE_SNAPSHOTS").is_some();
+    let mut differing = Vec::new();
+    for case in cases {
+        let actual = pretty(handler(case.kind, case.attr, case.item));
+        assert!(
+            !actual.contains("compile_error"),
+            "snapshot {} does not expand:\n{actual}",
+            case.name
+        );
+        let path = dir.join(format!("{}.rs", case.name));
+        if update {
+            std::fs::write(&path, &actual).expect("write the snapshot");
+            continue;
+        }
+        let expected = std::fs::read_to_string(&path).unwrap_or_default();
+        if expected != actual {
+            eprintln!("--- {} (actual) ---\n{actual}", case.name);
+            differing.push(case.name);
+        }
+    }
     assert!(
-        expected == actual,
-        "snapshot {name} differs; rerun with UPDATE_SNAPSHOTS=1 and review\n--- actual ---\n{actual}"
-    );
-}
-
-#[test]
-fn snapshot_on_create_with_a_typed_resource_and_kwargs() {
-    snapshot(
-        "on_create_typed",
-        Kind::OnCreate,
-        quote!(KopfExample, retries = 3, backoff = 1.5),
-        quote! {
-            async fn created(spec: &KopfExampleSpec, name: &str, logger: &kopf::Logger) -> kopf::Result<serde_json::Value> {
-                Ok(serde_json::json!({"name": name, "size": spec.size}))
-            }
-        },
-    );
-}
-
-#[test]
-fn snapshot_timer_with_a_dynamic_resource_and_filters() {
-    snapshot(
-        "timer_dynamic",
-        Kind::Timer,
-        quote!(
-            "",
-            "v1",
-            "secrets",
-            interval = 10,
-            no_finalizers,
-            annotations("example.com/ttl" = kopf::PRESENT)
-        ),
-        quote! {
-            async fn expire(meta: &ObjectMeta, client: kube::Client) -> kopf::Result<()> {
-                Ok(())
-            }
-        },
-    );
-}
-
-#[test]
-fn snapshot_blocking_on_field_with_old_new_and_an_index() {
-    snapshot(
-        "on_field_blocking",
-        Kind::OnField,
-        quote!(
-            Pod,
-            field = "metadata.labels",
-            old = kopf::ABSENT,
-            new = "x",
-            when = is_ready
-        ),
-        quote! {
-            fn relabelled(new: Option<String>, by_owner: &kopf::Index) {}
-        },
-    );
-}
-
-#[test]
-fn snapshot_activity() {
-    snapshot(
-        "on_startup",
-        Kind::OnStartup,
-        quote!(),
-        quote! {
-            async fn boot(logger: kopf::Logger) {}
-        },
+        differing.is_empty(),
+        "snapshots {differing:?} differ; rerun with UPDATE_SNAPSHOTS=1 and review the diff"
     );
 }
 
@@ -259,3 +419,4 @@ fn impl_trait_parameters_are_rejected() {
         ["`impl Trait` parameters are not supported; name a concrete type"]
     );
 }
+

@@ -1,0 +1,91 @@
+fn resumed(reason: kopf::Reason, patch: &kopf::Patch) -> kopf::Result<()> {
+    Ok(())
+}
+#[doc(hidden)]
+#[allow(non_upper_case_globals, clippy::all)]
+const _: () = {
+    fn __kopf_invoke(
+        __kopf_kwargs: ::kopf_runtime::__private::Kwargs,
+    ) -> ::kopf_runtime::__private::BoxFuture<
+        'static,
+        ::kopf_runtime::__private::Outcome,
+    > {
+        ::kopf_runtime::__private::run_blocking(move || {
+            let mut __kopf_storage_0 = match <kopf::Reason as ::kopf_runtime::__private::ReasonArg<
+                '_,
+                ::kopf_runtime::__private::ByValue,
+            >>::load(&__kopf_kwargs) {
+                ::kopf_runtime::__private::Ok(value) => value,
+                ::kopf_runtime::__private::Err(error) => {
+                    return ::kopf_runtime::__private::Err(
+                        ::kopf_runtime::__private::HandlerError::from(error),
+                    );
+                }
+            };
+            let mut __kopf_storage_1 = match <&kopf::Patch as ::kopf_runtime::__private::PatchArg<
+                '_,
+                ::kopf_runtime::__private::ByRef,
+            >>::load(&__kopf_kwargs) {
+                ::kopf_runtime::__private::Ok(value) => value,
+                ::kopf_runtime::__private::Err(error) => {
+                    return ::kopf_runtime::__private::Err(
+                        ::kopf_runtime::__private::HandlerError::from(error),
+                    );
+                }
+            };
+            let __kopf_result = resumed(
+                <kopf::Reason as ::kopf_runtime::__private::ReasonArg<
+                    '_,
+                    ::kopf_runtime::__private::ByValue,
+                >>::get(&mut __kopf_storage_0),
+                <&kopf::Patch as ::kopf_runtime::__private::PatchArg<
+                    '_,
+                    ::kopf_runtime::__private::ByRef,
+                >>::get(&mut __kopf_storage_1),
+            );
+            ::kopf_runtime::__private::IntoOutcome::into_outcome(__kopf_result)
+        })
+    }
+    const __KOPF_RECORD: ::kopf_runtime::__private::HandlerRecord = ::kopf_runtime::__private::HandlerRecord {
+        kind: ::kopf_runtime::__private::HandlerKind::OnResume,
+        function: ::kopf_runtime::__private::FunctionRecord {
+            path: ::core::concat!(
+                ::core::module_path!(), "::", ::core::stringify!(resumed)
+            ),
+            name: ::core::stringify!(resumed),
+            blocking: true,
+            index_params: &[],
+            invoke: __kopf_invoke,
+        },
+        id: ::kopf_runtime::__private::None,
+        param: ::kopf_runtime::__private::None,
+        resource: ::kopf_runtime::__private::Some(|| ::kopf_runtime::__private::ResourceRef::of::<
+            ConfigMap,
+        >()),
+        filters: ::kopf_runtime::__private::FilterRecord {
+            labels: &[
+                ("app", ::kopf_runtime::__private::MetaRecord::Equals("demo")),
+                ("tier", ::kopf_runtime::__private::MetaRecord::Absent),
+                (
+                    "owner",
+                    ::kopf_runtime::__private::MetaRecord::Callback({
+                        const __KOPF_META: fn(
+                            ::kopf_runtime::__private::Option<&str>,
+                            &::kopf_runtime::__private::Kwargs,
+                        ) -> bool = has_owner;
+                        __KOPF_META
+                    }),
+                ),
+            ],
+            ..::kopf_runtime::__private::FilterRecord::DEFAULT
+        },
+        retry: ::kopf_runtime::__private::RetryRecord::DEFAULT,
+        changes: ::kopf_runtime::__private::ChangeRecord {
+            deleted: true,
+            ..::kopf_runtime::__private::ChangeRecord::DEFAULT
+        },
+        task: ::kopf_runtime::__private::TaskRecord::DEFAULT,
+        webhook: ::kopf_runtime::__private::WebhookRecord::DEFAULT,
+    };
+    ::kopf_runtime::__private::inventory::submit!(__KOPF_RECORD);
+};
