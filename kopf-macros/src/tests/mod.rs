@@ -420,3 +420,45 @@ fn impl_trait_parameters_are_rejected() {
     );
 }
 
+#[test]
+fn a_duplicate_option_is_rejected_even_after_an_invalid_first_value() {
+    let errors = errors(
+        Kind::Timer,
+        quote!(Pod, interval = "x", interval = 5, sharp, sharp = false),
+        quote!(
+            async fn t() {}
+        ),
+    );
+    assert_eq!(
+        errors,
+        [
+            "`interval` expects a non-negative number of seconds, e.g. `interval = 10` or `interval = 0.5`",
+            "duplicate option `interval`; set it once",
+            "duplicate option `sharp`; set it once",
+        ]
+    );
+}
+
+#[test]
+fn the_record_names_only_the_options_written() {
+    let text = handler(
+        Kind::Daemon,
+        quote!(Pod),
+        quote!(
+            async fn d() {}
+        ),
+    )
+    .to_string();
+    for group in [
+        "FilterRecord",
+        "RetryRecord",
+        "ChangeRecord",
+        "TaskRecord",
+        "WebhookRecord",
+    ] {
+        assert!(
+            text.contains(&format!("{group} :: DEFAULT ,")),
+            "{group}: {text}"
+        );
+    }
+}
