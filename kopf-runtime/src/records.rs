@@ -375,3 +375,123 @@ const _: () = {
     const fn assert_sync<T: Sync>() {}
     assert_sync::<HandlerRecord>();
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn invoke(_: Kwargs) -> BoxFuture<'static, Outcome> {
+        Box::pin(std::future::pending())
+    }
+
+    fn record(kind: HandlerKind) -> HandlerRecord {
+        HandlerRecord {
+            kind,
+            function: FunctionRecord {
+                path: "crate::f",
+                name: "f",
+                blocking: false,
+                index_params: &[],
+                invoke,
+            },
+            id: None,
+            param: None,
+            resource: if kind.is_activity() {
+                None
+            } else {
+                Some(|| ResourceRef::dynamic("", "v1", "pods"))
+            },
+            filters: FilterRecord::DEFAULT,
+            retry: RetryRecord::DEFAULT,
+            changes: ChangeRecord::DEFAULT,
+            task: TaskRecord::DEFAULT,
+            webhook: WebhookRecord::DEFAULT,
+        }
+    }
+
+    #[test]
+    fn default_groups_give_the_same_handler_as_the_builder() {
+        for kind in HandlerKind::ALL {
+            let record = record(kind);
+            let built = Handler::new(
+                kind,
+                record.resource.map(|f| f()),
+                "f".to_owned(),
+                Arc::new(invoke),
+            );
+            let handler = record.to_handler();
+            assert_eq!(handler.id, built.id, "{kind}");
+            assert_eq!(handler.options, built.options, "{kind}");
+            assert_eq!(handler.kind_options, built.kind_options, "{kind}");
+            assert_eq!(
+                handler.requires_finalizer, built.requires_finalizer,
+                "{kind}"
+            );
+            assert_eq!(handler.filters.labels, built.filters.labels, "{kind}");
+            assert!(handler.filters.field.is_none(), "{kind}");
+            assert!(handler.filters.when.is_none(), "{kind}");
+            assert!(handler.param.is_none(), "{kind}");
+            assert!(handler.problems().is_empty(), "{kind}");
+        }
+    }
+
+    #[test]
+    fn groups_reach_their_handler_options() {
+        let mut timer = record(HandlerKind::Timer);
+        timer.task = TaskRecord {
+            interval: Some(Duration::from_secs(10)),
+            no_finalizers: true,
+            ..TaskRecord::DEFAULT
+        };
+        timer.retry = RetryRecord {
+            retries: Some(3),
+            ..RetryRecord::DEFAULT
+        };
+        timer.filters = FilterRecord {
+            field: Some("spec.size"),
+            ..FilterRecord::DEFAULT
+        };
+        let handler = timer.to_handler();
+        assert_eq!(handler.id, "f/spec.size");
+        assert_eq!(handler.options.retries, Some(3));
+        assert_eq!(handler.options.backoff, DEFAULT_BACKOFF);
+        assert_eq!(
+            handler.kind_options,
+            KindOptions::Timer(TimerOptions {
+                interval: Some(Duration::from_secs(10)),
+                ..TimerOptions::default()
+            })
+        );
+        assert!(!handler.requires_finalizer);
+
+        let mut delete = record(HandlerKind::OnDelete);
+        delete.changes = ChangeRecord {
+            optional: true,
+            ..ChangeRecord::DEFAULT
+        };
+        let handler = delete.to_handler();
+        assert_eq!(handler.kind_options, KindOptions::Delete { optional: true });
+        assert!(!handler.requires_finalizer);
+
+        let mut mutate = record(HandlerKind::OnMutate);
+        mutate.webhook = WebhookRecord {
+            subresource: Some("status"),
+            ..WebhookRecord::DEFAULT
+        };
+        let KindOptions::Webhook(options) = mutate.to_handler().kind_options else {
+            panic!("a webhook's options");
+        };
+        assert_eq!(options.subresource.as_deref(), Some("status"));
+    }
+
+    #[test]
+    fn an_invalid_field_path_is_a_problem_of_the_handler() {
+        let mut record = record(HandlerKind::OnField);
+        record.filters = FilterRecord {
+            field: Some("spec..size"),
+            ..FilterRecord::DEFAULT
+        };
+        let handler = record.to_handler();
+        assert_eq!(handler.problems().len(), 1, "{:?}", handler.problems());
+    }
+}
