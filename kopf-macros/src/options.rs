@@ -39,8 +39,11 @@ impl<T> Attr<T> {
     /// Sets the option from what was written; an option written twice is an
     /// error, whether or not the first value was valid.
     pub(crate) fn set(&mut self, key: &Ident, raw: Raw, errors: &mut Errors, parse: Parser<T>) {
-        if self.span.is_some() {
-            errors.push(key.span(), format!("duplicate option `{key}`; set it once"));
+        if let Some(first) = self.span {
+            let mut error =
+                syn::Error::new(key.span(), format!("duplicate option `{key}`; set it once"));
+            error.combine(syn::Error::new(first, format!("`{key}` first set here")));
+            errors.push_error(error);
             return;
         }
         self.span = Some(key.span());

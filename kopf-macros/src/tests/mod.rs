@@ -317,7 +317,7 @@ fn all_errors_are_reported_and_the_item_is_kept() {
     );
     let text = output.to_string();
     assert!(text.starts_with("fn d (nope : u8) { }"), "{text}");
-    assert_eq!(text.matches("compile_error").count(), 4, "{text}");
+    assert_eq!(text.matches("compile_error").count(), 5, "{text}");
 }
 
 #[test]
@@ -434,7 +434,9 @@ fn a_duplicate_option_is_rejected_even_after_an_invalid_first_value() {
         [
             "`interval` expects a non-negative number of seconds, e.g. `interval = 10` or `interval = 0.5`",
             "duplicate option `interval`; set it once",
+            "`interval` first set here",
             "duplicate option `sharp`; set it once",
+            "`sharp` first set here",
         ]
     );
 }
