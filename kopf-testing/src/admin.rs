@@ -71,16 +71,16 @@ pub(crate) fn serve(
         }
         (&Method::POST, "faults/fail") => match serde_json::from_slice::<FailBody>(body) {
             Ok(b) => {
-                faults.fail_next(
-                    b.n,
-                    FailRule {
-                        verb: b.verb,
-                        path_contains: b.path_contains,
-                        status: b.status,
-                        retry_after: b.retry_after,
-                    },
-                );
-                ok()
+                let rule = FailRule {
+                    verb: b.verb,
+                    path_contains: b.path_contains,
+                    status: b.status,
+                    retry_after: b.retry_after,
+                };
+                match faults.try_fail_next(b.n, rule) {
+                    Ok(()) => ok(),
+                    Err(why) => error_response(&ApiError::bad_request(why)),
+                }
             }
             Err(e) => error_response(&ApiError::bad_request(format!(
                 "expected {{\"n\": N, \"status\": CODE, \"verb\"?, \"path_contains\"?, \"retry_after\"?}}: {e}"

@@ -54,6 +54,20 @@ impl FailRule {
         self
     }
 
+    /// Why the rule cannot be answered, if its status is not an HTTP error
+    /// status (400-599).
+    pub fn check(&self) -> Result<(), String> {
+        if (400..=599).contains(&self.status) {
+            Ok(())
+        } else {
+            Err(format!(
+                "a fault rule's status must be an HTTP error status (400-599), not {}; \
+                 use 429, 500 or 503 for retryable failures",
+                self.status
+            ))
+        }
+    }
+
     fn matches(&self, verb: &str, path: &str) -> bool {
         self.verb.as_deref().is_none_or(|v| v == verb)
             && self
@@ -117,9 +131,22 @@ impl Faults {
     /// Answers the next `n` requests matching `rule` with `rule.status` (a `Status`
     /// object; 429 carries a `Retry-After` header and `details.retryAfterSeconds`).
     /// Rules are checked in the order they were added.
+    ///
+    /// # Panics
+    /// If `rule.status` is not an HTTP error status (400-599); see
+    /// [`Faults::try_fail_next`] for a version that returns the error.
     pub fn fail_next(&self, n: usize, rule: FailRule) {
+        if let Err(why) = self.try_fail_next(n, rule) {
+            panic!("Faults::fail_next: {why}");
+        }
+    }
+
+    /// As [`Faults::fail_next`], refusing a rule whose status is not an HTTP
+    /// error status (400-599) with a message saying so.
+    pub fn try_fail_next(&self, n: usize, rule: FailRule) -> Result<(), String> {
+        rule.check()?;
         if n == 0 {
-            return;
+            return Ok(());
         }
         self.shared
             .faults
@@ -127,6 +154,7 @@ impl Faults {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push((n, rule));
+        Ok(())
     }
 
     /// Delays every request (including the start of watches) by `latency`.
@@ -181,6 +209,17 @@ mod tests {
                 .take("get", "/api/v1/namespaces/d/configmaps/x")
                 .is_none()
         );
+    }
+
+    #[test]
+    fn only_error_statuses_make_rules() {
+        for status in [400, 429, 500, 599] {
+            assert_eq!(FailRule::status(status).check(), Ok(()));
+        }
+        for status in [0, 101, 200, 304, 399, 600, 999] {
+            let why = FailRule::status(status).check().unwrap_err();
+            assert!(why.contains("400-599"), "{why}");
+        }
     }
 
     #[test]

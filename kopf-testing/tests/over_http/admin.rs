@@ -1,10 +1,10 @@
 //! The admin endpoints under `/_emulator/`: faults and request counts from
 //! another process, over plain HTTP.
 
-use crate::common::{raw_request, within};
+use crate::common::{api_error, raw_request, within};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kopf_testing::Emulator;
+use kopf_testing::{Emulator, FailRule};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use kube::runtime::watcher;
@@ -103,4 +103,43 @@ async fn dropped_and_compacted_watches_force_a_relist() {
         while !matches!(events.next().await, Some(Ok(watcher::Event::Init))) {}
     })
     .await;
+}
+
+#[tokio::test]
+async fn fault_rules_need_an_error_status() {
+    let emulator = Emulator::start().await.expect("emulator starts");
+    for status in [0, 101, 200, 302, 600] {
+        let body = json!({"n": 1, "status": status}).to_string();
+        let resp = raw_request(
+            emulator.addr(),
+            "POST",
+            "/_emulator/faults/fail",
+            &[],
+            body.as_bytes(),
+        )
+        .await;
+        resp.assert_status_object(400);
+        let message = resp.json()["message"].as_str().unwrap_or("").to_string();
+        assert!(message.contains("400-599"), "{message}");
+        let why = emulator
+            .faults()
+            .try_fail_next(1, FailRule::status(status))
+            .expect_err("refused");
+        assert!(why.contains("400-599"), "{why}");
+    }
+    // Nothing was added: requests are served.
+    let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+    api.list(&ListParams::default()).await.expect("list works");
+    emulator
+        .faults()
+        .try_fail_next(1, FailRule::status(500))
+        .expect("500 is an error status");
+    assert_eq!(api_error(api.list(&ListParams::default()).await).code, 500);
+}
+
+#[tokio::test]
+#[should_panic(expected = "400-599")]
+async fn fail_next_panics_on_a_status_that_is_no_error() {
+    let emulator = Emulator::start().await.expect("emulator starts");
+    emulator.faults().fail_next(1, FailRule::status(101));
 }
