@@ -9,7 +9,9 @@
 //! status subresource. Faults can be injected through [`Faults`], or from
 //! other processes through the admin endpoints under `/_emulator/` (fault
 //! injection and request counts per User-Agent); every request is recorded
-//! ([`Emulator::requests`]).
+//! ([`Emulator::requests`]). Requests the HTTP layer refuses (a URI over
+//! 65,534 bytes: 414, headers too large: 431, an unparseable request: 400)
+//! are answered with a `Status` body as every other failure.
 //!
 //! # Caveats
 //! - Objects are kept as JSON without schemas: nothing is validated or pruned
@@ -53,6 +55,7 @@ mod patching;
 mod preload;
 mod protobuf;
 mod recording;
+mod refusals;
 mod resources;
 mod routing;
 mod selectors;

@@ -18,6 +18,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::error::EmulatorError;
 use crate::handlers;
+use crate::refusals::StatusOnRefusal;
 use crate::shared::Shared;
 
 /// One running generation of the server.
@@ -89,7 +90,7 @@ pub(crate) fn spawn(listener: TcpListener, shared: Arc<Shared>) -> Running {
                 });
                 let conn = http1::Builder::new()
                     .keep_alive(true)
-                    .serve_connection(TokioIo::new(stream), service);
+                    .serve_connection(TokioIo::new(StatusOnRefusal::new(stream)), service);
                 tokio::select! {
                     result = conn => {
                         if let Err(e) = result {

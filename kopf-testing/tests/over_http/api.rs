@@ -2037,3 +2037,18 @@ async fn requests_are_recorded_with_method_path_query_verb_and_status() {
     assert!(emu.requests().is_empty());
     emu.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_uri_too_long_is_answered_with_a_status() {
+    let emulator = emulator().await;
+    let path = format!(
+        "/api/v1/namespaces/default/configmaps?labelSelector=a%20in%20({})",
+        "x,".repeat(40_000)
+    );
+    let resp = raw_request(emulator.addr(), "GET", &path, &[], b"").await;
+    resp.assert_status_object(414);
+    assert_eq!(resp.header("content-type"), Some("application/json"));
+    // The emulator goes on serving.
+    let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+    create_cm(&api, "after").await;
+}
