@@ -20,6 +20,7 @@ use crate::routing::{self, ObjectPath, Query, Route};
 use crate::selectors::{FieldSelector, LabelSelector, Selectors};
 use crate::shared::Shared;
 use crate::store::Target;
+use crate::validation;
 use crate::watching::{self, Filter, WatchOptions};
 
 /// The largest request body accepted (as the API server's 3 MiB limit).
@@ -216,12 +217,17 @@ where
         (Method::POST, None) => {
             let (ct, body) = read_body(req).await?;
             let obj = parse_object(ct.as_deref(), &body)?;
+            validation::body_matches_request(&def, ns, &obj)?;
+            validation::object(&def, &obj)?;
             let created = shared.store().create(&def, ns, obj, dry)?;
             Ok(object_response(201, &def, &created))
         }
         (Method::PUT, Some(name)) => {
             let (ct, body) = read_body(req).await?;
-            let obj = parse_object(ct.as_deref(), &body)?;
+            let mut obj = parse_object(ct.as_deref(), &body)?;
+            validation::body_matches_request(&def, ns, &obj)?;
+            validation::resource_version_precondition(&def, &mut obj)?;
+            validation::object(&def, &obj)?;
             let updated = shared.store().update(&def, ns, name, obj, target, dry)?;
             Ok(object_response(200, &def, &updated))
         }
@@ -232,9 +238,15 @@ where
                 .ok_or_else(|| ApiError::unsupported_media_type(&ct))?;
             let patch = patching::parse_body(kind, &body)
                 .map_err(|e| ApiError::bad_request(e.to_string()))?;
-            let (obj, created) = shared
-                .store()
-                .patch(&def, ns, name, kind, &patch, target, dry)?;
+            validation::patch_body(kind, &patch, query.field_manager.as_deref(), name)?;
+            let write = Write {
+                def: &def,
+                ns,
+                name,
+                target,
+                dry,
+            };
+            let (obj, created) = patch_object(shared, &write, kind, &patch)?;
             Ok(object_response(if created { 201 } else { 200 }, &def, &obj))
         }
         (Method::DELETE, Some(name)) => {
@@ -266,6 +278,58 @@ where
             Ok(list_response(&def, &deleted, rv, None, None))
         }
         _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+/// Where a write goes.
+struct Write<'a> {
+    def: &'a ResourceDef,
+    ns: Option<&'a str>,
+    name: &'a str,
+    target: Target,
+    dry: bool,
+}
+
+/// Applies a patch outside the store lock, validates the result, and commits
+/// it if the object did not change meanwhile (else applies it again, as the
+/// API server's optimistic update loop does). Returns the object and whether
+/// it was created (server-side apply of a missing object).
+fn patch_object(
+    shared: &Arc<Shared>,
+    w: &Write<'_>,
+    kind: PatchKind,
+    patch: &Value,
+) -> Result<(Arc<Value>, bool), ApiError> {
+    loop {
+        let base = shared.store().get_view(w.def, w.ns, w.name);
+        let base = match base {
+            Ok(base) => base,
+            Err(e) if e.code == 404 && kind == PatchKind::Apply && w.target == Target::Main => {
+                let mut body = patch.clone();
+                crate::objects::meta_mut(&mut body).insert("name".into(), w.name.into());
+                validation::body_matches_request(w.def, w.ns, &body)?;
+                validation::object(w.def, &body)?;
+                let created = shared.store().create(w.def, w.ns, body, w.dry)?;
+                return Ok((created, true));
+            }
+            Err(e) => return Err(e),
+        };
+        let mut new = patching::apply(kind, &base, patch).map_err(|e| {
+            if e.is_invalid() {
+                ApiError::invalid(&w.def.group, &w.def.kind, w.name, e.to_string())
+            } else {
+                ApiError::bad_request(e.to_string())
+            }
+        })?;
+        validation::patched(w.def, &base, &new)?;
+        validation::resource_version_precondition(w.def, &mut new)?;
+        validation::object(w.def, &new)?;
+        let committed = shared
+            .store()
+            .commit_patch(w.def, w.ns, w.name, &base, new, w.target, w.dry)?;
+        if let Some(obj) = committed {
+            return Ok((obj, false));
+        }
     }
 }
 

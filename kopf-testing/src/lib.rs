@@ -13,10 +13,30 @@
 //! 65,534 bytes: 414, headers too large: 431, an unparseable request: 400)
 //! are answered with a `Status` body as every other failure.
 //!
+//! # What is validated
+//! Writes are checked as the API server checks them, before anything is
+//! stored, and refused with its codes and `Status` bodies:
+//! - object metadata: names, `metadata` fields of the right JSON types (400),
+//!   label keys and values, annotation keys and their 256 KiB total, finalizer
+//!   names (qualified names) and owner references (`apiVersion`, `kind`,
+//!   `name`, `uid`, one controller) (422 `Invalid`, a cause per field);
+//! - ConfigMap `data` of strings and `binaryData` in base64, Secret `data` in
+//!   base64 and `stringData` of strings (400), their keys (422);
+//! - bodies against the URL: `apiVersion`, `kind`, `metadata.namespace` and,
+//!   for server-side apply, `metadata.name` (400); a patch may not change the
+//!   kind, apiVersion or namespace (400);
+//! - preconditions: `metadata.resourceVersion` (a string or a number) and
+//!   `metadata.uid` in an update or patch (409);
+//! - patches: at most 10,000 JSON patch operations (413), only `replace`,
+//!   `merge` and `delete` as `$patch` directives (400), server-side apply
+//!   with a `fieldManager` (422);
+//! - fault rules: statuses 400-599 only ([`Faults::try_fail_next`], and 400
+//!   from the admin endpoint).
+//!
 //! # Caveats
-//! - Objects are kept as JSON without schemas: nothing is validated or pruned
-//!   beyond what the API server's generic rules require (names, namespaces,
-//!   resourceVersion, finalizers, CRD names).
+//! - Objects are kept as JSON without schemas: beyond the rules above,
+//!   nothing of a kind's own fields is validated or pruned (CRD schemas are
+//!   not applied).
 //! - Strategic merge patches are approximated (lists merged by well-known keys,
 //!   `finalizers` unioned); server-side apply is a merge patch without field
 //!   ownership. Protobuf bodies are decoded only for ConfigMap, Secret,
@@ -62,6 +82,7 @@ mod selectors;
 mod server;
 mod shared;
 mod store;
+mod validation;
 mod watching;
 
 pub use emulator::{DEFAULT_HISTORY_LIMIT, Emulator, EmulatorBuilder};

@@ -91,8 +91,8 @@ pub fn apply(store: &mut Store, objects: &[Value]) -> Result<(), EmulatorError> 
         } else {
             None
         };
-        store
-            .create(&def, ns.as_deref(), obj.clone(), false)
+        crate::validation::object(&def, obj)
+            .and_then(|()| store.create(&def, ns.as_deref(), obj.clone(), false))
             .map_err(|source| EmulatorError::Rejected {
                 kind: kind.clone(),
                 name: name.clone(),
@@ -182,5 +182,17 @@ spec:
         .unwrap_err();
         assert!(matches!(err, EmulatorError::UnknownKind { .. }));
         assert!(parse("a: [").is_err());
+    }
+
+    #[test]
+    fn invalid_objects_are_rejected_as_over_the_api() {
+        let mut store = Store::new(100);
+        let yaml =
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm, labels: {\"bad key\": x}}\n";
+        let err = apply(&mut store, &parse(yaml).unwrap()).unwrap_err();
+        assert!(
+            matches!(&err, EmulatorError::Rejected { source, .. } if source.code == 422),
+            "{err}"
+        );
     }
 }

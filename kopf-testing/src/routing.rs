@@ -157,6 +157,8 @@ pub struct Query {
     pub continue_token: Option<String>,
     /// `dryRun=All`.
     pub dry_run: bool,
+    /// `fieldManager`.
+    pub field_manager: Option<String>,
 }
 
 fn truthy(v: &str) -> bool {
@@ -181,6 +183,7 @@ pub fn parse_query(query: &str) -> Query {
             "limit" => q.limit = v.parse().ok().filter(|n| *n > 0),
             "continue" => q.continue_token = Some(v).filter(|v| !v.is_empty()),
             "dryRun" => q.dry_run = !v.is_empty(),
+            "fieldManager" => q.field_manager = Some(v).filter(|v| !v.is_empty()),
             _ => {}
         }
     }

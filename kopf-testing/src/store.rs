@@ -15,6 +15,7 @@ use crate::conversion;
 use crate::events::{EventType, WatchEvent};
 use crate::failures::ApiError;
 use crate::objects::{self, meta_mut};
+#[cfg(test)]
 use crate::patching::{self, PatchKind};
 use crate::resources::{self, ResourceDef, StoreKey};
 use crate::selectors::Selectors;
@@ -219,7 +220,7 @@ impl Store {
     }
 
     /// Reads one object as seen through `def`'s version (for writes through it).
-    fn get_view(
+    pub fn get_view(
         &self,
         def: &ResourceDef,
         ns: Option<&str>,
@@ -349,7 +350,7 @@ impl Store {
             && body_ns != path_ns
         {
             return Err(ApiError::bad_request(format!(
-                "the namespace of the provided object ({body_ns}) does not match the namespace sent on the request ({path_ns})"
+                "the namespace of the provided object does not match the namespace sent on the request (it is {body_ns}, the request's is {path_ns})"
             )));
         }
         let mut name = objects::name(&body).to_string();
@@ -529,7 +530,10 @@ impl Store {
         self.write(def, &old, body, target, dry_run)
     }
 
-    /// Patches an object; server-side apply of a missing object creates it.
+    /// Patches an object under the lock; server-side apply of a missing
+    /// object creates it. (The handlers apply patches outside the lock and
+    /// write them with [`Store::commit_patch`].)
+    #[cfg(test)]
     #[allow(clippy::too_many_arguments)]
     pub fn patch(
         &mut self,
@@ -557,6 +561,41 @@ impl Store {
                 ApiError::bad_request(e.to_string())
             }
         })?;
+        self.write_patched(def, &old, new, target, dry_run)
+            .map(|o| (o, false))
+    }
+
+    /// Writes an object patched outside the lock from `base` (as read by
+    /// [`Store::get_view`]); `None` when the object changed since, so the
+    /// caller applies its patch again to the new version.
+    #[allow(clippy::too_many_arguments)]
+    pub fn commit_patch(
+        &mut self,
+        def: &ResourceDef,
+        ns: Option<&str>,
+        name: &str,
+        base: &Arc<Value>,
+        new: Value,
+        target: Target,
+        dry_run: bool,
+    ) -> Result<Option<Arc<Value>>, ApiError> {
+        let current = self.get_view(def, ns, name)?;
+        if objects::resource_version(&current) != objects::resource_version(base) {
+            return Ok(None);
+        }
+        self.write_patched(def, &current, new, target, dry_run)
+            .map(Some)
+    }
+
+    fn write_patched(
+        &mut self,
+        def: &ResourceDef,
+        old: &Arc<Value>,
+        new: Value,
+        target: Target,
+        dry_run: bool,
+    ) -> Result<Arc<Value>, ApiError> {
+        let name = objects::name(old);
         let new_name = objects::name(&new);
         if new_name != name {
             return Err(ApiError::invalid(
@@ -566,8 +605,7 @@ impl Store {
                 format!("metadata.name: Invalid value: {new_name:?}: field is immutable"),
             ));
         }
-        self.write(def, &old, new, target, dry_run)
-            .map(|o| (o, false))
+        self.write(def, old, new, target, dry_run)
     }
 
     /// The common write path of update and patch.

@@ -7,4 +7,5 @@ mod common;
 
 mod admin;
 mod api;
+mod validation;
 mod watch;
