@@ -207,9 +207,16 @@ where
     let ns = route.namespace.as_deref();
     let name = route.name.as_deref();
     let dry = query.dry_run;
+    validation::query(query, options_kind(method))?;
     match (method.clone(), name) {
         (Method::GET, Some(name)) => {
-            let obj = shared.store().get(&def, ns, name)?;
+            let obj = {
+                let store = shared.store();
+                if let Some(rv) = query.resource_version.as_deref() {
+                    not_in_future(parse_rv(rv)?, store.current_rv())?;
+                }
+                store.get(&def, ns, name)?
+            };
             Ok(object_response(200, &def, &obj))
         }
         (Method::GET, None) if query.watch => watch(shared, def, &route, query),
@@ -331,6 +338,25 @@ fn patch_object(
             return Ok((obj, false));
         }
     }
+}
+
+/// The options kind the API server validates a verb's query parameters as.
+fn options_kind(method: &Method) -> Option<&'static str> {
+    match *method {
+        Method::POST => Some("CreateOptions"),
+        Method::PUT => Some("UpdateOptions"),
+        Method::PATCH => Some("PatchOptions"),
+        Method::DELETE => Some("DeleteOptions"),
+        _ => None,
+    }
+}
+
+/// 504 for a resourceVersion the store has not reached.
+fn not_in_future(requested: u64, current: u64) -> Result<(), ApiError> {
+    if requested > current {
+        return Err(validation::too_large_resource_version(requested, current));
+    }
+    Ok(())
 }
 
 /// The `Status` answered for an object removed at once.
@@ -479,14 +505,20 @@ fn list(
         }
         _ => None,
     };
-    let page = shared.store().list(
-        def,
-        ns,
-        &selectors,
-        query.limit,
-        query.continue_token.as_deref(),
-        exact,
-    )?;
+    let page = {
+        let store = shared.store();
+        if let Some(rv) = query.resource_version.as_deref() {
+            not_in_future(parse_rv(rv)?, store.current_rv())?;
+        }
+        store.list(
+            def,
+            ns,
+            &selectors,
+            query.limit,
+            query.continue_token.as_deref(),
+            exact,
+        )?
+    };
     Ok(list_response(
         def,
         &page.items,
@@ -518,9 +550,13 @@ fn watch(
         timeout: query.timeout_seconds.map(Duration::from_secs),
         send_initial_events: query.send_initial_events,
     };
-    let subscribed = shared
-        .store()
-        .subscribe(&def, route.namespace.as_deref(), from);
+    let subscribed = {
+        let mut store = shared.store();
+        if let Some(from) = from {
+            not_in_future(from, store.current_rv())?;
+        }
+        store.subscribe(&def, route.namespace.as_deref(), from)
+    };
     let body = match subscribed {
         Ok(sub) => watching::stream(shared.clone(), def, filter, sub, opts),
         Err(err) if err.code == 410 => watching::error_stream(&err),

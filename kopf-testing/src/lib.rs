@@ -14,9 +14,9 @@
 //! are answered with a `Status` body as every other failure.
 //!
 //! # What is validated
-//! Writes are checked as the API server checks them, before anything is
+//! Requests are checked as the API server checks them, before anything is
 //! stored, and refused with its codes and `Status` bodies:
-//! - object metadata: names, `metadata` fields of the right JSON types (400),
+//! - object metadata: names (and CRD names), `metadata` fields of the right JSON types (400),
 //!   label keys and values, annotation keys and their 256 KiB total, finalizer
 //!   names (qualified names) and owner references (`apiVersion`, `kind`,
 //!   `name`, `uid`, one controller) (422 `Invalid`, a cause per field);
@@ -30,6 +30,10 @@
 //! - patches: at most 10,000 JSON patch operations (413), only `replace`,
 //!   `merge` and `delete` as `$patch` directives (400), server-side apply
 //!   with a `fieldManager` (422);
+//! - query parameters: `limit` and `timeoutSeconds` integers (400; a watch's
+//!   `timeoutSeconds=0` means no timeout, as when unset), `dryRun` only `All`
+//!   (422), continue tokens only as handed out (400), resourceVersions not
+//!   beyond the current one (504 `Timeout` with `retryAfterSeconds`);
 //! - fault rules: statuses 400-599 only ([`Faults::try_fail_next`], and 400
 //!   from the admin endpoint).
 //!

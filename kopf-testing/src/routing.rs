@@ -157,8 +157,12 @@ pub struct Query {
     pub continue_token: Option<String>,
     /// `dryRun=All`.
     pub dry_run: bool,
+    /// Every `dryRun` value sent (only `All` is valid).
+    pub dry_run_values: Vec<String>,
     /// `fieldManager`.
     pub field_manager: Option<String>,
+    /// Numeric parameters whose values are not numbers: (name, value).
+    pub malformed: Vec<(&'static str, String)>,
 }
 
 fn truthy(v: &str) -> bool {
@@ -176,13 +180,25 @@ pub fn parse_query(query: &str) -> Query {
             "resourceVersion" => q.resource_version = Some(v).filter(|v| !v.is_empty()),
             "resourceVersionMatch" => q.resource_version_match = Some(v).filter(|v| !v.is_empty()),
             "allowWatchBookmarks" => q.bookmarks = truthy(&v),
-            "timeoutSeconds" => q.timeout_seconds = v.parse().ok(),
+            // As the API server: 0 means unset (the default timeout).
+            "timeoutSeconds" => match v.parse::<u64>() {
+                Ok(n) => q.timeout_seconds = Some(n).filter(|n| *n > 0),
+                Err(_) => q.malformed.push(("timeoutSeconds", v)),
+            },
             "sendInitialEvents" => q.send_initial_events = truthy(&v),
             "labelSelector" => q.label_selector = v,
             "fieldSelector" => q.field_selector = v,
-            "limit" => q.limit = v.parse().ok().filter(|n| *n > 0),
+            "limit" => match v.parse::<i64>() {
+                Ok(n) => q.limit = usize::try_from(n).ok().filter(|n| *n > 0),
+                Err(_) => q.malformed.push(("limit", v)),
+            },
             "continue" => q.continue_token = Some(v).filter(|v| !v.is_empty()),
-            "dryRun" => q.dry_run = !v.is_empty(),
+            "dryRun" => {
+                q.dry_run = q.dry_run || v == "All";
+                if !v.is_empty() {
+                    q.dry_run_values.push(v);
+                }
+            }
             "fieldManager" => q.field_manager = Some(v).filter(|v| !v.is_empty()),
             _ => {}
         }
@@ -283,6 +299,24 @@ mod tests {
         assert_eq!(q.label_selector, "a=b,c in (x)");
         assert_eq!(q.limit, None);
         assert_eq!(q.timeout_seconds, Some(5));
+        assert!(q.malformed.is_empty());
+    }
+
+    #[test]
+    fn malformed_numbers_and_dry_runs_are_kept_for_validation() {
+        let q = parse_query("limit=abc&timeoutSeconds=-1&dryRun=Bogus&fieldManager=me");
+        assert_eq!(
+            q.malformed,
+            [
+                ("limit", "abc".to_string()),
+                ("timeoutSeconds", "-1".to_string())
+            ]
+        );
+        assert!(!q.dry_run);
+        assert_eq!(q.dry_run_values, ["Bogus"]);
+        assert_eq!(q.field_manager.as_deref(), Some("me"));
+        let q = parse_query("timeoutSeconds=0&dryRun=All&limit=-3");
+        assert_eq!((q.timeout_seconds, q.dry_run, q.limit), (None, true, None));
     }
 
     #[test]

@@ -268,9 +268,11 @@ impl Store {
             )));
         }
         let Some(res) = res else {
-            if continue_token.is_some_and(|t| decode_continue(t).is_some_and(|(rv, _)| rv < floor))
-            {
-                return Err(expired_continue());
+            if let Some(token) = continue_token {
+                let (rv, _) = self.check_continue(token, ns)?;
+                if rv < floor {
+                    return Err(expired_continue());
+                }
             }
             return Ok(ListPage {
                 items: Vec::new(),
@@ -284,9 +286,7 @@ impl Store {
         // pages were fetched, as with the API server's snapshot lists.
         let (snapshot, start) = match continue_token {
             Some(token) => {
-                let (rv, after) = decode_continue(token).ok_or_else(|| {
-                    ApiError::bad_request("invalid continue token: pass the `continue` value from the previous page unchanged")
-                })?;
+                let (rv, after) = self.check_continue(token, ns)?;
                 if rv < res.floor {
                     return Err(expired_continue());
                 }
@@ -328,6 +328,30 @@ impl Store {
             continue_token,
             remaining,
         })
+    }
+
+    /// Decodes a continue token, refusing one this store did not hand out
+    /// for this list (undecodable, from a future version, another namespace).
+    fn check_continue(
+        &self,
+        token: &str,
+        ns: Option<&str>,
+    ) -> Result<(u64, (String, String)), ApiError> {
+        let invalid = |why: &str| {
+            ApiError::bad_request(format!(
+                "continue key is not valid: {why}; pass the `continue` value from the previous page unchanged"
+            ))
+        };
+        let (rv, after) = decode_continue(token).ok_or_else(|| invalid("it cannot be decoded"))?;
+        if rv == 0 || rv > self.rv {
+            return Err(invalid(
+                "incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
+            ));
+        }
+        if ns.is_some_and(|ns| ns != after.0) {
+            return Err(invalid("it belongs to a list of another namespace"));
+        }
+        Ok((rv, after))
     }
 
     /// Creates an object.

@@ -13,6 +13,8 @@
 //! - Patches: at most [`MAX_JSON_PATCH_OPERATIONS`] operations, only known
 //!   `$patch` directives, and server-side apply with a `fieldManager` and a
 //!   body naming the object of the URL.
+//! - Query parameters: `limit` and `timeoutSeconds` must be integers and
+//!   `dryRun` only `All`.
 
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
@@ -21,6 +23,7 @@ use crate::failures::ApiError;
 use crate::objects;
 use crate::patching::PatchKind;
 use crate::resources::ResourceDef;
+use crate::routing::Query;
 
 /// The most operations one JSON patch may hold (as the API server).
 pub const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
@@ -691,6 +694,51 @@ fn strategic_directives(patch: &Value, path: &str) -> Result<(), ApiError> {
     }
 }
 
+/// Checks the query parameters a client sent: numbers that are not numbers
+/// get 400, a `dryRun` other than `All` 422 (as the API server validates
+/// its options). `options` names the options kind of the verb
+/// (`CreateOptions`, `PatchOptions`, ...), if it has one.
+pub fn query(query: &Query, options: Option<&str>) -> Result<(), ApiError> {
+    if let Some((param, value)) = query.malformed.first() {
+        return Err(ApiError::bad_request(format!(
+            "invalid value {value:?} for the query parameter {param}: must be a non-negative integer"
+        )));
+    }
+    if let Some(options) = options
+        && let Some(bad) = query.dry_run_values.iter().find(|v| *v != "All")
+    {
+        return Err(invalid(
+            "meta.k8s.io",
+            &format!("{options}.meta.k8s.io"),
+            "",
+            &[FieldError {
+                field: "dryRun".into(),
+                reason: "FieldValueNotSupported",
+                detail: format!("Unsupported value: [\"{bad}\"]: supported values: \"All\""),
+            }],
+        ));
+    }
+    Ok(())
+}
+
+/// 504 for a resourceVersion newer than the store's (as the API server's
+/// watch cache answers after waiting for it in vain).
+pub fn too_large_resource_version(requested: u64, current: u64) -> ApiError {
+    let mut err = ApiError::new(
+        504,
+        "Timeout",
+        format!(
+            "Timeout: Too large resource version: {requested}, current: {current}; pass a resourceVersion from an earlier response"
+        ),
+    );
+    err.details = Some(json!({
+        "retryAfterSeconds": 1,
+        "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+    }));
+    err.retry_after = Some(1);
+    err
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -986,6 +1034,24 @@ mod tests {
                 .unwrap_err()
                 .code,
             400
+        );
+    }
+
+    #[test]
+    fn too_large_resource_versions_time_out() {
+        let status = too_large_resource_version(99, 7).to_status();
+        assert_eq!(status["code"], 504);
+        assert_eq!(status["reason"], "Timeout");
+        assert_eq!(status["details"]["retryAfterSeconds"], 1);
+        assert_eq!(
+            status["details"]["causes"][0]["reason"],
+            "ResourceVersionTooLarge"
+        );
+        assert!(
+            status["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("Timeout: Too large resource version: 99, current: 7")
         );
     }
 }

@@ -1,13 +1,15 @@
 //! What the API server refuses, refused over real HTTP with its codes and
 //! `Status` bodies: malformed metadata and data, bodies that contradict the
-//! URL, oversized or malformed patches and preconditions.
+//! URL, oversized or malformed patches, preconditions, crafted continue
+//! tokens and resource versions, and bad query parameters.
 
 use crate::common::{RawResponse, api_error, raw_request, within};
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kopf_testing::Emulator;
 use kube::{
     Api,
-    api::{ListParams, Patch, PatchParams, PostParams},
+    api::{ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams},
 };
 use serde_json::{Value, json};
 
@@ -470,4 +472,119 @@ async fn server_side_apply_needs_a_field_manager_and_the_right_name() {
     )
     .await;
     assert_eq!(resp.status, 201, "{:?}", resp.json());
+}
+
+#[tokio::test]
+async fn crafted_continue_tokens_are_bad_requests() {
+    let emulator = emulator().await;
+    for name in ["a", "b", "c"] {
+        create_cm(&emulator, name).await;
+    }
+    let hex = |s: &str| s.bytes().map(|b| format!("{b:02x}")).collect::<String>();
+    for token in [
+        "zz-not-a-token".to_string(),
+        hex("99999999|default|a"),
+        hex("0|default|a"),
+        hex("5|kube-system|a"),
+    ] {
+        let resp = raw_request(
+            emulator.addr(),
+            "GET",
+            &format!("{CMS}?limit=1&continue={token}"),
+            &[],
+            b"",
+        )
+        .await;
+        resp.assert_status_object(400);
+        assert!(
+            message(&resp).starts_with("continue key is not valid"),
+            "{token}: {}",
+            message(&resp)
+        );
+    }
+}
+
+#[tokio::test]
+async fn far_future_resource_versions_time_out_with_504() {
+    let emulator = emulator().await;
+    create_cm(&emulator, "a").await;
+    let future = 10_000_000;
+    for path in [
+        format!("{CMS}/a?resourceVersion={future}"),
+        format!("{CMS}?resourceVersion={future}"),
+        format!("{CMS}?resourceVersion={future}&resourceVersionMatch=Exact"),
+        format!("{CMS}?watch=1&resourceVersion={future}"),
+    ] {
+        let resp = raw_request(emulator.addr(), "GET", &path, &[], b"").await;
+        resp.assert_status_object(504);
+        let status = resp.json();
+        assert_eq!(status["reason"], "Timeout", "{path}");
+        assert_eq!(status["details"]["retryAfterSeconds"], 1, "{path}");
+        assert_eq!(
+            status["details"]["causes"][0]["reason"],
+            "ResourceVersionTooLarge"
+        );
+        assert!(
+            status["message"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with(&format!(
+                    "Timeout: Too large resource version: {future}, current: "
+                ))
+        );
+        assert_eq!(resp.header("retry-after"), Some("1"));
+    }
+}
+
+#[tokio::test]
+async fn a_watch_with_timeout_zero_uses_the_default_timeout() {
+    let emulator = emulator().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+    let mut events = within("watch", api.watch(&WatchParams::default().timeout(0), "0"))
+        .await
+        .expect("watch starts")
+        .boxed();
+    create_cm(&emulator, "later").await;
+    let name = within("the ADDED event on a still open watch", async {
+        loop {
+            match events.try_next().await {
+                Ok(Some(WatchEvent::Added(cm))) => break cm.metadata.name,
+                Ok(Some(_)) => continue,
+                other => panic!("the watch ended early: {other:?}"),
+            }
+        }
+    })
+    .await;
+    assert_eq!(name.as_deref(), Some("later"));
+}
+
+#[tokio::test]
+async fn malformed_limits_and_dry_runs_are_refused() {
+    let emulator = emulator().await;
+    for path in [
+        format!("{CMS}?limit=abc"),
+        format!("{CMS}?watch=1&timeoutSeconds=soon"),
+    ] {
+        let resp = raw_request(emulator.addr(), "GET", &path, &[], b"").await;
+        resp.assert_status_object(400);
+        assert_eq!(resp.json()["reason"], "BadRequest");
+    }
+    let resp = send(
+        &emulator,
+        "POST",
+        &format!("{CMS}?dryRun=Bogus"),
+        "application/json",
+        &json!({"metadata": {"name": "a"}}),
+    )
+    .await;
+    resp.assert_status_object(422);
+    assert_eq!(
+        causes(&resp),
+        ["dryRun: Unsupported value: [\"Bogus\"]: supported values: \"All\""]
+    );
+    let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+    assert!(
+        api.get_opt("a").await.expect("get").is_none(),
+        "nothing was created"
+    );
 }
