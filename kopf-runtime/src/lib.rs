@@ -234,6 +234,10 @@
 //!
 //! ## `index`
 //!
+//! **Not served yet:** an operator with such a handler refuses to start,
+//! naming it ([`OperatorError::Unsupported`]). The macro already accepts
+//! it, with its options and parameters checked at compile time.
+//!
 //! ```
 //! use kopf_runtime as kopf;
 //! use k8s_openapi::api::core::v1::Pod;
@@ -253,6 +257,10 @@
 //! ```
 //!
 //! ## `on_startup`, `on_cleanup`, `on_probe`, `on_login`
+//!
+//! `on_startup` and `on_cleanup` run. **`on_probe` and `on_login` are not
+//! served yet:** an operator with such a handler refuses to start, naming
+//! it ([`OperatorError::Unsupported`]).
 //!
 //! ```
 //! use kopf_runtime as kopf;
@@ -283,6 +291,10 @@
 //! ```
 //!
 //! ## `on_validate` and `on_mutate`
+//!
+//! **Not served yet:** an operator with such a handler refuses to start,
+//! naming it ([`OperatorError::Unsupported`]). The macro already accepts
+//! it, with its options and parameters checked at compile time.
 //!
 //! ```
 //! use kopf_runtime as kopf;
