@@ -120,11 +120,12 @@ impl Default for QueueingSettings {
 }
 
 /// Handler execution settings (Kopf's `settings.execution`).
+///
+/// Synchronous (blocking) handlers run on tokio's blocking pool; Kopf's
+/// `max_workers` is that pool's size, set where the runtime is built
+/// (`tokio::runtime::Builder::max_blocking_threads`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExecutionSettings {
-    /// Threads for synchronous (blocking) handlers; `None` lets the runtime
-    /// choose (tokio's blocking pool). Default: `None`.
-    pub max_workers: Option<usize>,
     /// Retry delay after an arbitrary handler error that names no delay of its
     /// own. Default: 60 s.
     pub default_backoff: Duration,
@@ -133,7 +134,6 @@ pub struct ExecutionSettings {
 impl Default for ExecutionSettings {
     fn default() -> Self {
         Self {
-            max_workers: None,
             default_backoff: Duration::from_secs(60),
         }
     }
