@@ -151,6 +151,10 @@ impl Runner {
 
         #[cfg(feature = "emulator")]
         let mut _emulator = None;
+        // The demo setup on the emulator, stopped with the operator if it
+        // is still at work then.
+        #[cfg(feature = "emulator")]
+        let mut setup_task: Option<tokio::task::JoinHandle<()>> = None;
         let client = if args.emulator {
             #[cfg(feature = "emulator")]
             {
@@ -161,7 +165,7 @@ impl Runner {
                     "running against the embedded Kubernetes API emulator (--emulator), not a cluster"
                 );
                 if let Some(setup) = self.on_emulator {
-                    tokio::spawn(setup(client.clone()));
+                    setup_task = Some(tokio::spawn(setup(client.clone())));
                 }
                 _emulator = Some(emulator);
                 client
@@ -173,16 +177,23 @@ impl Runner {
             kube::Client::try_from(config).map_err(RunError::Client)?
         };
 
-        Operator::new(registry)
+        let outcome = Operator::new(registry)
             .settings(self.settings)
             .client(client)
             .namespaces(namespaces)
             .run()
-            .await?;
+            .await;
         #[cfg(feature = "emulator")]
-        if let Some(emulator) = _emulator {
-            emulator.shutdown().await;
+        {
+            if let Some(task) = setup_task {
+                task.abort();
+                let _ = task.await;
+            }
+            if let Some(emulator) = _emulator {
+                emulator.shutdown().await;
+            }
         }
+        outcome?;
         Ok(())
     }
 }
