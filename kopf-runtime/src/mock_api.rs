@@ -1,8 +1,9 @@
-//! A scripted in-process Kubernetes API for unit tests of the async modules
-//! (until the emulator from kopf-testing is available): a `tower` service
-//! behind a real `kube::Client`, so requests and answers go through kube's
-//! own URL building, JSON and watch-line parsing. No network involved, so
-//! tests can run with tokio's paused clock.
+//! A scripted in-process Kubernetes API for unit tests of the async modules:
+//! a `tower` service behind a real `kube::Client`, so requests and answers
+//! go through kube's own URL building, JSON and watch-line parsing. Unlike
+//! the emulator of kopf-testing, it involves no network and no server
+//! tasks, so these tests run with tokio's paused clock and script exact
+//! answers (a hanging watch, a failure at the third request).
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
