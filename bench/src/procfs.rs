@@ -134,14 +134,17 @@ mod tests {
 
     #[test]
     fn the_cpu_clock_counts_what_the_ticks_count() {
-        // Burn some CPU so that both have something to count.
+        // Burn CPU until the process has used 0.2 s of it (however busy the
+        // machine is), so that both have something to count.
+        let pid = std::process::id();
         let start = std::time::Instant::now();
         let mut x = 0u64;
-        while start.elapsed() < Duration::from_millis(200) {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        while cpu_clock(pid).is_some_and(|c| c < 0.2) && start.elapsed() < Duration::from_secs(60) {
+            for _ in 0..100_000 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+            }
         }
         std::hint::black_box(x);
-        let pid = std::process::id();
         let clock = cpu_clock(pid).expect("the CPU-time clock of this process");
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
         let fields: Vec<&str> = stat[stat.rfind(')').expect("comm") + 2..]
