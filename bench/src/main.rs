@@ -33,9 +33,15 @@ struct Args {
     /// Scenarios, comma-separated (S2 and S3 run together).
     #[arg(long, value_delimiter = ',', default_value = "s1,s2,s3,s4,s5")]
     scenarios: Vec<String>,
-    /// Operators, comma-separated: kopf-rs, bare, kopf.
+    /// Operators, comma-separated: kopf-rs, bare, kopf (and baseline, which
+    /// `--baseline` adds by itself).
     #[arg(long, value_delimiter = ',', default_value = "kopf-rs,bare,kopf")]
     operators: Vec<String>,
+    /// Another build of `kopf-rs-operator` (e.g. of the commit before a
+    /// change, built with `cargo build --release -p kopf-bench` in its own
+    /// checkout) to measure in the same run as the peer `baseline`.
+    #[arg(long, value_name = "PROGRAM")]
+    baseline: Option<PathBuf>,
     /// S2's steady window, seconds.
     #[arg(long, default_value_t = 30)]
     window: u64,
@@ -99,9 +105,14 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let mut operators: Vec<Operator> = Vec::new();
     for name in &args.operators {
         let op = Operator::parse(name).with_context(|| {
-            format!("unknown operator {name:?}: expected kopf-rs, bare or kopf")
+            format!("unknown operator {name:?}: expected kopf-rs, bare, kopf or baseline")
         })?;
         operators.push(op);
+    }
+    match (&args.baseline, operators.contains(&Operator::Baseline)) {
+        (Some(_), false) => operators.push(Operator::Baseline),
+        (None, true) => bail!("the baseline operator needs --baseline PROGRAM"),
+        _ => {}
     }
     let operators_given = std::env::args().any(|a| a.starts_with("--operators"));
     let (ns, runs, window) = if args.smoke {
@@ -139,6 +150,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         bin_dir,
         venv,
         kopf_dir: root.join("bench").join("kopf"),
+        baseline: args.baseline.clone(),
     };
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -21,11 +21,20 @@ pub enum Operator {
     /// Kopf 1.45 (Python).
     #[serde(rename = "kopf")]
     Kopf,
+    /// Another build of `kopf-rs-operator` (`--baseline`), e.g. of the
+    /// commit before a change: its cost measured in the same run.
+    #[serde(rename = "baseline")]
+    Baseline,
 }
 
 impl Operator {
-    /// All three, in table order.
-    pub const ALL: [Operator; 3] = [Operator::KopfRs, Operator::Bare, Operator::Kopf];
+    /// All four, in table order.
+    pub const ALL: [Operator; 4] = [
+        Operator::KopfRs,
+        Operator::Bare,
+        Operator::Kopf,
+        Operator::Baseline,
+    ];
 
     /// The name used in JSON and tables.
     pub fn name(self) -> &'static str {
@@ -33,6 +42,7 @@ impl Operator {
             Operator::KopfRs => "kopf-rs",
             Operator::Bare => "bare",
             Operator::Kopf => "kopf",
+            Operator::Baseline => "baseline",
         }
     }
 
@@ -76,6 +86,8 @@ pub struct Programs {
     pub venv: Option<PathBuf>,
     /// `bench/kopf`: the Kopf operators.
     pub kopf_dir: PathBuf,
+    /// The baseline build of `kopf-rs-operator`, if one runs.
+    pub baseline: Option<PathBuf>,
 }
 
 impl Programs {
@@ -99,8 +111,13 @@ impl Programs {
         log: &Path,
     ) -> anyhow::Result<Option<Process>> {
         let mut cmd = match operator {
-            Operator::KopfRs => {
-                let mut cmd = Command::new(self.bin_dir.join("kopf-rs-operator"));
+            Operator::KopfRs | Operator::Baseline => {
+                let program = match (operator, &self.baseline) {
+                    (Operator::Baseline, Some(baseline)) => baseline.clone(),
+                    (Operator::Baseline, None) => bail!("no --baseline program given"),
+                    _ => self.bin_dir.join("kopf-rs-operator"),
+                };
+                let mut cmd = Command::new(program);
                 cmd.arg(mode.arg())
                     .arg("--kubeconfig")
                     .arg(kubeconfig)

@@ -506,7 +506,10 @@ mod tests {
             result(Operator::Bare, 1, 0.25, None),
             result(Operator::KopfRs, 1, 0.0, Some(0.0)),
         ];
-        let table = summary(&results, &Operator::ALL);
+        let table = summary(
+            &results,
+            &[Operator::KopfRs, Operator::Bare, Operator::Kopf],
+        );
         assert!(
             table.contains(
                 "| S1 operator CPU, first POST → last handler (s) | 1000 | 0.30 [0.20–0.40] | 0.25 | 3.00 | 1.20× | 0.10× |"
