@@ -2,22 +2,29 @@
 //! against a fresh emulator, waiting for conditions, and recording calls.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kopf_runtime::namespaces::NamespaceSelector;
 use kopf_runtime::settings::OperatorSettings;
 use kopf_runtime::spawning::{Counters, CountersSnapshot};
-use kopf_runtime::{Operator, OperatorError, Registry};
+use kopf_runtime::{Kwargs, Operator, OperatorError, Registry};
 use kopf_testing::Emulator;
 use kube::Api;
-use kube::api::{ApiResource, DynamicObject, PostParams};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 /// How long any condition in these tests may take before the test fails.
 pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Where the operator stores the last handled essence of an object.
+pub const DIFFBASE: &str = "kopf.zalando.org/last-handled-configuration";
+
+/// The label that [`touch`] sets.
+pub const TOUCH: &str = "kopf-tests/touch";
 
 /// An operator running in the background against an emulator.
 pub struct Running {
@@ -169,6 +176,59 @@ pub async fn get(
 /// An annotation of a body, if present.
 pub fn annotation<'a>(body: &'a Value, key: &str) -> Option<&'a str> {
     body.pointer("/metadata/annotations")?.get(key)?.as_str()
+}
+
+/// Sets the label [`TOUCH`] of `name` to a new value, then waits until the
+/// operator has stored that value in the object's diff-base.
+///
+/// The operator processes the events of one object in order, so by then it
+/// has processed every event of the object from before the touch, and what
+/// they caused has happened: call it before asserting that something did
+/// not happen. Only change handlers store a diff-base, so the object must
+/// have some; to them, the touch is an update whose only change is the
+/// label (see [`only_touched`]).
+pub async fn touch(api: &Api<DynamicObject>, name: &str) {
+    static TOUCHES: AtomicU64 = AtomicU64::new(0);
+    let value = TOUCHES.fetch_add(1, Ordering::Relaxed).to_string();
+    let label = Patch::Merge(json!({"metadata": {"labels": {TOUCH: &value}}}));
+    // Faults a test injects may hit this patch too: retried until it passes.
+    eventually(
+        &format!("the touch {value} of {name} to be accepted"),
+        || async { api.patch(name, &PatchParams::default(), &label).await.ok() },
+    )
+    .await;
+    eventually(
+        &format!("the touch {value} of {name} to be handled"),
+        || async {
+            let body = serde_json::to_value(api.get_opt(name).await.ok()??).ok()?;
+            let essence: Value = serde_json::from_str(annotation(&body, DIFFBASE)?).ok()?;
+            (essence.pointer("/metadata/labels")?.get(TOUCH)? == value.as_str()).then_some(())
+        },
+    )
+    .await;
+}
+
+/// Whether the change a handler is called for is a [`touch`] alone: its old
+/// and new essences differ in the label [`TOUCH`] and nothing else.
+pub fn only_touched(kw: &Kwargs) -> bool {
+    fn untouched(essence: Option<&Value>) -> Value {
+        let mut essence = essence.cloned().unwrap_or_else(|| json!({}));
+        if let Some(metadata) = essence.get_mut("metadata").and_then(Value::as_object_mut) {
+            if let Some(labels) = metadata.get_mut("labels").and_then(Value::as_object_mut) {
+                labels.remove(TOUCH);
+                if labels.is_empty() {
+                    metadata.remove("labels");
+                }
+            }
+            if metadata.is_empty()
+                && let Some(essence) = essence.as_object_mut()
+            {
+                essence.remove("metadata");
+            }
+        }
+        essence
+    }
+    kw.old != kw.new && untouched(kw.old.as_deref()) == untouched(kw.new.as_deref())
 }
 
 /// RFC 7386 merge of `patch` into `dst`.
