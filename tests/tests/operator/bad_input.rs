@@ -8,15 +8,13 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kopf_runtime::{Error, Kwargs, Registry, ResourceRef};
 use kopf_testing::Emulator;
 use kopf_tests::{
-    Calls, Running, annotation, capture_logs, configmaps, create, eventually, get, logs, raw_api,
-    test_settings,
+    Calls, DIFFBASE, Running, annotation, capture_logs, configmaps, create, eventually, get, logs,
+    only_touched, raw_api, test_settings, touch,
 };
 use kube::Api;
 use kube::api::{ApiResource, ListParams, Patch, PatchParams};
 use serde::Deserialize;
 use serde_json::{Value, json};
-
-const DIFFBASE: &str = "kopf.zalando.org/last-handled-configuration";
 
 /// What the `typed` handler expects in `spec`.
 #[derive(Debug, Deserialize)]
@@ -52,11 +50,6 @@ async fn typed(emulator: &Emulator, name: &str) -> Value {
             .filter(|b| annotation(b, DIFFBASE).is_some() && !b["status"]["typed"].is_null())
     })
     .await
-}
-
-/// Lets a wrong call show up before asserting that it did not happen.
-async fn settle() {
-    tokio::time::sleep(Duration::from_millis(700)).await;
 }
 
 #[tokio::test]
@@ -155,7 +148,7 @@ async fn a_spec_that_does_not_deserialize_is_reported_and_retried_and_others_are
         .expect("patched");
     let fixed = typed(&emulator, "bad").await;
     assert_eq!(fixed["status"]["typed"], json!({"size": 5}));
-    settle().await;
+    touch(&raw_api(&emulator, &widgets(), "default"), "good").await;
     assert_eq!(calls.named("good"), vec![json!(0)], "good handled once");
     operator.stop().await;
 }
@@ -184,7 +177,12 @@ async fn malformed_progress_and_diffbase_annotations_are_treated_as_absent() {
             move |kw: Kwargs| {
                 let calls = u.clone();
                 async move {
-                    calls.push("update", json!(kw.name()));
+                    let what = if only_touched(&kw) {
+                        "touched"
+                    } else {
+                        "update"
+                    };
+                    calls.push(what, json!(kw.name()));
                     Ok::<_, Error>(())
                 }
             },
@@ -235,7 +233,9 @@ async fn malformed_progress_and_diffbase_annotations_are_treated_as_absent() {
             .unwrap_or_else(|e| panic!("{name}: a valid diff-base now: {e}"));
         assert_eq!(essence["data"]["k"], name);
     }
-    settle().await;
+    for (name, _, _) in objects {
+        touch(&raw_api(&emulator, &configmaps(), "default"), name).await;
+    }
     let mut created: Vec<String> = calls
         .named("create")
         .iter()
@@ -255,6 +255,7 @@ async fn malformed_progress_and_diffbase_annotations_are_treated_as_absent() {
         "each created once"
     );
     assert!(calls.named("update").is_empty(), "{:?}", calls.all());
+    assert_eq!(calls.named("touched").len(), objects.len());
     assert!(operator.is_running());
     operator.stop().await;
 }
