@@ -12,13 +12,11 @@ use kopf_runtime::{
 };
 use kopf_testing::Emulator;
 use kopf_tests::{
-    Calls, PATIENCE, Running, annotation, configmaps, create, create_namespace, eventually, get,
-    logs, raw_api, test_settings,
+    Calls, DIFFBASE, PATIENCE, Running, annotation, configmaps, create, create_namespace,
+    eventually, get, logs, raw_api, test_settings, touch,
 };
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
-
-const DIFFBASE: &str = "kopf.zalando.org/last-handled-configuration";
 
 fn cms() -> ResourceRef {
     ResourceRef::of::<ConfigMap>()
@@ -76,11 +74,6 @@ async fn handled_as(emulator: &Emulator, ns: &str, name: &str, check: impl Fn(&V
     .await;
 }
 
-/// Lets a wrong call show up before asserting that it did not happen.
-async fn settle() {
-    tokio::time::sleep(Duration::from_millis(700)).await;
-}
-
 #[tokio::test]
 async fn label_annotation_and_when_filters_select_exactly_the_matching_objects() {
     logs();
@@ -127,11 +120,25 @@ async fn label_annotation_and_when_filters_select_exactly_the_matching_objects()
     for name in ["a", "b", "c"] {
         handled_as(&emulator, "default", name, |_| true).await;
     }
-    settle().await;
+    // A later object, served once the watch got past `d`; and the served
+    // ones are touched, so that no call of them is still to come.
+    create(
+        &emulator,
+        &configmaps(),
+        "default",
+        "e",
+        json!({"metadata": {"labels": {"app": "web", "skip": "y"}}}),
+    )
+    .await;
+    handled_as(&emulator, "default", "e", |_| true).await;
+    for name in ["a", "b", "c"] {
+        touch(&raw_api(&emulator, &configmaps(), "default"), name).await;
+    }
     assert_eq!(
         hits(&calls),
         pairs(&[
             ("app_web", "default/a"),
+            ("app_web", "default/e"),
             ("tier_present", "default/a"),
             ("skip_absent", "default/a"),
             ("skip_absent", "default/c"),
@@ -140,7 +147,7 @@ async fn label_annotation_and_when_filters_select_exactly_the_matching_objects()
             ("when_c", "default/c"),
         ])
     );
-    assert_eq!(calls.named("hit").len(), 7, "each handler once per object");
+    assert_eq!(calls.named("hit").len(), 8, "each handler once per object");
     let d = get(&emulator, &configmaps(), "default", "d")
         .await
         .expect("d exists");
@@ -214,7 +221,7 @@ async fn field_value_old_and_new_filters_select_exactly_the_matching_updates() {
         let expected: BTreeSet<String> = expected.iter().map(|s| (*s).to_owned()).collect();
         assert_eq!(got, expected, "after {change}");
     }
-    settle().await;
+    touch(&api, "m").await;
     assert_eq!(calls.named("hit").len(), 3, "each once: {:?}", calls.all());
     assert_eq!(calls.named("a_to_b"), vec![json!(["a", "b"])]);
     operator.stop().await;
@@ -237,12 +244,15 @@ async fn serve_team_namespaces(selector: NamespaceSelector) {
     let operator = Running::start_in(&emulator, registry, test_settings(), selector);
     handled_as(&emulator, "team-a", "x", |_| true).await;
 
-    // A matching namespace created while running is served too.
+    // A matching namespace created while running is served too; an object
+    // of an excluded one created before it is not.
+    create(&emulator, &configmaps(), "team-skip", "y", json!({})).await;
     create_namespace(&emulator, "team-b").await;
     create(&emulator, &configmaps(), "team-b", "x", json!({})).await;
-    create(&emulator, &configmaps(), "team-skip", "y", json!({})).await;
     handled_as(&emulator, "team-b", "x", |_| true).await;
-    settle().await;
+    for ns in ["team-a", "team-b"] {
+        touch(&raw_api(&emulator, &configmaps(), ns), "x").await;
+    }
     assert_eq!(
         hits(&calls),
         pairs(&[("create_fn", "team-a/x"), ("create_fn", "team-b/x")])
@@ -320,7 +330,18 @@ async fn event_handlers_see_the_listing_then_added_modified_and_deleted() {
         .await
         .expect("deleted");
     calls.wait_for("e", 3).await;
-    settle().await;
+    // Later events, of a new object and of `pre`, are seen: none of `e` is
+    // still to come.
+    create(&emulator, &configmaps(), "default", "later", json!({})).await;
+    calls.wait_for("later", 1).await;
+    api.patch(
+        "pre",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "v"}})),
+    )
+    .await
+    .expect("patched");
+    calls.wait_for("pre", 2).await;
     assert_eq!(
         calls.named("e"),
         vec![
@@ -329,7 +350,11 @@ async fn event_handlers_see_the_listing_then_added_modified_and_deleted() {
             json!(["DELETED", "DELETED"]),
         ]
     );
-    assert_eq!(calls.named("pre").len(), 1);
+    assert_eq!(
+        calls.named("pre"),
+        vec![json!([null, null]), json!(["MODIFIED", "MODIFIED"])],
+        "listed once"
+    );
     operator.stop().await;
 }
 
@@ -495,7 +520,9 @@ async fn exact_namespace_names_serve_exactly_those_even_when_created_later() {
     create_namespace(&emulator, "later").await;
     create(&emulator, &configmaps(), "later", "x", json!({})).await;
     handled_as(&emulator, "later", "x", |_| true).await;
-    settle().await;
+    for ns in ["team-a", "later"] {
+        touch(&raw_api(&emulator, &configmaps(), ns), "x").await;
+    }
     assert_eq!(
         hits(&calls),
         pairs(&[("create_fn", "team-a/x"), ("create_fn", "later/x")])
@@ -538,7 +565,7 @@ async fn cluster_scoped_objects_are_served_whatever_the_namespace_selection() {
         .await
         .expect("created");
     calls.wait_for("hit", 1).await;
-    settle().await;
+    touch(&api, "g").await;
     assert_eq!(hits(&calls), pairs(&[("create_fn", "-/g")]));
     operator.stop().await;
 }
@@ -589,7 +616,18 @@ async fn objects_of_a_deleted_namespace_are_reported_deleted_once() {
             .then_some(())
     })
     .await;
-    settle().await;
+    // An object of a namespace created later is seen: the deletion of the
+    // first one is not reported again meanwhile.
+    create_namespace(&emulator, "team-b").await;
+    create(&emulator, &configmaps(), "team-b", "y", json!({})).await;
+    eventually("the later object to be seen", || async {
+        calls
+            .named("event")
+            .iter()
+            .any(|e| e[0] == "team-b/y")
+            .then_some(())
+    })
+    .await;
     let deleted = calls
         .named("event")
         .into_iter()
@@ -598,6 +636,9 @@ async fn objects_of_a_deleted_namespace_are_reported_deleted_once() {
     assert_eq!(deleted, 1, "{:?}", calls.all());
     operator.stop().await;
 }
+
+/// How long the start-up handler below asks to wait before its retry.
+const NOT_READY: Duration = Duration::from_secs(60);
 
 #[tokio::test]
 async fn an_operator_stuck_in_its_startup_handlers_can_still_be_stopped() {
@@ -610,7 +651,7 @@ async fn an_operator_stuck_in_its_startup_handlers_can_still_be_stopped() {
             let calls = s.clone();
             async move {
                 calls.push("startup", Value::Null);
-                Err::<(), _>(Error::temporary("not ready", Duration::from_secs(60)))
+                Err::<(), _>(Error::temporary("not ready", NOT_READY))
             }
         })
         .on_event(cms(), "watch_fn", move |_kw: Kwargs| {
@@ -627,8 +668,8 @@ async fn an_operator_stuck_in_its_startup_handlers_can_still_be_stopped() {
     let t0 = std::time::Instant::now();
     operator.stop().await;
     assert!(
-        t0.elapsed() < Duration::from_secs(10),
-        "stopped promptly: {:?}",
+        t0.elapsed() < NOT_READY / 2,
+        "stopped without waiting for the retry: {:?}",
         t0.elapsed()
     );
     assert!(calls.named("event").is_empty(), "nothing was served");
