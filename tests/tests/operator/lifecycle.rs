@@ -1,13 +1,14 @@
 //! Change handlers end to end: an operator and the emulator over real HTTP.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kopf_runtime::registry::RegistryBuilder;
 use kopf_runtime::{Error, Kwargs, Registry, ResourceRef, posting};
 use kopf_testing::Emulator;
-use kopf_tests::{Calls, Running, capture_logs, eventually, test_settings};
+use kopf_tests::{
+    Calls, Running, capture_logs, configmaps, eventually, only_touched, raw_api, test_settings,
+};
 use kube::Api;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
@@ -30,7 +31,23 @@ fn cms() -> ResourceRef {
     ResourceRef::of::<ConfigMap>()
 }
 
-/// A registry recording every change handler call into `calls`.
+/// Touches `name` (see [`kopf_tests::touch`]): by then, no call that its
+/// events so far would cause is still to come.
+async fn touch(emulator: &Emulator, name: &str) {
+    kopf_tests::touch(&raw_api(emulator, &configmaps(), "default"), name).await;
+}
+
+/// The calls other than those of touches.
+fn untouched(calls: &Calls) -> Vec<(String, Value)> {
+    calls
+        .all()
+        .into_iter()
+        .filter(|(name, _)| name != "touched")
+        .collect()
+}
+
+/// A registry recording every change handler call into `calls` (an update
+/// that is only a touch as `touched`).
 fn recording(calls: &Calls) -> Registry {
     let (c, u, d, r) = (calls.clone(), calls.clone(), calls.clone(), calls.clone());
     Registry::builder()
@@ -47,6 +64,10 @@ fn recording(calls: &Calls) -> Registry {
         .on_update(cms(), "update_fn", move |kw: Kwargs| {
             let calls = u.clone();
             async move {
+                if only_touched(&kw) {
+                    calls.push("touched", json!({"name": kw.name()}));
+                    return Ok(());
+                }
                 let diff = serde_json::to_value(&kw.diff).unwrap_or_default();
                 calls.push(
                     "update",
@@ -73,14 +94,20 @@ fn recording(calls: &Calls) -> Registry {
         .expect("a valid registry")
 }
 
-/// `builder` with an update handler recording each call's diff into `calls`.
+/// `builder` with an update handler recording each call's diff into `calls`
+/// (a touch's as `touched`).
 fn recording_diffs(builder: RegistryBuilder, calls: &Calls) -> RegistryBuilder {
     let calls = calls.clone();
     builder.on_update(cms(), "update_fn", move |kw: Kwargs| {
         let calls = calls.clone();
         async move {
             let diff = serde_json::to_value(&kw.diff).unwrap_or_default();
-            calls.push("update", json!({"diff": diff}));
+            let what = if only_touched(&kw) {
+                "touched"
+            } else {
+                "update"
+            };
+            calls.push(what, json!({"diff": diff}));
             Ok::<_, Error>(())
         }
     })
@@ -190,7 +217,7 @@ async fn create_runs_the_create_handler_once_and_stores_its_result_and_diffbase(
     );
 
     // Nothing else happens: no second call, no resume.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    touch(&emulator, "a").await;
     assert_eq!(calls.named("create").len(), 1);
     assert!(
         calls.named("update").is_empty() && calls.named("resume").is_empty(),
@@ -226,7 +253,7 @@ async fn update_runs_the_update_handler_with_the_diff_and_noop_changes_run_nothi
     api.patch("u", &PatchParams::default(), &status)
         .await
         .expect("patched");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    touch(&emulator, "u").await;
     assert!(
         calls.named("update").is_empty(),
         "status changes are not essential: {:?}",
@@ -244,7 +271,7 @@ async fn update_runs_the_update_handler_with_the_diff_and_noop_changes_run_nothi
     );
     assert_eq!(updates[0]["old"]["data"], json!({"k": "v1"}));
     assert_eq!(updates[0]["new"]["data"], json!({"k": "v2"}));
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    touch(&emulator, "u").await;
     assert_eq!(calls.named("update").len(), 1, "one update, one call");
     operator.stop().await;
 }
@@ -292,8 +319,8 @@ async fn a_change_made_while_the_create_handler_runs_is_then_handled_as_an_updat
         json!([["change", ["data", "k"], "v1", "changed-meanwhile"]])
     );
     // Then the update's own patch comes back with nothing new: no more calls.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(calls.all().len(), 2, "{:?}", calls.all());
+    touch(&emulator, "m").await;
+    assert_eq!(untouched(&calls).len(), 2, "{:?}", calls.all());
     // The create's outcome was guarded by the body it handled, which the
     // handler's change outdated: refused, then sent again unguarded.
     let patches: Vec<u16> = emulator
@@ -304,8 +331,9 @@ async fn a_change_made_while_the_create_handler_runs_is_then_handled_as_an_updat
         .collect();
     assert_eq!(
         patches,
-        [200, 409, 200, 200],
-        "the handler's change, the create's outcome refused and re-sent, the update's outcome"
+        [200, 409, 200, 200, 200, 200],
+        "the handler's change, the create's outcome refused and re-sent, the update's outcome, \
+         the touch and its outcome"
     );
     operator.stop().await;
 }
@@ -344,7 +372,7 @@ async fn the_operators_own_patch_is_not_processed_again_but_later_changes_are() 
             .filter(|b| b["metadata"]["annotations"][DIFFBASE].is_string())
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    touch(&emulator, "e").await;
     assert!(
         !logs.text().contains(NOT_INTERESTED),
         "the own patch was processed again:\n{}",
@@ -364,8 +392,8 @@ async fn the_operators_own_patch_is_not_processed_again_but_later_changes_are() 
         json!([["change", ["data", "k"], "v1", "v2"]]),
         "the diff-base the skipped body carried is the one compared with"
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(calls.all().len(), 2, "{:?}", calls.all());
+    touch(&emulator, "e").await;
+    assert_eq!(untouched(&calls).len(), 2, "{:?}", calls.all());
     assert!(!logs.text().contains(NOT_INTERESTED), "{}", logs.text());
     assert_ne!(
         get(&api, "e")
@@ -439,7 +467,16 @@ async fn delete_runs_the_delete_handler_then_releases_the_finalizer_and_the_obje
         get(&api, "d").await.is_none().then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A later object is handled: the deletion is not handled again meanwhile.
+    api.create(&PostParams::default(), &configmap("later", json!({})))
+        .await
+        .expect("created");
+    eventually("the later object's diff-base", || async {
+        get(&api, "later")
+            .await
+            .filter(|b| b["metadata"]["annotations"][DIFFBASE].is_string())
+    })
+    .await;
     assert_eq!(calls.named("delete").len(), 1);
     operator.stop().await;
 }
@@ -470,7 +507,7 @@ async fn a_restarted_operator_resumes_existing_objects_and_does_not_recreate_the
     let operator = Running::start(&emulator, recording(&calls2));
     let resumed = calls2.wait_for("resume", 1).await;
     assert_eq!(resumed[0]["name"], "r");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    touch(&emulator, "r").await;
     assert!(
         calls2.named("create").is_empty(),
         "not created again: {:?}",
