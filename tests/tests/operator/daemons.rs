@@ -4,10 +4,11 @@
 //!
 //! Every case that applies to both kinds runs once per kind. Timings are
 //! short (ticks of 150 ms) and nothing asserts exact tick counts: only "at
-//! least" and "no more after a margin".
+//! least", and "no more" once the task's end is counted and a witness object
+//! created later has run meanwhile.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Event, Secret};
@@ -26,8 +27,8 @@ const FOREIGN: &str = "example.com/hold";
 const MARK: &str = "example.com/mark";
 /// The timers' interval and the daemons' polling period.
 const TICK: Duration = Duration::from_millis(150);
-/// How long "no more ticks" is watched for: several intervals.
-const QUIET: Duration = Duration::from_millis(800);
+/// How many ticks of a witness's timer a stopped timer is watched for.
+const WITNESS_TICKS: usize = 3;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -130,45 +131,76 @@ async fn first_call(calls: &Calls, id: &str, name: &str) -> String {
     .await
 }
 
-/// Asserts that the task of `id` on `uid` has stopped: a daemon returned
-/// after its stop flag was set; a timer ticks no more after a margin.
-async fn assert_stopped(kind: Kind, calls: &Calls, id: &str, uid: &str) {
-    match kind {
-        Kind::Daemon => {
-            // Every run of it (it may have been restarted) has exited.
-            eventually(&format!("the daemon {id} of {uid} to exit"), || {
-                let started = calls_for(calls, id, uid).len();
-                let exited = calls_for(calls, &format!("{id}:exit"), uid).len();
-                async move { (started > 0 && exited >= started).then_some(()) }
-            })
-            .await;
-        }
-        Kind::Timer => {
-            // The stop lands between ticks, whenever the operator gets to
-            // it: wait for a quiet spell of several intervals, then make
-            // sure that it stays quiet.
-            eventually(
-                &format!("the timer {id} of {uid} to stop ticking"),
-                || async {
-                    let before = calls_for(calls, id, uid).len();
-                    tokio::time::sleep(QUIET).await;
-                    (calls_for(calls, id, uid).len() == before).then_some(())
-                },
-            )
-            .await;
-            let before = calls_for(calls, id, uid).len();
-            tokio::time::sleep(QUIET).await;
-            let after = calls_for(calls, id, uid).len();
-            assert_eq!(before, after, "the timer {id} of {uid} ticks again");
-        }
-    }
+/// How many of the operator's tasks have ended, whichever way.
+fn ended(operator: &Running) -> u64 {
+    let counters = operator.task_counters();
+    counters.finished + counters.stopped + counters.cancelled + counters.abandoned
 }
 
-/// Asserts that the task of `id` on `uid` keeps running.
-async fn assert_running(kind: Kind, calls: &Calls, id: &str, uid: &str) {
+/// Creates a new object (labelled `tick=yes`, for the filtered handlers)
+/// and waits until the task of `id` runs for it (a timer: ticks
+/// [`WITNESS_TICKS`] times): something that happens after anything before
+/// it was asked for. Returns its UID.
+async fn witness(api: &Api<Secret>, calls: &Calls, kind: Kind, id: &str) -> String {
+    static WITNESSES: AtomicUsize = AtomicUsize::new(0);
+    let name = format!("witness-{}", WITNESSES.fetch_add(1, Ordering::Relaxed));
+    let mut body = secret(&name, "witness", &[]);
+    body.metadata.labels = Some([("tick".to_owned(), "yes".to_owned())].into());
+    let uid = create(api, &body).await;
+    let runs = match kind {
+        Kind::Daemon => 1,
+        Kind::Timer => WITNESS_TICKS,
+    };
+    eventually(&format!("{runs} call(s) of {id} for {name}"), || {
+        let now = calls_for(calls, id, &uid).len();
+        async move { (now >= runs).then_some(()) }
+    })
+    .await;
+    uid
+}
+
+/// Asserts that the task of `id` on `uid` has stopped: the operator counts
+/// `ends` ended tasks (the count before the stop, plus the tasks it stops),
+/// a daemon returned after its stop flag was set; then the task of a
+/// witness created later runs, and that of `uid` does not run again.
+async fn assert_stopped(
+    kind: Kind,
+    operator: &Running,
+    api: &Api<Secret>,
+    calls: &Calls,
+    (id, uid): (&str, &str),
+    ends: u64,
+) {
+    eventually(&format!("the task {id} of {uid} to end"), || {
+        let now = ended(operator);
+        async move { (now >= ends).then_some(()) }
+    })
+    .await;
+    if kind == Kind::Daemon {
+        // Every run of it (it may have been restarted) has exited.
+        eventually(&format!("the daemon {id} of {uid} to exit"), || {
+            let started = calls_for(calls, id, uid).len();
+            let exited = calls_for(calls, &format!("{id}:exit"), uid).len();
+            async move { (started > 0 && exited >= started).then_some(()) }
+        })
+        .await;
+    }
+    let runs = calls_for(calls, id, uid).len();
+    witness(api, calls, kind, id).await;
+    assert_eq!(
+        calls_for(calls, id, uid).len(),
+        runs,
+        "the task {id} of {uid} runs again"
+    );
+}
+
+/// Asserts that the task of `id` on `uid` keeps running: a timer ticks
+/// again; a daemon has not exited once the daemon of a witness created
+/// later has started.
+async fn assert_running(kind: Kind, api: &Api<Secret>, calls: &Calls, id: &str, uid: &str) {
     match kind {
         Kind::Daemon => {
-            tokio::time::sleep(QUIET).await;
+            witness(api, calls, kind, id).await;
             assert!(
                 calls_for(calls, &format!("{id}:exit"), uid).is_empty(),
                 "the daemon {id} of {uid} exited"
@@ -236,21 +268,28 @@ async fn setup(kind: Kind) -> (Emulator, Calls, Running, Api<Secret>) {
     (emulator, calls, operator, api)
 }
 
-/// How long the slow handler below keeps its object's worker busy.
-const BUSY: Duration = Duration::from_secs(30);
+/// How long the slow handler below keeps its object's worker busy: longer
+/// than the test may take.
+const BUSY: Duration = Duration::from_secs(4 * PATIENCE.as_secs());
 
 /// The DELETED event stops an object's tasks when it is seen, not when the
 /// object's worker gets to it: here the worker is busy in a slow handler.
 async fn deleted_event_stops_while_busy(kind: Kind) {
     let emulator = Emulator::start().await.expect("emulator starts");
     let calls = Calls::default();
+    let slow = calls.clone();
     let registry = add_task(Registry::builder(), kind, "task", &calls)
         .no_finalizers()
-        .on_event(secrets(), "slow", |kw: Kwargs| async move {
-            if mark(&kw.body) == "slow" {
-                tokio::time::sleep(BUSY).await;
+        .on_event(secrets(), "slow", move |kw: Kwargs| {
+            let calls = slow.clone();
+            async move {
+                if mark(&kw.body) == "slow" {
+                    calls.push("slow", json!({"uid": kw.uid()}));
+                    tokio::time::sleep(BUSY).await;
+                    calls.push("slow:done", json!({"uid": kw.uid()}));
+                }
+                Ok::<_, Error>(())
             }
-            Ok::<_, Error>(())
         })
         .build()
         .expect("a valid registry");
@@ -264,15 +303,14 @@ async fn deleted_event_stops_while_busy(kind: Kind) {
     )
     .await
     .expect("patched");
-    // Let the worker get into the slow handler, then delete.
-    tokio::time::sleep(QUIET).await;
-    let deleted = Instant::now();
+    // Once the worker is in the slow handler, delete.
+    calls.wait_for("slow", 1).await;
+    let ends = ended(&operator) + 1;
     delete(&api, "busy").await;
-    assert_stopped(kind, &calls, "task", &uid).await;
+    assert_stopped(kind, &operator, &api, &calls, ("task", &uid), ends).await;
     assert!(
-        deleted.elapsed() < BUSY / 2,
-        "stopped on the DELETED event, not after the slow handler: {:?}",
-        deleted.elapsed()
+        calls.named("slow:done").is_empty(),
+        "stopped on the DELETED event, not after the slow handler"
     );
     operator.stop().await;
 }
@@ -305,7 +343,7 @@ async fn no_finalizers_keep_objects_free(kind: Kind) {
     .await;
     // The tasks keep running and nothing adds a finalizer meanwhile.
     let uid = first_call(&calls, "task", "fresh").await;
-    assert_running(kind, &calls, "task", &uid).await;
+    assert_running(kind, &api, &calls, "task", &uid).await;
     let fresh = get(&emulator, "fresh").await.expect("exists");
     assert!(finalizers(&fresh).is_empty(), "{fresh}");
     let stale = get(&emulator, "stale").await.expect("exists");
@@ -341,11 +379,13 @@ async fn stale_finalizer_released_in_deletion(kind: Kind) {
         get(&emulator, "stale").await.is_none().then_some(())
     })
     .await;
+    let witness = witness(&api, &calls, kind, "task").await;
     assert!(
-        calls.all().is_empty(),
-        "nothing starts for an object in deletion"
+        calls.all().iter().all(|(_, call)| uid_of(call) == witness),
+        "nothing starts for an object in deletion: {:?}",
+        calls.all()
     );
-    assert_eq!(operator.task_counters().spawned, 0);
+    assert_eq!(operator.task_counters().spawned, 1, "the witness's alone");
     operator.stop().await;
 }
 
@@ -367,12 +407,13 @@ async fn deleted_event_stops(kind: Kind) {
     let uid = create(&api, &secret("gone", "1", &[])).await;
     first_call(&calls, "task", "gone").await;
 
+    let ends = ended(&operator) + 1;
     delete(&api, "gone").await;
     assert!(
         get(&emulator, "gone").await.is_none(),
         "nothing holds the object"
     );
-    assert_stopped(kind, &calls, "task", &uid).await;
+    assert_stopped(kind, &operator, &api, &calls, ("task", &uid), ends).await;
     eventually("the task counted as stopped", || {
         let counters = operator.task_counters();
         async move { (counters.stopped + counters.cancelled >= 1).then_some(()) }
@@ -424,6 +465,7 @@ async fn watch_gap_stops(kind: Kind) {
         async move { failed.then_some(()) }
     })
     .await;
+    let ends = ended(&operator) + 1;
     delete(&api, "gone").await;
     // Re-created under the same name during the gap: a new UID.
     let again = create(&api, &secret("gone", "again", &[])).await;
@@ -431,7 +473,7 @@ async fn watch_gap_stops(kind: Kind) {
     emulator.clear_requests();
     faults.clear();
 
-    assert_stopped(kind, &calls, "task", &gone).await;
+    assert_stopped(kind, &operator, &api, &calls, ("task", &gone), ends).await;
     assert!(
         emulator
             .requests()
@@ -439,8 +481,8 @@ async fn watch_gap_stops(kind: Kind) {
             .any(|r| r.verb == "list" && r.path.contains("secrets") && r.status == 200),
         "the operator re-listed"
     );
-    assert_running(kind, &calls, "task", &kept).await;
-    assert_running(kind, &calls, "task", &again).await;
+    assert_running(kind, &api, &calls, "task", &kept).await;
+    assert_running(kind, &api, &calls, "task", &again).await;
     for call in calls_for(&calls, "task", &gone) {
         assert_eq!(call["mark"], "1", "the old task saw another body: {call}");
     }
@@ -470,12 +512,13 @@ async fn server_restart_stops(kind: Kind) {
     let uid = create(&api, &secret("gone", "1", &[])).await;
     first_call(&calls, "task", "gone").await;
 
+    let ends = ended(&operator) + 1;
     emulator.restart(false).await;
     assert!(
         get(&emulator, "gone").await.is_none(),
         "wiped by the restart"
     );
-    assert_stopped(kind, &calls, "task", &uid).await;
+    assert_stopped(kind, &operator, &api, &calls, ("task", &uid), ends).await;
     operator.stop().await;
 }
 
@@ -497,14 +540,16 @@ async fn deletion_timestamp_stops(kind: Kind) {
     let uid = create(&api, &secret("held", "1", &[FOREIGN])).await;
     first_call(&calls, "task", "held").await;
 
+    let ends = ended(&operator) + 1;
     delete(&api, "held").await;
     let body = get(&emulator, "held").await.expect("held by its finalizer");
     assert!(body["metadata"]["deletionTimestamp"].is_string(), "{body}");
-    assert_stopped(kind, &calls, "task", &uid).await;
+    assert_stopped(kind, &operator, &api, &calls, ("task", &uid), ends).await;
     let body = get(&emulator, "held").await.expect("still held");
     assert_eq!(finalizers(&body), [FOREIGN], "ours was never added");
 
     // Releasing it deletes it; nothing restarts on the way.
+    let runs = calls_for(&calls, "task", &uid).len();
     api.patch(
         "held",
         &PatchParams::default(),
@@ -517,11 +562,17 @@ async fn deletion_timestamp_stops(kind: Kind) {
     })
     .await;
     let spawned = operator.task_counters().spawned;
-    tokio::time::sleep(QUIET).await;
+    witness(&api, &calls, kind, "task").await;
     assert_eq!(
         operator.task_counters().spawned,
-        spawned,
-        "nothing respawned"
+        spawned + 1,
+        "nothing respawned but the witness's"
+    );
+    assert_eq!(
+        calls_for(&calls, "task", &uid).len(),
+        runs,
+        "{:?}",
+        calls.all()
     );
     operator.stop().await;
 }
@@ -544,6 +595,7 @@ async fn recreated_gets_new_tasks(kind: Kind) {
     let old = create(&api, &secret("same", "old", &[])).await;
     first_call(&calls, "task", "same").await;
 
+    let ends = ended(&operator) + 1;
     delete(&api, "same").await;
     let new = create(&api, &secret("same", "new", &[])).await;
     assert_ne!(old, new);
@@ -552,8 +604,8 @@ async fn recreated_gets_new_tasks(kind: Kind) {
         async move { found.then_some(()) }
     })
     .await;
-    assert_stopped(kind, &calls, "task", &old).await;
-    assert_running(kind, &calls, "task", &new).await;
+    assert_stopped(kind, &operator, &api, &calls, ("task", &old), ends).await;
+    assert_running(kind, &api, &calls, "task", &new).await;
 
     for call in calls_for(&calls, "task", &old) {
         assert_eq!(call["mark"], "old", "the old task saw another body: {call}");
@@ -675,15 +727,17 @@ async fn blocking_is_abandoned(kind: Kind) {
     let uid = create(&api, &secret(&name, "1", &[])).await;
     first_call(&calls, "task", &name).await;
 
-    let deleted = Instant::now();
     delete(&api, &name).await;
-    eventually("the task abandoned", || {
-        let counters = operator.task_counters();
-        async move { (counters.abandoned >= 1).then_some(()) }
+    // Read in this order, an abandonment counted before the handler was
+    // seen unblocked happened while it was still blocked.
+    let unblocked = eventually("the task abandoned", || {
+        let abandoned = operator.task_counters().abandoned;
+        let unblocked = calls_for(&calls, "task:unblocked", &uid).len();
+        async move { (abandoned >= 1).then_some(unblocked) }
     })
     .await;
-    assert!(
-        deleted.elapsed() < BLOCKED,
+    assert_eq!(
+        unblocked, 0,
         "abandoned while still blocked, not after it ended"
     );
     let events: Api<Event> = Api::default_namespaced(emulator.client());
@@ -810,13 +864,9 @@ async fn patch_of_a_gone_object_ends_quietly(kind: Kind, recreate: bool, name: &
         async move { (counters.stopped > stopped_before).then_some(()) }
     })
     .await;
+    // Its end is counted: its patch is done, and while the watch is down,
+    // nothing else reaches the object.
     let ticks = calls_for(&calls, "task", &uid).len();
-    tokio::time::sleep(QUIET).await;
-    assert_eq!(
-        calls_for(&calls, "task", &uid).len(),
-        ticks,
-        "no tick after the patch"
-    );
     let now = get(&emulator, name).await;
     if recreate {
         let now = now.expect("the replacement exists");
@@ -846,6 +896,13 @@ async fn patch_of_a_gone_object_ends_quietly(kind: Kind, recreate: bool, name: &
         })
         .await;
     }
+    // With the watch back, a witness created later runs; the task does not.
+    witness(&api, &calls, kind, "task").await;
+    assert_eq!(
+        calls_for(&calls, "task", &uid).len(),
+        ticks,
+        "no tick after the patch"
+    );
     operator.stop().await;
 }
 
@@ -906,6 +963,8 @@ async fn mixed_handlers_keep_the_finalizer_until_the_finalizer_keeping_daemon_st
     .await;
     assert_eq!(finalizers(&body), [FINALIZER]);
 
+    // Both tasks end: the keeper and the light one.
+    let ends = ended(&operator) + 2;
     delete(&api, "mixed").await;
     let body = get(&emulator, "mixed")
         .await
@@ -920,7 +979,7 @@ async fn mixed_handlers_keep_the_finalizer_until_the_finalizer_keeping_daemon_st
         1,
         "released only once the keeper had stopped"
     );
-    assert_stopped(Kind::Timer, &calls, "light", &uid).await;
+    assert_stopped(Kind::Timer, &operator, &api, &calls, ("light", &uid), ends).await;
     operator.stop().await;
 }
 
@@ -1002,8 +1061,9 @@ async fn restarted_operator_resumes(kind: Kind) {
     .await;
     let body = get(&emulator, "lasting").await.expect("exists");
     assert!(finalizers(&body).is_empty(), "{body}");
+    let ends = ended(&operator) + 1;
     delete(&api, "lasting").await;
-    assert_stopped(kind, &calls, "task", &uid).await;
+    assert_stopped(kind, &operator, &api, &calls, ("task", &uid), ends).await;
     operator.stop().await;
 }
 
@@ -1144,7 +1204,8 @@ async fn timer_results_go_to_the_status_subresource_and_never_to_a_replacement()
         async move { (counters.stopped > stopped_before).then_some(()) }
     })
     .await;
-    tokio::time::sleep(QUIET).await;
+    // Its end is counted: its patch is done, and while the watch is down,
+    // nothing else reaches the replacement.
     let now = api.get("crd-409").await.expect("the replacement exists");
     let now = serde_json::to_value(now).expect("serializable");
     assert_ne!(now["metadata"]["uid"], uid.as_str());
@@ -1173,9 +1234,10 @@ async fn filters_stop_and_restart(kind: Kind) {
     let label =
         |value: Option<&str>| Patch::Merge(json!({"metadata": {"labels": {"tick": value}}}));
     let uid = create(&api, &secret("filtered", "1", &[])).await;
-    tokio::time::sleep(QUIET).await;
+    // A matching object created later runs.
+    witness(&api, &calls, kind, "task").await;
     assert!(
-        calls.all().is_empty(),
+        calls_for(&calls, "task", &uid).is_empty(),
         "nothing runs for a mismatching object"
     );
     api.patch("filtered", &PatchParams::default(), &label(Some("yes")))
@@ -1183,11 +1245,13 @@ async fn filters_stop_and_restart(kind: Kind) {
         .expect("labelled");
     first_call(&calls, "task", "filtered").await;
 
+    let ends = ended(&operator) + 1;
     api.patch("filtered", &PatchParams::default(), &label(Some("no")))
         .await
         .expect("unlabelled");
-    assert_stopped(kind, &calls, "task", &uid).await;
-    assert_eq!(operator.task_counters().spawned, 1);
+    assert_stopped(kind, &operator, &api, &calls, ("task", &uid), ends).await;
+    // Its own, and the two witnesses'.
+    assert_eq!(operator.task_counters().spawned, 3);
 
     let before = calls_for(&calls, "task", &uid).len();
     api.patch("filtered", &PatchParams::default(), &label(Some("yes")))
@@ -1199,7 +1263,7 @@ async fn filters_stop_and_restart(kind: Kind) {
         async move { (now > before).then_some(()) }
     })
     .await;
-    assert_eq!(operator.task_counters().spawned, 2, "a new task");
+    assert_eq!(operator.task_counters().spawned, 4, "a new task");
     let body = get(&emulator, "filtered").await.expect("exists");
     assert!(finalizers(&body).is_empty(), "{body}");
     operator.stop().await;
@@ -1239,6 +1303,7 @@ async fn shutdown_stops_every_task_and_stuck_ones_do_not_hold_the_exit_beyond_it
                 calls.push("blocked", json!({"uid": kw.uid(), "name": kw.name()}));
                 // Blocks its thread well beyond the shutdown's deadline.
                 tokio::task::block_in_place(|| std::thread::sleep(BLOCKED));
+                calls.push("blocked:unblocked", json!({"uid": kw.uid()}));
                 Ok::<_, Error>(())
             }
         })
@@ -1250,6 +1315,7 @@ async fn shutdown_stops_every_task_and_stuck_ones_do_not_hold_the_exit_beyond_it
     // The stuck tasks would get a minute to exit, but the shutdown gives 1 s.
     settings.background.graceful_exit_limit = Duration::from_secs(60);
     settings.background.shutdown_timeout = Duration::from_secs(1);
+    let shutdown_timeout = settings.background.shutdown_timeout;
     let operator = Running::start_with(&emulator, registry, settings);
     let api: Api<Secret> = Api::default_namespaced(emulator.client());
     let uid = create(&api, &secret("busy", "1", &[])).await;
@@ -1264,17 +1330,16 @@ async fn shutdown_stops_every_task_and_stuck_ones_do_not_hold_the_exit_beyond_it
     operator.stop().await;
     let took = stopping.elapsed();
     assert!(
-        took < Duration::from_secs(1) + Duration::from_secs(3),
-        "the exit took {took:?}"
+        calls.named("blocked:unblocked").is_empty(),
+        "the blocked thread did not hold the exit"
+    );
+    assert!(
+        took < shutdown_timeout + Duration::from_secs(3),
+        "the exit took {took:?}, beyond the shutdown's {shutdown_timeout:?} and some"
     );
     assert_eq!(calls_for(&calls, "polite:exit", &uid).len(), 1);
-    assert!(took < BLOCKED, "the blocked thread did not hold the exit");
-    assert_eq!(
-        counters.snapshot().abandoned,
-        2,
-        "the stuck daemon and the blocked timer"
-    );
-    let ticks = calls_for(&calls, "ticker", &uid).len();
-    tokio::time::sleep(QUIET).await;
-    assert_eq!(calls_for(&calls, "ticker", &uid).len(), ticks);
+    let ended = counters.snapshot();
+    assert_eq!(ended.abandoned, 2, "the stuck daemon and the blocked timer");
+    // The others' ends are counted too: the ticker ticks no more.
+    assert_eq!(ended.stopped, 2, "the polite daemon and the ticker");
 }
