@@ -8,10 +8,11 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kopf_runtime::progress::parse_timestamp;
 use kopf_runtime::{Error, ErrorsMode, Kwargs, Registry, ResourceRef};
 use kopf_testing::Emulator;
-use kopf_tests::{Calls, Running, annotation, configmaps, eventually, get, logs, new_configmap};
+use kopf_tests::{
+    Calls, DIFFBASE, Running, annotation, configmaps, eventually, get, logs, new_configmap,
+    only_touched, raw_api,
+};
 use serde_json::{Value, json};
-
-const DIFFBASE: &str = "kopf.zalando.org/last-handled-configuration";
 
 fn cms() -> ResourceRef {
     ResourceRef::of::<ConfigMap>()
@@ -49,9 +50,10 @@ fn unix_seconds(text: &str) -> i64 {
         .as_second()
 }
 
-/// Lets a wrongly repeated call show up before asserting that it did not.
-async fn settle() {
-    tokio::time::sleep(Duration::from_millis(700)).await;
+/// Touches `name` (see [`kopf_tests::touch`]): by then, no call that its
+/// events so far would cause is still to come.
+async fn touch(emulator: &Emulator, name: &str) {
+    kopf_tests::touch(&raw_api(emulator, &configmaps(), "default"), name).await;
 }
 
 #[tokio::test]
@@ -113,7 +115,7 @@ async fn a_restart_mid_cause_reruns_only_the_handler_whose_success_was_not_recor
     let second = calls2.wait_for("second", 1).await;
     assert_eq!(second[0], json!({"name": "mid", "reason": "create"}));
     let body = cause_done(&emulator, "mid").await;
-    settle().await;
+    touch(&emulator, "mid").await;
     assert!(
         calls2.named("first").is_empty(),
         "a recorded success is not re-run: {:?}",
@@ -160,7 +162,7 @@ async fn temporary_errors_are_retried_after_their_delay_until_success() {
     new_configmap(&emulator, "t").await;
     let body = cause_done(&emulator, "t").await;
     assert_eq!(body["status"]["flaky"], "done");
-    settle().await;
+    touch(&emulator, "t").await;
     let attempts = calls.named("flaky");
     assert_eq!(
         attempts
@@ -262,7 +264,7 @@ async fn permanent_errors_are_not_retried() {
     let operator = Running::start(&emulator, registry);
     new_configmap(&emulator, "perm").await;
     let body = cause_done(&emulator, "perm").await;
-    settle().await;
+    touch(&emulator, "perm").await;
     assert_eq!(calls.named("doomed"), vec![json!(0)], "called once");
     assert!(body["status"].get("doomed").is_none(), "no result stored");
     operator.stop().await;
@@ -289,7 +291,7 @@ async fn retries_limit_the_attempts_of_a_failing_handler() {
     let operator = Running::start(&emulator, registry);
     new_configmap(&emulator, "lim").await;
     cause_done(&emulator, "lim").await;
-    settle().await;
+    touch(&emulator, "lim").await;
     assert_eq!(
         calls.named("limited"),
         vec![json!(0), json!(1), json!(2)],
@@ -325,7 +327,7 @@ async fn a_handler_running_past_its_timeout_is_abandoned_and_not_retried() {
         t0.elapsed() >= Duration::from_millis(450),
         "not before the timeout"
     );
-    settle().await;
+    touch(&emulator, "stuck").await;
     assert_eq!(calls.named("stuck"), vec![json!(0)], "called once");
     operator.stop().await;
 }
@@ -353,7 +355,7 @@ async fn a_timeout_ends_the_retries_of_a_temporarily_failing_handler() {
     let operator = Running::start(&emulator, registry);
     new_configmap(&emulator, "imp").await;
     cause_done(&emulator, "imp").await;
-    settle().await;
+    touch(&emulator, "imp").await;
     let attempts = calls.named("impatient");
     assert!(
         (2..=5).contains(&attempts.len()),
@@ -440,9 +442,15 @@ async fn a_handler_still_running_after_the_exit_timeout_is_cancelled_and_writes_
     operator.stop().await;
     calls.wait_for("dropped", 1).await;
 
-    // Were it still running, it would finish now and patch the object.
+    // Every run of it was dropped, and the operator has exited: nothing of
+    // it can finish and patch the object, even once let go.
+    assert_eq!(
+        calls.named("dropped").len(),
+        calls.named("started").len(),
+        "{:?}",
+        calls.all()
+    );
     gate.notify_waiters();
-    settle().await;
     assert!(calls.named("finished").is_empty(), "{:?}", calls.all());
     let body = get(&emulator, &configmaps(), "default", "linger")
         .await
@@ -461,17 +469,17 @@ async fn an_object_deleted_while_its_create_handler_awaits_a_retry_runs_its_dele
     let calls = Calls::default();
     let (c, d) = (calls.clone(), calls.clone());
     let registry = Registry::builder()
-        .on_create(cms(), "create_fn", move |_kw: Kwargs| {
+        .on_create(cms(), "create_fn", move |kw: Kwargs| {
             let calls = c.clone();
             async move {
-                calls.push("create", Value::Null);
+                calls.push("create", json!(kw.name()));
                 Err::<(), _>(Error::temporary("later", Duration::from_secs(60)))
             }
         })
-        .on_delete(cms(), "delete_fn", move |_kw: Kwargs| {
+        .on_delete(cms(), "delete_fn", move |kw: Kwargs| {
             let calls = d.clone();
             async move {
-                calls.push("delete", Value::Null);
+                calls.push("delete", json!(kw.name()));
                 Ok::<_, Error>(())
             }
         })
@@ -492,9 +500,15 @@ async fn an_object_deleted_while_its_create_handler_awaits_a_retry_runs_its_dele
             .then_some(())
     })
     .await;
-    settle().await;
-    assert_eq!(calls.named("create").len(), 1, "not retried once deleting");
-    assert_eq!(calls.named("delete").len(), 1);
+    // A later object's create handler is tried and its failure recorded.
+    new_configmap(&emulator, "later").await;
+    progress(&emulator, "later", "create_fn", |r| r["retries"] == 1).await;
+    assert_eq!(
+        calls.named("create"),
+        vec![json!("doomed"), json!("later")],
+        "not retried once deleting"
+    );
+    assert_eq!(calls.named("delete"), vec![json!("doomed")]);
     operator.stop().await;
 }
 
@@ -536,7 +550,7 @@ async fn errors_without_a_delay_are_retried_after_the_handlers_backoff() {
     let operator = Running::start(&emulator, registry);
     new_configmap(&emulator, "b").await;
     cause_done(&emulator, "b").await;
-    settle().await;
+    touch(&emulator, "b").await;
     for name in ["retry_fn", "regular_fn"] {
         let at: Vec<u64> = calls
             .named(name)
@@ -584,7 +598,7 @@ async fn the_errors_mode_decides_whether_regular_errors_are_retried() {
     let operator = Running::start(&emulator, registry);
     new_configmap(&emulator, "modes").await;
     cause_done(&emulator, "modes").await;
-    settle().await;
+    touch(&emulator, "modes").await;
     assert_eq!(calls.named("permanent_fn").len(), 1);
     assert_eq!(calls.named("ignored_fn").len(), 1);
     assert_eq!(calls.named("temporary_fn").len(), 3);
@@ -601,6 +615,10 @@ async fn a_change_during_a_pending_retry_is_handled_by_that_retry_with_the_newes
         .on_update(cms(), "update_fn", move |kw: Kwargs| {
             let calls = c.clone();
             async move {
+                if only_touched(&kw) {
+                    calls.push("touched", Value::Null);
+                    return Ok(());
+                }
                 let diff = serde_json::to_value(&kw.diff).unwrap_or_default();
                 calls.push("update", json!({"retry": kw.retry, "diff": diff}));
                 if kw.retry == 0 {
@@ -631,7 +649,7 @@ async fn a_change_during_a_pending_retry_is_handled_by_that_retry_with_the_newes
         (essence["data"]["k"] == "v3").then_some(())
     })
     .await;
-    settle().await;
+    touch(&emulator, "u").await;
     let updates = calls.named("update");
     assert_eq!(
         updates.len(),
@@ -686,7 +704,7 @@ async fn a_handler_with_a_long_id_keeps_and_purges_its_progress_under_hashed_key
         assert!(!name.contains('/'), "a valid annotation name: {key}");
     }
     let body = cause_done(&emulator, "long").await;
-    settle().await;
+    touch(&emulator, "long").await;
     assert_eq!(
         calls.named("long"),
         vec![json!(0), json!(1), json!(2)],
@@ -744,7 +762,9 @@ async fn a_restart_mid_deletion_runs_the_unfinished_delete_handler_and_releases_
             .then_some(())
     })
     .await;
-    settle().await;
+    // A later object is handled: the deletion is not handled again meanwhile.
+    new_configmap(&emulator, "later").await;
+    cause_done(&emulator, "later").await;
     assert_eq!(calls2.named("delete").len(), 1);
     operator.stop().await;
 }
@@ -778,7 +798,7 @@ async fn a_restarted_operator_keeps_the_recorded_delay_and_retry_count() {
     let calls2 = Calls::default();
     let operator = Running::start(&emulator, failing(&calls2));
     cause_done(&emulator, "kept").await;
-    settle().await;
+    touch(&emulator, "kept").await;
     let first = calls.named("flaky");
     let later = calls2.named("flaky");
     assert_eq!(first.len(), 1, "{first:?}");
@@ -814,7 +834,12 @@ async fn a_change_while_the_create_handler_runs_is_handled_as_an_update_afterwar
         .on_update(cms(), "update_fn", move |kw: Kwargs| {
             let calls = u.clone();
             async move {
-                calls.push("update", serde_json::to_value(&kw.diff).unwrap_or_default());
+                let what = if only_touched(&kw) {
+                    "touched"
+                } else {
+                    "update"
+                };
+                calls.push(what, serde_json::to_value(&kw.diff).unwrap_or_default());
                 Ok::<_, Error>(())
             }
         })
@@ -834,7 +859,7 @@ async fn a_change_while_the_create_handler_runs_is_handled_as_an_update_afterwar
     gate.notify_one();
     let updates = calls.wait_for("update", 1).await;
     assert_eq!(updates[0], json!([["change", ["data", "k"], "v", "v2"]]));
-    settle().await;
+    touch(&emulator, "busy").await;
     assert_eq!(calls.named("create"), vec![json!({"k": "v"})]);
     assert_eq!(calls.named("update").len(), 1);
     operator.stop().await;
