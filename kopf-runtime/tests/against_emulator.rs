@@ -203,7 +203,17 @@ async fn compaction_relists_and_vanishes_what_was_deleted_meanwhile() -> Result 
         .faults()
         .fail_next(1000, FailRule::status(500).verb("watch"));
     emulator.faults().drop_watches();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The watch is down (its next attempt failed) before the deletion.
+    tokio::time::timeout(LIMIT, async {
+        while !emulator
+            .requests()
+            .iter()
+            .any(|r| r.verb == "watch" && r.status == 500)
+        {
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    })
+    .await?;
     delete_cm(&client, "t1", "gone").await?;
     emulator.faults().compact();
     emulator.faults().clear();
