@@ -1,4 +1,10 @@
 //! Request recording: what clients asked and what they got.
+//!
+//! Both the log and the counts are bounded, whatever clients send: the log
+//! keeps at most [`RECORD_LIMIT`] requests and [`RECORD_BYTES`] bytes of paths
+//! and queries (each cut at [`FIELD_LIMIT`] bytes); the counts keep at most
+//! [`AGENT_LIMIT`] distinct (User-Agent, verb) pairs, agents cut at
+//! [`FIELD_LIMIT`] bytes, later agents counted together as [`OTHER_AGENTS`].
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Mutex, PoisonError};
@@ -6,10 +12,39 @@ use std::sync::{Mutex, PoisonError};
 /// How many requests are kept; older ones are dropped first.
 pub const RECORD_LIMIT: usize = 100_000;
 
+/// How many bytes of paths and queries the log keeps; older requests are
+/// dropped first.
+pub const RECORD_BYTES: usize = 32 * 1024 * 1024;
+
+/// How long a recorded path, query or counted User-Agent may be; longer ones
+/// are cut (at a character boundary) and end with `…`.
+pub const FIELD_LIMIT: usize = 1024;
+
+/// How many distinct (User-Agent, verb) pairs are counted.
+pub const AGENT_LIMIT: usize = 1000;
+
+/// The agent under which requests are counted once [`AGENT_LIMIT`] is reached.
+pub const OTHER_AGENTS: &str = "(other agents)";
+
+/// `s` cut to at most [`FIELD_LIMIT`] bytes (plus the `…` marking the cut).
+fn truncate(mut s: String) -> String {
+    if s.len() > FIELD_LIMIT {
+        let mut end = FIELD_LIMIT;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push('…');
+    }
+    s
+}
+
 /// One request served by the emulator.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordedRequest {
     /// HTTP method (`GET`, `PATCH`, ...).
+    ///
+    /// `path` and `query` are cut at [`FIELD_LIMIT`] bytes.
     pub method: String,
     /// Request path without the query.
     pub path: String,
@@ -22,21 +57,38 @@ pub struct RecordedRequest {
     pub status: u16,
 }
 
-/// A bounded log of requests, and unbounded counts per (User-Agent, verb).
+/// A bounded log of requests, and bounded counts per (User-Agent, verb).
 #[derive(Debug, Default)]
 pub(crate) struct Recorder {
-    requests: Mutex<VecDeque<RecordedRequest>>,
+    requests: Mutex<Log>,
     counts: Mutex<BTreeMap<(String, String), u64>>,
+}
+
+/// The recorded requests and the bytes of their paths and queries.
+#[derive(Debug, Default)]
+struct Log {
+    entries: VecDeque<RecordedRequest>,
+    bytes: usize,
+}
+
+fn weight(r: &RecordedRequest) -> usize {
+    r.path.len() + r.query.len()
 }
 
 impl Recorder {
     /// Records one request.
-    pub(crate) fn record(&self, request: RecordedRequest) {
-        let mut requests = self.requests.lock().unwrap_or_else(PoisonError::into_inner);
-        if requests.len() >= RECORD_LIMIT {
-            requests.pop_front();
+    pub(crate) fn record(&self, mut request: RecordedRequest) {
+        request.path = truncate(std::mem::take(&mut request.path));
+        request.query = truncate(std::mem::take(&mut request.query));
+        let mut log = self.requests.lock().unwrap_or_else(PoisonError::into_inner);
+        log.bytes += weight(&request);
+        log.entries.push_back(request);
+        while log.entries.len() > RECORD_LIMIT || log.bytes > RECORD_BYTES {
+            let Some(old) = log.entries.pop_front() else {
+                break;
+            };
+            log.bytes -= weight(&old);
         }
-        requests.push_back(request);
     }
 
     /// A copy of the recorded requests, oldest first.
@@ -44,6 +96,7 @@ impl Recorder {
         self.requests
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .entries
             .iter()
             .cloned()
             .collect()
@@ -51,13 +104,13 @@ impl Recorder {
 
     /// Counts one request by its `User-Agent` (empty if none) and verb.
     pub(crate) fn count(&self, agent: &str, verb: &str) {
+        let agent = truncate(agent.to_string());
         let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        match counts.get_mut(&(agent.to_string(), verb.to_string())) {
-            Some(n) => *n += 1,
-            None => {
-                counts.insert((agent.to_string(), verb.to_string()), 1);
-            }
+        let mut key = (agent, verb.to_string());
+        if !counts.contains_key(&key) && counts.len() >= AGENT_LIMIT {
+            key.0 = OTHER_AGENTS.to_string();
         }
+        *counts.entry(key).or_insert(0) += 1;
     }
 
     /// The request counts per (User-Agent, verb) since the last reset.
@@ -78,10 +131,7 @@ impl Recorder {
 
     /// Forgets all recorded requests.
     pub(crate) fn clear(&self) {
-        self.requests
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        *self.requests.lock().unwrap_or_else(PoisonError::into_inner) = Log::default();
     }
 }
 
@@ -115,5 +165,41 @@ mod tests {
         assert_eq!(counts[&(String::new(), "watch".into())], 1);
         rec.clear_counts();
         assert!(rec.counts().is_empty());
+    }
+
+    #[test]
+    fn counts_are_bounded_in_keys_and_length() {
+        let rec = Recorder::default();
+        for i in 0..AGENT_LIMIT + 500 {
+            rec.count(&format!("{i}{}", "é".repeat(10_000)), "get");
+        }
+        let counts = rec.counts();
+        assert!(counts.len() <= AGENT_LIMIT + 1, "{}", counts.len());
+        assert_eq!(counts[&(OTHER_AGENTS.into(), "get".into())], 500);
+        assert!(
+            counts
+                .keys()
+                .all(|(a, _)| a.len() <= FIELD_LIMIT + '…'.len_utf8())
+        );
+    }
+
+    #[test]
+    fn the_log_is_bounded_in_bytes() {
+        let rec = Recorder::default();
+        let n = RECORD_BYTES / FIELD_LIMIT + 100;
+        for _ in 0..n {
+            rec.record(RecordedRequest {
+                method: "GET".into(),
+                path: "/api".into(),
+                query: "q".repeat(2 * FIELD_LIMIT),
+                verb: "list".into(),
+                status: 200,
+            });
+        }
+        let log = rec.snapshot();
+        assert!(log.len() < n);
+        let bytes: usize = log.iter().map(weight).sum();
+        assert!(bytes <= RECORD_BYTES);
+        assert!(log[0].query.len() <= FIELD_LIMIT + '…'.len_utf8());
     }
 }
