@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use crate::admin;
 use crate::discovery;
 use crate::failures::ApiError;
+use crate::limits;
 use crate::patching::{self, PatchKind};
 use crate::recording::RecordedRequest;
 use crate::resources::ResourceDef;
@@ -24,7 +25,7 @@ use crate::validation;
 use crate::watching::{self, Filter, WatchOptions};
 
 /// The largest request body accepted (as the API server's 3 MiB limit).
-pub const BODY_LIMIT: usize = 3 * 1024 * 1024;
+pub use crate::limits::BODY_LIMIT;
 
 /// Serves one request; never fails (errors become `Status` responses).
 pub async fn handle<B>(shared: Arc<Shared>, req: Request<B>) -> Response<Body>
@@ -119,7 +120,11 @@ where
     {
         return Err(ApiError::too_large(BODY_LIMIT));
     }
-    match Limited::new(req.into_body(), BODY_LIMIT).collect().await {
+    let collect = Limited::new(req.into_body(), BODY_LIMIT).collect();
+    let collected = tokio::time::timeout(limits::BODY_READ_TIMEOUT, collect)
+        .await
+        .map_err(|_| limits::body_timeout())?;
+    match collected {
         Ok(collected) => Ok((content_type, collected.to_bytes())),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
             Err(ApiError::too_large(BODY_LIMIT))
@@ -142,19 +147,27 @@ fn parse_object(content_type: Option<&str>, body: &[u8]) -> Result<Value, ApiErr
         })
         .unwrap_or_default();
     let value = match media.as_str() {
-        "" | "application/json" | "*/*" | "text/json" => serde_json::from_slice::<Value>(body)
-            .map_err(|e| {
-                ApiError::bad_request(format!("the request body is not valid JSON: {e}"))
-            })?,
-        "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(body)
-            .map_err(|e| ApiError::unsupported_media_type_because(&media, &e.to_string()))?,
+        "" | "application/json" | "*/*" | "text/json" => decode_json(body, "the request body")?,
+        "application/vnd.kubernetes.protobuf" => {
+            let value = crate::protobuf::decode(body)
+                .map_err(|e| ApiError::unsupported_media_type_because(&media, &e.to_string()))?;
+            limits::check_object(&value, "the request body")?;
+            value
+        }
         "application/yaml" | "application/x-yaml" | "text/yaml" => {
             let text = std::str::from_utf8(body).map_err(|e| {
                 ApiError::bad_request(format!("the request body is not UTF-8: {e}"))
             })?;
-            serde_saphyr::from_str::<Value>(text).map_err(|e| {
+            let value = serde_saphyr::from_str_with_options::<Value>(
+                text,
+                limits::yaml_options(body.len()),
+            )
+            .map_err(|e| {
                 ApiError::bad_request(format!("the request body is not valid YAML: {e}"))
-            })?
+            })?;
+            // Aliases may have expanded it: the object must still fit.
+            limits::check_object(&value, "the request body")?;
+            value
         }
         other => return Err(ApiError::unsupported_media_type(other)),
     };
@@ -164,6 +177,16 @@ fn parse_object(content_type: Option<&str>, body: &[u8]) -> Result<Value, ApiErr
         ));
     }
     Ok(value)
+}
+
+/// Decodes a JSON body within [`limits::MAX_DEPTH`].
+fn decode_json(body: &[u8], what: &str) -> Result<Value, ApiError> {
+    limits::decode_json(body).map_err(|e| match e {
+        limits::DecodeError::TooDeep => limits::too_deep(what),
+        limits::DecodeError::Syntax(e) => {
+            ApiError::bad_request(format!("{what} is not valid JSON: {e}"))
+        }
+    })
 }
 
 async fn serve<B>(
@@ -379,9 +402,7 @@ fn delete_options(body: &[u8]) -> Result<Value, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(json!({}));
     }
-    serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request(format!("the DeleteOptions body is not valid JSON: {e}"))
-    })
+    decode_json(body, "the DeleteOptions body")
 }
 
 fn selectors(def: &ResourceDef, query: &Query) -> Result<Selectors, ApiError> {

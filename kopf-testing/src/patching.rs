@@ -5,6 +5,8 @@
 
 use serde_json::Value;
 
+use crate::limits;
+
 /// The kind of a PATCH request, from its `Content-Type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PatchKind {
@@ -57,12 +59,27 @@ pub enum PatchError {
     /// A JSON patch path does not exist or is invalid.
     #[error("the JSON patch could not be applied: {0}; check the `path` of each operation exists")]
     BadPath(String),
+    /// The copies of a JSON patch add too many bytes (see [`crate::limits`]).
+    #[error("the JSON patch could not be applied: {0}; copy less")]
+    CopyLimit(String),
+    /// A JSON patch would nest the object too deeply (see [`crate::limits`]).
+    #[error("the JSON patch could not be applied: {0}; keep objects flatter")]
+    TooDeep(String),
+    /// The body is nested too deeply to decode (see [`crate::limits`]).
+    #[error(
+        "the patch body is nested too deeply: more than {} levels of objects and arrays; flatten it",
+        crate::limits::MAX_DEPTH
+    )]
+    BodyTooDeep,
 }
 
 impl PatchError {
     /// Whether the server answers 422 (rather than 400).
     pub fn is_invalid(&self) -> bool {
-        matches!(self, Self::TestFailed(_) | Self::BadPath(_))
+        matches!(
+            self,
+            Self::TestFailed(_) | Self::BadPath(_) | Self::CopyLimit(_) | Self::TooDeep(_)
+        )
     }
 }
 
@@ -77,25 +94,29 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
-/// Parses the body of a patch of the given kind into JSON.
+/// Parses the body of a patch of the given kind into JSON, within the limits
+/// of [`crate::limits`] (nesting depth, YAML alias expansion).
 pub fn parse_body(kind: PatchKind, body: &[u8]) -> Result<Value, PatchError> {
+    let json = match limits::decode_json(body) {
+        Ok(v) => return Ok(v),
+        Err(limits::DecodeError::TooDeep) => return Err(PatchError::BodyTooDeep),
+        Err(limits::DecodeError::Syntax(e)) => e,
+    };
     match kind {
         PatchKind::Apply => {
-            if let Ok(v) = serde_json::from_slice::<Value>(body) {
-                return Ok(v);
-            }
             let text = std::str::from_utf8(body).map_err(|e| PatchError::Malformed {
                 format: "YAML",
                 reason: e.to_string(),
             })?;
-            serde_saphyr::from_str::<Value>(text).map_err(|e| PatchError::Malformed {
-                format: "YAML",
-                reason: e.to_string(),
-            })
+            serde_saphyr::from_str_with_options::<Value>(text, limits::yaml_options(body.len()))
+                .map_err(|e| PatchError::Malformed {
+                    format: "YAML",
+                    reason: e.to_string(),
+                })
         }
-        _ => serde_json::from_slice(body).map_err(|e| PatchError::Malformed {
+        _ => Err(PatchError::Malformed {
             format: "JSON",
-            reason: e.to_string(),
+            reason: json.to_string(),
         }),
     }
 }
@@ -110,10 +131,7 @@ pub fn apply(kind: PatchKind, current: &Value, patch: &Value) -> Result<Value, P
                     format: "JSON patch",
                     reason: e.to_string(),
                 })?;
-            json_patch::patch(&mut doc, &ops).map_err(|e| match e.kind {
-                json_patch::PatchErrorKind::TestFailed => PatchError::TestFailed(e.to_string()),
-                _ => PatchError::BadPath(e.to_string()),
-            })?;
+            limits::apply_json_patch(&mut doc, &ops)?;
         }
         PatchKind::Merge | PatchKind::Apply => {
             if !patch.is_object() {

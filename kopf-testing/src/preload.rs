@@ -8,16 +8,19 @@ use crate::store::Store;
 
 /// Parses multi-document YAML into objects; `List` documents are expanded.
 ///
-/// The file is the test author's own, so the parser's limits against hostile
-/// input (1,024 documents, 250,000 nodes) are lifted: a benchmark preloads
-/// tens of thousands of objects. Aliases and nesting depth stay limited.
+/// The file is the test author's own, so the parser's fixed limits against
+/// hostile input (1,024 documents, 250,000 nodes) are lifted: a benchmark
+/// preloads tens of thousands of objects. They grow with the file instead, so
+/// aliases ("billion laughs") cannot expand a file much beyond its own size;
+/// nesting depth stays limited.
 pub fn parse(yaml: &str) -> Result<Vec<Value>, EmulatorError> {
+    let len = yaml.len();
     let options = serde_saphyr::options! {
         budget: serde_saphyr::budget! {
             max_documents: usize::MAX,
-            max_nodes: usize::MAX,
-            max_events: usize::MAX,
-            max_total_scalar_bytes: usize::MAX,
+            max_nodes: len.saturating_add(250_000),
+            max_events: len.saturating_mul(2).saturating_add(1_000_000),
+            max_total_scalar_bytes: len.saturating_mul(2).saturating_add(64 * 1024 * 1024),
         },
     };
     let docs: Vec<Value> = serde_saphyr::from_multiple_with_options(yaml, options)

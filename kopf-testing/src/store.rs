@@ -620,6 +620,21 @@ impl Store {
         dry_run: bool,
     ) -> Result<Arc<Value>, ApiError> {
         let name = objects::name(old);
+        // The patched object must still fit (a merge patch adds to the object).
+        if crate::limits::value_size(&new, crate::limits::OBJECT_LIMIT).is_none() {
+            return Err(crate::limits::object_too_large(None));
+        }
+        if crate::limits::value_depth(&new) > crate::limits::MAX_DEPTH {
+            return Err(ApiError::invalid(
+                &def.group,
+                &def.kind,
+                name,
+                format!(
+                    "the patched object nests deeper than {} levels; keep objects flatter",
+                    crate::limits::MAX_DEPTH
+                ),
+            ));
+        }
         let new_name = objects::name(&new);
         if new_name != name {
             return Err(ApiError::invalid(

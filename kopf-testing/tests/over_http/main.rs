@@ -7,5 +7,6 @@ mod common;
 
 mod admin;
 mod api;
+mod limits;
 mod validation;
 mod watch;

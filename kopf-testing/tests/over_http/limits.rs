@@ -1,0 +1,296 @@
+//! The emulator survives hostile clients: patches that blow up, bodies nested
+//! too deeply, YAML alias bombs.
+
+use crate::common::{RawResponse, raw_request, within};
+use kopf_testing::Emulator;
+use serde_json::{Value, json};
+
+const CMS: &str = "/api/v1/namespaces/default/configmaps";
+const WIDGETS: &str = "/apis/example.com/v1/namespaces/default/widgets";
+const JSON: (&str, &str) = ("Content-Type", "application/json");
+const JSON_PATCH: (&str, &str) = ("Content-Type", "application/json-patch+json");
+
+async fn emulator() -> Emulator {
+    Emulator::builder()
+        .crd("example.com", "v1", "widgets", "Widget", true)
+        .start()
+        .await
+        .expect("the emulator starts")
+}
+
+async fn post(em: &Emulator, path: &str, body: &Value) -> RawResponse {
+    let bytes = serde_json::to_vec(body).unwrap();
+    raw_request(em.addr(), "POST", path, &[JSON], &bytes).await
+}
+
+/// The emulator still answers, and the object is as it was.
+async fn assert_alive(em: &Emulator, path: &str) {
+    let resp = raw_request(em.addr(), "GET", path, &[], b"").await;
+    assert_eq!(
+        resp.status,
+        200,
+        "{:?}",
+        String::from_utf8_lossy(&resp.body)
+    );
+}
+
+#[tokio::test]
+async fn json_patch_copies_that_double_the_nesting_are_refused() {
+    let em = emulator().await;
+    post(&em, CMS, &json!({"metadata": {"name": "a"}}))
+        .await
+        .assert_ok();
+    // Each copy puts the whole of /s at its own deepest point, doubling the depth.
+    let mut ops = vec![json!({"op": "add", "path": "/s", "value": {"s": {}}})];
+    let mut depth = 1;
+    while ops.len() < 20 {
+        let path = format!("/s{}", "/s".repeat(depth));
+        ops.push(json!({"op": "copy", "from": "/s", "path": path}));
+        depth *= 2;
+    }
+    let body = serde_json::to_vec(&ops).unwrap();
+    assert!(body.len() > 30_000, "a patch of {} bytes", body.len());
+    let resp = raw_request(
+        em.addr(),
+        "PATCH",
+        &format!("{CMS}/a"),
+        &[JSON_PATCH],
+        &body,
+    )
+    .await;
+    resp.assert_status_object(422);
+    assert!(
+        resp.json()["message"].as_str().unwrap().contains("deeper"),
+        "{}",
+        resp.json()
+    );
+    assert_alive(&em, &format!("{CMS}/a")).await;
+}
+
+#[tokio::test]
+async fn json_patch_copies_that_double_the_size_are_refused() {
+    let em = emulator().await;
+    let value = "x".repeat(1024);
+    post(
+        &em,
+        CMS,
+        &json!({"metadata": {"name": "a"}, "data": {"v": value}}),
+    )
+    .await
+    .assert_ok();
+    // Forty copies of the whole object into itself: 2^40 KiB unless refused.
+    let ops: Vec<Value> = (0..40)
+        .map(|i| json!({"op": "copy", "from": "", "path": format!("/c{i}")}))
+        .collect();
+    let body = serde_json::to_vec(&ops).unwrap();
+    let resp = raw_request(
+        em.addr(),
+        "PATCH",
+        &format!("{CMS}/a"),
+        &[JSON_PATCH],
+        &body,
+    )
+    .await;
+    resp.assert_status_object(422);
+    assert!(
+        resp.json()["message"].as_str().unwrap().contains("bytes"),
+        "{}",
+        resp.json()
+    );
+    let got = raw_request(em.addr(), "GET", &format!("{CMS}/a"), &[], b"").await;
+    assert!(
+        got.json().get("c0").is_none(),
+        "nothing of the patch was kept"
+    );
+}
+
+#[tokio::test]
+async fn json_patches_of_more_than_10000_operations_are_413() {
+    let em = emulator().await;
+    post(&em, CMS, &json!({"metadata": {"name": "a"}}))
+        .await
+        .assert_ok();
+    let ops = vec![json!({"op": "test", "path": "/metadata/name", "value": "a"}); 10_001];
+    let body = serde_json::to_vec(&ops).unwrap();
+    let resp = raw_request(
+        em.addr(),
+        "PATCH",
+        &format!("{CMS}/a"),
+        &[JSON_PATCH],
+        &body,
+    )
+    .await;
+    resp.assert_status_object(413);
+    assert!(resp.json()["message"].as_str().unwrap().contains("10000"));
+    let body = serde_json::to_vec(&ops[..10_000]).unwrap();
+    let resp = raw_request(
+        em.addr(),
+        "PATCH",
+        &format!("{CMS}/a"),
+        &[JSON_PATCH],
+        &body,
+    )
+    .await;
+    assert_eq!(resp.status, 200);
+}
+
+/// `{"a":{"a":...{"a":1}...}}` with `levels` objects.
+fn nested(levels: usize) -> Value {
+    let mut v = json!(1);
+    for _ in 0..levels {
+        v = json!({ "a": v });
+    }
+    v
+}
+
+fn nested_text(levels: usize) -> String {
+    format!("{}1{}", "{\"a\":".repeat(levels), "}".repeat(levels))
+}
+
+#[tokio::test]
+async fn deep_objects_are_served_up_to_the_depth_limit() {
+    let em = emulator().await;
+    // 512 levels in all: the widget and 511 below it.
+    let deep = nested(511);
+    let widget = json!({
+        "apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "deep", "labels": {"x": "1"}}, "spec": deep,
+    });
+    let listed = raw_request(em.addr(), "GET", WIDGETS, &[], b"")
+        .await
+        .json();
+    let rv = listed["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let created = post(&em, WIDGETS, &widget).await;
+    assert_eq!(
+        created.status,
+        201,
+        "{:?}",
+        String::from_utf8_lossy(&created.body)
+    );
+    let got = raw_request(em.addr(), "GET", &format!("{WIDGETS}/deep"), &[], b"").await;
+    assert_eq!(got.status, 200);
+    let list = raw_request(
+        em.addr(),
+        "GET",
+        &format!("{WIDGETS}?labelSelector=x%3D1"),
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(list.status, 200);
+    let watch = raw_request(
+        em.addr(),
+        "GET",
+        &format!("{WIDGETS}?watch=1&resourceVersion={rv}&timeoutSeconds=1"),
+        &[],
+        b"",
+    )
+    .await;
+    assert!(String::from_utf8_lossy(&watch.body).contains("\"ADDED\""));
+    let patch = serde_json::to_vec(&json!({"metadata": {"labels": {"y": "2"}}})).unwrap();
+    let patched = raw_request(
+        em.addr(),
+        "PATCH",
+        &format!("{WIDGETS}/deep"),
+        &[("Content-Type", "application/merge-patch+json")],
+        &patch,
+    )
+    .await;
+    assert_eq!(patched.status, 200);
+    let deleted = raw_request(em.addr(), "DELETE", &format!("{WIDGETS}/deep"), &[], b"").await;
+    assert_eq!(deleted.status, 200);
+}
+
+#[tokio::test]
+async fn bodies_nested_deeper_than_the_limit_are_400() {
+    let em = emulator().await;
+    for levels in [600, 100_000] {
+        let body = format!(
+            r#"{{"apiVersion":"example.com/v1","kind":"Widget","metadata":{{"name":"w"}},"spec":{}}}"#,
+            nested_text(levels)
+        );
+        let resp = raw_request(em.addr(), "POST", WIDGETS, &[JSON], body.as_bytes()).await;
+        resp.assert_status_object(400);
+        assert!(
+            resp.json()["message"]
+                .as_str()
+                .unwrap()
+                .contains("nested too deeply")
+        );
+        let patch = raw_request(
+            em.addr(),
+            "PATCH",
+            &format!("{WIDGETS}/w"),
+            &[("Content-Type", "application/merge-patch+json")],
+            body.as_bytes(),
+        )
+        .await;
+        patch.assert_status_object(400);
+    }
+    assert_alive(&em, WIDGETS).await;
+}
+
+fn alias_bomb() -> String {
+    let mut yaml = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bomb\nx0: &x0 \"{}\"\n",
+        "x".repeat(100_000)
+    );
+    for i in 1..4 {
+        let refs = vec![format!("*x{}", i - 1); 100].join(",");
+        yaml.push_str(&format!("x{i}: &x{i} [{refs}]\n"));
+    }
+    yaml
+}
+
+#[tokio::test]
+async fn yaml_alias_bombs_are_refused_in_bodies_and_preloads() {
+    let em = emulator().await;
+    let yaml = alias_bomb();
+    for content_type in ["application/yaml", "application/apply-patch+yaml"] {
+        let (method, path) = if content_type == "application/yaml" {
+            ("POST", CMS.to_string())
+        } else {
+            ("PATCH", format!("{CMS}/bomb?fieldManager=t"))
+        };
+        let resp = raw_request(
+            em.addr(),
+            method,
+            &path,
+            &[("Content-Type", content_type)],
+            yaml.as_bytes(),
+        )
+        .await;
+        assert!(
+            matches!(resp.status, 400 | 413),
+            "{content_type}: {}",
+            resp.status
+        );
+        resp.assert_status_object(resp.status);
+    }
+    assert_alive(&em, CMS).await;
+    let err = within(
+        "a preload alias bomb to be refused",
+        Emulator::builder().preload_yaml(&yaml).start(),
+    )
+    .await
+    .expect_err("the preload is refused");
+    assert!(err.to_string().contains("budget"), "{err}");
+}
+
+trait AssertOk {
+    fn assert_ok(&self);
+}
+
+impl AssertOk for RawResponse {
+    fn assert_ok(&self) {
+        assert!(
+            (200..300).contains(&self.status),
+            "status {}: {:?}",
+            self.status,
+            String::from_utf8_lossy(&self.body)
+        );
+    }
+}
