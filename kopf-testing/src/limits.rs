@@ -1,6 +1,7 @@
 //! Limits on what one request may make the emulator do, as the API server
 //! sets them: body size, nesting depth, JSON patch operations and the bytes
-//! their copies produce, and object size after YAML alias expansion.
+//! their copies produce, object size after YAML alias expansion, and which API
+//! groups a CRD may claim.
 //!
 //! Every check here runs on the request's own data before the store is
 //! locked, or (for a patch, which needs the stored object) bounds the work done
@@ -282,6 +283,43 @@ pub fn yaml_options(len: usize) -> serde_saphyr::Options {
     }
 }
 
+/// The annotation approving a CRD in a `*.k8s.io` or `*.kubernetes.io` group.
+const API_APPROVED: &str = "api-approved.kubernetes.io";
+
+/// Why a CRD may not claim its group: a group served built-in (its resources
+/// would replace the built-in API), or a protected `*.k8s.io` /
+/// `*.kubernetes.io` group without the approval annotation (as the API server).
+/// The message names the field, for [`ApiError::invalid`].
+pub fn check_crd_group(crd: &Value, builtin_groups: &[&str]) -> Result<(), String> {
+    let group = crd
+        .pointer("/spec/group")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if group.is_empty() {
+        return Err("spec.group: Required value: the core group \"\" is served built-in; pick a group of your own such as example.com".into());
+    }
+    if builtin_groups.contains(&group) {
+        return Err(format!(
+            "spec.group: Invalid value: {group:?}: the group is served built-in and cannot be defined by a CustomResourceDefinition; pick a group of your own such as example.com"
+        ));
+    }
+    let protected = ["k8s.io", "kubernetes.io"]
+        .iter()
+        .any(|p| group == *p || group.ends_with(&format!(".{p}")));
+    let approved = crd
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .and_then(|a| a.get(API_APPROVED))
+        .and_then(Value::as_str)
+        .is_some_and(|v| !v.is_empty());
+    if protected && !approved {
+        return Err(format!(
+            "metadata.annotations[{API_APPROVED}]: Required value: protected groups must have approval annotation {API_APPROVED:?}, see https://github.com/kubernetes/enhancements/pull/1111"
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -395,5 +433,25 @@ mod tests {
         let ok: Value =
             serde_saphyr::from_str_with_options("a: &x [1, 2]\nb: *x\n", yaml_options(20)).unwrap();
         assert_eq!(ok["b"], json!([1, 2]));
+    }
+
+    #[test]
+    fn crds_cannot_claim_built_in_or_protected_groups() {
+        let builtin = ["", "apps", "apiextensions.k8s.io"];
+        let crd = |group: &str, approved: bool| {
+            let mut c = json!({"metadata": {}, "spec": {"group": group}});
+            if approved {
+                c["metadata"]["annotations"] = json!({API_APPROVED: "https://example.com/pr/1"});
+            }
+            c
+        };
+        assert!(check_crd_group(&crd("apps", true), &builtin).is_err());
+        assert!(check_crd_group(&crd("", true), &builtin).is_err());
+        assert!(check_crd_group(&crd("apiextensions.k8s.io", true), &builtin).is_err());
+        let err = check_crd_group(&crd("example.k8s.io", false), &builtin).unwrap_err();
+        assert!(err.contains(API_APPROVED), "{err}");
+        assert!(check_crd_group(&crd("example.k8s.io", true), &builtin).is_ok());
+        assert!(check_crd_group(&crd("example.com", false), &builtin).is_ok());
+        assert!(check_crd_group(&crd("k8s.io.example.com", false), &builtin).is_ok());
     }
 }

@@ -433,6 +433,7 @@ impl Store {
         let mut crd_defs = None;
         if def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions" {
             meta_mut(&mut body).insert("name".into(), name.clone().into());
+            check_crd_group(def, &name, &body)?;
             let defs = resources::defs_from_crd(&body)
                 .map_err(|e| ApiError::invalid(&def.group, &def.kind, &name, e.to_string()))?;
             body["status"] = crd_status(&body);
@@ -774,6 +775,7 @@ impl Store {
             && def.plural == "customresourcedefinitions"
             && target == Target::Main
         {
+            check_crd_group(def, &name, &new)?;
             let defs = resources::defs_from_crd(&new)
                 .map_err(|e| ApiError::invalid(&def.group, &def.kind, &name, e.to_string()))?;
             new["status"] = crd_status(&new);
@@ -1043,6 +1045,15 @@ impl Store {
         };
         Ok(Subscription { start, rx, rv })
     }
+}
+
+/// Rejects a CRD in a group served built-in (it would replace the built-in
+/// API) or in a protected group without approval, as the API server does.
+fn check_crd_group(def: &ResourceDef, name: &str, crd: &Value) -> Result<(), ApiError> {
+    let builtins = resources::builtins();
+    let groups: Vec<&str> = builtins.iter().map(|d| d.group.as_str()).collect();
+    crate::limits::check_crd_group(crd, &groups)
+        .map_err(|e| ApiError::invalid(&def.group, &def.kind, name, e))
 }
 
 /// Rejects a body whose `kind` is not the resource's kind.

@@ -280,6 +280,54 @@ async fn yaml_alias_bombs_are_refused_in_bodies_and_preloads() {
     assert!(err.to_string().contains("budget"), "{err}");
 }
 
+fn crd(group: &str, plural: &str, kind: &str) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}],
+        },
+    })
+}
+
+#[tokio::test]
+async fn crds_cannot_replace_built_in_apis() {
+    let em = emulator().await;
+    let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+    for (group, plural, kind) in [
+        (
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+        ),
+        ("events.k8s.io", "events", "Event"),
+        ("coordination.k8s.io", "leases", "Lease"),
+        ("", "pods", "Pod"),
+        ("example.k8s.io", "gadgets", "Gadget"),
+    ] {
+        let resp = post(&em, crds, &crd(group, plural, kind)).await;
+        resp.assert_status_object(422);
+        assert_eq!(resp.json()["reason"], "Invalid");
+    }
+    // CRDs still work, and so do the built-in APIs.
+    let resp = post(&em, crds, &crd("example.org", "gizmos", "Gizmo")).await;
+    assert_eq!(
+        resp.status,
+        201,
+        "{:?}",
+        String::from_utf8_lossy(&resp.body)
+    );
+    let mut approved = crd("example.k8s.io", "gadgets", "Gadget");
+    approved["metadata"]["annotations"] = json!({"api-approved.kubernetes.io": "https://github.com/kubernetes/enhancements/pull/1111"});
+    assert_eq!(post(&em, crds, &approved).await.status, 201);
+    assert_alive(&em, "/apis/events.k8s.io/v1/namespaces/default/events").await;
+}
+
 trait AssertOk {
     fn assert_ok(&self);
 }
