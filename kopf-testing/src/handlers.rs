@@ -297,6 +297,11 @@ where
                 Ok(json_response(200, &deleted_status(&def, &obj)))
             }
         }
+        // As the API server: namespaces have no deletecollection (else
+        // `default`, `kube-system` and `kube-public` would go too).
+        (Method::DELETE, None) if def.group.is_empty() && def.plural == "namespaces" => {
+            Err(ApiError::method_not_allowed())
+        }
         (Method::DELETE, None) => {
             let (_, body) = read_body(req).await?;
             delete_options(&body)?;

@@ -328,6 +328,16 @@ async fn crds_cannot_replace_built_in_apis() {
     assert_alive(&em, "/apis/events.k8s.io/v1/namespaces/default/events").await;
 }
 
+#[tokio::test]
+async fn namespaces_have_no_deletecollection() {
+    let em = emulator().await;
+    let resp = raw_request(em.addr(), "DELETE", "/api/v1/namespaces", &[], b"").await;
+    resp.assert_status_object(405);
+    for ns in ["default", "kube-system", "kube-public"] {
+        assert_alive(&em, &format!("/api/v1/namespaces/{ns}")).await;
+    }
+}
+
 trait AssertOk {
     fn assert_ok(&self);
 }
