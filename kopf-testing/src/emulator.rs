@@ -3,11 +3,13 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::error::EmulatorError;
 use crate::faults::Faults;
+use crate::history::{DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_BYTES};
 use crate::preload;
 use crate::recording::RecordedRequest;
 use crate::resources;
@@ -35,6 +37,8 @@ pub struct EmulatorBuilder {
     crds: Vec<Value>,
     preloads: Vec<Preload>,
     history_limit: usize,
+    history_bytes: usize,
+    history_age: Duration,
 }
 
 impl Default for EmulatorBuilder {
@@ -44,6 +48,8 @@ impl Default for EmulatorBuilder {
             crds: Vec::new(),
             preloads: Vec::new(),
             history_limit: DEFAULT_HISTORY_LIMIT,
+            history_bytes: DEFAULT_HISTORY_BYTES,
+            history_age: DEFAULT_HISTORY_AGE,
         }
     }
 }
@@ -92,6 +98,21 @@ impl EmulatorBuilder {
         self
     }
 
+    /// How many bytes of watch events are kept, over every resource
+    /// (default 128 MiB); the oldest events go first (resuming before them
+    /// gets `410 Gone`).
+    pub fn history_bytes(mut self, bytes: usize) -> Self {
+        self.history_bytes = bytes;
+        self
+    }
+
+    /// How long watch events are kept (default 5 minutes, the API server's
+    /// compaction interval); resuming before them gets `410 Gone`.
+    pub fn history_age(mut self, age: Duration) -> Self {
+        self.history_age = age;
+        self
+    }
+
     /// Starts the emulator on 127.0.0.1.
     ///
     /// # Errors
@@ -111,6 +132,7 @@ impl EmulatorBuilder {
             objects.extend(preload::parse(&yaml)?);
         }
         let mut store = Store::new(self.history_limit);
+        store.set_history_bounds(self.history_bytes, self.history_age);
         preload::apply(&mut store, &objects)?;
         let listener = server::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, self.port)), 0).await?;
         let addr = listener

@@ -74,6 +74,7 @@ mod events;
 mod failures;
 mod faults;
 mod handlers;
+mod history;
 mod limits;
 mod objects;
 mod patching;

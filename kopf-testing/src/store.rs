@@ -5,8 +5,9 @@
 //! watch events are serialized once here and broadcast to watchers.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
@@ -14,6 +15,7 @@ use tokio::sync::broadcast;
 use crate::conversion;
 use crate::events::{EventType, WatchEvent};
 use crate::failures::ApiError;
+use crate::history::{DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_BYTES, History};
 use crate::objects::{self, meta_mut};
 #[cfg(test)]
 use crate::patching::{self, PatchKind};
@@ -72,7 +74,7 @@ pub struct Subscription {
 #[derive(Debug)]
 struct Resource {
     objects: BTreeMap<(String, String), Arc<Value>>,
-    history: VecDeque<Arc<WatchEvent>>,
+    history: History,
     floor: u64,
     tx: broadcast::Sender<Arc<WatchEvent>>,
 }
@@ -81,7 +83,7 @@ impl Resource {
     fn new(floor: u64) -> Self {
         Self {
             objects: BTreeMap::new(),
-            history: VecDeque::new(),
+            history: History::default(),
             floor,
             tx: broadcast::channel(WATCH_BUFFER).0,
         }
@@ -94,6 +96,12 @@ pub struct Store {
     rv: u64,
     base_floor: u64,
     history_limit: usize,
+    /// The most bytes of history kept over every resource.
+    history_bytes: usize,
+    /// The longest time an event is kept in the history.
+    history_age: Duration,
+    /// The bytes of history kept now, over every resource.
+    history_used: usize,
     defs: Vec<Arc<ResourceDef>>,
     resources: HashMap<StoreKey, Resource>,
 }
@@ -109,6 +117,9 @@ impl Store {
             rv: 0,
             base_floor: 0,
             history_limit: history_limit.max(1),
+            history_bytes: DEFAULT_HISTORY_BYTES,
+            history_age: DEFAULT_HISTORY_AGE,
+            history_used: 0,
             defs: Vec::new(),
             resources: HashMap::new(),
         };
@@ -120,6 +131,7 @@ impl Store {
     pub fn reset(&mut self) {
         // Dropping the resources drops their senders: open watches end.
         self.resources.clear();
+        self.history_used = 0;
         self.defs = resources::builtins().into_iter().map(Arc::new).collect();
         // A fresh revision: every earlier resourceVersion is now too old.
         self.rv += 1;
@@ -128,6 +140,44 @@ impl Store {
         for ns in INITIAL_NAMESPACES {
             let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
             let _ = self.create(&ns_def, None, body, false);
+        }
+    }
+
+    /// Bounds the watch history by bytes (over every resource) and by age,
+    /// besides the count per resource given to [`new`](Self::new).
+    pub fn set_history_bounds(&mut self, bytes: usize, age: Duration) {
+        self.history_bytes = bytes;
+        self.history_age = age;
+        self.trim_history();
+    }
+
+    /// Drops the oldest events, whatever their resource, until the history
+    /// is within its byte bound, and every event older than the age bound.
+    fn trim_history(&mut self) {
+        let cutoff = tokio::time::Instant::now().checked_sub(self.history_age);
+        if let Some(cutoff) = cutoff {
+            for res in self.resources.values_mut() {
+                while res.history.front().is_some_and(|(_, at)| at < cutoff) {
+                    if let Some((rv, weight)) = res.history.pop_front() {
+                        res.floor = rv;
+                        self.history_used -= weight;
+                    }
+                }
+            }
+        }
+        while self.history_used > self.history_bytes {
+            let oldest = self
+                .resources
+                .values_mut()
+                .filter_map(|r| r.history.front().map(|(rv, _)| (rv, r)))
+                .min_by_key(|(rv, _)| *rv);
+            let Some((_, res)) = oldest else {
+                break;
+            };
+            if let Some((rv, weight)) = res.history.pop_front() {
+                res.floor = rv;
+                self.history_used -= weight;
+            }
         }
     }
 
@@ -159,6 +209,7 @@ impl Store {
             res.history.clear();
             res.floor = self.rv;
         }
+        self.history_used = 0;
     }
 
     fn resource(&mut self, key: &StoreKey) -> &mut Resource {
@@ -186,13 +237,18 @@ impl Store {
         let limit = self.history_limit;
         let event = Arc::new(WatchEvent::new(self.rv, kind, object, old));
         let res = self.resource(key);
-        res.history.push_back(event.clone());
+        let mut used = res.history.push(event.clone());
+        let mut freed = 0;
         while res.history.len() > limit {
-            if let Some(dropped) = res.history.pop_front() {
-                res.floor = dropped.rv;
+            if let Some((rv, weight)) = res.history.pop_front() {
+                res.floor = rv;
+                freed += weight;
             }
         }
         let _ = res.tx.send(event);
+        used += self.history_used;
+        self.history_used = used - freed;
+        self.trim_history();
     }
 
     fn next_rv(&mut self) -> u64 {
@@ -512,7 +568,9 @@ impl Store {
                 self.emit(&key, EventType::Deleted, gone, None);
             }
         }
-        self.resources.remove(&key);
+        if let Some(mut res) = self.resources.remove(&key) {
+            self.history_used -= res.history.clear();
+        }
         self.defs.retain(|d| d.store_key() != key);
     }
 
@@ -1020,6 +1078,7 @@ impl Store {
             Self::scope_ns(def, ns)?;
         }
         let rv = self.rv;
+        self.trim_history();
         let res = self.resource(&def.store_key());
         let rx = res.tx.subscribe();
         let start = match from {
@@ -1038,10 +1097,7 @@ impl Store {
                     res.floor
                 )));
             }
-            Some(after) => {
-                let idx = res.history.partition_point(|e| e.rv <= after);
-                WatchStart::History(res.history.range(idx..).cloned().collect())
-            }
+            Some(after) => WatchStart::History(res.history.after(after)),
         };
         Ok(Subscription { start, rx, rv })
     }
@@ -1606,5 +1662,74 @@ mod tests {
             .unwrap();
         assert_eq!(obj["data"]["a"], "aGk=");
         assert!(obj.get("stringData").is_none());
+    }
+
+    fn big_cm(name: &str, bytes: usize) -> Value {
+        json!({"metadata": {"name": name}, "data": {"k": "x".repeat(bytes)}})
+    }
+
+    #[test]
+    fn history_is_bounded_by_bytes_over_every_resource() {
+        let mut store = Store::new(100_000);
+        store.set_history_bounds(2 * 1024 * 1024, Duration::from_secs(3600));
+        let def = cm_def(&store);
+        let first = store.current_rv();
+        for i in 0..30 {
+            let name = format!("c{i}");
+            store
+                .create(&def, Some("default"), big_cm(&name, 256 * 1024), false)
+                .unwrap();
+            store
+                .delete(&def, Some("default"), &name, &json!({}), false)
+                .unwrap();
+            assert!(store.history_used <= 2 * 1024 * 1024);
+        }
+        let kept: usize = store.resources.values().map(|r| r.history.bytes()).sum();
+        assert_eq!(kept, store.history_used);
+        assert!(kept > 0, "the newest events stay");
+        // Resuming from before the dropped events is 410 Gone; from now is fine.
+        assert_eq!(
+            store.subscribe(&def, None, Some(first)).unwrap_err().code,
+            410
+        );
+        assert!(
+            store
+                .subscribe(&def, None, Some(store.current_rv()))
+                .is_ok()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn history_is_bounded_by_age() {
+        let mut store = Store::new(100_000);
+        store.set_history_bounds(usize::MAX, Duration::from_secs(60));
+        let def = cm_def(&store);
+        store
+            .create(&def, Some("default"), cm("old"), false)
+            .unwrap();
+        let old = store.current_rv();
+        tokio::time::advance(Duration::from_secs(61)).await;
+        store
+            .create(&def, Some("default"), cm("new"), false)
+            .unwrap();
+        assert_eq!(
+            store.subscribe(&def, None, Some(old - 1)).unwrap_err().code,
+            410
+        );
+        let sub = store.subscribe(&def, None, Some(old)).unwrap();
+        match sub.start {
+            WatchStart::History(evs) => assert_eq!(evs.len(), 1),
+            WatchStart::Snapshot(_) => panic!("expected history"),
+        }
+        // With no writes, ageing alone empties the history on the next watch;
+        // a watcher that saw the last event still resumes.
+        tokio::time::advance(Duration::from_secs(61)).await;
+        let now = store.current_rv();
+        assert!(store.subscribe(&def, None, Some(now)).is_ok());
+        assert_eq!(
+            store.subscribe(&def, None, Some(old)).unwrap_err().code,
+            410
+        );
+        assert_eq!(store.history_used, 0);
     }
 }

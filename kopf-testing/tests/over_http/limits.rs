@@ -338,6 +338,43 @@ async fn namespaces_have_no_deletecollection() {
     }
 }
 
+#[tokio::test]
+async fn watch_history_is_bounded_by_bytes_and_older_resumes_are_gone() {
+    let em = Emulator::builder()
+        .history_bytes(1024 * 1024)
+        .start()
+        .await
+        .unwrap();
+    let first = post(&em, CMS, &json!({"metadata": {"name": "first"}})).await;
+    let rv = first.json()["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let value = "x".repeat(256 * 1024);
+    for i in 0..8 {
+        let name = format!("big{i}");
+        post(
+            &em,
+            CMS,
+            &json!({"metadata": {"name": name}, "data": {"v": value}}),
+        )
+        .await
+        .assert_ok();
+        let gone = raw_request(em.addr(), "DELETE", &format!("{CMS}/{name}"), &[], b"").await;
+        assert_eq!(gone.status, 200);
+    }
+    let watch = raw_request(
+        em.addr(),
+        "GET",
+        &format!("{CMS}?watch=1&resourceVersion={rv}&timeoutSeconds=1"),
+        &[],
+        b"",
+    )
+    .await;
+    let text = String::from_utf8_lossy(&watch.body);
+    assert!(text.contains("\"ERROR\"") && text.contains("410"), "{text}");
+}
+
 trait AssertOk {
     fn assert_ok(&self);
 }

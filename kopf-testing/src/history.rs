@@ -1,0 +1,90 @@
+//! The watch history of one resource: the recent events a watcher may resume
+//! after, each with the time it happened and the memory it holds.
+//!
+//! The store bounds all histories together by event count (per resource),
+//! by bytes (over every resource) and by age, dropping the oldest events first;
+//! a watcher resuming from before the oldest kept event gets `410 Gone`.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::events::WatchEvent;
+
+/// How long watch events are kept by default (the API server compacts etcd
+/// every 5 minutes).
+pub const DEFAULT_HISTORY_AGE: Duration = Duration::from_secs(5 * 60);
+
+/// How many bytes of watch events are kept by default, over all resources.
+pub const DEFAULT_HISTORY_BYTES: usize = 128 * 1024 * 1024;
+
+/// About the memory an event holds: its serialized line, and the object
+/// itself (which, once deleted or replaced, only the history keeps alive).
+pub fn weight(event: &WatchEvent) -> usize {
+    2 * event.line.len() + 128
+}
+
+#[derive(Debug)]
+struct Entry {
+    event: Arc<WatchEvent>,
+    at: Instant,
+    weight: usize,
+}
+
+/// The kept events of one resource, oldest first.
+#[derive(Debug, Default)]
+pub struct History {
+    entries: VecDeque<Entry>,
+    bytes: usize,
+}
+
+impl History {
+    /// Appends an event that happened now; returns its weight.
+    pub fn push(&mut self, event: Arc<WatchEvent>) -> usize {
+        let weight = weight(&event);
+        self.bytes += weight;
+        self.entries.push_back(Entry {
+            event,
+            at: Instant::now(),
+            weight,
+        });
+        weight
+    }
+
+    /// Drops the oldest event; returns its resourceVersion and weight.
+    pub fn pop_front(&mut self) -> Option<(u64, usize)> {
+        let entry = self.entries.pop_front()?;
+        self.bytes -= entry.weight;
+        Some((entry.event.rv, entry.weight))
+    }
+
+    /// The resourceVersion and time of the oldest event.
+    pub fn front(&self) -> Option<(u64, Instant)> {
+        self.entries.front().map(|e| (e.event.rv, e.at))
+    }
+
+    /// How many events are kept.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The weight of every kept event.
+    #[cfg(test)]
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Forgets every event; returns the weight freed.
+    pub fn clear(&mut self) -> usize {
+        self.entries.clear();
+        std::mem::take(&mut self.bytes)
+    }
+
+    /// The events after a resourceVersion, oldest first.
+    pub fn after(&self, rv: u64) -> Vec<Arc<WatchEvent>> {
+        let idx = self.entries.partition_point(|e| e.event.rv <= rv);
+        self.entries.range(idx..).map(|e| e.event.clone()).collect()
+    }
+}
