@@ -13,7 +13,7 @@ use crate::history::{DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_BYTES};
 use crate::preload;
 use crate::recording::RecordedRequest;
 use crate::resources;
-use crate::server::{self, Running};
+use crate::server::{self, ConnectionLimits, Running};
 use crate::shared::Shared;
 use crate::store::Store;
 
@@ -39,6 +39,7 @@ pub struct EmulatorBuilder {
     history_limit: usize,
     history_bytes: usize,
     history_age: Duration,
+    connection_limits: ConnectionLimits,
 }
 
 impl Default for EmulatorBuilder {
@@ -50,6 +51,7 @@ impl Default for EmulatorBuilder {
             history_limit: DEFAULT_HISTORY_LIMIT,
             history_bytes: DEFAULT_HISTORY_BYTES,
             history_age: DEFAULT_HISTORY_AGE,
+            connection_limits: ConnectionLimits::default(),
         }
     }
 }
@@ -113,6 +115,28 @@ impl EmulatorBuilder {
         self
     }
 
+    /// How long a client may take to send a request's headers, also while a
+    /// kept-alive connection waits for its next request (default 30 s).
+    pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
+        self.connection_limits.header_read_timeout = timeout;
+        self
+    }
+
+    /// How long a connection may stay open with no request in flight (default
+    /// 120 s); a watch streaming its response counts as a request in flight.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.connection_limits.idle_timeout = timeout;
+        self
+    }
+
+    /// How many connections are served at once (default 1,024): at the cap
+    /// the connection idle the longest is closed to make room, and when every
+    /// one is busy a newcomer is answered `503 ServiceUnavailable`.
+    pub fn max_connections(mut self, connections: usize) -> Self {
+        self.connection_limits.max_connections = connections.max(1);
+        self
+    }
+
     /// Starts the emulator on 127.0.0.1.
     ///
     /// # Errors
@@ -141,7 +165,9 @@ impl EmulatorBuilder {
                 addr: SocketAddr::from((Ipv4Addr::LOCALHOST, self.port)),
                 source,
             })?;
-        let shared = Arc::new(Shared::new(store, addr.port()));
+        let mut shared = Shared::new(store, addr.port());
+        shared.connection_limits = self.connection_limits;
+        let shared = Arc::new(shared);
         let running = server::spawn(listener, shared.clone());
         tracing::debug!(%addr, "emulator: listening");
         Ok(Emulator {

@@ -3,23 +3,186 @@
 //! Each generation of the server (between restarts) owns a cancellation token
 //! and a task tracker; stopping cancels the token, which drops the listener and
 //! every connection (keep-alive and watches included), then waits for the tasks.
+//!
+//! No client can hold the server: a request's headers must arrive within the
+//! header-read timeout, a connection with no request in flight is closed after
+//! the idle timeout (a watch streaming its response is a request in flight),
+//! and at most [`ConnectionLimits::max_connections`] connections are served at
+//! once: at the cap (or when the process runs out of file descriptors) the
+//! connection idle the longest is closed to make room, and when every
+//! connection is busy the newcomer is answered `503` and closed.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::body::Body;
+use bytes::Bytes;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::error::EmulatorError;
+use crate::failures::ApiError;
 use crate::handlers;
 use crate::refusals::StatusOnRefusal;
 use crate::shared::Shared;
+
+/// Default for [`ConnectionLimits::header_read_timeout`].
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Default for [`ConnectionLimits::idle_timeout`] (longer than the 90 s kube
+/// clients keep idle connections, so that clients close them first).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Default for [`ConnectionLimits::max_connections`].
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
+/// How the server bounds connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// How long a client may take to send a request's headers (also while a
+    /// kept-alive connection waits for its next request).
+    pub header_read_timeout: Duration,
+    /// How long a connection may stay open with no request in flight.
+    pub idle_timeout: Duration,
+    /// How many connections are served at once.
+    pub max_connections: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+/// What the server knows of one open connection.
+#[derive(Debug)]
+struct Connection {
+    /// Requests whose response has not been sent in full.
+    in_flight: AtomicUsize,
+    /// When the last request ended (or the connection opened).
+    last_active: Mutex<Instant>,
+    /// Closes the connection.
+    close: CancellationToken,
+}
+
+impl Connection {
+    fn idle_since(&self) -> Option<Instant> {
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        Some(
+            *self
+                .last_active
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
+    }
+}
+
+/// Counts a request in flight until its response body is sent or dropped.
+#[derive(Debug)]
+struct InFlight(Arc<Connection>);
+
+impl InFlight {
+    fn new(conn: Arc<Connection>) -> Self {
+        conn.in_flight.fetch_add(1, Ordering::AcqRel);
+        Self(conn)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        *self
+            .0
+            .last_active
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Instant::now();
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A response body that keeps its request counted as in flight.
+struct TrackedBody {
+    inner: Body,
+    _in_flight: InFlight,
+}
+
+impl http_body::Body for TrackedBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The open connections of one server generation.
+#[derive(Debug, Default)]
+struct Registry {
+    next_id: u64,
+    open: HashMap<u64, Arc<Connection>>,
+}
+
+impl Registry {
+    /// Closes the connection idle the longest; false if every one is busy.
+    fn evict_idlest(&mut self) -> bool {
+        let idlest = self
+            .open
+            .iter()
+            .filter_map(|(id, c)| c.idle_since().map(|at| (at, *id)))
+            .min();
+        match idlest.and_then(|(_, id)| self.open.remove(&id)) {
+            Some(conn) => {
+                conn.close.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// The raw answer to a connection over the cap when none can be closed.
+fn busy_response() -> Vec<u8> {
+    let err = ApiError::new(
+        503,
+        "ServiceUnavailable",
+        "the emulator serves too many connections, all of them busy; close some or raise the connection limit",
+    );
+    let body = serde_json::to_vec(&err.to_status()).unwrap_or_default();
+    let mut out = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(&body);
+    out
+}
 
 /// One running generation of the server.
 #[derive(Debug)]
@@ -66,6 +229,8 @@ pub(crate) fn spawn(listener: TcpListener, shared: Arc<Shared>) -> Running {
     let tracker = TaskTracker::new();
     let accept_cancel = cancel.clone();
     let accept_tracker = tracker.clone();
+    let limits = shared.connection_limits;
+    let registry = Arc::new(Mutex::new(Registry::default()));
     tracker.spawn(async move {
         loop {
             let accepted = tokio::select! {
@@ -75,32 +240,97 @@ pub(crate) fn spawn(listener: TcpListener, shared: Arc<Shared>) -> Running {
             let stream = match accepted {
                 Ok((stream, _)) => stream,
                 Err(e) => {
+                    // Out of file descriptors (or similar): make room.
                     tracing::debug!(error = %e, "emulator: accept failed");
+                    registry
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .evict_idlest();
                     tokio::time::sleep(Duration::from_millis(5)).await;
                     continue;
                 }
             };
             let _ = stream.set_nodelay(true);
-            let shared = shared.clone();
-            let conn_cancel = accept_cancel.clone();
-            accept_tracker.spawn(async move {
-                let service = service_fn(move |req| {
-                    let shared = shared.clone();
-                    async move { Ok::<_, Infallible>(handlers::handle(shared, req).await) }
-                });
-                let conn = http1::Builder::new()
-                    .keep_alive(true)
-                    .serve_connection(TokioIo::new(StatusOnRefusal::new(stream)), service);
-                tokio::select! {
-                    result = conn => {
-                        if let Err(e) = result {
-                            tracing::trace!(error = %e, "emulator: connection ended");
-                        }
-                    }
-                    _ = conn_cancel.cancelled() => {}
+            let conn = Arc::new(Connection {
+                in_flight: AtomicUsize::new(0),
+                last_active: Mutex::new(Instant::now()),
+                close: accept_cancel.child_token(),
+            });
+            let id = {
+                let mut reg = registry.lock().unwrap_or_else(PoisonError::into_inner);
+                if reg.open.len() >= limits.max_connections.max(1) && !reg.evict_idlest() {
+                    drop(reg);
+                    tracing::debug!("emulator: every connection busy, refusing one");
+                    let _ = stream.try_write(&busy_response());
+                    continue;
                 }
+                reg.next_id += 1;
+                let id = reg.next_id;
+                reg.open.insert(id, conn.clone());
+                id
+            };
+            let shared = shared.clone();
+            let registry = registry.clone();
+            accept_tracker.spawn(async move {
+                serve_connection(stream, shared, conn.clone(), limits).await;
+                registry
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .open
+                    .remove(&id);
             });
         }
     });
     Running { cancel, tracker }
+}
+
+/// Serves one connection until it ends, is closed, or stays idle too long.
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    shared: Arc<Shared>,
+    conn: Arc<Connection>,
+    limits: ConnectionLimits,
+) {
+    let service_conn = conn.clone();
+    let service = service_fn(move |req| {
+        let shared = shared.clone();
+        let in_flight = InFlight::new(service_conn.clone());
+        async move {
+            let resp = handlers::handle(shared, req).await;
+            Ok::<_, Infallible>(resp.map(|inner| TrackedBody {
+                inner,
+                _in_flight: in_flight,
+            }))
+        }
+    });
+    let http = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(StatusOnRefusal::new(stream)), service);
+    tokio::pin!(http);
+    loop {
+        let deadline = conn
+            .idle_since()
+            .map(|at| at + limits.idle_timeout)
+            .unwrap_or_else(|| Instant::now() + limits.idle_timeout);
+        tokio::select! {
+            result = &mut http => {
+                if let Err(e) = result {
+                    tracing::trace!(error = %e, "emulator: connection ended");
+                }
+                return;
+            }
+            _ = conn.close.cancelled() => return,
+            _ = tokio::time::sleep_until(deadline) => {
+                if conn
+                    .idle_since()
+                    .is_some_and(|at| at.elapsed() >= limits.idle_timeout)
+                {
+                    tracing::trace!("emulator: closing an idle connection");
+                    return;
+                }
+            }
+        }
+    }
 }

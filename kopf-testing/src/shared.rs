@@ -4,6 +4,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::faults::FaultState;
 use crate::recording::Recorder;
+use crate::server::ConnectionLimits;
 use crate::store::Store;
 
 /// Everything the handlers need.
@@ -18,6 +19,8 @@ pub(crate) struct Shared {
     watch_epoch: tokio::sync::watch::Sender<u64>,
     /// The listening port (for discovery's serverAddressByClientCIDRs).
     pub(crate) port: u16,
+    /// Timeouts and the cap on connections.
+    pub(crate) connection_limits: ConnectionLimits,
 }
 
 impl Shared {
@@ -29,6 +32,7 @@ impl Shared {
             recorder: Recorder::default(),
             watch_epoch: tokio::sync::watch::channel(0).0,
             port,
+            connection_limits: ConnectionLimits::default(),
         }
     }
 

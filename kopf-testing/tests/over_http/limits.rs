@@ -1,9 +1,14 @@
 //! The emulator survives hostile clients: patches that blow up, bodies nested
-//! too deeply, YAML alias bombs.
+//! too deeply, YAML alias bombs, CRDs claiming built-in groups, namespace
+//! deletecollection, and connections that never send a request.
 
-use crate::common::{RawResponse, raw_request, within};
+use std::time::Duration;
+
+use crate::common::{RawResponse, WAIT, raw_request, within};
 use kopf_testing::Emulator;
 use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 const CMS: &str = "/api/v1/namespaces/default/configmaps";
 const WIDGETS: &str = "/apis/example.com/v1/namespaces/default/widgets";
@@ -373,6 +378,120 @@ async fn watch_history_is_bounded_by_bytes_and_older_resumes_are_gone() {
     .await;
     let text = String::from_utf8_lossy(&watch.body);
     assert!(text.contains("\"ERROR\"") && text.contains("410"), "{text}");
+}
+
+/// Reads until the server closes the connection; `true` if it did within `WAIT`.
+async fn closed_by_server(stream: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 4096];
+    let read = async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, read).await.is_ok()
+}
+
+#[tokio::test]
+async fn idle_and_half_open_connections_are_closed() {
+    let em = Emulator::builder()
+        .header_read_timeout(Duration::from_millis(300))
+        .idle_timeout(Duration::from_millis(300))
+        .start()
+        .await
+        .unwrap();
+    let mut silent = TcpStream::connect(em.addr()).await.unwrap();
+    let mut partial = TcpStream::connect(em.addr()).await.unwrap();
+    partial
+        .write_all(b"GET /version HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    assert!(
+        closed_by_server(&mut silent).await,
+        "a connection sending nothing is closed"
+    );
+    assert!(
+        closed_by_server(&mut partial).await,
+        "a connection never ending its headers is closed"
+    );
+}
+
+#[tokio::test]
+async fn half_open_connections_do_not_lock_out_new_clients() {
+    let em = Emulator::builder()
+        .max_connections(16)
+        .start()
+        .await
+        .unwrap();
+    let mut held = Vec::new();
+    for i in 0..300 {
+        let mut s = TcpStream::connect(em.addr()).await.unwrap();
+        if i % 2 == 0 {
+            s.write_all(b"GET /version HTTP/1.1\r\n").await.unwrap();
+        }
+        held.push(s);
+    }
+    // A new client is served at once (the idlest connections make room)...
+    assert_alive(&em, "/version").await;
+    let client = em.client();
+    within("a kube client request", client.apiserver_version())
+        .await
+        .unwrap();
+    // ...and the server holds no more than its cap of the half-open ones.
+    let mut closed = 0;
+    for s in &mut held {
+        let mut buf = [0u8; 16];
+        if let Ok(Ok(0) | Err(_)) =
+            tokio::time::timeout(Duration::from_millis(1), s.read(&mut buf)).await
+        {
+            closed += 1;
+        }
+    }
+    assert!(
+        closed >= 300 - 16,
+        "only {closed} of 300 half-open connections were closed"
+    );
+}
+
+#[tokio::test]
+async fn watches_outlive_the_idle_timeout() {
+    let em = Emulator::builder()
+        .header_read_timeout(Duration::from_millis(200))
+        .idle_timeout(Duration::from_millis(200))
+        .start()
+        .await
+        .unwrap();
+    let mut stream = TcpStream::connect(em.addr()).await.unwrap();
+    stream
+        .write_all(format!("GET {CMS}?watch=1 HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    within("the watch's response head", async {
+        while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the watch ended early");
+            seen.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await;
+    // Silent for several idle timeouts (no events, no bookmarks)...
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    post(&em, CMS, &json!({"metadata": {"name": "late"}}))
+        .await
+        .assert_ok();
+    // ...and the event still arrives on the same connection.
+    within("the event on the watch", async {
+        while !String::from_utf8_lossy(&seen).contains("\"late\"") {
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the watch was closed while streaming");
+            seen.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await;
 }
 
 trait AssertOk {
