@@ -27,16 +27,19 @@ pub const AGENT_LIMIT: usize = 1000;
 pub const OTHER_AGENTS: &str = "(other agents)";
 
 /// `s` cut to at most [`FIELD_LIMIT`] bytes (plus the `…` marking the cut).
-fn truncate(mut s: String) -> String {
-    if s.len() > FIELD_LIMIT {
-        let mut end = FIELD_LIMIT;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
-        s.push('…');
+/// A fresh string, so that no capacity of a long original is kept.
+fn truncate(s: &str) -> String {
+    if s.len() <= FIELD_LIMIT {
+        return s.to_string();
     }
-    s
+    let mut end = FIELD_LIMIT;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut cut = String::with_capacity(end + '…'.len_utf8());
+    cut.push_str(&s[..end]);
+    cut.push('…');
+    cut
 }
 
 /// One request served by the emulator.
@@ -78,8 +81,8 @@ fn weight(r: &RecordedRequest) -> usize {
 impl Recorder {
     /// Records one request.
     pub(crate) fn record(&self, mut request: RecordedRequest) {
-        request.path = truncate(std::mem::take(&mut request.path));
-        request.query = truncate(std::mem::take(&mut request.query));
+        request.path = truncate(&request.path);
+        request.query = truncate(&request.query);
         let mut log = self.requests.lock().unwrap_or_else(PoisonError::into_inner);
         log.bytes += weight(&request);
         log.entries.push_back(request);
@@ -104,7 +107,7 @@ impl Recorder {
 
     /// Counts one request by its `User-Agent` (empty if none) and verb.
     pub(crate) fn count(&self, agent: &str, verb: &str) {
-        let agent = truncate(agent.to_string());
+        let agent = truncate(agent);
         let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
         let mut key = (agent, verb.to_string());
         if !counts.contains_key(&key) && counts.len() >= AGENT_LIMIT {
@@ -200,6 +203,6 @@ mod tests {
         assert!(log.len() < n);
         let bytes: usize = log.iter().map(weight).sum();
         assert!(bytes <= RECORD_BYTES);
-        assert!(log[0].query.len() <= FIELD_LIMIT + '…'.len_utf8());
+        assert!(log[0].query.capacity() <= FIELD_LIMIT + '…'.len_utf8());
     }
 }
