@@ -24,7 +24,7 @@ async fn emulator() -> Emulator {
 }
 
 async fn post(em: &Emulator, path: &str, body: &Value) -> RawResponse {
-    let bytes = serde_json::to_vec(body).unwrap();
+    let bytes = serde_json::to_vec(body).expect("a JSON value serializes");
     raw_request(em.addr(), "POST", path, &[JSON], &bytes).await
 }
 
