@@ -45,10 +45,44 @@
 //!   `finalizers` unioned); server-side apply is a merge patch without field
 //!   ownership. Protobuf bodies are decoded only for ConfigMap, Secret,
 //!   Namespace and ServiceAccount (what `kubectl create` sends).
-//! - Watch history is kept per resource ([`EmulatorBuilder::history_limit`]);
+//! - Watch history is bounded (see Limits below);
 //!   BOOKMARK events are sent every second to watchers that allow them.
 //! - `core/v1` and `events.k8s.io/v1` Events share one store and convert
 //!   their main fields; field selectors match what was stored.
+//!
+//! # Limits
+//! The emulator survives any client, as the API server does, by refusing
+//! what is too big before anything is stored (every refusal a `Status`):
+//! - Bodies: at most 3 MiB (413), nested at most 512 levels of objects and
+//!   arrays (400; the API server allows 10,000, but the emulator clones,
+//!   compares, serializes and drops objects recursively, at about 1.5 KiB
+//!   of stack per level in debug builds, on 2 MiB thread stacks); YAML
+//!   bodies at most as large as a JSON body once aliases are expanded, and
+//!   preload files at most about twice their own size.
+//! - JSON patches: at most 10,000 operations (413); their `copy` operations
+//!   add at most 3 MiB together, and none may nest the object past the depth
+//!   limit (422); a patched object must still fit in 3 MiB (413).
+//! - CRDs cannot claim a group the emulator serves built-in (core,
+//!   `events.k8s.io`, `coordination.k8s.io`, `apiextensions.k8s.io`), nor
+//!   a `*.k8s.io` / `*.kubernetes.io` group without the
+//!   `api-approved.kubernetes.io` annotation (422). Namespaces have no
+//!   deletecollection (405).
+//! - Memory: the watch history is bounded by events per resource
+//!   ([`EmulatorBuilder::history_limit`]), by bytes over every resource
+//!   ([`EmulatorBuilder::history_bytes`], 128 MiB) and by age
+//!   ([`EmulatorBuilder::history_age`], 5 minutes); resuming a watch from
+//!   before the oldest kept event is `410 Gone`. The request log keeps at
+//!   most 100,000 requests and 32 MiB, paths and queries cut at 1 KiB; the
+//!   counts per User-Agent keep at most 1,000 (agent, verb) pairs, agents cut
+//!   at 1 KiB, later agents counted together as `(other agents)`.
+//! - Connections: request headers must arrive within 30 s
+//!   ([`EmulatorBuilder::header_read_timeout`]), a request body within 60 s
+//!   (408), a connection with no request in flight is closed after 120 s
+//!   ([`EmulatorBuilder::idle_timeout`]; a streaming watch is in flight),
+//!   and at most 1,024 connections are served
+//!   ([`EmulatorBuilder::max_connections`]): at the cap the one idle the
+//!   longest is closed to make room, and when all are busy a newcomer gets
+//!   `503`.
 //!
 //! ```no_run
 //! use k8s_openapi::api::core::v1::ConfigMap;

@@ -6,9 +6,13 @@
 //! ```
 //! Once it listens it writes the kubeconfig (atomically), then prints
 //! `listening on http://127.0.0.1:PORT`; it exits with 0 on SIGTERM or SIGINT.
+//!
+//! The limits on clients (see the crate docs) are the library's; the watch
+//! history's bounds and the connection timeouts and cap have flags.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 use kopf_testing::Emulator;
@@ -29,6 +33,25 @@ struct Args {
     /// Create the objects of a multi-document YAML file at start.
     #[arg(long, value_name = "FILE.yaml")]
     preload: Vec<PathBuf>,
+    /// Keep at most this many bytes of watch events, over every resource
+    /// [default: 134217728, 128 MiB]; watches resuming from before the oldest
+    /// kept event get 410 Gone.
+    #[arg(long, value_name = "BYTES")]
+    history_bytes: Option<usize>,
+    /// Keep watch events at most this long [default: 300].
+    #[arg(long, value_name = "SECONDS")]
+    history_age: Option<u64>,
+    /// Close a connection whose request headers take longer [default: 30].
+    #[arg(long, value_name = "SECONDS")]
+    header_read_timeout: Option<u64>,
+    /// Close a connection with no request in flight for this long; streaming
+    /// watches are requests in flight [default: 120].
+    #[arg(long, value_name = "SECONDS")]
+    idle_timeout: Option<u64>,
+    /// Serve at most this many connections; at the cap the one idle the
+    /// longest is closed, and when all are busy a newcomer gets 503 [default: 1024].
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
     /// Log more (-v: debug, -vv: trace).
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -80,6 +103,21 @@ fn parse_crd(spec: &str) -> Result<CrdSpec, String> {
 
 async fn run(args: Args) -> Result<(), String> {
     let mut builder = Emulator::builder().port(args.port);
+    if let Some(bytes) = args.history_bytes {
+        builder = builder.history_bytes(bytes);
+    }
+    if let Some(secs) = args.history_age {
+        builder = builder.history_age(Duration::from_secs(secs));
+    }
+    if let Some(secs) = args.header_read_timeout {
+        builder = builder.header_read_timeout(Duration::from_secs(secs));
+    }
+    if let Some(secs) = args.idle_timeout {
+        builder = builder.idle_timeout(Duration::from_secs(secs));
+    }
+    if let Some(n) = args.max_connections {
+        builder = builder.max_connections(n);
+    }
     for spec in &args.crd {
         let crd = parse_crd(spec)?;
         builder = builder.crd(
@@ -186,5 +224,28 @@ mod tests {
         assert!(parse_crd("example.com/widgets:Widget").is_err());
         assert!(parse_crd("example.com/v1/widgets").is_err());
         assert!(parse_crd("example.com/v1/widgets:Widget:Galaxy").is_err());
+    }
+
+    #[test]
+    fn limit_flags_parse() {
+        let args = Args::try_parse_from([
+            "kube-emulator",
+            "--history-bytes",
+            "1048576",
+            "--history-age",
+            "60",
+            "--header-read-timeout",
+            "5",
+            "--idle-timeout",
+            "10",
+            "--max-connections",
+            "64",
+        ])
+        .unwrap();
+        assert_eq!(args.history_bytes, Some(1_048_576));
+        assert_eq!(args.history_age, Some(60));
+        assert_eq!(args.header_read_timeout, Some(5));
+        assert_eq!(args.idle_timeout, Some(10));
+        assert_eq!(args.max_connections, Some(64));
     }
 }
