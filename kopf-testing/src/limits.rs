@@ -11,7 +11,10 @@
 //! the emulator clones, compares, serializes and drops objects recursively on
 //! the caller's stack, and a debug build spends about 1.5 KiB of stack per
 //! level on the deepest of those. [`MAX_DEPTH`] keeps that well inside the
-//! 2 MiB stacks of Tokio workers and test threads.
+//! 2 MiB stacks of Tokio workers and test threads: measured in a debug build,
+//! creating, reading, listing with a selector, watching, merge-patching and
+//! deleting a 512-level object over HTTP passes on a 1 MiB stack and
+//! overflows a 768 KiB one.
 
 use serde::Deserialize;
 use serde_json::Value;
