@@ -444,7 +444,7 @@ async fn half_open_connections_do_not_lock_out_new_clients() {
     for s in &mut held {
         let mut buf = [0u8; 16];
         if let Ok(Ok(0) | Err(_)) =
-            tokio::time::timeout(Duration::from_millis(1), s.read(&mut buf)).await
+            tokio::time::timeout(Duration::from_millis(100), s.read(&mut buf)).await
         {
             closed += 1;
         }
