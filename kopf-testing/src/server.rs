@@ -26,6 +26,7 @@ use bytes::Bytes;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -167,6 +168,9 @@ impl Registry {
     }
 }
 
+/// How long a refused connection is given to take its `503`.
+const REFUSE_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// The raw answer to a connection over the cap when none can be closed.
 fn busy_response() -> Vec<u8> {
     let err = ApiError::new(
@@ -261,7 +265,7 @@ pub(crate) fn spawn(listener: TcpListener, shared: Arc<Shared>) -> Running {
                 if reg.open.len() >= limits.max_connections.max(1) && !reg.evict_idlest() {
                     drop(reg);
                     tracing::debug!("emulator: every connection busy, refusing one");
-                    let _ = stream.try_write(&busy_response());
+                    accept_tracker.spawn(refuse(stream));
                     continue;
                 }
                 reg.next_id += 1;
@@ -282,6 +286,19 @@ pub(crate) fn spawn(listener: TcpListener, shared: Arc<Shared>) -> Running {
         }
     });
     Running { cancel, tracker }
+}
+
+/// Answers `503` to a connection over the cap, and reads what the client
+/// sent (for a second at most) so that closing does not reset the answer.
+async fn refuse(mut stream: tokio::net::TcpStream) {
+    let answer = async {
+        stream.write_all(&busy_response()).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        while stream.read(&mut sink).await? > 0 {}
+        Ok::<_, std::io::Error>(())
+    };
+    let _ = tokio::time::timeout(REFUSE_TIMEOUT, answer).await;
 }
 
 /// Serves one connection until it ends, is closed, or stays idle too long.

@@ -456,6 +456,44 @@ async fn half_open_connections_do_not_lock_out_new_clients() {
 }
 
 #[tokio::test]
+async fn a_client_over_the_cap_of_busy_connections_gets_a_503_status() {
+    let em = Emulator::builder()
+        .max_connections(2)
+        .start()
+        .await
+        .unwrap();
+    let mut watches = Vec::new();
+    for _ in 0..2 {
+        let mut s = TcpStream::connect(em.addr()).await.unwrap();
+        s.write_all(format!("GET {CMS}?watch=1 HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        // The response head shows the watch is being served.
+        let mut buf = [0u8; 1024];
+        let n = within("a watch's response head", s.read(&mut buf))
+            .await
+            .unwrap();
+        assert!(n > 0);
+        watches.push(s);
+    }
+    let resp = raw_request(em.addr(), "GET", "/version", &[], b"").await;
+    resp.assert_status_object(503);
+    assert_eq!(resp.json()["reason"], "ServiceUnavailable");
+    // Once a watch ends, there is room again.
+    drop(watches.pop());
+    within("room for a new client", async {
+        loop {
+            let resp = raw_request(em.addr(), "GET", "/version", &[], b"").await;
+            if resp.status == 200 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn watches_outlive_the_idle_timeout() {
     let em = Emulator::builder()
         .header_read_timeout(Duration::from_millis(200))
