@@ -115,8 +115,8 @@ impl EmulatorBuilder {
         self
     }
 
-    /// How long a client may take to send a request's headers, also while a
-    /// kept-alive connection waits for its next request (default 30 s).
+    /// How long a client may take to send a request's headers, from their
+    /// first byte (default 30 s); waiting for the first byte is idling.
     pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
         self.connection_limits.header_read_timeout = timeout;
         self

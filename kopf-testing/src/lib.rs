@@ -75,10 +75,11 @@
 //!   most 100,000 requests and 32 MiB, paths and queries cut at 1 KiB; the
 //!   counts per User-Agent keep at most 1,000 (agent, verb) pairs, agents cut
 //!   at 1 KiB, later agents counted together as `(other agents)`.
-//! - Connections: request headers must arrive within 30 s
-//!   ([`EmulatorBuilder::header_read_timeout`]), a request body within 60 s
-//!   (408), a connection with no request in flight is closed after 120 s
-//!   ([`EmulatorBuilder::idle_timeout`]; a streaming watch is in flight),
+//! - Connections: once a request's first byte arrives, its headers must
+//!   follow within 30 s ([`EmulatorBuilder::header_read_timeout`]) and its
+//!   body within 60 s (408); a connection with no request in flight is
+//!   closed after 120 s ([`EmulatorBuilder::idle_timeout`]; a streaming
+//!   watch is in flight),
 //!   and at most 1,024 connections are served
 //!   ([`EmulatorBuilder::max_connections`]): at the cap the one idle the
 //!   longest is closed to make room, and when all are busy a newcomer gets

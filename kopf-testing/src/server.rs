@@ -4,9 +4,11 @@
 //! and a task tracker; stopping cancels the token, which drops the listener and
 //! every connection (keep-alive and watches included), then waits for the tasks.
 //!
-//! No client can hold the server: a request's headers must arrive within the
-//! header-read timeout, a connection with no request in flight is closed after
-//! the idle timeout (a watch streaming its response is a request in flight),
+//! No client can hold the server: once the first byte of a request arrives,
+//! its headers must follow within the header-read timeout; a connection with
+//! no request in flight (and none begun) is closed after the idle timeout (a
+//! watch streaming its response is a request in flight), as Go's
+//! `ReadHeaderTimeout` and `IdleTimeout` do for the API server;
 //! and at most [`ConnectionLimits::max_connections`] connections are served at
 //! once: at the cap (or when the process runs out of file descriptors) the
 //! connection idle the longest is closed to make room, and when every
@@ -26,7 +28,7 @@ use bytes::Bytes;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -51,8 +53,8 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// How the server bounds connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionLimits {
-    /// How long a client may take to send a request's headers (also while a
-    /// kept-alive connection waits for its next request).
+    /// How long a client may take to send a request's headers, from their
+    /// first byte.
     pub header_read_timeout: Duration,
     /// How long a connection may stay open with no request in flight.
     pub idle_timeout: Duration,
@@ -77,11 +79,47 @@ struct Connection {
     in_flight: AtomicUsize,
     /// When the last request ended (or the connection opened).
     last_active: Mutex<Instant>,
+    /// When the first byte of a request not yet in flight arrived.
+    head_since: Mutex<Option<Instant>>,
     /// Closes the connection.
     close: CancellationToken,
 }
 
 impl Connection {
+    fn new(close: CancellationToken) -> Self {
+        Self {
+            in_flight: AtomicUsize::new(0),
+            last_active: Mutex::new(Instant::now()),
+            head_since: Mutex::new(None),
+            close,
+        }
+    }
+
+    /// Bytes arrived: with no request in flight they begin one.
+    fn note_read(&self) {
+        if self.in_flight.load(Ordering::Acquire) == 0 {
+            self.head_since
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get_or_insert_with(Instant::now);
+        }
+    }
+
+    /// When the connection is to be closed unless a request gets in flight:
+    /// headers begun must end within the header-read timeout, and a
+    /// connection with nothing begun is idle. None while a request is in flight.
+    fn deadline(&self, limits: &ConnectionLimits) -> Option<Instant> {
+        let idle_since = self.idle_since()?;
+        let head_since = *self
+            .head_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        Some(match head_since {
+            Some(at) => at + limits.header_read_timeout,
+            None => idle_since + limits.idle_timeout,
+        })
+    }
+
     fn idle_since(&self) -> Option<Instant> {
         if self.in_flight.load(Ordering::Acquire) > 0 {
             return None;
@@ -102,6 +140,11 @@ struct InFlight(Arc<Connection>);
 impl InFlight {
     fn new(conn: Arc<Connection>) -> Self {
         conn.in_flight.fetch_add(1, Ordering::AcqRel);
+        // The headers are in: the request is no longer being read.
+        *conn
+            .head_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
         Self(conn)
     }
 }
@@ -140,6 +183,58 @@ impl http_body::Body for TrackedBody {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// A socket that tells its connection when bytes arrive.
+struct WatchedStream {
+    inner: tokio::net::TcpStream,
+    conn: Arc<Connection>,
+}
+
+impl AsyncRead for WatchedStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            this.conn.note_read();
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for WatchedStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
 
@@ -255,11 +350,7 @@ pub(crate) fn spawn(listener: TcpListener, shared: Arc<Shared>) -> Running {
                 }
             };
             let _ = stream.set_nodelay(true);
-            let conn = Arc::new(Connection {
-                in_flight: AtomicUsize::new(0),
-                last_active: Mutex::new(Instant::now()),
-                close: accept_cancel.child_token(),
-            });
+            let conn = Arc::new(Connection::new(accept_cancel.child_token()));
             let id = {
                 let mut reg = registry.lock().unwrap_or_else(PoisonError::into_inner);
                 if reg.open.len() >= limits.max_connections.max(1) && !reg.evict_idlest() {
@@ -320,17 +411,25 @@ async fn serve_connection(
             }))
         }
     });
+    // Hyper's own header timeout would also run while a kept-alive
+    // connection waits for its next request: the deadlines below replace it.
+    let stream = WatchedStream {
+        inner: stream,
+        conn: conn.clone(),
+    };
     let http = http1::Builder::new()
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
+        .header_read_timeout(None)
         .keep_alive(true)
         .serve_connection(TokioIo::new(StatusOnRefusal::new(stream)), service);
     tokio::pin!(http);
     loop {
+        // Look again at least every header-read timeout: a request may begin
+        // (and must then end its headers in time) or get in flight meanwhile.
+        let next_look = Instant::now() + limits.header_read_timeout;
         let deadline = conn
-            .idle_since()
-            .map(|at| at + limits.idle_timeout)
-            .unwrap_or_else(|| Instant::now() + limits.idle_timeout);
+            .deadline(&limits)
+            .map_or(next_look, |d| d.min(next_look));
         tokio::select! {
             result = &mut http => {
                 if let Err(e) = result {
@@ -340,11 +439,8 @@ async fn serve_connection(
             }
             _ = conn.close.cancelled() => return,
             _ = tokio::time::sleep_until(deadline) => {
-                if conn
-                    .idle_since()
-                    .is_some_and(|at| at.elapsed() >= limits.idle_timeout)
-                {
-                    tracing::trace!("emulator: closing an idle connection");
+                if conn.deadline(&limits).is_some_and(|d| d <= Instant::now()) {
+                    tracing::trace!("emulator: closing an idle or stalled connection");
                     return;
                 }
             }

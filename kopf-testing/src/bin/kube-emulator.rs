@@ -41,7 +41,8 @@ struct Args {
     /// Keep watch events at most this long [default: 300].
     #[arg(long, value_name = "SECONDS")]
     history_age: Option<u64>,
-    /// Close a connection whose request headers take longer [default: 30].
+    /// Close a connection whose request headers take longer, from their
+    /// first byte [default: 30].
     #[arg(long, value_name = "SECONDS")]
     header_read_timeout: Option<u64>,
     /// Close a connection with no request in flight for this long; streaming

@@ -396,25 +396,33 @@ async fn closed_by_server(stream: &mut TcpStream) -> bool {
 
 #[tokio::test]
 async fn idle_and_half_open_connections_are_closed() {
+    // Headers begun must end within the header-read timeout...
     let em = Emulator::builder()
         .header_read_timeout(Duration::from_millis(300))
-        .idle_timeout(Duration::from_millis(300))
+        .idle_timeout(Duration::from_secs(600))
         .start()
         .await
         .unwrap();
-    let mut silent = TcpStream::connect(em.addr()).await.unwrap();
     let mut partial = TcpStream::connect(em.addr()).await.unwrap();
     partial
         .write_all(b"GET /version HTTP/1.1\r\nHost: x\r\n")
         .await
         .unwrap();
     assert!(
-        closed_by_server(&mut silent).await,
-        "a connection sending nothing is closed"
-    );
-    assert!(
         closed_by_server(&mut partial).await,
         "a connection never ending its headers is closed"
+    );
+    // ...and a connection that sends nothing is idle.
+    let em = Emulator::builder()
+        .header_read_timeout(Duration::from_secs(600))
+        .idle_timeout(Duration::from_millis(300))
+        .start()
+        .await
+        .unwrap();
+    let mut silent = TcpStream::connect(em.addr()).await.unwrap();
+    assert!(
+        closed_by_server(&mut silent).await,
+        "a connection sending nothing is closed"
     );
 }
 
@@ -545,4 +553,24 @@ impl AssertOk for RawResponse {
             String::from_utf8_lossy(&self.body)
         );
     }
+}
+
+#[tokio::test]
+async fn kept_alive_connections_wait_for_the_idle_timeout_not_the_header_timeout() {
+    let em = Emulator::builder()
+        .header_read_timeout(Duration::from_millis(200))
+        .idle_timeout(Duration::from_secs(60))
+        .start()
+        .await
+        .unwrap();
+    let mut s = TcpStream::connect(em.addr()).await.unwrap();
+    let request = b"GET /version HTTP/1.1\r\nHost: x\r\n\r\n";
+    let mut buf = [0u8; 4096];
+    s.write_all(request).await.unwrap();
+    assert!(within("the first answer", s.read(&mut buf)).await.unwrap() > 0);
+    // Waiting for the next request is idling, not reading headers.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    s.write_all(request).await.unwrap();
+    let n = within("the second answer", s.read(&mut buf)).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
 }
