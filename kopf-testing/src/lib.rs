@@ -83,7 +83,8 @@
 //!   and at most 1,024 connections are served
 //!   ([`EmulatorBuilder::max_connections`]): at the cap the one idle the
 //!   longest is closed to make room, and when all are busy a newcomer gets
-//!   `503`.
+//!   `503`. Requests that cannot be parsed get `Status` answers too: 400,
+//!   414 (a URI over 64 KiB) and 431 (headers over about 400 KiB).
 //!
 //! ```no_run
 //! use k8s_openapi::api::core::v1::ConfigMap;

@@ -502,6 +502,30 @@ async fn a_client_over_the_cap_of_busy_connections_gets_a_503_status() {
 }
 
 #[tokio::test]
+async fn requests_hyper_cannot_parse_get_status_answers() {
+    let em = emulator().await;
+    let huge_header = "h".repeat(512 * 1024);
+    let resp = raw_request(
+        em.addr(),
+        "GET",
+        "/version",
+        &[("X-Big", &huge_header)],
+        b"",
+    )
+    .await;
+    resp.assert_status_object(431);
+    let long_path = format!(
+        "/api/v1/namespaces/default/configmaps?x={}",
+        "q".repeat(70_000)
+    );
+    let resp = raw_request(em.addr(), "GET", &long_path, &[], b"").await;
+    resp.assert_status_object(414);
+    let resp = raw_request(em.addr(), "G E T", "/version", &[], b"").await;
+    resp.assert_status_object(400);
+    assert_alive(&em, "/version").await;
+}
+
+#[tokio::test]
 async fn watches_outlive_the_idle_timeout() {
     let em = Emulator::builder()
         .header_read_timeout(Duration::from_millis(200))
