@@ -186,81 +186,17 @@ impl http_body::Body for TrackedBody {
     }
 }
 
-/// A socket that tells its connection when bytes arrive, and gives hyper's
-/// own bodiless answers to requests it cannot parse (400, 414, 431) a
-/// `Status` body, as every other answer has.
+/// A socket that tells its connection when bytes arrive (the answers
+/// hyper writes by itself get their `Status` bodies from
+/// [`StatusOnRefusal`] around it).
 struct WatchedStream {
     inner: tokio::net::TcpStream,
     conn: Arc<Connection>,
-    /// The answer written instead of hyper's, and how much of it is written.
-    replacement: Option<(Vec<u8>, usize)>,
 }
 
 impl WatchedStream {
     fn new(inner: tokio::net::TcpStream, conn: Arc<Connection>) -> Self {
-        Self {
-            inner,
-            conn,
-            replacement: None,
-        }
-    }
-
-    /// Whether this write is (part of) hyper's answer to an unparsable
-    /// request, which is then replaced; hyper writes nothing after it.
-    fn intercept(&mut self, first: &[u8]) -> bool {
-        if self.replacement.is_some() {
-            return true;
-        }
-        let code = first
-            .strip_prefix(b"HTTP/1.1 ")
-            .and_then(|rest| rest.get(..3))
-            .and_then(|c| std::str::from_utf8(c).ok())
-            .and_then(|c| c.parse::<u16>().ok());
-        let err = match code {
-            Some(400) => ApiError::bad_request(
-                "the request could not be parsed as HTTP/1.1; check its request line and headers",
-            ),
-            Some(414) => ApiError::new(
-                414,
-                "RequestURITooLong",
-                "the request URI is too long; shorten its path and query (selectors, continue tokens)",
-            ),
-            Some(431) => ApiError::new(
-                431,
-                "RequestHeaderFieldsTooLarge",
-                "the request headers are too large; send fewer or shorter headers",
-            ),
-            _ => return false,
-        };
-        // Hyper's answers have no body, hence no content type; the
-        // emulator's own answers always have one.
-        let head_end = first.windows(4).position(|w| w == b"\r\n\r\n");
-        let Some(head) = head_end.map(|end| first[..end].to_ascii_lowercase()) else {
-            return false;
-        };
-        if head.windows(13).any(|w| w == b"content-type:") {
-            return false;
-        }
-        self.replacement = Some((raw_status_response(&err, ""), 0));
-        true
-    }
-
-    /// Writes what is left of the replacement answer, if any.
-    fn poll_replacement(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        let Self {
-            inner, replacement, ..
-        } = self;
-        if let Some((bytes, written)) = replacement {
-            while *written < bytes.len() {
-                let n =
-                    std::task::ready!(Pin::new(&mut *inner).poll_write(cx, &bytes[*written..]))?;
-                if n == 0 {
-                    return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
-                }
-                *written += n;
-            }
-        }
-        Poll::Ready(Ok(()))
+        Self { inner, conn }
     }
 }
 
@@ -286,12 +222,7 @@ impl AsyncWrite for WatchedStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        let this = self.get_mut();
-        if this.intercept(buf) {
-            std::task::ready!(this.poll_replacement(cx))?;
-            return Poll::Ready(Ok(buf.len()));
-        }
-        Pin::new(&mut this.inner).poll_write(cx, buf)
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -299,16 +230,7 @@ impl AsyncWrite for WatchedStream {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        let this = self.get_mut();
-        let first = bufs
-            .iter()
-            .find(|b| !b.is_empty())
-            .map_or(&[][..], |b| &b[..]);
-        if this.intercept(first) {
-            std::task::ready!(this.poll_replacement(cx))?;
-            return Poll::Ready(Ok(bufs.iter().map(|b| b.len()).sum()));
-        }
-        Pin::new(&mut this.inner).poll_write_vectored(cx, bufs)
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -316,15 +238,11 @@ impl AsyncWrite for WatchedStream {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        std::task::ready!(this.poll_replacement(cx))?;
-        Pin::new(&mut this.inner).poll_flush(cx)
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        std::task::ready!(this.poll_replacement(cx))?;
-        Pin::new(&mut this.inner).poll_shutdown(cx)
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
 
