@@ -259,3 +259,56 @@ async fn poisoned_objects_are_reported_once_and_never_hold_back_the_others() {
     assert!(operator.is_running(), "never a crash");
     operator.stop().await;
 }
+
+#[tokio::test]
+async fn objects_deeper_than_serde_jsons_own_limit_are_served() {
+    let emulator = Emulator::builder()
+        .crd("example.com", "v1", "widgets", "Widget", true)
+        .start()
+        .await
+        .expect("emulator starts");
+    let calls = Calls::default();
+    let operator = Running::start(&emulator, ticking(&calls));
+    // 300 levels: the watch event, the listing after a re-list, and the
+    // deletion all carry it. (Sent as text: kube's typed answers stop at
+    // serde_json's limit.)
+    let body = json!({
+        "apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "deep", "namespace": "default"},
+        "spec": nested(300),
+    });
+    let request = http::Request::post("/apis/example.com/v1/namespaces/default/widgets")
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&body).expect("serializes"))
+        .expect("a request");
+    emulator
+        .client()
+        .request_text(request)
+        .await
+        .expect("created");
+    ticked(&calls, "deep").await;
+    emulator.clear_requests();
+    emulator.faults().compact();
+    emulator.faults().drop_watches();
+    eventually("a re-list", || {
+        let listed = emulator
+            .requests()
+            .iter()
+            .any(|r| r.verb == "list" && r.path.contains("widgets") && r.status == 200);
+        async move { listed.then_some(()) }
+    })
+    .await;
+    more_ticks(&calls, "deep", 2).await;
+    let stopped_before = operator.task_counters().stopped;
+    raw_api(&emulator, &widgets(), "default")
+        .delete("deep", &DeleteParams::default())
+        .await
+        .expect("deleted");
+    eventually("the timer of deep to stop", || {
+        let stopped = operator.task_counters().stopped;
+        async move { (stopped > stopped_before).then_some(()) }
+    })
+    .await;
+    assert!(operator.is_running(), "never a crash");
+    operator.stop().await;
+}
