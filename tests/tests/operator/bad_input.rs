@@ -330,3 +330,85 @@ async fn a_resource_whose_crd_is_installed_after_the_start_is_served_once_it_exi
     assert_eq!(calls.named("w").len(), 1);
     operator.stop().await;
 }
+
+/// Kopf's #1087: an object whose diff-base would not fit the API server's
+/// 256 KiB limit on annotations (which the emulator enforces) is handled
+/// once, stores a diff-base that fits, and a later change is seen exactly.
+#[tokio::test]
+async fn an_object_too_large_for_its_diffbase_is_handled_once_and_its_changes_exactly() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let calls = Calls::default();
+    let (c, u) = (calls.clone(), calls.clone());
+    let registry = Registry::builder()
+        .on_create(
+            ResourceRef::of::<ConfigMap>(),
+            "create",
+            move |kw: Kwargs| {
+                let calls = c.clone();
+                async move {
+                    calls.push("create", json!(kw.name()));
+                    Ok::<_, Error>(())
+                }
+            },
+        )
+        .on_update(
+            ResourceRef::of::<ConfigMap>(),
+            "update",
+            move |kw: Kwargs| {
+                let calls = u.clone();
+                async move {
+                    let what = if only_touched(&kw) {
+                        "touched"
+                    } else {
+                        "update"
+                    };
+                    calls.push(what, serde_json::to_value(&kw.diff).unwrap_or_default());
+                    Ok::<_, Error>(())
+                }
+            },
+        )
+        .build()
+        .expect("a valid registry");
+    let operator = Running::start(&emulator, registry);
+    // 300 KiB of data: the essence alone is larger than all annotations
+    // may be.
+    let big = "x".repeat(300 * 1024);
+    create(
+        &emulator,
+        &configmaps(),
+        "default",
+        "big",
+        json!({"data": {"big": big, "size": "1"}}),
+    )
+    .await;
+    let handled = handled(&emulator, &configmaps(), "big").await;
+    let stored = annotation(&handled, DIFFBASE).expect("a diff-base");
+    assert!(stored.len() < 256 * 1024, "{} bytes", stored.len());
+    assert!(
+        stored.contains("kopf-rs:digest:"),
+        "the large value is a digest"
+    );
+    assert!(stored.contains(r#""size":"1""#), "small values are kept");
+
+    raw_api(&emulator, &configmaps(), "default")
+        .patch(
+            "big",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"size": "2"}})),
+        )
+        .await
+        .expect("patched");
+    let updates = calls.wait_for("update", 1).await;
+    assert_eq!(
+        updates[0],
+        json!([["change", ["data", "size"], "1", "2"]]),
+        "the unchanged large value is not part of the diff"
+    );
+    // A later change of its own shows the change was handled, and once.
+    touch(&raw_api(&emulator, &configmaps(), "default"), "big").await;
+    assert_eq!(calls.named("create"), vec![json!("big")]);
+    assert_eq!(calls.named("update").len(), 1, "{:?}", calls.all());
+    assert!(operator.is_running());
+    operator.stop().await;
+}
