@@ -280,6 +280,37 @@ mod tests {
     }
 
     #[test]
+    fn a_body_as_deep_as_the_default_limit_goes_through_a_small_stack() {
+        use crate::diffbase::{DiffBaseStorage, diff};
+        use crate::progress::ProgressStorage;
+        // What processing does with a body, recursively: decode, build and
+        // compare essences, diff them, store the diff-base, clone, drop.
+        // All of it on the 2 MiB stack of a tokio worker (or a test thread).
+        let text = nested(DEFAULT_MAX_DEPTH - 2);
+        std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || {
+                let body = body(&text, DEFAULT_MAX_DEPTH).expect("decodes");
+                let storage = DiffBaseStorage::default();
+                let progress = ProgressStorage::default();
+                let (old, new) = storage.essences(&body, &[], &progress);
+                assert!(old.is_none());
+                let mut patch = serde_json::json!({});
+                let encoded = storage.store(&body, &new, &mut patch);
+                let mut stored = body.clone();
+                stored["metadata"]["annotations"] =
+                    serde_json::json!({"kopf.zalando.org/last-handled-configuration": encoded});
+                let (old, new) = storage.essences(&stored, &[], &progress);
+                assert_eq!(old.as_ref(), Some(&new));
+                assert!(diff(&new, &new).is_empty());
+                drop((body, stored, old, new, patch));
+            })
+            .expect("spawns")
+            .join()
+            .expect("no stack overflow");
+    }
+
+    #[test]
     fn a_limit_below_serde_jsons_own_is_kept() {
         let text = nested(40);
         assert!(body(&text, 41).is_ok());

@@ -49,6 +49,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use crate::decoding;
 pub use crate::kwargs::{Diff, DiffItem, DiffOp};
 use crate::patching::{ensure_field, remove_field, resolve_field, resolve_field_mut};
 use crate::progress::{
@@ -176,7 +177,9 @@ impl DiffBaseStorage {
                 tracing::warn!(annotation = %key, "ignoring a non-string diff-base annotation");
                 continue;
             };
-            match serde_json::from_str::<Value>(text) {
+            // As deep as the objects the watch decodes: an essence nests as
+            // deeply as its object.
+            match decoding::from_str::<Value>(text, decoding::DEFAULT_MAX_DEPTH) {
                 Ok(Value::Null) => continue,
                 Ok(essence @ Value::Object(_)) => return Some(essence),
                 Ok(_) => {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Event;
-use kopf_runtime::{Error, Kwargs, Registry, ResourceRef};
+use kopf_runtime::{Error, Kwargs, Registry, RegistryBuilder, ResourceRef};
 use kopf_testing::Emulator;
 use kopf_tests::{Calls, Running, capture_logs, create, eventually, raw_api, test_settings};
 use kube::Api;
@@ -41,8 +41,13 @@ fn nested(levels: usize) -> Value {
 
 /// A timer on widgets without finalizers, recording `{name, uid}` per tick.
 fn ticking(calls: &Calls) -> Registry {
+    ticking_with(Registry::builder(), calls)
+}
+
+/// `builder` with [`ticking`]'s timer.
+fn ticking_with(builder: RegistryBuilder, calls: &Calls) -> Registry {
     let calls = calls.clone();
-    Registry::builder()
+    builder
         .timer(
             ResourceRef::dynamic("example.com", "v1", "widgets"),
             "tick",
@@ -268,7 +273,33 @@ async fn objects_deeper_than_serde_jsons_own_limit_are_served() {
         .await
         .expect("emulator starts");
     let calls = Calls::default();
-    let operator = Running::start(&emulator, ticking(&calls));
+    let (c, u) = (calls.clone(), calls.clone());
+    // Change handlers too: the diff-base, as deep as the object, is read
+    // back at every later event.
+    let creating = Registry::builder()
+        .on_create(
+            ResourceRef::dynamic("example.com", "v1", "widgets"),
+            "create",
+            move |kw: Kwargs| {
+                let calls = c.clone();
+                async move {
+                    calls.push("create", json!(kw.name()));
+                    Ok::<_, Error>(())
+                }
+            },
+        )
+        .on_update(
+            ResourceRef::dynamic("example.com", "v1", "widgets"),
+            "update",
+            move |kw: Kwargs| {
+                let calls = u.clone();
+                async move {
+                    calls.push("update", serde_json::to_value(&kw.diff).unwrap_or_default());
+                    Ok::<_, Error>(())
+                }
+            },
+        );
+    let operator = Running::start(&emulator, ticking_with(creating, &calls));
     // 300 levels: the watch event, the listing after a re-list, and the
     // deletion all carry it. (Sent as text: kube's typed answers stop at
     // serde_json's limit.)
@@ -287,6 +318,26 @@ async fn objects_deeper_than_serde_jsons_own_limit_are_served() {
         .await
         .expect("created");
     ticked(&calls, "deep").await;
+    calls.wait_for("create", 1).await;
+    // A later change is handled as a change, not as a creation again.
+    let request = http::Request::patch("/apis/example.com/v1/namespaces/default/widgets/deep")
+        .header("content-type", "application/merge-patch+json")
+        .body(
+            serde_json::to_vec(&json!({"metadata": {"labels": {"stage": "2"}}}))
+                .expect("serializes"),
+        )
+        .expect("a request");
+    emulator
+        .client()
+        .request_text(request)
+        .await
+        .expect("patched");
+    let updates = calls.wait_for("update", 1).await;
+    assert_eq!(
+        updates,
+        vec![json!([["add", ["metadata"], null, {"labels": {"stage": "2"}}]])]
+    );
+    assert_eq!(calls.named("create"), vec![json!("deep")]);
     emulator.clear_requests();
     emulator.faults().compact();
     emulator.faults().drop_watches();
