@@ -55,15 +55,6 @@ pub enum OperatorError {
         /// Its kind.
         kind: HandlerKind,
     },
-    /// A daemon or timer whose options cannot run.
-    #[error("handler `{handler}`: {source}")]
-    InvalidTask {
-        /// The handler's source path.
-        handler: String,
-        /// What is wrong.
-        #[source]
-        source: crate::spawning::SpecError,
-    },
     /// No cluster to talk to.
     #[error("cannot connect to a cluster: {0}; set KUBECONFIG, pass --kubeconfig, or {hint}", hint = NO_CLUSTER_HINT)]
     Client(#[source] kube::Error),
@@ -263,9 +254,6 @@ impl Operator {
             let mut queues = Vec::new();
             for (resource, handlers) in self.resources().into_values() {
                 let handlers = ResourceHandlers::new(handlers.iter());
-                for handler in &handlers.spawning {
-                    check_task(handler)?;
-                }
                 let serve = ServeResource {
                     resource,
                     handlers,
@@ -365,21 +353,14 @@ impl ServeResource {
             return;
         };
         let poster = self.poster.clone();
-        let processor = match ResourceProcessor::new(
+        let processor = Arc::new(ResourceProcessor::new(
             target.clone(),
             self.handlers,
             Arc::clone(&self.settings),
             self.client.clone(),
             self.poster,
             self.spawner,
-        ) {
-            Ok(processor) => Arc::new(processor),
-            Err(error) => {
-                // Checked at start-up; only reachable if the checks and the specs disagree.
-                tracing::error!(%error, resource = %target.api.plural, "cannot serve the resource");
-                return;
-            }
-        };
+        ));
         let stopper = Arc::clone(&processor);
         let reporter = poster.clone();
         // Handlers post Events with `kopf_runtime::posting::{info, warn, …}`
@@ -495,28 +476,6 @@ fn report_undecodable(poster: Option<&EventPoster>, object: &Value, reason: &str
             &format!("The operator cannot decode this object and skips it: {reason}"),
         );
     }
-}
-
-/// Refuses a daemon or timer whose options cannot run, at start-up.
-fn check_task(handler: &Handler) -> Result<(), OperatorError> {
-    use crate::handlers::KindOptions;
-    let invalid = |source| OperatorError::InvalidTask {
-        handler: handler.fn_path.to_string(),
-        source,
-    };
-    if let KindOptions::Timer(timer) = &handler.kind_options
-        && timer.interval.is_none_or(|i| i.is_zero())
-    {
-        return Err(invalid(crate::spawning::SpecError::ZeroInterval {
-            id: handler.id.clone(),
-        }));
-    }
-    if handler.options.retries == Some(0) {
-        return Err(invalid(crate::spawning::SpecError::ZeroRetries {
-            id: handler.id.clone(),
-        }));
-    }
-    Ok(())
 }
 
 /// Finds the resource in discovery; retries with a warning until it exists

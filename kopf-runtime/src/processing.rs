@@ -45,7 +45,7 @@ use crate::progress::ProgressStorage;
 use crate::queueing::{Processed, Versioned};
 use crate::settings::OperatorSettings;
 use crate::spawned::{self, TaskEnvironment};
-use crate::spawning::{Ensured, Spawner, SpecError, StopReason, TaskSpec};
+use crate::spawning::{Ensured, Spawner, StopReason, TaskSpec};
 use crate::watching::{DeletedBy, ObjectEvent, Seen};
 
 /// How long to wait before processing an object again after its patch was
@@ -117,7 +117,7 @@ pub struct ResourceProcessor {
     poster: Option<EventPoster>,
     client: kube::Client,
     memories: Memories,
-    tasks: Vec<(Handler, Arc<TaskSpec>)>,
+    tasks: Vec<Arc<TaskSpec>>,
     spawner: Arc<Spawner>,
     /// The operator's own patches that come back with nothing new; kept
     /// when only change handlers serve the resource (event handlers see
@@ -158,9 +158,6 @@ impl std::fmt::Debug for ResourceProcessor {
 impl ResourceProcessor {
     /// A processor for the objects of `target`; its daemons and timers run
     /// in `spawner`.
-    ///
-    /// # Errors
-    /// [`SpecError`] for a daemon or timer whose options cannot run.
     pub fn new(
         target: ResourceTarget,
         handlers: ResourceHandlers,
@@ -168,7 +165,7 @@ impl ResourceProcessor {
         client: kube::Client,
         poster: Option<EventPoster>,
         spawner: Arc<Spawner>,
-    ) -> Result<Self, SpecError> {
+    ) -> Self {
         let patcher = Patcher::new(client.clone(), &settings.networking);
         let memories = Memories::default();
         let env = TaskEnvironment {
@@ -181,12 +178,12 @@ impl ResourceProcessor {
         let tasks = handlers
             .spawning
             .iter()
-            .map(|handler| Ok((handler.clone(), spawned::task_spec(handler, &env)?)))
-            .collect::<Result<Vec<_>, SpecError>>()?;
+            .map(|handler| spawned::task_spec(handler, &env))
+            .collect::<Vec<_>>();
         let echoes =
             (handlers.watching.is_empty() && tasks.is_empty() && !handlers.changing.is_empty())
                 .then(Echoes::default);
-        Ok(Self {
+        Self {
             progress: ProgressStorage::from_settings(&settings.persistence),
             diffbase: DiffBaseStorage::from_settings(&settings.persistence),
             patcher,
@@ -199,7 +196,7 @@ impl ResourceProcessor {
             tasks,
             spawner,
             echoes,
-        })
+        }
     }
 
     /// The operator's own patches the processor expects back with nothing
@@ -286,7 +283,7 @@ impl ResourceProcessor {
             let limit = self
                 .tasks
                 .iter()
-                .map(|(_, spec)| self.spawner.stop_limit(spec))
+                .map(|spec| self.spawner.stop_limit(spec))
                 .max()
                 .unwrap_or_default()
                 .saturating_add(STOP_LIMIT_MARGIN);
@@ -483,7 +480,7 @@ impl ResourceProcessor {
                 .filter(|h| matches(h))
                 .collect();
             let spawning: SmallVec<[bool; 8]> =
-                self.tasks.iter().map(|(h, _)| matches(h)).collect();
+                self.tasks.iter().map(|t| matches(t.handler())).collect();
             (changing, spawning)
         };
         let any_spawning = spawning.iter().any(|m| *m);
@@ -493,7 +490,7 @@ impl ResourceProcessor {
                 .tasks
                 .iter()
                 .zip(&spawning)
-                .any(|((h, _), m)| *m && h.requires_finalizer);
+                .any(|(t, m)| *m && t.handler().requires_finalizer);
         let deleting = finalizers::is_deletion_ongoing(body);
         let blocked = finalizers::is_deletion_blocked(body, finalizer);
         if !deleting && !blocked && requires_finalizer {
@@ -515,15 +512,14 @@ impl ResourceProcessor {
                 // Only the tasks of handlers that keep the finalizer hold the
                 // object; the others are stopped but never waited for.
                 let running = self.spawner.running(uid);
-                tasks_running = self
-                    .tasks
-                    .iter()
-                    .any(|(h, _)| h.requires_finalizer && running.contains(&h.id));
+                tasks_running = self.tasks.iter().any(|t| {
+                    t.handler().requires_finalizer && running.iter().any(|id| id == t.id())
+                });
             } else {
-                for ((handler, spec), matches) in self.tasks.iter().zip(&spawning) {
+                for (spec, matches) in self.tasks.iter().zip(&spawning) {
                     if !*matches {
                         self.spawner
-                            .stop(uid, &handler.id, StopReason::FilterMismatch);
+                            .stop(uid, spec.id(), StopReason::FilterMismatch);
                     } else if self.spawner.ensure(uid, spec, body) == Ensured::Stopping {
                         delay = Some(TASK_RESPAWN_CHECK);
                     }
@@ -895,8 +891,7 @@ mod tests {
             client,
             None,
             Arc::new(spawner),
-        )
-        .expect("valid tasks");
+        );
         (processor, log)
     }
 

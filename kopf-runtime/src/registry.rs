@@ -9,7 +9,9 @@
 //! [`RegistryError`] names the offending handlers by fn path (macros) or id (builder):
 //! two handlers with the same id for the same resource and kind scope, field
 //! filters without a field, `value` together with `old`/`new`, options not
-//! valid for a kind, and parameters naming an index that no `#[index]` declares.
+//! valid for a kind, daemons and timers that cannot run (a timer without an
+//! `interval`, `retries = 0`), and parameters naming an index that no
+//! `#[index]` declares. An operator never meets an invalid handler later.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -19,7 +21,7 @@ use serde_json::Value;
 
 use crate::errors::IntoOutcome;
 use crate::filters::{MetaFilter, MetaValue, ValueFilter};
-use crate::handlers::{ErrorsMode, Handler, HandlerKind};
+use crate::handlers::{ErrorsMode, Handler, HandlerKind, KindOptions};
 use crate::kwargs::{Kwargs, Operation};
 use crate::records::HandlerRecord;
 use crate::resources::ResourceRef;
@@ -254,6 +256,12 @@ fn validate(handlers: &[Handler]) -> Vec<RegistryError> {
                 second: path.clone(),
             });
         }
+        for problem in task_problems(handler) {
+            errors.push(RegistryError::InvalidHandler {
+                handler: path.clone(),
+                problem: problem.to_owned(),
+            });
+        }
         let filters = &handler.filters;
         if handler.kind == HandlerKind::OnField && filters.field.is_none() {
             errors.push(RegistryError::MissingField {
@@ -302,6 +310,21 @@ fn validate(handlers: &[Handler]) -> Vec<RegistryError> {
         }
     }
     errors
+}
+
+/// What keeps a daemon or timer from running: a timer without an interval
+/// would tick without pause, and `retries = 0` allows no attempt at all.
+fn task_problems(handler: &Handler) -> impl Iterator<Item = &'static str> {
+    let spawning = handler.kind.is_spawning();
+    let no_interval = matches!(&handler.kind_options,
+        KindOptions::Timer(timer) if timer.interval.is_none_or(|i| i.is_zero()));
+    let no_attempts = spawning && handler.options.retries == Some(0);
+    [
+        no_interval.then_some("a timer needs an `interval` greater than zero; set `interval = …`"),
+        no_attempts.then_some("`retries` must be at least 1 (it counts attempts)"),
+    ]
+    .into_iter()
+    .flatten()
 }
 
 /// Registers handlers without macros; see [`Registry::builder`].
@@ -597,6 +620,7 @@ mod tests {
     fn daemons_and_timers_share_an_id_scope() {
         let error = Registry::builder()
             .timer(pods(), "x", noop)
+            .interval(Duration::from_secs(1))
             .daemon(pods(), "x", noop)
             .build();
         assert!(matches!(
@@ -638,6 +662,48 @@ mod tests {
             .interval(Duration::from_secs(1))
             .build();
         assert!(matches!(error, Err(RegistryError::InvalidHandler { .. })));
+    }
+
+    #[test]
+    fn daemons_and_timers_that_cannot_run_are_refused_at_registration() {
+        let problem = |builder: RegistryBuilder| match builder.build() {
+            Err(RegistryError::InvalidHandler { handler, problem }) => {
+                format!("{handler}: {problem}")
+            }
+            other => panic!("expected one invalid handler, got {other:?}"),
+        };
+        assert_eq!(
+            problem(Registry::builder().timer(pods(), "t", noop)),
+            "t: a timer needs an `interval` greater than zero; set `interval = …`"
+        );
+        assert_eq!(
+            problem(
+                Registry::builder()
+                    .timer(pods(), "t", noop)
+                    .interval(Duration::ZERO)
+            ),
+            "t: a timer needs an `interval` greater than zero; set `interval = …`"
+        );
+        assert_eq!(
+            problem(Registry::builder().daemon(pods(), "d", noop).retries(0)),
+            "d: `retries` must be at least 1 (it counts attempts)"
+        );
+        let both = Registry::builder()
+            .timer(pods(), "t", noop)
+            .retries(0)
+            .build()
+            .expect_err("two problems");
+        assert!(
+            matches!(both, RegistryError::Multiple(ref errors) if errors.len() == 2),
+            "{both}"
+        );
+        Registry::builder()
+            .timer(pods(), "t", noop)
+            .interval(Duration::from_secs(1))
+            .retries(1)
+            .daemon(pods(), "d", noop)
+            .build()
+            .expect("both can run");
     }
 
     #[test]

@@ -17,12 +17,11 @@
 //!   reported as a warning and a Kubernetes Event, and counted.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::errors::HandlerError;
-use crate::handlers::{ErrorsMode, Handler, KindOptions};
+use crate::handlers::{ErrorsMode, Handler};
 use crate::handling::{self, merge_into};
 use crate::kwargs::{Kwargs, Logger, Memo, Stopped};
 use crate::memories::Memories;
@@ -30,7 +29,7 @@ use crate::patching::{PatchError, PatchOutcome, PatchTarget, Patcher, ensure_fie
 use crate::posting::{self, EventPoster, ObjectReference};
 use crate::processing::{ResourceTarget, object_name};
 use crate::spawning::{
-    AbandonedReport, Observer, SpecError, StopReason, TaskContext, TaskOutcome, TaskSpec, task_fn,
+    AbandonedReport, Observer, StopReason, TaskContext, TaskOutcome, TaskSpec, task_fn,
 };
 
 /// What every task of one resource shares.
@@ -48,68 +47,23 @@ pub struct TaskEnvironment {
     pub memories: Memories,
 }
 
-/// Builds the task spec of a `#[daemon]` or `#[timer]` handler.
-///
-/// # Errors
-/// [`SpecError`] if the options cannot run (a timer without an interval is
-/// reported as [`SpecError::ZeroInterval`]).
-pub fn task_spec(handler: &Handler, env: &TaskEnvironment) -> Result<Arc<TaskSpec>, SpecError> {
-    let call = {
-        // One reference per call, not a copy of the handler and environment.
-        let shared = Arc::new((handler.clone(), env.clone()));
-        task_fn(move |ctx| {
-            let shared = Arc::clone(&shared);
-            async move {
-                let (handler, env) = &*shared;
-                match env.poster.clone() {
-                    Some(poster) => posting::scope(poster, call(handler, env, ctx)).await,
-                    None => call(handler, env, ctx).await,
-                }
+/// The task of a `#[daemon]` or `#[timer]` handler: its options are the
+/// handler's, validated by the registry.
+pub fn task_spec(handler: &Handler, env: &TaskEnvironment) -> Arc<TaskSpec> {
+    let handler = Arc::new(handler.clone());
+    // One reference per call, not a copy of the handler and environment.
+    let shared = Arc::new((Arc::clone(&handler), env.clone()));
+    let call = task_fn(move |ctx| {
+        let shared = Arc::clone(&shared);
+        async move {
+            let (handler, env) = &*shared;
+            match env.poster.clone() {
+                Some(poster) => posting::scope(poster, call(handler, env, ctx)).await,
+                None => call(handler, env, ctx).await,
             }
-        })
-    };
-    let mut spec = match &handler.kind_options {
-        KindOptions::Timer(timer) => {
-            let mut spec = TaskSpec::timer(
-                handler.id.as_str(),
-                timer.interval.unwrap_or(Duration::ZERO),
-                call,
-            )
-            .sharp(timer.sharp);
-            if let Some(idle) = timer.idle {
-                spec = spec.idle(idle);
-            }
-            if let Some(delay) = timer.initial_delay {
-                spec = spec.initial_delay(delay);
-            }
-            spec
         }
-        KindOptions::Daemon(daemon) => {
-            let mut spec = TaskSpec::daemon(handler.id.as_str(), call);
-            if let Some(delay) = daemon.initial_delay {
-                spec = spec.initial_delay(delay);
-            }
-            if let Some(backoff) = daemon.cancellation_backoff {
-                spec = spec.cancellation_backoff(backoff);
-            }
-            if let Some(timeout) = daemon.cancellation_timeout {
-                spec = spec.cancellation_timeout(timeout);
-            }
-            if let Some(polling) = daemon.cancellation_polling {
-                spec = spec.cancellation_polling(polling);
-            }
-            spec
-        }
-        _ => return Err(SpecError::EmptyId),
-    };
-    spec = spec.backoff(handler.options.backoff);
-    if let Some(retries) = handler.options.retries {
-        spec = spec.retries(retries);
-    }
-    if let Some(timeout) = handler.options.timeout {
-        spec = spec.timeout(timeout);
-    }
-    spec.build()
+    });
+    TaskSpec::new(handler, call)
 }
 
 /// What a task derives from its object once, for all its calls.

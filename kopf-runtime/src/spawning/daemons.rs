@@ -19,7 +19,7 @@ use super::task::Verdict;
 
 /// Run a daemon until it finishes, gives up, or is stopped.
 pub(crate) async fn run(run: Run) {
-    if let Some(delay) = run.spec.initial_delay
+    if let Some(delay) = run.spec.start_delay()
         && run.flag.wait(delay).await
     {
         return;
@@ -97,10 +97,7 @@ mod tests {
     async fn initial_delay_postpones_the_first_call() {
         let (spawner, _) = spawner();
         let calls = Calls::new();
-        let spec = until_stopped(&calls)
-            .initial_delay(secs(5))
-            .build()
-            .expect("spec");
+        let spec = until_stopped(&calls).initial_delay(secs(5)).build();
         assert_eq!(spawner.ensure("u1", &spec, &body(1)), Ensured::Spawned);
         tokio::time::sleep(secs(4)).await;
         assert_eq!(calls.count(), 0);
@@ -112,10 +109,7 @@ mod tests {
     async fn stop_during_initial_delay_exits_at_once_without_calling() {
         let (spawner, _) = spawner();
         let calls = Calls::new();
-        let spec = until_stopped(&calls)
-            .initial_delay(secs(60))
-            .build()
-            .expect("spec");
+        let spec = until_stopped(&calls).initial_delay(secs(60)).build();
         spawner.ensure("u1", &spec, &body(1));
         tokio::time::sleep(secs(2)).await;
         let start = tokio::time::Instant::now();
@@ -131,9 +125,7 @@ mod tests {
     async fn daemon_returning_ok_is_not_respawned_until_forgotten() {
         let (spawner, recorder) = spawner();
         let calls = Calls::new();
-        let spec = scripted(&calls, vec![TaskOutcome::Ok(Some(serde_json::json!(42)))])
-            .build()
-            .expect("spec");
+        let spec = scripted(&calls, vec![TaskOutcome::Ok(Some(serde_json::json!(42)))]).build();
         spawner.ensure("u1", &spec, &body(1));
         spawner.wait_stopped("u1").await;
         assert_eq!(recorder.verdicts(), [(0, Verdict::Done)]);
@@ -166,8 +158,7 @@ mod tests {
             vec![temporary.clone(), temporary, TaskOutcome::ok()],
         )
         .backoff(secs(100))
-        .build()
-        .expect("spec");
+        .build();
         spawner.ensure("u1", &spec, &body(1));
         spawner.wait_stopped("u1").await;
         assert_eq!(calls.times(), [secs(0), secs(3), secs(6)]);
@@ -188,8 +179,7 @@ mod tests {
         let calls = Calls::new();
         let spec = scripted(&calls, vec![error("boom"), TaskOutcome::ok()])
             .backoff(secs(7))
-            .build()
-            .expect("spec");
+            .build();
         spawner.ensure("u1", &spec, &body(1));
         spawner.wait_stopped("u1").await;
         assert_eq!(calls.times(), [secs(0), secs(7)]);
@@ -206,8 +196,7 @@ mod tests {
         let spec = scripted(&calls, vec![error("boom")])
             .retries(3)
             .backoff(secs(1))
-            .build()
-            .expect("spec");
+            .build();
         spawner.ensure("u1", &spec, &body(1));
         spawner.wait_stopped("u1").await;
         assert_eq!(calls.times(), [secs(0), secs(1), secs(2)]);
@@ -232,8 +221,7 @@ mod tests {
                 message: "no".into(),
             }],
         )
-        .build()
-        .expect("spec");
+        .build();
         spawner.ensure("u1", &spec, &body(1));
         spawner.wait_stopped("u1").await;
         assert_eq!(recorder.verdicts(), [(0, Verdict::GaveUp)]);
@@ -256,8 +244,7 @@ mod tests {
             }),
         )
         .backoff(secs(2))
-        .build()
-        .expect("spec");
+        .build();
         spawner.ensure("u1", &spec, &body(1));
         spawner.wait_stopped("u1").await;
         let outcomes = recorder.outcomes();
@@ -294,8 +281,7 @@ mod tests {
                 }
             }),
         )
-        .build()
-        .expect("spec");
+        .build();
         spawner.ensure("u1", &spec, &body(1));
         spawner.wait_stopped("u1").await;
         let seen = seen.lock().expect("lock").clone();
@@ -311,7 +297,7 @@ mod tests {
     async fn daemon_stopped_from_outside_can_be_spawned_again() {
         let (spawner, recorder) = spawner();
         let calls = Calls::new();
-        let spec = until_stopped(&calls).build().expect("spec");
+        let spec = until_stopped(&calls).build();
         spawner.ensure("u1", &spec, &body(1));
         tokio::time::sleep(secs(1)).await;
         spawner.stop("u1", "d", StopReason::FilterMismatch);
@@ -345,8 +331,7 @@ mod tests {
                 }
             }),
         )
-        .build()
-        .expect("spec");
+        .build();
         spawner.ensure("u1", &spec, &body(1));
         tokio::time::sleep(secs(1)).await;
         assert!(spawner.update_body("u1", body(2)));
@@ -381,8 +366,7 @@ mod tests {
         let spec = scripted(&calls, vec![error("boom")])
             .backoff(secs(4))
             .timeout(secs(10))
-            .build()
-            .expect("spec");
+            .build();
         spawner.ensure("u1", &spec, &body(1));
         spawner.wait_stopped("u1").await;
         assert_eq!(calls.times(), [secs(0), secs(4), secs(8)]);

@@ -1,7 +1,8 @@
 //! Spawning handlers: daemons and timers, one task per `(object UID, handler id)`.
 //!
 //! The engine builds one [`TaskSpec`] per `#[daemon]`/`#[timer]` handler
-//! (the handler call is any [`TaskFn`]), and drives one [`Spawner`]:
+//! (its options are the handler's; the call is any [`TaskFn`]), and drives
+//! one [`Spawner`]:
 //!
 //! - on every event of a matching object: [`Spawner::ensure`] (spawns if
 //!   needed, refreshes the live body);
@@ -24,17 +25,19 @@
 //! use kopf_runtime::spawning::{
 //!     task_fn, Spawner, SpawnerSettings, StopReason, TaskOutcome, TaskSpec,
 //! };
+//! use kopf_runtime::{Handler, Kwargs, ResourceRef};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let monitor = TaskSpec::daemon("monitor", task_fn(|ctx| async move {
+//! let resource = ResourceRef::dynamic("", "v1", "configmaps");
+//! let handler = Handler::daemon(resource, "monitor", |_: Kwargs| async {})
+//!     .cancellation_timeout(Duration::from_secs(5));
+//! let monitor = TaskSpec::new(Arc::new(handler), task_fn(|ctx| async move {
 //!     while !ctx.stopped.wait(Duration::from_secs(10)).await {
 //!         let _body = ctx.body(); // the freshest body, updated in place
 //!     }
 //!     TaskOutcome::ok()
-//! }))
-//! .cancellation_timeout(Duration::from_secs(5))
-//! .build()?;
+//! }));
 //!
 //! let spawner = Spawner::new(Arc::new(()), SpawnerSettings::default());
 //! let body = Arc::new(serde_json::json!({"metadata": {"uid": "u1"}}));
@@ -65,6 +68,6 @@ pub use observing::{AbandonedReport, Observer, OutcomeReport, SpawnEvent};
 pub use registry::{Ensured, ShutdownError, Spawner, SpawnerSettings};
 pub use stopping::{StopFlag, StopReason};
 pub use task::{
-    BlockingError, DEFAULT_BACKOFF, SpecError, TaskContext, TaskFn, TaskKind, TaskOutcome,
-    TaskSpec, TimerSchedule, Verdict, task_fn,
+    BlockingError, TaskContext, TaskFn, TaskKind, TaskOutcome, TaskSpec, TimerSchedule, Verdict,
+    task_fn,
 };

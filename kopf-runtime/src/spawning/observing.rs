@@ -107,8 +107,7 @@ mod tests {
             secs(1),
             task_fn(|ctx| async move { TaskOutcome::Ok(Some(serde_json::json!(ctx.retry))) }),
         )
-        .build()
-        .expect("spec");
+        .build();
         spawner.ensure("u1", &spec, &body(1));
         let event = rx.recv().await.expect("an outcome");
         let SpawnEvent::Outcome(report) = event else {

@@ -541,10 +541,11 @@ impl Spawner {
             finished_for_good: AtomicBool::new(false),
             local: OnceLock::new(),
         });
+        let kind = spec.kind();
         let run = Run {
             spec: Arc::clone(spec),
             flag,
-            changes: match spec.kind {
+            changes: match kind {
                 TaskKind::Timer(TimerSchedule { idle: Some(_), .. }) => {
                     Some(slot.changed.subscribe())
                 }
@@ -561,7 +562,7 @@ impl Spawner {
         };
         // Spawned under the lock: if the task ends at once on another worker,
         // its settling waits for the lock and finds its entry.
-        let join = match spec.kind {
+        let join = match kind {
             TaskKind::Daemon => inner.tracker.spawn_on(daemons::run(run), &inner.handle),
             TaskKind::Timer(schedule) => inner
                 .tracker
@@ -592,16 +593,13 @@ impl Spawner {
 
     fn stop_policy(&self, spec: &TaskSpec) -> (Duration, Duration) {
         let settings = &self.inner.settings;
-        let grace = spec
-            .cancellation_backoff
-            .unwrap_or(if spec.cancellation_timeout.is_some() {
-                Duration::ZERO
-            } else {
-                settings.graceful_exit_limit
-            });
-        let timeout = spec
-            .cancellation_timeout
-            .unwrap_or(settings.default_cancellation_timeout);
+        let (backoff, timeout) = spec.cancellation();
+        let grace = backoff.unwrap_or(if timeout.is_some() {
+            Duration::ZERO
+        } else {
+            settings.graceful_exit_limit
+        });
+        let timeout = timeout.unwrap_or(settings.default_cancellation_timeout);
         (grace, timeout)
     }
 
@@ -862,13 +860,10 @@ mod tests {
         let (spawner, _) = spawner();
         let watched = |uid: &str| spawner.inner.lock().objects[uid].changed.watched.is_some();
         let noop = || task_fn(|_ctx| async { TaskOutcome::ok() });
-        let plain = TaskSpec::timer("plain", secs(1), noop())
-            .build()
-            .expect("spec");
+        let plain = TaskSpec::timer("plain", secs(1), noop()).build();
         let idle = TaskSpec::timer("idle", secs(1), noop())
             .idle(secs(5))
-            .build()
-            .expect("spec");
+            .build();
         assert_eq!(spawner.ensure("u1", &plain, &body(1)), Ensured::Spawned);
         spawner.touched("u1");
         assert!(!watched("u1"));
@@ -900,7 +895,6 @@ mod tests {
             }),
         )
         .build()
-        .expect("spec")
     }
 
     /// A daemon that ignores its stop flag; `dropped` records when it is cancelled.
@@ -990,8 +984,7 @@ mod tests {
         let spec = stubborn("d", &dropped)
             .cancellation_backoff(secs(5))
             .cancellation_timeout(secs(3))
-            .build()
-            .expect("spec");
+            .build();
         spawner.ensure("u1", &spec, &body(1));
         tokio::time::sleep(secs(10)).await;
         spawner.stop_object("u1", StopReason::ObjectDeleted);
@@ -1012,8 +1005,7 @@ mod tests {
         let dropped = Calls::new();
         let spec = stubborn("d", &dropped)
             .cancellation_timeout(secs(3))
-            .build()
-            .expect("spec");
+            .build();
         spawner.ensure("u1", &spec, &body(1));
         tokio::time::sleep(secs(10)).await;
         spawner.stop("u1", "d", StopReason::FilterMismatch);
@@ -1030,7 +1022,7 @@ mod tests {
         };
         let spawner = Spawner::new(recorder, settings);
         let dropped = Calls::new();
-        let spec = stubborn("d", &dropped).build().expect("spec");
+        let spec = stubborn("d", &dropped).build();
         spawner.ensure("u1", &spec, &body(1));
         spawner.stop("u1", "d", StopReason::FilterMismatch);
         spawner.wait_stopped("u1").await;
@@ -1047,24 +1039,20 @@ mod tests {
             },
         );
         let noop = || task_fn(|_ctx| async { TaskOutcome::ok() });
-        let plain = TaskSpec::daemon("plain", noop()).build().expect("spec");
+        let plain = TaskSpec::daemon("plain", noop()).build();
         assert_eq!(spawner.stop_limit(&plain), secs(3));
-        let timer = TaskSpec::timer("timer", secs(1), noop())
-            .build()
-            .expect("spec");
+        let timer = TaskSpec::timer("timer", secs(1), noop()).build();
         assert_eq!(spawner.stop_limit(&timer), secs(3));
         // Longer than the settings: the handler's own options count.
         let patient = TaskSpec::daemon("patient", noop())
             .cancellation_backoff(secs(5))
             .cancellation_timeout(secs(7))
-            .build()
-            .expect("spec");
+            .build();
         assert_eq!(spawner.stop_limit(&patient), secs(12));
         // A timeout alone means no graceful period (as in Kopf).
         let hasty = TaskSpec::daemon("hasty", noop())
             .cancellation_timeout(secs(7))
-            .build()
-            .expect("spec");
+            .build();
         assert_eq!(spawner.stop_limit(&hasty), secs(7));
     }
 
@@ -1079,8 +1067,7 @@ mod tests {
         let spec = spec
             .cancellation_backoff(secs(2))
             .cancellation_timeout(secs(3))
-            .build()
-            .expect("spec");
+            .build();
         spawner.ensure("u1", &spec, &body(1));
         while entered.count() == 0 {
             settle().await;
@@ -1142,8 +1129,7 @@ mod tests {
         let spec = spec
             .cancellation_backoff(secs(100))
             .cancellation_timeout(secs(100))
-            .build()
-            .expect("spec");
+            .build();
         spawner.ensure("u1", &spec, &body(1));
         while entered.count() == 0 {
             settle().await;
@@ -1172,11 +1158,9 @@ mod tests {
         let rude = stubborn("rude", &dropped)
             .cancellation_backoff(secs(5))
             .cancellation_timeout(secs(5))
-            .build()
-            .expect("spec");
-        let timer = TaskSpec::timer("tick", secs(1), task_fn(|_| async { TaskOutcome::ok() }))
-            .build()
-            .expect("spec");
+            .build();
+        let timer =
+            TaskSpec::timer("tick", secs(1), task_fn(|_| async { TaskOutcome::ok() })).build();
         for uid in ["u1", "u2", "u3"] {
             for spec in [&polite, &rude, &timer] {
                 assert_eq!(spawner.ensure(uid, spec, &body(1)), Ensured::Spawned);
@@ -1220,8 +1204,7 @@ mod tests {
                 async { TaskOutcome::ok() }
             }),
         )
-        .build()
-        .expect("spec");
+        .build();
         let reasons = Arc::default();
         let daemon = cooperative("d", &reasons);
         for uid in ["u1", "u2"] {
@@ -1252,8 +1235,7 @@ mod tests {
         let dropped = Calls::new();
         let spec = stubborn("d", &dropped)
             .cancellation_backoff(secs(5))
-            .build()
-            .expect("spec");
+            .build();
         assert_eq!(spawner.ensure("u1", &spec, &body(1)), Ensured::Spawned);
         assert_eq!(
             spawner.ensure("u1", &spec, &body(1)),
@@ -1272,9 +1254,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn object_stopped_as_gone_forgets_its_finished_daemons() {
         let (spawner, _) = spawner();
-        let spec = TaskSpec::daemon("d", task_fn(|_| async { TaskOutcome::ok() }))
-            .build()
-            .expect("spec");
+        let spec = TaskSpec::daemon("d", task_fn(|_| async { TaskOutcome::ok() })).build();
         spawner.ensure("u1", &spec, &body(1));
         spawner.wait_stopped("u1").await;
         assert!(spawner.is_finished("u1", "d"));
@@ -1333,7 +1313,7 @@ mod tests {
     async fn dropping_the_spawner_stops_and_cancels_its_tasks() {
         let (spawner, _) = spawner();
         let dropped = Calls::new();
-        let spec = stubborn("d", &dropped).build().expect("spec");
+        let spec = stubborn("d", &dropped).build();
         spawner.ensure("u1", &spec, &body(1));
         tokio::time::sleep(secs(1)).await;
         drop(spawner);
@@ -1363,8 +1343,7 @@ mod tests {
                 }
             }),
         )
-        .build()
-        .expect("spec");
+        .build();
         spawner.ensure("u1", &spec, &body(1));
         while entered.count() == 0 {
             settle().await;
@@ -1401,8 +1380,7 @@ mod tests {
         )
         .cancellation_backoff(millis(0))
         .cancellation_timeout(millis(50))
-        .build()
-        .expect("spec");
+        .build();
         spawner.ensure("u1", &spec, &body(1));
         while !entered.load(Ordering::SeqCst) {
             tokio::task::yield_now().await;
@@ -1447,21 +1425,18 @@ mod tests {
         let reasons = Arc::default();
         let dropped = Calls::new();
         let entered = Calls::new();
-        let finishing = TaskSpec::daemon("finishing", task_fn(|_| async { TaskOutcome::ok() }))
-            .build()
-            .expect("spec");
+        let finishing =
+            TaskSpec::daemon("finishing", task_fn(|_| async { TaskOutcome::ok() })).build();
         let polite = cooperative("polite", &reasons);
         let rude = stubborn("rude", &dropped)
             .cancellation_backoff(secs(1))
             .cancellation_timeout(secs(1))
-            .build()
-            .expect("spec");
+            .build();
         let (stuck, release) = stuck("stuck", &entered);
         let stuck = stuck
             .cancellation_backoff(secs(1))
             .cancellation_timeout(secs(1))
-            .build()
-            .expect("spec");
+            .build();
         for spec in [&finishing, &polite, &rude, &stuck] {
             assert_eq!(spawner.ensure("u1", spec, &body(1)), Ensured::Spawned);
         }
@@ -1508,8 +1483,7 @@ mod tests {
             }),
         )
         .cancellation_backoff(secs(10))
-        .build()
-        .expect("spec");
+        .build();
         spawner.ensure("old-uid", &spec, &body(1));
         settle().await;
         spawner.stop_object("old-uid", StopReason::ObjectDeleted);

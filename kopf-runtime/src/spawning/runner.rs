@@ -48,7 +48,7 @@ impl Run {
             started_at,
             liveness: Arc::clone(&self.liveness),
         };
-        let handler = &self.spec.handler;
+        let handler = &self.spec.call;
         let result = match std::panic::catch_unwind(AssertUnwindSafe(|| handler(ctx))) {
             Ok(future) => AssertUnwindSafe(future).catch_unwind().await,
             Err(panic) => Err(panic),
@@ -81,7 +81,7 @@ impl Run {
         self.observer.on_outcome(OutcomeReport {
             uid: Arc::clone(&shared.uid),
             handler_id: Arc::clone(&shared.id),
-            kind: self.spec.kind,
+            kind: self.spec.kind(),
             retry,
             outcome,
             verdict,

@@ -1,10 +1,11 @@
-//! What a spawned task is made of: its [`TaskSpec`] (handler call plus
-//! Kopf's options), the [`TaskContext`] given to each call, and the
-//! [`TaskOutcome`] of a call.
+//! What a spawned task is made of: its [`TaskSpec`] (a `daemon` or `timer`
+//! [`Handler`] with the call that runs it), the [`TaskContext`] given to
+//! each call, and the [`TaskOutcome`] of a call.
 //!
-//! The handler call is generic: any `Fn(TaskContext) -> BoxFuture<TaskOutcome>`.
-//! The DSL adapts a user's `async fn` (parameter injection, error mapping)
-//! into a [`TaskFn`]; this module knows nothing about it.
+//! The call is any `Fn(TaskContext) -> BoxFuture<TaskOutcome>`: the engine
+//! adapts the handler's fn (parameter injection, error mapping) into a
+//! [`TaskFn`] (see [`spawned`](crate::spawned)); the loops read the
+//! handler's options and know nothing of its fn.
 
 use std::any::Any;
 use std::future::Future;
@@ -19,6 +20,7 @@ use tokio::time::Instant;
 
 use super::registry::Liveness;
 use super::stopping::StopFlag;
+use crate::handlers::{Handler, KindOptions};
 
 /// The handler call of a daemon or timer.
 pub type TaskFn = Arc<dyn Fn(TaskContext) -> BoxFuture<'static, TaskOutcome> + Send + Sync>;
@@ -103,188 +105,33 @@ pub struct TimerSchedule {
     pub idle: Option<Duration>,
 }
 
-/// An invalid [`TaskSpec`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum SpecError {
-    /// The handler id is empty.
-    #[error("handler id must not be empty")]
-    EmptyId,
-    /// A timer's `interval` is zero.
-    #[error("timer `{id}`: `interval` must be greater than zero")]
-    ZeroInterval {
-        /// The handler id.
-        id: String,
-    },
-    /// `retries` is zero, so the handler could never be called.
-    #[error("handler `{id}`: `retries` must be at least 1 (it counts attempts)")]
-    ZeroRetries {
-        /// The handler id.
-        id: String,
-    },
-}
-
-/// Kopf's default `backoff` for regular errors.
-pub const DEFAULT_BACKOFF: Duration = Duration::from_secs(60);
-
-/// A daemon or timer handler with its options; shared by all objects it
-/// serves (build once, pass the same `Arc` to every `ensure`).
+/// A daemon or timer handler and its call, shared by all objects it serves
+/// (build once, pass the same `Arc` to every `ensure`). Its options are the
+/// handler's own, read where they are needed; the registry validated them.
 #[derive(Clone)]
 pub struct TaskSpec {
     pub(crate) id: Arc<str>,
-    pub(crate) handler: TaskFn,
-    pub(crate) kind: TaskKind,
-    pub(crate) initial_delay: Option<Duration>,
-    pub(crate) retries: Option<u32>,
-    pub(crate) backoff: Duration,
-    pub(crate) timeout: Option<Duration>,
-    pub(crate) cancellation_backoff: Option<Duration>,
-    pub(crate) cancellation_timeout: Option<Duration>,
-    pub(crate) cancellation_polling: Option<Duration>,
+    pub(crate) handler: Arc<Handler>,
+    pub(crate) call: TaskFn,
 }
 
 impl std::fmt::Debug for TaskSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TaskSpec")
-            .field("id", &self.id)
-            .field("kind", &self.kind)
-            .field("initial_delay", &self.initial_delay)
-            .field("retries", &self.retries)
-            .field("backoff", &self.backoff)
-            .field("timeout", &self.timeout)
-            .field("cancellation_backoff", &self.cancellation_backoff)
-            .field("cancellation_timeout", &self.cancellation_timeout)
-            .field("cancellation_polling", &self.cancellation_polling)
+            .field("handler", &self.handler)
             .finish_non_exhaustive()
     }
 }
 
 impl TaskSpec {
-    /// A daemon with Kopf's defaults (no initial delay, unlimited retries,
-    /// `backoff` 60 s).
-    pub fn daemon(id: impl Into<Arc<str>>, handler: TaskFn) -> Self {
-        Self {
-            id: id.into(),
+    /// The task of a `daemon` or `timer` handler (any other kind runs as a
+    /// daemon), calling `call` for each attempt.
+    pub fn new(handler: Arc<Handler>, call: TaskFn) -> Arc<Self> {
+        Arc::new(Self {
+            id: Arc::from(handler.id.as_str()),
             handler,
-            kind: TaskKind::Daemon,
-            initial_delay: None,
-            retries: None,
-            backoff: DEFAULT_BACKOFF,
-            timeout: None,
-            cancellation_backoff: None,
-            cancellation_timeout: None,
-            cancellation_polling: None,
-        }
-    }
-
-    /// A timer ticking every `interval` (not sharp, not idle).
-    pub fn timer(id: impl Into<Arc<str>>, interval: Duration, handler: TaskFn) -> Self {
-        Self {
-            kind: TaskKind::Timer(TimerSchedule {
-                interval,
-                sharp: false,
-                idle: None,
-            }),
-            ..Self::daemon(id, handler)
-        }
-    }
-
-    /// Kopf's `initial_delay`: wait this long after spawning before the first
-    /// call (interrupted by stopping).
-    #[must_use]
-    pub fn initial_delay(mut self, delay: Duration) -> Self {
-        self.initial_delay = Some(delay);
-        self
-    }
-
-    /// Kopf's `retries`: at most this many attempts (per daemon run, or per
-    /// timer tick) before giving up. Unlimited by default.
-    #[must_use]
-    pub fn retries(mut self, attempts: u32) -> Self {
-        self.retries = Some(attempts);
-        self
-    }
-
-    /// Kopf's `backoff`: delay before retrying after a regular error.
-    #[must_use]
-    pub fn backoff(mut self, backoff: Duration) -> Self {
-        self.backoff = backoff;
-        self
-    }
-
-    /// Kopf's `timeout`: no retry starts later than this after the first
-    /// attempt (of a daemon run, or of a timer tick); the handler gives up
-    /// instead. A running call is not interrupted.
-    #[must_use]
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
-    }
-
-    /// Kopf's `sharp` (timers only; ignored for daemons).
-    #[must_use]
-    pub fn sharp(mut self, sharp: bool) -> Self {
-        if let TaskKind::Timer(schedule) = &mut self.kind {
-            schedule.sharp = sharp;
-        }
-        self
-    }
-
-    /// Kopf's `idle` (timers only; ignored for daemons).
-    #[must_use]
-    pub fn idle(mut self, idle: Duration) -> Self {
-        if let TaskKind::Timer(schedule) = &mut self.kind {
-            schedule.idle = Some(idle);
-        }
-        self
-    }
-
-    /// Kopf's `cancellation_backoff`: after the stop flag is set, how long
-    /// the task may exit gracefully before it is cancelled.
-    #[must_use]
-    pub fn cancellation_backoff(mut self, backoff: Duration) -> Self {
-        self.cancellation_backoff = Some(backoff);
-        self
-    }
-
-    /// Kopf's `cancellation_timeout`: after cancelling, how long to wait for
-    /// the task to end before it is abandoned.
-    #[must_use]
-    pub fn cancellation_timeout(mut self, timeout: Duration) -> Self {
-        self.cancellation_timeout = Some(timeout);
-        self
-    }
-
-    /// Kopf's `cancellation_polling`. Accepted for compatibility and unused:
-    /// Kopf polls whether a sync daemon's thread has exited; here a thread
-    /// started with [`TaskContext::run_blocking`] reports its own exit.
-    #[must_use]
-    pub fn cancellation_polling(mut self, polling: Duration) -> Self {
-        self.cancellation_polling = Some(polling);
-        self
-    }
-
-    /// Check the options and share the spec.
-    ///
-    /// # Errors
-    /// [`SpecError`] for an empty id, a zero timer interval or zero retries.
-    pub fn build(self) -> Result<Arc<Self>, SpecError> {
-        if self.id.is_empty() {
-            return Err(SpecError::EmptyId);
-        }
-        if let TaskKind::Timer(schedule) = self.kind
-            && schedule.interval.is_zero()
-        {
-            return Err(SpecError::ZeroInterval {
-                id: self.id.to_string(),
-            });
-        }
-        if self.retries == Some(0) {
-            return Err(SpecError::ZeroRetries {
-                id: self.id.to_string(),
-            });
-        }
-        Ok(Arc::new(self))
+            call,
+        })
     }
 
     /// The handler id.
@@ -293,30 +140,65 @@ impl TaskSpec {
         &self.id
     }
 
+    /// The handler the task runs.
+    #[must_use]
+    pub fn handler(&self) -> &Handler {
+        &self.handler
+    }
+
     /// Daemon or timer (with its schedule).
     #[must_use]
     pub fn kind(&self) -> TaskKind {
-        self.kind
+        match &self.handler.kind_options {
+            KindOptions::Timer(timer) => TaskKind::Timer(TimerSchedule {
+                interval: timer.interval.unwrap_or(Duration::ZERO),
+                sharp: timer.sharp,
+                idle: timer.idle,
+            }),
+            _ => TaskKind::Daemon,
+        }
+    }
+
+    /// Kopf's `initial_delay`: how long to wait after spawning before the
+    /// first call (interrupted by stopping).
+    pub(crate) fn start_delay(&self) -> Option<Duration> {
+        match &self.handler.kind_options {
+            KindOptions::Timer(timer) => timer.initial_delay,
+            KindOptions::Daemon(daemon) => daemon.initial_delay,
+            _ => None,
+        }
+    }
+
+    /// Kopf's `cancellation_backoff` and `cancellation_timeout` (daemons only).
+    pub(crate) fn cancellation(&self) -> (Option<Duration>, Option<Duration>) {
+        match &self.handler.kind_options {
+            KindOptions::Daemon(daemon) => {
+                (daemon.cancellation_backoff, daemon.cancellation_timeout)
+            }
+            _ => (None, None),
+        }
     }
 
     /// The verdict after attempt number `retry` (0-based), `runtime` after
-    /// the first attempt started.
+    /// the first attempt started: Kopf's `retries` count attempts, and no
+    /// retry starts later than `timeout` after the first attempt.
     pub(crate) fn verdict_for(
         &self,
         outcome: &TaskOutcome,
         retry: u32,
         runtime: Duration,
     ) -> Verdict {
+        let options = &self.handler.options;
         let delay = match outcome {
             TaskOutcome::Ok(_) => return Verdict::Done,
             TaskOutcome::Permanent { .. } => return Verdict::GaveUp,
             TaskOutcome::Temporary { delay, .. } => *delay,
-            TaskOutcome::Error { .. } => self.backoff,
+            TaskOutcome::Error { .. } => options.backoff,
         };
-        let out_of_attempts = self
+        let out_of_attempts = options
             .retries
             .is_some_and(|attempts| retry.saturating_add(1) >= attempts);
-        let out_of_time = self
+        let out_of_time = options
             .timeout
             .is_some_and(|timeout| runtime.saturating_add(delay) > timeout);
         if out_of_attempts || out_of_time {
@@ -438,23 +320,6 @@ mod tests {
 
     fn noop() -> TaskFn {
         task_fn(|_| async { TaskOutcome::ok() })
-    }
-
-    #[test]
-    fn build_rejects_zero_interval_and_zero_retries() {
-        let err = TaskSpec::timer("t", Duration::ZERO, noop())
-            .build()
-            .unwrap_err();
-        assert_eq!(err, SpecError::ZeroInterval { id: "t".into() });
-        let err = TaskSpec::daemon("d", noop())
-            .retries(0)
-            .build()
-            .unwrap_err();
-        assert!(err.to_string().contains("`retries`"));
-        assert_eq!(
-            TaskSpec::daemon("", noop()).build().unwrap_err(),
-            SpecError::EmptyId
-        );
     }
 
     #[test]

@@ -7,8 +7,76 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::observing::{AbandonedReport, Observer, OutcomeReport};
+use super::task::{TaskFn, TaskSpec};
 use super::task::{TaskOutcome, Verdict};
 use super::{Spawner, SpawnerSettings, StopReason};
+use crate::handlers::Handler;
+use crate::kwargs::Kwargs;
+use crate::resources::ResourceRef;
+
+/// Specs built as the registry's handlers are, for the engine's tests:
+/// the options are set on the handler, the call is any [`TaskFn`].
+impl TaskSpec {
+    fn of(handler: Handler, call: TaskFn) -> Self {
+        Self {
+            id: Arc::from(handler.id.as_str()),
+            handler: Arc::new(handler),
+            call,
+        }
+    }
+
+    pub(crate) fn daemon(id: &str, call: TaskFn) -> Self {
+        let resource = ResourceRef::dynamic("kopf.dev", "v1", "kopfexamples");
+        Self::of(Handler::daemon(resource, id, |_: Kwargs| async {}), call)
+    }
+
+    pub(crate) fn timer(id: &str, interval: Duration, call: TaskFn) -> Self {
+        let resource = ResourceRef::dynamic("kopf.dev", "v1", "kopfexamples");
+        let handler = Handler::timer(resource, id, |_: Kwargs| async {}).interval(interval);
+        Self::of(handler, call)
+    }
+
+    fn with(self, set: impl FnOnce(Handler) -> Handler) -> Self {
+        let handler = set(Arc::unwrap_or_clone(self.handler));
+        Self::of(handler, self.call)
+    }
+
+    pub(crate) fn retries(self, attempts: u32) -> Self {
+        self.with(|h| h.retries(attempts))
+    }
+
+    pub(crate) fn backoff(self, backoff: Duration) -> Self {
+        self.with(|h| h.backoff(backoff))
+    }
+
+    pub(crate) fn timeout(self, timeout: Duration) -> Self {
+        self.with(|h| h.timeout(timeout))
+    }
+
+    pub(crate) fn sharp(self, sharp: bool) -> Self {
+        self.with(|h| h.sharp(sharp))
+    }
+
+    pub(crate) fn idle(self, idle: Duration) -> Self {
+        self.with(|h| h.idle(idle))
+    }
+
+    pub(crate) fn initial_delay(self, delay: Duration) -> Self {
+        self.with(|h| h.initial_delay(delay))
+    }
+
+    pub(crate) fn cancellation_backoff(self, backoff: Duration) -> Self {
+        self.with(|h| h.cancellation_backoff(backoff))
+    }
+
+    pub(crate) fn cancellation_timeout(self, timeout: Duration) -> Self {
+        self.with(|h| h.cancellation_timeout(timeout))
+    }
+
+    pub(crate) fn build(self) -> Arc<Self> {
+        Arc::new(self)
+    }
+}
 
 /// One recorded outcome.
 #[derive(Debug, Clone, PartialEq)]

@@ -31,7 +31,7 @@ use super::task::{TimerSchedule, Verdict};
 
 /// Run a timer until it is stopped.
 pub(crate) async fn run(mut run: Run, schedule: TimerSchedule) {
-    if let Some(delay) = run.spec.initial_delay
+    if let Some(delay) = run.spec.start_delay()
         && Box::pin(run.flag.wait(delay)).await
     {
         return;
@@ -211,8 +211,7 @@ mod tests {
                 async { TaskOutcome::ok() }
             }),
         )
-        .build()
-        .expect("spec");
+        .build();
         spawner.ensure("u1", &spec, &body(1));
         spawner.ensure("u2", &spec, &body(1));
         tokio::time::sleep(millis(2500)).await;
@@ -235,8 +234,7 @@ mod tests {
         let calls = Calls::new();
         let spec = timer(&calls, secs(10), secs(0), ok())
             .initial_delay(secs(5))
-            .build()
-            .expect("spec");
+            .build();
         spawner.ensure("u1", &spec, &body(1));
         tokio::time::sleep(millis(30_500)).await;
         assert_eq!(calls.times(), [secs(5), secs(15), secs(25)]);
@@ -247,9 +245,7 @@ mod tests {
     async fn interval_counts_from_the_end_of_a_long_run_when_not_sharp() {
         let (spawner, _) = spawner();
         let calls = Calls::new();
-        let spec = timer(&calls, secs(1), millis(2500), ok())
-            .build()
-            .expect("spec");
+        let spec = timer(&calls, secs(1), millis(2500), ok()).build();
         spawner.ensure("u1", &spec, &body(1));
         tokio::time::sleep(millis(7100)).await;
         assert_eq!(calls.times(), [secs(0), millis(3500), secs(7)]);
@@ -261,8 +257,7 @@ mod tests {
         let calls = Calls::new();
         let spec = timer(&calls, secs(1), millis(2500), ok())
             .sharp(true)
-            .build()
-            .expect("spec");
+            .build();
         spawner.ensure("u1", &spec, &body(1));
         tokio::time::sleep(millis(6100)).await;
         assert_eq!(calls.times(), [secs(0), secs(3), secs(6)]);
@@ -275,8 +270,7 @@ mod tests {
         let spec = timer(&calls, secs(1), millis(300), ok())
             .sharp(true)
             .initial_delay(millis(250))
-            .build()
-            .expect("spec");
+            .build();
         spawner.ensure("u1", &spec, &body(1));
         tokio::time::sleep(millis(100_300)).await;
         let expected: Vec<_> = (0..=100).map(|k| millis(250 + 1000 * k)).collect();
@@ -287,10 +281,7 @@ mod tests {
     async fn idle_timer_waits_until_the_object_is_quiet_and_changes_reset_the_wait() {
         let (spawner, _) = spawner();
         let calls = Calls::new();
-        let spec = timer(&calls, secs(1), secs(0), ok())
-            .idle(secs(5))
-            .build()
-            .expect("spec");
+        let spec = timer(&calls, secs(1), secs(0), ok()).idle(secs(5)).build();
         spawner.ensure("u1", &spec, &body(1)); // first sighting at t=0
         tokio::time::sleep(secs(3)).await;
         assert!(spawner.update_body("u1", body(2))); // t=3
@@ -316,9 +307,7 @@ mod tests {
     async fn an_idle_timer_spawned_later_counts_from_the_last_change_before_it() {
         let (spawner, _) = spawner();
         let (busy, quiet) = (Calls::new(), Calls::new());
-        let plain = timer(&busy, secs(100), secs(0), ok())
-            .build()
-            .expect("spec");
+        let plain = timer(&busy, secs(100), secs(0), ok()).build();
         spawner.ensure("u1", &plain, &body(1)); // first sighting at t=0
         tokio::time::sleep(secs(3)).await;
         assert!(spawner.update_body("u1", body(2))); // t=3, no idle timer yet
@@ -331,8 +320,7 @@ mod tests {
             })
         })
         .idle(secs(5))
-        .build()
-        .expect("spec");
+        .build();
         spawner.ensure("u1", &spec, &body(2)); // t=4
         tokio::time::sleep(secs(10)).await;
         // Quiet since t=3, not since t=0 or its own start at t=4.
@@ -345,8 +333,7 @@ mod tests {
         let calls = Calls::new();
         let spec = timer(&calls, secs(100), secs(0), ok())
             .idle(secs(5))
-            .build()
-            .expect("spec");
+            .build();
         spawner.ensure("u1", &spec, &body(1));
         tokio::time::sleep(secs(3)).await;
         assert!(!spawner.update_body("u1", body(1)));
@@ -365,8 +352,7 @@ mod tests {
         let spec = timer(&calls, secs(10), secs(0), vec![error])
             .retries(2)
             .backoff(secs(3))
-            .build()
-            .expect("spec");
+            .build();
         spawner.ensure("u1", &spec, &body(1));
         tokio::time::sleep(millis(16_500)).await;
         assert_eq!(calls.times(), [secs(0), secs(3), secs(13), secs(16)]);
@@ -400,8 +386,7 @@ mod tests {
             secs(0),
             vec![temporary, TaskOutcome::ok()],
         )
-        .build()
-        .expect("spec");
+        .build();
         spawner.ensure("u1", &spec, &body(1));
         tokio::time::sleep(millis(12_000)).await;
         assert_eq!(calls.times(), [secs(0), millis(1500), millis(11_500)]);
@@ -422,9 +407,7 @@ mod tests {
         let permanent = TaskOutcome::Permanent {
             message: "no".into(),
         };
-        let spec = timer(&calls, secs(4), secs(0), vec![permanent])
-            .build()
-            .expect("spec");
+        let spec = timer(&calls, secs(4), secs(0), vec![permanent]).build();
         spawner.ensure("u1", &spec, &body(1));
         tokio::time::sleep(millis(8500)).await;
         assert_eq!(calls.times(), [secs(0), secs(4), secs(8)]);
@@ -440,9 +423,7 @@ mod tests {
     async fn stop_between_ticks_ends_the_timer_at_once() {
         let (spawner, _) = spawner();
         let calls = Calls::new();
-        let spec = timer(&calls, secs(10), secs(0), ok())
-            .build()
-            .expect("spec");
+        let spec = timer(&calls, secs(10), secs(0), ok()).build();
         spawner.ensure("u1", &spec, &body(1));
         tokio::time::sleep(secs(3)).await;
         let start = tokio::time::Instant::now();
@@ -459,11 +440,8 @@ mod tests {
         let calls = Calls::new();
         let delayed = timer(&calls, secs(1), secs(0), ok())
             .initial_delay(secs(60))
-            .build()
-            .expect("spec");
-        let idle = TaskSpec::clone(&timer(&calls, secs(1), secs(0), ok()).idle(secs(60)))
-            .build()
-            .expect("spec");
+            .build();
+        let idle = TaskSpec::clone(&timer(&calls, secs(1), secs(0), ok()).idle(secs(60))).build();
         spawner.ensure("u1", &delayed, &body(1));
         spawner.ensure("u2", &idle, &body(1));
         tokio::time::sleep(secs(5)).await;
@@ -474,18 +452,31 @@ mod tests {
         assert_eq!(calls.count(), 0);
     }
 
+    /// Timers have no cancellation options of their own (as in Kopf): the
+    /// settings bound their graceful exit.
+    fn graceful_for(
+        limit: std::time::Duration,
+    ) -> (super::super::Spawner, Arc<super::super::testkit::Recorder>) {
+        let recorder = super::super::testkit::Recorder::new();
+        let settings = super::super::SpawnerSettings {
+            graceful_exit_limit: limit,
+            ..Default::default()
+        };
+        (
+            super::super::Spawner::new(recorder.clone(), settings),
+            recorder,
+        )
+    }
+
     fn calls_epoch(calls: &Calls) -> tokio::time::Instant {
         calls.epoch()
     }
 
     #[tokio::test(start_paused = true)]
-    async fn stop_mid_run_lets_the_run_finish_within_cancellation_backoff() {
-        let (spawner, recorder) = spawner();
+    async fn stop_mid_run_lets_the_run_finish_within_the_graceful_exit_limit() {
+        let (spawner, recorder) = graceful_for(secs(10));
         let calls = Calls::new();
-        let spec = timer(&calls, secs(1), secs(3), ok())
-            .cancellation_backoff(secs(10))
-            .build()
-            .expect("spec");
+        let spec = timer(&calls, secs(1), secs(3), ok()).build();
         spawner.ensure("u1", &spec, &body(1));
         tokio::time::sleep(secs(1)).await;
         spawner.stop("u1", "t", StopReason::FilterMismatch);
@@ -497,13 +488,10 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn stop_mid_run_cancels_a_long_run_after_cancellation_backoff() {
-        let (spawner, recorder) = spawner();
+    async fn stop_mid_run_cancels_a_long_run_after_the_graceful_exit_limit() {
+        let (spawner, recorder) = graceful_for(secs(2));
         let calls = Calls::new();
-        let spec = timer(&calls, secs(1), secs(600), ok())
-            .cancellation_backoff(secs(2))
-            .build()
-            .expect("spec");
+        let spec = timer(&calls, secs(1), secs(600), ok()).build();
         spawner.ensure("u1", &spec, &body(1));
         tokio::time::sleep(secs(1)).await;
         let start = tokio::time::Instant::now();
@@ -521,10 +509,7 @@ mod tests {
     async fn ten_thousand_sharp_timers_tick_on_time() {
         let (spawner, _) = spawner();
         let calls = Calls::new();
-        let spec = timer(&calls, secs(1), secs(0), ok())
-            .sharp(true)
-            .build()
-            .expect("spec");
+        let spec = timer(&calls, secs(1), secs(0), ok()).sharp(true).build();
         let body = body(1);
         for n in 0..10_000 {
             spawner.ensure(&format!("u{n}"), &spec, &body);
