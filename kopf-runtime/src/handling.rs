@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
+use futures::future::{CatchUnwind, Either, Map, Ready};
 use serde_json::Value;
 
 use crate::errors::{HandlerError, Outcome};
@@ -368,48 +369,115 @@ async fn attempt(
         handler.options.backoff
     };
 
-    let (record, result) = match outcome {
-        Ok(result) => {
+    let (record, result) = match resolve(handler, outcome, backoff, logger) {
+        Resolution::Succeeded(result) => {
             logger.info(format_args!("Handler '{name}' succeeded."));
-            (finish(record, true, None), result.filter(|r| !r.is_null()))
+            (finish(record, true, None), result)
         }
+        Resolution::Ignored => (finish(record, true, None), None),
+        Resolution::Retry { delay, message } => (delay_record(record, now, delay, message), None),
+        Resolution::Failed { message } => (finish(record, false, Some(message)), None),
+    };
+    (record, result, handler_patch)
+}
+
+/// What a handler's outcome comes to, as Kopf decides it by the error's
+/// kind and the handler's `errors` mode; the same for change handlers,
+/// daemons and timers.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Resolution {
+    /// Success, with the result for `status.<id>`, if any.
+    Succeeded(Option<Value>),
+    /// A regular error with `errors = ignored`: done, as if it succeeded.
+    Ignored,
+    /// To be called again after `delay`.
+    Retry {
+        /// How long to wait.
+        delay: Duration,
+        /// What went wrong.
+        message: String,
+    },
+    /// Failed for good.
+    Failed {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// Resolves a handler's outcome, logging a failure once, in Kopf's words.
+/// `backoff` is the delay of a regular error with `errors = temporary` and
+/// of a temporary error without its own delay.
+pub(crate) fn resolve(
+    handler: &Handler,
+    outcome: Outcome,
+    backoff: Duration,
+    logger: &Logger,
+) -> Resolution {
+    let name = &handler.id;
+    match outcome {
+        Ok(result) => Resolution::Succeeded(result.filter(|r| !r.is_null())),
         Err(HandlerError::Temporary { message, delay }) => {
             logger.error(format_args!(
                 "Handler '{name}' failed temporarily: {message}"
             ));
-            (
-                delay_record(record, now, delay.unwrap_or(backoff), message),
-                None,
-            )
+            let delay = delay.unwrap_or(backoff);
+            Resolution::Retry { delay, message }
         }
         Err(HandlerError::Permanent { message }) => {
             logger.error(format_args!(
                 "Handler '{name}' failed permanently: {message}"
             ));
-            (finish(record, false, Some(message)), None)
+            Resolution::Failed { message }
         }
         Err(error) => match handler.options.errors {
             ErrorsMode::Ignored => {
                 logger.error(format_args!(
                     "Handler '{name}' failed with an exception. Will ignore: {error}"
                 ));
-                (finish(record, true, None), None)
+                Resolution::Ignored
             }
             ErrorsMode::Permanent => {
                 logger.error(format_args!(
                     "Handler '{name}' failed with an exception. Will stop: {error}"
                 ));
-                (finish(record, false, Some(error.to_string())), None)
+                Resolution::Failed {
+                    message: error.to_string(),
+                }
             }
             ErrorsMode::Temporary => {
                 logger.error(format_args!(
                     "Handler '{name}' failed with an exception. Will retry: {error}"
                 ));
-                (delay_record(record, now, backoff, error.to_string()), None)
+                let message = error.to_string();
+                Resolution::Retry {
+                    delay: backoff,
+                    message,
+                }
             }
         },
+    }
+}
+
+/// A handler call started by [`guard`]: it resolves to the call's output,
+/// or to the message of its panic.
+pub(crate) type Guarded<F> = Map<
+    Either<CatchUnwind<AssertUnwindSafe<F>>, Ready<std::thread::Result<<F as Future>::Output>>>,
+    fn(std::thread::Result<<F as Future>::Output>) -> Result<<F as Future>::Output, String>,
+>;
+
+/// Starts a handler call with its panics caught, whether the call panics
+/// when started or while it runs: the one guard of every handler call
+/// (change handlers, event handlers, daemons, timers).
+pub(crate) fn guard<F: Future>(start: impl FnOnce() -> F) -> Guarded<F> {
+    let started = match std::panic::catch_unwind(AssertUnwindSafe(start)) {
+        Ok(future) => Either::Left(AssertUnwindSafe(future).catch_unwind()),
+        Err(panic) => Either::Right(futures::future::ready(Err(panic))),
     };
-    (record, result, handler_patch)
+    started.map(unpanicked::<F::Output> as fn(_) -> _)
+}
+
+fn unpanicked<T>(result: std::thread::Result<T>) -> Result<T, String> {
+    result.map_err(|panic| panicked(&*panic))
 }
 
 /// Calls a handler with panics contained and an optional time limit.
@@ -422,10 +490,8 @@ pub fn invoke(
     kwargs: Kwargs,
     limit: Option<Duration>,
 ) -> impl Future<Output = Outcome> + Send + use<> {
-    let call = std::panic::catch_unwind(AssertUnwindSafe(|| handler.call(kwargs)))
-        .map(|future| AssertUnwindSafe(future).catch_unwind());
+    let call = guard(|| handler.call(kwargs));
     async move {
-        let call = call.map_err(|panic| panicked(&*panic))?;
         let outcome = match limit {
             Some(limit) => match tokio::time::timeout(limit, call).await {
                 Ok(outcome) => outcome,
@@ -437,19 +503,17 @@ pub fn invoke(
             },
             None => call.await,
         };
-        outcome.unwrap_or_else(|panic| Err(panicked(&*panic)))
+        outcome.unwrap_or_else(|message| Err(HandlerError::Regular { message }))
     }
 }
 
-fn panicked(panic: &(dyn std::any::Any + Send)) -> HandlerError {
+fn panicked(panic: &(dyn std::any::Any + Send)) -> String {
     let text = panic
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a non-string payload".to_owned());
-    HandlerError::Regular {
-        message: format!("the handler panicked: {text}"),
-    }
+    format!("the handler panicked: {text}")
 }
 
 /// The record of a finished handler; its `stopped` time is one of the

@@ -20,9 +20,8 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::errors::HandlerError;
-use crate::handlers::{ErrorsMode, Handler};
-use crate::handling::{self, merge_into};
+use crate::handlers::Handler;
+use crate::handling::{self, Resolution, merge_into};
 use crate::kwargs::{Kwargs, Logger, Memo, Stopped};
 use crate::memories::Memories;
 use crate::patching::{PatchError, PatchOutcome, PatchTarget, Patcher, ensure_field};
@@ -90,8 +89,9 @@ async fn call(handler: &Handler, env: &TaskEnvironment, ctx: TaskContext) -> Tas
     let patch = kwargs.patch.clone();
 
     let outcome = handling::invoke(handler, kwargs, None).await;
-    let result = match &outcome {
-        Ok(Some(result)) if !result.is_null() => Some(result.clone()),
+    let resolution = handling::resolve(handler, outcome, handler.options.backoff, logger);
+    let result = match &resolution {
+        Resolution::Succeeded(Some(result)) => Some(result.clone()),
         _ => None,
     };
     if (!patch.is_empty() || result.is_some()) && !ctx.stopped.is_set() {
@@ -104,7 +104,12 @@ async fn call(handler: &Handler, env: &TaskEnvironment, ctx: TaskContext) -> Tas
         }
         apply(env, &ctx, &body, merged, logger).await;
     }
-    to_task_outcome(outcome, handler, logger)
+    match resolution {
+        Resolution::Succeeded(result) => TaskOutcome::Ok(result),
+        Resolution::Ignored => TaskOutcome::Ok(None),
+        Resolution::Retry { delay, message } => TaskOutcome::Temporary { delay, message },
+        Resolution::Failed { message } => TaskOutcome::Permanent { message },
+    }
 }
 
 /// Applies a task's patch to its object, guarded by the object's UID.
@@ -142,57 +147,6 @@ async fn apply(
     }
 }
 
-/// Maps a handler outcome to the task's, logging failures as Kopf does.
-fn to_task_outcome(
-    outcome: crate::errors::Outcome,
-    handler: &Handler,
-    logger: &Logger,
-) -> TaskOutcome {
-    let name = &handler.id;
-    match outcome {
-        Ok(result) => TaskOutcome::Ok(result.filter(|r| !r.is_null())),
-        Err(HandlerError::Temporary { message, delay }) => {
-            logger.error(format_args!(
-                "Handler '{name}' failed temporarily: {message}"
-            ));
-            TaskOutcome::Temporary {
-                delay: delay.unwrap_or(handler.options.backoff),
-                message,
-            }
-        }
-        Err(HandlerError::Permanent { message }) => {
-            logger.error(format_args!(
-                "Handler '{name}' failed permanently: {message}"
-            ));
-            TaskOutcome::Permanent { message }
-        }
-        Err(error) => match handler.options.errors {
-            ErrorsMode::Ignored => {
-                logger.error(format_args!(
-                    "Handler '{name}' failed with an exception. Will ignore: {error}"
-                ));
-                TaskOutcome::Ok(None)
-            }
-            ErrorsMode::Permanent => {
-                logger.error(format_args!(
-                    "Handler '{name}' failed with an exception. Will stop: {error}"
-                ));
-                TaskOutcome::Permanent {
-                    message: error.to_string(),
-                }
-            }
-            ErrorsMode::Temporary => {
-                logger.error(format_args!(
-                    "Handler '{name}' failed with an exception. Will retry: {error}"
-                ));
-                TaskOutcome::Error {
-                    message: error.to_string(),
-                }
-            }
-        },
-    }
-}
-
 /// Hears about abandoned tasks: a warning, an Event on the object, a count
 /// (the spawner's counters).
 pub struct TaskObserver {
@@ -217,5 +171,100 @@ impl Observer for TaskObserver {
         if let (Some(poster), Some(body)) = (&self.poster, &report.body) {
             poster.warn(ObjectReference::from_body(body), "Abandoned", &message);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::errors::Error;
+    use crate::mock_api::{self, Reply, example};
+    use crate::resources::ResourceRef;
+    use crate::settings::NetworkingSettings;
+    use crate::spawning::testkit::Recorder;
+    use crate::spawning::{Spawner, SpawnerSettings};
+
+    /// Every log line written while it is the default subscriber.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("lock").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Lines {
+        fn mentioning(&self, text: &str) -> Vec<String> {
+            let bytes = self.0.lock().expect("lock").clone();
+            String::from_utf8_lossy(&bytes)
+                .lines()
+                .filter(|line| line.contains(text))
+                .map(str::to_owned)
+                .collect()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_timer_tick_is_logged_once() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let _default = tracing::subscriber::set_default(subscriber);
+
+        let (client, requests) =
+            mock_api::client(|_| Reply::Json(200, example("ns", "a", "u1", "2")));
+        let env = TaskEnvironment {
+            target: ResourceTarget {
+                api: Arc::new(mock_api::example_resource()),
+                namespaced: true,
+                status_subresource: false,
+            },
+            patcher: Patcher::new(client.clone(), &NetworkingSettings::default()),
+            client,
+            poster: None,
+            memories: Memories::default(),
+        };
+        let resource = ResourceRef::dynamic("kopf.dev", "v1", "kopfexamples");
+        let handler = Handler::timer(resource, "tick", |_: Kwargs| async {
+            Err::<(), _>(Error::regular("no luck"))
+        })
+        .interval(Duration::from_secs(60));
+        let recorder = Recorder::new();
+        let spawner = Spawner::new(recorder.clone(), SpawnerSettings::default());
+        let body = Arc::new(example("ns", "a", "u1", "1"));
+        spawner.ensure("u1", &task_spec(&handler, &env), &body);
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while recorder.outcomes().is_empty() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the timer ticks");
+
+        let logged = lines.mentioning("no luck");
+        assert_eq!(logged.len(), 1, "{logged:#?}");
+        assert!(
+            logged[0].contains("Handler 'tick' failed with an exception. Will retry: no luck"),
+            "{logged:#?}"
+        );
+        assert!(
+            requests.lock().expect("lock").is_empty(),
+            "nothing to patch"
+        );
+        spawner.stop_object("u1", StopReason::ObjectDeleted);
+        spawner.wait_stopped("u1").await;
     }
 }

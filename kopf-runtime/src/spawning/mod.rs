@@ -61,7 +61,7 @@ mod task;
 mod timers;
 
 #[cfg(test)]
-mod testkit;
+pub(crate) mod testkit;
 
 pub use counters::{Counters, CountersSnapshot};
 pub use observing::{AbandonedReport, Observer, OutcomeReport, SpawnEvent};

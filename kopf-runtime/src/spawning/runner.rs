@@ -1,12 +1,12 @@
 //! One handler call of a running task ([`Run`]): builds the
-//! [`TaskContext`], catches panics, reports outcomes to the [`Observer`].
+//! [`TaskContext`], catches panics (with the guard of every handler call,
+//! [`handling::guard`](crate::handling::guard)), reports outcomes to the
+//! [`Observer`].
 //! Shared by the daemon and timer loops.
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use futures::FutureExt;
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -48,36 +48,14 @@ impl Run {
             started_at,
             liveness: Arc::clone(&self.liveness),
         };
-        let handler = &self.spec.call;
-        let result = match std::panic::catch_unwind(AssertUnwindSafe(|| handler(ctx))) {
-            Ok(future) => AssertUnwindSafe(future).catch_unwind().await,
-            Err(panic) => Err(panic),
-        };
-        result.unwrap_or_else(|panic| {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "non-string panic payload".to_owned());
-            TaskOutcome::Error {
-                message: format!("handler panicked: {message}"),
-            }
-        })
+        crate::handling::guard(|| (self.spec.call)(ctx))
+            .await
+            .unwrap_or_else(|message| TaskOutcome::Error { message })
     }
 
-    /// Tell the observer (and the log) about an outcome.
+    /// Tell the observer about an outcome (the task's call logged it).
     pub(crate) fn report(&self, retry: u32, outcome: TaskOutcome, verdict: Verdict) {
         let shared = &self.liveness.shared;
-        match &outcome {
-            TaskOutcome::Ok(_) => {
-                tracing::debug!(uid = %shared.uid, handler = %shared.id, retry, "handler succeeded");
-            }
-            TaskOutcome::Temporary { message, .. }
-            | TaskOutcome::Permanent { message }
-            | TaskOutcome::Error { message } => {
-                tracing::warn!(uid = %shared.uid, handler = %shared.id, retry, ?verdict, "handler failed: {message}");
-            }
-        }
         self.observer.on_outcome(OutcomeReport {
             uid: Arc::clone(&shared.uid),
             handler_id: Arc::clone(&shared.id),
