@@ -1,12 +1,29 @@
-//! Finalizers: whether one is on an object, and the merge patch that adds or
-//! removes ours.
+//! The finalizer lifecycle: when the operator's finalizer is added to an
+//! object, kept on it, and released, as a small state machine
+//! ([`Lifecycle`]), and the merge patch that makes each change.
 //!
-//! A merge patch replaces a list whole, so the patch also carries the
-//! object's `resourceVersion`: if anyone changed the object (its finalizers
-//! included) meanwhile, the server answers `409 Conflict` and the caller
-//! rebuilds the patch from the newer body. Others' finalizers are never
-//! clobbered, and the finalizer change goes out in the same request as the
-//! rest of a processing step.
+//! The processor asks, it does not decide: before the handlers run,
+//! [`Lifecycle::on_apply`] says whether the object needs the finalizer
+//! added (a matching handler needs it) or released (none does any more);
+//! once a deletion's handlers have run, [`Lifecycle::on_cleanup`] says
+//! whether the finalizer is kept (handlers or finalizer-keeping daemons and
+//! timers are not done) or released.
+//!
+//! # Guarantees
+//! - The finalizer is added only when a matching handler needs it
+//!   ([`Handler::requires_finalizer`]): `on_delete` handlers that are not
+//!   optional, and daemons and timers without `no_finalizers`.
+//! - An object in deletion never gets the finalizer; one in deletion
+//!   without it (others' finalizers only) is left alone.
+//! - The finalizer that Kopf versions before 1.0 wrote
+//!   ([`LEGACY_FINALIZER`]) counts as the operator's, as in Kopf, and is
+//!   removed along with it.
+//! - A merge patch replaces a list whole, so the patch also carries the
+//!   object's `resourceVersion`: if anyone changed the object (its
+//!   finalizers included) meanwhile, the server answers `409 Conflict` and
+//!   the caller rebuilds the patch from the newer body. Others' finalizers
+//!   are never clobbered, and the finalizer change goes out in the same
+//!   request as the rest of a processing step.
 //!
 //! ```
 //! use kopf_runtime::finalizers::{is_deletion_blocked, merge_patch};
@@ -21,6 +38,8 @@
 
 use serde_json::Value;
 
+use crate::handlers::Handler;
+use crate::kwargs::Logger;
 use crate::patching::{ensure_field, resolve_field};
 
 /// The finalizer written by Kopf versions before 1.0; removed along with ours.
@@ -39,9 +58,9 @@ pub fn is_deletion_ongoing(body: &Value) -> bool {
     resolve_field(body, &["metadata", "deletionTimestamp"]).is_some_and(|v| !v.is_null())
 }
 
-/// Whether `finalizer` is on the object.
+/// Whether `finalizer` (or the legacy marker, as in Kopf) is on the object.
 pub fn is_deletion_blocked(body: &Value, finalizer: &str) -> bool {
-    finalizers(body).any(|f| f == finalizer)
+    finalizers(body).any(|f| f == finalizer || f == LEGACY_FINALIZER)
 }
 
 /// Adds or removes `finalizer` in a merge patch. Finalizers are a list, which
@@ -67,6 +86,94 @@ pub fn merge_patch(body: &Value, patch: &mut Value, finalizer: &str, present: bo
     ensure_field(patch, &["metadata", "finalizers"], list);
     if let Some(version) = resolve_field(body, &["metadata", "resourceVersion"]) {
         ensure_field(patch, &["metadata", "resourceVersion"], version.clone());
+    }
+}
+
+/// What to do with the operator's finalizer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Add it, before any handler runs: the step ends with this patch.
+    Add,
+    /// Keep it: the deletion waits for handlers or tasks still at work.
+    Keep,
+    /// Remove it (and the legacy marker).
+    Release,
+}
+
+/// Where an object stands with the operator's finalizer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lifecycle {
+    /// `metadata.deletionTimestamp` is set.
+    deleting: bool,
+    /// The operator's finalizer (or the legacy marker) is on the object.
+    held: bool,
+}
+
+impl Lifecycle {
+    /// The state of `body` with respect to `finalizer`.
+    pub fn of(body: &Value, finalizer: &str) -> Self {
+        Self {
+            deleting: is_deletion_ongoing(body),
+            held: is_deletion_blocked(body, finalizer),
+        }
+    }
+
+    /// Whether the object is being deleted.
+    pub fn deleting(self) -> bool {
+        self.deleting
+    }
+
+    /// Before the handlers run, given the handlers that match the object:
+    /// [`Action::Add`] if one needs the finalizer and it is missing,
+    /// [`Action::Release`] if it is there and none needs it any more.
+    /// Nothing during a deletion (see [`on_cleanup`](Self::on_cleanup)).
+    pub fn on_apply<'a>(self, serving: impl IntoIterator<Item = &'a Handler>) -> Option<Action> {
+        if self.deleting {
+            return None;
+        }
+        let required = serving.into_iter().any(|h| h.requires_finalizer);
+        match (self.held, required) {
+            (false, true) => Some(Action::Add),
+            (true, false) => Some(Action::Release),
+            _ => None,
+        }
+    }
+
+    /// Once a deletion's handlers have run: [`Action::Keep`] while they are
+    /// not done or tasks of finalizer-keeping daemons and timers still run,
+    /// then [`Action::Release`]. Nothing when the object is not being
+    /// deleted or does not hold the finalizer.
+    pub fn on_cleanup(self, handlers_done: bool, tasks_running: bool) -> Option<Action> {
+        if !self.deleting || !self.held {
+            return None;
+        }
+        if handlers_done && !tasks_running {
+            Some(Action::Release)
+        } else {
+            Some(Action::Keep)
+        }
+    }
+
+    /// Writes an [`Action::Add`] or [`Action::Release`] into `patch` (built
+    /// against `body`), and says why in the object's log.
+    pub fn enact(
+        self,
+        action: Action,
+        body: &Value,
+        patch: &mut Value,
+        finalizer: &str,
+        logger: &Logger,
+    ) {
+        let message = match (action, self.deleting) {
+            (Action::Keep, _) => return,
+            (Action::Add, _) => "Adding the finalizer, thus preventing the actual deletion.",
+            (Action::Release, false) => {
+                "Removing the finalizer, as there are no handlers requiring it."
+            }
+            (Action::Release, true) => "Removing the finalizer, thus allowing the actual deletion.",
+        };
+        logger.debug(message);
+        merge_patch(body, patch, finalizer, action == Action::Add);
     }
 }
 
@@ -105,5 +212,157 @@ mod tests {
             patch,
             json!({"metadata": {"finalizers": null, "resourceVersion": "8"}})
         );
+    }
+
+    mod lifecycle {
+        use super::*;
+        use crate::handlers::Handler;
+        use crate::kwargs::Kwargs;
+        use crate::resources::ResourceRef;
+
+        fn res() -> ResourceRef {
+            ResourceRef::dynamic("", "v1", "pods")
+        }
+
+        fn on_delete() -> Handler {
+            Handler::on_delete(res(), "del", |_: Kwargs| async {})
+        }
+
+        fn on_create() -> Handler {
+            Handler::on_create(res(), "new", |_: Kwargs| async {})
+        }
+
+        fn timer() -> Handler {
+            Handler::timer(res(), "tick", |_: Kwargs| async {})
+        }
+
+        fn object(finalizers: &[&str], deleting: bool) -> Value {
+            let mut body = json!({"metadata": {"resourceVersion": "5", "finalizers": finalizers}});
+            if deleting {
+                body["metadata"]["deletionTimestamp"] = json!("2020-01-01T00:00:00Z");
+            }
+            body
+        }
+
+        fn state(finalizers: &[&str], deleting: bool) -> Lifecycle {
+            Lifecycle::of(&object(finalizers, deleting), F)
+        }
+
+        #[test]
+        fn a_handler_that_needs_the_finalizer_has_it_added_once() {
+            assert_eq!(
+                state(&[], false).on_apply([&on_delete()]),
+                Some(Action::Add)
+            );
+            assert_eq!(state(&[], false).on_apply([&timer()]), Some(Action::Add));
+            assert_eq!(
+                state(&["other"], false).on_apply([&timer()]),
+                Some(Action::Add)
+            );
+            assert_eq!(
+                state(&[F], false).on_apply([&timer()]),
+                None,
+                "already there"
+            );
+        }
+
+        #[test]
+        fn handlers_that_need_no_finalizer_never_get_one() {
+            assert_eq!(state(&[], false).on_apply([]), None);
+            assert_eq!(state(&[], false).on_apply([&on_create()]), None);
+            let quiet = timer().no_finalizers();
+            assert_eq!(state(&[], false).on_apply([&quiet]), None);
+            let optional = on_delete().optional(true);
+            assert_eq!(state(&[], false).on_apply([&optional]), None);
+        }
+
+        #[test]
+        fn a_finalizer_that_only_a_no_finalizers_handler_needed_is_released() {
+            let quiet = timer().no_finalizers();
+            assert_eq!(state(&[F], false).on_apply([&quiet]), Some(Action::Release));
+            assert_eq!(
+                state(&[F, "other"], false).on_apply([]),
+                Some(Action::Release)
+            );
+        }
+
+        #[test]
+        fn both_kinds_of_handlers_on_one_resource_need_the_finalizer() {
+            let quiet = timer().no_finalizers();
+            let serving = [&quiet, &on_delete()];
+            assert_eq!(state(&[], false).on_apply(serving), Some(Action::Add));
+            assert_eq!(state(&[F], false).on_apply(serving), None, "kept");
+            let serving = [&on_create(), &timer()];
+            assert_eq!(state(&[], false).on_apply(serving), Some(Action::Add));
+        }
+
+        #[test]
+        fn a_deletion_keeps_the_finalizer_until_handlers_and_tasks_are_done() {
+            let deleting = state(&[F], true);
+            assert_eq!(
+                deleting.on_apply([&timer()]),
+                None,
+                "never added or released early"
+            );
+            assert_eq!(deleting.on_apply([]), None);
+            assert_eq!(deleting.on_cleanup(false, false), Some(Action::Keep));
+            assert_eq!(deleting.on_cleanup(true, true), Some(Action::Keep));
+            assert_eq!(deleting.on_cleanup(false, true), Some(Action::Keep));
+            assert_eq!(deleting.on_cleanup(true, false), Some(Action::Release));
+        }
+
+        #[test]
+        fn an_object_in_deletion_with_a_foreign_finalizer_is_left_alone() {
+            let foreign = state(&["other"], true);
+            assert!(foreign.deleting());
+            assert_eq!(
+                foreign.on_apply([&on_delete()]),
+                None,
+                "never added during a deletion"
+            );
+            assert_eq!(foreign.on_cleanup(true, false), None);
+            assert_eq!(foreign.on_cleanup(false, true), None);
+            assert_eq!(state(&[], true).on_cleanup(true, false), None);
+        }
+
+        #[test]
+        fn outside_a_deletion_there_is_nothing_to_clean_up() {
+            assert_eq!(state(&[F], false).on_cleanup(true, false), None);
+            assert_eq!(state(&[], false).on_cleanup(false, true), None);
+        }
+
+        #[test]
+        fn the_legacy_marker_counts_as_ours_and_goes_with_it() {
+            assert_eq!(state(&[LEGACY_FINALIZER], false).on_apply([&timer()]), None);
+            assert_eq!(
+                state(&[LEGACY_FINALIZER], false).on_apply([]),
+                Some(Action::Release)
+            );
+            let deleting = state(&["other", LEGACY_FINALIZER], true);
+            assert_eq!(deleting.on_cleanup(true, false), Some(Action::Release));
+            let body = object(&["other", LEGACY_FINALIZER, F], true);
+            let mut patch = json!({});
+            let logger = Logger::new("ns/a");
+            Lifecycle::of(&body, F).enact(Action::Release, &body, &mut patch, F, &logger);
+            assert_eq!(
+                patch,
+                json!({"metadata": {"finalizers": ["other"], "resourceVersion": "5"}})
+            );
+        }
+
+        #[test]
+        fn enacting_writes_the_patch_and_keeping_writes_nothing() {
+            let logger = Logger::new("ns/a");
+            let body = object(&["other"], false);
+            let mut patch = json!({});
+            state(&["other"], false).enact(Action::Add, &body, &mut patch, F, &logger);
+            assert_eq!(
+                patch,
+                json!({"metadata": {"finalizers": ["other", F], "resourceVersion": "5"}})
+            );
+            let mut patch = json!({});
+            state(&[F], true).enact(Action::Keep, &object(&[F], true), &mut patch, F, &logger);
+            assert_eq!(patch, json!({}));
+        }
     }
 }

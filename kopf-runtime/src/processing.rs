@@ -13,7 +13,9 @@
 //!   are done. Objects no handler matches are never touched.
 //! - On deletion, the finalizer is released once the change handlers are
 //!   done and the tasks of finalizer-keeping daemons and timers have
-//!   stopped; tasks of `no_finalizers` handlers are stopped, never waited for.
+//!   stopped; tasks of `no_finalizers` handlers are stopped, never waited
+//!   for. When to add, keep and release the finalizer is
+//!   [`finalizers::Lifecycle`]'s to say.
 //! - A patch that finds its object gone ends the processing quietly.
 //! - A patch that settles the object (it records the handled change and
 //!   nothing else, and nothing is left to do) is conditional on the handled
@@ -31,7 +33,7 @@ use smallvec::SmallVec;
 use crate::causes::{self, CauseInput, ChangeCause};
 use crate::diffbase::DiffBaseStorage;
 use crate::echoes::Echoes;
-use crate::finalizers;
+use crate::finalizers::{self, Action, Lifecycle};
 use crate::handlers::{Handler, HandlerKind};
 use crate::handling::{self, CauseContext};
 use crate::kwargs::{Diff, EventType, Kwargs, Level, LogSink, Logger, Memo, Reason};
@@ -485,22 +487,22 @@ impl ResourceProcessor {
         };
         let any_spawning = spawning.iter().any(|m| *m);
         let finalizer = self.settings.persistence.finalizer.as_str();
-        let requires_finalizer = changing.iter().any(|h| h.requires_finalizer)
-            || self
-                .tasks
+        let lifecycle = Lifecycle::of(body, finalizer);
+        let deleting = lifecycle.deleting();
+        let serving = changing.iter().copied().chain(
+            self.tasks
                 .iter()
                 .zip(&spawning)
-                .any(|(t, m)| *m && t.handler().requires_finalizer);
-        let deleting = finalizers::is_deletion_ongoing(body);
-        let blocked = finalizers::is_deletion_blocked(body, finalizer);
-        if !deleting && !blocked && requires_finalizer {
-            logger.debug("Adding the finalizer, thus preventing the actual deletion.");
-            finalizers::merge_patch(body, patch, finalizer, true);
-            return handling;
-        }
-        if !deleting && blocked && !requires_finalizer {
-            logger.debug("Removing the finalizer, as there are no handlers requiring it.");
-            finalizers::merge_patch(body, patch, finalizer, false);
+                .filter(|(_, m)| **m)
+                .map(|(t, _)| t.handler()),
+        );
+        match lifecycle.on_apply(serving) {
+            Some(action @ Action::Add) => {
+                lifecycle.enact(action, body, patch, finalizer, logger);
+                return handling;
+            }
+            Some(action) => lifecycle.enact(action, body, patch, finalizer, logger),
+            None => {}
         }
 
         // Daemons and timers start before the change handlers and stop after them.
@@ -538,16 +540,15 @@ impl ResourceProcessor {
             handling.settled = stored;
             delay = min_delay(delay, outcome.delay);
         }
-        if deleting && blocked {
-            if tasks_running {
+        match lifecycle.on_cleanup(deletion_done, tasks_running) {
+            Some(Action::Keep) if tasks_running => {
                 logger.debug(
                     "Waiting for the daemons and timers to stop before releasing the object.",
                 );
                 delay = min_delay(delay, Some(TASK_RESPAWN_CHECK));
-            } else if deletion_done {
-                logger.debug("Removing the finalizer, thus allowing the actual deletion.");
-                finalizers::merge_patch(body, patch, finalizer, false);
             }
+            Some(action) => lifecycle.enact(action, body, patch, finalizer, logger),
+            None => {}
         }
         handling.settled &= delay.is_none() && !deleting;
         handling.delay = delay;
