@@ -13,9 +13,9 @@
 //!   are done. Objects no handler matches are never touched.
 //! - On deletion, the finalizer is released once the change handlers are
 //!   done and the tasks of finalizer-keeping daemons and timers have
-//!   stopped; tasks of `no_finalizers` handlers are stopped, never waited
-//!   for. When to add, keep and release the finalizer is
-//!   [`finalizers::Lifecycle`]'s to say.
+//!   stopped (awaited within their stop limits, not polled); tasks of
+//!   `no_finalizers` handlers are stopped, never waited for. When to add,
+//!   keep and release the finalizer is [`finalizers::Lifecycle`]'s to say.
 //! - A patch that finds its object gone ends the processing quietly.
 //! - A patch that settles the object (it records the handled change and
 //!   nothing else, and nothing is left to do) is conditional on the handled
@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use smallvec::SmallVec;
+use tokio_util::sync::CancellationToken;
 
 use crate::causes::{self, CauseInput, ChangeCause};
 use crate::diffbase::DiffBaseStorage;
@@ -125,6 +126,8 @@ pub struct ResourceProcessor {
     /// when only change handlers serve the resource (event handlers see
     /// every event, daemons and timers every body).
     echoes: Option<Echoes>,
+    /// Cancelled when the operator exits: nothing waits for tasks then.
+    exiting: CancellationToken,
 }
 
 /// What handling an object came to.
@@ -198,7 +201,16 @@ impl ResourceProcessor {
             tasks,
             spawner,
             echoes,
+            exiting: CancellationToken::new(),
         }
+    }
+
+    /// Cuts a deletion's wait for its tasks short once `exiting` is
+    /// cancelled (the operator's exit), so that the queue drains promptly.
+    #[must_use]
+    pub fn exiting_on(mut self, exiting: CancellationToken) -> Self {
+        self.exiting = exiting;
+        self
     }
 
     /// The operator's own patches the processor expects back with nothing
@@ -282,14 +294,7 @@ impl ResourceProcessor {
             // may exceed the settings' defaults. The spawner bounds the wait
             // (a task that will not stop is abandoned by then); the timeout
             // is a safety net only, past the longest stop of any task.
-            let limit = self
-                .tasks
-                .iter()
-                .map(|spec| self.spawner.stop_limit(spec))
-                .max()
-                .unwrap_or_default()
-                .saturating_add(STOP_LIMIT_MARGIN);
-            let _ = tokio::time::timeout(limit, self.spawner.wait_stopped(uid)).await;
+            let _ = tokio::time::timeout(self.stop_limit(), self.spawner.wait_stopped(uid)).await;
         }
     }
 
@@ -511,12 +516,7 @@ impl ResourceProcessor {
         if !self.tasks.is_empty() && (any_spawning || !self.spawner.running(uid).is_empty()) {
             if deleting {
                 self.spawner.stop_object(uid, StopReason::DeletionRequested);
-                // Only the tasks of handlers that keep the finalizer hold the
-                // object; the others are stopped but never waited for.
-                let running = self.spawner.running(uid);
-                tasks_running = self.tasks.iter().any(|t| {
-                    t.handler().requires_finalizer && running.iter().any(|id| id == t.id())
-                });
+                tasks_running = self.spawner.is_running(uid, |id| self.holds_finalizer(id));
             } else {
                 for (spec, matches) in self.tasks.iter().zip(&spawning) {
                     if !*matches {
@@ -540,11 +540,15 @@ impl ResourceProcessor {
             handling.settled = stored;
             delay = min_delay(delay, outcome.delay);
         }
+        if deleting && deletion_done && tasks_running {
+            logger.debug("Waiting for the daemons and timers to stop before releasing the object.");
+            // Boxed: only a deletion waits, and every processing's future
+            // stays as small as the common path needs.
+            tasks_running = !Box::pin(self.tasks_stopped(uid)).await;
+        }
         match lifecycle.on_cleanup(deletion_done, tasks_running) {
+            // Only if the wait was cut short: the operator is stopping.
             Some(Action::Keep) if tasks_running => {
-                logger.debug(
-                    "Waiting for the daemons and timers to stop before releasing the object.",
-                );
                 delay = min_delay(delay, Some(TASK_RESPAWN_CHECK));
             }
             Some(action) => lifecycle.enact(action, body, patch, finalizer, logger),
@@ -553,6 +557,39 @@ impl ResourceProcessor {
         handling.settled &= delay.is_none() && !deleting;
         handling.delay = delay;
         handling
+    }
+
+    /// Whether the handler `id` is a daemon or timer whose tasks hold its
+    /// object's finalizer: a deletion waits for them, and only for them
+    /// (`no_finalizers` tasks are stopped, never waited for).
+    fn holds_finalizer(&self, id: &str) -> bool {
+        self.tasks
+            .iter()
+            .any(|t| t.id() == id && t.handler().requires_finalizer)
+    }
+
+    /// Waits until the object's tasks that hold its finalizer have ended
+    /// (they were asked to stop); returns whether they have. The spawner
+    /// ends or abandons each within its stop limit, which bounds the wait;
+    /// the operator's exit cuts it short.
+    async fn tasks_stopped(&self, uid: &str) -> bool {
+        let wait = self
+            .spawner
+            .wait_stopped_of(uid, |id| self.holds_finalizer(id));
+        tokio::select! {
+            stopped = tokio::time::timeout(self.stop_limit(), wait) => stopped.is_ok(),
+            () = self.exiting.cancelled() => false,
+        }
+    }
+
+    /// Longer than any of the resource's tasks can take to stop.
+    fn stop_limit(&self) -> Duration {
+        self.tasks
+            .iter()
+            .map(|spec| self.spawner.stop_limit(spec))
+            .max()
+            .unwrap_or_default()
+            .saturating_add(STOP_LIMIT_MARGIN)
     }
 
     /// The change handlers (the object's cause); returns whether the cause is
@@ -755,7 +792,8 @@ fn stop_reason(how: DeletedBy) -> StopReason {
 /// identity is kept for reports about them.
 const STOP_LIMIT_MARGIN: Duration = Duration::from_secs(1);
 
-/// How often an object with tasks still stopping is looked at again.
+/// When an object whose tasks are still stopping is looked at again (to
+/// spawn them afresh, or, at the operator's exit, to release it).
 const TASK_RESPAWN_CHECK: Duration = Duration::from_millis(500);
 
 /// A cause that needs no more steps.
@@ -1044,5 +1082,75 @@ mod tests {
             "ns/a"
         );
         assert_eq!(object_name(&json!({"metadata": {"name": "a"}})), "a");
+    }
+
+    const FINALIZER: &str = "kopf.zalando.org/KopfFinalizerMarker";
+
+    /// A daemon that takes `lingers` to exit once asked to stop.
+    fn daemon(registry: RegistryBuilder, id: &str, lingers: Duration) -> RegistryBuilder {
+        registry.daemon(examples(), id, move |kw: Kwargs| async move {
+            if let Some(stopped) = kw.stopped {
+                stopped.cancelled().await;
+            }
+            tokio::time::sleep(lingers).await;
+        })
+    }
+
+    /// Processes `u1` with the finalizer as it runs, then as it is deleted;
+    /// returns how long the deletion took, its outcome, and the last patch.
+    async fn delete(
+        processor: &ResourceProcessor,
+        log: &Mutex<Vec<Recorded>>,
+    ) -> (Duration, Processed, Value) {
+        let mut body = example("ns", "a", "u1", "1");
+        body["metadata"]["finalizers"] = json!([FINALIZER]);
+        processor
+            .process("u1".into(), upserted(body.clone(), Seen::New))
+            .await;
+        assert!(
+            !processor.spawner.running("u1").is_empty(),
+            "its daemon runs"
+        );
+        body["metadata"]["resourceVersion"] = json!("2");
+        body["metadata"]["deletionTimestamp"] = json!("2020-01-01T00:00:00Z");
+        let started = tokio::time::Instant::now();
+        let processed = processor
+            .process("u1".into(), upserted(body, Seen::Changed))
+            .await;
+        let last = patches(log).pop().expect("a patch");
+        (started.elapsed(), processed, last)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deletion_awaits_the_end_of_its_finalizer_keeping_tasks_then_releases() {
+        let registry = daemon(Registry::builder(), "slow", Duration::from_secs(3));
+        let (processor, log) = processor(registry, |_| {
+            Reply::Json(200, example("ns", "a", "u1", "3"))
+        });
+        let (took, processed, patch) = delete(&processor, &log).await;
+        assert_eq!(
+            took,
+            Duration::from_secs(3),
+            "released the moment the daemon ended"
+        );
+        assert_eq!(processed.retry_after, None, "nothing to come back for");
+        assert_eq!(patch["metadata"]["finalizers"], Value::Null, "{patch}");
+        assert!(processor.spawner.running("u1").is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deletion_never_waits_for_tasks_without_finalizers() {
+        let registry = daemon(Registry::builder(), "slow", Duration::from_secs(3))
+            .no_finalizers()
+            .on_delete(examples(), "gone", |_kw: Kwargs| async {
+                Ok::<_, Error>(())
+            });
+        let (processor, log) = processor(registry, |_| {
+            Reply::Json(200, example("ns", "a", "u1", "3"))
+        });
+        let (took, _, patch) = delete(&processor, &log).await;
+        assert_eq!(took, Duration::ZERO, "released at once");
+        assert_eq!(patch["metadata"]["finalizers"], Value::Null, "{patch}");
+        assert_eq!(processor.spawner.running("u1"), ["slow"], "still stopping");
     }
 }

@@ -807,21 +807,33 @@ impl Spawner {
     /// Wait until the object has no live tasks (all ended or abandoned).
     /// Use [`Spawner::stop_object`] first; this does not stop anything.
     pub async fn wait_stopped(&self, uid: &str) {
+        self.wait_stopped_of(uid, |_| true).await;
+    }
+
+    /// Wait until no live task of the object runs a handler that `of`
+    /// selects (by id); the others may go on. Use [`Spawner::stop_object`]
+    /// first; this does not stop anything.
+    pub async fn wait_stopped_of(&self, uid: &str, of: impl Fn(&str) -> bool) {
         loop {
             let settled = self.inner.settled.notified();
             let mut settled = std::pin::pin!(settled);
             settled.as_mut().enable();
-            let live = self
-                .inner
-                .lock()
-                .objects
-                .get(uid)
-                .is_some_and(|slot| !slot.tasks.is_empty());
-            if !live {
+            if !self.is_running(uid, &of) {
                 return;
             }
             settled.await;
         }
+    }
+
+    /// Whether the object has a live task (running or being stopped) of a
+    /// handler that `of` selects (by id).
+    #[must_use]
+    pub fn is_running(&self, uid: &str, of: impl Fn(&str) -> bool) -> bool {
+        self.inner
+            .lock()
+            .objects
+            .get(uid)
+            .is_some_and(|slot| slot.tasks.keys().any(|id| of(id)))
     }
 
     /// How many tasks are live (running or being stopped).
