@@ -68,6 +68,5 @@ pub use observing::{AbandonedReport, Observer, OutcomeReport, SpawnEvent};
 pub use registry::{Ensured, ShutdownError, Spawner, SpawnerSettings};
 pub use stopping::{StopFlag, StopReason};
 pub use task::{
-    BlockingError, TaskContext, TaskFn, TaskKind, TaskOutcome, TaskSpec, TimerSchedule, Verdict,
-    task_fn,
+    BlockingError, TaskContext, TaskFn, TaskKind, TaskOutcome, TaskSpec, Verdict, task_fn,
 };

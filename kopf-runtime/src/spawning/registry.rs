@@ -22,7 +22,7 @@ use super::counters::Counters;
 use super::observing::{AbandonedReport, Observer};
 use super::runner::Run;
 use super::stopping::{StopFlag, StopReason};
-use super::task::{TaskKind, TaskSpec, TimerSchedule};
+use super::task::{TaskKind, TaskSpec};
 use super::{daemons, timers};
 
 /// Limits that replace Kopf's "wait forever" when a handler sets neither
@@ -541,16 +541,13 @@ impl Spawner {
             finished_for_good: AtomicBool::new(false),
             local: OnceLock::new(),
         });
-        let kind = spec.kind();
         let run = Run {
             spec: Arc::clone(spec),
             flag,
-            changes: match kind {
-                TaskKind::Timer(TimerSchedule { idle: Some(_), .. }) => {
-                    Some(slot.changed.subscribe())
-                }
-                _ => None,
-            },
+            changes: spec
+                .timer_options()
+                .and_then(|timer| timer.idle)
+                .map(|_| slot.changed.subscribe()),
             body: slot.body.subscribe(),
             observer: Arc::clone(&inner.observer),
             liveness: Arc::new(Liveness {
@@ -562,11 +559,9 @@ impl Spawner {
         };
         // Spawned under the lock: if the task ends at once on another worker,
         // its settling waits for the lock and finds its entry.
-        let join = match kind {
+        let join = match spec.kind() {
             TaskKind::Daemon => inner.tracker.spawn_on(daemons::run(run), &inner.handle),
-            TaskKind::Timer(schedule) => inner
-                .tracker
-                .spawn_on(timers::run(run, schedule), &inner.handle),
+            TaskKind::Timer => inner.tracker.spawn_on(timers::run(run), &inner.handle),
         };
         tracing::debug!(uid = %shared.uid, handler = %spec.id, "task spawned");
         slot.tasks.insert(

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use super::registry::Liveness;
 use super::stopping::StopFlag;
-use crate::handlers::{Handler, KindOptions};
+use crate::handlers::{Handler, KindOptions, TimerOptions};
 
 /// The handler call of a daemon or timer.
 pub type TaskFn = Arc<dyn Fn(TaskContext) -> BoxFuture<'static, TaskOutcome> + Send + Sync>;
@@ -88,21 +88,9 @@ pub enum Verdict {
 pub enum TaskKind {
     /// A daemon: the handler runs once (with retries) for as long as it wants.
     Daemon,
-    /// A timer: the handler is called on a schedule.
-    Timer(TimerSchedule),
-}
-
-/// When a timer ticks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TimerSchedule {
-    /// Time between ticks (Kopf's `interval`).
-    pub interval: Duration,
-    /// Align ticks to multiples of `interval` from the task's start, skipping
-    /// those missed while the handler ran (Kopf's `sharp`). Otherwise the
-    /// interval counts from the end of the previous run.
-    pub sharp: bool,
-    /// Tick only once the object has not changed for this long (Kopf's `idle`).
-    pub idle: Option<Duration>,
+    /// A timer: the handler is called on the schedule of its
+    /// [`TimerOptions`].
+    Timer,
 }
 
 /// A daemon or timer handler and its call, shared by all objects it serves
@@ -146,16 +134,20 @@ impl TaskSpec {
         &self.handler
     }
 
-    /// Daemon or timer (with its schedule).
+    /// Daemon or timer.
     #[must_use]
     pub fn kind(&self) -> TaskKind {
+        match self.timer_options() {
+            Some(_) => TaskKind::Timer,
+            None => TaskKind::Daemon,
+        }
+    }
+
+    /// A timer's schedule: `interval`, `sharp`, `idle`.
+    pub(crate) fn timer_options(&self) -> Option<&TimerOptions> {
         match &self.handler.kind_options {
-            KindOptions::Timer(timer) => TaskKind::Timer(TimerSchedule {
-                interval: timer.interval.unwrap_or(Duration::ZERO),
-                sharp: timer.sharp,
-                idle: timer.idle,
-            }),
-            _ => TaskKind::Daemon,
+            KindOptions::Timer(timer) => Some(timer),
+            _ => None,
         }
     }
 
@@ -379,20 +371,21 @@ mod tests {
     }
 
     #[test]
-    fn sharp_and_idle_apply_to_timers_only() {
-        let spec = TaskSpec::daemon("d", noop())
-            .sharp(true)
-            .idle(Duration::from_secs(1));
+    fn a_timers_schedule_is_its_handlers_options() {
+        let spec = TaskSpec::daemon("d", noop());
         assert_eq!(spec.kind(), TaskKind::Daemon);
+        assert!(spec.timer_options().is_none());
         let spec = TaskSpec::timer("t", Duration::from_secs(1), noop())
             .sharp(true)
             .idle(Duration::from_secs(3));
+        assert_eq!(spec.kind(), TaskKind::Timer);
         assert_eq!(
-            spec.kind(),
-            TaskKind::Timer(TimerSchedule {
-                interval: Duration::from_secs(1),
+            spec.timer_options(),
+            Some(&TimerOptions {
+                interval: Some(Duration::from_secs(1)),
+                initial_delay: None,
                 sharp: true,
-                idle: Some(Duration::from_secs(3))
+                idle: Some(Duration::from_secs(3)),
             })
         );
     }

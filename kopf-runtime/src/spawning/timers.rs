@@ -20,6 +20,7 @@
 //! [`Spawner::touched`]: super::Spawner::touched
 
 use std::pin::pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -27,11 +28,16 @@ use tokio::time::Instant;
 
 use super::runner::Run;
 use super::stopping::{StopFlag, deadline_after};
-use super::task::{TimerSchedule, Verdict};
+use super::task::Verdict;
 
 /// Run a timer until it is stopped.
-pub(crate) async fn run(mut run: Run, schedule: TimerSchedule) {
-    if let Some(delay) = run.spec.start_delay()
+pub(crate) async fn run(mut run: Run) {
+    let spec = Arc::clone(&run.spec);
+    let Some(schedule) = spec.timer_options() else {
+        return;
+    };
+    let interval = schedule.interval.unwrap_or_default();
+    if let Some(delay) = spec.start_delay()
         && Box::pin(run.flag.wait(delay)).await
     {
         return;
@@ -78,9 +84,9 @@ pub(crate) async fn run(mut run: Run, schedule: TimerSchedule) {
                 retry = 0;
                 started = None;
                 tick = if schedule.sharp {
-                    next_sharp_tick(anchor, schedule.interval, tick.max(anchor), now)
+                    next_sharp_tick(anchor, interval, tick.max(anchor), now)
                 } else {
-                    deadline_after(now, schedule.interval)
+                    deadline_after(now, interval)
                 };
             }
         }
