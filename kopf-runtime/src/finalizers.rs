@@ -1,38 +1,32 @@
-//! The finalizer lifecycle: when the operator's finalizer is added to an
-//! object, kept on it, and released, as a small state machine
-//! ([`Lifecycle`]), and the merge patch that makes each change.
-//!
-//! The processor asks, it does not decide: before the handlers run,
-//! [`Lifecycle::on_apply`] says whether the object needs the finalizer
-//! added (a matching handler needs it) or released (none does any more);
-//! once a deletion's handlers have run, [`Lifecycle::on_cleanup`] says
-//! whether the finalizer is kept (handlers or finalizer-keeping daemons and
-//! timers are not done) or released.
+//! The finalizer lifecycle, as a small state machine ([`Lifecycle`]) that
+//! the processor asks and that decides: before the handlers run, whether
+//! the finalizer is added (a matching handler needs it) or released (none
+//! does any more); once a deletion's handlers have run, whether it is kept
+//! (handlers, or tasks of finalizer-keeping daemons and timers, are not
+//! done) or released. Also the merge patch of each change.
 //!
 //! # Guarantees
-//! - The finalizer is added only when a matching handler needs it
-//!   ([`Handler::requires_finalizer`]): `on_delete` handlers that are not
-//!   optional, and daemons and timers without `no_finalizers`.
-//! - An object in deletion never gets the finalizer; one in deletion
-//!   without it (others' finalizers only) is left alone.
-//! - The finalizer that Kopf versions before 1.0 wrote
-//!   ([`LEGACY_FINALIZER`]) counts as the operator's, as in Kopf, and is
-//!   removed along with it.
-//! - A merge patch replaces a list whole, so the patch also carries the
-//!   object's `resourceVersion`: if anyone changed the object (its
-//!   finalizers included) meanwhile, the server answers `409 Conflict` and
-//!   the caller rebuilds the patch from the newer body. Others' finalizers
-//!   are never clobbered, and the finalizer change goes out in the same
-//!   request as the rest of a processing step.
+//! - Only objects that a matching handler needs it on get the finalizer
+//!   ([`Handler::requires_finalizer`]), and never during their deletion; an
+//!   object in deletion without it (others' finalizers only) is left alone.
+//! - Kopf's pre-1.0 marker ([`LEGACY_FINALIZER`]) counts as the finalizer,
+//!   as in Kopf, and goes with it.
+//! - The patch carries the object's `resourceVersion` (a merge patch
+//!   replaces the list whole): if anyone changed the object meanwhile, the
+//!   server answers `409 Conflict` and the caller rebuilds the patch from
+//!   the newer body. Others' finalizers are never clobbered.
 //!
 //! ```
-//! use kopf_runtime::finalizers::{is_deletion_blocked, merge_patch};
+//! use kopf_runtime::finalizers::{Action, Lifecycle};
 //! use serde_json::json;
 //!
-//! let body = json!({"metadata": {"resourceVersion": "7", "finalizers": ["other", "mine"]}});
-//! assert!(is_deletion_blocked(&body, "mine"));
+//! let body = json!({"metadata": {"resourceVersion": "7", "finalizers": ["other", "mine"],
+//!                                "deletionTimestamp": "2020-01-01T00:00:00Z"}});
+//! let lifecycle = Lifecycle::of(&body, "mine");
+//! assert_eq!(lifecycle.on_cleanup(false, false), Some(Action::Keep));
+//! assert_eq!(lifecycle.on_cleanup(true, false), Some(Action::Release));
 //! let mut patch = json!({});
-//! merge_patch(&body, &mut patch, "mine", false);
+//! kopf_runtime::finalizers::merge_patch(&body, &mut patch, "mine", false);
 //! assert_eq!(patch, json!({"metadata": {"finalizers": ["other"], "resourceVersion": "7"}}));
 //! ```
 
@@ -63,10 +57,8 @@ pub fn is_deletion_blocked(body: &Value, finalizer: &str) -> bool {
     finalizers(body).any(|f| f == finalizer || f == LEGACY_FINALIZER)
 }
 
-/// Adds or removes `finalizer` in a merge patch. Finalizers are a list, which
-/// a merge patch replaces whole, so the patch carries the object's
-/// `resourceVersion`: if someone else changed the list meanwhile, the server
-/// answers 409 and the object is processed again from its newer body.
+/// Adds or removes `finalizer` (and the legacy marker) in a merge patch,
+/// conditional on the object's `resourceVersion`.
 pub fn merge_patch(body: &Value, patch: &mut Value, finalizer: &str, present: bool) {
     let mut list: Vec<Value> = resolve_field(body, &["metadata", "finalizers"])
         .and_then(Value::as_array)
@@ -102,17 +94,20 @@ pub enum Action {
 
 /// Where an object stands with the operator's finalizer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lifecycle {
+pub struct Lifecycle<'a> {
+    /// The operator's finalizer.
+    finalizer: &'a str,
     /// `metadata.deletionTimestamp` is set.
     deleting: bool,
     /// The operator's finalizer (or the legacy marker) is on the object.
     held: bool,
 }
 
-impl Lifecycle {
+impl<'a> Lifecycle<'a> {
     /// The state of `body` with respect to `finalizer`.
-    pub fn of(body: &Value, finalizer: &str) -> Self {
+    pub fn of(body: &Value, finalizer: &'a str) -> Self {
         Self {
+            finalizer,
             deleting: is_deletion_ongoing(body),
             held: is_deletion_blocked(body, finalizer),
         }
@@ -127,7 +122,7 @@ impl Lifecycle {
     /// [`Action::Add`] if one needs the finalizer and it is missing,
     /// [`Action::Release`] if it is there and none needs it any more.
     /// Nothing during a deletion (see [`on_cleanup`](Self::on_cleanup)).
-    pub fn on_apply<'a>(self, serving: impl IntoIterator<Item = &'a Handler>) -> Option<Action> {
+    pub fn on_apply<'h>(self, serving: impl IntoIterator<Item = &'h Handler>) -> Option<Action> {
         if self.deleting {
             return None;
         }
@@ -156,14 +151,7 @@ impl Lifecycle {
 
     /// Writes an [`Action::Add`] or [`Action::Release`] into `patch` (built
     /// against `body`), and says why in the object's log.
-    pub fn enact(
-        self,
-        action: Action,
-        body: &Value,
-        patch: &mut Value,
-        finalizer: &str,
-        logger: &Logger,
-    ) {
+    pub fn enact(self, action: Action, body: &Value, patch: &mut Value, logger: &Logger) {
         let message = match (action, self.deleting) {
             (Action::Keep, _) => return,
             (Action::Add, _) => "Adding the finalizer, thus preventing the actual deletion.",
@@ -173,7 +161,7 @@ impl Lifecycle {
             (Action::Release, true) => "Removing the finalizer, thus allowing the actual deletion.",
         };
         logger.debug(message);
-        merge_patch(body, patch, finalizer, action == Action::Add);
+        merge_patch(body, patch, self.finalizer, action == Action::Add);
     }
 }
 
@@ -244,7 +232,7 @@ mod tests {
             body
         }
 
-        fn state(finalizers: &[&str], deleting: bool) -> Lifecycle {
+        fn state(finalizers: &[&str], deleting: bool) -> Lifecycle<'static> {
             Lifecycle::of(&object(finalizers, deleting), F)
         }
 
@@ -343,7 +331,7 @@ mod tests {
             let body = object(&["other", LEGACY_FINALIZER, F], true);
             let mut patch = json!({});
             let logger = Logger::new("ns/a");
-            Lifecycle::of(&body, F).enact(Action::Release, &body, &mut patch, F, &logger);
+            Lifecycle::of(&body, F).enact(Action::Release, &body, &mut patch, &logger);
             assert_eq!(
                 patch,
                 json!({"metadata": {"finalizers": ["other"], "resourceVersion": "5"}})
@@ -355,13 +343,13 @@ mod tests {
             let logger = Logger::new("ns/a");
             let body = object(&["other"], false);
             let mut patch = json!({});
-            state(&["other"], false).enact(Action::Add, &body, &mut patch, F, &logger);
+            state(&["other"], false).enact(Action::Add, &body, &mut patch, &logger);
             assert_eq!(
                 patch,
                 json!({"metadata": {"finalizers": ["other", F], "resourceVersion": "5"}})
             );
             let mut patch = json!({});
-            state(&[F], true).enact(Action::Keep, &object(&[F], true), &mut patch, F, &logger);
+            state(&[F], true).enact(Action::Keep, &object(&[F], true), &mut patch, &logger);
             assert_eq!(patch, json!({}));
         }
     }

@@ -503,10 +503,10 @@ impl ResourceProcessor {
         );
         match lifecycle.on_apply(serving) {
             Some(action @ Action::Add) => {
-                lifecycle.enact(action, body, patch, finalizer, logger);
+                lifecycle.enact(action, body, patch, logger);
                 return handling;
             }
-            Some(action) => lifecycle.enact(action, body, patch, finalizer, logger),
+            Some(action) => lifecycle.enact(action, body, patch, logger),
             None => {}
         }
 
@@ -551,7 +551,7 @@ impl ResourceProcessor {
             Some(Action::Keep) if tasks_running => {
                 delay = min_delay(delay, Some(TASK_RESPAWN_CHECK));
             }
-            Some(action) => lifecycle.enact(action, body, patch, finalizer, logger),
+            Some(action) => lifecycle.enact(action, body, patch, logger),
             None => {}
         }
         handling.settled &= delay.is_none() && !deleting;
