@@ -12,7 +12,7 @@
 //! - on `DELETED`, on a re-list that misses the object, or on a
 //!   `deletionTimestamp`: [`Spawner::stop_object`] with the matching
 //!   [`StopReason`], then (for finalizer-holding handlers)
-//!   [`Spawner::wait_stopped`];
+//!   [`Spawner::wait_stopped_of`];
 //! - on exit: [`Spawner::shutdown`].
 //!
 //! Outcomes of every call (for status patches) and abandoned tasks (for
