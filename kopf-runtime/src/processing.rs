@@ -513,7 +513,7 @@ impl ResourceProcessor {
         // Daemons and timers start before the change handlers and stop after them.
         let mut delay = None;
         let mut tasks_running = false;
-        if !self.tasks.is_empty() && (any_spawning || !self.spawner.running(uid).is_empty()) {
+        if !self.tasks.is_empty() && (any_spawning || self.spawner.is_running(uid, |_| true)) {
             if deleting {
                 self.spawner.stop_object(uid, StopReason::DeletionRequested);
                 tasks_running = self.spawner.is_running(uid, |id| self.holds_finalizer(id));
