@@ -353,17 +353,15 @@ impl ServeResource {
             return;
         };
         let poster = self.poster.clone();
-        let processor = Arc::new(
-            ResourceProcessor::new(
-                target.clone(),
-                self.handlers,
-                Arc::clone(&self.settings),
-                self.client.clone(),
-                self.poster,
-                self.spawner,
-            )
-            .exiting_on(watching.clone()),
-        );
+        let processor = Arc::new(ResourceProcessor::new(
+            target.clone(),
+            self.handlers,
+            Arc::clone(&self.settings),
+            self.client.clone(),
+            self.poster,
+            self.spawner,
+            watching.clone(),
+        ));
         let stopper = Arc::clone(&processor);
         let reporter = poster.clone();
         // Handlers post Events with `kopf_runtime::posting::{info, warn, …}`

@@ -47,8 +47,8 @@ use crate::posting::{EventPoster, ObjectReference};
 use crate::progress::ProgressStorage;
 use crate::queueing::{Processed, Versioned};
 use crate::settings::OperatorSettings;
-use crate::spawned::{self, TaskEnvironment};
-use crate::spawning::{Ensured, Spawner, StopReason, TaskSpec};
+use crate::spawned::{self, ResourceTasks, TaskEnvironment};
+use crate::spawning::Spawner;
 use crate::watching::{DeletedBy, ObjectEvent, Seen};
 
 /// How long to wait before processing an object again after its patch was
@@ -120,14 +120,11 @@ pub struct ResourceProcessor {
     poster: Option<EventPoster>,
     client: kube::Client,
     memories: Memories,
-    tasks: Vec<Arc<TaskSpec>>,
-    spawner: Arc<Spawner>,
+    tasks: ResourceTasks,
     /// The operator's own patches that come back with nothing new; kept
     /// when only change handlers serve the resource (event handlers see
     /// every event, daemons and timers every body).
     echoes: Option<Echoes>,
-    /// Cancelled when the operator exits: nothing waits for tasks then.
-    exiting: CancellationToken,
 }
 
 /// What handling an object came to.
@@ -162,7 +159,8 @@ impl std::fmt::Debug for ResourceProcessor {
 
 impl ResourceProcessor {
     /// A processor for the objects of `target`; its daemons and timers run
-    /// in `spawner`.
+    /// in `spawner`, and a deletion stops waiting for them once `exiting`
+    /// (the operator's exit) is cancelled.
     pub fn new(
         target: ResourceTarget,
         handlers: ResourceHandlers,
@@ -170,6 +168,7 @@ impl ResourceProcessor {
         client: kube::Client,
         poster: Option<EventPoster>,
         spawner: Arc<Spawner>,
+        exiting: CancellationToken,
     ) -> Self {
         let patcher = Patcher::new(client.clone(), &settings.networking);
         let memories = Memories::default();
@@ -180,11 +179,7 @@ impl ResourceProcessor {
             poster: poster.clone(),
             memories: memories.clone(),
         };
-        let tasks = handlers
-            .spawning
-            .iter()
-            .map(|handler| spawned::task_spec(handler, &env))
-            .collect::<Vec<_>>();
+        let tasks = ResourceTasks::new(&handlers.spawning, &env, spawner, exiting);
         let echoes =
             (handlers.watching.is_empty() && tasks.is_empty() && !handlers.changing.is_empty())
                 .then(Echoes::default);
@@ -199,18 +194,8 @@ impl ResourceProcessor {
             client,
             memories,
             tasks,
-            spawner,
             echoes,
-            exiting: CancellationToken::new(),
         }
-    }
-
-    /// Cuts a deletion's wait for its tasks short once `exiting` is
-    /// cancelled (the operator's exit), so that the queue drains promptly.
-    #[must_use]
-    pub fn exiting_on(mut self, exiting: CancellationToken) -> Self {
-        self.exiting = exiting;
-        self
     }
 
     /// The operator's own patches the processor expects back with nothing
@@ -254,12 +239,8 @@ impl ResourceProcessor {
     /// or behind a burst of other objects); [`process`](Self::process) of the
     /// deletion then only forgets the object.
     pub fn stop_tasks(&self, uid: &str, how: DeletedBy) {
-        if self.tasks.is_empty() {
-            return;
-        }
-        let reason = stop_reason(how);
-        if self.spawner.stop_object(uid, reason) > 0 {
-            tracing::debug!(%uid, reason = reason.as_str(), "stopping the object's daemons and timers");
+        if !self.tasks.is_empty() {
+            self.tasks.stop_gone(uid, how);
         }
     }
 
@@ -272,7 +253,7 @@ impl ResourceProcessor {
         if !self.tasks.is_empty() {
             // Its tasks were stopped when the deletion was seen
             // (`stop_tasks`); what is left is to forget the object.
-            self.spawner.forget(uid);
+            self.tasks.forget(uid);
         }
         self.run_event_handlers(
             Some(EventType::Deleted),
@@ -288,13 +269,7 @@ impl ResourceProcessor {
             }
         }
         if !self.tasks.is_empty() {
-            // Keep the object's identity for reports until its tasks end:
-            // an abandoned task is reported (as an Event on the object) only
-            // after its own graceful period and cancellation timeout, which
-            // may exceed the settings' defaults. The spawner bounds the wait
-            // (a task that will not stop is abandoned by then); the timeout
-            // is a safety net only, past the longest stop of any task.
-            let _ = tokio::time::timeout(self.stop_limit(), self.spawner.wait_stopped(uid)).await;
+            self.tasks.wait_forgotten(uid).await;
         }
     }
 
@@ -486,8 +461,7 @@ impl ResourceProcessor {
                 .iter()
                 .filter(|h| matches(h))
                 .collect();
-            let spawning: SmallVec<[bool; 8]> =
-                self.tasks.iter().map(|t| matches(t.handler())).collect();
+            let spawning: SmallVec<[bool; 8]> = self.tasks.handlers().map(matches).collect();
             (changing, spawning)
         };
         let any_spawning = spawning.iter().any(|m| *m);
@@ -496,10 +470,9 @@ impl ResourceProcessor {
         let deleting = lifecycle.deleting();
         let serving = changing.iter().copied().chain(
             self.tasks
-                .iter()
+                .handlers()
                 .zip(&spawning)
-                .filter(|(_, m)| **m)
-                .map(|(t, _)| t.handler()),
+                .filter_map(|(h, m)| m.then_some(h)),
         );
         match lifecycle.on_apply(serving) {
             Some(action @ Action::Add) => {
@@ -513,19 +486,11 @@ impl ResourceProcessor {
         // Daemons and timers start before the change handlers and stop after them.
         let mut delay = None;
         let mut tasks_running = false;
-        if !self.tasks.is_empty() && (any_spawning || self.spawner.is_running(uid, |_| true)) {
+        if !self.tasks.is_empty() && (any_spawning || self.tasks.any_running(uid)) {
             if deleting {
-                self.spawner.stop_object(uid, StopReason::DeletionRequested);
-                tasks_running = self.spawner.is_running(uid, |id| self.holds_finalizer(id));
+                tasks_running = self.tasks.stop_for_deletion(uid);
             } else {
-                for (spec, matches) in self.tasks.iter().zip(&spawning) {
-                    if !*matches {
-                        self.spawner
-                            .stop(uid, spec.id(), StopReason::FilterMismatch);
-                    } else if self.spawner.ensure(uid, spec, body) == Ensured::Stopping {
-                        delay = Some(TASK_RESPAWN_CHECK);
-                    }
-                }
+                delay = self.tasks.serve(uid, body, &spawning);
             }
         }
 
@@ -544,12 +509,12 @@ impl ResourceProcessor {
             logger.debug("Waiting for the daemons and timers to stop before releasing the object.");
             // Boxed: only a deletion waits, and every processing's future
             // stays as small as the common path needs.
-            tasks_running = !Box::pin(self.tasks_stopped(uid)).await;
+            tasks_running = !Box::pin(self.tasks.wait_for_deletion(uid)).await;
         }
         match lifecycle.on_cleanup(deletion_done, tasks_running) {
             // Only if the wait was cut short: the operator is stopping.
             Some(Action::Keep) if tasks_running => {
-                delay = min_delay(delay, Some(TASK_RESPAWN_CHECK));
+                delay = min_delay(delay, Some(spawned::RECHECK));
             }
             Some(action) => lifecycle.enact(action, body, patch, logger),
             None => {}
@@ -557,39 +522,6 @@ impl ResourceProcessor {
         handling.settled &= delay.is_none() && !deleting;
         handling.delay = delay;
         handling
-    }
-
-    /// Whether the handler `id` is a daemon or timer whose tasks hold its
-    /// object's finalizer: a deletion waits for them, and only for them
-    /// (`no_finalizers` tasks are stopped, never waited for).
-    fn holds_finalizer(&self, id: &str) -> bool {
-        self.tasks
-            .iter()
-            .any(|t| t.id() == id && t.handler().requires_finalizer)
-    }
-
-    /// Waits until the object's tasks that hold its finalizer have ended
-    /// (they were asked to stop); returns whether they have. The spawner
-    /// ends or abandons each within its stop limit, which bounds the wait;
-    /// the operator's exit cuts it short.
-    async fn tasks_stopped(&self, uid: &str) -> bool {
-        let wait = self
-            .spawner
-            .wait_stopped_of(uid, |id| self.holds_finalizer(id));
-        tokio::select! {
-            stopped = tokio::time::timeout(self.stop_limit(), wait) => stopped.is_ok(),
-            () = self.exiting.cancelled() => false,
-        }
-    }
-
-    /// Longer than any of the resource's tasks can take to stop.
-    fn stop_limit(&self) -> Duration {
-        self.tasks
-            .iter()
-            .map(|spec| self.spawner.stop_limit(spec))
-            .max()
-            .unwrap_or_default()
-            .saturating_add(STOP_LIMIT_MARGIN)
     }
 
     /// The change handlers (the object's cause); returns whether the cause is
@@ -780,22 +712,6 @@ impl ResourceProcessor {
     }
 }
 
-/// Why an object's daemons and timers stop when it is gone.
-fn stop_reason(how: DeletedBy) -> StopReason {
-    match how {
-        DeletedBy::Event => StopReason::ObjectDeleted,
-        DeletedBy::Vanished => StopReason::ObjectVanished,
-    }
-}
-
-/// How much longer than the longest stop of its tasks a deleted object's
-/// identity is kept for reports about them.
-const STOP_LIMIT_MARGIN: Duration = Duration::from_secs(1);
-
-/// When an object whose tasks are still stopping is looked at again (to
-/// spawn them afresh, or, at the operator's exit, to release it).
-const TASK_RESPAWN_CHECK: Duration = Duration::from_millis(500);
-
 /// A cause that needs no more steps.
 fn done() -> handling::StepOutcome {
     handling::StepOutcome {
@@ -930,6 +846,7 @@ mod tests {
             client,
             None,
             Arc::new(spawner),
+            CancellationToken::new(),
         );
         (processor, log)
     }
@@ -1107,10 +1024,7 @@ mod tests {
         processor
             .process("u1".into(), upserted(body.clone(), Seen::New))
             .await;
-        assert!(
-            !processor.spawner.running("u1").is_empty(),
-            "its daemon runs"
-        );
+        assert!(processor.tasks.any_running("u1"), "its daemon runs");
         body["metadata"]["resourceVersion"] = json!("2");
         body["metadata"]["deletionTimestamp"] = json!("2020-01-01T00:00:00Z");
         let started = tokio::time::Instant::now();
@@ -1135,7 +1049,7 @@ mod tests {
         );
         assert_eq!(processed.retry_after, None, "nothing to come back for");
         assert_eq!(patch["metadata"]["finalizers"], Value::Null, "{patch}");
-        assert!(processor.spawner.running("u1").is_empty());
+        assert!(!processor.tasks.any_running("u1"));
     }
 
     #[tokio::test(start_paused = true)]
@@ -1151,6 +1065,6 @@ mod tests {
         let (took, _, patch) = delete(&processor, &log).await;
         assert_eq!(took, Duration::ZERO, "released at once");
         assert_eq!(patch["metadata"]["finalizers"], Value::Null, "{patch}");
-        assert_eq!(processor.spawner.running("u1"), ["slow"], "still stopping");
+        assert!(processor.tasks.any_running("u1"), "still stopping");
     }
 }

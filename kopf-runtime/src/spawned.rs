@@ -1,5 +1,7 @@
-//! Daemons and timers of the served resources: their task specs, the call
-//! of a handler from its task, and what the runtime does with the outcome.
+//! Daemons and timers of the served resources: [`ResourceTasks`], the tasks
+//! of one resource, which the processor starts, refreshes and stops as it
+//! sees the objects; the call of a handler from its task; and what the
+//! runtime does with the outcome.
 //!
 //! The [`spawning`](crate::spawning) module runs tasks; this module turns
 //! `#[daemon]` and `#[timer]` handlers into them. Each call gets the
@@ -15,10 +17,15 @@
 //!   stop flag is set and no error is logged or retried.
 //! - An abandoned task (one that ignored its stop flag and cancellation) is
 //!   reported as a warning and a Kubernetes Event, and counted.
+//! - A deletion waits only for the tasks of handlers that hold the
+//!   finalizer, and within their stop limits; `no_finalizers` tasks are
+//!   stopped, never waited for.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 use crate::handlers::Handler;
 use crate::handling::{self, Resolution, merge_into};
@@ -28,8 +35,140 @@ use crate::patching::{PatchError, PatchOutcome, PatchTarget, Patcher, ensure_fie
 use crate::posting::{self, EventPoster, ObjectReference};
 use crate::processing::{ResourceTarget, object_name};
 use crate::spawning::{
-    AbandonedReport, Observer, StopReason, TaskContext, TaskOutcome, TaskSpec, task_fn,
+    AbandonedReport, Ensured, Observer, Spawner, StopReason, TaskContext, TaskOutcome, TaskSpec,
+    task_fn,
 };
+use crate::watching::DeletedBy;
+
+/// When an object whose tasks are still stopping is looked at again (to
+/// spawn them afresh, or, at the operator's exit, to release it).
+pub const RECHECK: Duration = Duration::from_millis(500);
+
+/// How much longer than the longest stop of its tasks a deleted object's
+/// identity is kept for reports about them.
+const STOP_LIMIT_MARGIN: Duration = Duration::from_secs(1);
+
+/// The daemons and timers of one resource, as tasks in the operator's
+/// [`Spawner`].
+pub struct ResourceTasks {
+    specs: Vec<Arc<TaskSpec>>,
+    spawner: Arc<Spawner>,
+    /// Cancelled when the operator exits: nothing waits for tasks then.
+    exiting: CancellationToken,
+}
+
+impl ResourceTasks {
+    /// The tasks of `handlers` (the resource's daemons and timers), run in
+    /// `spawner`; `exiting` (the operator's exit) cuts a deletion's wait
+    /// for them short, so that the queues drain promptly.
+    pub fn new(
+        handlers: &[Handler],
+        env: &TaskEnvironment,
+        spawner: Arc<Spawner>,
+        exiting: CancellationToken,
+    ) -> Self {
+        let specs = handlers.iter().map(|h| task_spec(h, env)).collect();
+        Self {
+            specs,
+            spawner,
+            exiting,
+        }
+    }
+
+    /// Whether the resource has no daemons or timers.
+    pub fn is_empty(&self) -> bool {
+        self.specs.is_empty()
+    }
+
+    /// The daemons and timers, in the order [`serve`](Self::serve) takes
+    /// whether each matches.
+    pub fn handlers(&self) -> impl Iterator<Item = &Handler> {
+        self.specs.iter().map(|spec| spec.handler())
+    }
+
+    /// Whether the object has a live task (running or being stopped).
+    pub fn any_running(&self, uid: &str) -> bool {
+        self.spawner.is_running(uid, |_| true)
+    }
+
+    /// Starts (or refreshes with `body`) the tasks of the handlers that
+    /// match the object (`matching`, in the order of
+    /// [`handlers`](Self::handlers)) and stops the others. Returns when to
+    /// look again if a task is still stopping and must be spawned afresh.
+    pub fn serve(&self, uid: &str, body: &Arc<Value>, matching: &[bool]) -> Option<Duration> {
+        let mut recheck = None;
+        for (spec, matches) in self.specs.iter().zip(matching) {
+            if !*matches {
+                self.spawner
+                    .stop(uid, spec.id(), StopReason::FilterMismatch);
+            } else if self.spawner.ensure(uid, spec, body) == Ensured::Stopping {
+                recheck = Some(RECHECK);
+            }
+        }
+        recheck
+    }
+
+    /// Stops the object's tasks for its deletion; returns whether tasks of
+    /// handlers that hold the finalizer still run.
+    pub fn stop_for_deletion(&self, uid: &str) -> bool {
+        self.spawner.stop_object(uid, StopReason::DeletionRequested);
+        self.spawner.is_running(uid, |id| self.holds_finalizer(id))
+    }
+
+    /// Waits until the object's tasks that hold its finalizer have ended
+    /// (they were asked to stop); returns whether they have. The spawner
+    /// ends or abandons each within its stop limit, which bounds the wait;
+    /// the operator's exit cuts it short.
+    pub async fn wait_for_deletion(&self, uid: &str) -> bool {
+        let wait = self
+            .spawner
+            .wait_stopped_of(uid, |id| self.holds_finalizer(id));
+        tokio::select! {
+            stopped = tokio::time::timeout(self.stop_limit(), wait) => stopped.is_ok(),
+            () = self.exiting.cancelled() => false,
+        }
+    }
+
+    /// Stops the tasks of an object that is gone, at once.
+    pub fn stop_gone(&self, uid: &str, how: DeletedBy) {
+        let reason = match how {
+            DeletedBy::Event => StopReason::ObjectDeleted,
+            DeletedBy::Vanished => StopReason::ObjectVanished,
+        };
+        if self.spawner.stop_object(uid, reason) > 0 {
+            tracing::debug!(%uid, reason = reason.as_str(), "stopping the object's daemons and timers");
+        }
+    }
+
+    /// Forgets an object that is gone (its tasks were stopped by
+    /// [`stop_gone`](Self::stop_gone)).
+    pub fn forget(&self, uid: &str) {
+        self.spawner.forget(uid);
+    }
+
+    /// Returns once the tasks of a forgotten object have ended or were
+    /// abandoned (and reported on the object, whose identity is kept until
+    /// then); the spawner bounds the wait, the timeout is a safety net.
+    pub async fn wait_forgotten(&self, uid: &str) {
+        let _ = tokio::time::timeout(self.stop_limit(), self.spawner.wait_stopped(uid)).await;
+    }
+
+    /// Whether the handler `id` is a daemon or timer whose tasks hold its
+    /// object's finalizer.
+    fn holds_finalizer(&self, id: &str) -> bool {
+        self.handlers().any(|h| h.id == id && h.requires_finalizer)
+    }
+
+    /// Longer than any of the resource's tasks can take to stop.
+    fn stop_limit(&self) -> Duration {
+        self.specs
+            .iter()
+            .map(|spec| self.spawner.stop_limit(spec))
+            .max()
+            .unwrap_or_default()
+            .saturating_add(STOP_LIMIT_MARGIN)
+    }
+}
 
 /// What every task of one resource shares.
 #[derive(Clone)]
