@@ -223,10 +223,11 @@ fn validate(handlers: &[Handler]) -> Vec<RegistryError> {
     let mut indexes: BTreeMap<&str, &Handler> = BTreeMap::new();
     for handler in handlers {
         let path = handler.fn_path.to_string();
-        for problem in handler.problems() {
+        let problems = handler.problems().iter().map(String::as_str);
+        for problem in problems.chain(task_problems(handler)) {
             errors.push(RegistryError::InvalidHandler {
                 handler: path.clone(),
-                problem: problem.clone(),
+                problem: problem.to_owned(),
             });
         }
         let key = (
@@ -254,12 +255,6 @@ fn validate(handlers: &[Handler]) -> Vec<RegistryError> {
                 id: handler.id.clone(),
                 first: first.fn_path.to_string(),
                 second: path.clone(),
-            });
-        }
-        for problem in task_problems(handler) {
-            errors.push(RegistryError::InvalidHandler {
-                handler: path.clone(),
-                problem: problem.to_owned(),
             });
         }
         let filters = &handler.filters;
@@ -314,7 +309,7 @@ fn validate(handlers: &[Handler]) -> Vec<RegistryError> {
 
 /// What keeps a daemon or timer from running: a timer without an interval
 /// would tick without pause, and `retries = 0` allows no attempt at all.
-fn task_problems(handler: &Handler) -> impl Iterator<Item = &'static str> {
+fn task_problems(handler: &Handler) -> impl Iterator<Item = &str> {
     let spawning = handler.kind.is_spawning();
     let no_interval = matches!(&handler.kind_options,
         KindOptions::Timer(timer) if timer.interval.is_none_or(|i| i.is_zero()));
