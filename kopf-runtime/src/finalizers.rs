@@ -39,14 +39,6 @@ use crate::patching::{ensure_field, resolve_field};
 /// The finalizer written by Kopf versions before 1.0; removed along with ours.
 pub const LEGACY_FINALIZER: &str = "KopfFinalizerMarker";
 
-fn finalizers(body: &Value) -> impl Iterator<Item = &str> {
-    resolve_field(body, &["metadata", "finalizers"])
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-}
-
 /// Whether the object is being deleted (`metadata.deletionTimestamp` is set).
 pub fn is_deletion_ongoing(body: &Value) -> bool {
     resolve_field(body, &["metadata", "deletionTimestamp"]).is_some_and(|v| !v.is_null())
@@ -54,7 +46,9 @@ pub fn is_deletion_ongoing(body: &Value) -> bool {
 
 /// Whether `finalizer` (or the legacy marker, as in Kopf) is on the object.
 pub fn is_deletion_blocked(body: &Value, finalizer: &str) -> bool {
-    finalizers(body).any(|f| f == finalizer || f == LEGACY_FINALIZER)
+    resolve_field(body, &["metadata", "finalizers"])
+        .and_then(Value::as_array)
+        .is_some_and(|list| list.iter().any(|f| f == finalizer || f == LEGACY_FINALIZER))
 }
 
 /// Adds or removes `finalizer` (and the legacy marker) in a merge patch,

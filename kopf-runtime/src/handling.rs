@@ -390,18 +390,10 @@ pub(crate) enum Resolution {
     Succeeded(Option<Value>),
     /// A regular error with `errors = ignored`: done, as if it succeeded.
     Ignored,
-    /// To be called again after `delay`.
-    Retry {
-        /// How long to wait.
-        delay: Duration,
-        /// What went wrong.
-        message: String,
-    },
-    /// Failed for good.
-    Failed {
-        /// What went wrong.
-        message: String,
-    },
+    /// To be called again after `delay`; `message` says what went wrong.
+    Retry { delay: Duration, message: String },
+    /// Failed for good; `message` says what went wrong.
+    Failed { message: String },
 }
 
 /// Resolves a handler's outcome, logging a failure once, in Kopf's words.
