@@ -505,13 +505,16 @@ impl ResourceProcessor {
             handling.settled = stored;
             delay = min_delay(delay, outcome.delay);
         }
-        if deleting && deletion_done && tasks_running {
+        let mut cleanup = lifecycle.on_cleanup(deletion_done, tasks_running);
+        if cleanup == Some(Action::Keep) && deletion_done {
+            // Only the tasks hold the finalizer back: their end is awaited.
             logger.debug("Waiting for the daemons and timers to stop before releasing the object.");
             // Boxed: only a deletion waits, and every processing's future
             // stays as small as the common path needs.
             tasks_running = !Box::pin(self.tasks.wait_for_deletion(uid)).await;
+            cleanup = lifecycle.on_cleanup(deletion_done, tasks_running);
         }
-        match lifecycle.on_cleanup(deletion_done, tasks_running) {
+        match cleanup {
             // Only if the wait was cut short: the operator is stopping.
             Some(Action::Keep) if tasks_running => {
                 delay = min_delay(delay, Some(spawned::RECHECK));
@@ -1050,6 +1053,32 @@ mod tests {
         assert_eq!(processed.retry_after, None, "nothing to come back for");
         assert_eq!(patch["metadata"]["finalizers"], Value::Null, "{patch}");
         assert!(!processor.tasks.any_running("u1"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deletion_without_the_finalizer_waits_for_no_task() {
+        let registry = daemon(Registry::builder(), "slow", Duration::from_secs(3));
+        let (processor, log) = processor(registry, |_| {
+            Reply::Json(200, example("ns", "a", "u1", "3"))
+        });
+        let mut body = example("ns", "a", "u1", "1");
+        body["metadata"]["finalizers"] = json!([FINALIZER]);
+        processor
+            .process("u1".into(), upserted(body.clone(), Seen::New))
+            .await;
+        assert!(processor.tasks.any_running("u1"), "its daemon runs");
+        // Someone else took the finalizer off; only theirs holds the object.
+        body["metadata"]["resourceVersion"] = json!("2");
+        body["metadata"]["finalizers"] = json!(["other"]);
+        body["metadata"]["deletionTimestamp"] = json!("2020-01-01T00:00:00Z");
+        let started = tokio::time::Instant::now();
+        let processed = processor
+            .process("u1".into(), upserted(body, Seen::Changed))
+            .await;
+        assert_eq!(started.elapsed(), Duration::ZERO, "nothing to release");
+        assert_eq!(processed.retry_after, None);
+        assert!(patches(&log).is_empty(), "{:?}", patches(&log));
+        assert!(processor.tasks.any_running("u1"), "stopping");
     }
 
     #[tokio::test(start_paused = true)]
