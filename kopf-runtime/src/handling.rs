@@ -421,32 +421,21 @@ pub(crate) fn resolve(
             ));
             Resolution::Failed { message }
         }
-        Err(error) => match handler.options.errors {
-            ErrorsMode::Ignored => {
-                logger.error(format_args!(
-                    "Handler '{name}' failed with an exception. Will ignore: {error}"
-                ));
-                Resolution::Ignored
-            }
-            ErrorsMode::Permanent => {
-                logger.error(format_args!(
-                    "Handler '{name}' failed with an exception. Will stop: {error}"
-                ));
-                Resolution::Failed {
-                    message: error.to_string(),
+        Err(error) => {
+            let message = error.to_string();
+            let (next, resolution) = match handler.options.errors {
+                ErrorsMode::Ignored => ("ignore", Resolution::Ignored),
+                ErrorsMode::Permanent => ("stop", Resolution::Failed { message }),
+                ErrorsMode::Temporary => {
+                    let delay = backoff;
+                    ("retry", Resolution::Retry { delay, message })
                 }
-            }
-            ErrorsMode::Temporary => {
-                logger.error(format_args!(
-                    "Handler '{name}' failed with an exception. Will retry: {error}"
-                ));
-                let message = error.to_string();
-                Resolution::Retry {
-                    delay: backoff,
-                    message,
-                }
-            }
-        },
+            };
+            logger.error(format_args!(
+                "Handler '{name}' failed with an exception. Will {next}: {error}"
+            ));
+            resolution
+        }
     }
 }
 
