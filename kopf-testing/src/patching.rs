@@ -133,7 +133,14 @@ pub fn apply(kind: PatchKind, current: &Value, patch: &Value) -> Result<Value, P
                 })?;
             limits::apply_json_patch(&mut doc, &ops)?;
         }
-        PatchKind::Merge | PatchKind::Apply => {
+        // A merge patch has no directives: `$` keys are data (RFC 7386).
+        PatchKind::Merge => {
+            if !patch.is_object() {
+                return Err(PatchError::NotAnObject(type_name(patch)));
+            }
+            json_patch::merge(&mut doc, patch);
+        }
+        PatchKind::Apply => {
             if !patch.is_object() {
                 return Err(PatchError::NotAnObject(type_name(patch)));
             }
@@ -291,6 +298,16 @@ mod tests {
         );
         let arrays = apply(PatchKind::Merge, &json!({"l": [1, 2]}), &json!({"l": [3]})).unwrap();
         assert_eq!(arrays, json!({"l": [3]}));
+    }
+
+    #[test]
+    fn merge_patch_keys_starting_with_a_dollar_are_data() {
+        let doc = json!({"data": {"$gone": "x", "$kept": "y"}});
+        let patch = json!({"data": {"$gone": null, "$new": "z", "$patch": "delete"}});
+        assert_eq!(
+            apply(PatchKind::Merge, &doc, &patch).unwrap(),
+            json!({"data": {"$kept": "y", "$new": "z", "$patch": "delete"}})
+        );
     }
 
     #[test]
