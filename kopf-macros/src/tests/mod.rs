@@ -4,6 +4,8 @@
 //! Snapshots live in `kopf-macros/tests/snapshots/*.rs`; regenerate them with
 //! `UPDATE_SNAPSHOTS=1 cargo test -p kopf-macros --lib` and review the diff.
 
+mod proptests;
+
 use proc_macro2::TokenStream;
 use quote::quote;
 
