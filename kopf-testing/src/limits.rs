@@ -322,6 +322,18 @@ mod tests {
     }
 
     #[test]
+    fn floats_decode_to_the_nearest_double_as_the_api_server_does() {
+        for float in [-5.375090840357642e-192, 0.1 + 0.2, f64::MAX, 5e-324] {
+            let text = serde_json::to_string(&float).unwrap();
+            assert_eq!(
+                decode_json(text.as_bytes()).unwrap(),
+                json!(float),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
     fn decodes_up_to_the_depth_limit_and_refuses_deeper() {
         let value = decode_json(nested(MAX_DEPTH).as_bytes()).unwrap();
         assert_eq!(value_depth(&value), MAX_DEPTH);
