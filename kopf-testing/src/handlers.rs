@@ -136,7 +136,7 @@ where
 }
 
 /// Parses a create/update body (JSON, or YAML when so declared).
-fn parse_object(content_type: Option<&str>, body: &[u8]) -> Result<Value, ApiError> {
+pub(crate) fn parse_object(content_type: Option<&str>, body: &[u8]) -> Result<Value, ApiError> {
     let media = content_type
         .map(|c| {
             c.split(';')

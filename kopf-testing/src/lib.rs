@@ -121,6 +121,9 @@ mod refusals;
 mod resources;
 mod routing;
 mod selectors;
+
+#[cfg(test)]
+mod proptests;
 mod server;
 mod shared;
 mod store;
