@@ -387,6 +387,8 @@ pub mod patching;
 pub mod posting;
 pub mod processing;
 pub mod progress;
+#[cfg(test)]
+mod proptests;
 pub mod queueing;
 pub mod registry;
 pub mod resources;

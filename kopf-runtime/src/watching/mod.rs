@@ -53,6 +53,8 @@ use serde_json::Value;
 use crate::patching::meta_str;
 
 mod events;
+#[cfg(test)]
+mod proptests;
 mod resource;
 mod stream;
 #[cfg(test)]

@@ -1,0 +1,273 @@
+//! Essences and diffs: Kopf's semantics, and the diff-base read back as stored.
+
+use proptest::prelude::*;
+use serde_json::{Map, Value, json};
+
+use super::{config, json, object};
+use crate::diffbase::{DiffBaseStorage, DiffOp, diff};
+use crate::progress::ProgressStorage;
+use crate::settings::PersistenceSettings;
+
+/// `value` without `null` members in its objects (`null` means absent to a
+/// diff), down through objects only: lists compare whole.
+fn without_nulls(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), without_nulls(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// Sets (or with `None`, removes) the value at `path`, through objects.
+fn set(doc: &mut Value, path: &[String], value: Option<Value>) {
+    let Some((last, parents)) = path.split_last() else {
+        *doc = value.unwrap_or(Value::Null);
+        return;
+    };
+    let mut current = doc;
+    for key in parents {
+        current = current
+            .as_object_mut()
+            .expect("a diff walks through objects only")
+            .entry(key.clone())
+            .or_insert_with(|| json!({}));
+    }
+    let map = current
+        .as_object_mut()
+        .expect("a diff walks through objects only");
+    match value {
+        Some(value) => {
+            map.insert(last.clone(), value);
+        }
+        None => {
+            map.remove(last);
+        }
+    }
+}
+
+/// A JSON merge patch applied to a body (RFC 7386), as the API server does.
+fn merge(target: &mut Value, patch: &Value) {
+    let Value::Object(patch) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let map = target.as_object_mut().expect("made an object");
+    for (key, value) in patch {
+        if value.is_null() {
+            map.remove(key);
+        } else {
+            merge(map.entry(key.clone()).or_insert(Value::Null), value);
+        }
+    }
+}
+
+/// Annotation keys: plain ones, kubectl's, and those of Kopf-based operators.
+fn annotation_key() -> impl Strategy<Value = String> {
+    proptest::sample::select(vec![
+        "app",
+        "example.com/x",
+        "example.com/state",
+        "example.com/kopf-managed",
+        "other.kopf.zalando.org/x",
+        "kopf.zalando.org/create_fn",
+        "kopf.zalando.org/last-handled-configuration",
+        "kopf.zalando.org/touch-dummy",
+        "kubectl.kubernetes.io/last-applied-configuration",
+        "kopf.zalando.org.example/x",
+        "xkopf.zalando.org/y",
+    ])
+    .prop_map(String::from)
+}
+
+/// Bodies of arbitrary content with the fields an essence is made of or
+/// leaves out.
+fn body() -> impl Strategy<Value = Value> {
+    (
+        object(),
+        proptest::option::of(json()),
+        proptest::option::of(proptest::collection::btree_map(".{0,4}", ".{0,4}", 0..3)),
+        proptest::option::of(proptest::collection::btree_map(
+            annotation_key(),
+            ".{0,8}",
+            0..6,
+        )),
+        proptest::option::of(object()),
+        any::<bool>(),
+    )
+        .prop_map(|(fields, spec, labels, annotations, status, typed)| {
+            let mut body = fields;
+            let map = body.as_object_mut().expect("an object");
+            if let Some(spec) = spec {
+                map.insert("spec".into(), spec);
+            }
+            if let Some(status) = status {
+                map.insert("status".into(), status);
+            }
+            if typed {
+                map.insert("apiVersion".into(), json!("kopf.dev/v1"));
+                map.insert("kind".into(), json!("KopfExample"));
+            }
+            let mut metadata = Map::new();
+            metadata.insert("name".into(), json!("n"));
+            if let Some(labels) = labels {
+                metadata.insert("labels".into(), json!(labels));
+            }
+            if let Some(annotations) = annotations {
+                metadata.insert("annotations".into(), json!(annotations));
+            }
+            map.insert("metadata".into(), Value::Object(metadata));
+            body
+        })
+}
+
+/// The settings: Kopf's prefix or another, with or without v1 keys.
+fn storages() -> impl Strategy<Value = (DiffBaseStorage, ProgressStorage)> {
+    (
+        proptest::sample::select(vec!["kopf.zalando.org", "example.com", "op.example.org"]),
+        any::<bool>(),
+    )
+        .prop_map(|(prefix, v1)| {
+            let settings = PersistenceSettings {
+                progress_prefix: prefix.to_owned(),
+                diffbase_key: format!("{prefix}/last-handled-configuration"),
+                progress_v1_keys: v1,
+                ..PersistenceSettings::default()
+            };
+            (
+                DiffBaseStorage::from_settings(&settings),
+                ProgressStorage::from_settings(&settings),
+            )
+        })
+}
+
+proptest! {
+    #![proptest_config(config(256))]
+
+    #[test]
+    fn an_object_differs_from_itself_in_nothing(a in json()) {
+        prop_assert!(diff(&a, &a).is_empty());
+    }
+
+    #[test]
+    fn applying_a_diff_turns_one_object_into_the_other(a in object(), b in object()) {
+        let d = diff(&a, &b);
+        let mut patched = a.clone();
+        for item in d.items() {
+            match item.op {
+                DiffOp::Add | DiffOp::Change => set(&mut patched, &item.field, item.new.clone()),
+                DiffOp::Remove => set(&mut patched, &item.field, None),
+            }
+        }
+        prop_assert_eq!(without_nulls(&patched), without_nulls(&b), "{:?}", d);
+        prop_assert_eq!(d.is_empty(), without_nulls(&a) == without_nulls(&b));
+    }
+
+    #[test]
+    fn the_essence_leaves_out_what_handlers_do_not_care_about(
+        body in body(),
+        (storage, progress) in storages(),
+    ) {
+        let (_, essence) = storage.essences(&body, &[], &progress);
+        let map = essence.as_object().expect("an object");
+        for key in ["status", "apiVersion", "kind"] {
+            prop_assert!(!map.contains_key(key), "{} in {}", key, essence);
+        }
+        if let Some(metadata) = map.get("metadata").and_then(Value::as_object) {
+            prop_assert!(metadata.keys().all(|k| k == "labels" || k == "annotations"), "{}", essence);
+        }
+        let annotations = essence
+            .pointer("/metadata/annotations")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten();
+        // Prefixes marked as operators' state: Kopf's own, the storage's,
+        // and those with a `kopf-managed` marker on the body.
+        let marked: Vec<&str> = body
+            .pointer("/metadata/annotations")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter_map(|(key, _)| key.strip_suffix("/kopf-managed"))
+            .chain([progress.keys().prefix()])
+            .collect();
+        for (key, _) in annotations {
+            let prefix = key.split_once('/').map_or("", |(prefix, _)| prefix);
+            prop_assert!(
+                prefix != "kopf.zalando.org"
+                    && !prefix.ends_with(".kopf.zalando.org")
+                    && !marked.contains(&prefix)
+                    && key != "kubectl.kubernetes.io/last-applied-configuration",
+                "{} in {}",
+                key,
+                essence
+            );
+        }
+    }
+
+    #[test]
+    fn a_stored_essence_reads_back_as_it_was(
+        body in body(),
+        (storage, progress) in storages(),
+    ) {
+        let (_, essence) = storage.essences(&body, &[], &progress);
+        let mut patch = json!({});
+        let encoded = storage.store(&body, &essence, &mut patch);
+        let mut patched = body.clone();
+        merge(&mut patched, &patch);
+        prop_assert!(storage.holds(&patched, &encoded));
+        // Kopf's format: compact JSON and a newline.
+        let text = encoded.strip_suffix('\n').expect("a trailing newline");
+        prop_assert_eq!(serde_json::from_str::<Value>(text).ok(), Some(essence.clone()));
+        let (old, new) = storage.essences(&patched, &[], &progress);
+        prop_assert_eq!(old.as_ref(), Some(&essence));
+        prop_assert_eq!(&new, &essence);
+        prop_assert!(diff(&essence, &new).is_empty());
+    }
+}
+
+proptest! {
+    // Each case builds, digests and parses a few hundred KiB.
+    #![proptest_config(config(24))]
+
+    #[test]
+    fn an_oversized_essence_stored_as_digests_reads_back_when_nothing_changed(
+        body in body(),
+        sizes in proptest::collection::vec(0usize..200 * 1024, 1..5),
+        ballast in 0usize..240 * 1024,
+        (storage, progress) in storages(),
+        changed in proptest::option::of(any::<usize>()),
+    ) {
+        let mut body = body;
+        for (i, size) in sizes.iter().enumerate() {
+            body["spec"] = if body["spec"].is_object() { body["spec"].take() } else { json!({}) };
+            body["spec"][format!("big{i}")] = json!("x".repeat(*size));
+        }
+        body["metadata"]["annotations"]["example.org/ballast"] = json!("y".repeat(ballast));
+        let (_, essence) = storage.essences(&body, &[], &progress);
+        let mut patch = json!({});
+        let encoded = storage.store(&body, &essence, &mut patch);
+        let mut patched = body.clone();
+        merge(&mut patched, &patch);
+        let (old, new) = storage.essences(&patched, &[], &progress);
+        prop_assert_eq!(old.as_ref(), Some(&essence), "stored {} bytes", encoded.len());
+        prop_assert_eq!(&new, &essence);
+
+        // A value changed since: the diff finds it (its old side maybe a digest).
+        if let Some(pick) = changed {
+            let i = pick % sizes.len();
+            patched["spec"][format!("big{i}")] = json!("changed");
+            let (old, new) = storage.essences(&patched, &[], &progress);
+            let d = diff(&old.expect("stored"), &new);
+            prop_assert_eq!(d.len(), 1, "{:?}", d);
+            let field = vec!["spec".to_owned(), format!("big{i}")];
+            prop_assert_eq!(&d.items()[0].field, &field);
+        }
+    }
+}

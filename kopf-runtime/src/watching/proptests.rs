@@ -1,0 +1,148 @@
+//! Property tests of the watch line decoder: no line makes it panic, and any
+//! event line as an API server may write it decodes to its type and object.
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::events::{Event, decode};
+use crate::proptests::{config, json, object};
+
+type Skip = fn(&str, &str) -> bool;
+
+fn plain(line: &str) -> Result<Option<Event>, kube::Error> {
+    decode(line, 1000, None::<&mut Skip>)
+}
+
+/// Objects as watches carry them: metadata (maybe partial) and anything else.
+fn watched_object() -> impl Strategy<Value = Value> {
+    (
+        object(),
+        proptest::option::of(".{0,8}"),
+        proptest::option::of("[0-9]{1,6}"),
+        proptest::option::of(json()),
+    )
+        .prop_map(|(mut obj, uid, version, extra)| {
+            let mut metadata = json!({"name": "n"});
+            if let Some(uid) = uid {
+                metadata["uid"] = json!(uid);
+            }
+            if let Some(version) = version {
+                metadata["resourceVersion"] = json!(version);
+            }
+            if let Some(extra) = extra {
+                metadata["extra"] = extra;
+            }
+            obj["metadata"] = metadata;
+            obj
+        })
+}
+
+/// The line: compact as API servers write it, or with the fields reordered,
+/// spaced out, or followed by more fields.
+fn line(kind: &str, object: &Value, form: u8) -> String {
+    match form % 4 {
+        0 => serde_json::to_string(&json!({"type": kind, "object": object})),
+        1 => Ok(format!(
+            r#"{{"object":{},"type":"{kind}"}}"#,
+            serde_json::to_string(object).expect("serializes")
+        )),
+        2 => serde_json::to_string_pretty(&json!({"type": kind, "object": object}))
+            .map(|text| text.replace('\n', " ")),
+        _ => Ok(format!(
+            r#"{{"type":"{kind}","object":{},"extra":{{"x":"}}"}}}}"#,
+            serde_json::to_string(object).expect("serializes")
+        )),
+    }
+    .expect("serializes")
+}
+
+proptest! {
+    #![proptest_config(config(256))]
+
+    #[test]
+    fn arbitrary_lines_never_panic(
+        text in ".{0,80}",
+        prefix in proptest::sample::select(vec![
+            "", r#"{"type":"ADDED","object":"#, r#"{"type":"MODIFIED","object":"#,
+            r#"{"type":"DELETED","object":"#, r#"{"type":"BOOKMARK","object":"#,
+            r#"{"type":"ERROR","object":"#, r#"{"kind":"Status","#, r#"{"type":""#,
+        ]),
+        suffix in proptest::sample::select(vec!["", "}", "}}", "\"}", "]}"]),
+        value in json(),
+    ) {
+        let value = serde_json::to_string(&value).expect("serializes");
+        for line in [
+            text.clone(),
+            format!("{prefix}{text}{suffix}"),
+            format!("{prefix}{value}{suffix}"),
+        ] {
+            let _ = plain(&line);
+            let mut skip = |_: &str, _: &str| true;
+            let _ = decode(&line, 2, Some(&mut skip));
+        }
+    }
+
+    #[test]
+    fn event_lines_round_trip(
+        object in watched_object(),
+        kind in proptest::sample::select(vec!["ADDED", "MODIFIED", "DELETED"]),
+        form in any::<u8>(),
+    ) {
+        let line = line(kind, &object, form);
+        let event = plain(&line).map_err(|e| TestCaseError::fail(format!("{line}: {e}")))?;
+        match (kind, event) {
+            ("ADDED" | "MODIFIED", Some(Event::Applied(body))) => prop_assert_eq!(body, object),
+            ("DELETED", Some(Event::Deleted(body))) => prop_assert_eq!(body, object),
+            (kind, event) => prop_assert!(false, "{} gave {:?} for {}", kind, event, line),
+        }
+    }
+
+    #[test]
+    fn modified_events_are_skipped_by_version_when_asked(
+        object in watched_object(),
+        form in any::<u8>(),
+        wanted in any::<bool>(),
+    ) {
+        let line = line("MODIFIED", &object, form);
+        let uid = object.pointer("/metadata/uid").and_then(Value::as_str);
+        let version = object.pointer("/metadata/resourceVersion").and_then(Value::as_str);
+        let mut seen = None;
+        let mut skip = |u: &str, v: &str| {
+            seen = Some((u.to_owned(), v.to_owned()));
+            wanted
+        };
+        let event = decode(&line, 1000, Some(&mut skip))
+            .map_err(|e| TestCaseError::fail(format!("{line}: {e}")))?;
+        match (uid, version) {
+            (Some(uid), Some(version)) => {
+                prop_assert_eq!(seen, Some((uid.to_owned(), version.to_owned())));
+                match event {
+                    Some(Event::Skipped(v)) if wanted => prop_assert_eq!(v, version),
+                    Some(Event::Applied(body)) if !wanted => prop_assert_eq!(body, object),
+                    other => prop_assert!(false, "{:?} for {}", other, line),
+                }
+            }
+            _ => prop_assert!(matches!(event, Some(Event::Applied(body)) if body == object)),
+        }
+    }
+
+    #[test]
+    fn bookmarks_and_errors_round_trip(version in "[0-9]{1,12}", code in 400u16..600, message in ".{0,20}") {
+        let bookmark = json!({"type": "BOOKMARK", "object": {"kind": "ConfigMap", "metadata": {"resourceVersion": version}}});
+        match plain(&bookmark.to_string()) {
+            Ok(Some(Event::Bookmark(v))) => prop_assert_eq!(v, version),
+            other => prop_assert!(false, "{:?}", other),
+        }
+        let error = json!({"type": "ERROR", "object": {
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": "Expired", "code": code,
+        }});
+        match plain(&error.to_string()) {
+            Ok(Some(Event::Error(status))) => {
+                prop_assert_eq!(status.code, code);
+                prop_assert_eq!(status.message, message);
+            }
+            other => prop_assert!(false, "{:?}", other),
+        }
+    }
+}
