@@ -100,11 +100,9 @@ fn parse_set(req: &str, rest: &str) -> Result<Vec<String>, SelectorError> {
         .strip_prefix('(')
         .and_then(|r| r.strip_suffix(')'))
         .ok_or_else(|| SelectorError::MissingParens(req.into()))?;
-    Ok(inner
-        .split(',')
-        .map(|v| v.trim().to_string())
-        .filter(|v| !v.is_empty())
-        .collect())
+    // As the API server reads them, an empty entry is the empty value:
+    // `()`, `(,a)`, `(a,)` and `(a,,b)` all hold "".
+    Ok(inner.split(',').map(|v| v.trim().to_string()).collect())
 }
 
 fn is_label_name(s: &str) -> bool {
@@ -368,6 +366,33 @@ mod tests {
             LabelSelector::parse("env in (prod),env")
                 .unwrap()
                 .matches(&o)
+        );
+    }
+
+    #[test]
+    fn empty_entries_of_a_set_are_the_empty_value() {
+        let empty = obj(json!({"env": ""}));
+        let prod = obj(json!({"env": "prod"}));
+        for selector in [
+            "env in ()",
+            "env in (,prod)",
+            "env in (prod,)",
+            "env in (a, ,b)",
+        ] {
+            let selector = LabelSelector::parse(selector).unwrap();
+            assert!(selector.matches(&empty), "{selector:?}");
+        }
+        assert!(!LabelSelector::parse("env in ()").unwrap().matches(&prod));
+        assert!(
+            !LabelSelector::parse("env notin ()")
+                .unwrap()
+                .matches(&empty)
+        );
+        assert!(LabelSelector::parse("env notin ()").unwrap().matches(&prod));
+        assert!(
+            !LabelSelector::parse("env notin (a,,b)")
+                .unwrap()
+                .matches(&empty)
         );
     }
 
