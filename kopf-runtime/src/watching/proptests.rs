@@ -146,3 +146,52 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(config(128))]
+
+    #[test]
+    fn objects_too_deep_to_decode_keep_their_identity(
+        object in watched_object(),
+        namespace in proptest::option::of("[a-z]{1,8}"),
+        typed in any::<bool>(),
+        kind in proptest::sample::select(vec!["ADDED", "MODIFIED", "DELETED"]),
+        levels in 2usize..200,
+        form in any::<u8>(),
+    ) {
+        let mut object = object;
+        if let Some(namespace) = &namespace {
+            object["metadata"]["namespace"] = json!(namespace);
+        }
+        if typed {
+            object["apiVersion"] = json!("v1");
+            object["kind"] = json!("ConfigMap");
+        } else if let Some(map) = object.as_object_mut() {
+            map.remove("apiVersion");
+            map.remove("kind");
+        }
+        object["deep"] = (0..levels).fold(json!(1), |inner, _| json!([inner]));
+        let line = line(kind, &object, form);
+        let max_depth = levels / 2;
+        let event = decode(&line, max_depth, None::<&mut Skip>)
+            .map_err(|e| TestCaseError::fail(format!("{line}: {e}")))?;
+        let Some(Event::Undecodable { deleted, identity, .. }) = event else {
+            return Err(TestCaseError::fail(format!("{event:?} for {line}")));
+        };
+        prop_assert_eq!(deleted, kind == "DELETED");
+        let metadata = &object["metadata"];
+        let mut expected = json!({"metadata": {"name": metadata["name"], "uid": metadata["uid"]}});
+        for field in ["namespace", "resourceVersion"] {
+            if let Some(value) = metadata.get(field) {
+                expected["metadata"][field] = value.clone();
+            }
+        }
+        if typed {
+            expected["apiVersion"] = json!("v1");
+            expected["kind"] = json!("ConfigMap");
+        }
+        // Tracked by UID: without one, there is no identity.
+        let expected = metadata.get("uid").map(|_| expected);
+        prop_assert_eq!(identity, expected);
+    }
+}
