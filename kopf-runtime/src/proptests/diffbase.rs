@@ -271,3 +271,129 @@ proptest! {
         }
     }
 }
+
+/// Changes an operator and others make to an object between two versions.
+#[derive(Debug, Clone)]
+enum Change {
+    /// A progress record stored for a handler.
+    Progress(String),
+    /// The diff-base stored.
+    DiffBase,
+    /// The object touched to provoke an event.
+    Touch(Option<String>),
+    /// A field of the status set.
+    Status(String, Value),
+    /// The version bumped.
+    Version(u32),
+    /// A finalizer added.
+    Finalizer(String),
+    /// A field of the spec set.
+    Spec(String, Value),
+    /// A label set.
+    Label(String, String),
+    /// An annotation set.
+    Annotation(String, String),
+}
+
+fn change() -> impl Strategy<Value = Change> {
+    prop_oneof![
+        "[a-z_/]{1,70}".prop_map(Change::Progress),
+        Just(Change::DiffBase),
+        proptest::option::of("[a-z]{0,3}").prop_map(Change::Touch),
+        (super::key(), json()).prop_map(|(k, v)| Change::Status(k, v)),
+        any::<u32>().prop_map(Change::Version),
+        "[a-z./]{1,12}".prop_map(Change::Finalizer),
+        (super::key(), json()).prop_map(|(k, v)| Change::Spec(k, v)),
+        ("[a-z]{1,3}", "[a-z]{0,3}").prop_map(|(k, v)| Change::Label(k, v)),
+        (annotation_key(), "[a-z]{0,3}").prop_map(|(k, v)| Change::Annotation(k, v)),
+    ]
+}
+
+/// The merge patch of one change to `body`, as the operator or another
+/// client would send it.
+fn patch_of(
+    change: &Change,
+    body: &Value,
+    storage: &DiffBaseStorage,
+    progress: &ProgressStorage,
+) -> Value {
+    let mut patch = json!({});
+    match change {
+        Change::Progress(id) => {
+            let record = crate::progress::ProgressRecord {
+                retries: Some(1),
+                ..Default::default()
+            };
+            progress.store(id, &record, body, &mut patch);
+        }
+        Change::DiffBase => {
+            let (_, essence) = storage.essences(body, &[], progress);
+            storage.store(body, &essence, &mut patch);
+        }
+        Change::Touch(value) => progress.touch(body, &mut patch, value.as_deref()),
+        Change::Status(key, value) => patch = json!({"status": {key.as_str(): value}}),
+        Change::Version(version) => {
+            patch = json!({"metadata": {"resourceVersion": version.to_string()}})
+        }
+        Change::Finalizer(finalizer) => patch = json!({"metadata": {"finalizers": [finalizer]}}),
+        Change::Spec(key, value) => patch = json!({"spec": {key.as_str(): value}}),
+        Change::Label(key, value) => patch = json!({"metadata": {"labels": {key.as_str(): value}}}),
+        Change::Annotation(key, value) => {
+            patch = json!({"metadata": {"annotations": {key.as_str(): value}}})
+        }
+    }
+    patch
+}
+
+proptest! {
+    #![proptest_config(config(256))]
+
+    #[test]
+    fn the_operators_bookkeeping_leaves_the_essence_alone(
+        body in body(),
+        (storage, progress) in storages(),
+        changes in proptest::collection::vec(change(), 1..5),
+    ) {
+        let (_, before) = storage.essences(&body, &[], &progress);
+        let mut patched = body.clone();
+        for change in &changes {
+            let patch = patch_of(change, &patched, &storage, &progress);
+            let bookkeeping = storage.only_bookkeeping(&patched, &patch, &progress);
+            let operators = matches!(
+                change,
+                Change::Progress(_) | Change::DiffBase | Change::Touch(_) | Change::Status(..)
+                    | Change::Version(_) | Change::Finalizer(_)
+            );
+            prop_assert!(bookkeeping || !operators, "{:?} is bookkeeping: {}", change, patch);
+            let unpatched = patched.clone();
+            merge(&mut patched, &patch);
+            if bookkeeping {
+                let (_, old) = storage.essences(&unpatched, &[], &progress);
+                let (_, new) = storage.essences(&patched, &[], &progress);
+                prop_assert_eq!(old, new, "{:?} changed the essence: {}", change, patch);
+            }
+        }
+        if changes.iter().all(|c| !matches!(c, Change::Spec(..) | Change::Label(..) | Change::Annotation(..))) {
+            let (_, after) = storage.essences(&patched, &[], &progress);
+            prop_assert_eq!(&after, &before);
+        }
+    }
+
+    #[test]
+    fn objects_said_to_have_the_same_essence_have_it(
+        body in body(),
+        (storage, progress) in storages(),
+        changes in proptest::collection::vec(change(), 0..4),
+    ) {
+        let mut other = body.clone();
+        for change in &changes {
+            let patch = patch_of(change, &other, &storage, &progress);
+            merge(&mut other, &patch);
+        }
+        if storage.same_essence(&body, &other, &progress) {
+            let (_, a) = storage.essences(&body, &[], &progress);
+            let (_, b) = storage.essences(&other, &[], &progress);
+            prop_assert_eq!(a, b, "after {:?}", changes);
+        }
+    }
+}
