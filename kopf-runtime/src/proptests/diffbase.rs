@@ -397,3 +397,33 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(config(256))]
+
+    #[test]
+    fn a_diff_reads_back_from_kopfs_wire_form(a in json(), b in json()) {
+        let d = diff(&a, &b);
+        let wire = serde_json::to_value(&d).expect("serializes");
+        for item in wire.as_array().expect("a list") {
+            let tuple = item.as_array().expect("a tuple");
+            prop_assert_eq!(tuple.len(), 4);
+            prop_assert!(tuple[1].is_array());
+        }
+        let back: crate::kwargs::Diff = serde_json::from_value(wire).expect("deserializes");
+        prop_assert_eq!(back, d);
+    }
+
+    #[test]
+    fn a_reduced_diff_is_the_diff_of_the_field(
+        a in object(),
+        b in object(),
+        field in proptest::collection::vec(super::key(), 0..3),
+    ) {
+        let field: Vec<&str> = field.iter().map(String::as_str).collect();
+        let reduced = diff(&a, &b).reduce(&field);
+        let resolve = |v| crate::kwargs::resolve(v, &field);
+        let direct = crate::kwargs::Diff::between(resolve(&a), resolve(&b));
+        prop_assert_eq!(reduced, direct);
+    }
+}
