@@ -25,7 +25,7 @@
 //!   `inactivity_timeout` is resumed from the last seen `resourceVersion`,
 //!   after `reconnect_backoff`.
 //! - An object that does not decode (nested too deeply, malformed; see
-//!   [`decoding`](crate::decoding)) never stops the watch: it is reported as
+//!   the runtime's `decoding` module) never stops the watch: it is reported as
 //!   [`ObjectEvent::Undecodable`] with its identity, and its deletion as
 //!   [`DeletedBy::Vanished`]. List pages are decoded item by item, so one
 //!   such object spoils nothing but itself.

@@ -61,7 +61,7 @@ pub enum WatchInput {
     /// A watch `DELETED` event.
     Deleted(Value),
     /// A listed or applied object that does not decode (see
-    /// [`decoding`](crate::decoding)): its identity only, and why.
+    /// the runtime's `decoding` module): its identity only, and why.
     Undecodable {
         /// `apiVersion`, `kind` and the identifying metadata.
         identity: Value,
