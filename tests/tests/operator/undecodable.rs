@@ -10,7 +10,9 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Event;
 use kopf_runtime::{Error, Kwargs, Registry, RegistryBuilder, ResourceRef};
 use kopf_testing::Emulator;
-use kopf_tests::{Calls, Running, capture_logs, create, eventually, raw_api, test_settings};
+use kopf_tests::{
+    Calls, CapturedLogs, Running, capture_logs, create, eventually, raw_api, test_settings,
+};
 use kube::Api;
 use kube::api::{ApiResource, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -99,6 +101,43 @@ fn reports(logs: &str, name: &str) -> usize {
         .count()
 }
 
+/// Waits until the log reports `default/name` as skipped.
+async fn reported(logs: &CapturedLogs, name: &str) {
+    eventually(&format!("the report of {name}"), || {
+        let found = reports(&logs.text(), name) > 0;
+        async move { found.then_some(()) }
+    })
+    .await;
+}
+
+/// Creates a widget that decodes.
+async fn create_good(emulator: &Emulator, name: &str) {
+    create(
+        emulator,
+        &widgets(),
+        "default",
+        name,
+        json!({"spec": {"size": 1}}),
+    )
+    .await;
+}
+
+/// Makes the operator list the widgets again (history compacted, watches
+/// dropped) and waits for its listing.
+async fn relist(emulator: &Emulator) {
+    emulator.clear_requests();
+    emulator.faults().compact();
+    emulator.faults().drop_watches();
+    eventually("a re-list", || {
+        let listed = emulator
+            .requests()
+            .iter()
+            .any(|r| r.verb == "list" && r.path.contains("widgets") && r.status == 200);
+        async move { listed.then_some(()) }
+    })
+    .await;
+}
+
 /// The operator's Events about `name` with `reason`.
 async fn events_about(emulator: &Emulator, name: &str, reason: &str) -> Vec<Event> {
     let events: Api<Event> = Api::namespaced(emulator.client(), "default");
@@ -157,21 +196,10 @@ async fn poisoned_objects_are_reported_once_and_never_hold_back_the_others() {
     for name in &names {
         ticked(&calls, name).await;
     }
-    eventually("the report of poisoned-at-start", || {
-        let found = reports(&logs.text(), "poisoned-at-start") > 0;
-        async move { found.then_some(()) }
-    })
-    .await;
+    reported(&logs, "poisoned-at-start").await;
 
     // Poisoned by a patch while served: the watch goes on past its event.
-    create(
-        &emulator,
-        &widgets(),
-        "default",
-        "poisoned-later",
-        json!({"spec": {"size": 1}}),
-    )
-    .await;
+    create_good(&emulator, "poisoned-later").await;
     ticked(&calls, "poisoned-later").await;
     let api = raw_api(&emulator, &widgets(), "default");
     api.patch(
@@ -181,42 +209,14 @@ async fn poisoned_objects_are_reported_once_and_never_hold_back_the_others() {
     )
     .await
     .expect("patched");
-    eventually("the report of poisoned-later", || {
-        let found = reports(&logs.text(), "poisoned-later") > 0;
-        async move { found.then_some(()) }
-    })
-    .await;
-    create(
-        &emulator,
-        &widgets(),
-        "default",
-        "after",
-        json!({"spec": {"size": 1}}),
-    )
-    .await;
+    reported(&logs, "poisoned-later").await;
+    create_good(&emulator, "after").await;
     ticked(&calls, "after").await;
 
     // A re-list (history compacted, watches dropped) sees both again: they
     // are not reported again.
-    emulator.clear_requests();
-    emulator.faults().compact();
-    emulator.faults().drop_watches();
-    eventually("a re-list", || {
-        let listed = emulator
-            .requests()
-            .iter()
-            .any(|r| r.verb == "list" && r.path.contains("widgets") && r.status == 200);
-        async move { listed.then_some(()) }
-    })
-    .await;
-    create(
-        &emulator,
-        &widgets(),
-        "default",
-        "after-relist",
-        json!({"spec": {"size": 1}}),
-    )
-    .await;
+    relist(&emulator).await;
+    create_good(&emulator, "after-relist").await;
     ticked(&calls, "after-relist").await;
 
     // Poisoned while served, its timer goes on with the last state that
@@ -338,17 +338,7 @@ async fn objects_deeper_than_serde_jsons_own_limit_are_served() {
         vec![json!([["add", ["metadata"], null, {"labels": {"stage": "2"}}]])]
     );
     assert_eq!(calls.named("create"), vec![json!("deep")]);
-    emulator.clear_requests();
-    emulator.faults().compact();
-    emulator.faults().drop_watches();
-    eventually("a re-list", || {
-        let listed = emulator
-            .requests()
-            .iter()
-            .any(|r| r.verb == "list" && r.path.contains("widgets") && r.status == 200);
-        async move { listed.then_some(()) }
-    })
-    .await;
+    relist(&emulator).await;
     more_ticks(&calls, "deep", 2).await;
     let stopped_before = operator.task_counters().stopped;
     raw_api(&emulator, &widgets(), "default")
