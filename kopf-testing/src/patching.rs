@@ -83,7 +83,8 @@ impl PatchError {
     }
 }
 
-fn type_name(v: &Value) -> &'static str {
+/// What kind of JSON value `v` is, for messages ("a string", "an array").
+pub(crate) fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -21,7 +21,7 @@ use serde_json::{Map, Value, json};
 
 use crate::failures::ApiError;
 use crate::objects;
-use crate::patching::PatchKind;
+use crate::patching::{PatchKind, type_name};
 use crate::resources::ResourceDef;
 use crate::routing::Query;
 
@@ -121,17 +121,6 @@ fn undecodable(def: &ResourceDef, why: impl std::fmt::Display) -> ApiError {
         kind = def.kind,
         version = def.version,
     ))
-}
-
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 fn wrong_type(def: &ResourceDef, field: &str, expected: &str, got: &Value) -> ApiError {
