@@ -3,7 +3,7 @@
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
-use super::{config, json, object};
+use super::{config, json, merge, object};
 use crate::diffbase::{DiffBaseStorage, DiffOp, diff};
 use crate::progress::ProgressStorage;
 use crate::settings::PersistenceSettings;
@@ -45,25 +45,6 @@ fn set(doc: &mut Value, path: &[String], value: Option<Value>) {
         }
         None => {
             map.remove(last);
-        }
-    }
-}
-
-/// A JSON merge patch applied to a body (RFC 7386), as the API server does.
-fn merge(target: &mut Value, patch: &Value) {
-    let Value::Object(patch) = patch else {
-        *target = patch.clone();
-        return;
-    };
-    if !target.is_object() {
-        *target = json!({});
-    }
-    let map = target.as_object_mut().expect("made an object");
-    for (key, value) in patch {
-        if value.is_null() {
-            map.remove(key);
-        } else {
-            merge(map.entry(key.clone()).or_insert(Value::Null), value);
         }
     }
 }

@@ -57,3 +57,22 @@ pub(crate) fn object() -> impl Strategy<Value = Value> {
     proptest::collection::vec((key(), json()), 0..6)
         .prop_map(|entries| Value::Object(entries.into_iter().collect()))
 }
+
+/// A JSON merge patch applied to a body (RFC 7386), as the API server does.
+pub(crate) fn merge(target: &mut Value, patch: &Value) {
+    let Value::Object(patch) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Map::new());
+    }
+    let map = target.as_object_mut().expect("made an object");
+    for (key, value) in patch {
+        if value.is_null() {
+            map.remove(key);
+        } else {
+            merge(map.entry(key.clone()).or_insert(Value::Null), value);
+        }
+    }
+}

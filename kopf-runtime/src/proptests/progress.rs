@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use super::config;
+use super::{config, merge};
 use crate::progress::{ProgressRecord, ProgressStorage, format_timestamp, parse_timestamp};
 use crate::settings::PersistenceSettings;
 
@@ -61,25 +61,6 @@ fn owners() -> impl Strategy<Value = Value> {
         json!([{"kind": "Deployment", "apiVersion": "apps/v1", "name": "d", "uid": "u"}]),
         json!([{"kind": "Job", "apiVersion": "batch/v1", "name": "j", "uid": "u"}]),
     ])
-}
-
-/// A JSON merge patch applied to a body (RFC 7386), as the API server does.
-fn merge(target: &mut Value, patch: &Value) {
-    let Value::Object(patch) = patch else {
-        *target = patch.clone();
-        return;
-    };
-    if !target.is_object() {
-        *target = json!({});
-    }
-    let map = target.as_object_mut().expect("made an object");
-    for (key, value) in patch {
-        if value.is_null() {
-            map.remove(key);
-        } else {
-            merge(map.entry(key.clone()).or_insert(Value::Null), value);
-        }
-    }
 }
 
 proptest! {
