@@ -50,8 +50,8 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use crate::decoding;
+use crate::fields::{ensure_field, remove_field, resolve_field, resolve_field_mut};
 pub use crate::kwargs::{Diff, DiffItem, DiffOp};
-use crate::patching::{ensure_field, remove_field, resolve_field, resolve_field_mut};
 use crate::progress::{
     AnnotationKeys, LAST_APPLIED_ANNOTATION, ProgressStorage, detect_marked_prefixes,
     remove_empty_stanzas,

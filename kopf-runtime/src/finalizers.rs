@@ -32,9 +32,9 @@
 
 use serde_json::Value;
 
+use crate::fields::{ensure_field, resolve_field};
 use crate::handlers::Handler;
 use crate::kwargs::Logger;
-use crate::patching::{ensure_field, resolve_field};
 
 /// The finalizer written by Kopf versions before 1.0; removed along with ours.
 pub const LEGACY_FINALIZER: &str = "KopfFinalizerMarker";

@@ -24,9 +24,9 @@ use futures::future::{CatchUnwind, Either, Map, Ready};
 use serde_json::Value;
 
 use crate::errors::{HandlerError, Outcome};
+use crate::fields::ensure_field;
 use crate::handlers::{ErrorsMode, Handler, HandlerKind, KindOptions};
 use crate::kwargs::{Diff, Kwargs, Logger, Memo, Patch, Reason};
-use crate::patching::ensure_field;
 use crate::progress::{ProgressRecord, ProgressStorage, format_timestamp};
 
 /// The object and its change, shared by every handler of a cause.

@@ -373,6 +373,7 @@ mod decoding;
 pub mod diffbase;
 pub mod echoes;
 pub mod errors;
+pub mod fields;
 pub mod filters;
 pub mod finalizers;
 pub mod handlers;

@@ -22,9 +22,8 @@
 //! - Each attempt is bounded by `request_timeout`; a timed-out attempt is
 //!   retried like a `5xx`.
 //!
-//! The field helpers ([`resolve_field`], [`ensure_field`], [`remove_field`])
-//! build merge-patch fragments for [`progress`](crate::progress),
-//! [`diffbase`](crate::diffbase) and the engine.
+//! Merge-patch fragments are built with the helpers of
+//! [`fields`](crate::fields).
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -40,6 +39,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::decoding;
+use crate::fields::meta_strs;
 use crate::retrying::{Backoff, ErrorClass, classify};
 use crate::settings::NetworkingSettings;
 
@@ -505,118 +505,11 @@ pub fn split_status(
     (main, status)
 }
 
-/// The value at `path` (object keys only), if every level is an object.
-/// Non-object intermediate values count as absent (Kopf's safe `resolve`).
-pub fn resolve_field<'a>(body: &'a Value, path: &[&str]) -> Option<&'a Value> {
-    path.iter()
-        .try_fold(body, |value, key| value.as_object()?.get(*key))
-}
-
-/// A string field of the object's `metadata` (`name`, `uid`, …), if set.
-pub fn meta_str<'a>(body: &'a Value, key: &str) -> Option<&'a str> {
-    resolve_field(body, &["metadata", key]).and_then(Value::as_str)
-}
-
-/// Several string fields of the object's `metadata`, as [`meta_str`] finds
-/// each, with the metadata found once for all of them.
-pub fn meta_strs<'a, const N: usize>(body: &'a Value, keys: [&str; N]) -> [Option<&'a str>; N] {
-    let metadata = body.get("metadata").and_then(Value::as_object);
-    keys.map(|key| metadata.and_then(|m| m.get(key)).and_then(Value::as_str))
-}
-
-/// The field at `path` for changing in place, if every step is an object.
-/// Like [`resolve_field`], and unlike `Value::pointer_mut`, it allocates
-/// nothing: keys are taken as they are, with no `~1` escapes to undo.
-pub fn resolve_field_mut<'a>(body: &'a mut Value, path: &[&str]) -> Option<&'a mut Value> {
-    path.iter()
-        .try_fold(body, |value, key| value.as_object_mut()?.get_mut(*key))
-}
-
-/// Set `path` to `value`, creating intermediate objects (replacing
-/// non-object intermediates) as Kopf's `ensure`. An empty path is ignored.
-pub fn ensure_field(patch: &mut Value, path: &[&str], value: Value) {
-    let Some((last, parents)) = path.split_last() else {
-        return;
-    };
-    let mut current = patch;
-    for key in parents {
-        if !current.is_object() {
-            *current = Value::Object(Map::new());
-        }
-        let map = current
-            .as_object_mut()
-            .expect("invariant: made an object above");
-        current = map
-            .entry((*key).to_owned())
-            .or_insert_with(|| Value::Object(Map::new()));
-    }
-    if !current.is_object() {
-        *current = Value::Object(Map::new());
-    }
-    current
-        .as_object_mut()
-        .expect("invariant: made an object above")
-        .insert((*last).to_owned(), value);
-}
-
-/// Remove `path` and every parent object left empty by it (Kopf's `remove`).
-/// Absent paths are fine.
-pub fn remove_field(body: &mut Value, path: &[&str]) {
-    let Some((first, rest)) = path.split_first() else {
-        return;
-    };
-    let Some(map) = body.as_object_mut() else {
-        return;
-    };
-    if rest.is_empty() {
-        map.remove(*first);
-        return;
-    }
-    if let Some(child) = map.get_mut(*first) {
-        remove_field(child, rest);
-        if child.as_object().is_some_and(Map::is_empty) {
-            map.remove(*first);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
-
-    #[test]
-    fn resolve_is_safe_on_non_objects() {
-        let body = json!({"a": {"b": 1, "c": [1]}});
-        assert_eq!(resolve_field(&body, &["a", "b"]), Some(&json!(1)));
-        assert_eq!(resolve_field(&body, &["a", "b", "x"]), None);
-        assert_eq!(resolve_field(&body, &["a", "c", "0"]), None);
-        assert_eq!(resolve_field(&body, &[]), Some(&body));
-    }
-
-    #[test]
-    fn ensure_creates_parents() {
-        let mut patch = json!({});
-        ensure_field(&mut patch, &["metadata", "annotations", "x/y"], json!("v"));
-        ensure_field(&mut patch, &["metadata", "labels", "l"], Value::Null);
-        assert_eq!(
-            patch,
-            json!({"metadata": {"annotations": {"x/y": "v"}, "labels": {"l": null}}})
-        );
-        let mut scalar = json!({"a": 1});
-        ensure_field(&mut scalar, &["a", "b"], json!(2));
-        assert_eq!(scalar, json!({"a": {"b": 2}}));
-    }
-
-    #[test]
-    fn remove_cleans_empty_parents() {
-        let mut body = json!({"a": {"b": {"c": 1}}, "d": {"e": 1, "f": 2}});
-        remove_field(&mut body, &["a", "b", "c"]);
-        remove_field(&mut body, &["d", "e"]);
-        remove_field(&mut body, &["x", "y"]);
-        assert_eq!(body, json!({"d": {"f": 2}}));
-    }
 
     #[test]
     fn the_collection_path_is_the_clients() {
@@ -649,6 +542,7 @@ mod tests {
         use serde_json::json;
 
         use super::super::*;
+        use crate::fields::meta_str;
         use crate::mock_api::{self, Reply, example};
 
         const LIMIT: Duration = Duration::from_secs(600);

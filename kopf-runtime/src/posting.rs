@@ -50,7 +50,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::patching::resolve_field;
+use crate::fields::resolve_field;
 use crate::settings::{PostingLevel, PostingSettings};
 
 /// Kopf's limit on Event messages.

@@ -34,15 +34,13 @@ use tokio_util::sync::CancellationToken;
 use crate::causes::{self, CauseInput, ChangeCause};
 use crate::diffbase::DiffBaseStorage;
 use crate::echoes::Echoes;
+use crate::fields::{ensure_field, meta_str, meta_strs, remove_field, resolve_field};
 use crate::finalizers::{self, Action, Lifecycle};
 use crate::handlers::{Handler, HandlerKind};
 use crate::handling::{self, CauseContext};
 use crate::kwargs::{Diff, EventType, Kwargs, Level, LogSink, Logger, Memo, Reason};
 use crate::memories::{Handled, Memories, ObjectMemory};
-use crate::patching::{
-    ObjectVersion, PatchError, PatchOutcome, PatchTarget, Patcher, ensure_field, meta_str,
-    meta_strs, remove_field, resolve_field,
-};
+use crate::patching::{ObjectVersion, PatchError, PatchOutcome, PatchTarget, Patcher};
 use crate::posting::{EventPoster, ObjectReference};
 use crate::progress::ProgressStorage;
 use crate::queueing::{Processed, Versioned};

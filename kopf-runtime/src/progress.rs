@@ -43,7 +43,7 @@ use hashbrown::HashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::patching::{ensure_field, remove_field, resolve_field, resolve_field_mut};
+use crate::fields::{ensure_field, remove_field, resolve_field, resolve_field_mut};
 use crate::settings::PersistenceSettings;
 
 /// The kubectl annotation that never counts as part of an object's essence.

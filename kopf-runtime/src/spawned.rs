@@ -27,11 +27,12 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::fields::ensure_field;
 use crate::handlers::Handler;
 use crate::handling::{self, Resolution, merge_into};
 use crate::kwargs::{Kwargs, Logger, Memo, Stopped};
 use crate::memories::Memories;
-use crate::patching::{PatchError, PatchOutcome, PatchTarget, Patcher, ensure_field};
+use crate::patching::{PatchError, PatchOutcome, PatchTarget, Patcher};
 use crate::posting::{self, EventPoster, ObjectReference};
 use crate::processing::{ResourceTarget, object_name};
 use crate::spawning::{

@@ -9,11 +9,10 @@
 
 use std::time::Duration;
 
+use kopf_runtime::fields::meta_str;
 use kopf_runtime::finalizers::merge_patch;
 use kopf_runtime::namespaces::NamespaceSelector;
-use kopf_runtime::patching::{
-    ObjectVersion, PatchError, PatchOutcome, PatchTarget, Patcher, meta_str,
-};
+use kopf_runtime::patching::{ObjectVersion, PatchError, PatchOutcome, PatchTarget, Patcher};
 use kopf_runtime::posting::EventPoster;
 use kopf_runtime::settings::{NetworkingSettings, PostingSettings, WatchingSettings};
 use kopf_runtime::watching::{DeletedBy, ObjectEvent, ResourceWatcher, Seen};

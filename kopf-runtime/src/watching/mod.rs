@@ -50,7 +50,7 @@ use std::sync::Arc;
 use kube::core::Status;
 use serde_json::Value;
 
-use crate::patching::meta_str;
+use crate::fields::meta_str;
 
 mod events;
 #[cfg(test)]

@@ -12,8 +12,8 @@ use tokio_util::task::TaskTracker;
 use super::ObjectEvent;
 use super::stream::ScopeWatch;
 use crate::echoes::Echoes;
+use crate::fields::meta_str;
 use crate::namespaces::NamespaceSelector;
-use crate::patching::meta_str;
 use crate::settings::WatchingSettings;
 
 /// Watches one resource in the served namespaces; see the

@@ -16,8 +16,8 @@ use super::tracker::{ObjectTracker, WatchInput};
 use super::{ObjectEvent, WatchError};
 use crate::decoding;
 use crate::echoes::Echoes;
+use crate::fields::meta_str;
 use crate::namespaces::NamespaceSelector;
-use crate::patching::meta_str;
 use crate::retrying::{Backoff, ErrorClass, classify, classify_status};
 use crate::settings::WatchingSettings;
 

@@ -11,9 +11,9 @@ use tokio_util::task::TaskTracker;
 
 use super::{ObjectEvent, ResourceWatcher};
 use crate::echoes::Echoes;
+use crate::fields::meta_str;
 use crate::mock_api::{self, Recorded, Reply, example, list};
 use crate::namespaces::NamespaceSelector;
-use crate::patching::meta_str;
 use crate::settings::WatchingSettings;
 
 /// Every wait in these tests is bounded by this (virtual) time.

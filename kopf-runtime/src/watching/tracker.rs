@@ -45,7 +45,7 @@ use kube::core::ApiResource;
 use serde_json::{Value, json};
 
 use super::{DeletedBy, ObjectEvent, Seen};
-use crate::patching::{meta_str, meta_strs};
+use crate::fields::{meta_str, meta_strs};
 
 /// One input to the [`ObjectTracker`]: a listing step or a watch event.
 #[derive(Debug, Clone)]
