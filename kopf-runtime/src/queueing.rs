@@ -101,7 +101,7 @@ pub struct Queue<K, E> {
 struct Inner<K, E> {
     slots: Mutex<HashMap<K, watch::Sender<Option<Arc<E>>>>>,
     permits: Arc<Semaphore>,
-    /// Admission of new keys (see [`QueueSettings::max_backlog`]).
+    /// Places of new keys in the backlog (see [`QueueSettings::max_backlog`]).
     backlog: Arc<Semaphore>,
     tracker: TaskTracker,
     stop: CancellationToken,
@@ -158,9 +158,9 @@ where
             return;
         }
         let backlog = Arc::clone(&self.inner.backlog);
-        let admission = tokio::select! {
+        let place = tokio::select! {
             permit = backlog.acquire_owned() => match permit {
-                Ok(permit) => Admission {
+                Ok(permit) => BacklogPlace {
                     _permit: permit,
                     until: Instant::now() + ADMISSION_HOLD,
                 },
@@ -180,7 +180,7 @@ where
         let inner = Arc::clone(&self.inner);
         self.inner
             .tracker
-            .spawn(async move { inner.work(key, receiver, admission).await });
+            .spawn(async move { inner.work(key, receiver, place).await });
     }
 
     /// How many keys have a worker now (busy or waiting for more events).
@@ -229,13 +229,8 @@ where
         self.slots.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    async fn work(
-        &self,
-        key: K,
-        mut events: watch::Receiver<Option<Arc<E>>>,
-        admission: Admission,
-    ) {
-        let mut admission = Some(admission);
+    async fn work(&self, key: K, mut events: watch::Receiver<Option<Arc<E>>>, place: BacklogPlace) {
+        let mut place = Some(place);
         let mut expected: Option<String> = None;
         let mut retry_at: Option<Instant> = None;
         loop {
@@ -293,15 +288,15 @@ where
                     None => break,
                 }
             }
-            let Ok(_permit) = admitted(self.permits.acquire(), &mut admission).await else {
+            let Ok(_permit) = in_backlog(self.permits.acquire(), &mut place).await else {
                 break;
             };
             let call = (self.process)(key.clone(), Arc::clone(&event));
             let processed = tokio::select! {
-                processed = admitted(call, &mut admission) => processed,
+                processed = in_backlog(call, &mut place) => processed,
                 () = self.abort.cancelled() => break,
             };
-            admission = None;
+            place = None;
             drop(event);
             expected = processed.expect_version;
             retry_at = processed.retry_after.map(|delay| Instant::now() + delay);
@@ -376,21 +371,21 @@ enum Woken {
 
 /// A new key's place in the backlog, given up after its first call or at
 /// `until`, whichever comes first.
-struct Admission {
+struct BacklogPlace {
     _permit: OwnedSemaphorePermit,
     until: Instant,
 }
 
-/// Runs `fut`, giving up `admission` once its time is over.
-async fn admitted<F: Future>(fut: F, admission: &mut Option<Admission>) -> F::Output {
+/// Runs `fut`, giving up its backlog `place` once its time is over.
+async fn in_backlog<F: Future>(fut: F, place: &mut Option<BacklogPlace>) -> F::Output {
     let mut fut = std::pin::pin!(fut);
     loop {
-        let Some(until) = admission.as_ref().map(|a| a.until) else {
+        let Some(until) = place.as_ref().map(|a| a.until) else {
             return fut.await;
         };
         tokio::select! {
             out = &mut fut => return out,
-            () = tokio::time::sleep_until(until) => *admission = None,
+            () = tokio::time::sleep_until(until) => *place = None,
         }
     }
 }
