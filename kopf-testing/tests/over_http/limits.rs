@@ -28,6 +28,18 @@ async fn post(em: &Emulator, path: &str, body: &Value) -> RawResponse {
     raw_request(em.addr(), "POST", path, &[JSON], &bytes).await
 }
 
+/// Sends `body` as a JSON patch of the ConfigMap `name`.
+async fn json_patch(em: &Emulator, name: &str, body: &[u8]) -> RawResponse {
+    raw_request(
+        em.addr(),
+        "PATCH",
+        &format!("{CMS}/{name}"),
+        &[JSON_PATCH],
+        body,
+    )
+    .await
+}
+
 /// The emulator still answers, and the object is as it was.
 async fn assert_alive(em: &Emulator, path: &str) {
     let resp = raw_request(em.addr(), "GET", path, &[], b"").await;
@@ -55,14 +67,7 @@ async fn json_patch_copies_that_double_the_nesting_are_refused() {
     }
     let body = serde_json::to_vec(&ops).unwrap();
     assert!(body.len() > 30_000, "a patch of {} bytes", body.len());
-    let resp = raw_request(
-        em.addr(),
-        "PATCH",
-        &format!("{CMS}/a"),
-        &[JSON_PATCH],
-        &body,
-    )
-    .await;
+    let resp = json_patch(&em, "a", &body).await;
     resp.assert_status_object(422);
     assert!(
         resp.json()["message"].as_str().unwrap().contains("deeper"),
@@ -88,14 +93,7 @@ async fn json_patch_copies_that_double_the_size_are_refused() {
         .map(|i| json!({"op": "copy", "from": "", "path": format!("/c{i}")}))
         .collect();
     let body = serde_json::to_vec(&ops).unwrap();
-    let resp = raw_request(
-        em.addr(),
-        "PATCH",
-        &format!("{CMS}/a"),
-        &[JSON_PATCH],
-        &body,
-    )
-    .await;
+    let resp = json_patch(&em, "a", &body).await;
     resp.assert_status_object(422);
     assert!(
         resp.json()["message"].as_str().unwrap().contains("bytes"),
