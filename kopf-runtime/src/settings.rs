@@ -68,6 +68,11 @@ pub struct WatchingSettings {
     /// per level: raise it only with thread stacks to match (a 2 MiB stack
     /// holds about 1,500 levels in a debug build). Default: 1,000 (the API
     /// server accepts 10,000).
+    ///
+    /// # Caveats
+    /// Patch answers and stored diff-bases are read up to the default
+    /// depth whatever this says: raising it above 1,000 serves deeper
+    /// objects' event and timer handlers, but not their change handlers.
     pub max_depth: usize,
 }
 
