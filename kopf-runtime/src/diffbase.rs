@@ -714,7 +714,7 @@ mod tests {
             "data": {"k": "v"},
         });
         let mut echoed = new.clone();
-        crate::handling::merge_into(
+        crate::fields::merge_into(
             &mut echoed,
             json!({
                 "metadata": {
@@ -765,7 +765,7 @@ mod tests {
         ];
         for change in changes {
             let mut changed = echoed.clone();
-            crate::handling::merge_into(&mut changed, change.clone());
+            crate::fields::merge_into(&mut changed, change.clone());
             assert!(!storage.same_essence(&new, &changed, &progress), "{change}");
         }
         let mut odd = echoed.clone();
@@ -800,7 +800,7 @@ mod tests {
 
     fn merged(body: &Value, patch: &Value) -> Value {
         let mut body = body.clone();
-        crate::handling::merge_into(&mut body, patch.clone());
+        crate::fields::merge_into(&mut body, patch.clone());
         body
     }
 
@@ -848,7 +848,7 @@ mod tests {
         let encoded = storage.store(&new, &json!({"data": {"k": "v"}}), &mut patch);
         assert_eq!(encoded, "{\"data\":{\"k\":\"v\"}}\n");
         let mut echoed = new.clone();
-        crate::handling::merge_into(&mut echoed, patch);
+        crate::fields::merge_into(&mut echoed, patch);
         assert!(storage.holds(&echoed, &encoded));
         assert!(!storage.holds(&new, &encoded), "not stored yet");
         assert!(!storage.holds(&echoed, "{}\n"), "another diff-base");

@@ -81,6 +81,35 @@ pub fn remove_field(body: &mut Value, path: &[&str]) {
     }
 }
 
+/// `namespace/name`, or `name` for cluster-scoped objects.
+pub fn object_name(body: &Value) -> String {
+    match meta_strs(body, ["namespace", "name"]) {
+        [Some(ns), Some(name)] => [ns, "/", name].concat(),
+        [None, Some(name)] => name.to_owned(),
+        _ => "?".to_owned(),
+    }
+}
+
+/// Merges the JSON merge patch `src` into `dst` (RFC 7386 composition: the
+/// later patch wins on conflicts).
+pub fn merge_into(dst: &mut Value, src: Value) {
+    match (dst, src) {
+        (Value::Object(dst), Value::Object(src)) => {
+            for (key, value) in src {
+                match dst.get_mut(&key) {
+                    Some(existing) if existing.is_object() && value.is_object() => {
+                        merge_into(existing, value)
+                    }
+                    _ => {
+                        dst.insert(key, value);
+                    }
+                }
+            }
+        }
+        (dst, src) => *dst = src,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -117,5 +146,14 @@ mod tests {
         remove_field(&mut body, &["d", "e"]);
         remove_field(&mut body, &["x", "y"]);
         assert_eq!(body, json!({"d": {"f": 2}}));
+    }
+
+    #[test]
+    fn objects_are_named_as_kopf_logs_them() {
+        assert_eq!(
+            object_name(&json!({"metadata": {"namespace": "ns", "name": "a"}})),
+            "ns/a"
+        );
+        assert_eq!(object_name(&json!({"metadata": {"name": "a"}})), "a");
     }
 }

@@ -52,7 +52,7 @@
 //! [`Registry`] with a given client until a future completes, for embedding
 //! and tests. What the runtime does with handlers (causes, progress,
 //! finalizers, daemons and timers without finalizers) is described in the
-//! modules [`processing`], [`handling`] and [`spawned`].
+//! modules [`processing`], [`execution`] and [`spawning::resource`].
 //!
 //! # Resources
 //!
@@ -373,11 +373,11 @@ mod decoding;
 pub mod diffbase;
 pub mod echoes;
 pub mod errors;
+pub mod execution;
 pub mod fields;
 pub mod filters;
 pub mod finalizers;
 pub mod handlers;
-pub mod handling;
 pub mod kwargs;
 pub mod memories;
 #[cfg(test)]
@@ -396,7 +396,6 @@ pub mod resources;
 pub mod retrying;
 pub mod running;
 pub mod settings;
-pub mod spawned;
 pub mod spawning;
 pub mod watching;
 

@@ -27,17 +27,19 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::execution;
+use crate::fields::object_name;
 use crate::handlers::{Handler, HandlerKind};
-use crate::handling;
 use crate::kwargs::{Kwargs, Logger};
 use crate::namespaces::NamespaceSelector;
+use crate::patching::ResourceTarget;
 use crate::posting::{self, EventPoster, ObjectReference};
-use crate::processing::{ResourceHandlers, ResourceProcessor, ResourceTarget, Work, object_name};
+use crate::processing::{ResourceHandlers, ResourceProcessor, Work};
 use crate::queueing::{ProcessFn, Queue, QueueSettings};
 use crate::registry::Registry;
 use crate::resources::ResourceRef;
 use crate::settings::OperatorSettings;
-use crate::spawned::TaskObserver;
+use crate::spawning::resource::TaskObserver;
 use crate::spawning::{Counters, Spawner, SpawnerSettings};
 use crate::watching::{ObjectEvent, ResourceWatcher, Seen};
 
@@ -553,7 +555,7 @@ async fn run_activities(
             kwargs.logger = Logger::new(handler.id.clone());
             kwargs.retry = retry;
             kwargs.started = Some(started);
-            let outcome = handling::invoke(handler, kwargs, handler.options.timeout).await;
+            let outcome = execution::invoke(handler, kwargs, handler.options.timeout).await;
             let delay = match outcome {
                 Ok(_) => {
                     tracing::info!(handler = %handler.id, "activity succeeded");

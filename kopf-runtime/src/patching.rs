@@ -505,6 +505,17 @@ pub fn split_status(
     (main, status)
 }
 
+/// Where a resource's objects live, as discovery says.
+#[derive(Debug, Clone)]
+pub struct ResourceTarget {
+    /// The API resource (shared with the patches of its objects).
+    pub api: Arc<kube::core::ApiResource>,
+    /// Whether objects live in namespaces.
+    pub namespaced: bool,
+    /// Whether `status` is a subresource.
+    pub status_subresource: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

@@ -34,19 +34,21 @@ use tokio_util::sync::CancellationToken;
 use crate::causes::{self, CauseInput, ChangeCause};
 use crate::diffbase::DiffBaseStorage;
 use crate::echoes::Echoes;
-use crate::fields::{ensure_field, meta_str, meta_strs, remove_field, resolve_field};
+use crate::execution::{self, CauseContext};
+use crate::fields::{ensure_field, meta_str, object_name, remove_field, resolve_field};
 use crate::finalizers::{self, Action, Lifecycle};
 use crate::handlers::{Handler, HandlerKind};
-use crate::handling::{self, CauseContext};
 use crate::kwargs::{Diff, EventType, Kwargs, Level, LogSink, Logger, Memo, Reason};
 use crate::memories::{Handled, Memories, ObjectMemory};
-use crate::patching::{ObjectVersion, PatchError, PatchOutcome, PatchTarget, Patcher};
+use crate::patching::{
+    ObjectVersion, PatchError, PatchOutcome, PatchTarget, Patcher, ResourceTarget,
+};
 use crate::posting::{EventPoster, ObjectReference};
 use crate::progress::ProgressStorage;
 use crate::queueing::{Processed, Versioned};
 use crate::settings::OperatorSettings;
-use crate::spawned::{self, ResourceTasks, TaskEnvironment};
 use crate::spawning::Spawner;
+use crate::spawning::resource::{self, ResourceTasks, TaskEnvironment};
 use crate::watching::{DeletedBy, ObjectEvent, Seen};
 
 /// How long to wait before processing an object again after its patch was
@@ -134,17 +136,6 @@ struct Handling {
     /// Whether all is handled: the patch only records it, and the patched
     /// object will need nothing more.
     settled: bool,
-}
-
-/// Where a resource's objects live, as discovery says.
-#[derive(Debug, Clone)]
-pub struct ResourceTarget {
-    /// The API resource (shared with the patches of its objects).
-    pub api: Arc<kube::core::ApiResource>,
-    /// Whether objects live in namespaces.
-    pub namespaced: bool,
-    /// Whether `status` is a subresource.
-    pub status_subresource: bool,
 }
 
 impl std::fmt::Debug for ResourceProcessor {
@@ -515,7 +506,7 @@ impl ResourceProcessor {
         match cleanup {
             // Only if the wait was cut short: the operator is stopping.
             Some(Action::Keep) if tasks_running => {
-                delay = min_delay(delay, Some(spawned::RECHECK));
+                delay = min_delay(delay, Some(resource::RECHECK));
             }
             Some(action) => lifecycle.enact(action, body, patch, logger),
             None => {}
@@ -536,7 +527,7 @@ impl ResourceProcessor {
         logger: &Logger,
         patch: &mut Value,
         matching: &[&Handler],
-    ) -> (handling::StepOutcome, bool) {
+    ) -> (execution::StepOutcome, bool) {
         let finalizer = self.settings.persistence.finalizer.as_str();
         // The operator's own patch came back with the diff-base it stored,
         // and nothing an essence is made of changed meanwhile: the essence
@@ -605,7 +596,7 @@ impl ResourceProcessor {
         let (done, delay, ran) = if selected.is_empty() {
             (true, None, false)
         } else {
-            let step = handling::step(
+            let step = execution::step(
                 &context,
                 &selected,
                 &self.handlers.changing,
@@ -639,7 +630,7 @@ impl ResourceProcessor {
             }
             memory.mark_fully_handled();
         }
-        let outcome = handling::StepOutcome {
+        let outcome = execution::StepOutcome {
             done,
             delay,
             ran,
@@ -683,7 +674,7 @@ impl ResourceProcessor {
             if !handler.filters.matches_object(&kwargs) {
                 continue;
             }
-            if let Err(error) = handling::invoke(handler, kwargs, handler.options.timeout).await {
+            if let Err(error) = execution::invoke(handler, kwargs, handler.options.timeout).await {
                 logger.error(format_args!(
                     "Handler '{}' failed with an exception. Will ignore: {error}",
                     handler.id
@@ -714,8 +705,8 @@ impl ResourceProcessor {
 }
 
 /// A cause that needs no more steps.
-fn done() -> handling::StepOutcome {
-    handling::StepOutcome {
+fn done() -> execution::StepOutcome {
+    execution::StepOutcome {
         done: true,
         ..Default::default()
     }
@@ -775,22 +766,6 @@ fn title(reason: Reason) -> &'static str {
     }
 }
 
-/// `namespace/name`, or `name` for cluster-scoped objects.
-pub fn object_name(body: &Value) -> String {
-    match meta_strs(body, ["namespace", "name"]) {
-        [Some(ns), Some(name)] => {
-            // Sized at once: `format!` would guess short and grow.
-            let mut full = String::with_capacity(ns.len() + 1 + name.len());
-            full.push_str(ns);
-            full.push('/');
-            full.push_str(name);
-            full
-        }
-        [None, Some(name)] => name.to_owned(),
-        _ => "?".to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
@@ -830,7 +805,7 @@ mod tests {
     ) -> (ResourceProcessor, Arc<Mutex<Vec<Recorded>>>) {
         let registry = registry.build().expect("a valid registry");
         let (client, log) = mock_api::client(handler);
-        let observer = crate::spawned::TaskObserver::new(None);
+        let observer = crate::spawning::resource::TaskObserver::new(None);
         let spawner = Spawner::new(
             Arc::clone(&observer) as Arc<dyn Observer>,
             SpawnerSettings::default(),
@@ -991,15 +966,6 @@ mod tests {
                 "finalizers": ["theirs/g"], "resourceVersion": "9", "annotations": {"x": null},
             }})
         );
-    }
-
-    #[test]
-    fn objects_are_named_as_kopf_logs_them() {
-        assert_eq!(
-            object_name(&json!({"metadata": {"namespace": "ns", "name": "a"}})),
-            "ns/a"
-        );
-        assert_eq!(object_name(&json!({"metadata": {"name": "a"}})), "a");
     }
 
     const FINALIZER: &str = "kopf.zalando.org/KopfFinalizerMarker";

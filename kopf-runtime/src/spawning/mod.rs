@@ -1,5 +1,9 @@
 //! Spawning handlers: daemons and timers, one task per `(object UID, handler id)`.
 //!
+//! Everything about daemons and timers lives here: the engine below, and
+//! [`resource`], which turns a resource's `#[daemon]`/`#[timer]` handlers
+//! into tasks and runs their calls.
+//!
 //! The engine builds one [`TaskSpec`] per `#[daemon]`/`#[timer]` handler
 //! (its options are the handler's; the call is any [`TaskFn`]), and drives
 //! one [`Spawner`]:
@@ -54,8 +58,9 @@
 mod counters;
 mod daemons;
 mod observing;
-mod registry;
+pub mod resource;
 mod runner;
+mod spawner;
 mod stopping;
 mod task;
 mod timers;
@@ -65,7 +70,7 @@ pub(crate) mod testkit;
 
 pub use counters::{Counters, CountersSnapshot};
 pub use observing::{AbandonedReport, Observer, OutcomeReport, SpawnEvent};
-pub use registry::{Ensured, ShutdownError, Spawner, SpawnerSettings};
+pub use spawner::{Ensured, ShutdownError, Spawner, SpawnerSettings};
 pub use stopping::{StopFlag, StopReason};
 pub use task::{
     BlockingError, TaskContext, TaskFn, TaskKind, TaskOutcome, TaskSpec, Verdict, task_fn,

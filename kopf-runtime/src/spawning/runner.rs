@@ -1,6 +1,6 @@
 //! One handler call of a running task ([`Run`]): builds the
 //! [`TaskContext`], catches panics (with the guard of every handler call,
-//! [`handling::guard`](crate::handling::guard)), reports outcomes to the
+//! [`execution::guard`](crate::execution::guard)), reports outcomes to the
 //! [`Observer`].
 //! Shared by the daemon and timer loops.
 
@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::observing::{Observer, OutcomeReport};
-use super::registry::Liveness;
+use super::spawner::Liveness;
 use super::stopping::StopFlag;
 use super::task::{TaskContext, TaskOutcome, TaskSpec, Verdict};
 
@@ -48,7 +48,7 @@ impl Run {
             started_at,
             liveness: Arc::clone(&self.liveness),
         };
-        crate::handling::guard(|| (self.spec.call)(ctx))
+        crate::execution::guard(|| (self.spec.call)(ctx))
             .await
             .unwrap_or_else(|message| TaskOutcome::Error { message })
     }

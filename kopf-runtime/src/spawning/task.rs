@@ -4,7 +4,7 @@
 //!
 //! The call is any `Fn(TaskContext) -> BoxFuture<TaskOutcome>`: the engine
 //! adapts the handler's fn (parameter injection, error mapping) into a
-//! [`TaskFn`] (see [`spawned`](crate::spawned)); the loops read the
+//! [`TaskFn`] (see [`spawning::resource`](crate::spawning::resource)); the loops read the
 //! handler's options and know nothing of its fn.
 
 use std::any::Any;
@@ -18,7 +18,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::registry::Liveness;
+use super::spawner::Liveness;
 use super::stopping::StopFlag;
 use crate::handlers::{Handler, KindOptions, TimerOptions};
 

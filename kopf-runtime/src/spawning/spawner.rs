@@ -85,7 +85,7 @@ const STOPPING: u8 = 1;
 const CANCELLING: u8 = 2;
 const ABANDONED: u8 = 3;
 
-/// The state of one task shared by the registry, its stopper and its runner.
+/// The state of one task shared by the spawner, its stopper and its runner.
 pub(crate) struct TaskShared {
     pub(crate) uid: Arc<str>,
     pub(crate) id: Arc<str>,

@@ -24,7 +24,7 @@ use futures::future::{CatchUnwind, Either, Map, Ready};
 use serde_json::Value;
 
 use crate::errors::{HandlerError, Outcome};
-use crate::fields::ensure_field;
+use crate::fields::{ensure_field, merge_into};
 use crate::handlers::{ErrorsMode, Handler, HandlerKind, KindOptions};
 use crate::kwargs::{Diff, Kwargs, Logger, Memo, Patch, Reason};
 use crate::progress::{ProgressRecord, ProgressStorage, format_timestamp};
@@ -524,26 +524,6 @@ fn delay_record(
 
 fn seconds(duration: Duration) -> String {
     format!("{}s", duration.as_secs_f64())
-}
-
-/// Merges the JSON merge patch `src` into `dst` (RFC 7386 composition: the
-/// later patch wins on conflicts).
-pub fn merge_into(dst: &mut Value, src: Value) {
-    match (dst, src) {
-        (Value::Object(dst), Value::Object(src)) => {
-            for (key, value) in src {
-                match dst.get_mut(&key) {
-                    Some(existing) if existing.is_object() && value.is_object() => {
-                        merge_into(existing, value)
-                    }
-                    _ => {
-                        dst.insert(key, value);
-                    }
-                }
-            }
-        }
-        (dst, src) => *dst = src,
-    }
 }
 
 #[cfg(test)]

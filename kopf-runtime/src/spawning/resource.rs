@@ -27,14 +27,15 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::execution::{self, Resolution};
 use crate::fields::ensure_field;
+use crate::fields::{merge_into, object_name};
 use crate::handlers::Handler;
-use crate::handling::{self, Resolution, merge_into};
 use crate::kwargs::{Kwargs, Logger, Memo, Stopped};
 use crate::memories::Memories;
+use crate::patching::ResourceTarget;
 use crate::patching::{PatchError, PatchOutcome, PatchTarget, Patcher};
 use crate::posting::{self, EventPoster, ObjectReference};
-use crate::processing::{ResourceTarget, object_name};
 use crate::spawning::{
     AbandonedReport, Ensured, Observer, Spawner, StopReason, TaskContext, TaskOutcome, TaskSpec,
     task_fn,
@@ -228,8 +229,8 @@ async fn call(handler: &Handler, env: &TaskEnvironment, ctx: TaskContext) -> Tas
     kwargs.client = Some(env.client.clone());
     let patch = kwargs.patch.clone();
 
-    let outcome = handling::invoke(handler, kwargs, None).await;
-    let resolution = handling::resolve(handler, outcome, handler.options.backoff, logger);
+    let outcome = execution::invoke(handler, kwargs, None).await;
+    let resolution = execution::resolve(handler, outcome, handler.options.backoff, logger);
     let result = match &resolution {
         Resolution::Succeeded(Some(result)) => Some(result.clone()),
         _ => None,
