@@ -364,7 +364,8 @@ impl ServeResource {
             self.spawner,
             watching.clone(),
         ));
-        let stopper = Arc::clone(&processor);
+        let tasks = Arc::clone(processor.tasks());
+        let echoes = processor.echoes().cloned();
         let reporter = poster.clone();
         // Handlers post Events with `kopf_runtime::posting::{info, warn, …}`
         // through the poster in scope.
@@ -399,8 +400,8 @@ impl ServeResource {
         );
         // The operator's own patches that come back with nothing new are
         // skipped by the watch, undecoded.
-        let watcher = match stopper.echoes() {
-            Some(echoes) => watcher.with_echoes(echoes.clone()),
+        let watcher = match echoes {
+            Some(echoes) => watcher.with_echoes(echoes),
             None => watcher,
         };
         // A short channel: when processing lags, the watch waits rather than
@@ -416,8 +417,9 @@ impl ServeResource {
         while let Some(event) = rx.recv().await {
             if let ObjectEvent::Deleted { how, .. } = &event
                 && let Some(uid) = event.uid()
+                && !tasks.is_empty()
             {
-                stopper.stop_tasks(uid, *how);
+                tasks.stop_gone(uid, *how);
             }
             if !undecodable.is_empty()
                 && let Some(uid) = event.uid()

@@ -120,7 +120,7 @@ pub struct ResourceProcessor {
     poster: Option<EventPoster>,
     client: kube::Client,
     memories: Memories,
-    tasks: ResourceTasks,
+    tasks: Arc<ResourceTasks>,
     /// The operator's own patches that come back with nothing new; kept
     /// when only change handlers serve the resource (event handlers see
     /// every event, daemons and timers every body).
@@ -168,7 +168,12 @@ impl ResourceProcessor {
             poster: poster.clone(),
             memories: memories.clone(),
         };
-        let tasks = ResourceTasks::new(&handlers.spawning, &env, spawner, exiting);
+        let tasks = Arc::new(ResourceTasks::new(
+            &handlers.spawning,
+            &env,
+            spawner,
+            exiting,
+        ));
         let echoes =
             (handlers.watching.is_empty() && tasks.is_empty() && !handlers.changing.is_empty())
                 .then(Echoes::default);
@@ -222,15 +227,13 @@ impl ResourceProcessor {
         }
     }
 
-    /// Stops the daemons and timers of the object `uid`, which is gone. The
-    /// watch loop calls this the moment it sees the deletion, before the
-    /// object's turn in the queue (its worker may be busy in a slow handler,
-    /// or behind a burst of other objects); [`process`](Self::process) of the
-    /// deletion then only forgets the object.
-    pub fn stop_tasks(&self, uid: &str, how: DeletedBy) {
-        if !self.tasks.is_empty() {
-            self.tasks.stop_gone(uid, how);
-        }
+    /// The daemons and timers of the resource. The watch loop stops a
+    /// deleted object's tasks through them the moment it sees the deletion,
+    /// before the object's turn in the queue (its worker may be busy in a
+    /// slow handler, or behind a burst of other objects); the queued
+    /// deletion then only forgets the object here.
+    pub fn tasks(&self) -> &Arc<ResourceTasks> {
+        &self.tasks
     }
 
     async fn deleted(&self, uid: &str, body: &Arc<Value>, how: DeletedBy) {
@@ -240,8 +243,8 @@ impl ResourceProcessor {
         let known = self.memories.forget(uid);
         let logger = Logger::new(object_name(body));
         if !self.tasks.is_empty() {
-            // Its tasks were stopped when the deletion was seen
-            // (`stop_tasks`); what is left is to forget the object.
+            // Its tasks were stopped when the watch saw the deletion (see
+            // `tasks`); what is left is to forget the object.
             self.tasks.forget(uid);
         }
         self.run_event_handlers(
