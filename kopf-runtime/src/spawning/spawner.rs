@@ -80,10 +80,39 @@ pub enum ShutdownError {
     },
 }
 
-const RUNNING: u8 = 0;
-const STOPPING: u8 = 1;
-const CANCELLING: u8 = 2;
-const ABANDONED: u8 = 3;
+/// Where a task is on its way out: `Running` → `Stopping` (its flag is
+/// set) → `Cancelling` (aborted after its grace period) → `Abandoned` (it
+/// outlived its cancellation timeout). Changed under the spawner's lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Phase {
+    Running,
+    Stopping,
+    Cancelling,
+    Abandoned,
+}
+
+/// A task's [`Phase`], read by its runner without the lock.
+struct SharedPhase(AtomicU8);
+
+impl SharedPhase {
+    fn new() -> Self {
+        Self(AtomicU8::new(Phase::Running as u8))
+    }
+
+    fn load(&self) -> Phase {
+        match self.0.load(Ordering::Acquire) {
+            0 => Phase::Running,
+            1 => Phase::Stopping,
+            2 => Phase::Cancelling,
+            _ => Phase::Abandoned,
+        }
+    }
+
+    fn store(&self, phase: Phase) {
+        self.0.store(phase as u8, Ordering::Release);
+    }
+}
 
 /// The state of one task shared by the spawner, its stopper and its runner.
 pub(crate) struct TaskShared {
@@ -95,8 +124,7 @@ pub(crate) struct TaskShared {
     timeout: Duration,
     /// Cancelled once the task (and any blocking thread it started) ended.
     done: CancellationToken,
-    /// RUNNING → STOPPING → CANCELLING → ABANDONED; changed under the lock.
-    phase: AtomicU8,
+    phase: SharedPhase,
     /// Set by a daemon that exited on its own: never respawn it for this object.
     pub(crate) finished_for_good: AtomicBool,
     /// What the task's function keeps between its calls (see [`TaskContext::local`](super::TaskContext::local)).
@@ -136,14 +164,37 @@ struct ObjectSlot {
     changed: LastChange,
     tasks: HashMap<Arc<str>, Entry>,
     finished: HashSet<Arc<str>>,
-    /// Nothing more may be spawned (gone or being deleted).
-    closed: bool,
+    state: SlotState,
+}
+
+/// Where an object is in its life, as far as its tasks go; it only ever
+/// moves forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum SlotState {
+    /// Tasks are spawned as its handlers match.
+    Open,
+    /// Being deleted: nothing more is spawned.
+    Closed,
     /// Stopped as gone (deleted, vanished): kept as a tombstone, so that a
     /// late [`Spawner::ensure`] for the UID (from processing that was
     /// already under way when the deletion was seen) spawns nothing.
-    gone: bool,
-    /// [`Spawner::forget`] was called: drop the slot once its tasks ended.
-    forgotten: bool,
+    Gone,
+    /// [`Spawner::forget`] was called: the slot goes once its tasks ended.
+    Forgotten,
+}
+
+impl SlotState {
+    /// The state after a stop for `reason`.
+    fn after(self, reason: StopReason) -> Self {
+        let next = if reason.object_is_gone() {
+            Self::Gone
+        } else if reason.ends_spawning() {
+            Self::Closed
+        } else {
+            Self::Open
+        };
+        self.max(next)
+    }
 }
 
 /// When an object last changed, for timers with `idle`. A channel only once
@@ -237,7 +288,7 @@ impl Inner {
         if ours {
             slot.tasks.remove(&*shared.id);
             state.tasks -= 1;
-            if slot.tasks.is_empty() && slot.forgotten {
+            if slot.tasks.is_empty() && slot.state == SlotState::Forgotten {
                 state.objects.remove(&*shared.uid);
             }
         }
@@ -247,8 +298,8 @@ impl Inner {
     /// The task has ended (the last [`Liveness`] was dropped).
     fn settle(&self, shared: &TaskShared) {
         let mut state = self.lock();
-        let phase = shared.phase.load(Ordering::Acquire);
-        if phase == ABANDONED {
+        let phase = shared.phase.load();
+        if phase == Phase::Abandoned {
             drop(state);
             shared.done.cancel();
             tracing::info!(uid = %shared.uid, handler = %shared.id, "abandoned task has ended after all");
@@ -261,8 +312,8 @@ impl Inner {
         Self::remove_entry(&mut state, shared);
         drop(state);
         let counter = match phase {
-            RUNNING if !shared.flag.is_set() => &self.counters.finished,
-            CANCELLING => &self.counters.cancelled,
+            Phase::Running if !shared.flag.is_set() => &self.counters.finished,
+            Phase::Cancelling => &self.counters.cancelled,
             _ => &self.counters.stopped,
         };
         Counters::bump(counter);
@@ -278,7 +329,7 @@ impl Inner {
         }
         entry.stopping = true;
         entry.shared.flag.set(reason);
-        entry.shared.phase.store(STOPPING, Ordering::Release);
+        entry.shared.phase.store(Phase::Stopping);
         victims.push(Victim {
             shared: Arc::clone(&entry.shared),
             abort: entry.abort.clone(),
@@ -313,10 +364,10 @@ impl Inner {
         }
         {
             let _state = self.lock();
-            if shared.phase.load(Ordering::Acquire) != STOPPING || shared.done.is_cancelled() {
+            if shared.phase.load() != Phase::Stopping || shared.done.is_cancelled() {
                 return;
             }
-            shared.phase.store(CANCELLING, Ordering::Release);
+            shared.phase.store(Phase::Cancelling);
         }
         tracing::debug!(uid = %shared.uid, handler = %shared.id, "task did not exit gracefully; cancelling it");
         abort.abort();
@@ -341,7 +392,7 @@ impl Inner {
             if !Self::remove_entry(&mut state, shared) {
                 return;
             }
-            shared.phase.store(ABANDONED, Ordering::Release);
+            shared.phase.store(Phase::Abandoned);
             body
         };
         Counters::bump(&self.counters.abandoned);
@@ -492,7 +543,7 @@ impl Spawner {
         let slot = match state.objects.entry(Arc::clone(&key)) {
             hash_map::Entry::Occupied(occupied) => {
                 let slot = occupied.into_mut();
-                if slot.closed {
+                if slot.state >= SlotState::Closed {
                     return Ensured::ObjectGone;
                 }
                 slot.update_body(body);
@@ -509,9 +560,7 @@ impl Spawner {
                 changed: LastChange::new(),
                 tasks: HashMap::new(),
                 finished: HashSet::new(),
-                closed: false,
-                gone: false,
-                forgotten: false,
+                state: SlotState::Open,
             }),
         };
         if let Some(entry) = slot.tasks.get(spec.id()) {
@@ -537,7 +586,7 @@ impl Spawner {
             grace,
             timeout,
             done: CancellationToken::new(),
-            phase: AtomicU8::new(RUNNING),
+            phase: SharedPhase::new(),
             finished_for_good: AtomicBool::new(false),
             local: OnceLock::new(),
         });
@@ -607,14 +656,14 @@ impl Spawner {
             .lock()
             .objects
             .get_mut(uid)
-            .is_some_and(|slot| !slot.gone && slot.update_body(&body))
+            .is_some_and(|slot| slot.state < SlotState::Gone && slot.update_body(&body))
     }
 
     /// The object changed in a way not visible in its body (e.g. an event
     /// was seen): idle timers start waiting afresh.
     pub fn touched(&self, uid: &str) {
         if let Some(slot) = self.inner.lock().objects.get_mut(uid)
-            && !slot.gone
+            && slot.state < SlotState::Gone
         {
             slot.changed.bump();
         }
@@ -659,15 +708,14 @@ impl Spawner {
             return;
         };
         slot.flag.set(reason);
-        slot.closed |= reason.ends_spawning();
-        slot.gone |= reason.object_is_gone();
-        if slot.gone {
+        slot.state = slot.state.after(reason);
+        if slot.state >= SlotState::Gone {
             slot.finished.clear();
         }
         for entry in slot.tasks.values_mut() {
             Inner::mark_stopping(entry, reason, victims);
         }
-        if slot.forgotten && slot.tasks.is_empty() {
+        if slot.state == SlotState::Forgotten && slot.tasks.is_empty() {
             state.objects.remove(uid);
         }
     }
@@ -710,9 +758,7 @@ impl Spawner {
         let mut state = self.inner.lock();
         if let Some(slot) = state.objects.get_mut(uid) {
             slot.finished.clear();
-            slot.closed = true;
-            slot.gone = true;
-            slot.forgotten = true;
+            slot.state = SlotState::Forgotten;
             if slot.tasks.is_empty() {
                 state.objects.remove(uid);
             }
