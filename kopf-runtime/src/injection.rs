@@ -137,6 +137,7 @@ const TAKEN: &str = "invariant: each parameter is moved out of its storage once"
 
 macro_rules! json_kwarg {
     ($($trait:ident, $kw:literal, |$k:ident| $source:expr;)*) => {$(
+        #[diagnostic::do_not_recommend]
         impl<'a, T: DeserializeOwned + Send + Sync + 'static> $trait<'a, ByRef> for &'a T {
             type Storage = T;
             fn load($k: &Kwargs) -> Result<T, KwargError> {
@@ -146,6 +147,7 @@ macro_rules! json_kwarg {
                 storage
             }
         }
+        #[diagnostic::do_not_recommend]
         impl<'a, T: DeserializeOwned + Send + 'static> $trait<'a, ByValue> for T {
             type Storage = Option<T>;
             fn load($k: &Kwargs) -> Result<Option<T>, KwargError> {
@@ -174,6 +176,7 @@ json_kwarg! {
 
 macro_rules! str_kwarg {
     ($($trait:ident, $kw:literal, |$k:ident| $source:expr;)*) => {$(
+        #[diagnostic::do_not_recommend]
         impl<'a> $trait<'a, ByRef> for &'a str {
             type Storage = String;
             fn load($k: &Kwargs) -> Result<String, KwargError> {
@@ -183,6 +186,7 @@ macro_rules! str_kwarg {
                 storage
             }
         }
+        #[diagnostic::do_not_recommend]
         impl<'a> $trait<'a, ByValue> for String {
             type Storage = Option<String>;
             fn load($k: &Kwargs) -> Result<Option<String>, KwargError> {
@@ -192,6 +196,7 @@ macro_rules! str_kwarg {
                 storage.take().expect(TAKEN)
             }
         }
+        #[diagnostic::do_not_recommend]
         impl<'a> $trait<'a, ByValue> for Option<&'a str> {
             type Storage = Option<String>;
             fn load($k: &Kwargs) -> Result<Option<String>, KwargError> {
@@ -201,6 +206,7 @@ macro_rules! str_kwarg {
                 storage.as_deref()
             }
         }
+        #[diagnostic::do_not_recommend]
         impl<'a> $trait<'a, ByValue> for Option<String> {
             type Storage = Option<String>;
             fn load($k: &Kwargs) -> Result<Option<String>, KwargError> {
@@ -222,6 +228,7 @@ str_kwarg! {
 
 macro_rules! clone_kwarg {
     ($($trait:ident, $ty:ty, $kw:literal, |$k:ident| $source:expr;)*) => {$(
+        #[diagnostic::do_not_recommend]
         impl<'a> $trait<'a, ByRef> for &'a $ty {
             type Storage = $ty;
             fn load($k: &Kwargs) -> Result<$ty, KwargError> {
@@ -231,6 +238,7 @@ macro_rules! clone_kwarg {
                 storage
             }
         }
+        #[diagnostic::do_not_recommend]
         impl<'a> $trait<'a, ByValue> for $ty {
             type Storage = Option<$ty>;
             fn load($k: &Kwargs) -> Result<Option<$ty>, KwargError> {
@@ -256,6 +264,7 @@ clone_kwarg! {
 
 macro_rules! copy_kwarg {
     ($($trait:ident, $ty:ty, |$k:ident| $source:expr;)*) => {$(
+        #[diagnostic::do_not_recommend]
         impl<'a> $trait<'a, ByValue> for $ty {
             type Storage = $ty;
             fn load($k: &Kwargs) -> Result<$ty, KwargError> {
@@ -296,6 +305,7 @@ copy_kwarg! {
     DryrunArg, bool, |kw| admission(kw, "dryrun").map(|a| a.dryrun);
 }
 
+#[diagnostic::do_not_recommend]
 impl<'a> OperationArg<'a, ByRef> for &'a str {
     type Storage = &'static str;
     fn load(kwargs: &Kwargs) -> Result<&'static str, KwargError> {
@@ -306,6 +316,7 @@ impl<'a> OperationArg<'a, ByRef> for &'a str {
     }
 }
 
+#[diagnostic::do_not_recommend]
 impl<'a> IndexArg<'a, ByRef> for &'a Index {
     type Storage = Index;
     fn load(kwargs: &Kwargs, name: &'static str) -> Result<Index, KwargError> {
@@ -320,6 +331,7 @@ impl<'a> IndexArg<'a, ByRef> for &'a Index {
     }
 }
 
+#[diagnostic::do_not_recommend]
 impl<'a> IndexArg<'a, ByValue> for Index {
     type Storage = Index;
     fn load(kwargs: &Kwargs, name: &'static str) -> Result<Index, KwargError> {
