@@ -13,7 +13,7 @@ use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::{Expr, Ident, LitStr, Token};
 
-use crate::kinds::{Kind, list};
+use crate::kinds::{Kind, list, suggestion};
 use crate::options::Options;
 
 /// The resource a handler serves.
@@ -199,9 +199,10 @@ pub(crate) fn validate(
                     let kinds = Kind::kinds_with_option(&name);
                     let message = if kinds.is_empty() {
                         format!(
-                            "unknown option `{name}`; valid options for `{}` are: {}",
+                            "unknown option `{name}`; valid options for `{}` are: {}{}",
                             kind.name(),
-                            list(&valid)
+                            list(&valid),
+                            suggestion(&name, &valid)
                         )
                     } else {
                         let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();

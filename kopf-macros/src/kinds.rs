@@ -230,6 +230,34 @@ impl Kind {
 }
 
 /// `a`, `b`, `c` → "`a`, `b`, `c`".
+/// The candidate closest to a misspelt `name`, if one is close enough to be
+/// what was meant: at most a third of its letters differ (at least one), or
+/// the two share most of their beginning (`retry` for `retries`).
+pub(crate) fn closest<'a>(name: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    let limit = (name.chars().count() / 3).max(1);
+    let shared_start = |candidate: &str| {
+        let shared = name
+            .chars()
+            .zip(candidate.chars())
+            .take_while(|(a, b)| a == b)
+            .count();
+        shared >= 3 && shared + 1 >= name.chars().count().min(candidate.chars().count())
+    };
+    candidates
+        .iter()
+        .map(|candidate| (strsim::damerau_levenshtein(name, candidate), *candidate))
+        .filter(|(distance, candidate)| *distance <= limit || shared_start(candidate))
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, candidate)| candidate)
+}
+
+/// `; did you mean `x`?` for the closest candidate, or nothing.
+pub(crate) fn suggestion(name: &str, candidates: &[&str]) -> String {
+    closest(name, candidates)
+        .map(|candidate| format!("; did you mean `{candidate}`?"))
+        .unwrap_or_default()
+}
+
 pub(crate) fn list(items: &[&str]) -> String {
     items
         .iter()
@@ -241,6 +269,18 @@ pub(crate) fn list(items: &[&str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_misspelt_name_suggests_the_closest_candidate() {
+        let candidates = ["name", "namespace", "interval", "idle"];
+        assert_eq!(closest("nmae", &candidates), Some("name"));
+        assert_eq!(closest("intervall", &candidates), Some("interval"));
+        assert_eq!(closest("namespce", &candidates), Some("namespace"));
+        assert_eq!(closest("colour", &candidates), None);
+        assert_eq!(closest("retry", &["retries", "backoff"]), Some("retries"));
+        assert_eq!(suggestion("idel", &candidates), "; did you mean `idle`?");
+        assert_eq!(suggestion("zzz", &candidates), "");
+    }
 
     #[test]
     fn every_kwarg_of_every_kind_has_a_trait() {

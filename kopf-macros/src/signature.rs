@@ -7,7 +7,7 @@ use syn::spanned::Spanned;
 use syn::{FnArg, Ident, ItemFn, Pat, ReturnType, Type};
 
 use crate::attr::Errors;
-use crate::kinds::{KWARGS, Kind, list};
+use crate::kinds::{KWARGS, Kind, list, suggestion};
 
 /// How a parameter is injected.
 pub(crate) enum Source {
@@ -167,9 +167,10 @@ pub(crate) fn validate(kind: Kind, item: &ItemFn, errors: &mut Errors) -> Signat
                 errors.push(
                     ident.span(),
                     format!(
-                        "unknown parameter `{name}` for `{}` handlers; available: {}{index_hint}",
+                        "unknown parameter `{name}` for `{}` handlers; available: {}{index_hint}{}",
                         kind.name(),
-                        list(&allowed)
+                        list(&allowed),
+                        suggestion(&name, &allowed)
                     ),
                 );
             }

@@ -274,7 +274,7 @@ fn errors(kind: Kind, attr: TokenStream, item: TokenStream) -> Vec<String> {
 }
 
 #[test]
-fn unknown_options_list_the_valid_ones() {
+fn unknown_options_list_the_valid_ones_and_suggest_the_closest() {
     let errors = errors(
         Kind::OnCreate,
         quote!(Pod, retry = 3),
@@ -285,7 +285,7 @@ fn unknown_options_list_the_valid_ones() {
     assert_eq!(
         errors,
         [
-            "unknown option `retry`; valid options for `on_create` are: `id`, `param`, `retries`, `backoff`, `timeout`, `errors`, `labels`, `annotations`, `when`, `field`, `value`"
+            "unknown option `retry`; valid options for `on_create` are: `id`, `param`, `retries`, `backoff`, `timeout`, `errors`, `labels`, `annotations`, `when`, `field`, `value`; did you mean `retries`?"
         ]
     );
 }
