@@ -14,12 +14,14 @@
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
 
-use tracing_subscriber::EnvFilter;
+use tracing::Subscriber;
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer};
 
-use crate::logbuffer::Batched;
-use crate::logformat::{PlainFields, PlainLines, UtcTime};
 use crate::namespaces::{NamespaceSelector, SelectorError};
 use crate::settings::NetworkingSettings;
 
@@ -230,10 +232,10 @@ impl Args {
 
 /// Install the global tracing subscriber as the arguments say.
 ///
-/// A terminal gets every line as it comes. Any other stdout (a file, a
-/// pipe: a container's log) gets lines in batches while the operator runs,
-/// at the latest 0.1 s after they were logged and at once from `WARN` up;
-/// the operator writes what is left when it exits.
+/// A terminal gets every line as it comes, in colour. Any other stdout (a
+/// file, a pipe: a container's log) gets them without colours, in batches
+/// while the operator runs, at the latest 0.1 s after they were logged and
+/// at once from `WARN` up; the operator writes what is left when it exits.
 ///
 /// # Errors
 ///
@@ -241,42 +243,36 @@ impl Args {
 pub fn init_logging(args: &Args) -> Result<(), CliError> {
     let filter = args.env_filter()?;
     // Colours only for a terminal: not in log files and collectors.
-    if std::io::stdout().is_terminal() {
-        install(args, filter, true, std::io::stdout)
+    let lines = if std::io::stdout().is_terminal() {
+        lines(args.log_format, true, std::io::stdout)
     } else {
-        install(args, filter, false, Batched::stdout())
-    }
+        lines(args.log_format, false, crate::logbuffer::Batched::stdout())
+    };
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(lines)
+        .try_init()
+        .map_err(|error| CliError::LoggerInstalled(error.into()))
 }
 
-fn install<W>(args: &Args, filter: EnvFilter, ansi: bool, writer: W) -> Result<(), CliError>
+/// The layer that writes log lines in `format` to `writer`.
+fn lines<S, W>(format: LogFormat, ansi: bool, writer: W) -> Box<dyn Layer<S> + Send + Sync>
 where
+    S: Subscriber + for<'a> LookupSpan<'a>,
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let layer = tracing_subscriber::fmt::layer()
         .with_ansi(ansi)
-        .with_timer(UtcTime)
         .with_writer(writer);
-    let result = match args.log_format {
-        LogFormat::Plain => builder
-            .without_time()
-            .with_target(false)
-            .compact()
-            .try_init(),
-        // The same lines, written for less: an operator logs a line or two
-        // for every object it handles.
-        LogFormat::Full if !ansi => builder
-            .fmt_fields(PlainFields)
-            .event_format(PlainLines::new())
-            .try_init(),
-        LogFormat::Full => builder.with_target(true).try_init(),
-        LogFormat::Json => builder
+    match format {
+        LogFormat::Plain => layer.without_time().with_target(false).compact().boxed(),
+        LogFormat::Full => layer.boxed(),
+        LogFormat::Json => layer
             .json()
             .flatten_event(true)
             .with_current_span(true)
-            .try_init(),
-    };
-    result.map_err(CliError::LoggerInstalled)
+            .boxed(),
+    }
 }
 
 #[cfg(test)]
@@ -340,6 +336,86 @@ mod tests {
         assert!(
             matches!(again, Err(CliError::LoggerInstalled(_))),
             "{again:?}"
+        );
+    }
+
+    /// The lines `emit` logs in `format` without colours, at every level.
+    fn logged(format: LogFormat, emit: impl Fn()) -> String {
+        #[derive(Clone, Default)]
+        struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Captured {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().expect("not poisoned").extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::registry()
+            .with(lines(format, false, move || writer.clone()))
+            .with(LevelFilter::TRACE);
+        tracing::subscriber::with_default(subscriber, emit);
+        let bytes = captured.0.lock().expect("not poisoned").clone();
+        String::from_utf8(bytes).expect("utf-8")
+    }
+
+    /// A handler's line inside the spans an object is processed in.
+    fn handler_line() {
+        let span = tracing::info_span!("object", resource = "configmaps", n = 2);
+        span.in_scope(|| {
+            tracing::info!(target: "kopf::objects", object = %"ns/name", retries = 3, "Handler 'x' succeeded.");
+        });
+    }
+
+    #[test]
+    fn full_lines_show_time_level_spans_target_message_and_fields() {
+        let text = logged(LogFormat::Full, handler_line);
+        let (time, rest) = text.split_once(' ').expect("a time, then the rest");
+        let _: jiff::Timestamp = time.parse().expect("RFC 3339");
+        assert!(
+            time.len() == "2026-11-30T23:58:16.123456Z".len() && time.ends_with('Z'),
+            "{time}"
+        );
+        assert_eq!(
+            rest,
+            " INFO object{resource=\"configmaps\" n=2}: kopf::objects: \
+             Handler 'x' succeeded. object=ns/name retries=3\n"
+        );
+    }
+
+    #[test]
+    fn plain_lines_show_level_message_and_fields() {
+        assert_eq!(
+            logged(LogFormat::Plain, handler_line),
+            " INFO object: Handler 'x' succeeded. object=ns/name retries=3 \
+             resource=\"configmaps\" n=2\n"
+        );
+    }
+
+    #[test]
+    fn json_lines_hold_the_fields_at_the_top_and_the_span() {
+        let text = logged(LogFormat::Json, handler_line);
+        let line: serde_json::Value = serde_json::from_str(&text).expect("one JSON object");
+        assert_eq!(line["level"], "INFO");
+        assert_eq!(line["target"], "kopf::objects");
+        assert_eq!(line["message"], "Handler 'x' succeeded.");
+        assert_eq!(line["object"], "ns/name");
+        assert_eq!(line["retries"], 3);
+        assert_eq!(line["span"]["name"], "object");
+        assert_eq!(line["span"]["resource"], "configmaps");
+    }
+
+    #[test]
+    fn control_characters_in_messages_are_escaped() {
+        let text = logged(LogFormat::Full, || {
+            tracing::info!("bell \x07 escape \x1b[2J csi \u{9b} é 日本");
+        });
+        assert!(
+            text.ends_with(": bell \\x07 escape \\x1b[2J csi \\u{9b} é 日本\n"),
+            "{text}"
         );
     }
 

@@ -401,7 +401,6 @@ pub mod watching;
 
 mod injection;
 mod logbuffer;
-mod logformat;
 mod records;
 
 pub use kopf_macros::{
