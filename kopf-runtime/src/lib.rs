@@ -400,7 +400,7 @@ pub mod spawning;
 pub mod watching;
 
 mod injection;
-mod logbuffer;
+mod logoutput;
 mod records;
 
 pub use kopf_macros::{
