@@ -48,23 +48,62 @@ pub fn core_versions(port: u16) -> Value {
     })
 }
 
-fn group_versions(defs: &[Arc<ResourceDef>]) -> BTreeMap<String, (Vec<String>, Option<String>)> {
-    let mut groups: BTreeMap<String, (Vec<String>, Option<String>)> = BTreeMap::new();
+/// The served versions of each named group, in Kubernetes' order of
+/// preference (the first is the preferred version).
+fn group_versions(defs: &[Arc<ResourceDef>]) -> BTreeMap<String, Vec<String>> {
+    let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for d in defs.iter().filter(|d| !d.group.is_empty()) {
-        let entry = groups.entry(d.group.clone()).or_default();
-        if !entry.0.contains(&d.version) {
-            entry.0.push(d.version.clone());
+        let versions = groups.entry(d.group.clone()).or_default();
+        if !versions.contains(&d.version) {
+            versions.push(d.version.clone());
         }
-        if d.storage && entry.1.is_none() {
-            entry.1 = Some(d.version.clone());
-        }
+    }
+    for versions in groups.values_mut() {
+        versions.sort_by_key(|v| version_priority(v));
     }
     groups
 }
 
-fn group_doc(name: &str, versions: &[String], preferred: Option<&String>) -> Value {
+/// How Kubernetes orders a group's versions, most preferred first (its
+/// `CompareKubeAwareVersionStrings`): `vN` before `vNbetaM` before
+/// `vNalphaM`, higher numbers first; versions of another shape come last,
+/// alphabetically.
+fn version_priority(
+    version: &str,
+) -> (
+    u8,
+    u8,
+    std::cmp::Reverse<u64>,
+    std::cmp::Reverse<u64>,
+    String,
+) {
+    use std::cmp::Reverse;
+    let parsed = version.strip_prefix('v').and_then(|rest| {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let major: u64 = rest[..digits].parse().ok()?;
+        let rest = &rest[digits..];
+        if rest.is_empty() {
+            return Some((0, major, 0));
+        }
+        let (stage, minor) = if let Some(minor) = rest.strip_prefix("beta") {
+            (1, minor)
+        } else {
+            (2, rest.strip_prefix("alpha")?)
+        };
+        if minor.is_empty() || !minor.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        Some((stage, major, minor.parse().ok()?))
+    });
+    match parsed {
+        Some((stage, major, minor)) => (0, stage, Reverse(major), Reverse(minor), String::new()),
+        None => (1, 0, Reverse(0), Reverse(0), version.to_owned()),
+    }
+}
+
+fn group_doc(name: &str, versions: &[String]) -> Value {
     let gv = |v: &String| json!({"groupVersion": format!("{name}/{v}"), "version": v});
-    let preferred = preferred.or(versions.first());
+    let preferred = versions.first();
     json!({
         "name": name,
         "versions": versions.iter().map(gv).collect::<Vec<_>>(),
@@ -76,7 +115,7 @@ fn group_doc(name: &str, versions: &[String], preferred: Option<&String>) -> Val
 pub fn groups(defs: &[Arc<ResourceDef>]) -> Value {
     let groups: Vec<Value> = group_versions(defs)
         .iter()
-        .map(|(name, (vs, pref))| group_doc(name, vs, pref.as_ref()))
+        .map(|(name, versions)| group_doc(name, versions))
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
@@ -84,8 +123,8 @@ pub fn groups(defs: &[Arc<ResourceDef>]) -> Value {
 /// `/apis/G`, if the group is served.
 pub fn group(defs: &[Arc<ResourceDef>], name: &str) -> Option<Value> {
     let groups = group_versions(defs);
-    let (vs, pref) = groups.get(name)?;
-    let mut doc = group_doc(name, vs, pref.as_ref());
+    let versions = groups.get(name)?;
+    let mut doc = group_doc(name, versions);
     doc["kind"] = "APIGroup".into();
     doc["apiVersion"] = "v1".into();
     Some(doc)
@@ -156,16 +195,15 @@ pub fn aggregated(defs: &[Arc<ResourceDef>], core: bool) -> Value {
     for d in defs.iter().filter(|d| d.group.is_empty() == core) {
         match groups.iter_mut().find(|(g, _)| *g == d.group) {
             Some((_, versions)) if !versions.contains(&d.version) => {
-                // The storage version is preferred: it goes first.
-                if d.storage {
-                    versions.insert(0, d.version.clone())
-                } else {
-                    versions.push(d.version.clone())
-                }
+                versions.push(d.version.clone());
             }
             Some(_) => {}
             None => groups.push((d.group.clone(), vec![d.version.clone()])),
         }
+    }
+    // The preferred version goes first.
+    for (_, versions) in &mut groups {
+        versions.sort_by_key(|v| version_priority(v));
     }
     let items: Vec<Value> = groups
         .iter()
@@ -342,6 +380,49 @@ mod tests {
         assert!(!wants_aggregated(
             "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json"
         ));
+    }
+
+    #[test]
+    fn the_preferred_version_is_the_highest_in_kubernetes_order() {
+        let mut crd = crd_object("example.com", "v1", "widgets", "Widget", true);
+        let version = crd["spec"]["versions"][0].clone();
+        let mut versions = Vec::new();
+        for (name, storage) in [
+            ("v1", true),
+            ("v2alpha1", false),
+            ("v2beta1", false),
+            ("v1beta2", false),
+            ("foo", false),
+            ("v2", false),
+        ] {
+            let mut v = version.clone();
+            v["name"] = name.into();
+            v["storage"] = storage.into();
+            versions.push(v);
+        }
+        crd["spec"]["versions"] = versions.into();
+        let mut defs = defs();
+        defs.extend(defs_from_crd(&crd).unwrap().into_iter().map(Arc::new));
+        let doc = group(&defs, "example.com").unwrap();
+        let order: Vec<&str> = doc["versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["version"].as_str().unwrap())
+            .collect();
+        assert_eq!(order, ["v2", "v1", "v2beta1", "v1beta2", "v2alpha1", "foo"]);
+        assert_eq!(
+            doc["preferredVersion"]["version"], "v2",
+            "not the storage version"
+        );
+        let apis = aggregated(&defs, false);
+        let widgets = apis["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["metadata"]["name"] == "example.com")
+            .unwrap();
+        assert_eq!(widgets["versions"][0]["version"], "v2");
     }
 
     #[test]
