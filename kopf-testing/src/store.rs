@@ -539,12 +539,24 @@ impl Store {
     fn register_crd(&mut self, defs: Vec<ResourceDef>) {
         let Some(first) = defs.first() else { return };
         let key = first.store_key();
+        // A version no longer served ends the watches of the resource, as
+        // the API server replaces a CRD's storage when its versions change:
+        // watchers resume, and those of the unserved version get `404`.
+        let unserved = self
+            .defs
+            .iter()
+            .filter(|d| d.store_key() == key)
+            .any(|old| !defs.iter().any(|new| new.version == old.version));
         self.defs.retain(|d| d.store_key() != key);
         self.defs.extend(defs.into_iter().map(Arc::new));
         let floor = self.rv;
-        self.resources
+        let resource = self
+            .resources
             .entry(key)
             .or_insert_with(|| Resource::new(floor));
+        if unserved {
+            resource.tx = broadcast::channel(WATCH_BUFFER).0;
+        }
     }
 
     fn unregister_crd(&mut self, crd: &Value) {
@@ -1483,6 +1495,61 @@ mod tests {
             .delete(&crd_def, None, "widgets.example.com", &json!({}), false)
             .unwrap();
         assert!(store.find_def("example.com", "v1", "widgets").is_none());
+    }
+
+    #[test]
+    fn a_version_no_longer_served_leaves_discovery_and_ends_the_watches() {
+        let mut store = Store::new(100);
+        let crd_def = store
+            .find_def("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+            .unwrap();
+        let mut crd = resources::crd_object("example.com", "v1", "widgets", "Widget", true);
+        let mut v2 = crd["spec"]["versions"][0].clone();
+        v2["name"] = "v2".into();
+        v2["storage"] = false.into();
+        crd["spec"]["versions"] = json!([crd["spec"]["versions"][0].clone(), v2]);
+        store.create(&crd_def, None, crd.clone(), false).unwrap();
+        let v1 = store.find_def("example.com", "v1", "widgets").unwrap();
+        let mut watch = store.subscribe(&v1, None, None).unwrap();
+        let both = crd["spec"]["versions"].clone();
+        crd["spec"]["versions"][1]["served"] = true.into();
+        crd["spec"]["versions"][0]["served"] = false.into();
+        store
+            .patch(
+                &crd_def,
+                None,
+                "widgets.example.com",
+                PatchKind::Merge,
+                &json!({"spec": {"versions": crd["spec"]["versions"]}}),
+                Target::Main,
+                false,
+            )
+            .unwrap();
+        assert!(store.find_def("example.com", "v1", "widgets").is_none());
+        assert!(store.find_def("example.com", "v2", "widgets").is_some());
+        assert!(matches!(
+            watch.rx.try_recv(),
+            Err(broadcast::error::TryRecvError::Closed)
+        ));
+        // Serving it again is no removal: watches go on.
+        let v2 = store.find_def("example.com", "v2", "widgets").unwrap();
+        let mut watch = store.subscribe(&v2, None, None).unwrap();
+        store
+            .patch(
+                &crd_def,
+                None,
+                "widgets.example.com",
+                PatchKind::Merge,
+                &json!({"spec": {"versions": both}}),
+                Target::Main,
+                false,
+            )
+            .unwrap();
+        assert!(store.find_def("example.com", "v1", "widgets").is_some());
+        assert!(!matches!(
+            watch.rx.try_recv(),
+            Err(broadcast::error::TryRecvError::Closed)
+        ));
     }
 
     #[test]
