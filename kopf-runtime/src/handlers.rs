@@ -406,7 +406,7 @@ impl Handler {
             kind,
             HandlerKind::OnDelete | HandlerKind::Timer | HandlerKind::Daemon
         );
-        let mut problems = Vec::new();
+        let mut problems: Vec<String> = resource.iter().filter_map(ResourceRef::problem).collect();
         if kind.is_activity() != resource.is_none() {
             problems.push(if resource.is_none() {
                 format!("`{kind}` handlers need a resource")

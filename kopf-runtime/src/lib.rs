@@ -395,6 +395,7 @@ pub mod registry;
 pub mod resources;
 pub mod retrying;
 pub mod running;
+mod scanning;
 pub mod settings;
 pub mod spawning;
 pub mod watching;
@@ -422,7 +423,7 @@ pub use kwargs::{
 };
 pub use operator::{Operator, OperatorError};
 pub use registry::{Registry, RegistryBuilder, RegistryError};
-pub use resources::ResourceRef;
+pub use resources::{ResourceName, ResourceRef};
 pub use running::{RunError, Runner, run};
 
 /// The timestamp type of the `started` parameter (re-exported from `jiff`).

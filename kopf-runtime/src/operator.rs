@@ -2,13 +2,30 @@
 //!
 //! One watch per served resource feeds a queue with one serial worker per
 //! object; start-up handlers run before the first watch, clean-up handlers
-//! after the last worker.
+//! after the last worker. Which resources are served is decided by
+//! discovery: the handlers' resource selectors are resolved at start-up
+//! and again whenever the cluster's custom resource definitions change (see
+//! the runtime's `scanning` module).
 //!
 //! # Guarantees
 //! - Every handler the registry holds either runs or is refused at start-up
 //!   with an error naming it ([`OperatorError::Unsupported`]).
 //! - A stop during the start-up handlers cancels them; nothing is served and
 //!   no clean-up handler runs (as in Kopf).
+//! - A resource selector that names one resource but matches several is a
+//!   start-up error naming the candidates
+//!   ([`OperatorError::AmbiguousResource`]); so are two handlers of one id
+//!   that different selectors bring to one resource
+//!   ([`OperatorError::DuplicateHandler`]). Neither runs the clean-up
+//!   handlers. A selector that matches nothing is a warning: it is served
+//!   once its resource appears.
+//! - A served resource that disappears from the cluster (its CRD deleted,
+//!   its version no longer served, no longer selected) stops being served,
+//!   with a warning saying why: its watch ends, its handlers in flight get
+//!   `queueing.exit_timeout`, and its daemons and timers are stopped as on
+//!   the operator's exit, with [`StopReason::OperatorPausing`]
+//!   (`on_delete` handlers do not run: the objects are not deleted). It is
+//!   served again, from a fresh listing, once it is back.
 //! - On stop, watching ends first; handlers in flight get
 //!   `queueing.exit_timeout` to finish and are cancelled after it (nothing
 //!   acts on objects once [`Operator::run_until`] returns); then the clean-up
@@ -24,7 +41,8 @@ use kube::Client;
 use kube::core::ApiResource;
 use serde_json::Value;
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
 use crate::execution;
@@ -37,10 +55,12 @@ use crate::posting::{self, EventPoster, ObjectReference};
 use crate::processing::{ResourceHandlers, ResourceProcessor, Work};
 use crate::queueing::{ProcessFn, Queue, QueueSettings};
 use crate::registry::Registry;
-use crate::resources::ResourceRef;
+use crate::resources::Discovered;
+use crate::retrying::{Backoff, ErrorClass, classify};
+use crate::scanning::{self, Groups, RESCAN_INTERVAL, Rescan, Resolution, Wanted};
 use crate::settings::OperatorSettings;
-use crate::spawning::resource::TaskObserver;
-use crate::spawning::{Counters, Spawner, SpawnerSettings};
+use crate::spawning::resource::{ResourceTasks, TaskObserver};
+use crate::spawning::{Counters, Spawner, SpawnerSettings, StopReason};
 use crate::watching::{ObjectEvent, ResourceWatcher, Seen};
 
 /// Why an operator could not start or stopped with an error.
@@ -67,6 +87,36 @@ pub enum OperatorError {
         handler: String,
         /// Why.
         message: String,
+    },
+    /// A resource selector names one resource but matches several (in
+    /// different API groups), so the operator does not start.
+    #[error(
+        "the resource `{selector}` is ambiguous: it matches {}; name its group, e.g. {hint}",
+        candidates.join(", ")
+    )]
+    AmbiguousResource {
+        /// The selector, as written.
+        selector: String,
+        /// The resources it matches (`plural.version.group`).
+        candidates: Vec<String>,
+        /// The same selector narrowed to the first candidate's group.
+        hint: String,
+    },
+    /// Two handlers with one id, from different resource selectors, would
+    /// serve one resource, so the operator does not start.
+    #[error(
+        "duplicate handler id `{id}` for `{kind_scope}` handlers of {resource}: {}; give one of them a distinct `id = \"…\"`",
+        handlers.join(" and ")
+    )]
+    DuplicateHandler {
+        /// The shared id.
+        id: String,
+        /// The resource both selectors resolved to.
+        resource: String,
+        /// The id scope (see [`HandlerKind::id_scope`]).
+        kind_scope: &'static str,
+        /// Both handlers: their fn paths and their selectors.
+        handlers: Vec<String>,
     },
 }
 
@@ -253,37 +303,39 @@ impl Operator {
             }
 
             let watching = root.child_token();
-            let mut queues = Vec::new();
-            for (resource, handlers) in self.resources().into_values() {
-                let handlers = ResourceHandlers::new(handlers.iter());
-                let serve = ServeResource {
-                    resource,
-                    handlers,
-                    client: client.clone(),
-                    settings: Arc::clone(&settings),
-                    poster: poster.clone(),
-                    namespaces: self.namespaces.clone(),
-                    spawner: Arc::clone(&spawner),
-                };
-                let (queue_tx, queue_rx) = tokio::sync::oneshot::channel();
-                tasks.spawn(serve.run(watching.clone(), queue_tx));
-                queues.push(queue_rx);
+            let serving = TaskTracker::new();
+            let context = ServeContext {
+                client: client.clone(),
+                settings: Arc::clone(&settings),
+                poster: poster.clone(),
+                namespaces: self.namespaces.clone(),
+                spawner: Arc::clone(&spawner),
+                watching: watching.clone(),
+                tasks: serving.clone(),
+            };
+            let served = Resources::new(context, &self.registry)
+                .serve_until(&mut stop)
+                .await;
+            if served.is_ok() {
+                tracing::info!("stopping the operator");
             }
-
-            stop.await;
-            tracing::info!("stopping the operator");
             watching.cancel();
+            serving.close();
             let exit_timeout = settings.queueing.exit_timeout;
-            for queue in queues {
-                if let Ok(queue) = queue.await {
-                    queue.shutdown(exit_timeout).await;
-                }
+            // Each resource's queue gets `exit_timeout`, then a grace to cancel.
+            if tokio::time::timeout(exit_timeout + Duration::from_secs(2), serving.wait())
+                .await
+                .is_err()
+            {
+                tracing::warn!("the served resources did not stop in time; abandoning them");
             }
             if let Err(error) = spawner.shutdown(settings.background.shutdown_timeout).await {
                 tracing::warn!(%error, "daemons and timers did not all stop in time");
             }
-            if let Err(error) =
-                run_activities(&activities(HandlerKind::OnCleanup), &client, false).await
+            // A start-up that failed cleans nothing up (as a failed start-up handler).
+            if served.is_ok()
+                && let Err(error) =
+                    run_activities(&activities(HandlerKind::OnCleanup), &client, false).await
             {
                 tracing::warn!(%error, "a clean-up handler failed");
             }
@@ -295,24 +347,8 @@ impl Operator {
             {
                 tracing::warn!("background tasks did not stop in time; abandoning them");
             }
-            Ok(())
+            served
         })
-    }
-
-    /// The resources served, each with its handlers, in a stable order.
-    fn resources(&self) -> BTreeMap<ResourceKey, (ResourceRef, Vec<Handler>)> {
-        let mut out: BTreeMap<ResourceKey, (ResourceRef, Vec<Handler>)> = BTreeMap::new();
-        for handler in self.registry.handlers() {
-            let Some(resource) = &handler.resource else {
-                continue;
-            };
-            let key = ResourceKey::of(resource);
-            out.entry(key)
-                .or_insert_with(|| (resource.clone(), Vec::new()))
-                .1
-                .push(handler.clone());
-        }
-        out
     }
 }
 
@@ -321,18 +357,511 @@ impl Operator {
 struct ResourceKey(String, String, String);
 
 impl ResourceKey {
-    fn of(resource: &ResourceRef) -> Self {
+    fn of(resource: &Discovered) -> Self {
         Self(
-            resource.group.to_string(),
-            resource.version.to_string(),
-            resource.plural.to_string(),
+            resource.group.clone(),
+            resource.version.clone(),
+            resource.plural.clone(),
         )
+    }
+}
+
+/// What the serving of every resource shares.
+#[derive(Clone)]
+struct ServeContext {
+    client: Client,
+    settings: Arc<OperatorSettings>,
+    poster: Option<EventPoster>,
+    namespaces: NamespaceSelector,
+    spawner: Arc<Spawner>,
+    /// Cancelled when the operator exits.
+    watching: CancellationToken,
+    /// Owns the serving of every resource; awaited on exit.
+    tasks: TaskTracker,
+}
+
+/// The resources served, kept in step with the cluster's (Kopf's resource
+/// observer and orchestrator): resolved from the handlers' selectors at
+/// start-up, and again after every change of the custom resource
+/// definitions; each served resource is a [`ServeResource`] task.
+struct Resources {
+    context: ServeContext,
+    /// The handlers' distinct selectors.
+    wanted: Vec<Wanted>,
+    /// The handlers of each selector, in the order of `wanted`.
+    handlers: Vec<Vec<Handler>>,
+    /// The API groups the selectors can match.
+    groups: Groups,
+    /// What discovery last said of those groups.
+    known: Vec<Discovered>,
+    served: BTreeMap<ResourceKey, Served>,
+    /// Resources no longer served whose serving is still ending.
+    finishing: Vec<Finishing>,
+    reported: Reported,
+}
+
+/// A resource being served.
+struct Served {
+    resource: Discovered,
+    /// Its handlers, by kind, id and source.
+    handlers: Vec<(HandlerKind, String, String)>,
+    /// Ends its serving.
+    stop: CancellationToken,
+    /// Cancelled once its serving has ended.
+    done: CancellationToken,
+}
+
+impl Served {
+    /// Whether serving `resource` with `handlers` is what this serving does.
+    fn is_same(&self, resource: &Discovered, handlers: &[Handler]) -> bool {
+        self.resource.kind == resource.kind
+            && self.resource.namespaced == resource.namespaced
+            && self.resource.status_subresource == resource.status_subresource
+            && self.handlers == identities(handlers)
+    }
+}
+
+/// A resource no longer served whose serving has not ended yet: the same
+/// objects (in another version) are served only after it, so that their
+/// daemons and timers are stopped before they are spawned again.
+struct Finishing {
+    group: String,
+    plural: String,
+    done: CancellationToken,
+}
+
+/// The problems already reported, so that each is reported once while it lasts.
+#[derive(Default)]
+struct Reported {
+    ambiguous: HashSet<usize>,
+    unmatched: HashSet<usize>,
+    unsuitable: HashSet<String>,
+    duplicates: HashSet<String>,
+}
+
+fn identities(handlers: &[Handler]) -> Vec<(HandlerKind, String, String)> {
+    handlers
+        .iter()
+        .map(|h| (h.kind, h.id.clone(), h.fn_path.to_string()))
+        .collect()
+}
+
+impl Resources {
+    fn new(context: ServeContext, registry: &Registry) -> Self {
+        let mut wanted: Vec<Wanted> = Vec::new();
+        let mut handlers: Vec<Vec<Handler>> = Vec::new();
+        for handler in registry.handlers() {
+            let Some(selector) = &handler.resource else {
+                continue;
+            };
+            let patches = handler.kind.is_changing() || handler.kind.is_spawning();
+            match wanted.iter().position(|w| w.selector == *selector) {
+                Some(index) => {
+                    wanted[index].patches |= patches;
+                    handlers[index].push(handler.clone());
+                }
+                None => {
+                    wanted.push(Wanted {
+                        selector: selector.clone(),
+                        patches,
+                    });
+                    handlers.push(vec![handler.clone()]);
+                }
+            }
+        }
+        let groups = Groups::of(wanted.iter().map(|w| &w.selector));
+        Self {
+            context,
+            wanted,
+            handlers,
+            groups,
+            known: Vec::new(),
+            served: BTreeMap::new(),
+            finishing: Vec::new(),
+            reported: Reported::default(),
+        }
+    }
+
+    /// Serves the selected resources until `stop` completes, following the
+    /// cluster's changes.
+    ///
+    /// # Errors
+    /// [`OperatorError::AmbiguousResource`] and
+    /// [`OperatorError::DuplicateHandler`], from the first resolution only.
+    async fn serve_until(
+        mut self,
+        stop: &mut Pin<Box<dyn Future<Output = ()> + Send + '_>>,
+    ) -> Result<(), OperatorError> {
+        if self.wanted.is_empty() {
+            stop.await;
+            return Ok(());
+        }
+        let client = self.context.client.clone();
+        let settings = Arc::clone(&self.context.settings);
+        let all = self.groups.clone();
+        let mut backoff = Backoff::endless(&settings.networking.error_backoffs);
+        self.known = loop {
+            let scanned = tokio::select! {
+                scanned = scanning::scan(&client, &all) => scanned,
+                () = &mut *stop => return Ok(()),
+            };
+            match scanned {
+                Ok(found) => break found,
+                Err(error) => {
+                    let delay = next_delay(&mut backoff, &error);
+                    tracing::warn!(%error, ?delay, "discovery of the served resources failed; retrying");
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = &mut *stop => return Ok(()),
+                    }
+                }
+            }
+        };
+        backoff.reset();
+        let resolution = scanning::resolve(&self.wanted, &self.known);
+        self.check(&resolution)?;
+        self.revise(resolution);
+
+        let (tx, mut rescans) = mpsc::channel(16);
+        let definitions_stop = self.context.watching.child_token();
+        let mut definitions = tokio::spawn(scanning::watch_definitions(
+            client.clone(),
+            settings.watching.clone(),
+            tx,
+            definitions_stop.clone(),
+        ));
+        let mut definitions_done = false;
+        let mut rescans_open = true;
+        // The groups to scan again, and when.
+        let mut pending: Option<Groups> = None;
+        let mut due: Option<Instant> = None;
+        let mut periodic = false;
+        loop {
+            tokio::select! {
+                () = &mut *stop => break,
+                rescan = rescans.recv(), if rescans_open => {
+                    let Some(rescan) = rescan else {
+                        rescans_open = false;
+                        continue;
+                    };
+                    self.note(&mut pending, rescan);
+                    while let Ok(rescan) = rescans.try_recv() {
+                        self.note(&mut pending, rescan);
+                    }
+                    if pending.is_some() && due.is_none() {
+                        due = Some(Instant::now());
+                    }
+                }
+                ended = &mut definitions, if !definitions_done => {
+                    definitions_done = true;
+                    match ended {
+                        Ok(Ok(())) => {}
+                        Ok(Err(error)) => {
+                            tracing::warn!(
+                                %error,
+                                "cannot watch the custom resource definitions; resources that appear or disappear are noticed by scanning every {RESCAN_INTERVAL:?} instead"
+                            );
+                            periodic = true;
+                            pending.get_or_insert_with(|| all.clone());
+                            due.get_or_insert_with(|| Instant::now() + RESCAN_INTERVAL);
+                        }
+                        Err(error) => {
+                            tracing::error!(%error, "the watch of the custom resource definitions failed");
+                        }
+                    }
+                }
+                () = sleep_until(due), if due.is_some() => {
+                    due = None;
+                    let groups = pending.take().unwrap_or_else(|| all.clone());
+                    let scanned = tokio::select! {
+                        scanned = scanning::scan(&client, &groups) => scanned,
+                        () = &mut *stop => break,
+                    };
+                    match scanned {
+                        Ok(found) => {
+                            backoff.reset();
+                            scanning::merge(&mut self.known, &groups, found);
+                            let resolution = scanning::resolve(&self.wanted, &self.known);
+                            self.revise(resolution);
+                            if periodic {
+                                pending = Some(all.clone());
+                                due = Some(Instant::now() + RESCAN_INTERVAL);
+                            }
+                        }
+                        Err(error) => {
+                            let delay = next_delay(&mut backoff, &error);
+                            tracing::warn!(%error, ?delay, "discovery of the served resources failed; retrying");
+                            pending.get_or_insert_with(|| Groups::Only(Default::default())).add(&groups);
+                            due = Some(Instant::now() + delay);
+                        }
+                    }
+                }
+            }
+        }
+        definitions_stop.cancel();
+        if !definitions_done && let Err(error) = definitions.await {
+            tracing::error!(%error, "the watch of the custom resource definitions failed");
+        }
+        Ok(())
+    }
+
+    /// Adds the groups a change of the definitions asks to scan again, if
+    /// the selectors can match them.
+    fn note(&self, pending: &mut Option<Groups>, rescan: Rescan) {
+        let groups = match rescan {
+            Rescan::All => self.groups.clone(),
+            Rescan::Group(group) if self.groups.includes(&group) => {
+                Groups::Only([group].into_iter().collect())
+            }
+            Rescan::Group(_) => return,
+        };
+        if !groups.is_empty() {
+            pending
+                .get_or_insert_with(|| Groups::Only(Default::default()))
+                .add(&groups);
+        }
+    }
+
+    /// The start-up errors of the first resolution.
+    fn check(&self, resolution: &Resolution) -> Result<(), OperatorError> {
+        if let Some((index, candidates)) = resolution.ambiguous.first() {
+            let selector = &self.wanted[*index].selector;
+            let hint = candidates.first().map_or_else(String::new, |first| {
+                format!("`{}`", selector.clone().with_group(first.group.clone()))
+            });
+            return Err(OperatorError::AmbiguousResource {
+                selector: selector.to_string(),
+                candidates: candidates.iter().map(ToString::to_string).collect(),
+                hint,
+            });
+        }
+        for (resource, indexes) in &resolution.served {
+            self.handlers_of(resource, indexes)?;
+        }
+        Ok(())
+    }
+
+    /// The handlers that serve `resource`: those of the selectors at
+    /// `indexes`, each once (one fn may reach a resource through several
+    /// selectors, as in Kopf).
+    ///
+    /// # Errors
+    /// [`OperatorError::DuplicateHandler`] for two handlers of one id.
+    fn handlers_of(
+        &self,
+        resource: &Discovered,
+        indexes: &[usize],
+    ) -> Result<Vec<Handler>, OperatorError> {
+        let mut found: Vec<(usize, &Handler)> = Vec::new();
+        for &index in indexes {
+            for handler in &self.handlers[index] {
+                let scope = handler.kind.id_scope();
+                let same_id = found
+                    .iter()
+                    .find(|(_, h)| h.kind.id_scope() == scope && h.id == handler.id);
+                match same_id {
+                    Some((_, first))
+                        if first.kind == handler.kind && first.fn_path == handler.fn_path => {}
+                    Some((first_index, first)) => {
+                        let described = |handler: &Handler, index: usize| {
+                            format!(
+                                "`{}` (as `{}`)",
+                                handler.fn_path, self.wanted[index].selector
+                            )
+                        };
+                        return Err(OperatorError::DuplicateHandler {
+                            id: handler.id.clone(),
+                            resource: resource.to_string(),
+                            kind_scope: scope,
+                            handlers: vec![
+                                described(first, *first_index),
+                                described(handler, index),
+                            ],
+                        });
+                    }
+                    None => found.push((index, handler)),
+                }
+            }
+        }
+        Ok(found.into_iter().map(|(_, h)| h.clone()).collect())
+    }
+
+    /// Serves what `resolution` selects and stops serving the rest.
+    fn revise(&mut self, resolution: Resolution) {
+        self.report(&resolution);
+        let mut desired: BTreeMap<ResourceKey, (Discovered, Vec<Handler>)> = BTreeMap::new();
+        let mut duplicates = HashSet::new();
+        for (resource, indexes) in &resolution.served {
+            match self.handlers_of(resource, indexes) {
+                Ok(handlers) => {
+                    desired.insert(ResourceKey::of(resource), (resource.clone(), handlers));
+                }
+                Err(error) => {
+                    let name = resource.to_string();
+                    if !self.reported.duplicates.contains(&name) {
+                        tracing::warn!(%error, %resource, "not serving the resource");
+                    }
+                    duplicates.insert(name);
+                }
+            }
+        }
+        self.reported.duplicates = duplicates;
+        let keys: Vec<ResourceKey> = self.served.keys().cloned().collect();
+        for key in keys {
+            let wanted = desired.get(&key);
+            if wanted.is_some_and(|(r, h)| self.served[&key].is_same(r, h)) {
+                continue;
+            }
+            let Some(served) = self.served.remove(&key) else {
+                continue;
+            };
+            let resource = &served.resource;
+            if wanted.is_some() {
+                tracing::info!(%resource, "serving the resource afresh: its definition or its handlers changed");
+            } else if self.known.iter().any(|r| ResourceKey::of(r) == key) {
+                tracing::warn!(
+                    %resource,
+                    "stopped serving the resource: no handler's resource selects it any more (e.g. its group's preferred version changed)"
+                );
+            } else {
+                tracing::warn!(
+                    %resource,
+                    "stopped serving the resource: the cluster no longer serves it (its CRD was deleted, or its version is no longer served); serving resumes when it is back"
+                );
+            }
+            served.stop.cancel();
+            self.finishing.push(Finishing {
+                group: served.resource.group,
+                plural: served.resource.plural,
+                done: served.done,
+            });
+        }
+        self.finishing.retain(|f| !f.done.is_cancelled());
+        for (key, (resource, handlers)) in desired {
+            if self.served.contains_key(&key) {
+                continue;
+            }
+            let after = self
+                .finishing
+                .iter()
+                .filter(|f| f.group == resource.group && f.plural == resource.plural)
+                .map(|f| f.done.clone())
+                .collect();
+            let served = self.start(resource, handlers, after);
+            self.served.insert(key, served);
+        }
+    }
+
+    /// Reports each problem of `resolution` once while it lasts.
+    fn report(&mut self, resolution: &Resolution) {
+        let wanted = &self.wanted;
+        let reported = &mut self.reported;
+        reported
+            .ambiguous
+            .retain(|i| resolution.ambiguous.iter().any(|(a, _)| a == i));
+        for (index, candidates) in &resolution.ambiguous {
+            if reported.ambiguous.insert(*index) {
+                let candidates: Vec<String> = candidates.iter().map(ToString::to_string).collect();
+                tracing::warn!(
+                    selector = %wanted[*index].selector,
+                    candidates = %candidates.join(", "),
+                    "the resource is ambiguous and is not served; name its group"
+                );
+            }
+        }
+        reported
+            .unmatched
+            .retain(|i| resolution.unmatched.iter().any(|(u, _)| u == i));
+        for (index, near) in &resolution.unmatched {
+            if reported.unmatched.insert(*index) {
+                let selector = &wanted[*index].selector;
+                if near.is_empty() {
+                    tracing::warn!(%selector, "no resource in the cluster matches the handlers' resource (is its CRD installed?); it is served once it appears");
+                } else {
+                    tracing::warn!(%selector, candidates = %near.join(", "), "no resource in the cluster matches the handlers' resource, only others of that name (another group, or a version not served or not preferred); it is served once it appears");
+                }
+            }
+        }
+        reported
+            .unsuitable
+            .retain(|n| resolution.unsuitable.iter().any(|(u, _)| u == n));
+        for (resource, why) in &resolution.unsuitable {
+            if reported.unsuitable.insert(resource.clone()) {
+                tracing::warn!(%resource, "the resource cannot be served: {why}");
+            }
+        }
+    }
+
+    /// Starts serving `resource` once the servings in `after` have ended.
+    fn start(
+        &self,
+        resource: Discovered,
+        handlers: Vec<Handler>,
+        after: Vec<CancellationToken>,
+    ) -> Served {
+        tracing::info!(%resource, "serving the resource");
+        let stop = self.context.watching.child_token();
+        let done = CancellationToken::new();
+        let context = &self.context;
+        let serve = ServeResource {
+            target: target_of(&resource),
+            handlers: ResourceHandlers::new(handlers.iter()),
+            client: context.client.clone(),
+            settings: Arc::clone(&context.settings),
+            poster: context.poster.clone(),
+            namespaces: context.namespaces.clone(),
+            spawner: Arc::clone(&context.spawner),
+        };
+        context.tasks.spawn(serve.run(
+            stop.clone(),
+            context.watching.clone(),
+            after,
+            done.clone().drop_guard(),
+        ));
+        Served {
+            resource,
+            handlers: identities(&handlers),
+            stop,
+            done,
+        }
+    }
+}
+
+/// Sleeps until `due` (forever without one).
+async fn sleep_until(due: Option<Instant>) {
+    match due {
+        Some(due) => tokio::time::sleep_until(due).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The delay before retrying after `error`: the server's hint, else the backoff's.
+fn next_delay(backoff: &mut Backoff, error: &kube::Error) -> Duration {
+    let hint = match classify(error) {
+        ErrorClass::Transient { retry_after } => retry_after,
+        _ => None,
+    };
+    backoff.next_delay(hint).unwrap_or(Duration::from_secs(1))
+}
+
+/// Where the patches of a discovered resource's objects go.
+fn target_of(resource: &Discovered) -> ResourceTarget {
+    ResourceTarget {
+        api: Arc::new(ApiResource {
+            group: resource.group.clone(),
+            version: resource.version.clone(),
+            api_version: resource.api_version(),
+            kind: resource.kind.clone(),
+            plural: resource.plural.clone(),
+        }),
+        namespaced: resource.namespaced,
+        status_subresource: resource.status_subresource,
     }
 }
 
 /// Everything needed to serve one resource.
 struct ServeResource {
-    resource: ResourceRef,
+    target: ResourceTarget,
     handlers: ResourceHandlers,
     client: Client,
     settings: Arc<OperatorSettings>,
@@ -342,18 +871,25 @@ struct ServeResource {
 }
 
 impl ServeResource {
-    /// Discovers the resource, then watches it and feeds its queue until
-    /// `watching` is cancelled. The queue is handed out through `queue_out`
-    /// so the operator can drain it on exit.
+    /// Once the servings `after` have ended, watches the resource and feeds
+    /// its queue until `stop` (a child of `exiting`, the operator's exit)
+    /// is cancelled; then drains the queue, and, when the resource stops
+    /// being served while the operator goes on, stops its objects' daemons
+    /// and timers. `done` is dropped at the end.
     async fn run(
         self,
-        watching: CancellationToken,
-        queue_out: tokio::sync::oneshot::Sender<Queue<String, Work>>,
+        stop: CancellationToken,
+        exiting: CancellationToken,
+        after: Vec<CancellationToken>,
+        done: DropGuard,
     ) {
-        let Some(target) = discover_until_found(&self.client, &self.resource, &watching).await
-        else {
-            return;
-        };
+        for previous in after {
+            tokio::select! {
+                () = previous.cancelled() => {}
+                () = stop.cancelled() => return,
+            }
+        }
+        let target = self.target;
         let poster = self.poster.clone();
         let processor = Arc::new(ResourceProcessor::new(
             target.clone(),
@@ -361,8 +897,8 @@ impl ServeResource {
             Arc::clone(&self.settings),
             self.client.clone(),
             self.poster,
-            self.spawner,
-            watching.clone(),
+            Arc::clone(&self.spawner),
+            stop.clone(),
         ));
         let tasks = Arc::clone(processor.tasks());
         let echoes = processor.echoes().cloned();
@@ -409,12 +945,24 @@ impl ServeResource {
         // creations would otherwise leave the memory of a thousand bodies
         // behind after they are processed).
         let (tx, mut rx) = mpsc::channel::<ObjectEvent>(EVENT_BUFFER);
-        let watch = tokio::spawn(watcher.run(tx, watching.clone()));
+        let watch = tokio::spawn(watcher.run(tx, stop.clone()));
         let mut synced = false;
         // The UIDs of the objects reported as undecodable, until a later
         // state of theirs decodes or they are deleted.
         let mut undecodable = HashSet::new();
+        // The UIDs of the live objects, when they may have daemons or
+        // timers: to stop them if the resource stops being served.
+        let mut live: HashSet<String> = HashSet::new();
         while let Some(event) = rx.recv().await {
+            if !tasks.is_empty()
+                && let Some(uid) = event.uid()
+            {
+                if matches!(event, ObjectEvent::Deleted { .. }) {
+                    live.remove(uid);
+                } else if !live.contains(uid) {
+                    live.insert(uid.to_owned());
+                }
+            }
             if let ObjectEvent::Deleted { how, .. } = &event
                 && let Some(uid) = event.uid()
                 && !tasks.is_empty()
@@ -463,7 +1011,42 @@ impl ServeResource {
         if let Err(error) = watch.await {
             tracing::error!(%error, resource = %target.api.plural, "the watcher task failed");
         }
-        let _ = queue_out.send(queue);
+        queue.shutdown(self.settings.queueing.exit_timeout).await;
+        if !exiting.is_cancelled() && !live.is_empty() {
+            pause_tasks(&tasks, &self.spawner, &live, &exiting).await;
+        }
+        drop(done);
+    }
+}
+
+/// Stops the daemons and timers of a resource that is no longer served as
+/// on the operator's exit, but so that they may be spawned again when it is
+/// back ([`StopReason::OperatorPausing`]); once they have ended (each
+/// within its stop limit) or the operator exits, the objects are forgotten.
+async fn pause_tasks(
+    tasks: &ResourceTasks,
+    spawner: &Spawner,
+    uids: &HashSet<String>,
+    exiting: &CancellationToken,
+) {
+    let stopping: usize = uids
+        .iter()
+        .map(|uid| spawner.stop_object(uid, StopReason::OperatorPausing))
+        .sum();
+    if stopping > 0 {
+        tracing::debug!(
+            tasks = stopping,
+            reason = %StopReason::OperatorPausing,
+            "stopping the daemons and timers of a resource no longer served"
+        );
+    }
+    let ended = futures::future::join_all(uids.iter().map(|uid| tasks.wait_forgotten(uid)));
+    tokio::select! {
+        _ = ended => {}
+        () = exiting.cancelled() => return,
+    }
+    for uid in uids {
+        tasks.forget(uid);
     }
 }
 
@@ -481,64 +1064,6 @@ fn report_undecodable(poster: Option<&EventPoster>, object: &Value, reason: &str
             &format!("The operator cannot decode this object and skips it: {reason}"),
         );
     }
-}
-
-/// Finds the resource in discovery; retries with a warning until it exists
-/// (a CRD may be installed after the operator starts) or `stop` fires.
-async fn discover_until_found(
-    client: &Client,
-    resource: &ResourceRef,
-    stop: &CancellationToken,
-) -> Option<ResourceTarget> {
-    let mut delay = Duration::from_millis(500);
-    loop {
-        match discover(client, resource).await {
-            Ok(Some(target)) => return Some(target),
-            Ok(None) => tracing::warn!(
-                resource = %resource.api_version(), plural = %resource.plural,
-                "the resource is not served by the cluster (is its CRD installed?); retrying"
-            ),
-            Err(error) => {
-                tracing::warn!(%error, plural = %resource.plural, "discovery failed; retrying")
-            }
-        }
-        tokio::select! {
-            () = stop.cancelled() => return None,
-            () = tokio::time::sleep(delay) => {}
-        }
-        delay = (delay * 2).min(Duration::from_secs(30));
-    }
-}
-
-/// Looks the resource up in its group version's resource list.
-async fn discover(
-    client: &Client,
-    resource: &ResourceRef,
-) -> Result<Option<ResourceTarget>, kube::Error> {
-    let api_version = resource.api_version();
-    let list = if resource.group.is_empty() {
-        client.list_core_api_resources(&resource.version).await?
-    } else {
-        client.list_api_group_resources(&api_version).await?
-    };
-    let Some(found) = list.resources.iter().find(|r| r.name == resource.plural) else {
-        return Ok(None);
-    };
-    let status_subresource = list
-        .resources
-        .iter()
-        .any(|r| r.name == format!("{}/status", resource.plural));
-    Ok(Some(ResourceTarget {
-        api: Arc::new(ApiResource {
-            group: resource.group.to_string(),
-            version: resource.version.to_string(),
-            api_version,
-            kind: found.kind.clone(),
-            plural: resource.plural.to_string(),
-        }),
-        namespaced: found.namespaced,
-        status_subresource,
-    }))
 }
 
 /// Runs start-up or clean-up handlers, each until it succeeds or fails for

@@ -210,22 +210,26 @@ async fn start_emulator(registry: &Registry) -> Result<kopf_testing::Emulator, R
     ];
     let mut builder = kopf_testing::Emulator::builder();
     for resource in registry.resources() {
-        if BUILT_IN_GROUPS.contains(&resource.group.as_ref()) {
+        let Some(group) = resource.group() else {
+            tracing::debug!(%resource, "no CRD is registered in the emulator for a resource without a group");
+            continue;
+        };
+        if BUILT_IN_GROUPS.contains(&group) {
             continue;
         }
-        let Some(kind) = &resource.kind else {
+        let Some(api) = resource.api_resource() else {
             tracing::warn!(
-                plural = %resource.plural,
-                "cannot register a CRD in the emulator for a resource given without its kind; create it through the API"
+                %resource,
+                "cannot register a CRD in the emulator for a resource given without its version, plural and kind; create it through the API"
             );
             continue;
         };
         builder = builder.crd(
-            &resource.group,
-            &resource.version,
-            &resource.plural,
-            kind,
-            resource.namespaced.unwrap_or(true),
+            &api.group,
+            &api.version,
+            &api.plural,
+            &api.kind,
+            resource.namespaced().unwrap_or(true),
         );
     }
     builder
