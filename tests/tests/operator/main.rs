@@ -7,6 +7,7 @@ mod bad_input;
 mod daemons;
 mod faults;
 mod lifecycle;
+mod resources;
 mod retries;
 mod selection;
 mod undecodable;
