@@ -157,9 +157,26 @@ fn resource(resource: &Option<Resource>) -> TokenStream {
         Some(Resource::Dynamic {
             group,
             version,
-            plural,
+            name,
         }) => {
-            quote!(#p::Some(|| #p::ResourceRef::dynamic(#group, #version, #plural)))
+            quote!(#p::Some(|| #p::ResourceRef::dynamic(#group, #version, #name)))
+        }
+        Some(Resource::Named(name)) => quote!(#p::Some(|| #p::ResourceRef::named(#name))),
+        Some(Resource::NamedIn { group, name }) => {
+            quote!(#p::Some(|| #p::ResourceRef::named_in(#group, #name)))
+        }
+        Some(Resource::Keyword {
+            key,
+            name,
+            group,
+            version,
+        }) => {
+            let constructor = format_ident!("{}", key.constructor());
+            let group = group.iter();
+            let version = version.iter();
+            quote!(#p::Some(|| #p::ResourceRef::#constructor(#name)
+                #(.with_group(#group))*
+                #(.with_version(#version))*))
         }
     }
 }

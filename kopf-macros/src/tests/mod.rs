@@ -39,6 +39,22 @@ fn cases() -> Vec<Case> {
             },
         },
         Case {
+            name: "on_create_named",
+            kind: Kind::OnCreate,
+            attr: quote!("deployments.apps", id = "deployed"),
+            item: quote! {
+                async fn created(name: &str) {}
+            },
+        },
+        Case {
+            name: "on_resume_keyword",
+            kind: Kind::OnResume,
+            attr: quote!(kind = "KopfExample", group = "kopf.dev", version = "v1"),
+            item: quote! {
+                async fn resumed(name: &str) {}
+            },
+        },
+        Case {
             name: "on_update",
             kind: Kind::OnUpdate,
             attr: quote!(
@@ -465,4 +481,142 @@ fn the_record_names_only_the_options_written() {
             "{group}: {text}"
         );
     }
+}
+
+#[test]
+fn kopf_resource_forms_expand_to_their_selectors() {
+    let expanded = |attr: TokenStream| {
+        handler(
+            Kind::OnCreate,
+            attr,
+            quote!(
+                async fn c() {}
+            ),
+        )
+        .to_string()
+    };
+    for (attr, expected) in [
+        (
+            quote!("kopfexamples"),
+            "ResourceRef :: named (\"kopfexamples\")",
+        ),
+        (
+            quote!("apps", "deployment"),
+            "ResourceRef :: named_in (\"apps\" , \"deployment\")",
+        ),
+        (
+            quote!("kopf.dev", "v1", "KopfExample"),
+            "ResourceRef :: dynamic (\"kopf.dev\" , \"v1\" , \"KopfExample\")",
+        ),
+        (
+            quote!(kind = "Deployment"),
+            "ResourceRef :: by_kind (\"Deployment\")",
+        ),
+        (
+            quote!(retries = 1, category = "all", group = ""),
+            "ResourceRef :: by_category (\"all\") . with_group (\"\")",
+        ),
+        (
+            quote!(version = "v1", shortcut = "kex", group = "kopf.dev"),
+            "ResourceRef :: by_shortcut (\"kex\") . with_group (\"kopf.dev\") . with_version (\"v1\")",
+        ),
+    ] {
+        let text = expanded(attr);
+        assert!(text.contains(expected), "{expected}: {text}");
+    }
+}
+
+#[test]
+fn wrong_resource_forms_say_which_forms_are_accepted() {
+    let errors_of = |kind: Kind, attr: TokenStream| {
+        errors(
+            kind,
+            attr,
+            quote!(
+                async fn f() {}
+            ),
+        )
+    };
+    let forms = "in one of Kopf's forms";
+    let cases: Vec<(Kind, TokenStream, &str)> = vec![
+        (Kind::OnCreate, quote!(id = "x"), forms),
+        (Kind::OnCreate, quote!("a", "b", "c", "d"), forms),
+        (Kind::OnCreate, quote!(Pod, "pods"), forms),
+        (
+            Kind::OnCreate,
+            quote!("pods", kind = "Pod"),
+            "the resource is named twice",
+        ),
+        (
+            Kind::OnCreate,
+            quote!(Pod, plural = "pods"),
+            "the resource is named twice",
+        ),
+        (
+            Kind::OnCreate,
+            quote!(kind = "Pod", plural = "pods"),
+            "`kind` and `plural` both name the resource; keep one",
+        ),
+        (
+            Kind::OnCreate,
+            quote!(group = "apps"),
+            "`group` narrows a keyword name, but there is none",
+        ),
+        (
+            Kind::OnCreate,
+            quote!("deployments", version = "v1"),
+            "`version` goes with a keyword name only",
+        ),
+        (
+            Kind::OnCreate,
+            quote!(kind = Pod),
+            "`kind` expects a string literal, e.g. `kind = \"…\"`",
+        ),
+        (
+            Kind::OnCreate,
+            quote!(kind = ""),
+            "`kind` must not be empty",
+        ),
+        (
+            Kind::OnCreate,
+            quote!(kind = "Pod", version = ""),
+            "`version` must not be empty",
+        ),
+        (
+            Kind::OnCreate,
+            quote!(""),
+            "the resource's name must not be empty",
+        ),
+        (
+            Kind::OnCreate,
+            quote!("apps", ""),
+            "the resource's name must not be empty",
+        ),
+        (
+            Kind::OnCreate,
+            quote!("apps/", "deployments"),
+            "the resource's version must not be empty",
+        ),
+        (
+            Kind::OnStartup,
+            quote!(kind = "Pod"),
+            "`on_startup` handlers take no resource; remove it",
+        ),
+    ];
+    for (kind, attr, expected) in cases {
+        let shown = attr.to_string();
+        let errors = errors_of(kind, attr);
+        assert!(
+            errors.iter().any(|e| e.contains(expected)),
+            "{shown}: {errors:?}"
+        );
+    }
+    let duplicate = errors_of(Kind::OnCreate, quote!(kind = "Pod", kind = "Pod"));
+    assert_eq!(
+        duplicate,
+        [
+            "duplicate option `kind`; set it once",
+            "`kind` first set here"
+        ]
+    );
 }

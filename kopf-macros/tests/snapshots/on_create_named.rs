@@ -1,0 +1,56 @@
+async fn created(name: &str) {}
+#[doc(hidden)]
+#[allow(non_upper_case_globals, clippy::all)]
+const _: () = {
+    fn __kopf_invoke(
+        __kopf_kwargs: ::kopf_runtime::__private::Kwargs,
+    ) -> ::kopf_runtime::__private::BoxFuture<
+        'static,
+        ::kopf_runtime::__private::Outcome,
+    > {
+        ::kopf_runtime::__private::Box::pin(async move {
+            let mut __kopf_storage_0 = match <&str as ::kopf_runtime::__private::NameArg<
+                '_,
+                ::kopf_runtime::__private::ByRef,
+            >>::load(&__kopf_kwargs) {
+                ::kopf_runtime::__private::Ok(value) => value,
+                ::kopf_runtime::__private::Err(error) => {
+                    return ::kopf_runtime::__private::Err(
+                        ::kopf_runtime::__private::HandlerError::from(error),
+                    );
+                }
+            };
+            let __kopf_result = created(
+                    <&str as ::kopf_runtime::__private::NameArg<
+                        '_,
+                        ::kopf_runtime::__private::ByRef,
+                    >>::get(&mut __kopf_storage_0),
+                )
+                .await;
+            ::kopf_runtime::__private::IntoOutcome::into_outcome(__kopf_result)
+        })
+    }
+    const __KOPF_RECORD: ::kopf_runtime::__private::HandlerRecord = ::kopf_runtime::__private::HandlerRecord {
+        kind: ::kopf_runtime::__private::HandlerKind::OnCreate,
+        function: ::kopf_runtime::__private::FunctionRecord {
+            path: ::core::concat!(
+                ::core::module_path!(), "::", ::core::stringify!(created)
+            ),
+            name: ::core::stringify!(created),
+            blocking: false,
+            index_params: &[],
+            invoke: __kopf_invoke,
+        },
+        id: ::kopf_runtime::__private::Some("deployed"),
+        param: ::kopf_runtime::__private::None,
+        resource: ::kopf_runtime::__private::Some(|| ::kopf_runtime::__private::ResourceRef::named(
+            "deployments.apps",
+        )),
+        filters: ::kopf_runtime::__private::FilterRecord::DEFAULT,
+        retry: ::kopf_runtime::__private::RetryRecord::DEFAULT,
+        changes: ::kopf_runtime::__private::ChangeRecord::DEFAULT,
+        task: ::kopf_runtime::__private::TaskRecord::DEFAULT,
+        webhook: ::kopf_runtime::__private::WebhookRecord::DEFAULT,
+    };
+    ::kopf_runtime::__private::inventory::submit!(__KOPF_RECORD);
+};
