@@ -56,13 +56,47 @@
 //!
 //! # Resources
 //!
-//! The first argument of every resource handler names the resource:
+//! The first argument of every resource handler names the resource, in
+//! Kopf's forms (the builder's are [`ResourceRef`]'s constructors):
 //!
 //! * a Rust type implementing [`kube::Resource`] — k8s-openapi types (`Pod`,
 //!   `Secret`, …) or a `#[derive(CustomResource)]` type: `#[kopf::on_create(KopfExample)]`;
-//! * strings for dynamic objects: `#[kopf::timer("", "v1", "secrets", …)]`
-//!   (group, version, plural; `""` is the core group) or
-//!   `#[kopf::on_field("apps/v1", "deployments", …)]`.
+//! * a name: `#[kopf::on_create("kopfexamples")]`, which matches the plural,
+//!   the singular, the kind or a short name (`"KopfExample"`, `"kex"`) in any
+//!   group; `"deployments.apps"` names the group too, and
+//!   `"kopfexamples.v1.kopf.dev"` the version as well;
+//! * a group and a name: `#[kopf::on_create("apps", "deployment")]`, where the
+//!   group may carry the version (`"apps/v1"`) or be `"v1"` (the core group's);
+//! * a group, a version and a name: `#[kopf::timer("", "v1", "secrets", …)]`
+//!   (`""` is the core group);
+//! * keywords among the options: `#[kopf::daemon(kind = "Deployment", group = "apps")]`,
+//!   one of `kind`, `plural`, `singular`, `shortcut` (a short name) or
+//!   `category`, optionally with `group` and `version`.
+//!
+//! A wrong form is a compile error that lists these. The operator resolves
+//! the names through the cluster's discovery when it starts:
+//!
+//! * Without a version, the group's preferred version is served.
+//! * Without a group, any group matches, but the core group wins (`"pods"`
+//!   is `pods.v1`). A name matching resources of two other groups is
+//!   ambiguous: the operator does not start, and its error
+//!   ([`OperatorError::AmbiguousResource`]) names the candidates.
+//! * A category serves every resource in it.
+//! * A name that matches nothing is a warning; the resource is served once
+//!   its CRD appears.
+//! * Without a group, every API group is read, and one that does not
+//!   answer (an aggregated API that is down) holds the start-up back until
+//!   it does: name the group where you can, as Kopf advises.
+//! * Several names of one resource serve it with one watch; a fn reached
+//!   through several of them runs once per change.
+//!
+//! The operator follows the cluster while it runs: it watches the custom
+//! resource definitions (or, without permission to, scans every 10
+//! seconds), so that a CRD created or deleted, or a version added, removed
+//! or made preferred, is noticed. A resource that is no longer served stops
+//! being served, with a warning saying why: its daemons and timers are
+//! stopped as on the operator's exit, no `on_delete` handler runs, and
+//! serving resumes once it is back.
 //!
 //! Activities (`on_startup`, `on_cleanup`, `on_probe`, `on_login`) take no resource.
 //!
