@@ -293,14 +293,14 @@ mod tests {
                 let body = body(&text, DEFAULT_MAX_DEPTH).expect("decodes");
                 let storage = DiffBaseStorage::default();
                 let progress = ProgressStorage::default();
-                let (old, new) = storage.essences(&body, &[], &progress);
+                let (old, new) = storage.essences(&body, &progress);
                 assert!(old.is_none());
                 let mut patch = serde_json::json!({});
                 let encoded = storage.store(&body, &new, &mut patch);
                 let mut stored = body.clone();
                 stored["metadata"]["annotations"] =
                     serde_json::json!({"kopf.zalando.org/last-handled-configuration": encoded});
-                let (old, new) = storage.essences(&stored, &[], &progress);
+                let (old, new) = storage.essences(&stored, &progress);
                 assert_eq!(old.as_ref(), Some(&new));
                 assert!(diff(&new, &new).is_empty());
                 drop((body, stored, old, new, patch));

@@ -7,8 +7,20 @@
 //! minus every annotation under a prefix used by any Kopf-based operator
 //! (`kopf.zalando.org/…`, `*.kopf.zalando.org/…`, or any prefix that has a
 //! `…/kopf-managed` marker), minus the diff-base annotation itself. Empty
-//! stanzas are dropped. Extra fields (e.g. `status.x` watched by a field
-//! handler) can be kept; ignored fields can be dropped.
+//! stanzas are dropped; ignored fields can be dropped.
+//!
+//! # Extra fields
+//!
+//! As in Kopf, the essence also keeps the `field` of every handler of the
+//! resource (change handlers, `on_event`, daemons and timers alike), copied
+//! from the body after the annotations are filtered and before the
+//! ignored fields are dropped (see [`DiffBaseStorage::with_extra_fields`]).
+//! A handler on `status.phase` makes `status.phase` part of the essence:
+//! a change there is an update, for that handler and for every `on_update`
+//! handler, and the field is stored in the diff-base. Only fields the
+//! essence would not keep anyway (under `status`, `metadata` but for its
+//! labels, `apiVersion`, `kind`) change anything; an operator without
+//! such handlers builds its essences as before.
 //!
 //! The essence of the last handled state lives in the annotation
 //! `kopf.zalando.org/last-handled-configuration` as compact JSON with a
@@ -64,6 +76,9 @@ pub struct DiffBaseStorage {
     keys: AnnotationKeys,
     name: String,
     ignored_fields: Vec<Vec<String>>,
+    /// The handlers' fields that an essence would not keep otherwise, in
+    /// the handlers' order (see [`with_extra_fields`](Self::with_extra_fields)).
+    extra_fields: Vec<Vec<String>>,
 }
 
 impl Default for DiffBaseStorage {
@@ -88,6 +103,7 @@ impl DiffBaseStorage {
             keys: AnnotationKeys::new(prefix, settings.progress_v1_keys),
             name,
             ignored_fields: Vec::new(),
+            extra_fields: Vec::new(),
         }
     }
 
@@ -103,13 +119,32 @@ impl DiffBaseStorage {
         self
     }
 
+    /// Also keep these dotted fields (e.g. `status.phase`) in essences: the
+    /// fields of the resource's handlers, as Kopf keeps them (its registry's
+    /// `get_extra_fields`), so that a change there is a change of the
+    /// essence. Only what an essence would not keep anyway is remembered:
+    /// fields under `apiVersion`, `kind`, `status`, or `metadata` but for
+    /// `metadata.labels`. Without such fields, essences cost nothing more.
+    pub fn with_extra_fields<I: IntoIterator<Item = S>, S: AsRef<str>>(
+        mut self,
+        fields: I,
+    ) -> Self {
+        for field in fields {
+            let path: Vec<String> = field.as_ref().split('.').map(str::to_owned).collect();
+            if outside_the_essence(&path) && !self.extra_fields.contains(&path) {
+                self.extra_fields.push(path);
+            }
+        }
+        self
+    }
+
     /// The annotation keys of the diff-base on `body` (v2, then v1 if different).
     pub fn keys(&self, body: &Value) -> Arc<[String]> {
         self.keys.make_keys(&self.name, body)
     }
 
-    /// The essence of `body`, keeping `extra_fields` (dotted paths) too.
-    pub fn build(&self, body: &Value, extra_fields: &[&str]) -> Value {
+    /// The essence of `body`, with the [extra fields](Self::with_extra_fields).
+    pub fn build(&self, body: &Value) -> Value {
         // Inserted one by one: collecting would gather and sort the few
         // fields in a vector first.
         let mut essence = Map::new();
@@ -149,7 +184,7 @@ impl DiffBaseStorage {
             essence.insert("metadata".to_owned(), Value::Object(metadata));
         }
         let mut essence = Value::Object(essence);
-        cherrypick(body, &mut essence, extra_fields);
+        cherrypick(body, &mut essence, &self.extra_fields);
         for field in &self.ignored_fields {
             let path: Vec<&str> = field.iter().map(String::as_str).collect();
             remove_field(&mut essence, &path);
@@ -265,6 +300,14 @@ impl DiffBaseStorage {
         {
             return false;
         }
+        // The extra fields, where they are not among the parts above.
+        if !self
+            .extra_fields
+            .iter()
+            .all(|path| resolve_path(a, path) == resolve_path(b, path))
+        {
+            return false;
+        }
         let written = self.written(b, progress);
         // No annotations at all are as good as none kept (a new object,
         // and the same object with the operator's diff-base).
@@ -282,14 +325,18 @@ impl DiffBaseStorage {
     /// essence is made of, and nothing but the operator's bookkeeping: the
     /// annotations of the diff-base and of the `progress` storage, the
     /// finalizers, the `resourceVersion` precondition, and the `status`
-    /// (where handlers' results go). The object patched with it has the
-    /// same essence as `body`, and the same fields besides.
+    /// (where handlers' results go) but for the extra fields. The object
+    /// patched with it has the same essence as `body`, and the same fields
+    /// besides.
     pub fn only_bookkeeping(
         &self,
         body: &Value,
         patch: &Value,
         progress: &ProgressStorage,
     ) -> bool {
+        if self.extra_fields.iter().any(|path| touches(patch, path)) {
+            return false;
+        }
         let Some(patch) = patch.as_object() else {
             return false;
         };
@@ -332,13 +379,8 @@ impl DiffBaseStorage {
 
     /// The old (stored) and new (current) essences as Kopf's processing
     /// computes them: both cleared of the progress storage's fields.
-    pub fn essences(
-        &self,
-        body: &Value,
-        extra_fields: &[&str],
-        progress: &ProgressStorage,
-    ) -> (Option<Value>, Value) {
-        let new = progress.clear(self.build(body, extra_fields));
+    pub fn essences(&self, body: &Value, progress: &ProgressStorage) -> (Option<Value>, Value) {
+        let new = progress.clear(self.build(body));
         let old = self.fetch(body).map(|old| {
             let mut old = progress.clear(old);
             restore_digests(&mut old, &new);
@@ -468,14 +510,49 @@ fn child_map<'a>(
     }
 }
 
-/// Copy the dotted `fields` that exist in `src` into `dst`.
-fn cherrypick(src: &Value, dst: &mut Value, fields: &[&str]) {
-    for field in fields {
-        let path: Vec<&str> = field.split('.').collect();
-        if let Some(value) = resolve_field(src, &path) {
+/// Copy the `fields` that exist in `src` into `dst` (Kopf's `cherrypick`).
+fn cherrypick(src: &Value, dst: &mut Value, fields: &[Vec<String>]) {
+    for path in fields {
+        if let Some(value) = resolve_path(src, path) {
+            let path: Vec<&str> = path.iter().map(String::as_str).collect();
             ensure_field(dst, &path, value.clone());
         }
     }
+}
+
+/// The value at `path`, as [`resolve_field`] finds it.
+fn resolve_path<'a>(value: &'a Value, path: &[String]) -> Option<&'a Value> {
+    path.iter()
+        .try_fold(value, |value, key| value.as_object()?.get(key))
+}
+
+/// Whether an essence without the extra field `path` could differ there
+/// from one with it: unless `path` is in a top-level field besides
+/// `apiVersion`, `kind`, `metadata` and `status`, or in `metadata.labels`,
+/// which essences keep whole.
+fn outside_the_essence(path: &[String]) -> bool {
+    match path.first().map(String::as_str) {
+        Some("apiVersion" | "kind" | "status") => true,
+        Some("metadata") => path.get(1).map(String::as_str) != Some("labels"),
+        _ => false,
+    }
+}
+
+/// Whether the merge `patch` sets or removes anything at or under `path`.
+fn touches(patch: &Value, path: &[String]) -> bool {
+    let mut node = patch;
+    for key in path {
+        match node {
+            Value::Object(map) => match map.get(key) {
+                Some(child) => node = child,
+                None => return false,
+            },
+            // A value that is no object replaces (or with `null`, removes)
+            // everything under it.
+            _ => return true,
+        }
+    }
+    true
 }
 
 /// Kopf's `diff(a, b)` between two essences; `null` means absent.
@@ -523,7 +600,7 @@ mod tests {
     fn essence_drops_system_and_kopf_fields() {
         let storage = DiffBaseStorage::default();
         assert_eq!(
-            storage.build(&kopf_body(), &[]),
+            storage.build(&kopf_body()),
             json!({
                 "metadata": {"labels": {"somelabel": "somevalue"}, "annotations": {"someannotation": "somevalue"}},
                 "spec": {"duration": "1m", "field": "value2", "items": ["item1", "item2"]},
@@ -533,12 +610,121 @@ mod tests {
 
     #[test]
     fn essence_keeps_extra_fields_and_drops_ignored_and_empty_stanzas() {
-        let storage = DiffBaseStorage::default().with_ignored_fields(["spec.duration"]);
+        let storage = DiffBaseStorage::default()
+            .with_ignored_fields(["spec.duration"])
+            .with_extra_fields(["status.a", "status.missing"]);
         let body = json!({"metadata": {"name": "x", "labels": {}}, "spec": {"duration": "1m"}, "status": {"a": 1, "b": 2}});
+        assert_eq!(storage.build(&body), json!({"status": {"a": 1}}));
+    }
+
+    #[test]
+    fn only_fields_outside_the_essence_are_extra() {
+        let storage = DiffBaseStorage::default().with_extra_fields([
+            "spec.size",
+            "data.k",
+            "metadata.labels",
+            "metadata.labels.app",
+            "status.phase",
+            "metadata.annotations",
+            "metadata.generation",
+            "kind",
+            "status.phase",
+        ]);
+        let kept: Vec<String> = storage.extra_fields.iter().map(|p| p.join(".")).collect();
         assert_eq!(
-            storage.build(&body, &["status.a", "status.missing"]),
-            json!({"status": {"a": 1}})
+            kept,
+            [
+                "status.phase",
+                "metadata.annotations",
+                "metadata.generation",
+                "kind"
+            ]
         );
+        assert!(
+            DiffBaseStorage::default().with_extra_fields(["spec.size"])
+                == DiffBaseStorage::default()
+        );
+    }
+
+    /// A custom resource as the API server sends it (sorted keys), handled
+    /// by a Kopf operator with handlers on `spec.size`, `status.phase` and
+    /// `metadata.labels`.
+    fn handled_by_kopf() -> Value {
+        json!({
+            "apiVersion": "kopf.dev/v1", "kind": "KopfExample",
+            "metadata": {
+                "annotations": {
+                    "kopf.zalando.org/last-handled-configuration": "{\"spec\":{\"mode\":\"fast\",\"size\":1},\"metadata\":{\"labels\":{\"app\":\"a\"}},\"status\":{\"phase\":\"Pending\"}}\n",
+                    "kopf.zalando.org/size.spec.size": "{\"started\":\"2024-05-01T10:00:00.000000+00:00\",\"stopped\":\"2024-05-01T10:00:01.000000+00:00\",\"purpose\":\"update\",\"retries\":1,\"success\":true,\"failure\":false}",
+                    "note": "kept",
+                },
+                "generation": 2,
+                "labels": {"app": "a"},
+                "name": "x", "namespace": "default", "resourceVersion": "7", "uid": "u",
+            },
+            "spec": {"mode": "fast", "size": 2},
+            "status": {"phase": "Running", "size/spec.size": {"done": true}},
+        })
+    }
+
+    fn kopfs_handlers() -> DiffBaseStorage {
+        DiffBaseStorage::default().with_extra_fields([
+            "spec.size",
+            "status.phase",
+            "metadata.labels",
+        ])
+    }
+
+    #[test]
+    fn kopfs_diffbase_with_extra_fields_reads_back_and_diffs_exactly() {
+        let (storage, progress) = (kopfs_handlers(), ProgressStorage::default());
+        let body = handled_by_kopf();
+        let (old, new) = storage.essences(&body, &progress);
+        let old = old.expect("stored by Kopf");
+        assert_eq!(
+            serde_json::to_value(diff(&old, &new)).expect("serializes"),
+            json!([
+                ["add", ["metadata", "annotations"], null, {"note": "kept"}],
+                ["change", ["spec", "size"], 1, 2],
+                ["change", ["status", "phase"], "Pending", "Running"],
+            ])
+        );
+        // Without the extra field, the phase would be a removal.
+        let (old, new) = DiffBaseStorage::default().essences(&body, &progress);
+        let removed = diff(old.as_ref().expect("stored"), &new);
+        assert!(
+            removed
+                .items()
+                .iter()
+                .any(|i| i.op == DiffOp::Remove && i.field == ["status"])
+        );
+    }
+
+    #[test]
+    fn extra_fields_count_in_the_essence_shortcuts() {
+        let (storage, progress) = (kopfs_handlers(), ProgressStorage::default());
+        let body = handled_by_kopf();
+        let mut phased = body.clone();
+        phased["status"]["phase"] = json!("Failed");
+        assert!(!storage.same_essence(&body, &phased, &progress));
+        assert!(DiffBaseStorage::default().same_essence(&body, &phased, &progress));
+        let mut resulted = body.clone();
+        resulted["status"]["size/spec.size"] = json!({"done": false});
+        assert!(storage.same_essence(&body, &resulted, &progress));
+
+        let results = json!({"status": {"size/spec.size": {"done": 1}}});
+        assert!(storage.only_bookkeeping(&body, &results, &progress));
+        for patch in [
+            json!({"status": {"phase": "Failed"}}),
+            json!({"status": {"phase": null}}),
+            json!({"status": null}),
+        ] {
+            assert!(
+                !storage.only_bookkeeping(&body, &patch, &progress),
+                "{patch}"
+            );
+            assert!(DiffBaseStorage::default().only_bookkeeping(&body, &patch, &progress));
+        }
     }
 
     #[test]
@@ -546,7 +732,7 @@ mod tests {
         let storage = DiffBaseStorage::default();
         let progress = ProgressStorage::default();
         let body = kopf_body();
-        let (old, new) = storage.essences(&body, &[], &progress);
+        let (old, new) = storage.essences(&body, &progress);
         let old = old.expect("stored by Kopf");
         assert_eq!(old["spec"]["field"], json!("value"));
         let d = diff(&old, &new);
@@ -565,7 +751,7 @@ mod tests {
             "metadata": {"name": "a", "annotations": {"example.com/note": "small"}},
             "spec": {"replicas": 1, "data": big, "other": other},
         });
-        let essence = storage.build(&handled, &[]);
+        let essence = storage.build(&handled);
         let mut patch = json!({});
         let encoded = storage.store(&handled, &essence, &mut patch);
         let keys = storage.keys(&handled);
@@ -580,19 +766,19 @@ mod tests {
         let mut changed = stored.clone();
         changed["spec"]["replicas"] = json!(2);
         let progress = ProgressStorage::default();
-        let (old, new) = storage.essences(&changed, &[], &progress);
+        let (old, new) = storage.essences(&changed, &progress);
         let d = diff(old.as_ref().expect("stored"), &new);
         assert_eq!(
             serde_json::to_value(&d).expect("serializes"),
             json!([["change", ["spec", "replicas"], 1, 2]])
         );
-        let (old, new) = storage.essences(&stored, &[], &progress);
+        let (old, new) = storage.essences(&stored, &progress);
         assert_eq!(old.as_ref(), Some(&new), "nothing changed");
 
         // A changed large value shows its old side as the digest.
         let mut grown = stored.clone();
         grown["spec"]["data"] = json!(format!("{big}z"));
-        let (old, new) = storage.essences(&grown, &[], &progress);
+        let (old, new) = storage.essences(&grown, &progress);
         let d = diff(old.as_ref().expect("stored"), &new);
         assert_eq!(d.len(), 1);
         let old_side = d.items()[0]
@@ -639,7 +825,7 @@ mod tests {
         );
         let body = json!({"metadata": {"annotations": {"example.com/last": "{}", "keep": "1"}}});
         assert_eq!(
-            storage.build(&body, &[]),
+            storage.build(&body),
             json!({"metadata": {"annotations": {"keep": "1"}}})
         );
     }
@@ -739,8 +925,8 @@ mod tests {
         assert!(storage.same_essence(&echoed, &new, &progress));
         // What `same_essence` vouches for, the essences confirm.
         assert_eq!(
-            progress.clear(storage.build(&new, &[])),
-            progress.clear(storage.build(&echoed, &[]))
+            progress.clear(storage.build(&new)),
+            progress.clear(storage.build(&echoed))
         );
     }
 

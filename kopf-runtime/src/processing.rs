@@ -5,7 +5,8 @@
 //! newest event of one object at a time. Per object it remembers only what
 //! Kopf remembers in memory (the memo and whether the object was first seen
 //! at start-up; see [`memories`](crate::memories)); everything else lives on
-//! the object itself.
+//! the object itself. The essences keep the fields of all the resource's
+//! handlers (see [`DiffBaseStorage::with_extra_fields`]).
 //!
 //! # Guarantees
 //! - The finalizer is added before any handler runs when some matching
@@ -36,6 +37,7 @@ use crate::diffbase::DiffBaseStorage;
 use crate::echoes::Echoes;
 use crate::execution::{self, CauseContext};
 use crate::fields::{ensure_field, meta_str, object_name, remove_field, resolve_field};
+use crate::filters::FieldPath;
 use crate::finalizers::{self, Action, Lifecycle};
 use crate::handlers::{Handler, HandlerKind};
 use crate::kwargs::{Diff, EventType, Kwargs, Level, LogSink, Logger, Memo, Reason};
@@ -179,7 +181,16 @@ impl ResourceProcessor {
                 .then(Echoes::default);
         Self {
             progress: ProgressStorage::from_settings(&settings.persistence),
-            diffbase: DiffBaseStorage::from_settings(&settings.persistence),
+            // As Kopf: the fields of every handler of the resource, change
+            // handlers or not, are kept in the essence.
+            diffbase: DiffBaseStorage::from_settings(&settings.persistence).with_extra_fields(
+                handlers
+                    .changing
+                    .iter()
+                    .chain(&handlers.watching)
+                    .chain(&handlers.spawning)
+                    .filter_map(|h| h.filters.field.as_ref().map(FieldPath::as_str)),
+            ),
             patcher,
             target,
             handlers,
@@ -550,7 +561,7 @@ impl ResourceProcessor {
             );
             return (done(), false);
         }
-        let (old, new) = self.diffbase.essences(body, &[], &self.progress);
+        let (old, new) = self.diffbase.essences(body, &self.progress);
         let old_changed = old.as_ref() != Some(&new);
         let (old, new) = (old.map(Arc::new), Arc::new(new));
         // Found only if asked for: by the cause of an object with a

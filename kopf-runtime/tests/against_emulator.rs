@@ -490,13 +490,13 @@ async fn kopf_state_round_trips_through_the_api() -> Result {
         ..ProgressRecord::default()
     };
     progress.store("create_fn/sub", &record, &body, &mut patch);
-    let (_, essence) = diffbase.essences(&body, &[], &progress);
+    let (_, essence) = diffbase.essences(&body, &progress);
     diffbase.store(&body, &essence, &mut patch);
     let stored = patcher.merge(&target(&obj), &patch).await?;
     let stored = stored.object().expect("exists").clone();
 
     assert_eq!(progress.fetch("create_fn/sub", &stored), Some(record));
-    let (old, new) = diffbase.essences(&stored, &[], &progress);
+    let (old, new) = diffbase.essences(&stored, &progress);
     assert_eq!(
         old.as_ref(),
         Some(&new),

@@ -128,6 +128,42 @@ fn storages() -> impl Strategy<Value = (DiffBaseStorage, ProgressStorage)> {
         })
 }
 
+/// Handlers' fields an essence keeps besides its own (some it keeps anyway).
+const EXTRA_FIELDS: &[&[&str]] = &[
+    &[],
+    &["status.a"],
+    &["status.b.c", "metadata.generation", "spec.a"],
+    &["status", "metadata.labels.x"],
+    &["metadata.annotations", "kind"],
+];
+
+/// [`storages`] keeping the fields of some handlers in their essences, and
+/// those fields.
+fn storages_with_extra_fields()
+-> impl Strategy<Value = (DiffBaseStorage, ProgressStorage, &'static [&'static str])> {
+    (storages(), proptest::sample::select(EXTRA_FIELDS.to_vec())).prop_map(
+        |((storage, progress), fields)| (storage.with_extra_fields(fields), progress, fields),
+    )
+}
+
+/// Whether the merge `patch` sets or removes anything at or under one of
+/// `fields`.
+fn touches_any(patch: &Value, fields: &[&str]) -> bool {
+    fields.iter().any(|field| {
+        let mut node = patch;
+        for key in field.split('.') {
+            match node.as_object() {
+                Some(map) => match map.get(key) {
+                    Some(child) => node = child,
+                    None => return false,
+                },
+                None => return true,
+            }
+        }
+        true
+    })
+}
+
 proptest! {
     #![proptest_config(config(256))]
 
@@ -155,7 +191,7 @@ proptest! {
         body in body(),
         (storage, progress) in storages(),
     ) {
-        let (_, essence) = storage.essences(&body, &[], &progress);
+        let (_, essence) = storage.essences(&body, &progress);
         let map = essence.as_object().expect("an object");
         for key in ["status", "apiVersion", "kind"] {
             prop_assert!(!map.contains_key(key), "{} in {}", key, essence);
@@ -195,9 +231,9 @@ proptest! {
     #[test]
     fn a_stored_essence_reads_back_as_it_was(
         body in body(),
-        (storage, progress) in storages(),
+        (storage, progress, _) in storages_with_extra_fields(),
     ) {
-        let (_, essence) = storage.essences(&body, &[], &progress);
+        let (_, essence) = storage.essences(&body, &progress);
         let mut patch = json!({});
         let encoded = storage.store(&body, &essence, &mut patch);
         let mut patched = body.clone();
@@ -206,7 +242,7 @@ proptest! {
         // Kopf's format: compact JSON and a newline.
         let text = encoded.strip_suffix('\n').expect("a trailing newline");
         prop_assert_eq!(serde_json::from_str::<Value>(text).ok(), Some(essence.clone()));
-        let (old, new) = storage.essences(&patched, &[], &progress);
+        let (old, new) = storage.essences(&patched, &progress);
         prop_assert_eq!(old.as_ref(), Some(&essence));
         prop_assert_eq!(&new, &essence);
         prop_assert!(diff(&essence, &new).is_empty());
@@ -222,7 +258,7 @@ proptest! {
         body in body(),
         sizes in proptest::collection::vec(0usize..200 * 1024, 1..5),
         ballast in 0usize..240 * 1024,
-        (storage, progress) in storages(),
+        (storage, progress, _) in storages_with_extra_fields(),
         changed in proptest::option::of(any::<usize>()),
     ) {
         let mut body = body;
@@ -231,12 +267,12 @@ proptest! {
             body["spec"][format!("big{i}")] = json!("x".repeat(*size));
         }
         body["metadata"]["annotations"]["example.org/ballast"] = json!("y".repeat(ballast));
-        let (_, essence) = storage.essences(&body, &[], &progress);
+        let (_, essence) = storage.essences(&body, &progress);
         let mut patch = json!({});
         let encoded = storage.store(&body, &essence, &mut patch);
         let mut patched = body.clone();
         merge(&mut patched, &patch);
-        let (old, new) = storage.essences(&patched, &[], &progress);
+        let (old, new) = storage.essences(&patched, &progress);
         prop_assert_eq!(old.as_ref(), Some(&essence), "stored {} bytes", encoded.len());
         prop_assert_eq!(&new, &essence);
 
@@ -244,7 +280,7 @@ proptest! {
         if let Some(pick) = changed {
             let i = pick % sizes.len();
             patched["spec"][format!("big{i}")] = json!("changed");
-            let (old, new) = storage.essences(&patched, &[], &progress);
+            let (old, new) = storage.essences(&patched, &progress);
             let d = diff(&old.expect("stored"), &new);
             prop_assert_eq!(d.len(), 1, "{:?}", d);
             let field = vec!["spec".to_owned(), format!("big{i}")];
@@ -308,7 +344,7 @@ fn patch_of(
             progress.store(id, &record, body, &mut patch);
         }
         Change::DiffBase => {
-            let (_, essence) = storage.essences(body, &[], progress);
+            let (_, essence) = storage.essences(body, progress);
             storage.store(body, &essence, &mut patch);
         }
         Change::Touch(value) => progress.touch(body, &mut patch, value.as_deref()),
@@ -332,30 +368,40 @@ proptest! {
     #[test]
     fn the_operators_bookkeeping_leaves_the_essence_alone(
         body in body(),
-        (storage, progress) in storages(),
+        (storage, progress, fields) in storages_with_extra_fields(),
         changes in proptest::collection::vec(change(), 1..5),
     ) {
-        let (_, before) = storage.essences(&body, &[], &progress);
+        let (_, before) = storage.essences(&body, &progress);
         let mut patched = body.clone();
         for change in &changes {
             let patch = patch_of(change, &patched, &storage, &progress);
             let bookkeeping = storage.only_bookkeeping(&patched, &patch, &progress);
+            // Unless it reaches a field some handler watches.
             let operators = matches!(
                 change,
                 Change::Progress(_) | Change::DiffBase | Change::Touch(_) | Change::Status(..)
                     | Change::Version(_) | Change::Finalizer(_)
-            );
+            ) && !touches_any(&patch, fields);
             prop_assert!(bookkeeping || !operators, "{:?} is bookkeeping: {}", change, patch);
             let unpatched = patched.clone();
             merge(&mut patched, &patch);
             if bookkeeping {
-                let (_, old) = storage.essences(&unpatched, &[], &progress);
-                let (_, new) = storage.essences(&patched, &[], &progress);
+                let (_, old) = storage.essences(&unpatched, &progress);
+                let (_, new) = storage.essences(&patched, &progress);
                 prop_assert_eq!(old, new, "{:?} changed the essence: {}", change, patch);
             }
         }
-        if changes.iter().all(|c| !matches!(c, Change::Spec(..) | Change::Label(..) | Change::Annotation(..))) {
-            let (_, after) = storage.essences(&patched, &[], &progress);
+        let watched = |c: &Change| fields.iter().any(|f| {
+            matches!(c, Change::Status(..)) && f.starts_with("status")
+                || matches!(c, Change::Finalizer(_) | Change::Version(_)) && f.starts_with("metadata.")
+                    && !f.starts_with("metadata.labels")
+                || matches!(c, Change::Progress(_) | Change::DiffBase | Change::Touch(_))
+                    && f.starts_with("metadata.annotations")
+        });
+        if changes.iter().all(|c| {
+            !matches!(c, Change::Spec(..) | Change::Label(..) | Change::Annotation(..)) && !watched(c)
+        }) {
+            let (_, after) = storage.essences(&patched, &progress);
             prop_assert_eq!(&after, &before);
         }
     }
@@ -363,7 +409,7 @@ proptest! {
     #[test]
     fn objects_said_to_have_the_same_essence_have_it(
         body in body(),
-        (storage, progress) in storages(),
+        (storage, progress, _) in storages_with_extra_fields(),
         changes in proptest::collection::vec(change(), 0..4),
     ) {
         let mut other = body.clone();
@@ -372,8 +418,8 @@ proptest! {
             merge(&mut other, &patch);
         }
         if storage.same_essence(&body, &other, &progress) {
-            let (_, a) = storage.essences(&body, &[], &progress);
-            let (_, b) = storage.essences(&other, &[], &progress);
+            let (_, a) = storage.essences(&body, &progress);
+            let (_, b) = storage.essences(&other, &progress);
             prop_assert_eq!(a, b, "after {:?}", changes);
         }
     }

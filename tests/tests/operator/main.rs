@@ -6,6 +6,7 @@
 mod bad_input;
 mod daemons;
 mod faults;
+mod kopf_semantics;
 mod lifecycle;
 mod resources;
 mod retries;
