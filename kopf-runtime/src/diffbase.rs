@@ -22,10 +22,38 @@
 //! labels, `apiVersion`, `kind`) change anything; an operator without
 //! such handlers builds its essences as before.
 //!
+//! # Kopf's format
+//!
 //! The essence of the last handled state lives in the annotation
-//! `kopf.zalando.org/last-handled-configuration` as compact JSON with a
-//! trailing newline (Kopf's format, also written under the v1 key when it
-//! differs).
+//! `kopf.zalando.org/last-handled-configuration`, also written under the v1
+//! key when it differs, as Kopf writes it: Python's
+//! `json.dumps(essence, separators=(',', ':'))` and a newline. The keys are
+//! in the order Kopf builds them: the body's own fields (sorted, as the API
+//! server sends custom resources), then `metadata` with `labels` and
+//! `annotations`, then what the extra fields add, in the handlers' order;
+//! every character outside printable ASCII is a `\uXXXX` escape, and floats
+//! are written as Python writes them (`1e+16`). Kopf and kopf-rs compare
+//! essences decoded, so an order that differs (Kopf's own order of two or
+//! more extra fields varies between its runs, as it keeps them in a set;
+//! a built-in kind's fields come in its schema's order) is never a change.
+//!
+//! ```
+//! use kopf_runtime::diffbase::DiffBaseStorage;
+//! use serde_json::json;
+//!
+//! let storage = DiffBaseStorage::default().with_extra_fields(["spec.size", "status.phase"]);
+//! let body = json!({
+//!     "apiVersion": "kopf.dev/v1", "kind": "KopfExample",
+//!     "metadata": {"name": "x", "labels": {"app": "é"}},
+//!     "spec": {"size": 1}, "status": {"phase": "Running", "other": 1},
+//! });
+//! let mut patch = json!({});
+//! let text = storage.store(&body, &storage.build(&body), &mut patch);
+//! assert_eq!(
+//!     text,
+//!     "{\"spec\":{\"size\":1},\"metadata\":{\"labels\":{\"app\":\"\\u00e9\"}},\"status\":{\"phase\":\"Running\"}}\n",
+//! );
+//! ```
 //!
 //! # Oversized essences
 //!
@@ -60,6 +88,10 @@
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
+
+mod encoding;
+
+use encoding::KeyOrder;
 
 use crate::decoding;
 use crate::fields::{ensure_field, remove_field, resolve_field, resolve_field_mut};
@@ -231,13 +263,17 @@ impl DiffBaseStorage {
     /// Write `essence` as the new diff-base into the merge `patch`; returns
     /// the annotation's text. An essence too large for the annotations
     /// keeps its largest values as digests (see the [module docs](self)).
+    ///
+    /// The text is the one Kopf writes for the same essence: the same
+    /// keys in the same order, the same escapes and numbers (see
+    /// [Kopf's format](self#kopfs-format)).
     pub fn store(&self, body: &Value, essence: &Value, patch: &mut Value) -> String {
         let keys = self.keys(body);
-        let mut encoded =
-            serde_json::to_string(essence).expect("invariant: a JSON value always serializes");
+        let order = self.key_order(body);
+        let mut encoded = encoding::encode(essence, &order);
         let room = diffbase_room(body, &keys);
         if encoded.len() >= room {
-            encoded = shrink(essence, room);
+            encoded = shrink(essence, &order, room);
         }
         encoded.push('\n');
         for key in keys.iter() {
@@ -377,6 +413,25 @@ impl DiffBaseStorage {
         }
     }
 
+    /// Where Kopf's essence of `body` has its keys: `metadata` after the
+    /// body's fields if the body has labels or annotations, then what the
+    /// extra fields add, in their order.
+    fn key_order(&self, body: &Value) -> KeyOrder<'_> {
+        let mut order = KeyOrder::default();
+        let metadata = body.get("metadata").and_then(Value::as_object);
+        for stanza in ["labels", "annotations"] {
+            if metadata.is_some_and(|m| m.contains_key(stanza)) {
+                order.copy(["metadata", stanza]);
+            }
+        }
+        for path in &self.extra_fields {
+            if resolve_path(body, path).is_some() {
+                order.copy(path.iter().map(String::as_str));
+            }
+        }
+        order
+    }
+
     /// The old (stored) and new (current) essences as Kopf's processing
     /// computes them: both cleared of the progress storage's fields.
     pub fn essences(&self, body: &Value, progress: &ProgressStorage) -> (Option<Value>, Value) {
@@ -436,7 +491,7 @@ fn digest(value: &Value) -> String {
 
 /// `essence` encoded in under `room` bytes if it can be: its largest
 /// leaves (anything but a map) replaced by their digests, largest first.
-fn shrink(essence: &Value, room: usize) -> String {
+fn shrink(essence: &Value, order: &KeyOrder<'_>, room: usize) -> String {
     fn leaves<'a>(value: &'a Value, path: &mut Vec<&'a str>, out: &mut Vec<(usize, Vec<&'a str>)>) {
         match value {
             Value::Object(map) => {
@@ -447,7 +502,7 @@ fn shrink(essence: &Value, room: usize) -> String {
                 }
             }
             leaf => {
-                let size = serde_json::to_string(leaf).map_or(0, |text| text.len());
+                let size = encoding::encode(leaf, &KeyOrder::default()).len();
                 if size > DIGEST_PREFIX.len() + 66 {
                     out.push((size, path.clone()));
                 }
@@ -458,7 +513,7 @@ fn shrink(essence: &Value, room: usize) -> String {
     leaves(essence, &mut Vec::new(), &mut found);
     found.sort_by_key(|leaf| std::cmp::Reverse(leaf.0));
     let mut shrunk = essence.clone();
-    let mut size = serde_json::to_string(essence).map_or(0, |text| text.len());
+    let mut size = encoding::encode(essence, order).len();
     for (leaf_size, path) in found {
         if size < room {
             break;
@@ -476,7 +531,7 @@ fn shrink(essence: &Value, room: usize) -> String {
             "the diff-base does not fit the annotations even with digests; the API server may refuse it"
         );
     }
-    serde_json::to_string(&shrunk).expect("invariant: a JSON value always serializes")
+    encoding::encode(&shrunk, order)
 }
 
 /// Puts back into a stored essence the values it keeps as digests, where
@@ -697,6 +752,34 @@ mod tests {
                 .items()
                 .iter()
                 .any(|i| i.op == DiffOp::Remove && i.field == ["status"])
+        );
+    }
+
+    #[test]
+    fn the_diffbase_is_stored_byte_for_byte_as_kopf_stores_it() {
+        let storage = kopfs_handlers();
+        let body = handled_by_kopf();
+        let mut patch = json!({});
+        let text = storage.store(
+            &body,
+            &storage.essences(&body, &ProgressStorage::default()).1,
+            &mut patch,
+        );
+        // Kopf 1.45: `json.dumps(essence, separators=(',', ':')) + '\n'`, the
+        // essence built by `AnnotationsDiffBaseStorage.build` (the body's
+        // fields, then `metadata` with labels and annotations, then the
+        // extra fields) and cleared by `SmartProgressStorage.clear`.
+        assert_eq!(
+            text,
+            "{\"spec\":{\"mode\":\"fast\",\"size\":2},\"metadata\":{\"labels\":{\"app\":\"a\"},\"annotations\":{\"note\":\"kept\"}},\"status\":{\"phase\":\"Running\"}}\n"
+        );
+        // Labels absent, a new extra stanza before `metadata` is placed.
+        let storage =
+            DiffBaseStorage::default().with_extra_fields(["status.phase", "metadata.generation"]);
+        let body = json!({"metadata": {"generation": 1, "name": "x"}, "spec": {"é": 0.00001}, "status": {"phase": "P"}});
+        assert_eq!(
+            storage.store(&body, &storage.build(&body), &mut json!({})),
+            "{\"spec\":{\"\\u00e9\":1e-05},\"status\":{\"phase\":\"P\"},\"metadata\":{\"generation\":1}}\n"
         );
     }
 

@@ -239,7 +239,8 @@ proptest! {
         let mut patched = body.clone();
         merge(&mut patched, &patch);
         prop_assert!(storage.holds(&patched, &encoded));
-        // Kopf's format: compact JSON and a newline.
+        // Kopf's format: compact JSON, ASCII only, and a newline.
+        prop_assert!(encoded.is_ascii(), "{}", encoded);
         let text = encoded.strip_suffix('\n').expect("a trailing newline");
         prop_assert_eq!(serde_json::from_str::<Value>(text).ok(), Some(essence.clone()));
         let (old, new) = storage.essences(&patched, &progress);

@@ -1,12 +1,20 @@
 //! Where Kopf's semantics are subtle, kopf-rs does as Kopf does: handlers'
-//! fields outside the essence (in `status`) are part of it.
+//! fields outside the essence (in `status`) are part of it, and the state
+//! Kopf 1.45 persists on an object (its diff-base and progress
+//! annotations) carries over to kopf-rs and back, byte for byte.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use kopf_runtime::{Error, Kwargs, Registry, ResourceRef};
 use kopf_testing::Emulator;
-use kopf_tests::{Calls, DIFFBASE, Running, annotation, eventually, logs, test_settings, touch};
+use kopf_tests::{
+    Calls, DIFFBASE, Running, TOUCH, annotation, eventually, logs, test_settings, touch,
+};
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+use tokio::sync::Semaphore;
 
 /// A namespaced custom resource with a status subresource.
 fn examples() -> ApiResource {
@@ -118,6 +126,19 @@ async fn body(api: &Api<DynamicObject>, name: &str) -> Option<Value> {
     Some(serde_json::to_value(object).expect("serializable"))
 }
 
+/// Waits until the diff-base annotation of `name` is exactly `text`.
+async fn stored(api: &Api<DynamicObject>, name: &str, text: &str) -> Value {
+    eventually(
+        &format!("the diff-base of {name} to be {text:?}"),
+        || async {
+            body(api, name)
+                .await
+                .filter(|b| annotation(b, DIFFBASE) == Some(text))
+        },
+    )
+    .await
+}
+
 /// Waits until the diff-base of `name` holds `value` at `pointer`.
 async fn stored_at(api: &Api<DynamicObject>, name: &str, pointer: &str, value: Value) {
     eventually(
@@ -129,6 +150,15 @@ async fn stored_at(api: &Api<DynamicObject>, name: &str, pointer: &str, value: V
         },
     )
     .await
+}
+
+/// The touch label's value on `name` (see [`touch`]).
+async fn touched(api: &Api<DynamicObject>, name: &str) -> String {
+    let body = body(api, name).await.expect("exists");
+    body["metadata"]["labels"][TOUCH]
+        .as_str()
+        .expect("touched")
+        .to_owned()
 }
 
 #[tokio::test]
@@ -207,4 +237,203 @@ async fn field_handlers_on_the_status_fire_on_its_changes_and_it_is_in_the_essen
     assert_eq!(any[0], json!([["status"]]));
     assert_eq!(any[1], json!([["status", "phase"]]));
     operator.stop().await;
+}
+
+/// The handlers of a Kopf operator, registered with the same ids Kopf gives
+/// `@kopf.on.update(…, field='spec.size') def size`, `@kopf.on.field(…,
+/// field='status.phase') def phase` and `@kopf.on.field(…,
+/// field='metadata.labels') def labels`.
+fn kopfs_handlers(calls: &Calls, gate: &Arc<Semaphore>) -> Registry {
+    let (c, gate) = (calls.clone(), Arc::clone(gate));
+    Registry::builder()
+        .on_update(example_ref(), "size", record(calls, "size"))
+        .field("spec.size")
+        .on_field(example_ref(), "phase", "status.phase", move |kw: Kwargs| {
+            let (calls, gate) = (c.clone(), Arc::clone(&gate));
+            async move {
+                calls.push("phase", call_of(&kw));
+                if kw.name() == Some("midway") && kw.retry == 1 {
+                    return Err(Error::temporary("not yet", Duration::from_millis(100)));
+                }
+                if kw.name() == Some("midway") && kw.retry == 2 {
+                    let _pass = gate.acquire().await.expect("open");
+                }
+                Ok(())
+            }
+        })
+        .on_field(
+            example_ref(),
+            "labels",
+            "metadata.labels",
+            record(calls, "labels"),
+        )
+        .build()
+        .expect("a valid registry")
+}
+
+/// The diff-base Kopf 1.45 writes for an object with `spec.size`, the
+/// label `app` and `status.phase`, handled by [`kopfs_handlers`]:
+/// `json.dumps(essence, separators=(',', ':')) + '\n'` of the essence
+/// `AnnotationsDiffBaseStorage.build` makes (the body's fields, then
+/// `metadata.labels`, then the extra field `status.phase`), with Kopf's own
+/// annotations filtered out and the empty stanzas dropped.
+fn kopfs_diffbase(size: u32, labels: &str, phase: &str) -> String {
+    format!(
+        "{{\"spec\":{{\"size\":{size}}},\"metadata\":{{\"labels\":{{{labels}}}}},\"status\":{{\"phase\":\"{phase}\"}}}}\n"
+    )
+}
+
+/// Kopf 1.45's progress record (`ProgressRecord` as
+/// `AnnotationsProgressStorage.store` writes it, `verbose=False`: `None`s
+/// dropped, `success`/`failure` written as booleans) of a handler that
+/// succeeded in one attempt.
+const KOPF_SUCCEEDED: &str = r#"{"started":"2024-05-01T10:00:00.000000+00:00","stopped":"2024-05-01T10:00:01.000000+00:00","purpose":"update","retries":1,"success":true,"failure":false}"#;
+
+/// Kopf 1.45's progress record of a handler whose first attempt failed
+/// with `kopf.TemporaryError("not yet", delay=60)`.
+const KOPF_DELAYED: &str = r#"{"started":"2024-05-01T10:00:00.000000+00:00","delayed":"2024-05-01T10:01:00.000000+00:00","purpose":"update","retries":1,"success":false,"failure":false,"message":"not yet"}"#;
+
+#[tokio::test]
+async fn the_state_kopf_persisted_carries_over_and_kopf_rs_writes_it_as_kopf_would() {
+    logs();
+    let emulator = emulator().await;
+    let api = api(&emulator);
+    // Handled by Kopf, nothing changed since.
+    create(
+        &api,
+        "settled",
+        json!({
+            "metadata": {"labels": {"app": "a"}, "annotations": {
+                DIFFBASE: kopfs_diffbase(1, r#""app":"a""#, "Pending"),
+            }},
+            "spec": {"size": 1},
+        }),
+        Some(json!({"phase": "Pending"})),
+    )
+    .await;
+    // Changed in `spec.size` and `status.phase`; Kopf stopped in the middle
+    // of the update: `size` succeeded, `phase` waits for its retry.
+    create(
+        &api,
+        "midway",
+        json!({
+            "metadata": {"labels": {"app": "a"}, "annotations": {
+                DIFFBASE: kopfs_diffbase(1, r#""app":"a""#, "Pending"),
+                "kopf.zalando.org/size.spec.size": KOPF_SUCCEEDED,
+                "kopf.zalando.org/phase.status.phase": KOPF_DELAYED,
+            }},
+            "spec": {"size": 2},
+        }),
+        Some(json!({"phase": "Running"})),
+    )
+    .await;
+
+    let calls = Calls::default();
+    let gate = Arc::new(Semaphore::new(0));
+    let operator = Running::start_with(&emulator, kopfs_handlers(&calls, &gate), test_settings());
+
+    // The retry of `phase` ran (its record says it is due) and failed
+    // again: the record kopf-rs writes is Kopf's, the start kept.
+    let (text, record) = eventually("the second attempt's record", || async {
+        let body = body(&api, "midway").await?;
+        let text = annotation(&body, "kopf.zalando.org/phase.status.phase")?.to_owned();
+        let record: Value = serde_json::from_str(&text).ok()?;
+        (record["retries"] == 2).then_some((text, record))
+    })
+    .await;
+    let delayed = record["delayed"].as_str().expect("delayed");
+    assert!(kopf_timestamp(delayed), "{delayed}");
+    // What Kopf writes after such an attempt (`HandlerState.with_outcome`,
+    // then `for_storage`), in the fields' order.
+    assert_eq!(
+        text,
+        format!(
+            r#"{{"started":"2024-05-01T10:00:00.000000+00:00","delayed":"{delayed}","purpose":"update","retries":2,"success":false,"failure":false,"message":"not yet"}}"#
+        )
+    );
+    gate.add_permits(1);
+    let midway = stored(
+        &api,
+        "midway",
+        &kopfs_diffbase(2, r#""app":"a""#, "Running"),
+    )
+    .await;
+    let annotations = midway["metadata"]["annotations"]
+        .as_object()
+        .expect("annotations");
+    assert_eq!(
+        annotations.keys().collect::<Vec<_>>(),
+        [DIFFBASE],
+        "the records are purged: {midway}"
+    );
+
+    // Nothing changed in `settled`: no handler runs (a touch is a change of
+    // the labels, seen by `labels` alone), and its diff-base is the same
+    // but for the label, byte for byte.
+    touch(&api, "settled").await;
+    let label = touched(&api, "settled").await;
+    stored(
+        &api,
+        "settled",
+        &kopfs_diffbase(1, &format!(r#""app":"a","{TOUCH}":"{label}""#), "Pending"),
+    )
+    .await;
+
+    // Later changes are seen, once each.
+    set_status(&api, "settled", json!({"phase": "Running"})).await;
+    stored_at(&api, "settled", "/status/phase", json!("Running")).await;
+    patch(&api, "settled", json!({"spec": {"size": 3}})).await;
+    stored_at(&api, "settled", "/spec/size", json!(3)).await;
+    patch(
+        &api,
+        "midway",
+        json!({"metadata": {"labels": {"app": "b"}}}),
+    )
+    .await;
+    stored_at(&api, "midway", "/metadata/labels/app", json!("b")).await;
+
+    assert_eq!(
+        changes(&calls, "size"),
+        [json!(["settled", "update", 1, 3])],
+        "the size of `midway` was handled by Kopf"
+    );
+    let phases: Vec<Value> = calls
+        .named("phase")
+        .iter()
+        .map(|c| json!([c["name"], c["old"], c["new"], c["retry"]]))
+        .collect();
+    assert_eq!(
+        phases,
+        [
+            json!(["midway", "Pending", "Running", 1]),
+            json!(["midway", "Pending", "Running", 2]),
+            json!(["settled", "Pending", "Running", 0]),
+        ]
+    );
+    let labels: Vec<(Value, Value)> = calls
+        .named("labels")
+        .iter()
+        .map(|c| (c["name"].clone(), c["new"]["app"].clone()))
+        .collect();
+    assert_eq!(
+        labels,
+        [
+            (json!("settled"), json!("a")),
+            (json!("midway"), json!("b"))
+        ],
+        "the touch of `settled` and the new label of `midway`"
+    );
+    operator.stop().await;
+}
+
+/// Whether `text` is a timestamp as Kopf writes them:
+/// `datetime.isoformat(timespec='microseconds')` in UTC.
+fn kopf_timestamp(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let shape = "dddd-dd-ddTdd:dd:dd.dddddd+00:00";
+    bytes.len() == shape.len()
+        && shape.bytes().zip(bytes).all(|(s, b)| match s {
+            b'd' => b.is_ascii_digit(),
+            s => s == *b,
+        })
 }
