@@ -100,7 +100,9 @@ impl CauseContext {
     }
 
     /// Whether `handler` runs for this cause (Kopf's handler matching: reason,
-    /// resume rules, filters, and for field handlers a change of the field).
+    /// resume rules, filters, with a `field` its old and new values in the
+    /// essences and for `on_update`/`on_field` their change; see
+    /// [`filters`](crate::filters)).
     pub fn selects(&self, handler: &Handler) -> bool {
         let reason_matches = match handler.kind {
             HandlerKind::OnCreate => self.reason == Reason::Create,
@@ -121,20 +123,8 @@ impl CauseContext {
         if !reason_matches {
             return false;
         }
-        // Without filters or a field, nothing below would look at kwargs.
-        if handler.filters.is_empty() && handler.filters.field.is_none() {
-            return true;
-        }
-        let kwargs = self.kwargs(handler);
-        if !handler.filters.matches_object(&kwargs) {
-            return false;
-        }
-        if handler.filters.field.is_none() {
-            return true;
-        }
-        let needs_change = matches!(handler.kind, HandlerKind::OnField | HandlerKind::OnUpdate);
-        let (old, new) = (kwargs.old.as_deref(), kwargs.new.as_deref());
-        (!needs_change || old != new) && handler.filters.matches_change(old, new, &kwargs)
+        // Without filters (a field is one), nothing would look at kwargs.
+        handler.filters.is_empty() || handler.matches(&self.kwargs(handler))
     }
 }
 

@@ -31,7 +31,7 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use crate::errors::{IntoOutcome, Outcome};
-use crate::filters::{FieldPath, Filters, MetaFilter, MetaValue, ValueFilter};
+use crate::filters::{FieldPath, FieldValues, Filters, MetaFilter, MetaValue, ValueFilter};
 use crate::kwargs::{Kwargs, Operation};
 use crate::resources::ResourceRef;
 
@@ -164,6 +164,13 @@ impl HandlerKind {
     /// Whether `old`/`new` filters apply (update and field handlers).
     pub fn has_old_new(self) -> bool {
         matches!(self, HandlerKind::OnUpdate | HandlerKind::OnField)
+    }
+
+    /// Whether a handler of the kind with a `field` runs only when the
+    /// field's value changed (Kopf's `field_needs_change`): update and field
+    /// handlers.
+    pub fn needs_change(self) -> bool {
+        self.has_old_new()
     }
 
     /// The scope in which handler ids must be unique (per resource).
@@ -490,7 +497,8 @@ impl Handler {
     /// change handlers: `old`/`new` become the field's values and `diff` is reduced
     /// to the changes under the field. Kwargs of other handlers are returned as is.
     ///
-    /// The engine calls this before [`matches`](Handler::matches) and [`call`](Handler::call).
+    /// [`matches`](Handler::matches) and [`call`](Handler::call) of a change
+    /// handler take kwargs scoped so; the engine scopes them the same way.
     pub fn scope_kwargs(&self, mut kwargs: Kwargs) -> Kwargs {
         if let (Some(field), true) = (&self.filters.field, self.kind.is_changing()) {
             let parts = field.parts();
@@ -506,25 +514,22 @@ impl Handler {
         kwargs
     }
 
-    /// Whether the handler applies: its filters on the object (`labels`,
-    /// `annotations`, `field`/`value`, `when`) and, for `on_update`/`on_field`,
-    /// `old`/`new` on the (scoped) kwargs. `on_field` handlers and field-scoped
-    /// `on_update` handlers also require a change under their field (a non-empty
-    /// scoped `diff`), as Kopf's `field_needs_change`.
+    /// Whether the handler applies, as Kopf matches it (see
+    /// [`filters`](crate::filters) for the field rules). Change handlers
+    /// take scoped kwargs: their `field` is matched against `old`/`new`
+    /// (the field's values in the essences), and `on_update`/`on_field`
+    /// handlers with a `field` need it to have changed. Other handlers
+    /// match the field in the body.
     pub fn matches(&self, kwargs: &Kwargs) -> bool {
-        if !self.filters.matches_object(kwargs) {
-            return false;
+        if !self.kind.is_changing() {
+            return self.filters.matches_object(kwargs);
         }
-        if self.kind.has_old_new()
-            && !self
-                .filters
-                .matches_change(kwargs.old.as_deref(), kwargs.new.as_deref(), kwargs)
-        {
-            return false;
-        }
-        let needs_change = matches!(self.kind, HandlerKind::OnField)
-            || (self.kind == HandlerKind::OnUpdate && self.filters.field.is_some());
-        !(needs_change && kwargs.diff.is_empty())
+        let values = FieldValues {
+            old: kwargs.old.as_deref(),
+            new: kwargs.new.as_deref(),
+        };
+        self.filters
+            .matches_change(kwargs, values, self.kind.needs_change())
     }
 
     /// The problems found while configuring the handler (options not valid for its kind).

@@ -166,9 +166,9 @@
 //! | `errors` | `kopf::ErrorsMode::{Temporary, Permanent, Ignored}` | `Temporary` | as `retries` |
 //! | `labels(…)`, `annotations(…)` | `"key" = "value" \| kopf::PRESENT \| kopf::ABSENT \| fn path` | none | resource kinds |
 //! | `when` | path of `fn(&Kwargs) -> bool` | none | resource kinds |
-//! | `field` | `"dot.separated.path"` | none (required for `on_field`) | resource kinds |
-//! | `value` | literal, `json!(…)`, `kopf::PRESENT`, `kopf::ABSENT`, path of `fn(Option<&Value>, &Kwargs) -> bool` | none | resource kinds (needs `field`) |
-//! | `old`, `new` | as `value` (not together with `value`) | none | `on_update`, `on_field` |
+//! | `field` | `"dot.separated.path"`: the handler runs only while the field is present (in the old or the new essence for change kinds, in the body for others), and the field is kept in the resource's essence, `status.*` too | none (required for `on_field`) | resource kinds |
+//! | `value` | literal, `json!(…)` (`json!(null)`: a present `null`), `kopf::PRESENT`, `kopf::ABSENT`, path of `fn(Option<&Value>, &Kwargs) -> bool` (`None`: absent): matched against the old or the new value for change kinds (the old one is absent on creation), the body's value for others | none | resource kinds (needs `field`) |
+//! | `old`, `new` | as `value` (not together with `value`): the field's old and new value, which must also differ (absent and `null` differ) | none | `on_update`, `on_field` |
 //! | `deleted` | flag | false | `on_resume` |
 //! | `optional` | flag | false (a finalizer is added) | `on_delete` |
 //! | `interval`, `idle` | seconds | none | `timer` |
@@ -179,6 +179,12 @@
 //! | `operations("CREATE", …)` | `CREATE`, `UPDATE`, `DELETE`, `CONNECT` | all | webhooks |
 //! | `subresource` | string | none | webhooks |
 //! | `persistent`, `side_effects`, `ignore_failures` | flags | false | webhooks |
+//!
+//! A field is absent when a key on its path is missing; a field holding
+//! `null` is present. `on_update` and `on_field` handlers with a `field`
+//! run only when its value changed; `value = "on"` on them runs when the
+//! value turns `on` and when it turns from `on` to another, as in Kopf. See
+//! [`filters`] for every rule.
 //!
 //! Flags are written bare (`sharp`) or as `sharp = true`. Unknown or
 //! duplicate options, wrong value types, options of other kinds and

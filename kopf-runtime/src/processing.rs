@@ -5,8 +5,13 @@
 //! newest event of one object at a time. Per object it remembers only what
 //! Kopf remembers in memory (the memo and whether the object was first seen
 //! at start-up; see [`memories`](crate::memories)); everything else lives on
-//! the object itself. The essences keep the fields of all the resource's
-//! handlers (see [`DiffBaseStorage::with_extra_fields`]).
+//! the object itself.
+//!
+//! Which handlers serve an object is decided first, as Kopf's `prematch`:
+//! change handlers with a `field` look it up in the object's old and new
+//! essences (built then, and used by the change handlers too), every other
+//! filter looks at the body. The essences keep the fields of all the
+//! resource's handlers (see [`DiffBaseStorage::with_extra_fields`]).
 //!
 //! # Guarantees
 //! - The finalizer is added before any handler runs when some matching
@@ -25,6 +30,7 @@
 //!   [`echoes`](crate::echoes)); refused with `409 Conflict`, it is sent
 //!   again at once without the condition, and its echo is processed.
 
+use std::cell::OnceCell;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,7 +43,7 @@ use crate::diffbase::DiffBaseStorage;
 use crate::echoes::Echoes;
 use crate::execution::{self, CauseContext};
 use crate::fields::{ensure_field, meta_str, object_name, remove_field, resolve_field};
-use crate::filters::FieldPath;
+use crate::filters::{FieldPath, FieldValues};
 use crate::finalizers::{self, Action, Lifecycle};
 use crate::handlers::{Handler, HandlerKind};
 use crate::kwargs::{Diff, EventType, Kwargs, Level, LogSink, Logger, Memo, Reason};
@@ -62,6 +68,18 @@ const CONFLICT_RESENDS: usize = 3;
 const CONFLICT_PAUSE: Duration = Duration::from_millis(200);
 /// How long to wait after an unexpected patch failure.
 const PATCH_FAILURE_BACKOFF: Duration = Duration::from_secs(10);
+
+/// The old (stored, if any) and the new essence of an object.
+type Essences = (Option<Value>, Value);
+
+/// What is known of an object's essences before its change handlers run.
+enum Known {
+    /// The essences, built for the handlers' filters.
+    Essences(Essences),
+    /// Not built: the body whose changes were handled last, if any (see
+    /// [`Handled`]).
+    Handled(Option<Box<Handled>>),
+}
 
 /// One unit of work for an object's worker.
 #[derive(Debug)]
@@ -447,22 +465,45 @@ impl ResourceProcessor {
         }
         // Taken whatever this body brings: it is kept for one processing.
         let handled = memory.take_handled();
+        // The old and new essences, built if a change handler's field asks
+        // for its values, and then used by the change handlers too.
+        let essences = OnceCell::new();
         let (changing, spawning) = {
             // Kwargs for the filters, made when the first handler with any
             // filter asks (and gone before anything awaits).
-            let probe = std::cell::OnceCell::new();
-            let matches = |h: &Handler| {
-                h.filters.is_empty()
-                    || h.filters.matches_object(probe.get_or_init(|| {
-                        Kwargs::of(Arc::clone(body), memory.memo.clone(), logger.clone())
-                    }))
+            let probe = OnceCell::new();
+            let kwargs = || {
+                probe.get_or_init(|| {
+                    Kwargs::of(Arc::clone(body), memory.memo.clone(), logger.clone())
+                })
+            };
+            let matches = |h: &Handler| h.filters.is_empty() || h.filters.matches_object(kwargs());
+            // Kopf's prematch: a change handler's field is looked up in the
+            // essences, not in the body.
+            let prematches = |h: &Handler| {
+                if h.filters.is_empty() {
+                    return true;
+                }
+                let values = h
+                    .filters
+                    .field
+                    .as_ref()
+                    .map_or_else(FieldValues::default, |field| {
+                        let (old, new): &Essences =
+                            essences.get_or_init(|| self.diffbase.essences(body, &self.progress));
+                        FieldValues {
+                            old: old.as_ref().and_then(|old| field.resolve(old)),
+                            new: field.resolve(new),
+                        }
+                    });
+                h.filters.prematches_change(kwargs(), values)
             };
             // Inline: an operator has a handful of handlers per resource.
             let changing: SmallVec<[&Handler; 4]> = self
                 .handlers
                 .changing
                 .iter()
-                .filter(|h| matches(h))
+                .filter(|h| prematches(h))
                 .collect();
             let spawning: SmallVec<[bool; 8]> = self.tasks.handlers().map(matches).collect();
             (changing, spawning)
@@ -499,8 +540,12 @@ impl ResourceProcessor {
 
         let mut deletion_done = true;
         if !changing.is_empty() {
+            let known = match essences.into_inner() {
+                Some(essences) => Known::Essences(essences),
+                None => Known::Handled(handled),
+            };
             let (outcome, stored) = self
-                .handle_changes(body, memory, handled, logger, patch, &changing)
+                .handle_changes(body, memory, known, logger, patch, &changing)
                 .await;
             deletion_done = outcome.done;
             handling.ran = outcome.ran;
@@ -537,31 +582,37 @@ impl ResourceProcessor {
         &self,
         body: &Arc<Value>,
         memory: &ObjectMemory,
-        handled: Option<Box<Handled>>,
+        known: Known,
         logger: &Logger,
         patch: &mut Value,
         matching: &[&Handler],
     ) -> (execution::StepOutcome, bool) {
         let finalizer = self.settings.persistence.finalizer.as_str();
-        // The operator's own patch came back with the diff-base it stored,
-        // and nothing an essence is made of changed meanwhile: the essence
-        // is that diff-base, so there is nothing to handle (as building and
-        // comparing both essences would find, for more).
-        if let Some(handled) = handled
-            && !memory.initial()
-            && !finalizers::is_deletion_ongoing(body)
-            && self.diffbase.holds(body, &handled.diffbase)
-            && self
-                .diffbase
-                .same_essence(&handled.body, body, &self.progress)
-        {
-            memory.mark_fully_handled();
-            logger.debug(
-                "Something has changed, but we are not interested (the essence is the same).",
-            );
-            return (done(), false);
-        }
-        let (old, new) = self.diffbase.essences(body, &self.progress);
+        let (old, new) = match known {
+            Known::Essences(essences) => essences,
+            Known::Handled(handled) => {
+                // The operator's own patch came back with the diff-base it
+                // stored, and nothing an essence is made of changed
+                // meanwhile: the essence is that diff-base, so there is
+                // nothing to handle (as building and comparing both
+                // essences would find, for more).
+                if let Some(handled) = handled
+                    && !memory.initial()
+                    && !finalizers::is_deletion_ongoing(body)
+                    && self.diffbase.holds(body, &handled.diffbase)
+                    && self
+                        .diffbase
+                        .same_essence(&handled.body, body, &self.progress)
+                {
+                    memory.mark_fully_handled();
+                    logger.debug(
+                        "Something has changed, but we are not interested (the essence is the same).",
+                    );
+                    return (done(), false);
+                }
+                self.diffbase.essences(body, &self.progress)
+            }
+        };
         let old_changed = old.as_ref() != Some(&new);
         let (old, new) = (old.map(Arc::new), Arc::new(new));
         // Found only if asked for: by the cause of an object with a

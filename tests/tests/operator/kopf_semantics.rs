@@ -1,12 +1,14 @@
 //! Where Kopf's semantics are subtle, kopf-rs does as Kopf does: handlers'
-//! fields outside the essence (in `status`) are part of it, and the state
-//! Kopf 1.45 persists on an object (its diff-base and progress
-//! annotations) carries over to kopf-rs and back, byte for byte.
+//! fields outside the essence (in `status`) are part of it, `field` alone
+//! means "present", `value` matches the old or the new value, a `null` is
+//! present, and the state Kopf 1.45 persists on an object (its diff-base
+//! and progress annotations) carries over to kopf-rs and back, byte for
+//! byte.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use kopf_runtime::{Error, Kwargs, Registry, ResourceRef};
+use kopf_runtime::{ABSENT, Error, Kwargs, PRESENT, Registry, ResourceRef};
 use kopf_testing::Emulator;
 use kopf_tests::{
     Calls, DIFFBASE, Running, TOUCH, annotation, eventually, logs, test_settings, touch,
@@ -236,6 +238,165 @@ async fn field_handlers_on_the_status_fire_on_its_changes_and_it_is_in_the_essen
     assert_eq!(any.len(), 4, "{any:?}");
     assert_eq!(any[0], json!([["status"]]));
     assert_eq!(any[1], json!([["status", "phase"]]));
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn a_field_alone_means_present_and_a_null_is_present() {
+    logs();
+    let emulator = emulator().await;
+    let calls = Calls::default();
+    let registry = Registry::builder()
+        .on_create(example_ref(), "present", record(&calls, "present"))
+        .field("spec.opt")
+        .on_create(example_ref(), "null", record(&calls, "null"))
+        .field("spec.opt")
+        .value(json!(null))
+        .on_create(example_ref(), "absent", record(&calls, "absent"))
+        .field("spec.opt")
+        .value(ABSENT)
+        .on_event(example_ref(), "seen", record(&calls, "seen"))
+        .field("spec.opt")
+        .on_event(example_ref(), "unseen", record(&calls, "unseen"))
+        .field("spec.opt")
+        .value(ABSENT)
+        .build()
+        .expect("a valid registry");
+    let operator = Running::start_with(&emulator, registry, test_settings());
+    let api = api(&emulator);
+    create(&api, "with", json!({"spec": {"opt": 1}}), None).await;
+    create(&api, "nulled", json!({"spec": {"opt": null}}), None).await;
+    create(&api, "without", json!({"spec": {"other": 1}}), None).await;
+    for name in ["with", "nulled", "without"] {
+        touch(&api, name).await;
+    }
+    let names = |id: &str| {
+        let mut names: Vec<String> = calls
+            .named(id)
+            .iter()
+            .map(|c| c["name"].as_str().unwrap_or("?").to_owned())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    };
+    assert_eq!(names("present"), ["nulled", "with"]);
+    assert_eq!(names("null"), ["nulled"]);
+    // A change handler sees the old value too, which is absent on creation:
+    // `value = ABSENT` matches every creation, as in Kopf.
+    assert_eq!(names("absent"), ["nulled", "with", "without"]);
+    // Other handlers see the body alone.
+    assert_eq!(names("seen"), ["nulled", "with"]);
+    assert_eq!(names("unseen"), ["without"]);
+    assert_eq!(
+        calls.named("present").len() + calls.named("null").len() + calls.named("absent").len(),
+        6,
+        "once each: {:?}",
+        calls.all()
+    );
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn an_object_without_the_field_is_not_kept_until_it_has_it() {
+    logs();
+    let emulator = emulator().await;
+    let calls = Calls::default();
+    let registry = Registry::builder()
+        .on_update(example_ref(), "opt", record(&calls, "opt"))
+        .field("spec.opt")
+        .on_create(example_ref(), "marker", record(&calls, "marker"))
+        .field("spec.marker")
+        .build()
+        .expect("a valid registry");
+    let operator = Running::start_with(&emulator, registry, test_settings());
+    let api = api(&emulator);
+    create(&api, "blind", json!({"spec": {"size": 1}}), None).await;
+    // Handled after `blind`'s creation, by the same watch.
+    create(&api, "later", json!({"spec": {"marker": 1}}), None).await;
+    calls.wait_for("marker", 1).await;
+    stored_at(&api, "later", "/spec/marker", json!(1)).await;
+    let blind = body(&api, "blind").await.expect("exists");
+    assert!(
+        blind["metadata"].get("annotations").is_none(),
+        "no handler's field is present: the object is not handled at all: {blind}"
+    );
+
+    // The field appears: the object is new to the handlers, so created.
+    patch(&api, "blind", json!({"spec": {"opt": "x"}})).await;
+    stored_at(&api, "blind", "/spec/opt", json!("x")).await;
+    patch(&api, "blind", json!({"spec": {"opt": "y"}})).await;
+    stored_at(&api, "blind", "/spec/opt", json!("y")).await;
+    assert_eq!(
+        changes(&calls, "opt"),
+        [json!(["blind", "update", "x", "y"])]
+    );
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn value_old_and_new_tell_null_from_absent_in_changes() {
+    logs();
+    let emulator = emulator().await;
+    let calls = Calls::default();
+    let registry = Registry::builder()
+        .on_update(example_ref(), "nulled", record(&calls, "nulled"))
+        .field("spec.opt")
+        .new_value(json!(null))
+        .on_update(example_ref(), "removed", record(&calls, "removed"))
+        .field("spec.opt")
+        .new_value(ABSENT)
+        .on_update(example_ref(), "appeared", record(&calls, "appeared"))
+        .field("spec.opt")
+        .old(ABSENT)
+        .new_value(PRESENT)
+        .on_field(example_ref(), "one", "spec.opt", record(&calls, "one"))
+        .value(json!(1))
+        .build()
+        .expect("a valid registry");
+    let operator = Running::start_with(&emulator, registry, test_settings());
+    let api = api(&emulator);
+    create(&api, "n", json!({"spec": {"opt": 1, "step": 0}}), None).await;
+    stored_at(&api, "n", "/spec/step", json!(0)).await;
+    let steps = [
+        // 1 → null: set by a JSON patch (a merge patch's null removes).
+        json!([{"op": "replace", "path": "/spec/opt", "value": null}, {"op": "replace", "path": "/spec/step", "value": 1}]),
+        json!([{"op": "remove", "path": "/spec/opt"}, {"op": "replace", "path": "/spec/step", "value": 2}]),
+        json!([{"op": "add", "path": "/spec/opt", "value": 1}, {"op": "replace", "path": "/spec/step", "value": 3}]),
+        json!([{"op": "replace", "path": "/spec/opt", "value": 2}, {"op": "replace", "path": "/spec/step", "value": 4}]),
+    ];
+    for (step, ops) in steps.into_iter().enumerate() {
+        api.patch(
+            "n",
+            &PatchParams::default(),
+            &Patch::<Value>::Json(
+                serde_json::from_value::<json_patch::Patch>(ops).expect("a JSON patch"),
+            ),
+        )
+        .await
+        .expect("patched");
+        stored_at(&api, "n", "/spec/step", json!(step + 1)).await;
+    }
+    assert_eq!(changes(&calls, "nulled"), [json!(["n", "update", 1, null])]);
+    assert_eq!(
+        changes(&calls, "removed"),
+        [json!(["n", "update", null, null])]
+    );
+    assert_eq!(
+        changes(&calls, "appeared"),
+        [json!(["n", "update", null, 1])],
+        "a null is present: 1 appears once, from absent"
+    );
+    assert_eq!(
+        changes(&calls, "one"),
+        [
+            json!(["n", "create", null, 1]),
+            json!(["n", "update", 1, null]),
+            json!(["n", "update", null, 1]),
+            json!(["n", "update", 1, 2]),
+        ],
+        "from or to 1"
+    );
     operator.stop().await;
 }
 
