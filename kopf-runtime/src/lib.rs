@@ -465,6 +465,7 @@ pub use operator::{Operator, OperatorError};
 pub use registry::{Registry, RegistryBuilder, RegistryError};
 pub use resources::{ResourceName, ResourceRef};
 pub use running::{RunError, Runner, run};
+pub use spawning::{TaskCounters, TaskCounts};
 
 /// The timestamp type of the `started` parameter (re-exported from `jiff`).
 pub use jiff::Timestamp;

@@ -60,7 +60,7 @@ use crate::retrying::{Backoff, ErrorClass, classify};
 use crate::scanning::{self, Groups, RESCAN_INTERVAL, Rescan, Resolution, Wanted};
 use crate::settings::OperatorSettings;
 use crate::spawning::resource::{ResourceTasks, TaskObserver};
-use crate::spawning::{Counters, Spawner, SpawnerSettings, StopReason};
+use crate::spawning::{Counters, Spawner, SpawnerSettings, StopReason, TaskCounters};
 use crate::watching::{ObjectEvent, ResourceWatcher, Seen};
 
 /// Why an operator could not start or stopped with an error.
@@ -162,7 +162,7 @@ pub struct Operator {
     settings: OperatorSettings,
     client: Option<Client>,
     namespaces: NamespaceSelector,
-    task_counters: Arc<Counters>,
+    task_counters: TaskCounters,
 }
 
 impl std::fmt::Debug for Operator {
@@ -183,15 +183,15 @@ impl Operator {
             settings: OperatorSettings::default(),
             client: None,
             namespaces: NamespaceSelector::all(),
-            task_counters: Arc::default(),
+            task_counters: TaskCounters::default(),
         }
     }
 
     /// The lifetime counters of the operator's daemons and timers (spawned,
-    /// stopped, cancelled, abandoned, …), for metrics; they keep counting
-    /// while the operator runs.
-    pub fn task_counters(&self) -> Arc<Counters> {
-        Arc::clone(&self.task_counters)
+    /// stopped, cancelled, abandoned, …), for metrics and tests; they keep
+    /// counting while the operator runs.
+    pub fn task_counters(&self) -> TaskCounters {
+        self.task_counters.clone()
     }
 
     /// Uses this client instead of inferring one.
@@ -276,7 +276,7 @@ impl Operator {
                     graceful_exit_limit: settings.background.graceful_exit_limit,
                     default_cancellation_timeout: settings.background.default_cancellation_timeout,
                 },
-                Arc::clone(&self.task_counters),
+                Arc::clone(&self.task_counters.0),
             ));
 
             let activities = |kind| {

@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use kopf_runtime::namespaces::NamespaceSelector;
 use kopf_runtime::settings::OperatorSettings;
-use kopf_runtime::spawning::{Counters, CountersSnapshot};
-use kopf_runtime::{Kwargs, Operator, OperatorError, Registry};
+use kopf_runtime::{Kwargs, Operator, OperatorError, Registry, TaskCounters, TaskCounts};
 use kopf_testing::Emulator;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
@@ -30,7 +29,7 @@ pub const TOUCH: &str = "kopf-tests/touch";
 pub struct Running {
     stop: CancellationToken,
     task: JoinHandle<Result<(), OperatorError>>,
-    counters: Arc<Counters>,
+    counters: TaskCounters,
 }
 
 impl Running {
@@ -68,12 +67,12 @@ impl Running {
 
     /// The live counters of the operator's daemons and timers (still readable
     /// after [`Running::stop`]).
-    pub fn counters(&self) -> Arc<Counters> {
-        Arc::clone(&self.counters)
+    pub fn counters(&self) -> TaskCounters {
+        self.counters.clone()
     }
 
     /// The counters of the operator's daemons and timers, now.
-    pub fn task_counters(&self) -> CountersSnapshot {
+    pub fn task_counters(&self) -> TaskCounts {
         self.counters.snapshot()
     }
 

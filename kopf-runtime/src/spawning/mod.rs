@@ -68,7 +68,7 @@ mod timers;
 #[cfg(test)]
 pub(crate) mod testkit;
 
-pub use counters::{Counters, CountersSnapshot};
+pub use counters::{Counters, TaskCounters, TaskCounts};
 pub use observing::{AbandonedReport, Observer, OutcomeReport, SpawnEvent};
 pub use spawner::{Ensured, ShutdownError, Spawner, SpawnerSettings};
 pub use stopping::{StopFlag, StopReason};

@@ -1503,7 +1503,7 @@ mod tests {
         spawner.wait_stopped("u1").await;
         assert_eq!(
             spawner.counters().snapshot(),
-            super::super::CountersSnapshot {
+            super::super::TaskCounts {
                 spawned: 4,
                 finished: 1,
                 stopped: 1,
