@@ -554,3 +554,11 @@ pub mod __private {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Tests of the engine across its modules.
+
+    #[cfg(feature = "emulator")]
+    mod emulated;
+}

@@ -1,21 +1,14 @@
-//! Runtime-core tests against the Kubernetes API emulator from kopf-testing:
-//! watching (creation, deletion, dropped watches, compaction, namespace
-//! globs), patching (versions, gone objects, throttling), finalizer patches
-//! and Event posting, all over real HTTP on 127.0.0.1.
+//! Tests of the engine's modules against the Kubernetes API emulator from
+//! kopf-testing (with the `emulator` feature): watching (creation, deletion,
+//! dropped watches, compaction, namespace globs), patching (versions, gone
+//! objects, throttling), finalizer patches and Event posting, all over real
+//! HTTP on 127.0.0.1.
 //!
 //! The same behaviours are also covered with paused time against a scripted
 //! in-process API in the unit tests of `watching`, `patching` and `posting`.
-#![cfg(feature = "emulator")]
 
 use std::time::Duration;
 
-use kopf_runtime::fields::meta_str;
-use kopf_runtime::finalizers::merge_patch;
-use kopf_runtime::namespaces::NamespaceSelector;
-use kopf_runtime::patching::{ObjectVersion, PatchError, PatchOutcome, PatchTarget, Patcher};
-use kopf_runtime::posting::EventPoster;
-use kopf_runtime::settings::{NetworkingSettings, PostingSettings, WatchingSettings};
-use kopf_runtime::watching::{DeletedBy, ObjectEvent, ResourceWatcher, Seen};
 use kopf_testing::{Emulator, FailRule};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::core::ApiResource;
@@ -23,6 +16,14 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+
+use crate::fields::meta_str;
+use crate::finalizers::merge_patch;
+use crate::namespaces::NamespaceSelector;
+use crate::patching::{ObjectVersion, PatchError, PatchOutcome, PatchTarget, Patcher};
+use crate::posting::EventPoster;
+use crate::settings::{NetworkingSettings, PostingSettings, WatchingSettings};
+use crate::watching::{DeletedBy, ObjectEvent, ResourceWatcher, Seen};
 
 type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -471,8 +472,8 @@ async fn status_goes_to_the_subresource_of_a_crd() -> Result {
 
 #[tokio::test]
 async fn kopf_state_round_trips_through_the_api() -> Result {
-    use kopf_runtime::diffbase::{DiffBaseStorage, diff};
-    use kopf_runtime::progress::{ProgressRecord, ProgressStorage};
+    use crate::diffbase::{DiffBaseStorage, diff};
+    use crate::progress::{ProgressRecord, ProgressStorage};
 
     let emulator = Emulator::start().await?;
     let client = emulator.client();
