@@ -70,19 +70,11 @@
 //!
 //! A [`Diff`] is Kopf's: a list of `(op, field, old, new)` where `op` is
 //! `add`/`change`/`remove`, `field` is a path of keys, and lists are compared
-//! as a whole. It serializes to Kopf's JSON shape:
+//! as a whole. It serializes to Kopf's JSON shape: from
+//! `{"spec": {"a": 1, "b": 2}}` to `{"spec": {"a": 1, "b": 3, "c": 4}}`,
 //!
-//! ```
-//! use kopf_runtime::diffbase::{diff, DiffOp};
-//! use serde_json::json;
-//!
-//! let d = diff(&json!({"spec": {"a": 1, "b": 2}}), &json!({"spec": {"a": 1, "b": 3, "c": 4}}));
-//! assert_eq!(
-//!     serde_json::to_value(&d)?,
-//!     json!([["add", ["spec", "c"], null, 4], ["change", ["spec", "b"], 2, 3]]),
-//! );
-//! assert_eq!(d.reduce(&["spec", "c"]).items()[0].op, DiffOp::Add);
-//! # Ok::<(), serde_json::Error>(())
+//! ```text
+//! [["add", ["spec", "c"], null, 4], ["change", ["spec", "b"], 2, 3]]
 //! ```
 
 use std::sync::Arc;
@@ -621,6 +613,22 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_diff_serializes_to_kopfs_shape() {
+        let d = diff(
+            &json!({"spec": {"a": 1, "b": 2}}),
+            &json!({"spec": {"a": 1, "b": 3, "c": 4}}),
+        );
+        assert_eq!(
+            serde_json::to_value(&d).expect("a diff serializes"),
+            json!([
+                ["add", ["spec", "c"], null, 4],
+                ["change", ["spec", "b"], 2, 3]
+            ]),
+        );
+        assert_eq!(d.reduce(&["spec", "c"]).items()[0].op, DiffOp::Add);
+    }
 
     fn kopf_body() -> Value {
         json!({

@@ -18,18 +18,6 @@
 //!   guarded patch with. A patch refused with `409 Conflict` (the object
 //!   changed meanwhile) is re-sent unguarded, and its echo is handled.
 //! - Any other event of the object drops its expectation.
-//!
-//! ```
-//! use kopf_runtime::echoes::Echoes;
-//!
-//! let echoes = Echoes::default();
-//! echoes.expect("uid-1", "42");
-//! assert!(!echoes.take("uid-1", "41"), "another version is not the echo");
-//! assert!(!echoes.take("uid-1", "42"), "and it dropped the expectation");
-//! echoes.expect("uid-1", "43");
-//! assert!(echoes.take("uid-1", "43"));
-//! assert!(echoes.is_empty());
-//! ```
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -92,6 +80,23 @@ impl Echoes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn another_version_drops_the_expectation() {
+        let echoes = Echoes::default();
+        echoes.expect("uid-1", "42");
+        assert!(
+            !echoes.take("uid-1", "41"),
+            "another version is not the echo"
+        );
+        assert!(
+            !echoes.take("uid-1", "42"),
+            "and it dropped the expectation"
+        );
+        echoes.expect("uid-1", "43");
+        assert!(echoes.take("uid-1", "43"));
+        assert!(echoes.is_empty());
+    }
 
     #[test]
     fn an_echo_is_taken_once() {

@@ -15,20 +15,6 @@
 //!   replaces the list whole): if anyone changed the object meanwhile, the
 //!   server answers `409 Conflict` and the caller rebuilds the patch from
 //!   the newer body. Others' finalizers are never clobbered.
-//!
-//! ```
-//! use kopf_runtime::finalizers::{Action, Lifecycle};
-//! use serde_json::json;
-//!
-//! let body = json!({"metadata": {"resourceVersion": "7", "finalizers": ["other", "mine"],
-//!                                "deletionTimestamp": "2020-01-01T00:00:00Z"}});
-//! let lifecycle = Lifecycle::of(&body, "mine");
-//! assert_eq!(lifecycle.on_cleanup(false, false), Some(Action::Keep));
-//! assert_eq!(lifecycle.on_cleanup(true, false), Some(Action::Release));
-//! let mut patch = json!({});
-//! kopf_runtime::finalizers::merge_patch(&body, &mut patch, "mine", false);
-//! assert_eq!(patch, json!({"metadata": {"finalizers": ["other"], "resourceVersion": "7"}}));
-//! ```
 
 use serde_json::Value;
 
@@ -163,6 +149,21 @@ impl<'a> Lifecycle<'a> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_deletion_keeps_the_finalizer_until_done_then_releases_only_ours() {
+        let body = json!({"metadata": {"resourceVersion": "7", "finalizers": ["other", "mine"],
+                                       "deletionTimestamp": "2020-01-01T00:00:00Z"}});
+        let lifecycle = Lifecycle::of(&body, "mine");
+        assert_eq!(lifecycle.on_cleanup(false, false), Some(Action::Keep));
+        assert_eq!(lifecycle.on_cleanup(true, false), Some(Action::Release));
+        let mut patch = json!({});
+        merge_patch(&body, &mut patch, "mine", false);
+        assert_eq!(
+            patch,
+            json!({"metadata": {"finalizers": ["other"], "resourceVersion": "7"}})
+        );
+    }
 
     const F: &str = "kopf.zalando.org/KopfFinalizerMarker";
 

@@ -12,17 +12,6 @@
 //! - An object that needs none of it (e.g. an operator with only `on_event`
 //!   handlers that leave the memo alone) costs no memory between events:
 //!   see [`Memories::release_if_unused`].
-//!
-//! ```
-//! use kopf_runtime::memories::Memories;
-//!
-//! let memories = Memories::default();
-//! let memory = memories.recall("uid-1", true);
-//! memory.memo.insert(42_u32);
-//! assert_eq!(memories.memo_of("uid-1").get::<u32>().as_deref(), Some(&42));
-//! drop(memory);
-//! assert!(!memories.release_if_unused("uid-1"), "a filled memo is kept");
-//! ```
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -154,6 +143,19 @@ impl Memories {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_filled_memo_is_shared_and_kept() {
+        let memories = Memories::default();
+        let memory = memories.recall("uid-1", true);
+        memory.memo.insert(42_u32);
+        assert_eq!(memories.memo_of("uid-1").get::<u32>().as_deref(), Some(&42));
+        drop(memory);
+        assert!(
+            !memories.release_if_unused("uid-1"),
+            "a filled memo is kept"
+        );
+    }
 
     #[test]
     fn a_handled_body_is_kept_for_one_processing_only() {

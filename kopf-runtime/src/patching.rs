@@ -115,15 +115,6 @@ impl<T> PatchOutcome<T> {
 
 /// The `metadata.resourceVersion` of an object, and nothing else of it: the
 /// answer to decode with [`Patcher::merge_as`] when only the version matters.
-///
-/// ```
-/// use kopf_runtime::patching::ObjectVersion;
-///
-/// let answer = r#"{"kind": "ConfigMap", "metadata": {"name": "x", "resourceVersion": "42"}}"#;
-/// let version: ObjectVersion = serde_json::from_str(answer)?;
-/// assert_eq!(version.resource_version(), Some("42"));
-/// # Ok::<(), serde_json::Error>(())
-/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 pub struct ObjectVersion {
     #[serde(default)]
@@ -521,6 +512,13 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn an_object_version_is_the_resource_version_of_any_answer() {
+        let answer = r#"{"kind": "ConfigMap", "metadata": {"name": "x", "resourceVersion": "42"}}"#;
+        let version: ObjectVersion = serde_json::from_str(answer).expect("an object");
+        assert_eq!(version.resource_version(), Some("42"));
+    }
 
     #[test]
     fn the_collection_path_is_the_clients() {

@@ -1,44 +1,32 @@
-//! Kubernetes Events about objects, posted in the background as Kopf does.
+//! Kubernetes Events about objects, posted from handlers as Kopf's
+//! `kopf.info`, `kopf.warn`, `kopf.exception` and `kopf.event` post them.
 //!
-//! An [`EventPoster`] is a cheap handle that queues Events without waiting;
-//! one [`PosterTask`], owned by the runtime, drains the queue and creates
-//! core/v1 Events (`source.component: kopf`, `involvedObject` built from the
-//! object, messages longer than 1024 characters cut in the middle with
-//! `...`). Handlers use Kopf's free functions [`info`], [`warn`] and
-//! [`exception`], which find the poster of the operator that runs them (the
-//! runtime enters [`scope`] around each handler); the same calls on a poster
-//! handle work anywhere.
+//! [`info`], [`warn`], [`exception`] and [`event`] queue an Event about an
+//! object (a body, or anything with an [`ObjectReference`]) and return at
+//! once: they find the poster of the operator that runs the handler, and
+//! its task creates core/v1 Events in the background (`source.component:
+//! kopf`, `involvedObject` built from the object, messages longer than 1024
+//! characters cut in the middle with `...`), as `settings.posting` says.
+//!
+//! ```
+//! use kopf_runtime as kopf;
+//! use kopf_runtime::posting;
+//!
+//! #[kopf::on_create("", "v1", "configmaps")]
+//! async fn created(body: &serde_json::Value) -> kopf::Result<()> {
+//!     posting::info(body, "Created", "All good.");
+//!     Ok(())
+//! }
+//! # fn main() {}
+//! ```
 //!
 //! # Guarantees
 //!
 //! - Posting never blocks and never fails the caller: when the queue is full
-//!   or the task is gone, the Event is dropped with a log line.
+//!   or the task is gone, the Event is dropped with a log line; outside a
+//!   handler of a running operator, it is dropped with a debug line.
 //! - A failed POST is logged as a warning and the task goes on.
 //! - Events about core/v1 Events are never posted (no event explosions).
-//!
-//! ```no_run
-//! use kopf_runtime::posting::{self, EventPoster};
-//! use kopf_runtime::settings::PostingSettings;
-//! use serde_json::json;
-//! use tokio_util::sync::CancellationToken;
-//!
-//! # async fn example(client: kube::Client) {
-//! let (poster, task) = EventPoster::new(client, PostingSettings::default());
-//! let cancel = CancellationToken::new();
-//! let tracker = tokio_util::task::TaskTracker::new();
-//! tracker.spawn(task.run(cancel.clone()));
-//!
-//! let body = json!({"apiVersion": "v1", "kind": "Pod",
-//!                   "metadata": {"name": "p", "namespace": "ns", "uid": "u1"}});
-//! posting::scope(poster.clone(), async {
-//!     posting::info(&body, "Created", "All good.");
-//! }).await;
-//! poster.warn(&body, "Slow", "Took a while.");
-//! cancel.cancel();
-//! tracker.close();
-//! tracker.wait().await;
-//! # }
-//! ```
 
 use std::sync::Arc;
 
@@ -223,6 +211,10 @@ pub fn event_body(
 }
 
 /// Queues Events for the [`PosterTask`]; cheap to clone, never blocks.
+///
+/// One poster and its task, owned by the runtime, serve an operator; the
+/// runtime enters [`scope`] around each handler call, so that the free
+/// functions find it. The same calls on a poster work anywhere.
 #[derive(Debug, Clone)]
 pub struct EventPoster {
     tx: mpsc::Sender<QueuedEvent>,

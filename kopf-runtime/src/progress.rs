@@ -18,22 +18,6 @@
 //!
 //! Patches built here are JSON merge-patch fragments (`serde_json::Value`);
 //! `null` removes a key.
-//!
-//! ```
-//! use kopf_runtime::progress::{ProgressRecord, ProgressStorage};
-//! use serde_json::json;
-//!
-//! let storage = ProgressStorage::default();
-//! let body = json!({"metadata": {"annotations": {
-//!     "kopf.zalando.org/create_fn": r#"{"started":"2020-02-14T16:58:25.396364","retries":1}"#,
-//! }}});
-//! let record = storage.fetch("create_fn", &body).expect("stored by Kopf");
-//! assert_eq!(record.retries, Some(1));
-//!
-//! let mut patch = json!({});
-//! storage.purge("create_fn", &body, &mut patch);
-//! assert_eq!(patch, json!({"metadata": {"annotations": {"kopf.zalando.org/create_fn": null}}}));
-//! ```
 
 use std::borrow::Cow;
 use std::fmt;
@@ -514,6 +498,23 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_record_kopf_stored_is_fetched_and_purged() {
+        let storage = ProgressStorage::default();
+        let body = json!({"metadata": {"annotations": {
+            "kopf.zalando.org/create_fn": r#"{"started":"2020-02-14T16:58:25.396364","retries":1}"#,
+        }}});
+        let record = storage.fetch("create_fn", &body).expect("stored by Kopf");
+        assert_eq!(record.retries, Some(1));
+
+        let mut patch = json!({});
+        storage.purge("create_fn", &body, &mut patch);
+        assert_eq!(
+            patch,
+            json!({"metadata": {"annotations": {"kopf.zalando.org/create_fn": null}}})
+        );
+    }
 
     fn hex<const N: usize>(bytes: [u8; N]) -> String {
         bytes.iter().map(|b| format!("{b:02x}")).collect()

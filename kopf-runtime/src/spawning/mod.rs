@@ -22,38 +22,6 @@
 //! Outcomes of every call (for status patches) and abandoned tasks (for
 //! Kubernetes Events and metrics) go to the engine's [`Observer`] (or to a
 //! channel of [`SpawnEvent`]s).
-//!
-//! ```
-//! use std::sync::Arc;
-//! use std::time::Duration;
-//! use kopf_runtime::spawning::{
-//!     task_fn, Spawner, SpawnerSettings, StopReason, TaskOutcome, TaskSpec,
-//! };
-//! use kopf_runtime::{Handler, Kwargs, ResourceRef};
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let resource = ResourceRef::dynamic("", "v1", "configmaps");
-//! let handler = Handler::daemon(resource, "monitor", |_: Kwargs| async {})
-//!     .cancellation_timeout(Duration::from_secs(5));
-//! let monitor = TaskSpec::new(Arc::new(handler), task_fn(|ctx| async move {
-//!     while !ctx.stopped.wait(Duration::from_secs(10)).await {
-//!         let _body = ctx.body(); // the freshest body, updated in place
-//!     }
-//!     TaskOutcome::ok()
-//! }));
-//!
-//! let spawner = Spawner::new(Arc::new(()), SpawnerSettings::default());
-//! let body = Arc::new(serde_json::json!({"metadata": {"uid": "u1"}}));
-//! spawner.ensure("u1", &monitor, &body);
-//! assert_eq!(spawner.running("u1"), ["monitor"]);
-//!
-//! spawner.stop_object("u1", StopReason::ObjectDeleted);
-//! spawner.wait_stopped("u1").await;
-//! spawner.shutdown(Duration::from_secs(30)).await?;
-//! # Ok(())
-//! # }
-//! ```
 
 mod counters;
 mod daemons;
@@ -75,3 +43,40 @@ pub use stopping::{StopFlag, StopReason};
 pub use task::{
     BlockingError, TaskContext, TaskFn, TaskKind, TaskOutcome, TaskSpec, Verdict, task_fn,
 };
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::{Spawner, SpawnerSettings, StopReason, TaskOutcome, TaskSpec, task_fn};
+    use crate::{Handler, Kwargs, ResourceRef};
+
+    #[tokio::test]
+    async fn a_daemon_runs_until_its_object_is_stopped() {
+        let resource = ResourceRef::dynamic("", "v1", "configmaps");
+        let handler = Handler::daemon(resource, "monitor", |_: Kwargs| async {})
+            .cancellation_timeout(Duration::from_secs(5));
+        let monitor = TaskSpec::new(
+            Arc::new(handler),
+            task_fn(|ctx| async move {
+                while !ctx.stopped.wait(Duration::from_secs(10)).await {
+                    let _body = ctx.body(); // the freshest body, updated in place
+                }
+                TaskOutcome::ok()
+            }),
+        );
+
+        let spawner = Spawner::new(Arc::new(()), SpawnerSettings::default());
+        let body = Arc::new(serde_json::json!({"metadata": {"uid": "u1"}}));
+        spawner.ensure("u1", &monitor, &body);
+        assert_eq!(spawner.running("u1"), ["monitor"]);
+
+        spawner.stop_object("u1", StopReason::ObjectDeleted);
+        spawner.wait_stopped("u1").await;
+        spawner
+            .shutdown(Duration::from_secs(30))
+            .await
+            .expect("nothing left to stop");
+    }
+}

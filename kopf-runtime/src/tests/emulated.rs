@@ -162,6 +162,35 @@ async fn watch_reports_creation_and_deletion() -> Result {
 }
 
 #[tokio::test]
+async fn a_watcher_lists_then_ends_when_cancelled() -> Result {
+    let emulator = Emulator::start().await?;
+    let client = emulator.client();
+    create_namespace(&client, "dev-1").await?;
+    create_cm(&client, "dev-1", "a").await?;
+    let selector = NamespaceSelector::new(["dev-*"], false)?;
+    let watcher = ResourceWatcher::new(
+        client,
+        configmaps(),
+        true,
+        selector,
+        WatchingSettings::default(),
+    );
+    let (tx, mut rx) = mpsc::channel(1024);
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(watcher.run(tx, cancel.clone()));
+    loop {
+        let event = tokio::time::timeout(LIMIT, rx.recv()).await?;
+        if let ObjectEvent::Synced { count } = event.expect("open until cancelled") {
+            assert_eq!(count, 1, "the one object in dev-1");
+            break;
+        }
+    }
+    cancel.cancel();
+    tokio::time::timeout(LIMIT, task).await??;
+    Ok(())
+}
+
+#[tokio::test]
 async fn dropped_watches_are_resumed() -> Result {
     let emulator = Emulator::start().await?;
     let client = emulator.client();

@@ -18,29 +18,6 @@ use crate::settings::WatchingSettings;
 
 /// Watches one resource in the served namespaces; see the
 /// [module docs](super) for the scoping and the guarantees.
-///
-/// ```no_run
-/// use kopf_runtime::namespaces::NamespaceSelector;
-/// use kopf_runtime::settings::WatchingSettings;
-/// use kopf_runtime::watching::{ObjectEvent, ResourceWatcher};
-/// use kube::core::{ApiResource, GroupVersionKind};
-/// use tokio_util::sync::CancellationToken;
-///
-/// # async fn example(client: kube::Client) {
-/// let gvk = GroupVersionKind::gvk("kopf.dev", "v1", "KopfExample");
-/// let resource = ApiResource::from_gvk_with_plural(&gvk, "kopfexamples");
-/// let selector = NamespaceSelector::new(["dev-*"], false).expect("valid");
-/// let watcher = ResourceWatcher::new(client, resource, true, selector, WatchingSettings::default());
-/// let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
-/// let cancel = CancellationToken::new();
-/// let task = tokio::spawn(watcher.run(tx, cancel.clone()));
-/// while let Some(event) = rx.recv().await {
-///     if let ObjectEvent::Synced { count } = event { println!("{count} objects"); }
-/// }
-/// cancel.cancel();
-/// task.await.expect("the watcher does not panic");
-/// # }
-/// ```
 #[derive(Clone)]
 pub struct ResourceWatcher {
     client: Client,
