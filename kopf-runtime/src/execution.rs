@@ -64,7 +64,7 @@ impl std::fmt::Debug for CauseContext {
 
 impl CauseContext {
     /// The kwargs for `handler`: field-scoped handlers see their field's
-    /// values and the diff reduced to it.
+    /// values and the diff reduced to it ([`Handler::scope_kwargs`]).
     pub fn kwargs(&self, handler: &Handler) -> Kwargs {
         let mut kwargs = Kwargs::of(
             Arc::clone(&self.body),
@@ -73,30 +73,10 @@ impl CauseContext {
         );
         kwargs.reason = Some(self.reason);
         kwargs.client = self.client.clone();
-        match &handler.filters.field {
-            Some(field) => {
-                let parts = field.parts();
-                kwargs.diff = self.diff.reduce(&parts);
-                kwargs.old = self
-                    .old
-                    .as_deref()
-                    .and_then(|o| field.resolve(o))
-                    .cloned()
-                    .map(Arc::new);
-                kwargs.new = self
-                    .new
-                    .as_deref()
-                    .and_then(|n| field.resolve(n))
-                    .cloned()
-                    .map(Arc::new);
-            }
-            None => {
-                kwargs.diff = self.diff.clone();
-                kwargs.old = self.old.clone();
-                kwargs.new = self.new.clone();
-            }
-        }
-        kwargs
+        kwargs.diff = self.diff.clone();
+        kwargs.old = self.old.clone();
+        kwargs.new = self.new.clone();
+        handler.scope_kwargs(kwargs)
     }
 
     /// Whether `handler` runs for this cause (Kopf's handler matching: reason,
