@@ -131,6 +131,7 @@ impl DiffBaseStorage {
         }
     }
 
+    #[cfg(test)]
     /// Also drop these dotted fields (e.g. `spec.replicas`) from essences.
     pub fn with_ignored_fields<I: IntoIterator<Item = S>, S: AsRef<str>>(
         mut self,
@@ -602,6 +603,7 @@ fn touches(patch: &Value, path: &[String]) -> bool {
     true
 }
 
+#[cfg(test)]
 /// Kopf's `diff(a, b)` between two essences; `null` means absent.
 /// See [`Diff`] for the order and the wire form.
 pub fn diff(old: &Value, new: &Value) -> Diff {

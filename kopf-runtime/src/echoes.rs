@@ -66,11 +66,13 @@ impl Echoes {
         }
     }
 
+    #[cfg(test)]
     /// How many echoes are expected.
     pub fn len(&self) -> usize {
         self.lock().len()
     }
 
+    #[cfg(test)]
     /// Whether no echo is expected.
     pub fn is_empty(&self) -> bool {
         self.lock().is_empty()

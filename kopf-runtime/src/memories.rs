@@ -129,11 +129,13 @@ impl Memories {
         unused
     }
 
+    #[cfg(test)]
     /// How many objects are remembered.
     pub fn len(&self) -> usize {
         self.lock().len()
     }
 
+    #[cfg(test)]
     /// Whether no object is remembered.
     pub fn is_empty(&self) -> bool {
         self.lock().is_empty()

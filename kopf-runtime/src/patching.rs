@@ -1,7 +1,7 @@
-//! Patching objects: merge and JSON patches with Kopf's error semantics.
+//! Patching objects: merge patches with Kopf's error semantics.
 //!
-//! [`Patcher::merge`] and [`Patcher::json`] send one patch to an object of
-//! any (dynamic) resource and return the patched object, whose
+//! [`Patcher::merge`] sends one patch to an object of any (dynamic)
+//! resource and returns the patched object, whose
 //! `resourceVersion` is what the engine waits to see on the watch stream
 //! before acting on the object again. [`Patcher::merge_as`] decodes the
 //! answer into any type instead, e.g. [`ObjectVersion`] when only the version
@@ -17,8 +17,7 @@
 //!   [`PatchError::Invalid`]: the caller re-reads the object and decides.
 //! - The `status` of a merge patch goes to the `/status` subresource when the
 //!   resource has one (a second request, after the main one), inline
-//!   otherwise, as Kopf does; JSON-patch operations on `/status…` are split
-//!   off the same way.
+//!   otherwise, as Kopf does.
 //! - Each attempt is bounded by `request_timeout`; a timed-out attempt is
 //!   retried like a `5xx`.
 //!
@@ -32,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
-use kube::api::{DynamicObject, GetParams, Patch, PatchParams};
+use kube::api::{GetParams, Patch, PatchParams};
 use kube::core::{ApiResource, Request, Status};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -104,6 +103,7 @@ pub enum PatchOutcome<T = Value> {
 }
 
 impl<T> PatchOutcome<T> {
+    #[cfg(test)]
     /// The patched object, if it still exists.
     pub fn object(&self) -> Option<&T> {
         match self {
@@ -128,6 +128,7 @@ struct ObjectVersionMeta {
 }
 
 impl ObjectVersion {
+    #[cfg(test)]
     /// The object's `resourceVersion`, if it has one.
     pub fn resource_version(&self) -> Option<&str> {
         self.metadata.resource_version.as_deref()
@@ -154,9 +155,10 @@ pub struct PatchTarget {
 }
 
 impl PatchTarget {
+    #[cfg(test)]
     /// The target for `obj` (its namespace and name) of `resource`.
     pub fn for_object(
-        obj: &DynamicObject,
+        obj: &kube::api::DynamicObject,
         resource: impl Into<Arc<ApiResource>>,
         status_subresource: bool,
     ) -> Option<Self> {
@@ -312,6 +314,7 @@ impl Patcher {
         }
     }
 
+    #[cfg(test)]
     /// Apply a JSON patch (RFC 6902). With `status_subresource`, operations
     /// on `/status…` go to the `/status` subresource (whole-object paths, in a
     /// second request after the rest), as Kopf splits them; the two requests
@@ -509,6 +512,7 @@ pub struct ResourceTarget {
 
 #[cfg(test)]
 mod tests {
+    use kube::api::DynamicObject;
     use serde_json::json;
 
     use super::*;
@@ -548,6 +552,7 @@ mod tests {
     mod api {
         use std::sync::atomic::{AtomicUsize, Ordering};
 
+        use kube::api::DynamicObject;
         use serde_json::json;
 
         use super::super::*;

@@ -88,11 +88,6 @@ impl ProgressRecord {
         self.started.as_deref().and_then(parse_timestamp)
     }
 
-    /// [`Self::stopped`], parsed.
-    pub fn stopped_at(&self) -> Option<jiff::Timestamp> {
-        self.stopped.as_deref().and_then(parse_timestamp)
-    }
-
     /// [`Self::delayed`], parsed.
     pub fn delayed_until(&self) -> Option<jiff::Timestamp> {
         self.delayed.as_deref().and_then(parse_timestamp)
@@ -425,6 +420,7 @@ impl ProgressStorage {
         purge_field(body, patch, &[status, kopf, progress, id]);
     }
 
+    #[cfg(test)]
     /// Set (or with `None`, remove) the `touch-dummy` annotation if it differs
     /// from `value`; used to provoke a new watch event for the object.
     pub fn touch(&self, body: &Value, patch: &mut Value, value: Option<&str>) {

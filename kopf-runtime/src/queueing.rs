@@ -183,6 +183,7 @@ where
             .spawn(async move { inner.work(key, receiver, place).await });
     }
 
+    #[cfg(test)]
     /// How many keys have a worker now (busy or waiting for more events).
     pub fn workers(&self) -> usize {
         self.inner.lock_slots().len()

@@ -10,7 +10,6 @@
 //!
 //! - on every event of a matching object: [`Spawner::ensure`] (spawns if
 //!   needed, refreshes the live body);
-//! - on a change without a new body: [`Spawner::touched`] (resets `idle`);
 //! - when a handler stops matching: [`Spawner::stop`] with
 //!   [`StopReason::FilterMismatch`];
 //! - on `DELETED`, on a re-list that misses the object, or on a
@@ -20,8 +19,7 @@
 //! - on exit: [`Spawner::shutdown`].
 //!
 //! Outcomes of every call (for status patches) and abandoned tasks (for
-//! Kubernetes Events and metrics) go to the engine's [`Observer`] (or to a
-//! channel of [`SpawnEvent`]s).
+//! Kubernetes Events and metrics) go to the engine's [`Observer`].
 
 mod counters;
 mod daemons;
@@ -37,12 +35,10 @@ mod timers;
 pub(crate) mod testkit;
 
 pub use counters::{Counters, TaskCounters, TaskCounts};
-pub use observing::{AbandonedReport, Observer, OutcomeReport, SpawnEvent};
+pub use observing::{AbandonedReport, Observer, OutcomeReport};
 pub use spawner::{Ensured, ShutdownError, Spawner, SpawnerSettings};
 pub use stopping::{StopFlag, StopReason};
-pub use task::{
-    BlockingError, TaskContext, TaskFn, TaskKind, TaskOutcome, TaskSpec, Verdict, task_fn,
-};
+pub use task::{TaskContext, TaskFn, TaskKind, TaskOutcome, TaskSpec, Verdict, task_fn};
 
 #[cfg(test)]
 mod tests {

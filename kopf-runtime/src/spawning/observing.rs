@@ -1,6 +1,6 @@
 //! What the engine hears from the spawner: every handler call's outcome
 //! ([`OutcomeReport`]) and every abandoned task ([`AbandonedReport`]),
-//! through an [`Observer`] — or an unbounded channel of [`SpawnEvent`]s.
+//! through an [`Observer`].
 //!
 //! Reports are owned and cheap to build (reference-counted ids, the outcome
 //! moved in), so an observer can forward them without copying.
@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::sync::mpsc;
 
 use super::stopping::StopReason;
 use super::task::{TaskKind, TaskOutcome, Verdict};
@@ -53,8 +52,7 @@ pub struct AbandonedReport {
 ///
 /// # Caveats
 /// Called synchronously on the task's own thread: must be quick, must not
-/// block and must not panic; forward to a channel for anything slow (an
-/// `mpsc::UnboundedSender<SpawnEvent>` is an observer).
+/// block and must not panic; forward to a channel for anything slow.
 pub trait Observer: Send + Sync + 'static {
     /// One handler call finished (or panicked). A call cancelled by the
     /// spawner (after `cancellation_backoff`) has no outcome and is not
@@ -73,6 +71,7 @@ pub trait Observer: Send + Sync + 'static {
 impl Observer for () {}
 
 /// Anything the spawner reports, for channel-based observers.
+#[cfg(test)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum SpawnEvent {
     /// See [`Observer::on_outcome`].
@@ -82,7 +81,8 @@ pub enum SpawnEvent {
 }
 
 /// Forwards every report; reports are dropped once the receiver is gone.
-impl Observer for mpsc::UnboundedSender<SpawnEvent> {
+#[cfg(test)]
+impl Observer for tokio::sync::mpsc::UnboundedSender<SpawnEvent> {
     fn on_outcome(&self, report: OutcomeReport) {
         let _ = self.send(SpawnEvent::Outcome(report));
     }
@@ -94,6 +94,8 @@ impl Observer for mpsc::UnboundedSender<SpawnEvent> {
 
 #[cfg(test)]
 mod tests {
+    use tokio::sync::mpsc;
+
     use super::super::testkit::{body, secs};
     use super::super::{Spawner, SpawnerSettings, TaskSpec, task_fn};
     use super::*;

@@ -133,11 +133,12 @@ pub(crate) struct TaskShared {
 
 /// Keeps a task "running" while any clone lives: the runner future holds
 /// one, and so does every blocking thread started by
-/// [`TaskContext::run_blocking`]. Dropping the last one settles the task.
+/// `TaskContext::run_blocking` (in tests). Dropping the last one settles the task.
 pub(crate) struct Liveness {
     pub(crate) shared: Arc<TaskShared>,
     /// For blocking threads; a per-task clone, so that handler calls do not
     /// all touch one shared reference count.
+    #[cfg(test)]
     pub(crate) tracker: TaskTracker,
     inner: Weak<Inner>,
 }
@@ -455,9 +456,9 @@ impl Drop for Inner {
 ///   [`SpawnerSettings::default_cancellation_timeout`] after cancelling.
 ///   With only `cancellation_timeout` set, the task is cancelled at once
 ///   (as in Kopf).
-/// - A blocking function cannot be cancelled. Run it with
-///   [`TaskContext::run_blocking`](super::TaskContext::run_blocking) so that the spawner sees it still running
-///   and abandons it visibly; a bare `spawn_blocking` is invisible here.
+/// - A blocking function cannot be cancelled, and a `spawn_blocking` (as
+///   a blocking handler's call runs in) is invisible here: once the task
+///   is abandoned, its thread may still run.
 /// - A handler that keeps a clone of its [`TaskContext`](super::TaskContext) beyond its own
 ///   future (e.g. in a task of its own) keeps the task "running".
 /// - An abandoned task is forgotten, not killed: a new task for the same key
@@ -482,6 +483,7 @@ impl std::fmt::Debug for Spawner {
 }
 
 impl Spawner {
+    #[cfg(test)]
     /// A spawner on the current Tokio runtime.
     ///
     /// # Panics
@@ -491,6 +493,7 @@ impl Spawner {
         Self::with_handle(Handle::current(), observer, settings)
     }
 
+    #[cfg(test)]
     /// A spawner whose tasks run on the given runtime.
     #[must_use]
     pub fn with_handle(
@@ -528,8 +531,7 @@ impl Spawner {
 
     /// Spawn the task of `spec` for object `uid` unless it is running, being
     /// stopped, or finished for good. `body` is the object's latest body:
-    /// it also updates the live body of the object's running tasks (as
-    /// [`Spawner::update_body`] does).
+    /// it also updates the live body of the object's running tasks.
     pub fn ensure(&self, uid: &str, spec: &Arc<TaskSpec>, body: &Arc<Value>) -> Ensured {
         let inner = &self.inner;
         let mut state = inner.lock();
@@ -601,6 +603,7 @@ impl Spawner {
             observer: Arc::clone(&inner.observer),
             liveness: Arc::new(Liveness {
                 shared: Arc::clone(&shared),
+                #[cfg(test)]
                 tracker: inner.tracker.clone(),
                 inner: Arc::downgrade(inner),
             }),
@@ -647,6 +650,7 @@ impl Spawner {
         (grace, timeout)
     }
 
+    #[cfg(test)]
     /// The object's body changed: running tasks see it in their live body,
     /// and idle timers start waiting afresh. An identical body is not a
     /// change. Returns whether anything changed (`false` for unknown UIDs and
@@ -659,6 +663,7 @@ impl Spawner {
             .is_some_and(|slot| slot.state < SlotState::Gone && slot.update_body(&body))
     }
 
+    #[cfg(test)]
     /// The object changed in a way not visible in its body (e.g. an event
     /// was seen): idle timers start waiting afresh.
     pub fn touched(&self, uid: &str) {
@@ -720,6 +725,7 @@ impl Spawner {
         }
     }
 
+    #[cfg(test)]
     /// Stop the tasks of one handler on all objects (e.g. with
     /// [`StopReason::HandlerRemoved`]). Returns how many started stopping.
     pub fn stop_handler(&self, handler_id: &str, reason: StopReason) -> usize {
@@ -819,6 +825,7 @@ impl Spawner {
         }
     }
 
+    #[cfg(test)]
     /// The handler ids with a live task (running or being stopped) for this
     /// object, sorted.
     #[must_use]
@@ -834,6 +841,7 @@ impl Spawner {
         ids
     }
 
+    #[cfg(test)]
     /// Whether the daemon exited on its own for this object (and so is not
     /// spawned again).
     #[must_use]
@@ -904,9 +912,9 @@ mod tests {
 
     use super::super::testkit::{Calls, advance_to, body, millis, secs, settle, spawner};
     use super::super::{
-        Ensured, ShutdownError, Spawner, SpawnerSettings, StopReason, TaskOutcome, TaskSpec,
-        task_fn,
+        Ensured, Spawner, SpawnerSettings, StopReason, TaskOutcome, TaskSpec, task_fn,
     };
+    use super::ShutdownError;
 
     #[tokio::test(start_paused = true)]
     async fn only_timers_with_idle_make_an_object_keep_a_channel_of_its_changes() {

@@ -28,8 +28,10 @@ pub enum StopReason {
     /// The object stopped matching the handler's filters.
     FilterMismatch,
     /// The handler was removed from the registry.
+    #[cfg(test)]
     HandlerRemoved,
     /// The operator is paused (e.g. by peering); tasks may be spawned again later.
+    #[cfg(test)]
     OperatorPausing,
     /// The operator is exiting.
     OperatorExiting,
@@ -61,7 +63,9 @@ impl StopReason {
             Self::ObjectVanished => "object-vanished",
             Self::DeletionRequested => "deletion-requested",
             Self::FilterMismatch => "filter-mismatch",
+            #[cfg(test)]
             Self::HandlerRemoved => "handler-removed",
+            #[cfg(test)]
             Self::OperatorPausing => "operator-pausing",
             Self::OperatorExiting => "operator-exiting",
         }
@@ -91,8 +95,7 @@ struct FlagInner {
 /// # Caveats
 /// - The flag is only a request. A task that never looks at it is cancelled
 ///   by the runtime later (see the `spawning` module), but a blocking
-///   function on a thread cannot be cancelled and must check the flag itself
-///   (e.g. with [`StopFlag::wait_blocking`]).
+///   function on a thread cannot be cancelled and must check the flag itself.
 #[derive(Clone)]
 pub struct StopFlag {
     inner: Arc<FlagInner>,
@@ -196,6 +199,7 @@ impl StopFlag {
         }
     }
 
+    #[cfg(test)]
     /// For blocking code on a blocking thread (sync daemons): like
     /// [`StopFlag::wait`], but blocks the current thread. Returns whether the
     /// flag is set.

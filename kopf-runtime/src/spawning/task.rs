@@ -61,6 +61,7 @@ pub enum TaskOutcome {
 }
 
 impl TaskOutcome {
+    #[cfg(test)]
     /// `Ok(None)`: success without a result.
     #[must_use]
     pub fn ok() -> Self {
@@ -265,6 +266,7 @@ impl TaskContext {
         self.started_at.elapsed()
     }
 
+    #[cfg(test)]
     /// Run a blocking function on a blocking thread, as part of this task
     /// (for sync daemons). The function gets the stop flag and should poll
     /// it, e.g. with [`StopFlag::wait_blocking`].
@@ -294,6 +296,7 @@ impl TaskContext {
     }
 }
 
+#[cfg(test)]
 /// A failed [`TaskContext::run_blocking`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

@@ -6,7 +6,7 @@
 //!   those missed while the handler ran are skipped. The schedule is computed
 //!   from ideal times, so it does not drift.
 //! - `idle`: a tick (or retry) waits until the object has not changed for
-//!   `idle`; every change ([`Spawner::update_body`], [`Spawner::touched`])
+//!   `idle`; every change (a new body through [`Spawner::ensure`])
 //!   restarts that wait. The object's first sighting counts as a change.
 //! - Errors: `Temporary { delay }` retries after `delay`, a regular `Error`
 //!   after `backoff`, within `retries` and `timeout`; then (or on `Permanent`) the
@@ -16,8 +16,7 @@
 //! Each timer is one task with one pinned sleep; a tick allocates the state
 //! of the handler call and nothing else, so that a waiting timer is small.
 //!
-//! [`Spawner::update_body`]: super::Spawner::update_body
-//! [`Spawner::touched`]: super::Spawner::touched
+//! [`Spawner::ensure`]: super::Spawner::ensure
 
 use std::pin::pin;
 use std::sync::Arc;
@@ -165,7 +164,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::super::testkit::{Calls, body, millis, secs, spawner};
-    use super::super::{StopReason, TaskOutcome, TaskSpec, Verdict, task_fn};
+    use super::super::{StopReason, TaskOutcome, TaskSpec, task_fn};
+    use super::Verdict;
 
     /// A timer handler that records its calls, takes `runs` to complete, and
     /// returns `outcomes[call]` (the last one repeated).

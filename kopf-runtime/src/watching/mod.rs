@@ -132,8 +132,6 @@ pub enum ObjectEvent {
         object: Arc<Value>,
         /// Why it does not decode: a short text, never the body.
         reason: Arc<str>,
-        /// Whether it is new, changed, or as last seen.
-        seen: Seen,
     },
     /// A listing completed (one per watch scope: the cluster or a namespace);
     /// every live object of that scope was reported before this.

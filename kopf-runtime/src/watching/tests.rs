@@ -27,8 +27,8 @@ fn render(event: &ObjectEvent) -> String {
         ObjectEvent::Deleted { object, how } => {
             format!("-{}({how:?})", meta_str(object, "uid").unwrap_or("?"))
         }
-        ObjectEvent::Undecodable { object, seen, .. } => {
-            format!("!{}({seen:?})", meta_str(object, "uid").unwrap_or("?"))
+        ObjectEvent::Undecodable { object, .. } => {
+            format!("!{}", meta_str(object, "uid").unwrap_or("?"))
         }
         ObjectEvent::Synced { count } => format!("synced:{count}"),
     }
