@@ -1,15 +1,5 @@
-//! The command line of an operator, mirroring `kopf run`, and logging setup.
-//!
-//! ```
-//! use clap::Parser;
-//! use kopf_runtime::cli::{Args, LogFormat};
-//!
-//! let args = Args::try_parse_from(["operator", "-n", "dev-*", "-n", "!dev-skip", "-v"])?;
-//! assert_eq!(args.log_format, LogFormat::Full);
-//! let selector = args.namespace_selector()?;
-//! assert!(selector.matches("dev-1") && !selector.matches("dev-skip"));
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
+//! The command line of an operator, mirroring `kopf run` ([`Args`]), and
+//! logging setup.
 
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
@@ -80,8 +70,7 @@ pub struct Args {
     #[arg(long)]
     pub standalone: bool,
 
-    /// Kopf's peering object: not supported yet, refused (see
-    /// [`Args::check_supported`]).
+    /// Kopf's peering object: not supported yet, refused.
     #[arg(
         short = 'P',
         long,
@@ -135,6 +124,17 @@ pub struct Args {
 impl Args {
     /// The namespaces to serve, from `-n` and `-A`.
     ///
+    /// ```
+    /// use clap::Parser;
+    /// use kopf_runtime::{Args, LogFormat};
+    ///
+    /// let args = Args::try_parse_from(["operator", "-n", "dev-*", "-n", "!dev-skip", "-v"])?;
+    /// assert_eq!(args.log_format, LogFormat::Full);
+    /// let selector = args.namespace_selector()?;
+    /// assert!(selector.matches("dev-1") && !selector.matches("dev-skip"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`SelectorError`] as [`NamespaceSelector::new`] reports it.
@@ -149,7 +149,7 @@ impl Args {
     /// # Errors
     /// [`CliError::Unsupported`] naming the first such flag and what to do
     /// instead.
-    pub fn check_supported(&self) -> Result<(), CliError> {
+    pub(crate) fn check_supported(&self) -> Result<(), CliError> {
         const PEERING: &str = "kopf-rs runs one replica without coordination; \
                                drop the flag (and unset KOPF_RUN_PEERING), or use --standalone";
         let unsupported = [
@@ -176,7 +176,7 @@ impl Args {
     /// # Errors
     ///
     /// [`CliError::Kubeconfig`] or [`CliError::InferConfig`].
-    pub async fn kube_config(
+    pub(crate) async fn kube_config(
         &self,
         networking: &NetworkingSettings,
     ) -> Result<kube::Config, CliError> {
@@ -204,7 +204,7 @@ impl Args {
     }
 
     /// The level used when `RUST_LOG` does not say otherwise.
-    pub fn default_level(&self) -> LevelFilter {
+    pub(crate) fn default_level(&self) -> LevelFilter {
         if self.debug {
             return LevelFilter::TRACE;
         }
@@ -222,7 +222,7 @@ impl Args {
     /// # Errors
     ///
     /// [`CliError::InvalidFilter`] if `RUST_LOG` does not parse.
-    pub fn env_filter(&self) -> Result<EnvFilter, CliError> {
+    pub(crate) fn env_filter(&self) -> Result<EnvFilter, CliError> {
         EnvFilter::builder()
             .with_default_directive(self.default_level().into())
             .from_env()
@@ -240,7 +240,7 @@ impl Args {
 /// # Errors
 ///
 /// [`CliError`] if `RUST_LOG` is invalid or a subscriber is already set.
-pub fn init_logging(args: &Args) -> Result<(), CliError> {
+pub(crate) fn init_logging(args: &Args) -> Result<(), CliError> {
     let filter = args.env_filter()?;
     // Colours only for a terminal: not in log files and collectors.
     let lines = if std::io::stdout().is_terminal() {

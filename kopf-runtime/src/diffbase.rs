@@ -68,7 +68,7 @@
 //! that changed shows its old side as the digest. Kopf operators reading
 //! such a diff-base see the digests as the old values.
 //!
-//! A [`Diff`] is Kopf's: a list of `(op, field, old, new)` where `op` is
+//! A [`Diff`](crate::Diff) is Kopf's: a list of `(op, field, old, new)` where `op` is
 //! `add`/`change`/`remove`, `field` is a path of keys, and lists are compared
 //! as a whole. It serializes to Kopf's JSON shape: from
 //! `{"spec": {"a": 1, "b": 2}}` to `{"spec": {"a": 1, "b": 3, "c": 4}}`,
@@ -87,7 +87,6 @@ use encoding::KeyOrder;
 
 use crate::decoding;
 use crate::fields::{ensure_field, remove_field, resolve_field, resolve_field_mut};
-pub use crate::kwargs::{Diff, DiffItem, DiffOp};
 use crate::progress::{
     AnnotationKeys, LAST_APPLIED_ANNOTATION, ProgressStorage, detect_marked_prefixes,
     remove_empty_stanzas,
@@ -605,9 +604,9 @@ fn touches(patch: &Value, path: &[String]) -> bool {
 
 #[cfg(test)]
 /// Kopf's `diff(a, b)` between two essences; `null` means absent.
-/// See [`Diff`] for the order and the wire form.
-pub fn diff(old: &Value, new: &Value) -> Diff {
-    Diff::between(Some(old), Some(new))
+/// See [`Diff`](crate::Diff) for the order and the wire form.
+pub fn diff(old: &Value, new: &Value) -> crate::kwargs::Diff {
+    crate::kwargs::Diff::between(Some(old), Some(new))
 }
 
 #[cfg(test)]
@@ -615,6 +614,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::kwargs::DiffOp;
 
     #[test]
     fn a_diff_serializes_to_kopfs_shape() {

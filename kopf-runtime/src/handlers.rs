@@ -1,25 +1,5 @@
-//! The handler model the engine consumes: [`Handler`], [`HandlerKind`] and options.
-//!
-//! A [`Handler`] is one registration: its kind, resource, id, options with
-//! Kopf's defaults, filters, and the [`HandlerFn`] that runs it. Handlers come
-//! from the attribute macros (through [`Registry::from_inventory`](crate::Registry::from_inventory))
-//! or are built directly with the constructors here (e.g. [`Handler::on_create`])
-//! and chained option setters; the [`Registry`](crate::Registry) validates both alike.
-//!
-//! # Invoking a handler (for the engine)
-//!
-//! ```
-//! # #[tokio::main(flavor = "current_thread")] async fn main() {
-//! use kopf_runtime::{Handler, Kwargs, ResourceRef};
-//! use serde_json::json;
-//! let handler = Handler::on_create(ResourceRef::dynamic("", "v1", "configmaps"), "hello", |kw: Kwargs| async move {
-//!     Ok::<_, kopf_runtime::Error>(json!({"greeted": kw.name()}))
-//! });
-//! let kwargs = Kwargs::new(json!({"metadata": {"name": "cm"}}));
-//! let outcome = handler.call(kwargs).await;          // sets `param`, then runs the fn
-//! assert_eq!(outcome, Ok(Some(json!({"greeted": "cm"})))); // goes to status.hello
-//! # }
-//! ```
+//! The handler model: [`Handler`], [`HandlerKind`] and the options, with
+//! Kopf's defaults (see [`Handler`] for how handlers are made and run).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -121,7 +101,7 @@ impl HandlerKind {
     }
 
     /// Operator-level handlers without a resource (startup, cleanup, probe, login).
-    pub fn is_activity(self) -> bool {
+    pub(crate) fn is_activity(self) -> bool {
         matches!(
             self,
             HandlerKind::OnStartup
@@ -132,7 +112,7 @@ impl HandlerKind {
     }
 
     /// Change handlers with progress, retries and diff-base (create, update, delete, resume, field).
-    pub fn is_changing(self) -> bool {
+    pub(crate) fn is_changing(self) -> bool {
         matches!(
             self,
             HandlerKind::OnCreate
@@ -144,17 +124,12 @@ impl HandlerKind {
     }
 
     /// Daemons and timers.
-    pub fn is_spawning(self) -> bool {
+    pub(crate) fn is_spawning(self) -> bool {
         matches!(self, HandlerKind::Timer | HandlerKind::Daemon)
     }
 
-    /// Admission webhooks.
-    pub fn is_webhook(self) -> bool {
-        matches!(self, HandlerKind::OnValidate | HandlerKind::OnMutate)
-    }
-
     /// Whether the kind honours `retries`, `backoff`, `timeout` and `errors`.
-    pub fn has_retries(self) -> bool {
+    pub(crate) fn has_retries(self) -> bool {
         !matches!(
             self,
             HandlerKind::OnEvent | HandlerKind::OnValidate | HandlerKind::OnMutate
@@ -162,7 +137,7 @@ impl HandlerKind {
     }
 
     /// Whether `old`/`new` filters apply (update and field handlers).
-    pub fn has_old_new(self) -> bool {
+    pub(crate) fn has_old_new(self) -> bool {
         matches!(self, HandlerKind::OnUpdate | HandlerKind::OnField)
     }
 
@@ -179,7 +154,7 @@ impl HandlerKind {
     /// `#[on_create]` and `#[on_resume]` on one fn is common, as in Kopf);
     /// daemons and timers share one scope (their tasks are keyed by id);
     /// index ids are unique across all resources (they are injected by name).
-    pub fn id_scope(self) -> &'static str {
+    pub(crate) fn id_scope(self) -> &'static str {
         match self {
             HandlerKind::Timer | HandlerKind::Daemon => "daemon/timer",
             other => other.name(),
@@ -299,7 +274,25 @@ pub enum KindOptions {
 
 /// One handler: what to run, for which objects, with which options.
 ///
-/// See the [module docs](self) for how the engine invokes it.
+/// Handlers come from the attribute macros (through
+/// [`Registry::from_inventory`](crate::Registry::from_inventory)) or are
+/// built directly with the constructors (e.g. [`Handler::on_create`]) and
+/// chained option setters; the [`Registry`](crate::Registry) validates both
+/// alike. [`Handler::call`] runs one with the [`Kwargs`] given, e.g. in a
+/// test of the handler:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use kopf_runtime::{Handler, Kwargs, ResourceRef};
+/// use serde_json::json;
+/// let handler = Handler::on_create(ResourceRef::dynamic("", "v1", "configmaps"), "hello", |kw: Kwargs| async move {
+///     Ok::<_, kopf_runtime::Error>(json!({"greeted": kw.name()}))
+/// });
+/// let kwargs = Kwargs::new(json!({"metadata": {"name": "cm"}}));
+/// let outcome = handler.call(kwargs).await;          // sets `param`, then runs the fn
+/// assert_eq!(outcome, Ok(Some(json!({"greeted": "cm"})))); // goes to status.hello
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct Handler {
     /// The handler's id: the fn name or `id` option, plus `/field` for field-scoped
@@ -499,7 +492,7 @@ impl Handler {
     ///
     /// [`matches`](Handler::matches) and [`call`](Handler::call) of a change
     /// handler take kwargs scoped so; the engine scopes them the same way.
-    pub fn scope_kwargs(&self, mut kwargs: Kwargs) -> Kwargs {
+    pub(crate) fn scope_kwargs(&self, mut kwargs: Kwargs) -> Kwargs {
         if let (Some(field), true) = (&self.filters.field, self.kind.is_changing()) {
             let parts = field.parts();
             let narrow = |value: Option<Arc<Value>>| {
@@ -533,7 +526,7 @@ impl Handler {
     }
 
     /// The problems found while configuring the handler (options not valid for its kind).
-    pub fn problems(&self) -> &[String] {
+    pub(crate) fn problems(&self) -> &[String] {
         &self.problems
     }
 

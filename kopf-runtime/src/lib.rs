@@ -52,7 +52,7 @@
 //! [`Registry`] with a given client until a future completes, for embedding
 //! and tests. What the runtime does with handlers (causes, progress,
 //! finalizers, daemons and timers without finalizers) is described in the
-//! modules [`processing`], [`execution`] and [`spawning::resource`].
+//! repository's `ARCHITECTURE.md`.
 //!
 //! # Resources
 //!
@@ -407,48 +407,48 @@
 //! # Ok(()) }
 //! ```
 
-pub mod causes;
-pub mod cli;
+mod causes;
+mod cli;
 mod decoding;
-pub mod diffbase;
-pub mod echoes;
-pub mod errors;
-pub mod execution;
-pub mod fields;
-pub mod filters;
-pub mod finalizers;
-pub mod handlers;
-pub mod kwargs;
-pub mod memories;
+mod diffbase;
+mod echoes;
+mod errors;
+mod execution;
+mod fields;
+mod filters;
+mod finalizers;
+mod handlers;
+mod injection;
+mod kwargs;
+mod logoutput;
+mod memories;
 #[cfg(test)]
 mod mock_api;
-pub mod namespaces;
-pub mod operator;
-pub mod patching;
+mod namespaces;
+mod operator;
+mod patching;
 pub mod posting;
-pub mod processing;
-pub mod progress;
+mod processing;
+mod progress;
 #[cfg(test)]
 mod proptests;
-pub mod queueing;
-pub mod registry;
-pub mod resources;
-pub mod retrying;
-pub mod running;
+mod queueing;
+mod records;
+mod registry;
+mod resources;
+mod retrying;
+mod running;
 mod scanning;
 pub mod settings;
-pub mod spawning;
-pub mod watching;
-
-mod injection;
-mod logoutput;
-mod records;
+mod spawning;
+mod watching;
 
 pub use kopf_macros::{
     daemon, index, on_cleanup, on_create, on_delete, on_event, on_field, on_login, on_mutate,
     on_probe, on_resume, on_startup, on_update, on_validate, timer,
 };
 
+pub use cli::{Args, CliError, LogFormat};
 pub use errors::{Error, HandlerError, IntoOutcome, KwargError, Outcome, Result};
 pub use filters::{
     ABSENT, FieldPath, Filters, Marker, MetaFilter, MetaValue, PRESENT, ValueFilter,
@@ -461,10 +461,12 @@ pub use kwargs::{
     Admission, Diff, DiffItem, DiffOp, EventType, Index, Indexes, Kwargs, Level, Logger, Memo,
     Operation, Patch, Reason, Stopped, Warnings,
 };
+pub use namespaces::{NamespaceSelector, SelectorError};
 pub use operator::{Operator, OperatorError};
 pub use registry::{Registry, RegistryBuilder, RegistryError};
 pub use resources::{ResourceName, ResourceRef};
 pub use running::{RunError, Runner, run};
+pub use settings::OperatorSettings;
 pub use spawning::{TaskCounters, TaskCounts};
 
 /// The timestamp type of the `started` parameter (re-exported from `jiff`).

@@ -1,34 +1,5 @@
-//! Which namespaces an operator serves: `-n`/`--namespace` patterns and `-A`.
-//!
-//! Each `-n` pattern has Kopf's syntax: comma-separated globs (`*`, `?`,
-//! `[abc]`, `[!abc]`) where a glob starting with `!` excludes; a pattern
-//! starting with an exclusion implies a leading `*`. Within one pattern the
-//! globs are applied left to right exactly as Kopf's `match_namespace()` does.
-//!
-//! # Combining several `-n`
-//!
-//! Kopf ORs the patterns, so `-n 'dev-*' -n '!dev-skip'` would serve every
-//! namespace (the second pattern alone means "all but `dev-skip`"). That is
-//! never what is meant, so here a pattern made only of exclusions is a
-//! *global* exclusion instead: `-n 'dev-*' -n '!dev-skip'` serves `dev-*` but
-//! not `dev-skip`, the same as Kopf's single pattern `-n 'dev-*,!dev-skip'`.
-//! Inclusive patterns are ORed, as in Kopf.
-//!
-//! With `-A`, inclusive patterns are an error (as in Kopf), and exclusive ones
-//! narrow the cluster-wide scope: `-A -n '!kube-*'`. With neither `-A` nor
-//! `-n`, the operator is cluster-wide (Kopf does the same, with a warning).
-//!
-//! ```
-//! use kopf_runtime::namespaces::NamespaceSelector;
-//!
-//! let selector = NamespaceSelector::new(["dev-*", "!dev-skip"], false)?;
-//! assert!(selector.matches("dev-1"));
-//! assert!(!selector.matches("dev-skip"));
-//! assert!(!selector.matches("prod"));
-//! assert!(!selector.is_cluster_wide());
-//! assert_eq!(selector.exact_names(), None);
-//! # Ok::<(), kopf_runtime::namespaces::SelectorError>(())
-//! ```
+//! Which namespaces an operator serves: [`NamespaceSelector`], from `-n`
+//! patterns and `-A`, with Kopf's syntax (see its docs).
 
 use std::collections::BTreeSet;
 
@@ -48,7 +19,37 @@ pub enum SelectorError {
     UnclosedClass(String),
 }
 
-/// The namespaces to serve, parsed from `-n` patterns and `-A`.
+/// The namespaces to serve, parsed from `-n` patterns and `-A`; give it to
+/// [`Operator::namespaces`](crate::Operator::namespaces) (or let [`run`](crate::run)
+/// parse the command line).
+///
+/// Each `-n` pattern has Kopf's syntax: comma-separated globs (`*`, `?`,
+/// `[abc]`, `[!abc]`) where a glob starting with `!` excludes; a pattern
+/// starting with an exclusion implies a leading `*`. Within one pattern the
+/// globs are applied left to right exactly as Kopf's `match_namespace()` does.
+///
+/// # Combining several `-n`
+///
+/// Kopf ORs the patterns, so `-n 'dev-*' -n '!dev-skip'` would serve every
+/// namespace (the second pattern alone means "all but `dev-skip`"). That is
+/// never what is meant, so here a pattern made only of exclusions is a
+/// *global* exclusion instead: `-n 'dev-*' -n '!dev-skip'` serves `dev-*` but
+/// not `dev-skip`, the same as Kopf's single pattern `-n 'dev-*,!dev-skip'`.
+/// Inclusive patterns are ORed, as in Kopf.
+///
+/// With `-A`, inclusive patterns are an error (as in Kopf), and exclusive ones
+/// narrow the cluster-wide scope: `-A -n '!kube-*'`. With neither `-A` nor
+/// `-n`, the operator is cluster-wide (Kopf does the same, with a warning).
+///
+/// ```
+/// use kopf_runtime::NamespaceSelector;
+///
+/// let selector = NamespaceSelector::new(["dev-*", "!dev-skip"], false)?;
+/// assert!(selector.matches("dev-1"));
+/// assert!(!selector.matches("dev-skip"));
+/// assert!(!selector.matches("prod"));
+/// # Ok::<(), kopf_runtime::SelectorError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NamespaceSelector {
     /// Inclusive patterns, ORed; empty means "all namespaces".
@@ -99,19 +100,19 @@ impl NamespaceSelector {
 
     /// Whether the scope is the whole cluster (possibly minus exclusions):
     /// one cluster-wide watch per resource, filtered by [`Self::matches`].
-    pub fn is_cluster_wide(&self) -> bool {
+    pub(crate) fn is_cluster_wide(&self) -> bool {
         self.includes.is_empty()
     }
 
     /// Whether some namespaces are excluded from the scope.
-    pub fn has_exclusions(&self) -> bool {
+    pub(crate) fn has_exclusions(&self) -> bool {
         !self.excludes.is_empty()
     }
 
     /// The exact namespace names when every pattern is a plain name (no
     /// globs, no exclusions): one watch per namespace, no need to watch
     /// Namespace objects. `None` when the scope needs matching.
-    pub fn exact_names(&self) -> Option<BTreeSet<String>> {
+    pub(crate) fn exact_names(&self) -> Option<BTreeSet<String>> {
         if self.includes.is_empty() || !self.excludes.is_empty() {
             return None;
         }
@@ -121,7 +122,7 @@ impl NamespaceSelector {
     /// The plain names among the patterns that the selector serves (Kopf's
     /// `select_specific_namespaces`): the fallback when Namespace objects
     /// cannot be watched. Globbed patterns are ignored.
-    pub fn literal_names(&self) -> BTreeSet<String> {
+    pub(crate) fn literal_names(&self) -> BTreeSet<String> {
         self.includes
             .iter()
             .filter_map(Pattern::exact_name)
@@ -310,6 +311,13 @@ mod tests {
 
     fn sel(patterns: &[&str], all: bool) -> NamespaceSelector {
         NamespaceSelector::new(patterns, all).expect("valid patterns")
+    }
+
+    #[test]
+    fn globs_with_an_exclusion_are_neither_cluster_wide_nor_exact() {
+        let selector = sel(&["dev-*", "!dev-skip"], false);
+        assert!(!selector.is_cluster_wide());
+        assert_eq!(selector.exact_names(), None);
     }
 
     #[test]

@@ -42,14 +42,14 @@ use crate::fields::resolve_field;
 use crate::settings::{PostingLevel, PostingSettings};
 
 /// Kopf's limit on Event messages.
-pub const MAX_MESSAGE_LENGTH: usize = 1024;
+pub(crate) const MAX_MESSAGE_LENGTH: usize = 1024;
 /// What replaces the middle of a cut message.
-pub const CUT_MESSAGE_INFIX: &str = "...";
+pub(crate) const CUT_MESSAGE_INFIX: &str = "...";
 
 /// A failure to post an Event; logged by the [`PosterTask`], never returned
 /// to the code that asked for the Event.
 #[derive(Debug, thiserror::Error)]
-pub enum PostError {
+pub(crate) enum PostError {
     /// The API rejected the Event or could not be reached.
     #[error("posting an event failed")]
     Create(#[source] kube::Error),
@@ -154,7 +154,7 @@ impl From<&Arc<DynamicObject>> for ObjectReference {
 
 /// One queued Event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueuedEvent {
+pub(crate) struct QueuedEvent {
     /// Who it is about.
     pub reference: ObjectReference,
     /// `Normal` or `Warning`.
@@ -167,7 +167,7 @@ pub struct QueuedEvent {
 
 /// Cut a message longer than [`MAX_MESSAGE_LENGTH`] characters in the middle,
 /// exactly as Kopf does.
-pub fn truncate_message(message: &str) -> String {
+pub(crate) fn truncate_message(message: &str) -> String {
     let chars: Vec<char> = message.chars().collect();
     if chars.len() <= MAX_MESSAGE_LENGTH {
         return message.to_owned();
@@ -182,7 +182,7 @@ pub fn truncate_message(message: &str) -> String {
 }
 
 /// The core/v1 Event body Kopf posts, for `now`, in `namespace`.
-pub fn event_body(
+pub(crate) fn event_body(
     event: &QueuedEvent,
     namespace: &str,
     settings: &PostingSettings,
@@ -216,7 +216,7 @@ pub fn event_body(
 /// runtime enters [`scope`] around each handler call, so that the free
 /// functions find it. The same calls on a poster work anywhere.
 #[derive(Debug, Clone)]
-pub struct EventPoster {
+pub(crate) struct EventPoster {
     tx: mpsc::Sender<QueuedEvent>,
     settings: Arc<PostingSettings>,
 }
@@ -330,7 +330,7 @@ impl EventPoster {
 }
 
 /// Drains an [`EventPoster`]'s queue; owned and awaited by the runtime.
-pub struct PosterTask {
+pub(crate) struct PosterTask {
     rx: mpsc::Receiver<QueuedEvent>,
     client: Client,
     settings: Arc<PostingSettings>,
@@ -411,7 +411,7 @@ tokio::task_local! {
 
 /// Run `fut` with `poster` as the one [`info`], [`warn`] and [`exception`]
 /// use (the runtime wraps every handler call in this).
-pub fn scope<F: Future>(poster: EventPoster, fut: F) -> impl Future<Output = F::Output> {
+pub(crate) fn scope<F: Future>(poster: EventPoster, fut: F) -> impl Future<Output = F::Output> {
     // Not an `async fn`: its future would hold `fut` twice, once as the
     // argument and once inside the scope it is moved into.
     CURRENT.scope(poster, fut)

@@ -39,7 +39,8 @@ pub enum RegistryError {
         id: String,
         /// The resource (or `activities`).
         resource: String,
-        /// The id scope (see [`HandlerKind::id_scope`]).
+        /// The id scope: the kind, or `daemon/timer` for both (their tasks
+        /// are keyed by id).
         kind_scope: &'static str,
         /// The first handler's fn path.
         first: String,
@@ -162,7 +163,7 @@ impl Registry {
     }
 
     /// The handlers of one resource (all kinds).
-    pub fn for_resource<'a>(
+    pub(crate) fn for_resource<'a>(
         &'a self,
         resource: &'a ResourceRef,
     ) -> impl Iterator<Item = &'a Handler> {

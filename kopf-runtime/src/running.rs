@@ -46,7 +46,10 @@ pub enum RunError {
 }
 
 /// Runs the operator that the attribute macros declared, with the command
-/// line of the current process. See the [module docs](self).
+/// line of the current process: parses it ([`Args`]), sets up logging,
+/// collects the handlers declared with the attribute macros, connects to the
+/// cluster (or, with `--emulator`, to an in-process Kubernetes API emulator)
+/// and runs the [`Operator`] until SIGINT or SIGTERM.
 ///
 /// ```no_run
 /// #[tokio::main]

@@ -6,9 +6,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kopf_runtime::namespaces::NamespaceSelector;
 use kopf_runtime::settings::OperatorSettings;
-use kopf_runtime::{Kwargs, Operator, OperatorError, Registry, TaskCounters, TaskCounts};
+use kopf_runtime::{
+    Kwargs, NamespaceSelector, Operator, OperatorError, Registry, TaskCounters, TaskCounts,
+};
 use kopf_testing::Emulator;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};

@@ -16,8 +16,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use kopf_bench::signals;
-use kopf_runtime::cli::Args;
-use kopf_runtime::{Kwargs, Registry, ResourceRef, Runner};
+use kopf_runtime::{Args, Kwargs, Registry, ResourceRef, Runner};
 
 fn registry(mode: &str) -> Result<Registry, String> {
     let configmaps = ResourceRef::dynamic("", "v1", "configmaps");

@@ -17,7 +17,7 @@ pub enum Level {
 }
 
 /// A receiver of log messages besides `tracing`, e.g. the engine's Event poster.
-pub type LogSink = Arc<dyn Fn(Level, &str) + Send + Sync>;
+pub(crate) type LogSink = Arc<dyn Fn(Level, &str) + Send + Sync>;
 
 /// A logger bound to one object: every message carries its `namespace/name`.
 ///
@@ -52,7 +52,7 @@ impl Logger {
     }
 
     /// Installs a sink that receives every message too.
-    pub fn with_sink(mut self, sink: LogSink) -> Self {
+    pub(crate) fn with_sink(mut self, sink: LogSink) -> Self {
         self.sink = Some(sink);
         self
     }

@@ -22,7 +22,8 @@ use serde_json::Value;
 
 pub use diff::{Diff, DiffItem, DiffOp, resolve};
 pub use index::{Index, Indexes};
-pub use logger::{Level, LogSink, Logger};
+pub(crate) use logger::LogSink;
+pub use logger::{Level, Logger};
 pub use memo::Memo;
 pub use patch::Patch;
 pub use stopped::Stopped;

@@ -4,7 +4,8 @@ use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
 use super::{config, json, merge, object};
-use crate::diffbase::{DiffBaseStorage, DiffOp, diff};
+use crate::diffbase::{DiffBaseStorage, diff};
+use crate::kwargs::DiffOp;
 use crate::progress::ProgressStorage;
 use crate::settings::PersistenceSettings;
 

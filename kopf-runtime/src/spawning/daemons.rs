@@ -54,8 +54,9 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU32, Ordering};
 
+    use super::super::task::Verdict;
     use super::super::testkit::{Calls, body, secs, spawner};
-    use super::super::{Ensured, StopReason, TaskOutcome, TaskSpec, Verdict, task_fn};
+    use super::super::{Ensured, StopReason, TaskOutcome, TaskSpec, task_fn};
 
     fn error(message: &str) -> TaskOutcome {
         TaskOutcome::Error {

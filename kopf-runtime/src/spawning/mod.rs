@@ -5,8 +5,8 @@
 //! into tasks and runs their calls.
 //!
 //! The engine builds one [`TaskSpec`] per `#[daemon]`/`#[timer]` handler
-//! (its options are the handler's; the call is any [`TaskFn`]), and drives
-//! one [`Spawner`]:
+//! (its options are the handler's; the call is any [`TaskFn`](task::TaskFn)),
+//! and drives one [`Spawner`]:
 //!
 //! - on every event of a matching object: [`Spawner::ensure`] (spawns if
 //!   needed, refreshes the live body);
@@ -34,11 +34,11 @@ mod timers;
 #[cfg(test)]
 pub(crate) mod testkit;
 
-pub use counters::{Counters, TaskCounters, TaskCounts};
-pub use observing::{AbandonedReport, Observer, OutcomeReport};
-pub use spawner::{Ensured, ShutdownError, Spawner, SpawnerSettings};
-pub use stopping::{StopFlag, StopReason};
-pub use task::{TaskContext, TaskFn, TaskKind, TaskOutcome, TaskSpec, Verdict, task_fn};
+pub use counters::{TaskCounters, TaskCounts};
+pub use observing::{AbandonedReport, Observer};
+pub use spawner::{Ensured, Spawner, SpawnerSettings};
+pub use stopping::StopReason;
+pub use task::{TaskContext, TaskOutcome, TaskSpec, task_fn};
 
 #[cfg(test)]
 mod tests {

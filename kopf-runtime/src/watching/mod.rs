@@ -62,7 +62,6 @@ mod tests;
 pub mod tracker;
 
 pub use resource::ResourceWatcher;
-pub use tracker::{ObjectTracker, WatchInput};
 
 /// A failure while listing or watching; logged and retried, never fatal.
 #[derive(Debug, thiserror::Error)]

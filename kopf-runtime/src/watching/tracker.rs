@@ -186,6 +186,7 @@ impl ObjectTracker {
         self.entries.len()
     }
 
+    #[cfg(test)]
     /// Whether no object is alive.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()

@@ -3,8 +3,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
-use kopf_runtime::registry::RegistryBuilder;
-use kopf_runtime::{Error, Kwargs, Registry, ResourceRef, posting};
+use kopf_runtime::{Error, Kwargs, Registry, RegistryBuilder, ResourceRef, posting};
 use kopf_testing::Emulator;
 use kopf_tests::{
     Calls, Running, capture_logs, configmaps, eventually, only_touched, raw_api, test_settings,

@@ -5,8 +5,7 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kopf_runtime::progress::parse_timestamp;
-use kopf_runtime::{Error, ErrorsMode, Kwargs, Registry, ResourceRef};
+use kopf_runtime::{Error, ErrorsMode, Kwargs, Registry, ResourceRef, Timestamp};
 use kopf_testing::Emulator;
 use kopf_tests::{
     Calls, DIFFBASE, Running, annotation, configmaps, eventually, get, logs, new_configmap,
@@ -44,9 +43,11 @@ async fn progress(
     .await
 }
 
+/// The seconds of a timestamp as the operator writes it (Kopf's format,
+/// `2020-02-14T16:58:25.396364+00:00`).
 fn unix_seconds(text: &str) -> i64 {
-    parse_timestamp(text)
-        .unwrap_or_else(|| panic!("a Kopf timestamp: {text}"))
+    text.parse::<Timestamp>()
+        .unwrap_or_else(|error| panic!("a Kopf timestamp: {text}: {error}"))
         .as_second()
 }
 

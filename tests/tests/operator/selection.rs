@@ -6,9 +6,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kopf_runtime::namespaces::NamespaceSelector;
 use kopf_runtime::{
-    ABSENT, Error, Kwargs, Operator, OperatorError, PRESENT, Registry, ResourceRef,
+    ABSENT, Error, Kwargs, NamespaceSelector, Operator, OperatorError, PRESENT, Registry,
+    ResourceRef,
 };
 use kopf_testing::Emulator;
 use kopf_tests::{
