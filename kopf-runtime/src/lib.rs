@@ -50,9 +50,10 @@
 //! [`Runner`] does the same with options (settings, a registry built without
 //! macros, demo objects for `--emulator`), and [`Operator`] runs a
 //! [`Registry`] with a given client until a future completes, for embedding
-//! and tests. What the runtime does with handlers (causes, progress,
-//! finalizers, daemons and timers without finalizers) is described in the
-//! repository's `ARCHITECTURE.md`.
+//! and tests. What the runtime promises about handlers is listed under
+//! [What the runtime guarantees](#what-the-runtime-guarantees); how the
+//! engine keeps those promises, module by module, is in the repository's
+//! `ARCHITECTURE.md`.
 //!
 //! # Resources
 //!
@@ -372,13 +373,60 @@
 //! Handlers declared in a crate the binary does not otherwise use need
 //! [`link!`].
 //!
-//! # For the engine: invoking handlers
+//! # What the runtime guarantees
+//!
+//! - **One object, one handling at a time.** The events of an object are
+//!   handled in order, one at a time; a busy object's events coalesce into
+//!   the newest, and a handler never sees a body older than the operator's
+//!   own last patch of it (unless `persistence.consistency_timeout` passes).
+//!   Daemons and timers run beside this, one task per object and handler.
+//! - **Change handlers resume from the object.** Their progress is kept on
+//!   the object in Kopf's annotations (`kopf.zalando.org/<id>`), and the
+//!   last handled state in `kopf.zalando.org/last-handled-configuration`: a
+//!   restarted operator, or one taking over from Kopf, picks up a half-done
+//!   cause. A handler whose success was recorded never runs again for the
+//!   same cause; one whose success was not, runs again. One handler runs
+//!   per step, the due one with the fewest attempts.
+//! - **Failures stay with their handler.** `retries = 3` makes the third
+//!   failure final; a handler that outlives what is left of its `timeout`
+//!   fails for good; a panic is an error of the handler, not of the
+//!   operator. `on_event` handlers are not retried, as in Kopf.
+//! - **Finalizers only where needed.** The finalizer
+//!   (`persistence.finalizer`) is added before any handler runs when a
+//!   matching handler needs it (`on_delete` without `optional`, daemons and
+//!   timers without `no_finalizers`), and released once none does, or once
+//!   the deletion's handlers are done and the finalizer-keeping daemons and
+//!   timers have stopped. Objects that no handler matches are never
+//!   touched; others' finalizers are never clobbered.
+//! - **Daemons and timers stop with their object.** A `DELETED` event, an
+//!   object gone from a re-list, or a `deletionTimestamp` sets their
+//!   [`Stopped`] flag; a task still running after `cancellation_backoff`
+//!   is cancelled, and one still running `cancellation_timeout` after that
+//!   is abandoned with a warning and an `Abandoned` Event. Timers, and
+//!   daemons without these options, get `background.graceful_exit_limit`
+//!   and `background.default_cancellation_timeout` instead; a daemon with
+//!   only `cancellation_timeout` is cancelled at once, as in Kopf. Their
+//!   patches carry the object's UID, so they never land on a re-created
+//!   namesake.
+//! - **Cluster data never stops the operator.** An object that does not
+//!   decode is reported once (a warning, and an Event when posting is on)
+//!   and skipped; a parameter that does not deserialize is an error of the
+//!   call ([`HandlerError::Kwarg`]).
+//! - **Every handler runs or is refused at start-up** with
+//!   [`OperatorError::Unsupported`] naming it.
+//! - **Stopping is bounded.** On SIGINT or SIGTERM (or when the future given
+//!   to [`Operator::run_until`] completes), watching ends first; handlers in
+//!   flight get `queueing.exit_timeout`, then are cancelled; then the
+//!   `on_cleanup` handlers run. Once `run_until` returns, nothing acts on
+//!   objects.
+//!
+//! # Calling handlers in tests
 //!
 //! Each [`Handler`] carries its kind, resource, options, filters and a
-//! [`HandlerFn`]. The engine fills a [`Kwargs`] for the invocation and awaits
-//! [`Handler::call`], which yields an [`Outcome`]:
-//! `Ok(Some(value))` to store in `status.<id>`, `Ok(None)`, or a
-//! [`HandlerError`] to retry or fail per [`Options`].
+//! [`HandlerFn`]. The runtime fills a [`Kwargs`] for each call and awaits
+//! [`Handler::call`], which yields an [`Outcome`]: `Ok(Some(value))` to
+//! store in `status.<id>`, `Ok(None)`, or a [`HandlerError`] to retry or
+//! fail per [`Options`]. A test can do the same without a cluster:
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -406,6 +454,41 @@
 //! }
 //! # Ok(()) }
 //! ```
+//!
+//! # What is public
+//!
+//! Everything an operator author uses, and nothing of the engine:
+//!
+//! | item | what it is for |
+//! |------|----------------|
+//! | [`on_create`], [`on_update`], [`on_delete`], [`on_resume`], [`on_field`], [`on_event`], [`timer`], [`daemon`], [`index`], [`on_startup`], [`on_cleanup`], [`on_probe`], [`on_login`], [`on_validate`], [`on_mutate`] | declaring handlers (see [Options](#options) and [Parameters](#parameters)) |
+//! | [`link!`], [`handlers_crate!`] | keeping the handlers of a crate that the binary does not otherwise use |
+//! | [`run()`], [`Runner`] | the whole `main` of an operator: the command line, logging, the handlers, until a signal |
+//! | [`Args`], [`LogFormat`] | the command line, as `kopf run`'s (for [`Runner::args`]) |
+//! | [`Operator`] | a registry, a client and settings, run until a future completes: for embedding and tests |
+//! | [`TaskCounters`], [`TaskCounts`] | how many daemons and timers an operator has spawned and how they ended ([`Operator::task_counters`]), for metrics and tests |
+//! | [`NamespaceSelector`] | the namespaces to serve, from `-n` patterns and `-A` ([`Operator::namespaces`]) |
+//! | [`OperatorSettings`] and the [`settings`] module | Kopf's settings, grouped and defaulted as in Kopf |
+//! | [`RunError`], [`OperatorError`], [`CliError`], [`SelectorError`], [`RegistryError`] | why an operator does not start |
+//! | [`Registry`], [`RegistryBuilder`] | an operator's handlers: from the macros, or built without them |
+//! | [`Handler`], [`HandlerFn`], [`HandlerKind`] | one registered handler, the function behind it, and its kind |
+//! | [`Options`], [`ErrorsMode`], [`DEFAULT_BACKOFF`], [`KindOptions`], [`TimerOptions`], [`DaemonOptions`], [`WebhookOptions`] | a handler's options, with Kopf's defaults |
+//! | [`Filters`], [`MetaFilter`], [`MetaValue`], [`ValueFilter`], [`FieldPath`], [`Marker`], [`PRESENT`], [`ABSENT`] | which objects and changes a handler applies to |
+//! | [`ResourceRef`] | a resource by group, version and plural, or by its Rust type |
+//! | [`Kwargs`] | everything a call receives; what handlers built without macros take |
+//! | [`Logger`], [`Level`] | the `logger` parameter: log lines about the object |
+//! | [`Memo`] | the `memo` parameter: what handlers keep about an object, in memory |
+//! | [`Patch`] | the `patch` parameter: changes to the object, sent with the handler's outcome |
+//! | [`Diff`], [`DiffItem`], [`DiffOp`] | the `diff` parameter: what changed, as Kopf's diffs |
+//! | [`Reason`] | the `reason` parameter: the cause of a change handler's call |
+//! | [`EventType`] | the `type` parameter of `on_event` handlers |
+//! | [`Stopped`] | the `stopped` parameter of daemons and timers |
+//! | [`Index`], [`Indexes`] | the parameters named by `index` handlers' ids |
+//! | [`Operation`], [`Warnings`], [`Admission`] | the parameters of `on_validate` and `on_mutate` handlers |
+//! | [`Timestamp`] | the `started` parameter |
+//! | [`Result`], [`Error`] | what handlers return, and how they fail (temporarily, permanently, regularly) |
+//! | [`Outcome`], [`HandlerError`], [`KwargError`], [`IntoOutcome`] | what a call yields ([`Handler::call`]), and how return types become it |
+//! | the [`posting`] module: [`posting::info`], [`posting::warn`], [`posting::exception`], [`posting::event`], with [`posting::EventType`] and [`posting::ObjectReference`] | Kubernetes Events about objects, from handlers |
 
 mod causes;
 mod cli;

@@ -1,35 +1,12 @@
-//! [`Operator`]: the registry, a client and settings, running until stopped.
+//! [`Operator`]: the registry, a client and settings, running until stopped
+//! (its docs hold the guarantees).
 //!
 //! One watch per served resource feeds a queue with one serial worker per
 //! object; start-up handlers run before the first watch, clean-up handlers
 //! after the last worker. Which resources are served is decided by
 //! discovery: the handlers' resource selectors are resolved at start-up
 //! and again whenever the cluster's custom resource definitions change (see
-//! the runtime's `scanning` module).
-//!
-//! # Guarantees
-//! - Every handler the registry holds either runs or is refused at start-up
-//!   with an error naming it ([`OperatorError::Unsupported`]).
-//! - A stop during the start-up handlers cancels them; nothing is served and
-//!   no clean-up handler runs (as in Kopf).
-//! - A resource selector that names one resource but matches several is a
-//!   start-up error naming the candidates
-//!   ([`OperatorError::AmbiguousResource`]); so are two handlers of one id
-//!   that different selectors bring to one resource
-//!   ([`OperatorError::DuplicateHandler`]). Neither runs the clean-up
-//!   handlers. A selector that matches nothing is a warning: it is served
-//!   once its resource appears.
-//! - A served resource that disappears from the cluster (its CRD deleted,
-//!   its version no longer served, no longer selected) stops being served,
-//!   with a warning saying why: its watch ends, its handlers in flight get
-//!   `queueing.exit_timeout`, and its daemons and timers are stopped as on
-//!   the operator's exit, with [`StopReason::OperatorPausing`]
-//!   (`on_delete` handlers do not run: the objects are not deleted). It is
-//!   served again, from a fresh listing, once it is back.
-//! - On stop, watching ends first; handlers in flight get
-//!   `queueing.exit_timeout` to finish and are cancelled after it (nothing
-//!   acts on objects once [`Operator::run_until`] returns); then the clean-up
-//!   handlers run.
+//! `scanning`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
@@ -141,6 +118,30 @@ fn is_supported(kind: HandlerKind) -> bool {
 }
 
 /// A configured operator: what to run, against which cluster, how.
+///
+/// # Guarantees
+/// - Every handler the registry holds either runs or is refused at start-up
+///   with an error naming it ([`OperatorError::Unsupported`]).
+/// - A stop during the start-up handlers cancels them; nothing is served and
+///   no clean-up handler runs (as in Kopf).
+/// - A resource selector that names one resource but matches several is a
+///   start-up error naming the candidates
+///   ([`OperatorError::AmbiguousResource`]); so are two handlers of one id
+///   that different selectors bring to one resource
+///   ([`OperatorError::DuplicateHandler`]). Neither runs the clean-up
+///   handlers. A selector that matches nothing is a warning: it is served
+///   once its resource appears.
+/// - A served resource that disappears from the cluster (its CRD deleted,
+///   its version no longer served, no longer selected) stops being served,
+///   with a warning saying why: its watch ends, its handlers in flight get
+///   `queueing.exit_timeout`, and its daemons and timers are stopped as on
+///   the operator's exit, with the reason "operator pausing" (`on_delete`
+///   handlers do not run: the objects are not deleted). It is served again,
+///   from a fresh listing, once it is back.
+/// - On stop, watching ends first; handlers in flight get
+///   `queueing.exit_timeout` to finish and are cancelled after it (nothing
+///   acts on objects once [`Operator::run_until`] returns); then the clean-up
+///   handlers run.
 ///
 /// ```no_run
 /// use kopf_runtime::{Kwargs, Operator, Registry, ResourceRef};

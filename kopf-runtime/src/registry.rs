@@ -1,17 +1,5 @@
-//! The [`Registry`]: all handlers of an operator, sorted and validated.
-//!
-//! Build it from the macros' records with [`Registry::from_inventory`], or
-//! without macros with [`Registry::builder`] (so tests can run several
-//! operators with different handler sets in one process). Both paths run the
-//! same validation and report every problem at once.
-//!
-//! # Errors
-//! [`RegistryError`] names the offending handlers by fn path (macros) or id (builder):
-//! two handlers with the same id for the same resource and kind scope, field
-//! filters without a field, `value` together with `old`/`new`, options not
-//! valid for a kind, daemons and timers that cannot run (a timer without an
-//! `interval`, `retries = 0`), and parameters naming an index that no
-//! `#[index]` declares. An operator never meets an invalid handler later.
+//! The [`Registry`]: all handlers of an operator, sorted and validated
+//! (see its docs).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -111,6 +99,19 @@ pub enum RegistryError {
 }
 
 /// All handlers of an operator, sorted by resource, kind and id.
+///
+/// Build it from the macros' records with [`Registry::from_inventory`], or
+/// without macros with [`Registry::builder`] (so tests can run several
+/// operators with different handler sets in one process). Both paths run the
+/// same validation and report every problem at once.
+///
+/// # Errors
+/// [`RegistryError`] names the offending handlers by fn path (macros) or id (builder):
+/// two handlers with the same id for the same resource and kind scope, field
+/// filters without a field, `value` together with `old`/`new`, options not
+/// valid for a kind, daemons and timers that cannot run (a timer without an
+/// `interval`, `retries = 0`), and parameters naming an index that no
+/// `#[index]` declares. An operator never meets an invalid handler later.
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
     handlers: Vec<Handler>,
