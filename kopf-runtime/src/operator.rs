@@ -37,7 +37,7 @@ use crate::retrying::{Backoff, ErrorClass, classify};
 use crate::scanning::{self, Groups, RESCAN_INTERVAL, Rescan, Resolution, Wanted};
 use crate::settings::OperatorSettings;
 use crate::spawning::resource::{ResourceTasks, TaskObserver};
-use crate::spawning::{Counters, Spawner, SpawnerSettings, StopReason, TaskCounters};
+use crate::spawning::{Spawner, SpawnerSettings, StopReason, TaskCounters};
 use crate::watching::{ObjectEvent, ResourceWatcher, Seen};
 
 /// Why an operator could not start or stopped with an error.

@@ -30,8 +30,8 @@ pub enum StopReason {
     /// The handler was removed from the registry.
     #[cfg(test)]
     HandlerRemoved,
-    /// The operator is paused (e.g. by peering); tasks may be spawned again later.
-    #[cfg(test)]
+    /// Serving paused: the resource is gone from the cluster for now; tasks
+    /// are spawned again once it is back.
     OperatorPausing,
     /// The operator is exiting.
     OperatorExiting,
@@ -65,7 +65,6 @@ impl StopReason {
             Self::FilterMismatch => "filter-mismatch",
             #[cfg(test)]
             Self::HandlerRemoved => "handler-removed",
-            #[cfg(test)]
             Self::OperatorPausing => "operator-pausing",
             Self::OperatorExiting => "operator-exiting",
         }
