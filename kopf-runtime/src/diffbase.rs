@@ -37,24 +37,6 @@
 //! more extra fields varies between its runs, as it keeps them in a set;
 //! a built-in kind's fields come in its schema's order) is never a change.
 //!
-//! ```
-//! use kopf_runtime::diffbase::DiffBaseStorage;
-//! use serde_json::json;
-//!
-//! let storage = DiffBaseStorage::default().with_extra_fields(["spec.size", "status.phase"]);
-//! let body = json!({
-//!     "apiVersion": "kopf.dev/v1", "kind": "KopfExample",
-//!     "metadata": {"name": "x", "labels": {"app": "é"}},
-//!     "spec": {"size": 1}, "status": {"phase": "Running", "other": 1},
-//! });
-//! let mut patch = json!({});
-//! let text = storage.store(&body, &storage.build(&body), &mut patch);
-//! assert_eq!(
-//!     text,
-//!     "{\"spec\":{\"size\":1},\"metadata\":{\"labels\":{\"app\":\"\\u00e9\"}},\"status\":{\"phase\":\"Running\"}}\n",
-//! );
-//! ```
-//!
 //! # Oversized essences
 //!
 //! The API server refuses an object whose annotations, keys and values
@@ -1131,5 +1113,24 @@ mod tests {
         assert!(storage.holds(&echoed, &encoded));
         assert!(!storage.holds(&new, &encoded), "not stored yet");
         assert!(!storage.holds(&echoed, "{}\n"), "another diff-base");
+    }
+
+    #[test]
+    fn the_diffbase_is_written_as_kopf_writes_it() {
+        use crate::diffbase::DiffBaseStorage;
+        use serde_json::json;
+
+        let storage = DiffBaseStorage::default().with_extra_fields(["spec.size", "status.phase"]);
+        let body = json!({
+            "apiVersion": "kopf.dev/v1", "kind": "KopfExample",
+            "metadata": {"name": "x", "labels": {"app": "é"}},
+            "spec": {"size": 1}, "status": {"phase": "Running", "other": 1},
+        });
+        let mut patch = json!({});
+        let text = storage.store(&body, &storage.build(&body), &mut patch);
+        assert_eq!(
+            text,
+            "{\"spec\":{\"size\":1},\"metadata\":{\"labels\":{\"app\":\"\\u00e9\"}},\"status\":{\"phase\":\"Running\"}}\n",
+        );
     }
 }

@@ -30,27 +30,6 @@
 //! So `#[on_update(…, field = "spec.mode", value = "on")]` runs when the
 //! mode turns `on` and when it turns from `on` to anything else.
 //!
-//! ```
-//! use kopf_runtime::filters::{FieldPath, FieldValues, Filters, ABSENT, PRESENT};
-//! use kopf_runtime::Kwargs;
-//! use serde_json::json;
-//!
-//! let kwargs = Kwargs::new(json!({"spec": {"mode": null}}));
-//! let field = FieldPath::parse("spec.mode");
-//! let present = Filters { field: field.clone(), ..Filters::default() };
-//! assert!(present.matches_object(&kwargs), "a null is present");
-//! let absent = Filters { field: field.clone(), value: Some(ABSENT.into()), ..Filters::default() };
-//! assert!(!absent.matches_object(&kwargs));
-//!
-//! // A change from "on" to "off" matches `value = "on"` by its old value.
-//! let on = Filters { field, value: Some(json!("on").into()), ..Filters::default() };
-//! let (old, new) = (json!("on"), json!("off"));
-//! let change = FieldValues { old: Some(&old), new: Some(&new) };
-//! assert!(on.matches_change(&kwargs, change, true));
-//! let same = FieldValues { old: Some(&new), new: Some(&new) };
-//! assert!(!on.matches_change(&kwargs, same, true), "neither is on");
-//! # let _ = PRESENT;
-//! ```
 
 use std::fmt;
 use std::sync::Arc;
@@ -624,5 +603,44 @@ mod tests {
         assert!(FieldPath::parse("spec..x").is_none());
         assert!(FieldPath::parse("").is_none());
         assert_eq!(FieldPath::parse("spec.x").map(|p| p.parts().len()), Some(2));
+    }
+
+    #[test]
+    fn fields_and_values_match_as_the_module_says() {
+        use crate::Kwargs;
+        use crate::filters::{ABSENT, FieldPath, FieldValues, Filters};
+        use serde_json::json;
+
+        let kwargs = Kwargs::new(json!({"spec": {"mode": null}}));
+        let field = FieldPath::parse("spec.mode");
+        let present = Filters {
+            field: field.clone(),
+            ..Filters::default()
+        };
+        assert!(present.matches_object(&kwargs), "a null is present");
+        let absent = Filters {
+            field: field.clone(),
+            value: Some(ABSENT.into()),
+            ..Filters::default()
+        };
+        assert!(!absent.matches_object(&kwargs));
+
+        // A change from "on" to "off" matches `value = "on"` by its old value.
+        let on = Filters {
+            field,
+            value: Some(json!("on").into()),
+            ..Filters::default()
+        };
+        let (old, new) = (json!("on"), json!("off"));
+        let change = FieldValues {
+            old: Some(&old),
+            new: Some(&new),
+        };
+        assert!(on.matches_change(&kwargs, change, true));
+        let same = FieldValues {
+            old: Some(&new),
+            new: Some(&new),
+        };
+        assert!(!on.matches_change(&kwargs, same, true), "neither is on");
     }
 }
