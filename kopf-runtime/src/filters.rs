@@ -1,35 +1,6 @@
 //! Filters that decide whether a handler applies to an object or a change.
 //!
-//! As in Kopf: `labels` and `annotations` match metadata by value,
-//! [`PRESENT`]/[`ABSENT`], or a callback; `when` is a callback on the kwargs;
-//! `field` scopes a handler to one field, whose value may be matched by
-//! `value` (or, for `on_update`/`on_field`, by `old`/`new`).
-//!
-//! # Fields and their values
-//!
-//! A field is **absent** when a key on its path is missing or a value on
-//! the way is no object; a field holding `null` is **present**: [`PRESENT`]
-//! matches it, [`ABSENT`] does not, and `value = json!(null)` matches it
-//! alone. Callbacks get `None` for an absent field and `Some(&Value::Null)`
-//! for a present `null`.
-//!
-//! What a field is matched against depends on the handler (Kopf's
-//! `_matches_field_values` and `_matches_field_changes`):
-//!
-//! - Change handlers (`on_create`, `on_update`, `on_delete`, `on_resume`,
-//!   `on_field`) see the field in the old and the new essence of the object
-//!   (the old one is absent on creation). `field` alone requires the field
-//!   to be present in either; `value` must match either of them (the new
-//!   one is tried first). `on_update` and `on_field` also need the field to
-//!   have changed (absent and `null` differ), and `old`/`new` to match the
-//!   old and the new value.
-//! - Other handlers (`on_event`, `daemon`, `timer`, `index`) see the field
-//!   in the object's body: `field` alone requires it to be present, and
-//!   `value` must match it.
-//!
-//! So `#[on_update(…, field = "spec.mode", value = "on")]` runs when the
-//! mode turns `on` and when it turns from `on` to anything else.
-//!
+//! The rules, as Kopf's, are documented on [`Filters`].
 
 use std::fmt;
 use std::sync::Arc;
@@ -265,6 +236,37 @@ impl fmt::Display for FieldPath {
 }
 
 /// All filters of a handler.
+///
+/// As in Kopf: `labels` and `annotations` match metadata by value,
+/// [`PRESENT`]/[`ABSENT`], or a callback; `when` is a callback on the kwargs;
+/// `field` scopes a handler to one field, whose value may be matched by
+/// `value` (or, for `on_update`/`on_field`, by `old`/`new`).
+///
+/// # Fields and their values
+///
+/// A field is **absent** when a key on its path is missing or a value on
+/// the way is no object; a field holding `null` is **present**: [`PRESENT`]
+/// matches it, [`ABSENT`] does not, and `value = json!(null)` matches it
+/// alone. Callbacks get `None` for an absent field and `Some(&Value::Null)`
+/// for a present `null`.
+///
+/// What a field is matched against depends on the handler (Kopf's
+/// `_matches_field_values` and `_matches_field_changes`):
+///
+/// - Change handlers (`on_create`, `on_update`, `on_delete`, `on_resume`,
+///   `on_field`) see the field in the old and the new essence of the object
+///   (the old one is absent on creation). `field` alone requires the field
+///   to be present in either; `value` must match either of them (the new
+///   one is tried first). `on_update` and `on_field` also need the field to
+///   have changed (absent and `null` differ), and `old`/`new` to match the
+///   old and the new value.
+/// - Other handlers (`on_event`, `daemon`, `timer`, `index`) see the field
+///   in the object's body: `field` alone requires it to be present, and
+///   `value` must match it.
+///
+/// So `#[on_update(…, field = "spec.mode", value = "on")]` runs when the
+/// mode turns `on` and when it turns from `on` to anything else.
+///
 #[derive(Clone, Default)]
 pub struct Filters {
     /// Conditions on labels.
@@ -337,7 +339,7 @@ impl Filters {
     /// Whether a change may concern a change handler, before its reason is
     /// known (Kopf's `prematch`): `labels` and `annotations` on the body,
     /// `field`/`value` on the field's new or old value (see the
-    /// [module docs](self)), and `when`. Decides whether the handler keeps
+    /// [`Filters`]), and `when`. Decides whether the handler keeps
     /// the object (its finalizer, its diff-base) at all.
     pub fn prematches_change(&self, kwargs: &Kwargs, values: FieldValues<'_>) -> bool {
         self.matches_meta(kwargs)

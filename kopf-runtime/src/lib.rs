@@ -185,7 +185,7 @@
 //! `null` is present. `on_update` and `on_field` handlers with a `field`
 //! run only when its value changed; `value = "on"` on them runs when the
 //! value turns `on` and when it turns from `on` to another, as in Kopf. See
-//! [`filters`] for every rule.
+//! [`Filters`] for every rule.
 //!
 //! Flags are written bare (`sharp`) or as `sharp = true`. Unknown or
 //! duplicate options, wrong value types, options of other kinds and

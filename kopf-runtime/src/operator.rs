@@ -90,7 +90,8 @@ pub enum OperatorError {
         id: String,
         /// The resource both selectors resolved to.
         resource: String,
-        /// The id scope (see [`HandlerKind::id_scope`]).
+        /// The scope in which ids must be unique: one handler kind, or all
+        /// daemons and timers, or all indexes.
         kind_scope: &'static str,
         /// Both handlers: their fn paths and their selectors.
         handlers: Vec<String>,

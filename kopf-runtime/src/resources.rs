@@ -1,40 +1,7 @@
 //! References to the Kubernetes resources that handlers serve, as Kopf
 //! selects them.
 //!
-//! A [`ResourceRef`] is a selector: a name, optionally narrowed to an API
-//! group and a version. The operator resolves it through discovery at
-//! start-up (and again whenever the cluster's resources change) into the
-//! resources it serves:
-//!
-//! - A name given positionally ([`ResourceRef::named`],
-//!   [`ResourceRef::named_in`], [`ResourceRef::dynamic`], typed handlers'
-//!   [`ResourceRef::of`]) matches a resource's plural, singular, kind or
-//!   short name, as in Kopf (`'kopfexamples'`, `'KopfExample'`, `'kex'`).
-//! - A keyword name matches only that name: [`ResourceRef::by_kind`],
-//!   [`by_plural`](ResourceRef::by_plural), [`by_singular`](ResourceRef::by_singular),
-//!   [`by_shortcut`](ResourceRef::by_shortcut), or every resource of a
-//!   category, [`by_category`](ResourceRef::by_category).
-//! - Without a version, only the group's preferred version matches. Without
-//!   a group, any group matches, but the core group wins over the others
-//!   (`pods` is `pods.v1`, not `pods.v1beta1.metrics.k8s.io`), as in
-//!   `kubectl`.
-//!
-//! ```
-//! use kopf_runtime::ResourceRef;
-//!
-//! assert_eq!(ResourceRef::named("kopfexamples").to_string(), "kopfexamples");
-//! assert_eq!(ResourceRef::named("deployments.apps").group(), Some("apps"));
-//! assert_eq!(ResourceRef::named_in("apps", "deployment").version(), None);
-//! assert_eq!(ResourceRef::named_in("apps/v1", "deployments").version(), Some("v1"));
-//! assert_eq!(ResourceRef::named_in("v1", "pods").group(), Some(""));
-//! assert_eq!(ResourceRef::dynamic("kopf.dev", "v1", "kopfexamples").to_string(), "kopfexamples.v1.kopf.dev");
-//! assert_eq!(ResourceRef::by_kind("Deployment").with_group("apps").to_string(), "kind=Deployment in apps");
-//! ```
-//!
-//! Two references are the same selector when their group, version and name
-//! are the same; two different selectors may still resolve to one resource
-//! (`KopfExample` and `"kopfexamples"`), whose watch then serves the
-//! handlers of both.
+//! How each form matches is documented on [`ResourceRef`].
 
 use std::any::TypeId;
 use std::borrow::Cow;
@@ -92,7 +59,40 @@ impl ResourceName {
 
 /// A selector of the Kubernetes resources a handler serves.
 ///
-/// See the [module docs](self) for how each form matches.
+/// A [`ResourceRef`] is a selector: a name, optionally narrowed to an API
+/// group and a version. The operator resolves it through discovery at
+/// start-up (and again whenever the cluster's resources change) into the
+/// resources it serves:
+///
+/// - A name given positionally ([`ResourceRef::named`],
+///   [`ResourceRef::named_in`], [`ResourceRef::dynamic`], typed handlers'
+///   [`ResourceRef::of`]) matches a resource's plural, singular, kind or
+///   short name, as in Kopf (`'kopfexamples'`, `'KopfExample'`, `'kex'`).
+/// - A keyword name matches only that name: [`ResourceRef::by_kind`],
+///   [`by_plural`](ResourceRef::by_plural), [`by_singular`](ResourceRef::by_singular),
+///   [`by_shortcut`](ResourceRef::by_shortcut), or every resource of a
+///   category, [`by_category`](ResourceRef::by_category).
+/// - Without a version, only the group's preferred version matches. Without
+///   a group, any group matches, but the core group wins over the others
+///   (`pods` is `pods.v1`, not `pods.v1beta1.metrics.k8s.io`), as in
+///   `kubectl`.
+///
+/// ```
+/// use kopf_runtime::ResourceRef;
+///
+/// assert_eq!(ResourceRef::named("kopfexamples").to_string(), "kopfexamples");
+/// assert_eq!(ResourceRef::named("deployments.apps").group(), Some("apps"));
+/// assert_eq!(ResourceRef::named_in("apps", "deployment").version(), None);
+/// assert_eq!(ResourceRef::named_in("apps/v1", "deployments").version(), Some("v1"));
+/// assert_eq!(ResourceRef::named_in("v1", "pods").group(), Some(""));
+/// assert_eq!(ResourceRef::dynamic("kopf.dev", "v1", "kopfexamples").to_string(), "kopfexamples.v1.kopf.dev");
+/// assert_eq!(ResourceRef::by_kind("Deployment").with_group("apps").to_string(), "kind=Deployment in apps");
+/// ```
+///
+/// Two references are the same selector when their group, version and name
+/// are the same; two different selectors may still resolve to one resource
+/// (`KopfExample` and `"kopfexamples"`), whose watch then serves the
+/// handlers of both.
 #[derive(Debug, Clone)]
 pub struct ResourceRef {
     /// The API group (`""` for the core group); `None` for any group.
