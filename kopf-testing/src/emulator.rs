@@ -40,6 +40,7 @@ pub struct EmulatorBuilder {
     history_bytes: usize,
     history_age: Duration,
     connection_limits: ConnectionLimits,
+    token: Option<String>,
 }
 
 impl Default for EmulatorBuilder {
@@ -52,6 +53,7 @@ impl Default for EmulatorBuilder {
             history_bytes: DEFAULT_HISTORY_BYTES,
             history_age: DEFAULT_HISTORY_AGE,
             connection_limits: ConnectionLimits::default(),
+            token: None,
         }
     }
 }
@@ -137,6 +139,15 @@ impl EmulatorBuilder {
         self
     }
 
+    /// Requires `Authorization: Bearer <token>` on every API request (the
+    /// `/_emulator/` endpoints excepted); others are answered `401
+    /// Unauthorized`. [`Emulator::client`] and [`Emulator::kubeconfig`]
+    /// carry the token, and [`Emulator::set_token`] changes it (a rotation).
+    pub fn require_token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
     /// Starts the emulator on 127.0.0.1.
     ///
     /// # Errors
@@ -167,6 +178,7 @@ impl EmulatorBuilder {
             })?;
         let mut shared = Shared::new(store, addr.port());
         shared.connection_limits = self.connection_limits;
+        shared.set_token(self.token);
         let shared = Arc::new(shared);
         let running = server::spawn(listener, shared.clone());
         tracing::debug!(%addr, "emulator: listening");
@@ -222,20 +234,23 @@ impl Emulator {
         self.addr
     }
 
-    /// A kube client for this emulator, with default namespace `default`.
+    /// A kube client for this emulator, with default namespace `default`
+    /// (and the token it requires now, if any).
     pub fn client(&self) -> kube::Client {
         let uri: http::Uri = self
             .url()
             .parse()
             .expect("invariant: an http://127.0.0.1:PORT URL parses");
-        let config = kube::Config::new(uri);
+        let mut config = kube::Config::new(uri);
+        config.auth_info.token = self.token().map(Into::into);
         kube::Client::try_from(config)
             .expect("invariant: a plain-HTTP config always builds a client")
     }
 
-    /// A kubeconfig pointing at this emulator (context `kopf-emulator`, namespace `default`).
+    /// A kubeconfig pointing at this emulator (context `kopf-emulator`,
+    /// namespace `default`, and the token it requires now, if any).
     pub fn kubeconfig(&self) -> kube::config::Kubeconfig {
-        let doc = kubeconfig_json(&self.url());
+        let doc = kubeconfig_json(&self.url(), self.token().as_deref());
         serde_json::from_value(doc)
             .expect("invariant: the kubeconfig document matches kube's schema")
     }
@@ -245,7 +260,20 @@ impl Emulator {
     /// # Errors
     /// If the file cannot be written.
     pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
-        write_kubeconfig_file(&self.url(), path)
+        write_kubeconfig_file(&self.url(), self.token().as_deref(), path)
+    }
+
+    /// The bearer token API requests must carry, if one is required (see
+    /// [`EmulatorBuilder::require_token`]).
+    pub fn token(&self) -> Option<String> {
+        self.shared.token()
+    }
+
+    /// Requires `token` from now on (`None`: none). Requests with the old
+    /// token get `401 Unauthorized`, as after a rotation of credentials;
+    /// watches already streaming go on.
+    pub fn set_token(&self, token: Option<&str>) {
+        self.shared.set_token(token.map(str::to_owned));
     }
 
     /// The fault-injection handle.
@@ -302,23 +330,31 @@ impl Drop for Emulator {
     }
 }
 
-/// The kubeconfig document for a server URL.
-pub(crate) fn kubeconfig_json(url: &str) -> Value {
+/// The kubeconfig document for a server URL (with a bearer token).
+pub(crate) fn kubeconfig_json(url: &str, token: Option<&str>) -> Value {
+    let user = match token {
+        Some(token) => json!({"token": token}),
+        None => json!({}),
+    };
     json!({
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "kopf-emulator", "cluster": {"server": url}}],
-        "users": [{"name": "kopf-emulator", "user": {}}],
+        "users": [{"name": "kopf-emulator", "user": user}],
         "contexts": [{"name": "kopf-emulator", "context": {"cluster": "kopf-emulator", "user": "kopf-emulator", "namespace": "default"}}],
         "current-context": "kopf-emulator",
         "preferences": {},
     })
 }
 
-/// Writes a kubeconfig for `url` to `path` atomically.
-pub(crate) fn write_kubeconfig_file(url: &str, path: &Path) -> std::io::Result<()> {
-    let text =
-        serde_json::to_string_pretty(&kubeconfig_json(url)).map_err(std::io::Error::other)?;
+/// Writes a kubeconfig for `url` (with a bearer token) to `path` atomically.
+pub(crate) fn write_kubeconfig_file(
+    url: &str,
+    token: Option<&str>,
+    path: &Path,
+) -> std::io::Result<()> {
+    let text = serde_json::to_string_pretty(&kubeconfig_json(url, token))
+        .map_err(std::io::Error::other)?;
     let file_name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -586,5 +622,44 @@ mod tests {
             "a status write does not bump the generation"
         );
         assert_eq!(obj.data["spec"]["size"], 1);
+    }
+
+    #[tokio::test]
+    async fn a_required_token_is_checked_and_can_be_rotated() {
+        let emulator = Emulator::builder()
+            .require_token("t1")
+            .start()
+            .await
+            .unwrap();
+        let anonymous =
+            kube::Client::try_from(kube::Config::new(emulator.url().parse().unwrap())).unwrap();
+        let api: Api<ConfigMap> = Api::default_namespaced(anonymous);
+        let err = api.list(&ListParams::default()).await.unwrap_err();
+        assert!(
+            matches!(err, kube::Error::Api(ref s) if s.code == 401 && s.reason == "Unauthorized"),
+            "{err:?}"
+        );
+        let old: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+        old.create(&PostParams::default(), &cm("a")).await.unwrap();
+
+        emulator.set_token(Some("t2"));
+        let err = old.get("a").await.unwrap_err();
+        assert!(
+            matches!(err, kube::Error::Api(ref s) if s.code == 401),
+            "{err:?}"
+        );
+        let new: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+        assert!(new.get("a").await.is_ok());
+        let user = emulator.kubeconfig().auth_infos[0].auth_info.clone();
+        assert!(
+            user.and_then(|u| u.token).is_some(),
+            "the kubeconfig carries it"
+        );
+        let refused = emulator
+            .requests()
+            .iter()
+            .filter(|r| r.status == 401)
+            .count();
+        assert_eq!(refused, 2);
     }
 }

@@ -183,6 +183,11 @@ impl ApiError {
         err
     }
 
+    /// 401 for a request without the bearer token the emulator requires.
+    pub fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized")
+    }
+
     /// The `Status` document.
     pub fn to_status(&self) -> Value {
         let mut status = json!({

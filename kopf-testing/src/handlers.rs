@@ -51,17 +51,26 @@ where
     let route = routing::parse_path(&path);
     let query = routing::parse_query(&raw_query);
     let verb = routing::classify(method.as_str(), route.as_ref(), &query);
+    let authorized = shared.authorized(
+        req.headers()
+            .get(header::AUTHORIZATION)
+            .map(HeaderValue::as_bytes),
+    );
 
     let latency = shared.faults.latency();
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
-    let response = match shared.faults.take(verb, &path) {
-        Some(err) => error_response(&err),
-        None => match serve(&shared, &method, route, &query, req).await {
-            Ok(resp) => resp,
-            Err(err) => error_response(&err),
-        },
+    let response = if !authorized {
+        error_response(&ApiError::unauthorized())
+    } else {
+        match shared.faults.take(verb, &path) {
+            Some(err) => error_response(&err),
+            None => match serve(&shared, &method, route, &query, req).await {
+                Ok(resp) => resp,
+                Err(err) => error_response(&err),
+            },
+        }
     };
     shared.recorder.count(&agent, verb);
     shared.recorder.record(RecordedRequest {

@@ -6,9 +6,12 @@
 //! `resourceVersion`/`uid`/`generation`, label and field selectors, paging,
 //! watches with resume, bookmarks and `410 Gone`, merge/JSON/strategic/apply
 //! patches, optimistic concurrency, finalizers with `deletionTimestamp` and the
-//! status subresource. Faults can be injected through [`Faults`], or from
-//! other processes through the admin endpoints under `/_emulator/` (fault
-//! injection and request counts per User-Agent); every request is recorded
+//! status subresource. Faults can be injected through [`Faults`] (failures,
+//! latency, dropped watches, compaction), or
+//! from other processes through the admin endpoints under `/_emulator/`
+//! (fault injection and request counts per User-Agent). A bearer token can
+//! be required ([`EmulatorBuilder::require_token`], `401` without it) and
+//! rotated ([`Emulator::set_token`]); every request is recorded
 //! ([`Emulator::requests`]). Requests the HTTP layer refuses (a URI over
 //! 65,534 bytes: 414, headers too large: 431, an unparseable request: 400)
 //! are answered with a `Status` body as every other failure.

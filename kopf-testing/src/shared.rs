@@ -1,6 +1,6 @@
 //! State shared by the server tasks, the request handlers and the handles.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
 
 use crate::faults::FaultState;
 use crate::recording::Recorder;
@@ -21,6 +21,8 @@ pub(crate) struct Shared {
     pub(crate) port: u16,
     /// Timeouts and the cap on connections.
     pub(crate) connection_limits: ConnectionLimits,
+    /// The bearer token every API request must carry, if one is required.
+    token: RwLock<Option<String>>,
 }
 
 impl Shared {
@@ -33,7 +35,32 @@ impl Shared {
             watch_epoch: tokio::sync::watch::channel(0).0,
             port,
             connection_limits: ConnectionLimits::default(),
+            token: RwLock::new(None),
         }
+    }
+
+    /// The bearer token API requests must carry, if one is required.
+    pub(crate) fn token(&self) -> Option<String> {
+        self.token
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Requires `token` from now on (`None`: no token needed).
+    pub(crate) fn set_token(&self, token: Option<String>) {
+        *self.token.write().unwrap_or_else(PoisonError::into_inner) = token;
+    }
+
+    /// Whether a request with this `Authorization` header may be served.
+    pub(crate) fn authorized(&self, authorization: Option<&[u8]>) -> bool {
+        let token = self.token.read().unwrap_or_else(PoisonError::into_inner);
+        let Some(token) = token.as_deref() else {
+            return true;
+        };
+        authorization
+            .and_then(|value| value.strip_prefix(b"Bearer "))
+            .is_some_and(|given| given == token.as_bytes())
     }
 
     /// Locks the store (a panic in another request does not poison it for good).
