@@ -662,4 +662,27 @@ mod tests {
             .count();
         assert_eq!(refused, 2);
     }
+
+    #[tokio::test]
+    async fn held_requests_wait_until_released() {
+        let emulator = Emulator::start().await.unwrap();
+        let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+        let held = emulator.faults().hold(Some("list"), Some("configmaps"));
+        let listing = tokio::spawn({
+            let api = api.clone();
+            async move { api.list(&ListParams::default()).await }
+        });
+        while held.waiting() == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        api.create(&PostParams::default(), &cm("a")).await.unwrap();
+        assert!(!listing.is_finished(), "others go on, the listing waits");
+        held.release();
+        let listed = tokio::time::timeout(Duration::from_secs(5), listing)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(listed.items.len(), 1, "answered once released");
+    }
 }

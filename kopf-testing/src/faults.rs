@@ -1,8 +1,11 @@
-//! Fault injection: failing requests, latency, dropped watches and compaction.
+//! Fault injection: failing requests, latency, held requests, dropped
+//! watches and compaction.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+
+use tokio::sync::watch;
 
 use crate::failures::ApiError;
 use crate::shared::Shared;
@@ -82,6 +85,16 @@ impl FailRule {
 pub(crate) struct FaultState {
     rules: Mutex<Vec<(usize, FailRule)>>,
     latency_nanos: AtomicU64,
+    holds: Mutex<Vec<Arc<Held>>>,
+}
+
+/// Which requests a [`Faults::hold`] holds, and whether they are released.
+#[derive(Debug)]
+struct Held {
+    verb: Option<String>,
+    path_contains: Option<String>,
+    released: watch::Sender<bool>,
+    waiting: AtomicUsize,
 }
 
 impl FaultState {
@@ -106,6 +119,65 @@ impl FaultState {
     /// The latency to add to each request.
     pub(crate) fn latency(&self) -> Duration {
         Duration::from_nanos(self.latency_nanos.load(Ordering::Relaxed))
+    }
+
+    /// Waits while a [`Faults::hold`] holds requests like this one.
+    pub(crate) async fn held(&self, verb: &str, path: &str) {
+        let holds: Vec<Arc<Held>> = {
+            let holds = self.holds.lock().unwrap_or_else(PoisonError::into_inner);
+            if holds.is_empty() {
+                return;
+            }
+            holds
+                .iter()
+                .filter(|held| {
+                    held.verb.as_deref().is_none_or(|v| v == verb)
+                        && held
+                            .path_contains
+                            .as_deref()
+                            .is_none_or(|p| path.contains(p))
+                })
+                .cloned()
+                .collect()
+        };
+        for held in holds {
+            let mut released = held.released.subscribe();
+            held.waiting.fetch_add(1, Ordering::SeqCst);
+            // The sender lives in `held`: the wait ends only on release.
+            let _ = released.wait_for(|released| *released).await;
+            held.waiting.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Requests held back by [`Faults::hold`]: they wait, unanswered, until
+/// [`release`](HeldRequests::release) (or until this is dropped).
+#[derive(Debug)]
+#[must_use = "the requests are released when this is dropped"]
+pub struct HeldRequests {
+    shared: Arc<Shared>,
+    held: Arc<Held>,
+}
+
+impl HeldRequests {
+    /// How many requests are held now.
+    pub fn waiting(&self) -> usize {
+        self.held.waiting.load(Ordering::SeqCst)
+    }
+
+    /// Lets the held requests go on, and holds no more.
+    pub fn release(self) {}
+}
+
+impl Drop for HeldRequests {
+    fn drop(&mut self) {
+        self.shared
+            .faults
+            .holds
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|held| !Arc::ptr_eq(held, &self.held));
+        self.held.released.send_replace(true);
     }
 }
 
@@ -155,6 +227,30 @@ impl Faults {
             .unwrap_or_else(PoisonError::into_inner)
             .push((n, rule));
         Ok(())
+    }
+
+    /// Holds every request of `verb` (any if `None`) whose path contains
+    /// `path_contains` (any if `None`) until the result is released or
+    /// dropped: e.g. `hold(Some("list"), Some("/pods"))` keeps the listings
+    /// of pods from being answered, so that a test can see what a client
+    /// does meanwhile.
+    pub fn hold(&self, verb: Option<&str>, path_contains: Option<&str>) -> HeldRequests {
+        let held = Arc::new(Held {
+            verb: verb.map(str::to_owned),
+            path_contains: path_contains.map(str::to_owned),
+            released: watch::Sender::new(false),
+            waiting: AtomicUsize::new(0),
+        });
+        self.shared
+            .faults
+            .holds
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Arc::clone(&held));
+        HeldRequests {
+            shared: Arc::clone(&self.shared),
+            held,
+        }
     }
 
     /// Delays every request (including the start of watches) by `latency`.

@@ -61,6 +61,7 @@ where
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
+    shared.faults.held(verb, &path).await;
     let response = if !authorized {
         error_response(&ApiError::unauthorized())
     } else {

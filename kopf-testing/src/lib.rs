@@ -7,7 +7,7 @@
 //! watches with resume, bookmarks and `410 Gone`, merge/JSON/strategic/apply
 //! patches, optimistic concurrency, finalizers with `deletionTimestamp` and the
 //! status subresource. Faults can be injected through [`Faults`] (failures,
-//! latency, dropped watches, compaction), or
+//! latency, requests held until released, dropped watches, compaction), or
 //! from other processes through the admin endpoints under `/_emulator/`
 //! (fault injection and request counts per User-Agent). A bearer token can
 //! be required ([`EmulatorBuilder::require_token`], `401` without it) and
@@ -136,5 +136,5 @@ mod watching;
 pub use emulator::{DEFAULT_HISTORY_LIMIT, Emulator, EmulatorBuilder};
 pub use error::EmulatorError;
 pub use failures::ApiError;
-pub use faults::{FailRule, Faults};
+pub use faults::{FailRule, Faults, HeldRequests};
 pub use recording::RecordedRequest;
