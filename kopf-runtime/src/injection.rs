@@ -110,7 +110,7 @@ kwarg_traits! {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be injected as an index",
     label = "not an accepted type for an index parameter",
-    note = "index parameters accept `&kopf::Index` or `kopf::Index`"
+    note = "index parameters accept `&kopf::Index<T>` or `kopf::Index<T>` (`T` is `serde_json::Value` unless given)"
 )]
 pub trait IndexArg<'a, M>: Sized + 'a {
     /// What is extracted from the kwargs before the call.
@@ -317,33 +317,34 @@ impl<'a> OperationArg<'a, ByRef> for &'a str {
 }
 
 #[diagnostic::do_not_recommend]
-impl<'a> IndexArg<'a, ByRef> for &'a Index {
-    type Storage = Index;
-    fn load(kwargs: &Kwargs, name: &'static str) -> Result<Index, KwargError> {
-        kwargs
-            .indexes
-            .get(name)
-            .cloned()
-            .ok_or(KwargError::UnknownIndex { name })
+impl<'a, T: 'static> IndexArg<'a, ByRef> for &'a Index<T> {
+    type Storage = Index<T>;
+    fn load(kwargs: &Kwargs, name: &'static str) -> Result<Index<T>, KwargError> {
+        index(kwargs, name)
     }
-    fn get(storage: &'a mut Index) -> Self {
+    fn get(storage: &'a mut Index<T>) -> Self {
         storage
     }
 }
 
 #[diagnostic::do_not_recommend]
-impl<'a> IndexArg<'a, ByValue> for Index {
-    type Storage = Index;
-    fn load(kwargs: &Kwargs, name: &'static str) -> Result<Index, KwargError> {
-        kwargs
-            .indexes
-            .get(name)
-            .cloned()
-            .ok_or(KwargError::UnknownIndex { name })
+impl<'a, T: 'static> IndexArg<'a, ByValue> for Index<T> {
+    type Storage = Index<T>;
+    fn load(kwargs: &Kwargs, name: &'static str) -> Result<Index<T>, KwargError> {
+        index(kwargs, name)
     }
-    fn get(storage: &'a mut Index) -> Self {
+    fn get(storage: &'a mut Index<T>) -> Self {
         storage.clone()
     }
+}
+
+/// The index `name`, its values read as `T`.
+fn index<T>(kwargs: &Kwargs, name: &'static str) -> Result<Index<T>, KwargError> {
+    kwargs
+        .indexes
+        .get(name)
+        .map(Index::typed)
+        .ok_or(KwargError::UnknownIndex { name })
 }
 
 #[cfg(test)]

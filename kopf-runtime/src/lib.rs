@@ -133,12 +133,13 @@
 //! | `userinfo` | `&T`/`T`, `T: DeserializeOwned` | webhooks |
 //! | `subresource` | as `name` | webhooks |
 //! | `headers` | `&BTreeMap<String, String>`, `BTreeMap<String, String>` | webhooks |
-//! | *index id* | `&Index`, `Index` | all but `index`, `on_startup`, `on_cleanup`, `on_login` |
+//! | *index id* | `&Index<T>`, `Index<T>` (`T` is `serde_json::Value` unless given) | all but `index`, `on_startup`, `on_cleanup`, `on_login` |
 //!
 //! "Change kinds" are `on_create`, `on_update`, `on_delete`, `on_resume`, `on_field`;
 //! "webhooks" are `on_validate`, `on_mutate`. A parameter named like no kwarg
-//! and typed `&kopf::Index` is the index whose `#[index]` handler has that id;
-//! the registry checks at start-up that it exists.
+//! and typed `&kopf::Index` (or `&kopf::Index<T>`) is the index whose
+//! `#[index]` handler has that id; the registry checks at start-up that it
+//! exists.
 //!
 //! A body that does not deserialize into the requested type does not panic:
 //! the invocation yields [`HandlerError::Kwarg`], which the engine reports
@@ -292,7 +293,7 @@
 //! // Other handlers take the index by its id.
 //! #[kopf::timer(Pod, interval = 60)]
 //! async fn crowded(pods_by_node: &kopf::Index, spec: &serde_json::Value) -> kopf::Result<usize> {
-//!     Ok(pods_by_node.get(spec["nodeName"].as_str()).len())
+//!     Ok(pods_by_node.get(spec["nodeName"].as_str()).map_or(0, |pods| pods.len()))
 //! }
 //! # fn main() {}
 //! ```
@@ -541,8 +542,8 @@ pub use handlers::{
     Options, TimerOptions, WebhookOptions,
 };
 pub use kwargs::{
-    Admission, Diff, DiffItem, DiffOp, EventType, Index, Indexes, Kwargs, Level, Logger, Memo,
-    Operation, Patch, Reason, Stopped, Warnings,
+    Admission, Diff, DiffItem, DiffOp, EventType, Index, IndexError, IndexKey, Indexes, Kwargs,
+    Level, Logger, Memo, Operation, Patch, Reason, Stopped, Store, Warnings,
 };
 pub use namespaces::{NamespaceSelector, SelectorError};
 pub use operator::{Operator, OperatorError};

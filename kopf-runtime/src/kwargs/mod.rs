@@ -21,7 +21,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use diff::{Diff, DiffItem, DiffOp, resolve};
-pub use index::{Index, Indexes};
+pub(crate) use index::ObjectKey;
+pub use index::{Index, IndexError, IndexKey, Indexes, Store};
 pub(crate) use logger::LogSink;
 pub use logger::{Level, Logger};
 pub use memo::Memo;
