@@ -171,13 +171,25 @@ impl fmt::Display for HandlerKind {
 /// What to do with regular (non-`kopf::Error`) errors, Kopf's `errors=` option.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum ErrorsMode {
-    /// Retry with `backoff` (the default).
+    /// Retry with `backoff` (the default, but for `index` handlers).
     #[default]
     Temporary,
     /// Fail the handler.
     Permanent,
-    /// Log and consider the handler done.
+    /// Log and consider the handler done (the default of `index` handlers,
+    /// whose values then stay as they were).
     Ignored,
+}
+
+impl ErrorsMode {
+    /// Kopf's default for a kind: [`ErrorsMode::Ignored`] for `index`
+    /// handlers, [`ErrorsMode::Temporary`] for the others.
+    pub fn default_for(kind: HandlerKind) -> Self {
+        match kind {
+            HandlerKind::Index => ErrorsMode::Ignored,
+            _ => ErrorsMode::Temporary,
+        }
+    }
 }
 
 /// Retry options of handlers that retry (all but `on_event` and webhooks).
@@ -419,7 +431,10 @@ impl Handler {
             id,
             kind,
             resource,
-            options: Options::default(),
+            options: Options {
+                errors: ErrorsMode::default_for(kind),
+                ..Options::default()
+            },
             filters: Filters::default(),
             kind_options,
             param: None,

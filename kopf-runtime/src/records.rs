@@ -171,12 +171,12 @@ impl RetryRecord {
         errors: None,
     };
 
-    fn to_options(self) -> Options {
+    fn to_options(self, kind: HandlerKind) -> Options {
         Options {
             retries: self.retries,
             backoff: self.backoff.unwrap_or(DEFAULT_BACKOFF),
             timeout: self.timeout,
-            errors: self.errors.unwrap_or_default(),
+            errors: self.errors.unwrap_or(ErrorsMode::default_for(kind)),
         }
     }
 }
@@ -354,7 +354,7 @@ impl HandlerRecord {
         let invoke = self.function.invoke;
         let mut handler = Handler::new(kind, self.resource.map(|f| f()), id, Arc::new(invoke));
         handler.fn_path = Cow::Borrowed(self.function.path);
-        handler.options = self.retry.to_options();
+        handler.options = self.retry.to_options(kind);
         handler.filters = filters;
         handler.kind_options = kind_options;
         handler.param = self.param.map(|f| f());
