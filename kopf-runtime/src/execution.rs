@@ -26,7 +26,7 @@ use serde_json::Value;
 use crate::errors::{HandlerError, Outcome};
 use crate::fields::{ensure_field, merge_into};
 use crate::handlers::{ErrorsMode, Handler, HandlerKind, KindOptions};
-use crate::kwargs::{Diff, Kwargs, Logger, Memo, Patch, Reason};
+use crate::kwargs::{Diff, Indexes, Kwargs, Logger, Memo, Patch, Reason};
 use crate::progress::{ProgressRecord, ProgressStorage, format_timestamp};
 
 /// The object and its change, shared by every handler of a cause.
@@ -50,6 +50,8 @@ pub struct CauseContext {
     pub logger: Logger,
     /// The client handlers may use.
     pub client: Option<kube::Client>,
+    /// The operator's indexes, which handlers take by id.
+    pub indexes: Indexes,
 }
 
 impl std::fmt::Debug for CauseContext {
@@ -73,6 +75,7 @@ impl CauseContext {
         );
         kwargs.reason = Some(self.reason);
         kwargs.client = self.client.clone();
+        kwargs.indexes = self.indexes.clone();
         kwargs.diff = self.diff.clone();
         kwargs.old = self.old.clone();
         kwargs.new = self.new.clone();
@@ -519,6 +522,7 @@ mod tests {
             memo: Memo::new(),
             logger: Logger::new("ns/name"),
             client: None,
+            indexes: Indexes::default(),
         }
     }
 

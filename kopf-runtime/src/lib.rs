@@ -165,7 +165,7 @@
 //! | `retries` | integer | none: retry forever | all but `on_event` and webhooks |
 //! | `backoff` | seconds (int or float) | 60 | as `retries` |
 //! | `timeout` | seconds | none | as `retries` |
-//! | `errors` | `kopf::ErrorsMode::{Temporary, Permanent, Ignored}` | `Temporary` | as `retries` |
+//! | `errors` | `kopf::ErrorsMode::{Temporary, Permanent, Ignored}` | `Temporary` (`Ignored` for `index`) | as `retries` |
 //! | `labels(…)`, `annotations(…)` | `"key" = "value" \| kopf::PRESENT \| kopf::ABSENT \| fn path` | none | resource kinds |
 //! | `when` | path of `fn(&Kwargs) -> bool` | none | resource kinds |
 //! | `field` | `"dot.separated.path"`: the handler runs only while the field is present (in the old or the new essence for change kinds, in the body for others), and the field is kept in the resource's essence, `status.*` too | none (required for `on_field`) | resource kinds |
@@ -276,9 +276,26 @@
 //!
 //! ## `index`
 //!
-//! **Not served yet:** an operator with such a handler refuses to start,
-//! naming it ([`OperatorError::Unsupported`]). The macro already accepts
-//! it, with its options and parameters checked at compile time.
+//! An index handler's result for each object goes into the index named by
+//! the handler's id, which every other handler (of any resource) takes as a
+//! parameter of that name, as in Kopf. A JSON object result puts each of
+//! its values under its key; any other result goes under the `None` key;
+//! `null` (or `()`) leaves the object's values as they were. The index
+//! follows the objects: a change replaces their values, and a deletion (or
+//! an object no longer matching the handler's filters) removes them, also
+//! when it is found after a watch gap. [`Index`] reads it (lookup by key,
+//! keys, iteration, length) and [`Store`] the values under one key (length,
+//! iteration, `contains`), as `serde_json::Value` or as any type `T` the
+//! results deserialize into (`Index<T>`).
+//!
+//! Handlers that take an index do not run before it is filled: at start-up
+//! the processing of their resource waits until the resources of the index
+//! are listed and every object in them indexed. Errors of index handlers
+//! are not retried: by default (`errors = Ignored`) the values stay as they
+//! were; a temporary error removes them until its delay has passed and the
+//! object changes again; a permanent one removes them until the object is
+//! deleted. Index handlers are not given the object's memo but one of
+//! their own.
 //!
 //! ```
 //! use kopf_runtime as kopf;
@@ -290,10 +307,13 @@
 //!     Ok(serde_json::json!({ spec["nodeName"].as_str().unwrap_or_default(): name }))
 //! }
 //!
-//! // Other handlers take the index by its id.
+//! // Other handlers take the index by its id, here with its values as `String`s.
 //! #[kopf::timer(Pod, interval = 60)]
-//! async fn crowded(pods_by_node: &kopf::Index, spec: &serde_json::Value) -> kopf::Result<usize> {
-//!     Ok(pods_by_node.get(spec["nodeName"].as_str()).map_or(0, |pods| pods.len()))
+//! async fn crowded(pods_by_node: &kopf::Index<String>, spec: &serde_json::Value) -> kopf::Result<Vec<String>> {
+//!     let Some(neighbours) = pods_by_node.get(spec["nodeName"].as_str()) else {
+//!         return Ok(Vec::new());
+//!     };
+//!     Ok(neighbours.to_vec()?)
 //! }
 //! # fn main() {}
 //! ```
@@ -502,6 +522,7 @@ mod fields;
 mod filters;
 mod finalizers;
 mod handlers;
+mod indexing;
 mod injection;
 mod kwargs;
 mod logoutput;

@@ -25,6 +25,7 @@ use tokio_util::task::TaskTracker;
 use crate::execution;
 use crate::fields::object_name;
 use crate::handlers::{Handler, HandlerKind};
+use crate::indexing::{Hold, IndexGate, OperatorIndexes, ResourceIndexer};
 use crate::kwargs::{Kwargs, Logger};
 use crate::namespaces::NamespaceSelector;
 use crate::patching::ResourceTarget;
@@ -114,7 +115,10 @@ fn is_supported(kind: HandlerKind) -> bool {
         || kind.is_spawning()
         || matches!(
             kind,
-            HandlerKind::OnEvent | HandlerKind::OnStartup | HandlerKind::OnCleanup
+            HandlerKind::OnEvent
+                | HandlerKind::OnStartup
+                | HandlerKind::OnCleanup
+                | HandlerKind::Index
         )
 }
 
@@ -123,6 +127,8 @@ fn is_supported(kind: HandlerKind) -> bool {
 /// # Guarantees
 /// - Every handler the registry holds either runs or is refused at start-up
 ///   with an error naming it ([`OperatorError::Unsupported`]).
+/// - The handlers that take an index start handling their objects once it
+///   is filled.
 /// - A stop during the start-up handlers cancels them; nothing is served and
 ///   no clean-up handler runs (as in Kopf).
 /// - A resource selector that names one resource but matches several is a
@@ -314,6 +320,7 @@ impl Operator {
                 spawner: Arc::clone(&spawner),
                 watching: watching.clone(),
                 tasks: serving.clone(),
+                indexes: OperatorIndexes::new(&self.registry),
             };
             let served = Resources::new(context, &self.registry)
                 .serve_until(&mut stop)
@@ -380,6 +387,8 @@ struct ServeContext {
     watching: CancellationToken,
     /// Owns the serving of every resource; awaited on exit.
     tasks: TaskTracker,
+    /// The indexes that `#[index]` handlers fill.
+    indexes: OperatorIndexes,
 }
 
 /// The resources served, kept in step with the cluster's (Kopf's resource
@@ -400,6 +409,9 @@ struct Resources {
     /// Resources no longer served whose serving is still ending.
     finishing: Vec<Finishing>,
     reported: Reported,
+    /// Keep every index unfilled until the resources found at start-up are
+    /// served (see the runtime's `indexing` module).
+    start_up: Vec<Hold>,
 }
 
 /// A resource being served.
@@ -472,7 +484,9 @@ impl Resources {
             }
         }
         let groups = Groups::of(wanted.iter().map(|w| &w.selector));
+        let start_up = context.indexes.hold_all();
         Self {
+            start_up,
             context,
             wanted,
             handlers,
@@ -523,6 +537,8 @@ impl Resources {
         let resolution = scanning::resolve(&self.wanted, &self.known);
         self.check(&resolution)?;
         self.revise(resolution);
+        // Every index found at start-up has its servings' holds now.
+        self.start_up.clear();
 
         let (tx, mut rescans) = mpsc::channel(16);
         let definitions_stop = self.context.watching.child_token();
@@ -805,14 +821,20 @@ impl Resources {
         let stop = self.context.watching.child_token();
         let done = CancellationToken::new();
         let context = &self.context;
+        let scopes = listed_scopes(resource.namespaced, &context.namespaces);
         let serve = ServeResource {
             target: target_of(&resource),
-            handlers: ResourceHandlers::new(handlers.iter()),
+            handlers: ResourceHandlers::new(handlers.iter())
+                .with_indexes(context.indexes.kwarg().clone()),
             client: context.client.clone(),
             settings: Arc::clone(&context.settings),
             poster: context.poster.clone(),
             namespaces: context.namespaces.clone(),
             spawner: Arc::clone(&context.spawner),
+            indexer: context
+                .indexes
+                .indexer(&handlers, scopes, context.client.clone()),
+            gate: context.indexes.gate(&handlers),
         };
         context.tasks.spawn(serve.run(
             stop.clone(),
@@ -861,6 +883,16 @@ fn target_of(resource: &Discovered) -> ResourceTarget {
     }
 }
 
+/// How many listings the watch of a resource starts with: one per served
+/// namespace given by name, else one (the cluster, or the first namespace
+/// that matches the globs).
+fn listed_scopes(namespaced: bool, namespaces: &NamespaceSelector) -> usize {
+    if !namespaced || namespaces.is_cluster_wide() {
+        return 1;
+    }
+    namespaces.exact_names().map_or(1, |names| names.len())
+}
+
 /// Everything needed to serve one resource.
 struct ServeResource {
     target: ResourceTarget,
@@ -870,6 +902,10 @@ struct ServeResource {
     poster: Option<EventPoster>,
     namespaces: NamespaceSelector,
     spawner: Arc<Spawner>,
+    /// Runs the resource's `#[index]` handlers on each event, if it has any.
+    indexer: Option<ResourceIndexer>,
+    /// Holds the processing back until the indexes its handlers take are filled.
+    gate: Option<IndexGate>,
 }
 
 impl ServeResource {
@@ -893,6 +929,8 @@ impl ServeResource {
         }
         let target = self.target;
         let poster = self.poster.clone();
+        let mut indexer = self.indexer;
+        let gate = self.gate;
         let processor = Arc::new(ResourceProcessor::new(
             target.clone(),
             self.handlers,
@@ -910,7 +948,12 @@ impl ServeResource {
         let process: ProcessFn<String, Work> = Arc::new(move |uid, work| {
             let processor = Arc::clone(&processor);
             let poster = poster.clone();
+            let gate = gate.clone();
             Box::pin(async move {
+                if let Some(gate) = gate {
+                    // Boxed: only the start-up waits, every call's future stays small.
+                    Box::pin(gate.wait(work.event.object().map(|o| &**o))).await;
+                }
                 let processing = processor.process(uid, work);
                 match poster {
                     Some(poster) => posting::scope(poster, processing).await,
@@ -956,6 +999,10 @@ impl ServeResource {
         // timers: to stop them if the resource stops being served.
         let mut live: HashSet<String> = HashSet::new();
         while let Some(event) = rx.recv().await {
+            if let Some(indexer) = &mut indexer {
+                // Before the event is queued: its handlers see the index with it.
+                Box::pin(indexer.observe(&event)).await;
+            }
             if !tasks.is_empty()
                 && let Some(uid) = event.uid()
             {
@@ -1016,6 +1063,11 @@ impl ServeResource {
         queue.shutdown(self.settings.queueing.exit_timeout).await;
         if !exiting.is_cancelled() && !live.is_empty() {
             pause_tasks(&tasks, &self.spawner, &live, &exiting).await;
+        }
+        if !exiting.is_cancelled()
+            && let Some(indexer) = &mut indexer
+        {
+            indexer.clear();
         }
         drop(done);
     }

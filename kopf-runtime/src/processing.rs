@@ -46,7 +46,7 @@ use crate::fields::{ensure_field, meta_str, object_name, remove_field, resolve_f
 use crate::filters::{FieldPath, FieldValues};
 use crate::finalizers::{self, Action, Lifecycle};
 use crate::handlers::{Handler, HandlerKind};
-use crate::kwargs::{Diff, EventType, Kwargs, Level, LogSink, Logger, Memo, Reason};
+use crate::kwargs::{Diff, EventType, Indexes, Kwargs, Level, LogSink, Logger, Memo, Reason};
 use crate::memories::{Handled, Memories, ObjectMemory};
 use crate::patching::{
     ObjectVersion, PatchError, PatchOutcome, PatchTarget, Patcher, ResourceTarget,
@@ -110,6 +110,10 @@ pub struct ResourceHandlers {
     pub watching: Vec<Handler>,
     /// `daemon` and `timer`.
     pub spawning: Vec<Handler>,
+    /// `index` (run by the watch loop: see the runtime's `indexing` module).
+    pub indexing: Vec<Handler>,
+    /// The operator's indexes, which the handlers take by id.
+    pub indexes: Indexes,
 }
 
 impl ResourceHandlers {
@@ -123,9 +127,18 @@ impl ResourceHandlers {
                 split.watching.push(handler.clone());
             } else if handler.kind.is_spawning() {
                 split.spawning.push(handler.clone());
+            } else if handler.kind == HandlerKind::Index {
+                split.indexing.push(handler.clone());
             }
         }
         split
+    }
+
+    /// The same handlers, taking `indexes` by id.
+    #[must_use]
+    pub fn with_indexes(mut self, indexes: Indexes) -> Self {
+        self.indexes = indexes;
+        self
     }
 }
 
@@ -187,6 +200,7 @@ impl ResourceProcessor {
             patcher: patcher.clone(),
             poster: poster.clone(),
             memories: memories.clone(),
+            indexes: handlers.indexes.clone(),
         };
         let tasks = Arc::new(ResourceTasks::new(
             &handlers.spawning,
@@ -194,9 +208,12 @@ impl ResourceProcessor {
             spawner,
             exiting,
         ));
-        let echoes =
-            (handlers.watching.is_empty() && tasks.is_empty() && !handlers.changing.is_empty())
-                .then(Echoes::default);
+        // Index handlers see every body too: one may index what the patch changed.
+        let echoes = (handlers.watching.is_empty()
+            && handlers.indexing.is_empty()
+            && tasks.is_empty()
+            && !handlers.changing.is_empty())
+        .then(Echoes::default);
         Self {
             progress: ProgressStorage::from_settings(&settings.persistence),
             // As Kopf: the fields of every handler of the resource, change
@@ -474,7 +491,10 @@ impl ResourceProcessor {
             let probe = OnceCell::new();
             let kwargs = || {
                 probe.get_or_init(|| {
-                    Kwargs::of(Arc::clone(body), memory.memo.clone(), logger.clone())
+                    let mut kwargs =
+                        Kwargs::of(Arc::clone(body), memory.memo.clone(), logger.clone());
+                    kwargs.indexes = self.handlers.indexes.clone();
+                    kwargs
                 })
             };
             let matches = |h: &Handler| h.filters.is_empty() || h.filters.matches_object(kwargs());
@@ -652,6 +672,7 @@ impl ResourceProcessor {
             memo: memory.memo.clone(),
             logger: logger.clone(),
             client: Some(self.client.clone()),
+            indexes: self.handlers.indexes.clone(),
         };
         let selected: SmallVec<[&Handler; 4]> = matching
             .iter()
@@ -736,6 +757,7 @@ impl ResourceProcessor {
             kwargs.event = Some(Arc::clone(&raw));
             kwargs.event_type = event_type;
             kwargs.client = Some(self.client.clone());
+            kwargs.indexes = self.handlers.indexes.clone();
             if !handler.filters.matches_object(&kwargs) {
                 continue;
             }

@@ -31,7 +31,7 @@ use crate::execution::{self, Resolution};
 use crate::fields::ensure_field;
 use crate::fields::{merge_into, object_name};
 use crate::handlers::Handler;
-use crate::kwargs::{Kwargs, Logger, Memo, Stopped};
+use crate::kwargs::{Indexes, Kwargs, Logger, Memo, Stopped};
 use crate::memories::Memories;
 use crate::patching::ResourceTarget;
 use crate::patching::{PatchError, PatchOutcome, PatchTarget, Patcher};
@@ -185,6 +185,8 @@ pub struct TaskEnvironment {
     pub poster: Option<EventPoster>,
     /// What is remembered about the objects, their memos among it.
     pub memories: Memories,
+    /// The operator's indexes, which handlers take by id.
+    pub indexes: Indexes,
 }
 
 /// The task of a `#[daemon]` or `#[timer]` handler: its options are the
@@ -227,6 +229,7 @@ async fn call(handler: &Handler, env: &TaskEnvironment, ctx: TaskContext) -> Tas
     kwargs.started = Some(ctx.started);
     kwargs.runtime = ctx.runtime();
     kwargs.client = Some(env.client.clone());
+    kwargs.indexes = env.indexes.clone();
     let patch = kwargs.patch.clone();
 
     let outcome = execution::invoke(handler, kwargs, None).await;
@@ -377,6 +380,7 @@ mod tests {
             client,
             poster: None,
             memories: Memories::default(),
+            indexes: Indexes::default(),
         };
         let resource = ResourceRef::dynamic("kopf.dev", "v1", "kopfexamples");
         let handler = Handler::timer(resource, "tick", |_: Kwargs| async {
