@@ -7,6 +7,7 @@ mod bad_input;
 mod daemons;
 mod faults;
 mod kopf_semantics;
+mod indexes;
 mod lifecycle;
 mod resources;
 mod retries;
