@@ -320,9 +320,18 @@
 //!
 //! ## `on_startup`, `on_cleanup`, `on_probe`, `on_login`
 //!
-//! `on_startup` and `on_cleanup` run. **`on_probe` and `on_login` are not
-//! served yet:** an operator with such a handler refuses to start, naming
-//! it ([`OperatorError::Unsupported`]).
+//! `on_startup` and `on_cleanup` run. **`on_probe` is not served yet:** an
+//! operator with such a handler refuses to start, naming it
+//! ([`OperatorError::Unsupported`]).
+//!
+//! `on_login` handlers give the credentials of every request: they run
+//! first, before the start-up handlers, and return a [`ConnectionInfo`]
+//! (the server, its CA, a token, a user name and password, or a client
+//! certificate) or a whole [`kube::config::Kubeconfig`]. When the API
+//! server answers `401 Unauthorized` (a rotated token), they run again and
+//! the request is sent once more with what they return. With login
+//! handlers, the client the operator is given (or infers from the
+//! kubeconfig or the pod's service account, as without them) is not used.
 //!
 //! ```
 //! use kopf_runtime as kopf;
@@ -345,9 +354,13 @@
 //! }
 //!
 //! #[kopf::on_login]
-//! async fn login(logger: &kopf::Logger) -> kopf::Result<serde_json::Value> {
+//! async fn login(logger: &kopf::Logger) -> kopf::Result<kopf::ConnectionInfo> {
 //!     logger.debug("logging in");
-//!     Ok(serde_json::json!({"server": "https://127.0.0.1:6443", "token": "…"}))
+//!     let token = std::fs::read_to_string("/var/run/secrets/my-cluster/token")?;
+//!     Ok(kopf::ConnectionInfo {
+//!         token: Some(token.trim().to_owned()),
+//!         ..kopf::ConnectionInfo::new("https://127.0.0.1:6443")
+//!     })
 //! }
 //! # fn main() {}
 //! ```
@@ -525,6 +538,7 @@ mod handlers;
 mod indexing;
 mod injection;
 mod kwargs;
+mod login;
 mod logoutput;
 mod memories;
 #[cfg(test)]
@@ -567,6 +581,7 @@ pub use kwargs::{
     Level, Logger, Memo, Operation, Patch, Reason, Stopped, Store, Warnings,
 };
 pub use namespaces::{NamespaceSelector, SelectorError};
+pub use login::{ConnectionInfo, LoginError};
 pub use operator::{Operator, OperatorError};
 pub use registry::{Registry, RegistryBuilder, RegistryError};
 pub use resources::{ResourceName, ResourceRef};

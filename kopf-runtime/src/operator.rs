@@ -27,6 +27,7 @@ use crate::fields::object_name;
 use crate::handlers::{Handler, HandlerKind};
 use crate::indexing::{Hold, IndexGate, OperatorIndexes, ResourceIndexer};
 use crate::kwargs::{Kwargs, Logger};
+use crate::login::{LoginError, Vault};
 use crate::namespaces::NamespaceSelector;
 use crate::patching::ResourceTarget;
 use crate::posting::{self, EventPoster, ObjectReference};
@@ -58,6 +59,9 @@ pub enum OperatorError {
     /// No cluster to talk to.
     #[error("cannot connect to a cluster: {0}; set KUBECONFIG, pass --kubeconfig, or {hint}", hint = NO_CLUSTER_HINT)]
     Client(#[source] kube::Error),
+    /// The `on_login` handlers gave no usable credentials at start-up.
+    #[error("{0}; make an `on_login` handler return a `kopf::ConnectionInfo` or a kubeconfig")]
+    Login(#[source] LoginError),
     /// An `on_startup` handler failed for good, so the operator does not start.
     #[error("start-up handler `{handler}` failed: {message}")]
     Startup {
@@ -119,6 +123,7 @@ fn is_supported(kind: HandlerKind) -> bool {
                 | HandlerKind::OnStartup
                 | HandlerKind::OnCleanup
                 | HandlerKind::Index
+                | HandlerKind::OnLogin
         )
 }
 
@@ -127,6 +132,8 @@ fn is_supported(kind: HandlerKind) -> bool {
 /// # Guarantees
 /// - Every handler the registry holds either runs or is refused at start-up
 ///   with an error naming it ([`OperatorError::Unsupported`]).
+/// - With `on_login` handlers, they run first and their credentials serve
+///   every request; a stop meanwhile ends the run at once.
 /// - The handlers that take an index start handling their objects once it
 ///   is filled.
 /// - A stop during the start-up handlers cancels them; nothing is served and
@@ -202,7 +209,8 @@ impl Operator {
         self.task_counters.clone()
     }
 
-    /// Uses this client instead of inferring one.
+    /// Uses this client instead of inferring one (unless the registry has
+    /// `on_login` handlers: their credentials serve every request then).
     pub fn client(mut self, client: Client) -> Self {
         self.client = Some(client);
         self
@@ -232,8 +240,9 @@ impl Operator {
     ///
     /// # Errors
     /// [`OperatorError::Unsupported`] for a handler this runtime cannot run,
-    /// [`OperatorError::Client`] without a cluster, [`OperatorError::Startup`]
-    /// when a start-up handler fails for good.
+    /// [`OperatorError::Client`] without a cluster, [`OperatorError::Login`]
+    /// when the `on_login` handlers give no credentials,
+    /// [`OperatorError::Startup`] when a start-up handler fails for good.
     pub async fn run_until(
         self,
         stop: impl Future<Output = ()> + Send,
@@ -260,13 +269,28 @@ impl Operator {
                     kind: handler.kind,
                 });
             }
-            let client = match self.client.clone() {
-                Some(client) => client,
-                None => Client::try_default().await.map_err(OperatorError::Client)?,
+            // Login handlers, if any, give the credentials of every request.
+            let logins: Vec<Handler> = self
+                .registry
+                .of_kind(HandlerKind::OnLogin)
+                .cloned()
+                .collect();
+            let vault = (!logins.is_empty())
+                .then(|| Vault::new(logins, self.settings.networking.error_backoffs.clone()));
+            let client = match (&vault, self.client.clone()) {
+                (Some(vault), _) => tokio::select! {
+                    client = vault.client() => client.map_err(OperatorError::Login)?,
+                    () = &mut stop => return Ok(()),
+                },
+                (None, Some(client)) => client,
+                (None, None) => Client::try_default().await.map_err(OperatorError::Client)?,
             };
             let settings = Arc::new(self.settings.clone());
             let root = CancellationToken::new();
             let tasks = TaskTracker::new();
+            if let Some(vault) = vault {
+                tasks.spawn(vault.authenticate(root.child_token()));
+            }
 
             let poster = if settings.posting.enabled {
                 let (poster, task) = EventPoster::new(client.clone(), settings.posting.clone());
