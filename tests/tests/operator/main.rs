@@ -9,6 +9,7 @@ mod faults;
 mod kopf_semantics;
 mod indexes;
 mod lifecycle;
+mod login;
 mod resources;
 mod retries;
 mod selection;
