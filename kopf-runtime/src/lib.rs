@@ -394,6 +394,32 @@
 //! # fn main() {}
 //! ```
 //!
+//! # Hierarchies
+//!
+//! [`adopt`] makes the objects a handler creates the children of its
+//! object, as Kopf's `kopf.adopt`: owned by it (an owner reference, as its
+//! controller and blocking its deletion), named after it (`generateName`),
+//! in its namespace and with its labels. [`append_owner_reference`],
+//! [`remove_owner_reference`], [`label`], [`harmonize_naming`] and
+//! [`adjust_namespace`] do one part each; their `_with` forms take Kopf's
+//! options ([`Adoption`], [`Ownership`]). They work on typed objects
+//! (k8s-openapi's, custom resources, `DynamicObject`) and on
+//! `serde_json::Value`, one object or a list.
+//!
+//! ```
+//! use kopf_runtime as kopf;
+//! use serde_json::json;
+//!
+//! # fn main() -> Result<(), kopf::HierarchyError> {
+//! let owner = json!({"apiVersion": "kopf.dev/v1", "kind": "KopfExample",
+//!                    "metadata": {"name": "kex", "namespace": "ns", "uid": "6b93…"}});
+//! let mut children = vec![json!({"kind": "Job"}), json!({"kind": "Deployment"})];
+//! kopf::adopt(&mut children, &owner)?;
+//! assert_eq!(children[0]["metadata"]["generateName"], "kex-");
+//! assert_eq!(children[1]["metadata"]["ownerReferences"][0]["uid"], "6b93…");
+//! # Ok(()) }
+//! ```
+//!
 //! # Registry
 //!
 //! [`Registry::from_inventory`] collects every handler declared with the
@@ -535,6 +561,7 @@ mod fields;
 mod filters;
 mod finalizers;
 mod handlers;
+mod hierarchies;
 mod indexing;
 mod injection;
 mod kwargs;
@@ -575,6 +602,11 @@ pub use filters::{
 pub use handlers::{
     DEFAULT_BACKOFF, DaemonOptions, ErrorsMode, Handler, HandlerFn, HandlerKind, KindOptions,
     Options, TimerOptions, WebhookOptions,
+};
+pub use hierarchies::{
+    Adoption, HierarchyError, Ownership, adjust_namespace, adjust_namespace_with, adopt,
+    adopt_with, append_owner_reference, append_owner_reference_with, harmonize_naming,
+    harmonize_naming_with, label, label_with, remove_owner_reference,
 };
 pub use kwargs::{
     Admission, Diff, DiffItem, DiffOp, EventType, Index, IndexError, IndexKey, Indexes, Kwargs,
