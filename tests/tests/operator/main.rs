@@ -7,6 +7,7 @@ mod bad_input;
 mod daemons;
 mod faults;
 mod kopf_semantics;
+mod hierarchies;
 mod indexes;
 mod lifecycle;
 mod login;
