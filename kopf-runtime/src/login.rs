@@ -71,6 +71,7 @@ use crate::retrying::Backoff;
 /// # fn main() {}
 /// ```
 #[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ConnectionInfo {
     /// The API server's URL, e.g. `https://127.0.0.1:6443`.
     pub server: String,
@@ -232,6 +233,11 @@ impl Credential {
                     "the result is neither a `kopf::ConnectionInfo` nor a kubeconfig: {e}"
                 ))
             })?;
+            if info.server.is_empty() {
+                return Err(LoginError(
+                    "the connection info names no `server`; set it to the API server's URL".into(),
+                ));
+            }
             (info.to_kubeconfig(), info.expiration)
         };
         let kubeconfig: Kubeconfig = serde_json::from_value(kubeconfig)
@@ -566,6 +572,15 @@ mod tests {
 
         let error = Credential::of(&json!(42)).await.err().expect("not usable");
         assert!(error.to_string().contains("ConnectionInfo"), "{error}");
+
+        // Fields may be left out, as in JSON written by hand; not the server.
+        let partial = json!({"server": "http://127.0.0.1:3", "token": "t"});
+        assert!(Credential::of(&partial).await.is_ok());
+        let error = Credential::of(&json!({"token": "t"}))
+            .await
+            .err()
+            .expect("no server");
+        assert!(error.to_string().contains("server"), "{error}");
     }
 
     #[test]
