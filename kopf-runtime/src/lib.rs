@@ -290,7 +290,8 @@
 //!
 //! Handlers that take an index do not run before it is filled: at start-up
 //! the processing of their resource waits until the resources of the index
-//! are listed and every object in them indexed. Errors of index handlers
+//! are listed and every object in them indexed (with namespace globs, once
+//! the first matching namespace is listed). Errors of index handlers
 //! are not retried: by default (`errors = Ignored`) the values stay as they
 //! were; a temporary error removes them until its delay has passed and the
 //! object changes again; a permanent one removes them until the object is
@@ -328,8 +329,9 @@
 //! first, before the start-up handlers, and return a [`ConnectionInfo`]
 //! (the server, its CA, a token, a user name and password, or a client
 //! certificate) or a whole [`kube::config::Kubeconfig`]. When the API
-//! server answers `401 Unauthorized` (a rotated token), they run again and
-//! the request is sent once more with what they return. With login
+//! server answers `401 Unauthorized` (a rotated token), the request is sent
+//! once more with the next credential; once none is left, they run again
+//! (requests wait meanwhile) and the request goes with what they return. With login
 //! handlers, the client the operator is given (or infers from the
 //! kubeconfig or the pod's service account, as without them) is not used.
 //!
