@@ -614,8 +614,8 @@ pub use kwargs::{
     Admission, Diff, DiffItem, DiffOp, EventType, Index, IndexError, IndexKey, Indexes, Kwargs,
     Level, Logger, Memo, Operation, Patch, Reason, Stopped, Store, Warnings,
 };
-pub use namespaces::{NamespaceSelector, SelectorError};
 pub use login::{ConnectionInfo, LoginError};
+pub use namespaces::{NamespaceSelector, SelectorError};
 pub use operator::{Operator, OperatorError};
 pub use registry::{Registry, RegistryBuilder, RegistryError};
 pub use resources::{ResourceName, ResourceRef};

@@ -6,9 +6,9 @@
 mod bad_input;
 mod daemons;
 mod faults;
-mod kopf_semantics;
 mod hierarchies;
 mod indexes;
+mod kopf_semantics;
 mod lifecycle;
 mod login;
 mod resources;
