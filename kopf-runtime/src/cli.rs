@@ -233,9 +233,9 @@ impl Args {
 /// Install the global tracing subscriber as the arguments say.
 ///
 /// A terminal gets every line as it comes, in colour. Any other stdout (a
-/// file, a pipe: a container's log) gets them without colours, written by a
-/// worker thread while the operator runs; the operator writes what is left
-/// when it exits.
+/// file, a pipe: a container's log) gets them without colours, in batches
+/// while the operator runs, at the latest 0.1 s after they were logged and
+/// at once from `WARN` up; the operator writes what is left when it exits.
 ///
 /// # Errors
 ///
@@ -246,7 +246,7 @@ pub(crate) fn init_logging(args: &Args) -> Result<(), CliError> {
     let lines = if std::io::stdout().is_terminal() {
         lines(args.log_format, true, std::io::stdout)
     } else {
-        lines(args.log_format, false, crate::logoutput::stdout())
+        lines(args.log_format, false, crate::logbuffer::Batched::stdout())
     };
     tracing_subscriber::registry()
         .with(filter)

@@ -567,8 +567,8 @@ mod hierarchies;
 mod indexing;
 mod injection;
 mod kwargs;
+mod logbuffer;
 mod login;
-mod logoutput;
 mod memories;
 #[cfg(test)]
 mod mock_api;

@@ -142,9 +142,9 @@ impl Runner {
         };
         args.check_supported()?;
         cli::init_logging(&args)?;
-        // Log lines are written by a worker thread while the operator runs,
-        // and what waits is written out on every way out of here.
-        let _logs = crate::logoutput::hand_to_worker();
+        // Log lines are batched while the operator runs, and what waits is
+        // written out on every way out of here.
+        let _logs = crate::logbuffer::batch_on(tokio::runtime::Handle::current());
         let registry = match self.registry {
             Some(registry) => registry,
             None => Registry::from_inventory()?,
