@@ -131,6 +131,8 @@ pub struct StepOutcome {
 /// Runs the due handler with the fewest attempts, if any, and records its
 /// progress (and its result and patch) into `patch`. `owned` are all change
 /// handlers of the resource: their records are purged once the cause is done.
+/// A handler without a `backoff` of its own retries after `default_backoff`
+/// (`settings.execution.default_backoff`).
 pub async fn step(
     cause: &CauseContext,
     handlers: &[&Handler],
@@ -336,11 +338,7 @@ async fn attempt(
     let outcome = call.await;
     let handler_patch = (!patch.is_empty()).then(|| patch.take());
     record.retries = Some(retries + 1);
-    let backoff = if handler.options.backoff.is_zero() {
-        default_backoff
-    } else {
-        handler.options.backoff
-    };
+    let backoff = handler.options.backoff.unwrap_or(default_backoff);
 
     let (record, result) = match resolve(handler, outcome, backoff, logger) {
         Resolution::Succeeded(result) => {
@@ -829,6 +827,38 @@ mod tests {
         .await;
         assert!(out.done);
         assert_eq!(out.failed, 1);
+    }
+
+    /// The delay of the retry after one regular error of `handler`, with
+    /// `default_backoff` as the operator's setting.
+    async fn first_retry_delay(handler: &Handler, default_backoff: Duration) -> Duration {
+        let mut patch = json!({});
+        let out = step(
+            &cause(json!({})),
+            &[handler],
+            std::slice::from_ref(handler),
+            &storage(),
+            default_backoff,
+            &mut patch,
+        )
+        .await;
+        out.delay.expect("a retry is due")
+    }
+
+    #[tokio::test]
+    async fn an_unset_backoff_is_the_settings_default_and_a_set_one_wins() {
+        let failing = |id| {
+            Handler::on_create(resource(), id, |_kw: Kwargs| async {
+                Err::<(), _>(Error::regular("nope"))
+            })
+        };
+        let s = Duration::from_secs;
+        let unset = first_retry_delay(&failing("unset"), s(7)).await;
+        assert!(unset > s(6) && unset <= s(7), "{unset:?}");
+        let set = first_retry_delay(&failing("set").backoff(s(2)), s(7)).await;
+        assert!(set > s(1) && set <= s(2), "{set:?}");
+        let zero = first_retry_delay(&failing("zero").backoff(s(0)), s(7)).await;
+        assert_eq!(zero, s(0), "an explicit zero is a value, as in Kopf");
     }
 
     #[test]

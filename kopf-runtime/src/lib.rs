@@ -163,7 +163,7 @@
 //! | `id` | string | the fn name, plus `/field` when `field` is set (not for `index`) | all |
 //! | `param` | literal or `json!(…)` | none | all |
 //! | `retries` | integer | none: retry forever | all but `on_event` and webhooks |
-//! | `backoff` | seconds (int or float) | 60 | as `retries` |
+//! | `backoff` | seconds (int or float) | `settings.execution.default_backoff` (60) | as `retries` |
 //! | `timeout` | seconds | none | as `retries` |
 //! | `errors` | `kopf::ErrorsMode::{Temporary, Permanent, Ignored}` | `Temporary` (`Ignored` for `index`) | as `retries` |
 //! | `labels(…)`, `annotations(…)` | `"key" = "value" \| kopf::PRESENT \| kopf::ABSENT \| fn path` | none | resource kinds |

@@ -275,8 +275,13 @@ impl Operator {
                 .of_kind(HandlerKind::OnLogin)
                 .cloned()
                 .collect();
-            let vault = (!logins.is_empty())
-                .then(|| Vault::new(logins, self.settings.networking.error_backoffs.clone()));
+            let vault = (!logins.is_empty()).then(|| {
+                Vault::new(
+                    logins,
+                    self.settings.networking.error_backoffs.clone(),
+                    self.settings.execution.default_backoff,
+                )
+            });
             let client = match (&vault, self.client.clone()) {
                 (Some(vault), _) => tokio::select! {
                     client = vault.client() => client.map_err(OperatorError::Login)?,
@@ -318,7 +323,7 @@ impl Operator {
                     .collect::<Vec<Handler>>()
             };
             let startup_handlers = activities(HandlerKind::OnStartup);
-            let startup = run_activities(&startup_handlers, &client, true);
+            let startup = run_activities(&startup_handlers, &client, &settings, true);
             tokio::select! {
                 started = startup => started?,
                 () = &mut stop => {
@@ -367,8 +372,13 @@ impl Operator {
             }
             // A start-up that failed cleans nothing up (as a failed start-up handler).
             if served.is_ok()
-                && let Err(error) =
-                    run_activities(&activities(HandlerKind::OnCleanup), &client, false).await
+                && let Err(error) = run_activities(
+                    &activities(HandlerKind::OnCleanup),
+                    &client,
+                    &settings,
+                    false,
+                )
+                .await
             {
                 tracing::warn!(%error, "a clean-up handler failed");
             }
@@ -857,7 +867,12 @@ impl Resources {
             spawner: Arc::clone(&context.spawner),
             indexer: context
                 .indexes
-                .indexer(&handlers, scopes, context.client.clone()),
+                .indexer(
+                    &handlers,
+                    scopes,
+                    context.client.clone(),
+                    context.settings.execution.default_backoff,
+                ),
             gate: context.indexes.gate(&handlers),
         };
         context.tasks.spawn(serve.run(
@@ -1149,6 +1164,7 @@ fn report_undecodable(poster: Option<&EventPoster>, object: &Value, reason: &str
 async fn run_activities(
     handlers: &[Handler],
     client: &Client,
+    settings: &OperatorSettings,
     fatal: bool,
 ) -> Result<(), OperatorError> {
     for handler in handlers {
@@ -1168,7 +1184,12 @@ async fn run_activities(
                 }
                 Err(crate::errors::HandlerError::Temporary { message, delay }) => {
                     tracing::warn!(handler = %handler.id, %message, "activity failed temporarily");
-                    delay.unwrap_or(handler.options.backoff)
+                    delay.unwrap_or(
+                        handler
+                            .options
+                            .backoff
+                            .unwrap_or(settings.execution.default_backoff),
+                    )
                 }
                 Err(error) => {
                     let message = error.to_string();

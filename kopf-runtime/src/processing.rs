@@ -201,6 +201,7 @@ impl ResourceProcessor {
             poster: poster.clone(),
             memories: memories.clone(),
             indexes: handlers.indexes.clone(),
+            default_backoff: settings.execution.default_backoff,
         };
         let tasks = Arc::new(ResourceTasks::new(
             &handlers.spawning,

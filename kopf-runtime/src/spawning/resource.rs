@@ -187,12 +187,18 @@ pub struct TaskEnvironment {
     pub memories: Memories,
     /// The operator's indexes, which handlers take by id.
     pub indexes: Indexes,
+    /// The retry delay of handlers without a `backoff` of their own
+    /// (`settings.execution.default_backoff`).
+    pub default_backoff: Duration,
 }
 
 /// The task of a `#[daemon]` or `#[timer]` handler: its options are the
-/// handler's, validated by the registry.
+/// handler's, validated by the registry; without a `backoff` of its own, it
+/// retries after the environment's `default_backoff`.
 pub fn task_spec(handler: &Handler, env: &TaskEnvironment) -> Arc<TaskSpec> {
-    let handler = Arc::new(handler.clone());
+    let mut handler = handler.clone();
+    handler.options.backoff.get_or_insert(env.default_backoff);
+    let handler = Arc::new(handler);
     // One reference per call, not a copy of the handler and environment.
     let shared = Arc::new((Arc::clone(&handler), env.clone()));
     let call = task_fn(move |ctx| {
@@ -233,7 +239,8 @@ async fn call(handler: &Handler, env: &TaskEnvironment, ctx: TaskContext) -> Tas
     let patch = kwargs.patch.clone();
 
     let outcome = execution::invoke(handler, kwargs, None).await;
-    let resolution = execution::resolve(handler, outcome, handler.options.backoff, logger);
+    let backoff = handler.options.backoff.unwrap_or(env.default_backoff);
+    let resolution = execution::resolve(handler, outcome, backoff, logger);
     let result = match &resolution {
         Resolution::Succeeded(Some(result)) => Some(result.clone()),
         _ => None,
@@ -328,6 +335,7 @@ mod tests {
     use crate::mock_api::{self, Reply, example};
     use crate::resources::ResourceRef;
     use crate::settings::NetworkingSettings;
+    use crate::spawning::task::Verdict;
     use crate::spawning::testkit::Recorder;
     use crate::spawning::{Spawner, SpawnerSettings};
 
@@ -357,6 +365,68 @@ mod tests {
         }
     }
 
+    fn environment(client: kube::Client) -> TaskEnvironment {
+        TaskEnvironment {
+            target: ResourceTarget {
+                api: Arc::new(mock_api::example_resource()),
+                namespaced: true,
+                status_subresource: false,
+            },
+            patcher: Patcher::new(client.clone(), &NetworkingSettings::default()),
+            client,
+            poster: None,
+            memories: Memories::default(),
+            indexes: Indexes::default(),
+            default_backoff: Duration::from_secs(60),
+        }
+    }
+
+    /// The verdict after the first tick of a timer failing with a regular
+    /// error, in an environment whose default backoff is 7 s.
+    async fn first_verdict(handler: Handler) -> Verdict {
+        let (client, _) = mock_api::client(|_| Reply::Json(200, example("ns", "a", "u1", "2")));
+        let env = TaskEnvironment {
+            default_backoff: Duration::from_secs(7),
+            ..environment(client)
+        };
+        let recorder = Recorder::new();
+        let spawner = Spawner::new(recorder.clone(), SpawnerSettings::default());
+        let body = Arc::new(example("ns", "a", "u1", "1"));
+        spawner.ensure("u1", &task_spec(&handler, &env), &body);
+        let verdict = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                if let Some(seen) = recorder.outcomes().first() {
+                    return seen.verdict;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the timer ticks");
+        spawner.stop_object("u1", StopReason::ObjectDeleted);
+        spawner.wait_stopped("u1").await;
+        verdict
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_task_without_a_backoff_retries_after_the_default_backoff() {
+        let failing = || {
+            let resource = ResourceRef::dynamic("kopf.dev", "v1", "kopfexamples");
+            Handler::timer(resource, "tick", |_: Kwargs| async {
+                Err::<(), _>(Error::regular("no luck"))
+            })
+            .interval(Duration::from_secs(60))
+        };
+        assert_eq!(
+            first_verdict(failing()).await,
+            Verdict::RetryIn(Duration::from_secs(7))
+        );
+        assert_eq!(
+            first_verdict(failing().backoff(Duration::from_secs(2))).await,
+            Verdict::RetryIn(Duration::from_secs(2))
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_failing_timer_tick_is_logged_once() {
         let lines = Lines::default();
@@ -370,18 +440,7 @@ mod tests {
 
         let (client, requests) =
             mock_api::client(|_| Reply::Json(200, example("ns", "a", "u1", "2")));
-        let env = TaskEnvironment {
-            target: ResourceTarget {
-                api: Arc::new(mock_api::example_resource()),
-                namespaced: true,
-                status_subresource: false,
-            },
-            patcher: Patcher::new(client.clone(), &NetworkingSettings::default()),
-            client,
-            poster: None,
-            memories: Memories::default(),
-            indexes: Indexes::default(),
-        };
+        let env = environment(client);
         let resource = ResourceRef::dynamic("kopf.dev", "v1", "kopfexamples");
         let handler = Handler::timer(resource, "tick", |_: Kwargs| async {
             Err::<(), _>(Error::regular("no luck"))

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use super::spawner::Liveness;
 use super::stopping::StopFlag;
-use crate::handlers::{Handler, KindOptions, TimerOptions};
+use crate::handlers::{DEFAULT_BACKOFF, Handler, KindOptions, TimerOptions};
 
 /// The handler call of a daemon or timer.
 pub type TaskFn = Arc<dyn Fn(TaskContext) -> BoxFuture<'static, TaskOutcome> + Send + Sync>;
@@ -186,7 +186,7 @@ impl TaskSpec {
             TaskOutcome::Ok(_) => return Verdict::Done,
             TaskOutcome::Permanent { .. } => return Verdict::GaveUp,
             TaskOutcome::Temporary { delay, .. } => *delay,
-            TaskOutcome::Error { .. } => options.backoff,
+            TaskOutcome::Error { .. } => options.backoff.unwrap_or(DEFAULT_BACKOFF),
         };
         let out_of_attempts = options
             .retries
