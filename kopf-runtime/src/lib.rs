@@ -321,7 +321,10 @@
 //!
 //! ## `on_startup`, `on_cleanup`, `on_probe`, `on_login`
 //!
-//! `on_startup` and `on_cleanup` run. **`on_probe` is not served yet:** an
+//! `on_startup` and `on_cleanup` run, retried as any handler is (`errors`,
+//! `retries`, `backoff`, `timeout`): the operator serves nothing until every
+//! start-up handler has succeeded, and does not start if one fails for good
+//! ([`OperatorError::Startup`]). **`on_probe` is not served yet:** an
 //! operator with such a handler refuses to start, naming it
 //! ([`OperatorError::Unsupported`]).
 //!
