@@ -173,7 +173,7 @@
 //! | `old`, `new` | as `value` (not together with `value`): the field's old and new value, which must also differ (absent and `null` differ) | none | `on_update`, `on_field` |
 //! | `deleted` | flag | false | `on_resume` |
 //! | `optional` | flag | false (a finalizer is added) | `on_delete` |
-//! | `interval`, `idle` | seconds | none | `timer` |
+//! | `interval`, `idle` | seconds | none: without `interval`, a timer runs once each time the object has been unchanged for `idle`, or just once without `idle` either | `timer` |
 //! | `sharp` | flag | false | `timer` |
 //! | `initial_delay` | seconds | none | `timer`, `daemon` |
 //! | `cancellation_backoff`, `cancellation_timeout`, `cancellation_polling` | seconds | none (operator settings) | `daemon` |
@@ -261,6 +261,12 @@
 //! async fn expire(meta: &ObjectMeta, client: kube::Client) -> kopf::Result<()> {
 //!     let _ = (meta.annotations.as_ref(), client);
 //!     Ok(())
+//! }
+//!
+//! // No interval: once each time the object has been unchanged for 10 s.
+//! #[kopf::timer(Pod, idle = 10)]
+//! async fn settled(name: &str, logger: &kopf::Logger) {
+//!     logger.info(format!("{name} has settled"));
 //! }
 //!
 //! #[kopf::daemon(Pod, cancellation_timeout = 5)]

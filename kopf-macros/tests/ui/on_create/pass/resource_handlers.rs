@@ -70,6 +70,12 @@ async fn expire(meta: &ObjectMeta, client: kube::Client, stopped: &kopf::Stopped
     Ok(())
 }
 
+// As in Kopf's docs: no interval, once the object has been quiet for 10 s.
+#[kopf::timer(Secret, idle = 10)]
+async fn settled(name: &str) {
+    let _ = name;
+}
+
 #[kopf::daemon(Pod, initial_delay = 1, cancellation_backoff = 2, cancellation_timeout = 5, cancellation_polling = 0.1,
                no_finalizers = false, annotations("x" = "y"))]
 async fn monitor(name: String, stopped: kopf::Stopped, by_node: &kopf::Index) -> kopf::Result<()> {
@@ -87,6 +93,6 @@ async fn by_node(spec: &Value, name: &str) -> kopf::Result<Value> {
 
 fn main() {
     let registry = kopf::Registry::from_inventory().expect("valid handlers");
-    assert_eq!(registry.len(), 10);
+    assert_eq!(registry.len(), 11);
     assert_eq!(registry.resources().len(), 5); // `KopfExample` and "kopfexamples" are one resource
 }

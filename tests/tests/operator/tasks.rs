@@ -1,0 +1,107 @@
+//! Daemons and timers as Kopf runs them, beyond their stopping (which is
+//! `daemons`'): timers without an `interval`.
+//!
+//! "Nothing more happened" is checked after a witness, a timer with an
+//! interval on the same object, has ticked several times more.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kopf_runtime::{Error, Kwargs, Registry, ResourceRef};
+use kopf_testing::Emulator;
+use kopf_tests::{Calls, Running, logs, test_settings};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+/// The annotation whose value the handlers record, to tell bodies apart.
+const MARK: &str = "example.com/mark";
+/// The idle period of the idle-only timer.
+const IDLE: Duration = Duration::from_millis(300);
+/// The witness's interval.
+const TICK: Duration = Duration::from_millis(100);
+
+fn secrets() -> ResourceRef {
+    ResourceRef::of::<Secret>()
+}
+
+fn mark(body: &Value) -> Value {
+    body.pointer("/metadata/annotations/example.com~1mark")
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// A task handler recording the object's mark into `calls` under `id`.
+fn recording(
+    calls: &Calls,
+    id: &'static str,
+) -> impl Fn(Kwargs) -> futures::future::BoxFuture<'static, Result<(), Error>> + Send + Sync + 'static
+{
+    let calls = calls.clone();
+    move |kw: Kwargs| {
+        calls.push(id, mark(&kw.body));
+        Box::pin(async { Ok(()) })
+    }
+}
+
+async fn create(api: &Api<Secret>, name: &str, mark: &str) {
+    let secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name, "namespace": "default", "annotations": {MARK: mark}},
+    }))
+    .expect("a valid Secret");
+    api.create(&PostParams::default(), &secret)
+        .await
+        .expect("created");
+}
+
+async fn remark(api: &Api<Secret>, name: &str, mark: &str) {
+    let patch = Patch::Merge(json!({"metadata": {"annotations": {MARK: mark}}}));
+    api.patch(name, &PatchParams::default(), &patch)
+        .await
+        .expect("patched");
+}
+
+/// Waits until the witness has ticked `ticks` more times: by then, much
+/// longer than an idle period has passed.
+async fn witness(calls: &Calls, ticks: usize) {
+    let seen = calls.named("witness").len();
+    calls.wait_for("witness", seen + ticks).await;
+}
+
+#[tokio::test]
+async fn timers_without_an_interval_run_once_per_idle_period_or_once() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let calls = Calls::default();
+    let registry = Registry::builder()
+        .timer(secrets(), "quiet", recording(&calls, "quiet"))
+        .idle(IDLE)
+        .no_finalizers()
+        .timer(secrets(), "once", recording(&calls, "once"))
+        .no_finalizers()
+        .timer(secrets(), "witness", recording(&calls, "witness"))
+        .interval(TICK)
+        .no_finalizers()
+        .build()
+        .expect("timers without an interval are valid");
+    let operator = Running::start_with(&emulator, registry, test_settings());
+    let api: Api<Secret> = Api::default_namespaced(emulator.client());
+
+    create(&api, "s", "first").await;
+    assert_eq!(calls.wait_for("quiet", 1).await, [json!("first")]);
+    assert_eq!(calls.wait_for("once", 1).await, [json!("first")]);
+    witness(&calls, 10).await;
+    assert_eq!(calls.named("quiet").len(), 1, "once while it stays quiet");
+
+    remark(&api, "s", "second").await;
+    assert_eq!(
+        calls.wait_for("quiet", 2).await,
+        [json!("first"), json!("second")],
+        "again once it is quiet after a change"
+    );
+    witness(&calls, 10).await;
+    assert_eq!(calls.named("quiet").len(), 2);
+    assert_eq!(calls.named("once"), [json!("first")], "once for good");
+    operator.stop().await;
+}
