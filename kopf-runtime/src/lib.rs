@@ -127,6 +127,7 @@
 //! | `event` | `&T`/`T`, `T: DeserializeOwned` | `on_event` |
 //! | `r#type` | `Option<EventType>`, `Option<&str>`, `Option<String>` | `on_event` |
 //! | `stopped` | `&Stopped`, `Stopped` | `timer`, `daemon` |
+//! | `live` | `&LiveBody`, `LiveBody` (`mut live: LiveBody` to await changes) | `timer`, `daemon` |
 //! | `operation` | `Operation`, `&str`, `String` | webhooks |
 //! | `dryrun` | `bool` | webhooks |
 //! | `warnings` | `&Warnings`, `Warnings` | webhooks |
@@ -134,6 +135,11 @@
 //! | `subresource` | as `name` | webhooks |
 //! | `headers` | `&BTreeMap<String, String>`, `BTreeMap<String, String>` | webhooks |
 //! | *index id* | `&Index<T>`, `Index<T>` (`T` is `serde_json::Value` unless given) | all but `index`, `on_startup`, `on_cleanup`, `on_login` |
+//!
+//! The object parameters (`body`, `spec`, `status`, …) are the object as it
+//! was when the call began: for a daemon, when it started; for a timer,
+//! at its tick. `live` ([`LiveBody`]) is the object as it is now, updated
+//! as the operator processes its events, as Kopf's live `body` is.
 //!
 //! "Change kinds" are `on_create`, `on_update`, `on_delete`, `on_resume`, `on_field`;
 //! "webhooks" are `on_validate`, `on_mutate`. A parameter named like no kwarg
@@ -276,6 +282,18 @@
 //!         stopped.wait(Duration::from_secs(10)).await;
 //!     }
 //!     Ok(())
+//! }
+//!
+//! // `live` is the pod as it is now; `changed` awaits its next change.
+//! #[kopf::daemon(Pod)]
+//! async fn follow(mut live: kopf::LiveBody, stopped: kopf::Stopped, logger: &kopf::Logger) {
+//!     while !stopped.is_set() {
+//!         logger.info(format!("phase: {}", live.get()["status"]["phase"]));
+//!         tokio::select! {
+//!             () = live.changed() => {}
+//!             () = stopped.cancelled() => {}
+//!         }
+//!     }
 //! }
 //! # fn main() {}
 //! ```
@@ -554,6 +572,7 @@
 //! | [`Reason`] | the `reason` parameter: the cause of a change handler's call |
 //! | [`EventType`] | the `type` parameter of `on_event` handlers |
 //! | [`Stopped`] | the `stopped` parameter of daemons and timers |
+//! | [`LiveBody`] | the `live` parameter of daemons and timers: their object as it is now |
 //! | [`Index`], [`Indexes`] | the parameters named by `index` handlers' ids |
 //! | [`Operation`], [`Warnings`], [`Admission`] | the parameters of `on_validate` and `on_mutate` handlers |
 //! | [`Timestamp`] | the `started` parameter |
@@ -621,7 +640,7 @@ pub use hierarchies::{
 };
 pub use kwargs::{
     Admission, Diff, DiffItem, DiffOp, EventType, Index, IndexError, IndexKey, Indexes, Kwargs,
-    Level, Logger, Memo, Operation, Patch, Reason, Stopped, Store, Warnings,
+    Level, LiveBody, Logger, Memo, Operation, Patch, Reason, Stopped, Store, Warnings,
 };
 pub use login::{ConnectionInfo, LoginError};
 pub use namespaces::{NamespaceSelector, SelectorError};

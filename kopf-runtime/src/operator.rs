@@ -879,14 +879,12 @@ impl Resources {
             poster: context.poster.clone(),
             namespaces: context.namespaces.clone(),
             spawner: Arc::clone(&context.spawner),
-            indexer: context
-                .indexes
-                .indexer(
-                    &handlers,
-                    scopes,
-                    context.client.clone(),
-                    context.settings.execution.default_backoff,
-                ),
+            indexer: context.indexes.indexer(
+                &handlers,
+                scopes,
+                context.client.clone(),
+                context.settings.execution.default_backoff,
+            ),
             gate: context.indexes.gate(&handlers),
         };
         context.tasks.spawn(serve.run(

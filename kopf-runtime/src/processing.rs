@@ -46,9 +46,7 @@ use crate::causes::{self, CauseInput, ChangeCause};
 use crate::diffbase::DiffBaseStorage;
 use crate::echoes::Echoes;
 use crate::execution::{self, CauseContext};
-use crate::fields::{
-    ensure_field, merge_into, meta_str, object_name, remove_field, resolve_field,
-};
+use crate::fields::{ensure_field, merge_into, meta_str, object_name, remove_field, resolve_field};
 use crate::filters::{FieldPath, FieldValues};
 use crate::finalizers::{self, Action, Lifecycle};
 use crate::handlers::{Handler, HandlerKind};

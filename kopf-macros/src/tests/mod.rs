@@ -149,7 +149,7 @@ fn cases() -> Vec<Case> {
                 cancellation_polling = 0.25
             ),
             item: quote! {
-                async fn monitor(name: &str, stopped: kopf::Stopped) -> kopf::Result<()> {
+                async fn monitor(name: &str, stopped: kopf::Stopped, mut live: kopf::LiveBody) -> kopf::Result<()> {
                     Ok(())
                 }
             },

@@ -5,7 +5,9 @@
 //!
 //! The [`spawning`](crate::spawning) module runs tasks; this module turns
 //! `#[daemon]` and `#[timer]` handlers into them. Each call gets the
-//! object's live body, its memo and a [`Stopped`] flag; what the handler
+//! object's latest body (as `body`, `spec`, …, fixed for the call), the
+//! [`LiveBody`] that follows it (as `live`), its memo and a [`Stopped`]
+//! flag; what the handler
 //! returns goes to `status.<id>` and its `patch` to the object, in one merge
 //! patch that carries the object's UID as a precondition.
 //!
@@ -31,14 +33,15 @@ use crate::execution::{self, Resolution};
 use crate::fields::ensure_field;
 use crate::fields::{merge_into, object_name};
 use crate::handlers::Handler;
-use crate::kwargs::{Indexes, Kwargs, Logger, Memo, Stopped};
+use crate::kwargs::{Indexes, Kwargs, LiveBody, Logger, Memo, Stopped};
 use crate::memories::Memories;
 use crate::patching::ResourceTarget;
 use crate::patching::{PatchError, PatchOutcome, PatchTarget, Patcher};
 use crate::posting::{self, EventPoster, ObjectReference};
+use crate::spawning::stopping::StopFlag;
 use crate::spawning::{
-    AbandonedReport, Ensured, Observer, Spawner, StopReason, TaskContext, TaskOutcome, TaskSpec,
-    task_fn,
+    AbandonedReport, Ensured, Observer, Spawner, StopReason, TaskContext, TaskOutcome,
+    TaskSpec, task_fn,
 };
 use crate::watching::DeletedBy;
 
@@ -221,8 +224,10 @@ struct TaskObject {
 }
 
 /// One call of a daemon or timer handler from its task.
-async fn call(handler: &Handler, env: &TaskEnvironment, ctx: TaskContext) -> TaskOutcome {
-    let body = ctx.body();
+async fn call(handler: &Handler, env: &TaskEnvironment, mut ctx: TaskContext) -> TaskOutcome {
+    // The call's body is the live body's last seen one: `live` waits for
+    // the next.
+    let body = Arc::clone(&ctx.body.borrow_and_update());
     // An object's namespace, name and memo never change while it lives.
     let object = ctx.local(|| TaskObject {
         logger: Logger::new(object_name(&body)),
@@ -230,12 +235,20 @@ async fn call(handler: &Handler, env: &TaskEnvironment, ctx: TaskContext) -> Tas
     });
     let logger = &object.logger;
     let mut kwargs = Kwargs::of(Arc::clone(&body), object.memo.clone(), logger.clone());
-    kwargs.stopped = Some(Stopped::new(ctx.stopped.token().clone()));
     kwargs.retry = ctx.retry;
     kwargs.started = Some(ctx.started);
     kwargs.runtime = ctx.runtime();
     kwargs.client = Some(env.client.clone());
     kwargs.indexes = env.indexes.clone();
+    // The receiver moves into `live`: no copy per call.
+    let TaskContext {
+        uid,
+        stopped,
+        body: receiver,
+        ..
+    } = ctx;
+    kwargs.stopped = Some(Stopped::new(stopped.token().clone()));
+    kwargs.live = Some(LiveBody::new(receiver));
     let patch = kwargs.patch.clone();
 
     let outcome = execution::invoke(handler, kwargs, None).await;
@@ -245,7 +258,7 @@ async fn call(handler: &Handler, env: &TaskEnvironment, ctx: TaskContext) -> Tas
         Resolution::Succeeded(Some(result)) => Some(result.clone()),
         _ => None,
     };
-    if (!patch.is_empty() || result.is_some()) && !ctx.stopped.is_set() {
+    if (!patch.is_empty() || result.is_some()) && !stopped.is_set() {
         let mut merged = patch.take();
         if !merged.is_object() {
             merged = json!({});
@@ -253,7 +266,7 @@ async fn call(handler: &Handler, env: &TaskEnvironment, ctx: TaskContext) -> Tas
         if let Some(result) = result {
             ensure_field(&mut merged, &["status", handler.id.as_str()], result);
         }
-        apply(env, &ctx, &body, merged, logger).await;
+        apply(env, (&uid, &stopped), &body, merged, logger).await;
     }
     match resolution {
         Resolution::Succeeded(result) => TaskOutcome::Ok(result),
@@ -263,10 +276,11 @@ async fn call(handler: &Handler, env: &TaskEnvironment, ctx: TaskContext) -> Tas
     }
 }
 
-/// Applies a task's patch to its object, guarded by the object's UID.
+/// Applies a task's patch to its object, guarded by the object's UID; a
+/// gone or replaced object sets the task's stop flag.
 async fn apply(
     env: &TaskEnvironment,
-    ctx: &TaskContext,
+    (uid, stopped): (&str, &StopFlag),
     body: &Value,
     patch: Value,
     logger: &Logger,
@@ -278,7 +292,7 @@ async fn apply(
     ) else {
         return;
     };
-    let mut guarded = json!({"metadata": {"uid": &*ctx.uid}});
+    let mut guarded = json!({"metadata": {"uid": uid}});
     merge_into(&mut guarded, patch);
     match env
         .patcher
@@ -288,11 +302,11 @@ async fn apply(
         Ok(PatchOutcome::Patched(_)) => {}
         Ok(PatchOutcome::Gone) => {
             logger.debug("The object is gone; the task ends.");
-            ctx.stopped.set(StopReason::ObjectDeleted);
+            stopped.set(StopReason::ObjectDeleted);
         }
         Err(PatchError::Conflict { .. }) => {
             logger.debug("The object was replaced by another of the same name; the task ends.");
-            ctx.stopped.set(StopReason::ObjectDeleted);
+            stopped.set(StopReason::ObjectDeleted);
         }
         Err(error) => logger.warn(format_args!("Patching the object failed: {error}")),
     }
@@ -425,6 +439,46 @@ mod tests {
             first_verdict(failing().backoff(Duration::from_secs(2))).await,
             Verdict::RetryIn(Duration::from_secs(2))
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_daemon_reads_its_object_as_it_is_now_through_live() {
+        let (client, _) = mock_api::client(|_| Reply::Json(200, example("ns", "a", "u1", "2")));
+        let env = environment(client);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let recorded = Arc::clone(&seen);
+        let resource = ResourceRef::dynamic("kopf.dev", "v1", "kopfexamples");
+        let handler = Handler::daemon(resource, "follow", move |kw: Kwargs| {
+            let seen = Arc::clone(&recorded);
+            async move {
+                let mut live = kw.live.clone().expect("daemons get a live body");
+                let stopped = kw.stopped.clone().expect("daemons get a stop flag");
+                let version = |body: &Value| body["metadata"]["resourceVersion"].clone();
+                let record = |body: &Value| seen.lock().expect("lock").push(version(body));
+                record(&kw.body);
+                while !stopped.is_set() {
+                    tokio::select! {
+                        () = live.changed() => record(&live.get()),
+                        () = stopped.cancelled() => {}
+                    }
+                }
+                // The call's own body stays as it was.
+                record(&kw.body);
+                Ok::<_, Error>(())
+            }
+        });
+        let spawner = Spawner::new(Recorder::new(), SpawnerSettings::default());
+        let spec = task_spec(&handler, &env);
+        spawner.ensure("u1", &spec, &Arc::new(example("ns", "a", "u1", "1")));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(spawner.update_body("u1", Arc::new(example("ns", "a", "u1", "2"))));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        spawner.ensure("u1", &spec, &Arc::new(example("ns", "a", "u1", "3")));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        spawner.stop_object("u1", StopReason::ObjectDeleted);
+        spawner.wait_stopped("u1").await;
+        assert_eq!(*seen.lock().expect("lock"), ["1", "2", "3", "1"]);
+        assert_eq!(spawner.counters().snapshot().stopped, 1, "not failed");
     }
 
     #[tokio::test(start_paused = true)]

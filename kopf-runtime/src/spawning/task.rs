@@ -238,6 +238,7 @@ impl std::fmt::Debug for TaskContext {
 
 impl TaskContext {
     /// The latest body seen (cheap: one reference count).
+    #[cfg(test)]
     #[must_use]
     pub fn body(&self) -> Arc<Value> {
         self.body.borrow().clone()

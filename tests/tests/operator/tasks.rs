@@ -1,5 +1,5 @@
 //! Daemons and timers as Kopf runs them, beyond their stopping (which is
-//! `daemons`'): timers without an `interval`.
+//! `daemons`'): timers without an `interval`, the live body.
 //!
 //! "Nothing more happened" is checked after a witness, a timer with an
 //! interval on the same object, has ticked several times more.
@@ -103,5 +103,44 @@ async fn timers_without_an_interval_run_once_per_idle_period_or_once() {
     witness(&calls, 10).await;
     assert_eq!(calls.named("quiet").len(), 2);
     assert_eq!(calls.named("once"), [json!("first")], "once for good");
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn a_daemon_follows_its_object_through_its_live_body() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let calls = Calls::default();
+    let c = calls.clone();
+    let registry = Registry::builder()
+        .daemon(secrets(), "follower", move |kw: Kwargs| {
+            let calls = c.clone();
+            async move {
+                let mut live = kw.live.clone().expect("daemons get a live body");
+                let stopped = kw.stopped.clone().expect("daemons get a stop flag");
+                calls.push("body", mark(&kw.body));
+                while !stopped.is_set() {
+                    calls.push("live", mark(&live.get()));
+                    tokio::select! {
+                        () = live.changed() => {}
+                        () = stopped.cancelled() => {}
+                    }
+                }
+                Ok::<_, Error>(())
+            }
+        })
+        .no_finalizers()
+        .build()
+        .expect("a valid registry");
+    let operator = Running::start_with(&emulator, registry, test_settings());
+    let api: Api<Secret> = Api::default_namespaced(emulator.client());
+    create(&api, "followed", "first").await;
+    assert_eq!(calls.wait_for("live", 1).await, [json!("first")]);
+    remark(&api, "followed", "second").await;
+    assert_eq!(
+        calls.wait_for("live", 2).await,
+        [json!("first"), json!("second")]
+    );
+    assert_eq!(calls.named("body"), [json!("first")], "started once");
     operator.stop().await;
 }

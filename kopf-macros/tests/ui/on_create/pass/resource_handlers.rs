@@ -72,16 +72,19 @@ async fn expire(meta: &ObjectMeta, client: kube::Client, stopped: &kopf::Stopped
 
 // As in Kopf's docs: no interval, once the object has been quiet for 10 s.
 #[kopf::timer(Secret, idle = 10)]
-async fn settled(name: &str) {
-    let _ = name;
+async fn settled(name: &str, live: &kopf::LiveBody) {
+    let _ = (name, live.get());
 }
 
 #[kopf::daemon(Pod, initial_delay = 1, cancellation_backoff = 2, cancellation_timeout = 5, cancellation_polling = 0.1,
                no_finalizers = false, annotations("x" = "y"))]
-async fn monitor(name: String, stopped: kopf::Stopped, by_node: &kopf::Index) -> kopf::Result<()> {
+async fn monitor(name: String, stopped: kopf::Stopped, by_node: &kopf::Index, mut live: kopf::LiveBody) -> kopf::Result<()> {
     while !stopped.is_set() {
-        let _ = (&name, by_node.get(Some("n")));
-        stopped.wait(Duration::from_secs(10)).await;
+        let _ = (&name, by_node.get(Some("n")), live.get());
+        tokio::select! {
+            () = live.changed() => {}
+            _ = stopped.wait(Duration::from_secs(10)) => {}
+        }
     }
     Ok(())
 }
