@@ -20,13 +20,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use futures::future::{CatchUnwind, Either, Map, Ready};
+use futures::future::{BoxFuture, CatchUnwind, Either, Map, Ready};
 use serde_json::Value;
 
 use crate::errors::{HandlerError, Outcome};
 use crate::fields::{ensure_field, merge_into};
 use crate::handlers::{ErrorsMode, Handler, HandlerKind, KindOptions};
 use crate::kwargs::{Diff, Indexes, Kwargs, Logger, Memo, Patch, Reason};
+use crate::posting;
 use crate::progress::{ProgressRecord, ProgressStorage, format_timestamp};
 
 /// The object and its change, shared by every handler of a cause.
@@ -457,6 +458,24 @@ pub fn invoke(
         };
         outcome.unwrap_or_else(|message| Err(HandlerError::Regular { message }))
     }
+}
+
+/// Runs the body of a plain-`fn` handler on a blocking thread (the macros'
+/// invokers call this). On that thread, [`posting`](crate::posting)'s free
+/// functions post with the Event poster of the calling task.
+#[doc(hidden)]
+pub fn run_blocking<F>(f: F) -> BoxFuture<'static, Outcome>
+where
+    F: FnOnce() -> Outcome + Send + 'static,
+{
+    Box::pin(async move {
+        let poster = posting::current();
+        let thread = tokio::task::spawn_blocking(move || posting::on_thread(poster, f));
+        match thread.await {
+            Ok(outcome) => outcome,
+            Err(error) => Err(HandlerError::Blocking(error.to_string())),
+        }
+    })
 }
 
 fn panicked(panic: &(dyn std::any::Any + Send)) -> String {

@@ -716,6 +716,7 @@ pub mod __private {
     pub use ::std::time::Duration;
 
     pub use crate::errors::{HandlerError, IntoOutcome, Outcome};
+    pub use crate::execution::run_blocking;
     pub use crate::handlers::{ErrorsMode, HandlerKind};
     pub use crate::injection::*;
     pub use crate::kwargs::{Kwargs, Operation};
@@ -724,19 +725,6 @@ pub mod __private {
         TaskRecord, ValueRecord, WebhookRecord,
     };
     pub use crate::resources::ResourceRef;
-
-    /// Runs a blocking handler body on tokio's blocking threads.
-    pub fn run_blocking<F>(f: F) -> BoxFuture<'static, Outcome>
-    where
-        F: FnOnce() -> Outcome + Send + 'static,
-    {
-        Box::pin(async move {
-            match tokio::task::spawn_blocking(f).await {
-                Ok(outcome) => outcome,
-                Err(error) => Err(HandlerError::Blocking(error.to_string())),
-            }
-        })
-    }
 }
 
 #[cfg(test)]

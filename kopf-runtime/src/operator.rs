@@ -335,7 +335,7 @@ impl Operator {
                     .collect::<Vec<Handler>>()
             };
             let startup_handlers = handlers_of(HandlerKind::OnStartup);
-            let startup = activities::run(&startup_handlers, &client, &settings);
+            let startup = activities::run(&startup_handlers, &client, &settings, poster.as_ref());
             tokio::select! {
                 started = startup => started.map_err(|failure| OperatorError::Startup {
                     handler: failure.handler,
@@ -388,7 +388,8 @@ impl Operator {
             // A start-up that failed cleans nothing up (as a failed start-up handler).
             let cleanup_handlers = handlers_of(HandlerKind::OnCleanup);
             if served.is_ok()
-                && let Err(failure) = activities::run(&cleanup_handlers, &client, &settings).await
+                && let Err(failure) =
+                    activities::run(&cleanup_handlers, &client, &settings, poster.as_ref()).await
             {
                 tracing::warn!(
                     handler = %failure.handler,

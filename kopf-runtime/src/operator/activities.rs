@@ -12,6 +12,8 @@
 //! attempt.
 //!
 //! # Guarantees
+//! - The handlers post Events (`posting::info`, …) with the operator's
+//!   poster, from plain `fn`s too.
 //! - Every handler runs until it ends, even when another one has already
 //!   failed for good (as in Kopf).
 //! - The activity fails only once all handlers have ended, with the first
@@ -25,6 +27,7 @@ use tokio::time::Instant;
 use crate::execution::{self, Resolution};
 use crate::handlers::Handler;
 use crate::kwargs::{Kwargs, Logger};
+use crate::posting::{self, EventPoster};
 use crate::settings::OperatorSettings;
 
 /// Where a delay too long for the clock ends: never, as far as anyone waits.
@@ -59,6 +62,7 @@ pub(super) async fn run(
     handlers: &[Handler],
     client: &Client,
     settings: &OperatorSettings,
+    poster: Option<&EventPoster>,
 ) -> Result<(), Failure> {
     let now = Instant::now();
     let mut attempts: Vec<Attempts> = handlers
@@ -73,7 +77,11 @@ pub(super) async fn run(
     loop {
         for (handler, state) in handlers.iter().zip(&mut attempts) {
             if state.ended.is_none() && state.due <= Instant::now() {
-                attempt(handler, state, client, settings).await;
+                let attempting = attempt(handler, state, client, settings);
+                match poster {
+                    Some(poster) => posting::scope(poster.clone(), attempting).await,
+                    None => attempting.await,
+                }
             }
         }
         let next = attempts
@@ -223,7 +231,7 @@ mod tests {
         let (client, _) = mock_api::client(|_| Reply::Json(404, serde_json::json!({})));
         let mut settings = OperatorSettings::default();
         settings.execution.default_backoff = default_backoff;
-        run(handlers, &client, &settings).await
+        run(handlers, &client, &settings, None).await
     }
 
     #[tokio::test(start_paused = true)]

@@ -661,6 +661,33 @@ async fn log_lines_as_events(loggers: bool) -> Vec<(String, String)> {
     about_a
 }
 
+/// A plain `fn`: it runs on a blocking thread, out of its task.
+#[kopf_runtime::on_create(ConfigMap, id = "posting_from_a_thread")]
+fn posting_from_a_thread(body: &Value, name: &str) {
+    posting::info(body, "FromAThread", name);
+}
+
+#[tokio::test]
+async fn plain_fn_handlers_post_their_events() {
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let mut settings = test_settings();
+    settings.posting.enabled = true;
+    let registry = kopf_tests::declared(&["posting_from_a_thread"]);
+    let operator = Running::start_with(&emulator, registry, settings);
+    let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+    api.create(&PostParams::default(), &configmap("threaded", json!({})))
+        .await
+        .expect("created");
+    eventually("the Event posted from the blocking thread", || async {
+        let about = events_about(&emulator, "threaded").await;
+        about
+            .contains(&("FromAThread".to_owned(), "threaded".to_owned()))
+            .then_some(())
+    })
+    .await;
+    operator.stop().await;
+}
+
 #[tokio::test]
 async fn log_lines_are_not_events_by_default_but_explicit_events_are() {
     let about_a = log_lines_as_events(false).await;
