@@ -225,11 +225,6 @@ impl Kind {
             Kind::Index | Kind::OnStartup | Kind::OnCleanup | Kind::OnLogin
         )
     }
-
-    /// Whether the fn must be `async`.
-    pub(crate) fn requires_async(self) -> bool {
-        matches!(self, Kind::Daemon)
-    }
 }
 
 /// `a`, `b`, `c` → "`a`, `b`, `c`".

@@ -27,8 +27,8 @@ use crate::errors::{HandlerError, Outcome};
 use crate::fields::{ensure_field, merge_into};
 use crate::handlers::{ErrorsMode, Handler, HandlerKind, KindOptions};
 use crate::kwargs::{Diff, Indexes, Kwargs, Logger, Memo, Patch, Reason};
-use crate::posting;
 use crate::progress::{ProgressRecord, ProgressStorage, format_timestamp};
+use crate::{posting, spawning};
 
 /// The object and its change, shared by every handler of a cause.
 #[derive(Clone)]
@@ -462,7 +462,10 @@ pub fn invoke(
 
 /// Runs the body of a plain-`fn` handler on a blocking thread (the macros'
 /// invokers call this). On that thread, [`posting`](crate::posting)'s free
-/// functions post with the Event poster of the calling task.
+/// functions post with the Event poster of the calling task; called from a
+/// daemon or timer, the thread is part of its task (see
+/// [`spawning`](crate::spawning)), so that stopping the task waits for it,
+/// and abandons and reports a thread that ignores its stop flag.
 #[doc(hidden)]
 pub fn run_blocking<F>(f: F) -> BoxFuture<'static, Outcome>
 where
@@ -470,7 +473,7 @@ where
 {
     Box::pin(async move {
         let poster = posting::current();
-        let thread = tokio::task::spawn_blocking(move || posting::on_thread(poster, f));
+        let thread = spawning::spawn_blocking(move || posting::on_thread(poster, f));
         match thread.await {
             Ok(outcome) => outcome,
             Err(error) => Err(HandlerError::Blocking(error.to_string())),

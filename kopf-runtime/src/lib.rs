@@ -159,8 +159,15 @@
 //! up), [`Error::Regular`] (from `?` on any `std::error::Error`; handled per
 //! `errors`) and, for webhooks, [`Error::Admission`].
 //!
-//! Handlers are `async fn`; a plain `fn` is accepted too (except for daemons)
-//! and runs on tokio's blocking threads.
+//! Handlers are `async fn`; a plain `fn` is accepted too, for every kind,
+//! and runs on tokio's blocking threads, from where `posting::info` and its
+//! siblings post Events as from async handlers. A plain-`fn` daemon
+//! runs on such a thread for as long as it wants and polls its `stopped`
+//! flag ([`Stopped::is_set`], [`Stopped::wait_blocking`]). A thread cannot
+//! be cancelled: once asked to stop, a daemon that does not return within
+//! its `cancellation_backoff` and `cancellation_timeout` (else the
+//! `background` settings' limits) is abandoned and reported (a warning, an
+//! `Abandoned` Event, a counter), as an async one is.
 //!
 //! # Options
 //!
@@ -273,6 +280,14 @@
 //! #[kopf::timer(Pod, idle = 10)]
 //! async fn settled(name: &str, logger: &kopf::Logger) {
 //!     logger.info(format!("{name} has settled"));
+//! }
+//!
+//! // A plain fn runs on a blocking thread, polling its stop flag.
+//! #[kopf::daemon(Pod, cancellation_timeout = 5)]
+//! fn poll(name: &str, stopped: &kopf::Stopped) {
+//!     while !stopped.wait_blocking(Duration::from_secs(10)) {
+//!         let _ = name; // blocking work
+//!     }
 //! }
 //!
 //! #[kopf::daemon(Pod, cancellation_timeout = 5)]

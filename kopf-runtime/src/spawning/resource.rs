@@ -7,9 +7,10 @@
 //! `#[daemon]` and `#[timer]` handlers into them. Each call gets the
 //! object's latest body (as `body`, `spec`, …, fixed for the call), the
 //! [`LiveBody`] that follows it (as `live`), its memo and a [`Stopped`]
-//! flag; what the handler
-//! returns goes to `status.<id>` and its `patch` to the object, in one merge
-//! patch that carries the object's UID as a precondition.
+//! flag; what the handler returns goes to `status.<id>` and its `patch` to
+//! the object, in one merge patch that carries the object's UID as a
+//! precondition. The blocking thread of a plain-`fn` handler is part of
+//! its task.
 //!
 //! # Guarantees
 //! - A patch never lands on another object of the same name: a re-created
@@ -40,7 +41,7 @@ use crate::patching::{PatchError, PatchOutcome, PatchTarget, Patcher};
 use crate::posting::{self, EventPoster, ObjectReference};
 use crate::spawning::stopping::StopFlag;
 use crate::spawning::{
-    AbandonedReport, Ensured, Observer, Spawner, StopReason, TaskContext, TaskOutcome,
+    self, AbandonedReport, Ensured, Observer, Spawner, StopReason, TaskContext, TaskOutcome,
     TaskSpec, task_fn,
 };
 use crate::watching::DeletedBy;
@@ -240,18 +241,27 @@ async fn call(handler: &Handler, env: &TaskEnvironment, mut ctx: TaskContext) ->
     kwargs.runtime = ctx.runtime();
     kwargs.client = Some(env.client.clone());
     kwargs.indexes = env.indexes.clone();
-    // The receiver moves into `live`: no copy per call.
+    // The call's receiver itself becomes `live`.
     let TaskContext {
         uid,
         stopped,
         body: receiver,
+        liveness,
         ..
     } = ctx;
     kwargs.stopped = Some(Stopped::new(stopped.token().clone()));
     kwargs.live = Some(LiveBody::new(receiver));
     let patch = kwargs.patch.clone();
 
-    let outcome = execution::invoke(handler, kwargs, None).await;
+    let invoking = execution::invoke(handler, kwargs, None);
+    let outcome = if handler.blocking {
+        // A plain fn runs on a blocking thread that belongs to the task.
+        // Boxed: only such calls carry the scope.
+        Box::pin(spawning::hosting(liveness, invoking)).await
+    } else {
+        drop(liveness);
+        invoking.await
+    };
     let backoff = handler.options.backoff.unwrap_or(env.default_backoff);
     let resolution = execution::resolve(handler, outcome, backoff, logger);
     let result = match &resolution {
@@ -479,6 +489,88 @@ mod tests {
         spawner.wait_stopped("u1").await;
         assert_eq!(*seen.lock().expect("lock"), ["1", "2", "3", "1"]);
         assert_eq!(spawner.counters().snapshot().stopped, 1, "not failed");
+    }
+
+    /// A plain-fn daemon, as the macros make it: its body runs through
+    /// `execution::run_blocking`. It records its start, then waits for its
+    /// stop flag if `honours`, else until `released`.
+    fn blocking_daemon(
+        honours: bool,
+        started: &Arc<std::sync::Barrier>,
+        released: &Arc<std::sync::atomic::AtomicBool>,
+    ) -> Handler {
+        let (started, released) = (Arc::clone(started), Arc::clone(released));
+        let resource = ResourceRef::dynamic("kopf.dev", "v1", "kopfexamples");
+        let func: crate::handlers::HandlerFn = Arc::new(move |kw: Kwargs| {
+            let (started, released) = (Arc::clone(&started), Arc::clone(&released));
+            execution::run_blocking(move || {
+                let stopped = kw.stopped.clone().expect("daemons get a stop flag");
+                started.wait();
+                if honours {
+                    while !stopped.wait_blocking(Duration::from_millis(10)) {}
+                } else {
+                    while !released.load(std::sync::atomic::Ordering::SeqCst) {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
+                Ok(None)
+            })
+        });
+        Handler::new(
+            crate::handlers::HandlerKind::Daemon,
+            Some(resource),
+            "sync".into(),
+            func,
+        )
+        .blocking(true)
+        .cancellation_backoff(Duration::from_millis(100))
+        .cancellation_timeout(Duration::from_millis(100))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_plain_fn_daemon_runs_on_a_thread_of_its_task_and_stops_in_bounds() {
+        let (client, _) = mock_api::client(|_| Reply::Json(200, example("ns", "a", "u1", "2")));
+        let env = environment(client);
+        let body = Arc::new(example("ns", "a", "u1", "1"));
+        /// Lets the thread that ignores its flag end when the test does,
+        /// failed or not (the runtime waits for its blocking threads).
+        struct Release(Arc<std::sync::atomic::AtomicBool>);
+        impl Drop for Release {
+            fn drop(&mut self) {
+                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let released = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let _release = Release(Arc::clone(&released));
+        for honours in [true, false] {
+            let started = Arc::new(std::sync::Barrier::new(2));
+            let recorder = Recorder::new();
+            let spawner = Spawner::new(recorder.clone(), SpawnerSettings::default());
+            let spec = task_spec(&blocking_daemon(honours, &started, &released), &env);
+            spawner.ensure("u1", &spec, &body);
+            let waiting = Arc::clone(&started);
+            tokio::task::spawn_blocking(move || waiting.wait())
+                .await
+                .expect("the daemon starts");
+            spawner.stop_object("u1", StopReason::ObjectDeleted);
+            tokio::time::timeout(Duration::from_secs(10), spawner.wait_stopped("u1"))
+                .await
+                .expect("stopping is bounded");
+            let counters = spawner.counters().snapshot();
+            if honours {
+                assert_eq!(
+                    (counters.stopped, counters.abandoned),
+                    (1, 0),
+                    "{counters:?}"
+                );
+            } else {
+                assert_eq!(
+                    counters.abandoned, 1,
+                    "the thread kept the task: {counters:?}"
+                );
+                assert_eq!(recorder.abandoned().len(), 1, "and it was reported");
+            }
+        }
     }
 
     #[tokio::test(start_paused = true)]

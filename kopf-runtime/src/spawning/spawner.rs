@@ -139,7 +139,6 @@ pub(crate) struct Liveness {
     pub(crate) shared: Arc<TaskShared>,
     /// For blocking threads; a per-task clone, so that handler calls do not
     /// all touch one shared reference count.
-    #[cfg(test)]
     pub(crate) tracker: TaskTracker,
     inner: Weak<Inner>,
 }
@@ -458,9 +457,10 @@ impl Drop for Inner {
 ///   [`SpawnerSettings::default_cancellation_timeout`] after cancelling.
 ///   With only `cancellation_timeout` set, the task is cancelled at once
 ///   (as in Kopf).
-/// - A blocking function cannot be cancelled, and a `spawn_blocking` (as
-///   a blocking handler's call runs in) is invisible here: once the task
-///   is abandoned, its thread may still run.
+/// - A blocking function cannot be cancelled. Plain-`fn` daemons and timers
+///   run on a thread of their task, so that the spawner sees them still
+///   running and abandons them visibly; a bare `spawn_blocking` is
+///   invisible here.
 /// - A handler that keeps a clone of its [`TaskContext`](super::TaskContext) beyond its own
 ///   future (e.g. in a task of its own) keeps the task "running".
 /// - An abandoned task is forgotten, not killed: a new task for the same key
@@ -605,7 +605,6 @@ impl Spawner {
             observer: Arc::clone(&inner.observer),
             liveness: Arc::new(Liveness {
                 shared: Arc::clone(&shared),
-                #[cfg(test)]
                 tracker: inner.tracker.clone(),
                 inner: Arc::downgrade(inner),
             }),

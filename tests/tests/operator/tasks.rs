@@ -1,17 +1,20 @@
 //! Daemons and timers as Kopf runs them, beyond their stopping (which is
-//! `daemons`'): timers without an `interval`, the live body.
+//! `daemons`'): timers without an `interval`, the live body, plain-`fn`
+//! daemons.
 //!
 //! "Nothing more happened" is checked after a witness, a timer with an
 //! interval on the same object, has ticked several times more.
 
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
-use kopf_runtime::{Error, Kwargs, Registry, ResourceRef};
+use k8s_openapi::api::core::v1::{Event, Secret};
+use kopf_runtime::{Error, Kwargs, Registry, ResourceRef, posting};
 use kopf_testing::Emulator;
-use kopf_tests::{Calls, Running, logs, test_settings};
+use kopf_tests::{Calls, Running, declared, eventually, logs, test_settings};
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 /// The annotation whose value the handlers record, to tell bodies apart.
@@ -142,5 +145,135 @@ async fn a_daemon_follows_its_object_through_its_live_body() {
         [json!("first"), json!("second")]
     );
     assert_eq!(calls.named("body"), [json!("first")], "started once");
+    operator.stop().await;
+}
+
+/// What the plain-fn daemons below record.
+static PLAIN: LazyLock<Calls> = LazyLock::new(Calls::default);
+
+/// Lets `stubborn` return: it ignores its stop flag until then.
+static RELEASED: AtomicBool = AtomicBool::new(false);
+
+/// A plain fn: it runs on a blocking thread, waits on its stop flag there,
+/// and posts an Event from it.
+#[kopf_runtime::daemon(Secret, id = "plain", no_finalizers)]
+fn plain(name: String, body: &Value, stopped: &kopf_runtime::Stopped) {
+    PLAIN.push("plain", json!(name));
+    posting::info(body, "PlainDaemon", "on a thread");
+    while !stopped.wait_blocking(Duration::from_millis(50)) {}
+    PLAIN.push("plain:exit", json!(name));
+}
+
+/// A plain fn that ignores its stop flag.
+#[kopf_runtime::daemon(
+    Secret,
+    id = "stubborn",
+    no_finalizers,
+    cancellation_backoff = 0.2,
+    cancellation_timeout = 0.3
+)]
+fn stubborn(name: String) {
+    PLAIN.push("stubborn", json!(name));
+    while !RELEASED.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    PLAIN.push("stubborn:exit", json!(name));
+}
+
+async fn events(emulator: &Emulator, reason: &str, name: &str) -> Vec<Event> {
+    let events: Api<Event> = Api::default_namespaced(emulator.client());
+    let mut list = events
+        .list(&ListParams::default())
+        .await
+        .expect("events listed")
+        .items;
+    list.retain(|e| {
+        e.reason.as_deref() == Some(reason) && e.involved_object.name.as_deref() == Some(name)
+    });
+    list
+}
+
+#[tokio::test]
+async fn a_plain_fn_daemon_runs_on_a_thread_until_its_stop_flag_is_set() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let mut settings = test_settings();
+    settings.posting.enabled = true;
+    let operator = Running::start_with(&emulator, declared(&["plain"]), settings);
+    let api: Api<Secret> = Api::default_namespaced(emulator.client());
+    create(&api, "threaded", "first").await;
+    eventually("the daemon's start", || async {
+        PLAIN
+            .named("plain")
+            .contains(&json!("threaded"))
+            .then_some(())
+    })
+    .await;
+    eventually("the Event posted from its thread", || async {
+        (!events(&emulator, "PlainDaemon", "threaded")
+            .await
+            .is_empty())
+        .then_some(())
+    })
+    .await;
+    api.delete("threaded", &DeleteParams::default())
+        .await
+        .expect("deleted");
+    eventually("the daemon's return", || async {
+        PLAIN
+            .named("plain:exit")
+            .contains(&json!("threaded"))
+            .then_some(())
+    })
+    .await;
+    eventually("the task's end", || {
+        let counters = operator.task_counters();
+        async move { (counters.stopped == 1).then_some(()) }
+    })
+    .await;
+    assert_eq!(operator.task_counters().abandoned, 0);
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn a_plain_fn_daemon_ignoring_its_stop_flag_is_abandoned_and_reported() {
+    /// Lets the thread end with the test, failed or not.
+    struct Release;
+    impl Drop for Release {
+        fn drop(&mut self) {
+            RELEASED.store(true, Ordering::SeqCst);
+        }
+    }
+    let _release = Release;
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let mut settings = test_settings();
+    settings.posting.enabled = true;
+    let operator = Running::start_with(&emulator, declared(&["stubborn"]), settings);
+    let api: Api<Secret> = Api::default_namespaced(emulator.client());
+    create(&api, "stubborn", "first").await;
+    eventually("the daemon's start", || async {
+        PLAIN
+            .named("stubborn")
+            .contains(&json!("stubborn"))
+            .then_some(())
+    })
+    .await;
+    api.delete("stubborn", &DeleteParams::default())
+        .await
+        .expect("deleted");
+    eventually("the task abandoned", || {
+        let counters = operator.task_counters();
+        async move { (counters.abandoned == 1).then_some(()) }
+    })
+    .await;
+    assert!(
+        PLAIN.named("stubborn:exit").is_empty(),
+        "abandoned while its thread still runs"
+    );
+    eventually("an Abandoned Event", || async {
+        (!events(&emulator, "Abandoned", "stubborn").await.is_empty()).then_some(())
+    })
+    .await;
     operator.stop().await;
 }

@@ -89,6 +89,15 @@ async fn monitor(name: String, stopped: kopf::Stopped, by_node: &kopf::Index, mu
     Ok(())
 }
 
+// A plain fn: it runs on a blocking thread and polls its stop flag.
+#[kopf::daemon(Secret, cancellation_timeout = 5)]
+fn poll(name: String, stopped: &kopf::Stopped) -> kopf::Result<()> {
+    while !stopped.wait_blocking(Duration::from_secs(10)) {
+        let _ = &name;
+    }
+    Ok(())
+}
+
 #[kopf::index(Pod, field = "spec.nodeName", value = kopf::PRESENT, retries = 1)]
 async fn by_node(spec: &Value, name: &str) -> kopf::Result<Value> {
     Ok(serde_json::json!({ spec["nodeName"].as_str().unwrap_or_default(): name }))
@@ -96,6 +105,6 @@ async fn by_node(spec: &Value, name: &str) -> kopf::Result<Value> {
 
 fn main() {
     let registry = kopf::Registry::from_inventory().expect("valid handlers");
-    assert_eq!(registry.len(), 11);
+    assert_eq!(registry.len(), 12);
     assert_eq!(registry.resources().len(), 5); // `KopfExample` and "kopfexamples" are one resource
 }
