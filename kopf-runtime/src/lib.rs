@@ -141,6 +141,11 @@
 //! at its tick. `live` ([`LiveBody`]) is the object as it is now, updated
 //! as the operator processes its events, as Kopf's live `body` is.
 //!
+//! What a handler writes into `patch` goes to its object in one merge patch
+//! with the handler's outcome. The `on_event` handlers of one event share
+//! one `patch`, applied after the last of them with the step's own changes
+//! (not after a deletion event: the object is gone).
+//!
 //! "Change kinds" are `on_create`, `on_update`, `on_delete`, `on_resume`, `on_field`;
 //! "webhooks" are `on_validate`, `on_mutate`. A parameter named like no kwarg
 //! and typed `&kopf::Index` (or `&kopf::Index<T>`) is the index whose
