@@ -564,6 +564,35 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Differences from Kopf
+//!
+//! Handlers fire in the same situations as Kopf 1.45's, and the state on
+//! the objects (progress, diff-base, finalizer) is Kopf's, byte for byte.
+//! What differs, and why:
+//!
+//! - **Daemons and timers may go without a finalizer** (`no_finalizers`),
+//!   so that `kubectl delete` does not hang while the operator is down;
+//!   their tasks are still stopped on a `DELETED` event, on a re-list that
+//!   misses the object, and on a `deletionTimestamp`.
+//! - **No wait is unbounded.** Where Kopf waits for a task for ever, the
+//!   wait ends at `background.graceful_exit_limit` or
+//!   `background.default_cancellation_timeout`, and a task that outlives it
+//!   is abandoned and reported: a stuck task must not hold a deletion or
+//!   the operator's exit.
+//! - **An `-n` pattern made only of exclusions** (`!kube-*`) excludes from
+//!   every other pattern instead of being ORed with them, which would
+//!   serve nearly everything.
+//! - **Resources by Rust type.** Besides Kopf's selectors, a handler may
+//!   name a `kube::Resource` type. Kopf's `EVERYTHING` marker and callable
+//!   selectors are not supported.
+//! - **The diff-base of a built-in kind** lists its top-level fields sorted,
+//!   where Kopf follows the kind's schema. Both compare essences decoded, so
+//!   neither sees a change in the other's.
+//! - **Not served yet:** `on_probe`, `on_validate`, `on_mutate` (refused at
+//!   start-up, naming the handler), sub-handlers, the operator-wide memo,
+//!   and peering (`--liveness`, `--peering`, `--priority` and `--dev` are
+//!   refused with a message).
+//!
 //! # What is public
 //!
 //! Everything an operator author uses, and nothing of the engine:
