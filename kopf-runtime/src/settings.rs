@@ -131,9 +131,8 @@ impl Default for QueueingSettings {
 /// (`tokio::runtime::Builder::max_blocking_threads`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExecutionSettings {
-    /// The retry delay of handlers without a `backoff` of their own, after
-    /// an arbitrary error or a temporary one that names no delay (change
-    /// handlers, daemons, timers, activities). Default: 60 s.
+    /// Retry delay after an arbitrary handler error that names no delay of its
+    /// own. Default: 60 s.
     pub default_backoff: Duration,
 }
 

@@ -14,5 +14,4 @@ mod login;
 mod resources;
 mod retries;
 mod selection;
-mod tasks;
 mod undecodable;
