@@ -511,6 +511,22 @@ mod tests {
         ResourceRef::of::<k8s_openapi::api::core::v1::ConfigMap>()
     }
 
+    /// One step of the change handler `handler` alone, on `body`, with the
+    /// default backoff: its outcome and the patch it recorded.
+    async fn step_one(handler: &Handler, body: Value) -> (StepOutcome, Value) {
+        let mut patch = json!({});
+        let out = step(
+            &cause(body),
+            &[handler],
+            std::slice::from_ref(handler),
+            &storage(),
+            Duration::from_secs(60),
+            &mut patch,
+        )
+        .await;
+        (out, patch)
+    }
+
     fn cause(body: Value) -> CauseContext {
         CauseContext {
             reason: Reason::Create,
@@ -554,16 +570,7 @@ mod tests {
         let handler = Handler::on_create(resource(), "create_fn", |_kw: Kwargs| async {
             Ok::<_, Error>(json!({"x": 1}))
         });
-        let mut patch = json!({});
-        let out = step(
-            &cause(json!({"metadata": {}})),
-            &[&handler],
-            std::slice::from_ref(&handler),
-            &storage(),
-            Duration::from_secs(60),
-            &mut patch,
-        )
-        .await;
+        let (out, patch) = step_one(&handler, json!({"metadata": {}})).await;
         assert!(out.done);
         assert_eq!(out.succeeded, 1);
         assert_eq!(patch["status"]["create_fn"], json!({"x": 1}));
@@ -678,32 +685,14 @@ mod tests {
         let permanent = Handler::on_create(resource(), "p", |_kw: Kwargs| async {
             Err::<(), _>(Error::permanent("never"))
         });
-        let mut patch = json!({});
-        let out = step(
-            &cause(json!({})),
-            &[&temporary],
-            std::slice::from_ref(&temporary),
-            &storage(),
-            Duration::from_secs(60),
-            &mut patch,
-        )
-        .await;
+        let (out, _) = step_one(&temporary, json!({})).await;
         assert!(!out.done);
         let delay = out.delay.expect("a retry is scheduled");
         assert!(
             delay > Duration::from_secs(25) && delay <= Duration::from_secs(30),
             "{delay:?}"
         );
-        let mut patch = json!({});
-        let out = step(
-            &cause(json!({})),
-            &[&permanent],
-            std::slice::from_ref(&permanent),
-            &storage(),
-            Duration::from_secs(60),
-            &mut patch,
-        )
-        .await;
+        let (out, _) = step_one(&permanent, json!({})).await;
         assert!(out.done);
         assert_eq!(out.failed, 1);
     }
@@ -714,28 +703,10 @@ mod tests {
             Err::<(), _>(Error::temporary("later", Duration::from_secs(30)))
         });
         let mut body = json!({"metadata": {}});
-        let mut patch = json!({});
-        let out = step(
-            &cause(body.clone()),
-            &[&temporary],
-            std::slice::from_ref(&temporary),
-            &storage(),
-            Duration::from_secs(60),
-            &mut patch,
-        )
-        .await;
+        let (out, patch) = step_one(&temporary, body.clone()).await;
         assert!(out.ran, "the handler was due");
         apply(&mut body, patch);
-        let mut patch = json!({});
-        let out = step(
-            &cause(body.clone()),
-            &[&temporary],
-            std::slice::from_ref(&temporary),
-            &storage(),
-            Duration::from_secs(60),
-            &mut patch,
-        )
-        .await;
+        let (out, _) = step_one(&temporary, body.clone()).await;
         assert!(!out.ran, "the handler waits for its retry");
         assert!(!out.done);
     }
@@ -749,16 +720,7 @@ mod tests {
             Ok::<_, Error>(())
         })
         .errors(ErrorsMode::Permanent);
-        let mut patch = json!({});
-        let out = step(
-            &cause(json!({})),
-            &[&handler],
-            std::slice::from_ref(&handler),
-            &storage(),
-            Duration::from_secs(60),
-            &mut patch,
-        )
-        .await;
+        let (out, _) = step_one(&handler, json!({})).await;
         assert!(out.done);
         assert_eq!(out.failed, 1);
     }
@@ -788,16 +750,7 @@ mod tests {
         let mut body = json!({"metadata": {}});
         let mut attempts = 0;
         loop {
-            let mut patch = json!({});
-            let out = step(
-                &cause(body.clone()),
-                &[&handler],
-                std::slice::from_ref(&handler),
-                &storage(),
-                Duration::from_secs(60),
-                &mut patch,
-            )
-            .await;
+            let (out, patch) = step_one(&handler, body.clone()).await;
             apply(&mut body, patch);
             if out.done {
                 assert_eq!(out.failed, 1);
@@ -817,16 +770,7 @@ mod tests {
             Ok::<_, Error>(())
         })
         .timeout(Duration::from_millis(50));
-        let mut patch = json!({});
-        let out = step(
-            &cause(json!({})),
-            &[&handler],
-            std::slice::from_ref(&handler),
-            &storage(),
-            Duration::from_secs(60),
-            &mut patch,
-        )
-        .await;
+        let (out, _) = step_one(&handler, json!({})).await;
         assert!(out.done);
         assert_eq!(out.failed, 1);
     }
