@@ -65,6 +65,7 @@ pub(crate) const KWARGS: &[(&str, &str)] = &[
     ("event", "EventArg"),
     ("type", "TypeArg"),
     ("stopped", "StoppedArg"),
+    ("live", "LiveArg"),
     ("client", "ClientArg"),
     ("operation", "OperationArg"),
     ("dryrun", "DryrunArg"),
@@ -189,7 +190,9 @@ impl Kind {
                 "patch", "retry", "started", "runtime", "reason", "diff", "old", "new",
             ],
             Kind::OnEvent => &["patch", "event", "type"],
-            Kind::Timer | Kind::Daemon => &["patch", "retry", "started", "runtime", "stopped"],
+            Kind::Timer | Kind::Daemon => {
+                &["patch", "retry", "started", "runtime", "stopped", "live"]
+            }
             Kind::Index => &[],
             Kind::OnStartup | Kind::OnCleanup | Kind::OnProbe => TIMING,
             Kind::OnLogin => TIMING,
@@ -221,11 +224,6 @@ impl Kind {
             self,
             Kind::Index | Kind::OnStartup | Kind::OnCleanup | Kind::OnLogin
         )
-    }
-
-    /// Whether the fn must be `async`.
-    pub(crate) fn requires_async(self) -> bool {
-        matches!(self, Kind::Daemon)
     }
 }
 
@@ -351,11 +349,13 @@ mod tests {
     }
 
     #[test]
-    fn stopped_is_only_for_daemons_and_timers() {
-        let kinds: Vec<_> = Kind::all()
-            .iter()
-            .filter(|k| k.kwargs().contains(&"stopped"))
-            .collect();
-        assert_eq!(kinds, [&Kind::Timer, &Kind::Daemon]);
+    fn stopped_and_live_are_only_for_daemons_and_timers() {
+        for kwarg in ["stopped", "live"] {
+            let kinds: Vec<_> = Kind::all()
+                .iter()
+                .filter(|k| k.kwargs().contains(&kwarg))
+                .collect();
+            assert_eq!(kinds, [&Kind::Timer, &Kind::Daemon], "{kwarg}");
+        }
     }
 }

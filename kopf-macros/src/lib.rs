@@ -47,7 +47,7 @@ attributes! {
     on_field => OnField;
     /// Registers a raw event handler: `#[on_event(Resource, options…)]`. See `kopf_runtime`.
     on_event => OnEvent;
-    /// Registers a timer: `#[timer(Resource, interval = …, options…)]`. See `kopf_runtime`.
+    /// Registers a timer: `#[timer(Resource, interval = …, idle = …, options…)]`. See `kopf_runtime`.
     timer => Timer;
     /// Registers a daemon: `#[daemon(Resource, options…)]`. See `kopf_runtime`.
     daemon => Daemon;

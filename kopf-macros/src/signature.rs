@@ -64,12 +64,6 @@ pub(crate) fn validate(kind: Kind, item: &ItemFn, errors: &mut Errors) -> Signat
     if let Some(variadic) = &sig.variadic {
         errors.push(variadic.span(), "handlers cannot be variadic");
     }
-    if sig.asyncness.is_none() && kind.requires_async() {
-        errors.push(
-            sig.fn_token.span(),
-            format!("`{}` handlers must be `async fn`: they run for as long as the object exists; write `async fn {}(…)`", kind.name(), sig.ident),
-        );
-    }
     let allowed = kind.kwargs();
     let mut seen: BTreeMap<String, Span> = BTreeMap::new();
     let mut params = Vec::new();

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use futures::future::{CatchUnwind, Either, Map, Ready};
+use futures::future::{BoxFuture, CatchUnwind, Either, Map, Ready};
 use serde_json::Value;
 
 use crate::errors::{HandlerError, Outcome};
@@ -28,6 +28,7 @@ use crate::fields::{ensure_field, merge_into};
 use crate::handlers::{ErrorsMode, Handler, HandlerKind, KindOptions};
 use crate::kwargs::{Diff, Indexes, Kwargs, Logger, Memo, Patch, Reason};
 use crate::progress::{ProgressRecord, ProgressStorage, format_timestamp};
+use crate::{posting, spawning};
 
 /// The object and its change, shared by every handler of a cause.
 #[derive(Clone)]
@@ -131,6 +132,8 @@ pub struct StepOutcome {
 /// Runs the due handler with the fewest attempts, if any, and records its
 /// progress (and its result and patch) into `patch`. `owned` are all change
 /// handlers of the resource: their records are purged once the cause is done.
+/// A handler without a `backoff` of its own retries after `default_backoff`
+/// (`settings.execution.default_backoff`).
 pub async fn step(
     cause: &CauseContext,
     handlers: &[&Handler],
@@ -336,11 +339,7 @@ async fn attempt(
     let outcome = call.await;
     let handler_patch = (!patch.is_empty()).then(|| patch.take());
     record.retries = Some(retries + 1);
-    let backoff = if handler.options.backoff.is_zero() {
-        default_backoff
-    } else {
-        handler.options.backoff
-    };
+    let backoff = handler.options.backoff.unwrap_or(default_backoff);
 
     let (record, result) = match resolve(handler, outcome, backoff, logger) {
         Resolution::Succeeded(result) => {
@@ -459,6 +458,27 @@ pub fn invoke(
         };
         outcome.unwrap_or_else(|message| Err(HandlerError::Regular { message }))
     }
+}
+
+/// Runs the body of a plain-`fn` handler on a blocking thread (the macros'
+/// invokers call this). On that thread, [`posting`](crate::posting)'s free
+/// functions post with the Event poster of the calling task; called from a
+/// daemon or timer, the thread is part of its task (see
+/// [`spawning`](crate::spawning)), so that stopping the task waits for it,
+/// and abandons and reports a thread that ignores its stop flag.
+#[doc(hidden)]
+pub fn run_blocking<F>(f: F) -> BoxFuture<'static, Outcome>
+where
+    F: FnOnce() -> Outcome + Send + 'static,
+{
+    Box::pin(async move {
+        let poster = posting::current();
+        let thread = spawning::spawn_blocking(move || posting::on_thread(poster, f));
+        match thread.await {
+            Ok(outcome) => outcome,
+            Err(error) => Err(HandlerError::Blocking(error.to_string())),
+        }
+    })
 }
 
 fn panicked(panic: &(dyn std::any::Any + Send)) -> String {
@@ -773,6 +793,38 @@ mod tests {
         let (out, _) = step_one(&handler, json!({})).await;
         assert!(out.done);
         assert_eq!(out.failed, 1);
+    }
+
+    /// The delay of the retry after one regular error of `handler`, with
+    /// `default_backoff` as the operator's setting.
+    async fn first_retry_delay(handler: &Handler, default_backoff: Duration) -> Duration {
+        let mut patch = json!({});
+        let out = step(
+            &cause(json!({})),
+            &[handler],
+            std::slice::from_ref(handler),
+            &storage(),
+            default_backoff,
+            &mut patch,
+        )
+        .await;
+        out.delay.expect("a retry is due")
+    }
+
+    #[tokio::test]
+    async fn an_unset_backoff_is_the_settings_default_and_a_set_one_wins() {
+        let failing = |id| {
+            Handler::on_create(resource(), id, |_kw: Kwargs| async {
+                Err::<(), _>(Error::regular("nope"))
+            })
+        };
+        let s = Duration::from_secs;
+        let unset = first_retry_delay(&failing("unset"), s(7)).await;
+        assert!(unset > s(6) && unset <= s(7), "{unset:?}");
+        let set = first_retry_delay(&failing("set").backoff(s(2)), s(7)).await;
+        assert!(set > s(1) && set <= s(2), "{set:?}");
+        let zero = first_retry_delay(&failing("zero").backoff(s(0)), s(7)).await;
+        assert_eq!(zero, s(0), "an explicit zero is a value, as in Kopf");
     }
 
     #[test]

@@ -21,7 +21,9 @@ use crate::resources::ResourceRef;
 /// handlers run on tokio's blocking threads inside it.
 pub type HandlerFn = Arc<dyn Fn(Kwargs) -> BoxFuture<'static, Outcome> + Send + Sync>;
 
-/// Kopf's default delay between retries (`backoff`): 60 seconds.
+/// Kopf's default delay between retries: 60 seconds, the default of
+/// `settings.execution.default_backoff`, which a handler without a
+/// `backoff` of its own retries after.
 pub const DEFAULT_BACKOFF: Duration = Duration::from_secs(60);
 
 /// The kinds of handlers, one per attribute macro.
@@ -197,8 +199,9 @@ impl ErrorsMode {
 pub struct Options {
     /// Maximum retries; `None` (the default) retries forever.
     pub retries: Option<u32>,
-    /// Delay between retries; 60 s by default.
-    pub backoff: Duration,
+    /// Delay between retries; `None` (the default) retries after the
+    /// operator's `settings.execution.default_backoff` (60 s unless set).
+    pub backoff: Option<Duration>,
     /// Give up after this long since the first attempt; `None` (default) never.
     pub timeout: Option<Duration>,
     /// What regular errors mean; [`ErrorsMode::Temporary`] by default.
@@ -209,7 +212,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             retries: None,
-            backoff: DEFAULT_BACKOFF,
+            backoff: None,
             timeout: None,
             errors: ErrorsMode::Temporary,
         }
@@ -583,7 +586,8 @@ impl Handler {
         self
     }
 
-    /// `backoff`: the delay between retries.
+    /// `backoff`: the delay between retries (instead of the operator's
+    /// `settings.execution.default_backoff`).
     pub fn backoff(mut self, backoff: Duration) -> Self {
         if !self.kind.has_retries() {
             return self.problem(
@@ -591,7 +595,7 @@ impl Handler {
                 "all kinds but `on_event`, `on_validate` and `on_mutate`",
             );
         }
-        self.options.backoff = backoff;
+        self.options.backoff = Some(backoff);
         self
     }
 
@@ -864,7 +868,7 @@ mod tests {
             h.options,
             Options {
                 retries: None,
-                backoff: Duration::from_secs(60),
+                backoff: None,
                 timeout: None,
                 errors: ErrorsMode::Temporary
             }

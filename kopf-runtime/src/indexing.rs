@@ -36,6 +36,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::watch;
@@ -97,6 +98,7 @@ impl OperatorIndexes {
         handlers: &[Handler],
         scopes: usize,
         client: kube::Client,
+        default_backoff: Duration,
     ) -> Option<ResourceIndexer> {
         let indexing: Vec<(Handler, Index)> = handlers
             .iter()
@@ -120,6 +122,7 @@ impl OperatorIndexes {
             scopes_to_list: scopes,
             indexed: HashSet::new(),
             failures: HashMap::new(),
+            default_backoff,
         })
     }
 
@@ -256,6 +259,8 @@ pub(crate) struct ResourceIndexer {
     indexed: HashSet<ObjectKey>,
     /// Failed index handlers, by the object's UID and the handler's position.
     failures: HashMap<(String, usize), Failure>,
+    /// The retry delay of index handlers without a `backoff` of their own.
+    default_backoff: Duration,
 }
 
 impl std::fmt::Debug for ResourceIndexer {
@@ -337,7 +342,8 @@ impl ResourceIndexer {
             }
             kwargs.client = Some(self.client.clone());
             let outcome = execution::invoke(handler, kwargs, handler.options.timeout).await;
-            let resolution = execution::resolve(handler, outcome, handler.options.backoff, &logger);
+            let backoff = handler.options.backoff.unwrap_or(self.default_backoff);
+            let resolution = execution::resolve(handler, outcome, backoff, &logger);
             let failed = |retry_at| {
                 let (attempts, started, first_failed) = failure.map_or_else(
                     || (1, jiff::Timestamp::now(), Instant::now()),
@@ -396,7 +402,7 @@ mod tests {
 
     use super::*;
     use crate::errors::Error;
-    use crate::handlers::ErrorsMode;
+    use crate::handlers::{DEFAULT_BACKOFF, ErrorsMode};
     use crate::registry::RegistryBuilder;
     use crate::resources::ResourceRef;
     use crate::watching::DeletedBy;
@@ -441,7 +447,7 @@ mod tests {
         let registry = registry.build().expect("a valid registry");
         let indexes = OperatorIndexes::new(&registry);
         let indexer = indexes
-            .indexer(registry.handlers(), 1, client())
+            .indexer(registry.handlers(), 1, client(), DEFAULT_BACKOFF)
             .expect("index handlers");
         let index = indexes.kwarg().get("by_node").expect("the index").clone();
         (indexes, indexer, index)
@@ -551,7 +557,7 @@ mod tests {
         let indexes = OperatorIndexes::new(&registry);
         let start_up = indexes.hold_all();
         let mut indexer = indexes
-            .indexer(registry.handlers(), 2, client())
+            .indexer(registry.handlers(), 2, client(), DEFAULT_BACKOFF)
             .expect("index handlers");
         let gate = indexes.gate(registry.handlers()).expect("a reader");
         let waiting = tokio::spawn({

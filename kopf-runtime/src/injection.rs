@@ -18,7 +18,8 @@ use serde_json::Value;
 
 use crate::errors::KwargError;
 use crate::kwargs::{
-    Diff, EventType, Index, Kwargs, Logger, Memo, Operation, Patch, Reason, Stopped, Warnings,
+    Diff, EventType, Index, Kwargs, LiveBody, Logger, Memo, Operation, Patch, Reason, Stopped,
+    Warnings,
 };
 
 /// Marks a parameter written as a reference (`&T`, `&str`).
@@ -82,6 +83,8 @@ kwarg_traits! {
     MemoArg, "`{Self}` cannot be injected as `memo`", "`memo` accepts `&kopf::Memo` or `kopf::Memo`";
     /// `stopped`.
     StoppedArg, "`{Self}` cannot be injected as `stopped`", "`stopped` accepts `&kopf::Stopped` or `kopf::Stopped`";
+    /// `live`.
+    LiveArg, "`{Self}` cannot be injected as `live`", "`live` accepts `&kopf::LiveBody` or `kopf::LiveBody` (write `mut live: kopf::LiveBody` to wait for changes)";
     /// `client`.
     ClientArg, "`{Self}` cannot be injected as `client`", "`client` accepts `&kube::Client` or `kube::Client`";
     /// `diff`.
@@ -256,6 +259,7 @@ clone_kwarg! {
     LoggerArg, Logger, "logger", |kw| Some(kw.logger.clone());
     MemoArg, Memo, "memo", |kw| Some(kw.memo.clone());
     StoppedArg, Stopped, "stopped", |kw| kw.stopped.clone();
+    LiveArg, LiveBody, "live", |kw| kw.live.clone();
     ClientArg, kube::Client, "client", |kw| kw.client.clone();
     DiffArg, Diff, "diff", |kw| Some(kw.diff.clone());
     WarningsArg, Warnings, "warnings", |kw| kw.admission.as_ref().map(|a| a.warnings.clone());

@@ -127,6 +127,7 @@
 //! | `event` | `&T`/`T`, `T: DeserializeOwned` | `on_event` |
 //! | `r#type` | `Option<EventType>`, `Option<&str>`, `Option<String>` | `on_event` |
 //! | `stopped` | `&Stopped`, `Stopped` | `timer`, `daemon` |
+//! | `live` | `&LiveBody`, `LiveBody` (`mut live: LiveBody` to await changes) | `timer`, `daemon` |
 //! | `operation` | `Operation`, `&str`, `String` | webhooks |
 //! | `dryrun` | `bool` | webhooks |
 //! | `warnings` | `&Warnings`, `Warnings` | webhooks |
@@ -134,6 +135,16 @@
 //! | `subresource` | as `name` | webhooks |
 //! | `headers` | `&BTreeMap<String, String>`, `BTreeMap<String, String>` | webhooks |
 //! | *index id* | `&Index<T>`, `Index<T>` (`T` is `serde_json::Value` unless given) | all but `index`, `on_startup`, `on_cleanup`, `on_login` |
+//!
+//! The object parameters (`body`, `spec`, `status`, …) are the object as it
+//! was when the call began: for a daemon, when it started; for a timer,
+//! at its tick. `live` ([`LiveBody`]) is the object as it is now, updated
+//! as the operator processes its events, as Kopf's live `body` is.
+//!
+//! What a handler writes into `patch` goes to its object in one merge patch
+//! with the handler's outcome. The `on_event` handlers of one event share
+//! one `patch`, applied after the last of them with the step's own changes
+//! (not after a deletion event: the object is gone).
 //!
 //! "Change kinds" are `on_create`, `on_update`, `on_delete`, `on_resume`, `on_field`;
 //! "webhooks" are `on_validate`, `on_mutate`. A parameter named like no kwarg
@@ -153,8 +164,15 @@
 //! up), [`Error::Regular`] (from `?` on any `std::error::Error`; handled per
 //! `errors`) and, for webhooks, [`Error::Admission`].
 //!
-//! Handlers are `async fn`; a plain `fn` is accepted too (except for daemons)
-//! and runs on tokio's blocking threads.
+//! Handlers are `async fn`; a plain `fn` is accepted too, for every kind,
+//! and runs on tokio's blocking threads, from where `posting::info` and its
+//! siblings post Events as from async handlers. A plain-`fn` daemon
+//! runs on such a thread for as long as it wants and polls its `stopped`
+//! flag ([`Stopped::is_set`], [`Stopped::wait_blocking`]). A thread cannot
+//! be cancelled: once asked to stop, a daemon that does not return within
+//! its `cancellation_backoff` and `cancellation_timeout` (else the
+//! `background` settings' limits) is abandoned and reported (a warning, an
+//! `Abandoned` Event, a counter), as an async one is.
 //!
 //! # Options
 //!
@@ -163,7 +181,7 @@
 //! | `id` | string | the fn name, plus `/field` when `field` is set (not for `index`) | all |
 //! | `param` | literal or `json!(…)` | none | all |
 //! | `retries` | integer | none: retry forever | all but `on_event` and webhooks |
-//! | `backoff` | seconds (int or float) | 60 | as `retries` |
+//! | `backoff` | seconds (int or float) | `settings.execution.default_backoff` (60) | as `retries` |
 //! | `timeout` | seconds | none | as `retries` |
 //! | `errors` | `kopf::ErrorsMode::{Temporary, Permanent, Ignored}` | `Temporary` (`Ignored` for `index`) | as `retries` |
 //! | `labels(…)`, `annotations(…)` | `"key" = "value" \| kopf::PRESENT \| kopf::ABSENT \| fn path` | none | resource kinds |
@@ -173,7 +191,7 @@
 //! | `old`, `new` | as `value` (not together with `value`): the field's old and new value, which must also differ (absent and `null` differ) | none | `on_update`, `on_field` |
 //! | `deleted` | flag | false | `on_resume` |
 //! | `optional` | flag | false (a finalizer is added) | `on_delete` |
-//! | `interval`, `idle` | seconds | none | `timer` |
+//! | `interval`, `idle` | seconds | none: without `interval`, a timer runs once each time the object has been unchanged for `idle`, or just once without `idle` either | `timer` |
 //! | `sharp` | flag | false | `timer` |
 //! | `initial_delay` | seconds | none | `timer`, `daemon` |
 //! | `cancellation_backoff`, `cancellation_timeout`, `cancellation_polling` | seconds | none (operator settings) | `daemon` |
@@ -263,6 +281,20 @@
 //!     Ok(())
 //! }
 //!
+//! // No interval: once each time the object has been unchanged for 10 s.
+//! #[kopf::timer(Pod, idle = 10)]
+//! async fn settled(name: &str, logger: &kopf::Logger) {
+//!     logger.info(format!("{name} has settled"));
+//! }
+//!
+//! // A plain fn runs on a blocking thread, polling its stop flag.
+//! #[kopf::daemon(Pod, cancellation_timeout = 5)]
+//! fn poll(name: &str, stopped: &kopf::Stopped) {
+//!     while !stopped.wait_blocking(Duration::from_secs(10)) {
+//!         let _ = name; // blocking work
+//!     }
+//! }
+//!
 //! #[kopf::daemon(Pod, cancellation_timeout = 5)]
 //! async fn monitor(name: &str, stopped: kopf::Stopped) -> kopf::Result<()> {
 //!     while !stopped.is_set() {
@@ -270,6 +302,18 @@
 //!         stopped.wait(Duration::from_secs(10)).await;
 //!     }
 //!     Ok(())
+//! }
+//!
+//! // `live` is the pod as it is now; `changed` awaits its next change.
+//! #[kopf::daemon(Pod)]
+//! async fn follow(mut live: kopf::LiveBody, stopped: kopf::Stopped, logger: &kopf::Logger) {
+//!     while !stopped.is_set() {
+//!         logger.info(format!("phase: {}", live.get()["status"]["phase"]));
+//!         tokio::select! {
+//!             () = live.changed() => {}
+//!             () = stopped.cancelled() => {}
+//!         }
+//!     }
 //! }
 //! # fn main() {}
 //! ```
@@ -321,7 +365,10 @@
 //!
 //! ## `on_startup`, `on_cleanup`, `on_probe`, `on_login`
 //!
-//! `on_startup` and `on_cleanup` run. **`on_probe` is not served yet:** an
+//! `on_startup` and `on_cleanup` run, retried as any handler is (`errors`,
+//! `retries`, `backoff`, `timeout`): the operator serves nothing until every
+//! start-up handler has succeeded, and does not start if one fails for good
+//! ([`OperatorError::Startup`]). **`on_probe` is not served yet:** an
 //! operator with such a handler refuses to start, naming it
 //! ([`OperatorError::Unsupported`]).
 //!
@@ -574,6 +621,7 @@
 //! | [`Reason`] | the `reason` parameter: the cause of a change handler's call |
 //! | [`EventType`] | the `type` parameter of `on_event` handlers |
 //! | [`Stopped`] | the `stopped` parameter of daemons and timers |
+//! | [`LiveBody`] | the `live` parameter of daemons and timers: their object as it is now |
 //! | [`Index`], [`Indexes`] | the parameters named by `index` handlers' ids |
 //! | [`Operation`], [`Warnings`], [`Admission`] | the parameters of `on_validate` and `on_mutate` handlers |
 //! | [`Timestamp`] | the `started` parameter |
@@ -641,7 +689,7 @@ pub use hierarchies::{
 };
 pub use kwargs::{
     Admission, Diff, DiffItem, DiffOp, EventType, Index, IndexError, IndexKey, Indexes, Kwargs,
-    Level, Logger, Memo, Operation, Patch, Reason, Stopped, Store, Warnings,
+    Level, LiveBody, Logger, Memo, Operation, Patch, Reason, Stopped, Store, Warnings,
 };
 pub use login::{ConnectionInfo, LoginError};
 pub use namespaces::{NamespaceSelector, SelectorError};
@@ -717,6 +765,7 @@ pub mod __private {
     pub use ::std::time::Duration;
 
     pub use crate::errors::{HandlerError, IntoOutcome, Outcome};
+    pub use crate::execution::run_blocking;
     pub use crate::handlers::{ErrorsMode, HandlerKind};
     pub use crate::injection::*;
     pub use crate::kwargs::{Kwargs, Operation};
@@ -725,19 +774,6 @@ pub mod __private {
         TaskRecord, ValueRecord, WebhookRecord,
     };
     pub use crate::resources::ResourceRef;
-
-    /// Runs a blocking handler body on tokio's blocking threads.
-    pub fn run_blocking<F>(f: F) -> BoxFuture<'static, Outcome>
-    where
-        F: FnOnce() -> Outcome + Send + 'static,
-    {
-        Box::pin(async move {
-            match tokio::task::spawn_blocking(f).await {
-                Ok(outcome) => outcome,
-                Err(error) => Err(HandlerError::Blocking(error.to_string())),
-            }
-        })
-    }
 }
 
 #[cfg(test)]

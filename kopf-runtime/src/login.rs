@@ -290,17 +290,25 @@ pub(crate) struct Vault {
     /// Digests of the credentials the API server refused.
     refused: Mutex<HashSet<u64>>,
     backoffs: Vec<Duration>,
+    /// The retry delay of login handlers without a `backoff` of their own.
+    default_backoff: Duration,
 }
 
 impl Vault {
     /// A vault filled by `handlers` (the `on_login` ones); after a failed
     /// login it tries again after each of `backoffs` (the last repeating).
-    pub(crate) fn new(handlers: Vec<Handler>, backoffs: Vec<Duration>) -> Arc<Self> {
+    /// A handler without a `backoff` retries after `default_backoff`.
+    pub(crate) fn new(
+        handlers: Vec<Handler>,
+        backoffs: Vec<Duration>,
+        default_backoff: Duration,
+    ) -> Arc<Self> {
         Arc::new(Self {
             handlers,
             state: watch::Sender::new(State::LoggingIn),
             refused: Mutex::new(HashSet::new()),
             backoffs,
+            default_backoff,
         })
     }
 
@@ -375,7 +383,7 @@ impl Vault {
     async fn login(&self) -> Result<Vec<Credential>, LoginError> {
         let mut credentials = Vec::new();
         for handler in &self.handlers {
-            let Some(result) = run(handler).await else {
+            let Some(result) = run(handler, self.default_backoff).await else {
                 continue;
             };
             match Credential::of(&result).await {
@@ -479,7 +487,7 @@ fn try_clone(request: &Request<Body>) -> Option<Request<Body>> {
 
 /// Runs one login handler until it succeeds or fails for good; its result,
 /// if any.
-async fn run(handler: &Handler) -> Option<Value> {
+async fn run(handler: &Handler, default_backoff: Duration) -> Option<Value> {
     let logger = Logger::new(handler.id.clone());
     let started = jiff::Timestamp::now();
     let since = tokio::time::Instant::now();
@@ -491,7 +499,8 @@ async fn run(handler: &Handler) -> Option<Value> {
         kwargs.started = Some(started);
         kwargs.runtime = since.elapsed();
         let outcome = execution::invoke(handler, kwargs, handler.options.timeout).await;
-        match execution::resolve(handler, outcome, handler.options.backoff, &logger) {
+        let backoff = handler.options.backoff.unwrap_or(default_backoff);
+        match execution::resolve(handler, outcome, backoff, &logger) {
             Resolution::Succeeded(result) => return result,
             Resolution::Ignored | Resolution::Failed { .. } => return None,
             Resolution::Retry { delay, .. } => {

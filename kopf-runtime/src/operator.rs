@@ -22,11 +22,9 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
-use crate::execution;
 use crate::fields::object_name;
 use crate::handlers::{Handler, HandlerKind};
 use crate::indexing::{Hold, IndexGate, OperatorIndexes, ResourceIndexer};
-use crate::kwargs::{Kwargs, Logger};
 use crate::login::{LoginError, Vault};
 use crate::namespaces::NamespaceSelector;
 use crate::patching::ResourceTarget;
@@ -41,6 +39,8 @@ use crate::settings::OperatorSettings;
 use crate::spawning::resource::{ResourceTasks, TaskObserver};
 use crate::spawning::{Spawner, SpawnerSettings, StopReason, TaskCounters};
 use crate::watching::{ObjectEvent, ResourceWatcher, Seen};
+
+mod activities;
 
 /// Why an operator could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -62,8 +62,12 @@ pub enum OperatorError {
     /// The `on_login` handlers gave no usable credentials at start-up.
     #[error("{0}; make an `on_login` handler return a `kopf::ConnectionInfo` or a kubeconfig")]
     Login(#[source] LoginError),
-    /// An `on_startup` handler failed for good, so the operator does not start.
-    #[error("start-up handler `{handler}` failed: {message}")]
+    /// An `on_startup` handler failed for good (a permanent error, a
+    /// regular one with `errors = Permanent`, or its `retries` or `timeout`
+    /// exhausted), so the operator does not start.
+    #[error(
+        "start-up handler `{handler}` failed for good, so the operator does not start: {message}"
+    )]
     Startup {
         /// The handler's id.
         handler: String,
@@ -136,6 +140,10 @@ fn is_supported(kind: HandlerKind) -> bool {
 ///   every request; a stop meanwhile ends the run at once.
 /// - The handlers that take an index start handling their objects once it
 ///   is filled.
+/// - Start-up and clean-up handlers are retried as Kopf retries them (per
+///   `errors`, `retries`, `backoff`, `timeout`); the operator starts
+///   serving only once every start-up handler has succeeded, and does not
+///   start if one fails for good ([`OperatorError::Startup`]).
 /// - A stop during the start-up handlers cancels them; nothing is served and
 ///   no clean-up handler runs (as in Kopf).
 /// - A resource selector that names one resource but matches several is a
@@ -156,6 +164,10 @@ fn is_supported(kind: HandlerKind) -> bool {
 ///   `queueing.exit_timeout` to finish and are cancelled after it (nothing
 ///   acts on objects once [`Operator::run_until`] returns); then the clean-up
 ///   handlers run.
+///
+/// # Caveats
+/// - A clean-up handler that keeps failing with retries and no `retries`
+///   or `timeout` holds the exit, as in Kopf: give such handlers a limit.
 ///
 /// ```no_run
 /// use kopf_runtime::{Kwargs, Operator, Registry, ResourceRef};
@@ -275,8 +287,13 @@ impl Operator {
                 .of_kind(HandlerKind::OnLogin)
                 .cloned()
                 .collect();
-            let vault = (!logins.is_empty())
-                .then(|| Vault::new(logins, self.settings.networking.error_backoffs.clone()));
+            let vault = (!logins.is_empty()).then(|| {
+                Vault::new(
+                    logins,
+                    self.settings.networking.error_backoffs.clone(),
+                    self.settings.execution.default_backoff,
+                )
+            });
             let client = match (&vault, self.client.clone()) {
                 (Some(vault), _) => tokio::select! {
                     client = vault.client() => client.map_err(OperatorError::Login)?,
@@ -311,16 +328,19 @@ impl Operator {
                 Arc::clone(&self.task_counters.0),
             ));
 
-            let activities = |kind| {
+            let handlers_of = |kind| {
                 self.registry
                     .of_kind(kind)
                     .cloned()
                     .collect::<Vec<Handler>>()
             };
-            let startup_handlers = activities(HandlerKind::OnStartup);
-            let startup = run_activities(&startup_handlers, &client, true);
+            let startup_handlers = handlers_of(HandlerKind::OnStartup);
+            let startup = activities::run(&startup_handlers, &client, &settings, poster.as_ref());
             tokio::select! {
-                started = startup => started?,
+                started = startup => started.map_err(|failure| OperatorError::Startup {
+                    handler: failure.handler,
+                    message: failure.message,
+                })?,
                 () = &mut stop => {
                     // As in Kopf: a start-up cut short serves nothing and cleans nothing up.
                     tracing::warn!("stopped before the start-up handlers finished");
@@ -366,11 +386,16 @@ impl Operator {
                 tracing::warn!(%error, "daemons and timers did not all stop in time");
             }
             // A start-up that failed cleans nothing up (as a failed start-up handler).
+            let cleanup_handlers = handlers_of(HandlerKind::OnCleanup);
             if served.is_ok()
-                && let Err(error) =
-                    run_activities(&activities(HandlerKind::OnCleanup), &client, false).await
+                && let Err(failure) =
+                    activities::run(&cleanup_handlers, &client, &settings, poster.as_ref()).await
             {
-                tracing::warn!(%error, "a clean-up handler failed");
+                tracing::warn!(
+                    handler = %failure.handler,
+                    message = %failure.message,
+                    "a clean-up handler failed for good",
+                );
             }
             root.cancel();
             tasks.close();
@@ -855,9 +880,12 @@ impl Resources {
             poster: context.poster.clone(),
             namespaces: context.namespaces.clone(),
             spawner: Arc::clone(&context.spawner),
-            indexer: context
-                .indexes
-                .indexer(&handlers, scopes, context.client.clone()),
+            indexer: context.indexes.indexer(
+                &handlers,
+                scopes,
+                context.client.clone(),
+                context.settings.execution.default_backoff,
+            ),
             gate: context.indexes.gate(&handlers),
         };
         context.tasks.spawn(serve.run(
@@ -1142,61 +1170,6 @@ fn report_undecodable(poster: Option<&EventPoster>, object: &Value, reason: &str
             &format!("The operator cannot decode this object and skips it: {reason}"),
         );
     }
-}
-
-/// Runs start-up or clean-up handlers, each until it succeeds or fails for
-/// good (retrying temporary errors after their delay).
-async fn run_activities(
-    handlers: &[Handler],
-    client: &Client,
-    fatal: bool,
-) -> Result<(), OperatorError> {
-    for handler in handlers {
-        let mut retry = 0;
-        let started = jiff::Timestamp::now();
-        loop {
-            let mut kwargs = Kwargs::new(serde_json::Value::Null);
-            kwargs.client = Some(client.clone());
-            kwargs.logger = Logger::new(handler.id.clone());
-            kwargs.retry = retry;
-            kwargs.started = Some(started);
-            let outcome = execution::invoke(handler, kwargs, handler.options.timeout).await;
-            let delay = match outcome {
-                Ok(_) => {
-                    tracing::info!(handler = %handler.id, "activity succeeded");
-                    break;
-                }
-                Err(crate::errors::HandlerError::Temporary { message, delay }) => {
-                    tracing::warn!(handler = %handler.id, %message, "activity failed temporarily");
-                    delay.unwrap_or(handler.options.backoff)
-                }
-                Err(error) => {
-                    let message = error.to_string();
-                    tracing::error!(handler = %handler.id, %message, "activity failed");
-                    if fatal {
-                        return Err(OperatorError::Startup {
-                            handler: handler.id.clone(),
-                            message,
-                        });
-                    }
-                    break;
-                }
-            };
-            retry += 1;
-            if handler.options.retries.is_some_and(|limit| retry >= limit) {
-                let message = format!("exceeded {retry} retries");
-                if fatal {
-                    return Err(OperatorError::Startup {
-                        handler: handler.id.clone(),
-                        message,
-                    });
-                }
-                break;
-            }
-            tokio::time::sleep(delay).await;
-        }
-    }
-    Ok(())
 }
 
 /// Completes on SIGINT or SIGTERM.

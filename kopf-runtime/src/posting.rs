@@ -409,6 +409,11 @@ tokio::task_local! {
     static CURRENT: EventPoster;
 }
 
+std::thread_local! {
+    /// The poster of the task whose blocking call runs on this thread.
+    static ON_THREAD: std::cell::RefCell<Option<EventPoster>> = const { std::cell::RefCell::new(None) };
+}
+
 /// Run `fut` with `poster` as the one [`info`], [`warn`] and [`exception`]
 /// use (the runtime wraps every handler call in this).
 pub(crate) fn scope<F: Future>(poster: EventPoster, fut: F) -> impl Future<Output = F::Output> {
@@ -417,9 +422,36 @@ pub(crate) fn scope<F: Future>(poster: EventPoster, fut: F) -> impl Future<Outpu
     CURRENT.scope(poster, fut)
 }
 
+/// The poster of the current task's [`scope`], if any: for a blocking call
+/// the task starts on another thread (see [`on_thread`]).
+pub(crate) fn current() -> Option<EventPoster> {
+    CURRENT.try_with(EventPoster::clone).ok()
+}
+
+/// Runs `f` on this thread with `poster` as the one [`info`], [`warn`] and
+/// [`exception`] use: a plain-`fn` handler runs on a blocking thread, out
+/// of its task's [`scope`]. The thread's previous poster is back
+/// afterwards, even if `f` panics.
+pub(crate) fn on_thread<R>(poster: Option<EventPoster>, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<EventPoster>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            ON_THREAD.with(|slot| *slot.borrow_mut() = previous);
+        }
+    }
+    if poster.is_none() {
+        return f();
+    }
+    let _restore = Restore(ON_THREAD.with(|slot| slot.replace(poster)));
+    f()
+}
+
 fn with_current(f: impl FnOnce(&EventPoster)) {
-    if CURRENT.try_with(f).is_err() {
-        tracing::debug!("no event poster in this task; the event is not posted");
+    let poster = current().or_else(|| ON_THREAD.with(|slot| slot.borrow().clone()));
+    match poster {
+        Some(poster) => f(&poster),
+        None => tracing::debug!("no event poster in this task; the event is not posted"),
     }
 }
 
@@ -678,6 +710,26 @@ mod tests {
         assert_eq!(
             rx.try_recv().map(|e| e.event_type).ok(),
             Some(EventType::Warning)
+        );
+        assert!(rx.try_recv().is_err());
+    }
+
+    #[tokio::test]
+    async fn a_blocking_call_posts_with_the_poster_of_its_task() {
+        let (p, mut rx) = poster(PostingSettings::default());
+        scope(p, async {
+            let poster = current();
+            tokio::task::spawn_blocking(move || {
+                on_thread(poster, || info(&pod(), "Synced", "from a thread"));
+                info(&pod(), "Synced", "after the call"); // the thread forgot it
+            })
+            .await
+            .expect("no panic");
+        })
+        .await;
+        assert_eq!(
+            rx.try_recv().map(|e| e.message).ok().as_deref(),
+            Some("from a thread")
         );
         assert!(rx.try_recv().is_err());
     }

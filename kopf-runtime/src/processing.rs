@@ -22,6 +22,10 @@
 //!   stopped (awaited within their stop limits, not polled); tasks of
 //!   `no_finalizers` handlers are stopped, never waited for. When to add,
 //!   keep and release the finalizer is [`finalizers::Lifecycle`]'s to say.
+//! - What the `on_event` handlers patch (one [`Patch`] shared by all of
+//!   them, in order) goes out with the step's own patch, in one request,
+//!   as in Kopf; after a deletion event it is not applied, the object being
+//!   gone.
 //! - A patch that finds its object gone ends the processing quietly.
 //! - A patch that settles the object (it records the handled change and
 //!   nothing else, and nothing is left to do) is conditional on the handled
@@ -42,11 +46,13 @@ use crate::causes::{self, CauseInput, ChangeCause};
 use crate::diffbase::DiffBaseStorage;
 use crate::echoes::Echoes;
 use crate::execution::{self, CauseContext};
-use crate::fields::{ensure_field, meta_str, object_name, remove_field, resolve_field};
+use crate::fields::{ensure_field, merge_into, meta_str, object_name, remove_field, resolve_field};
 use crate::filters::{FieldPath, FieldValues};
 use crate::finalizers::{self, Action, Lifecycle};
 use crate::handlers::{Handler, HandlerKind};
-use crate::kwargs::{Diff, EventType, Indexes, Kwargs, Level, LogSink, Logger, Memo, Reason};
+use crate::kwargs::{
+    Diff, EventType, Indexes, Kwargs, Level, LogSink, Logger, Memo, Patch, Reason,
+};
 use crate::memories::{Handled, Memories, ObjectMemory};
 use crate::patching::{
     ObjectVersion, PatchError, PatchOutcome, PatchTarget, Patcher, ResourceTarget,
@@ -201,6 +207,7 @@ impl ResourceProcessor {
             poster: poster.clone(),
             memories: memories.clone(),
             indexes: handlers.indexes.clone(),
+            default_backoff: settings.execution.default_backoff,
         };
         let tasks = Arc::new(ResourceTasks::new(
             &handlers.spawning,
@@ -293,11 +300,15 @@ impl ResourceProcessor {
             // `tasks`); what is left is to forget the object.
             self.tasks.forget(uid);
         }
+        // As in Kopf, what the event handlers patch is not applied: the
+        // object is gone.
+        let mut unapplied = json!({});
         self.run_event_handlers(
             Some(EventType::Deleted),
             body,
             known.as_ref().map(|m| m.memo.clone()),
             &logger,
+            &mut unapplied,
         )
         .await;
         if known.is_some() {
@@ -329,10 +340,17 @@ impl ResourceProcessor {
         }
         let memory = self.memories.recall(uid, initial_listing);
         let logger = self.logger(body);
-        self.run_event_handlers(event_type, body, Some(memory.memo.clone()), &logger)
-            .await;
-
+        // The event handlers' patch goes out with the step's, in one request.
         let mut patch = json!({});
+        self.run_event_handlers(
+            event_type,
+            body,
+            Some(memory.memo.clone()),
+            &logger,
+            &mut patch,
+        )
+        .await;
+
         let Handling {
             delay,
             ran,
@@ -340,14 +358,17 @@ impl ResourceProcessor {
         } = self
             .handle_object(uid, body, &memory, &logger, &mut patch)
             .await;
-        if self.only_event_handlers() {
+        let memory = if self.only_event_handlers() {
             // Nothing is due later, so the memory is kept only for a memo
-            // the event handlers filled or kept. Nothing is patched either.
+            // the event handlers filled or kept. Only what they patched is
+            // patched.
             memory.mark_fully_handled();
             drop(memory);
             self.memories.release_if_unused(uid);
-            return Processed::default();
-        }
+            None
+        } else {
+            Some(memory)
+        };
         if patch.as_object().is_none_or(|p| p.is_empty()) {
             return Processed {
                 expect_version: None,
@@ -381,7 +402,7 @@ impl ResourceProcessor {
                 {
                     echoes.expect(uid, version);
                     // Nothing needs comparing when it comes back.
-                    drop(memory.take_handled());
+                    drop(memory.as_ref().and_then(|memory| memory.take_handled()));
                     return Processed {
                         expect_version: None,
                         retry_after: delay,
@@ -725,35 +746,45 @@ impl ResourceProcessor {
         (outcome, stored)
     }
 
-    /// The `on_event` handlers of an event, if there are any. Their calls
-    /// are boxed: held inline, they would make every processing's future
-    /// larger, with or without event handlers.
+    /// The `on_event` handlers of an event, if there are any; what they
+    /// patch is merged into `patch`. Their calls are boxed: held inline,
+    /// they would make every processing's future larger, with or without
+    /// event handlers.
     async fn run_event_handlers(
         &self,
         event_type: Option<EventType>,
         body: &Arc<Value>,
         memo: Option<Memo>,
         logger: &Logger,
+        patch: &mut Value,
     ) {
         if !self.handlers.watching.is_empty() {
-            Box::pin(self.call_event_handlers(event_type, body, memo, logger)).await;
+            let patched = Box::pin(self.call_event_handlers(event_type, body, memo, logger)).await;
+            if !patched.is_empty() {
+                merge_into(patch, patched.take());
+            }
         }
     }
 
+    /// Calls the matching event handlers in order, all with one shared
+    /// [`Patch`] (as in Kopf, each sees what the ones before it patched),
+    /// which is returned.
     async fn call_event_handlers(
         &self,
         event_type: Option<EventType>,
         body: &Arc<Value>,
         memo: Option<Memo>,
         logger: &Logger,
-    ) {
+    ) -> Patch {
         let raw = Arc::new(json!({
             "type": event_type.map(|t| t.as_str()),
             "object": &**body,
         }));
+        let patch = Patch::new();
         for handler in &self.handlers.watching {
             let memo = memo.clone().unwrap_or_default();
             let mut kwargs = Kwargs::of(Arc::clone(body), memo, logger.clone());
+            kwargs.patch = patch.clone();
             kwargs.event = Some(Arc::clone(&raw));
             kwargs.event_type = event_type;
             kwargs.client = Some(self.client.clone());
@@ -768,6 +799,7 @@ impl ResourceProcessor {
                 ));
             }
         }
+        patch
     }
 
     /// The object's logger: messages go to `tracing`, and with
@@ -1037,6 +1069,61 @@ mod tests {
             "unguarded: {sent:?}"
         );
         assert_eq!(processed.expect_version.as_deref(), Some("2"));
+    }
+
+    /// Two event handlers: the first patches, the second sees its patch
+    /// and adds to it.
+    fn patching_events(registry: RegistryBuilder) -> RegistryBuilder {
+        registry
+            .on_event(examples(), "a_first", |kw: Kwargs| async move {
+                kw.patch.set("metadata.labels.seen", json!("yes"));
+                Ok::<_, Error>(())
+            })
+            .on_event(examples(), "b_second", |kw: Kwargs| async move {
+                let before = kw.patch.to_value();
+                kw.patch
+                    .set("status.before", before["metadata"]["labels"].clone());
+                Ok::<_, Error>(())
+            })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn event_handlers_patch_in_one_request_with_the_steps_patch() {
+        let answer = |_: &Recorded| Reply::Json(200, example("ns", "a", "u1", "2"));
+        let (events_and_changes, log) = processor(patching_events(creating()), answer);
+        let processed = process_new(&events_and_changes).await;
+        let sent = patches(&log);
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        assert_eq!(sent[0]["metadata"]["labels"], json!({"seen": "yes"}));
+        assert_eq!(sent[0]["status"]["before"], json!({"seen": "yes"}));
+        assert!(
+            sent[0]["metadata"]["annotations"].is_object(),
+            "with the step's own changes (the diff-base): {sent:?}"
+        );
+        assert_eq!(processed.expect_version.as_deref(), Some("2"));
+
+        // With event handlers alone, their patch alone.
+        let (events_only, log) = processor(patching_events(Registry::builder()), answer);
+        let processed = process_new(&events_only).await;
+        let sent = patches(&log);
+        assert_eq!(
+            sent,
+            [
+                json!({"metadata": {"labels": {"seen": "yes"}}, "status": {"before": {"seen": "yes"}}})
+            ]
+        );
+        assert_eq!(processed.expect_version.as_deref(), Some("2"));
+
+        // Nothing for a deleted object, as in Kopf.
+        let deleted = Arc::new(Work {
+            event: ObjectEvent::Deleted {
+                object: Arc::new(example("ns", "a", "u1", "3")),
+                how: DeletedBy::Event,
+            },
+            initial_listing: false,
+        });
+        events_only.process("u1".into(), deleted).await;
+        assert_eq!(patches(&log).len(), 1);
     }
 
     #[test]

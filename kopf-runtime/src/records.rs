@@ -19,8 +19,8 @@ use serde_json::Value;
 use crate::errors::Outcome;
 use crate::filters::{FieldPath, Filters, MetaFilter, MetaValue, ValueFilter};
 use crate::handlers::{
-    DEFAULT_BACKOFF, DaemonOptions, ErrorsMode, Handler, HandlerKind, KindOptions, Options,
-    TimerOptions, WebhookOptions,
+    DaemonOptions, ErrorsMode, Handler, HandlerKind, KindOptions, Options, TimerOptions,
+    WebhookOptions,
 };
 use crate::kwargs::{Kwargs, Operation};
 use crate::resources::ResourceRef;
@@ -163,7 +163,8 @@ pub struct RetryRecord {
 }
 
 impl RetryRecord {
-    /// Kopf's defaults: retry forever, every 60 s, errors temporary.
+    /// Kopf's defaults: retry forever, after the operator's
+    /// `settings.execution.default_backoff`, errors temporary.
     pub const DEFAULT: RetryRecord = RetryRecord {
         retries: None,
         backoff: None,
@@ -174,7 +175,7 @@ impl RetryRecord {
     fn to_options(self, kind: HandlerKind) -> Options {
         Options {
             retries: self.retries,
-            backoff: self.backoff.unwrap_or(DEFAULT_BACKOFF),
+            backoff: self.backoff,
             timeout: self.timeout,
             errors: self.errors.unwrap_or(ErrorsMode::default_for(kind)),
         }
@@ -454,7 +455,7 @@ mod tests {
         let handler = timer.to_handler();
         assert_eq!(handler.id, "f/spec.size");
         assert_eq!(handler.options.retries, Some(3));
-        assert_eq!(handler.options.backoff, DEFAULT_BACKOFF);
+        assert_eq!(handler.options.backoff, None, "unset: the settings decide");
         assert_eq!(
             handler.kind_options,
             KindOptions::Timer(TimerOptions {

@@ -109,7 +109,7 @@ pub enum RegistryError {
 /// [`RegistryError`] names the offending handlers by fn path (macros) or id (builder):
 /// two handlers with the same id for the same resource and kind scope, field
 /// filters without a field, `value` together with `old`/`new`, options not
-/// valid for a kind, daemons and timers that cannot run (a timer without an
+/// valid for a kind, daemons and timers that cannot run (a timer with a zero
 /// `interval`, `retries = 0`), and parameters naming an index that no
 /// `#[index]` declares. An operator never meets an invalid handler later.
 #[derive(Debug, Clone, Default)]
@@ -309,15 +309,19 @@ fn validate(handlers: &[Handler]) -> Vec<RegistryError> {
     errors
 }
 
-/// What keeps a daemon or timer from running: a timer without an interval
-/// would tick without pause, and `retries = 0` allows no attempt at all.
+/// What keeps a daemon or timer from running: a timer with a zero interval
+/// would tick without pause, and `retries = 0` allows no attempt at all. A
+/// timer without an interval runs as in Kopf: once per idle period with
+/// `idle`, once for good without.
 fn task_problems(handler: &Handler) -> impl Iterator<Item = &str> {
     let spawning = handler.kind.is_spawning();
-    let no_interval = matches!(&handler.kind_options,
-        KindOptions::Timer(timer) if timer.interval.is_none_or(|i| i.is_zero()));
+    let zero_interval = matches!(&handler.kind_options,
+        KindOptions::Timer(timer) if timer.interval.is_some_and(|i| i.is_zero()));
     let no_attempts = spawning && handler.options.retries == Some(0);
     [
-        no_interval.then_some("a timer needs an `interval` greater than zero; set `interval = …`"),
+        zero_interval.then_some(
+            "a timer's `interval` must be greater than zero; leave it out for a timer that runs once per `idle` period, or once",
+        ),
         no_attempts.then_some("`retries` must be at least 1 (it counts attempts)"),
     ]
     .into_iter()
@@ -670,16 +674,12 @@ mod tests {
             other => panic!("expected one invalid handler, got {other:?}"),
         };
         assert_eq!(
-            problem(Registry::builder().timer(pods(), "t", noop)),
-            "t: a timer needs an `interval` greater than zero; set `interval = …`"
-        );
-        assert_eq!(
             problem(
                 Registry::builder()
                     .timer(pods(), "t", noop)
                     .interval(Duration::ZERO)
             ),
-            "t: a timer needs an `interval` greater than zero; set `interval = …`"
+            "t: a timer's `interval` must be greater than zero; leave it out for a timer that runs once per `idle` period, or once"
         );
         assert_eq!(
             problem(Registry::builder().daemon(pods(), "d", noop).retries(0)),
@@ -687,6 +687,7 @@ mod tests {
         );
         let both = Registry::builder()
             .timer(pods(), "t", noop)
+            .interval(Duration::ZERO)
             .retries(0)
             .build()
             .expect_err("two problems");
@@ -701,6 +702,12 @@ mod tests {
             .daemon(pods(), "d", noop)
             .build()
             .expect("both can run");
+        Registry::builder()
+            .timer(pods(), "idle_only", noop)
+            .idle(Duration::from_secs(10))
+            .timer(pods(), "once", noop)
+            .build()
+            .expect("timers without an interval run as in Kopf");
     }
 
     #[test]

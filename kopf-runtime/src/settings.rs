@@ -131,8 +131,9 @@ impl Default for QueueingSettings {
 /// (`tokio::runtime::Builder::max_blocking_threads`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExecutionSettings {
-    /// Retry delay after an arbitrary handler error that names no delay of its
-    /// own. Default: 60 s.
+    /// The retry delay of handlers without a `backoff` of their own, after
+    /// an arbitrary error or a temporary one that names no delay (change
+    /// handlers, daemons, timers, activities). Default: 60 s.
     pub default_backoff: Duration,
 }
 

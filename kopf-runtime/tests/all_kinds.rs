@@ -202,7 +202,7 @@ fn options_are_recorded_and_defaults_are_kopfs() {
         created.options,
         Options {
             retries: Some(3),
-            backoff: Duration::from_millis(1500),
+            backoff: Some(Duration::from_millis(1500)),
             timeout: Some(Duration::from_secs(30)),
             errors: ErrorsMode::Permanent
         }
@@ -218,7 +218,10 @@ fn options_are_recorded_and_defaults_are_kopfs() {
         )
         .expect("resized");
     assert_eq!(resized.options, Options::default());
-    assert_eq!(resized.options.backoff, Duration::from_secs(60));
+    assert_eq!(
+        resized.options.backoff, None,
+        "unset: settings.execution.default_backoff decides"
+    );
     assert_eq!(resized.filters.field, FieldPath::parse("spec.size"));
     assert_eq!(resized.filters.old, Some(ValueFilter::Present));
     assert_eq!(resized.filters.new, Some(ValueFilter::Equals(json!(5))));

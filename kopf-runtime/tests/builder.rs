@@ -83,7 +83,7 @@ fn every_kind_and_option_can_be_registered_without_macros() {
         create.options,
         Options {
             retries: Some(3),
-            backoff: secs(1),
+            backoff: Some(secs(1)),
             timeout: Some(secs(9)),
             errors: ErrorsMode::Ignored
         }

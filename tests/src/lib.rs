@@ -98,6 +98,20 @@ impl Running {
     }
 }
 
+/// The handlers declared with the attribute macros in the test binary
+/// whose ids are `ids`: each test runs only its own.
+pub fn declared(ids: &[&str]) -> Registry {
+    let all = Registry::from_inventory().expect("the declared handlers are valid");
+    let own = all
+        .handlers()
+        .iter()
+        .filter(|h| ids.contains(&h.id.as_str()))
+        .cloned();
+    let registry = Registry::from_handlers(own).expect("a valid registry");
+    assert_eq!(registry.len(), ids.len(), "every id is declared: {ids:?}");
+    registry
+}
+
 /// Settings for tests: no Kubernetes Events unless a test wants them, short exits.
 pub fn test_settings() -> OperatorSettings {
     let mut settings = OperatorSettings::default();

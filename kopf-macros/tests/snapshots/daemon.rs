@@ -1,4 +1,8 @@
-async fn monitor(name: &str, stopped: kopf::Stopped) -> kopf::Result<()> {
+async fn monitor(
+    name: &str,
+    stopped: kopf::Stopped,
+    mut live: kopf::LiveBody,
+) -> kopf::Result<()> {
     Ok(())
 }
 #[doc(hidden)]
@@ -33,6 +37,17 @@ const _: () = {
                     );
                 }
             };
+            let mut __kopf_storage_2 = match <kopf::LiveBody as ::kopf_runtime::__private::LiveArg<
+                '_,
+                ::kopf_runtime::__private::ByValue,
+            >>::load(&__kopf_kwargs) {
+                ::kopf_runtime::__private::Ok(value) => value,
+                ::kopf_runtime::__private::Err(error) => {
+                    return ::kopf_runtime::__private::Err(
+                        ::kopf_runtime::__private::HandlerError::from(error),
+                    );
+                }
+            };
             let __kopf_result = monitor(
                     <&str as ::kopf_runtime::__private::NameArg<
                         '_,
@@ -42,6 +57,10 @@ const _: () = {
                         '_,
                         ::kopf_runtime::__private::ByValue,
                     >>::get(&mut __kopf_storage_1),
+                    <kopf::LiveBody as ::kopf_runtime::__private::LiveArg<
+                        '_,
+                        ::kopf_runtime::__private::ByValue,
+                    >>::get(&mut __kopf_storage_2),
                 )
                 .await;
             ::kopf_runtime::__private::IntoOutcome::into_outcome(__kopf_result)

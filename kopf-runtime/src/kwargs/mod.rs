@@ -7,6 +7,7 @@
 
 mod diff;
 mod index;
+mod live;
 mod logger;
 mod memo;
 mod patch;
@@ -23,6 +24,7 @@ use serde_json::Value;
 pub use diff::{Diff, DiffItem, DiffOp, resolve};
 pub(crate) use index::ObjectKey;
 pub use index::{Index, IndexError, IndexKey, Indexes, Store};
+pub use live::LiveBody;
 pub(crate) use logger::LogSink;
 pub use logger::{Level, Logger};
 pub use memo::Memo;
@@ -210,6 +212,8 @@ pub struct Kwargs {
     pub param: Option<Value>,
     /// The stop flag, for daemons and timers.
     pub stopped: Option<Stopped>,
+    /// The object as it is now, for daemons and timers.
+    pub live: Option<LiveBody>,
     /// The Kubernetes client (absent for `on_login` and in unit tests).
     pub client: Option<kube::Client>,
     /// The operator's indexes.
@@ -275,6 +279,7 @@ impl Kwargs {
             memo,
             param: None,
             stopped: None,
+            live: None,
             client: None,
             indexes: Indexes::default(),
             admission: None,

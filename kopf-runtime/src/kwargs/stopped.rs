@@ -48,6 +48,44 @@ impl Stopped {
         }
     }
 
+    /// For plain-`fn` daemons and timers, which run on a blocking thread:
+    /// sleeps for `duration` or until stopped, blocking the thread; returns
+    /// whether the flag is set.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use kopf_runtime as kopf;
+    ///
+    /// #[kopf::daemon(k8s_openapi::api::core::v1::Pod)]
+    /// fn poll(name: &str, stopped: &kopf::Stopped) {
+    ///     while !stopped.wait_blocking(Duration::from_secs(10)) {
+    ///         let _ = name; // blocking work
+    ///     }
+    /// }
+    /// # fn main() {}
+    /// ```
+    ///
+    /// # Panics
+    /// When called from async code on a runtime's worker (whose thread it
+    /// would block): use [`wait`](Self::wait) there.
+    pub fn wait_blocking(&self, duration: Duration) -> bool {
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => handle.block_on(self.wait(duration)),
+            // No runtime to time the wait: poll the flag.
+            Err(_) => {
+                let deadline = std::time::Instant::now() + duration;
+                while !self.is_set() {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    std::thread::sleep(left.min(Duration::from_millis(10)));
+                }
+                self.is_set()
+            }
+        }
+    }
+
     /// Completes when the flag is set.
     pub async fn cancelled(&self) {
         self.token.cancelled().await
@@ -62,6 +100,25 @@ impl Stopped {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn wait_blocking_returns_early_when_stopped_on_a_blocking_thread() {
+        let token = CancellationToken::new();
+        let stopped = Stopped::new(token.clone());
+        let waiter = tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
+            let set = stopped.wait_blocking(Duration::from_secs(60));
+            (set, started.elapsed())
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        token.cancel();
+        let (set, waited) = waiter.await.expect("the waiter does not panic");
+        assert!(set);
+        assert!(waited < Duration::from_secs(10), "{waited:?}");
+        let outside =
+            std::thread::spawn(|| Stopped::default().wait_blocking(Duration::from_millis(20)));
+        assert_eq!(outside.join().ok(), Some(false), "outside a runtime");
+    }
 
     #[tokio::test(start_paused = true)]
     async fn wait_returns_early_when_stopped_while_sleeping() {

@@ -39,6 +39,7 @@ pub use observing::{AbandonedReport, Observer};
 pub use spawner::{Ensured, Spawner, SpawnerSettings};
 pub use stopping::StopReason;
 pub use task::{TaskContext, TaskOutcome, TaskSpec, task_fn};
+pub(crate) use task::{hosting, spawn_blocking};
 
 #[cfg(test)]
 mod tests {

@@ -5,9 +5,12 @@
 //!
 //! The [`spawning`](crate::spawning) module runs tasks; this module turns
 //! `#[daemon]` and `#[timer]` handlers into them. Each call gets the
-//! object's live body, its memo and a [`Stopped`] flag; what the handler
-//! returns goes to `status.<id>` and its `patch` to the object, in one merge
-//! patch that carries the object's UID as a precondition.
+//! object's latest body (as `body`, `spec`, …, fixed for the call), the
+//! [`LiveBody`] that follows it (as `live`), its memo and a [`Stopped`]
+//! flag; what the handler returns goes to `status.<id>` and its `patch` to
+//! the object, in one merge patch that carries the object's UID as a
+//! precondition. The blocking thread of a plain-`fn` handler is part of
+//! its task.
 //!
 //! # Guarantees
 //! - A patch never lands on another object of the same name: a re-created
@@ -31,14 +34,15 @@ use crate::execution::{self, Resolution};
 use crate::fields::ensure_field;
 use crate::fields::{merge_into, object_name};
 use crate::handlers::Handler;
-use crate::kwargs::{Indexes, Kwargs, Logger, Memo, Stopped};
+use crate::kwargs::{Indexes, Kwargs, LiveBody, Logger, Memo, Stopped};
 use crate::memories::Memories;
 use crate::patching::ResourceTarget;
 use crate::patching::{PatchError, PatchOutcome, PatchTarget, Patcher};
 use crate::posting::{self, EventPoster, ObjectReference};
+use crate::spawning::stopping::StopFlag;
 use crate::spawning::{
-    AbandonedReport, Ensured, Observer, Spawner, StopReason, TaskContext, TaskOutcome, TaskSpec,
-    task_fn,
+    self, AbandonedReport, Ensured, Observer, Spawner, StopReason, TaskContext, TaskOutcome,
+    TaskSpec, task_fn,
 };
 use crate::watching::DeletedBy;
 
@@ -187,12 +191,18 @@ pub struct TaskEnvironment {
     pub memories: Memories,
     /// The operator's indexes, which handlers take by id.
     pub indexes: Indexes,
+    /// The retry delay of handlers without a `backoff` of their own
+    /// (`settings.execution.default_backoff`).
+    pub default_backoff: Duration,
 }
 
 /// The task of a `#[daemon]` or `#[timer]` handler: its options are the
-/// handler's, validated by the registry.
+/// handler's, validated by the registry; without a `backoff` of its own, it
+/// retries after the environment's `default_backoff`.
 pub fn task_spec(handler: &Handler, env: &TaskEnvironment) -> Arc<TaskSpec> {
-    let handler = Arc::new(handler.clone());
+    let mut handler = handler.clone();
+    handler.options.backoff.get_or_insert(env.default_backoff);
+    let handler = Arc::new(handler);
     // One reference per call, not a copy of the handler and environment.
     let shared = Arc::new((Arc::clone(&handler), env.clone()));
     let call = task_fn(move |ctx| {
@@ -215,8 +225,10 @@ struct TaskObject {
 }
 
 /// One call of a daemon or timer handler from its task.
-async fn call(handler: &Handler, env: &TaskEnvironment, ctx: TaskContext) -> TaskOutcome {
-    let body = ctx.body();
+async fn call(handler: &Handler, env: &TaskEnvironment, mut ctx: TaskContext) -> TaskOutcome {
+    // The call's body is the live body's last seen one: `live` waits for
+    // the next.
+    let body = Arc::clone(&ctx.body.borrow_and_update());
     // An object's namespace, name and memo never change while it lives.
     let object = ctx.local(|| TaskObject {
         logger: Logger::new(object_name(&body)),
@@ -224,21 +236,39 @@ async fn call(handler: &Handler, env: &TaskEnvironment, ctx: TaskContext) -> Tas
     });
     let logger = &object.logger;
     let mut kwargs = Kwargs::of(Arc::clone(&body), object.memo.clone(), logger.clone());
-    kwargs.stopped = Some(Stopped::new(ctx.stopped.token().clone()));
     kwargs.retry = ctx.retry;
     kwargs.started = Some(ctx.started);
     kwargs.runtime = ctx.runtime();
     kwargs.client = Some(env.client.clone());
     kwargs.indexes = env.indexes.clone();
+    // The call's receiver itself becomes `live`.
+    let TaskContext {
+        uid,
+        stopped,
+        body: receiver,
+        liveness,
+        ..
+    } = ctx;
+    kwargs.stopped = Some(Stopped::new(stopped.token().clone()));
+    kwargs.live = Some(LiveBody::new(receiver));
     let patch = kwargs.patch.clone();
 
-    let outcome = execution::invoke(handler, kwargs, None).await;
-    let resolution = execution::resolve(handler, outcome, handler.options.backoff, logger);
+    let invoking = execution::invoke(handler, kwargs, None);
+    let outcome = if handler.blocking {
+        // A plain fn runs on a blocking thread that belongs to the task.
+        // Boxed: only such calls carry the scope.
+        Box::pin(spawning::hosting(liveness, invoking)).await
+    } else {
+        drop(liveness);
+        invoking.await
+    };
+    let backoff = handler.options.backoff.unwrap_or(env.default_backoff);
+    let resolution = execution::resolve(handler, outcome, backoff, logger);
     let result = match &resolution {
         Resolution::Succeeded(Some(result)) => Some(result.clone()),
         _ => None,
     };
-    if (!patch.is_empty() || result.is_some()) && !ctx.stopped.is_set() {
+    if (!patch.is_empty() || result.is_some()) && !stopped.is_set() {
         let mut merged = patch.take();
         if !merged.is_object() {
             merged = json!({});
@@ -246,7 +276,7 @@ async fn call(handler: &Handler, env: &TaskEnvironment, ctx: TaskContext) -> Tas
         if let Some(result) = result {
             ensure_field(&mut merged, &["status", handler.id.as_str()], result);
         }
-        apply(env, &ctx, &body, merged, logger).await;
+        apply(env, (&uid, &stopped), &body, merged, logger).await;
     }
     match resolution {
         Resolution::Succeeded(result) => TaskOutcome::Ok(result),
@@ -256,10 +286,11 @@ async fn call(handler: &Handler, env: &TaskEnvironment, ctx: TaskContext) -> Tas
     }
 }
 
-/// Applies a task's patch to its object, guarded by the object's UID.
+/// Applies a task's patch to its object, guarded by the object's UID; a
+/// gone or replaced object sets the task's stop flag.
 async fn apply(
     env: &TaskEnvironment,
-    ctx: &TaskContext,
+    (uid, stopped): (&str, &StopFlag),
     body: &Value,
     patch: Value,
     logger: &Logger,
@@ -271,7 +302,7 @@ async fn apply(
     ) else {
         return;
     };
-    let mut guarded = json!({"metadata": {"uid": &*ctx.uid}});
+    let mut guarded = json!({"metadata": {"uid": uid}});
     merge_into(&mut guarded, patch);
     match env
         .patcher
@@ -281,11 +312,11 @@ async fn apply(
         Ok(PatchOutcome::Patched(_)) => {}
         Ok(PatchOutcome::Gone) => {
             logger.debug("The object is gone; the task ends.");
-            ctx.stopped.set(StopReason::ObjectDeleted);
+            stopped.set(StopReason::ObjectDeleted);
         }
         Err(PatchError::Conflict { .. }) => {
             logger.debug("The object was replaced by another of the same name; the task ends.");
-            ctx.stopped.set(StopReason::ObjectDeleted);
+            stopped.set(StopReason::ObjectDeleted);
         }
         Err(error) => logger.warn(format_args!("Patching the object failed: {error}")),
     }
@@ -328,6 +359,7 @@ mod tests {
     use crate::mock_api::{self, Reply, example};
     use crate::resources::ResourceRef;
     use crate::settings::NetworkingSettings;
+    use crate::spawning::task::Verdict;
     use crate::spawning::testkit::Recorder;
     use crate::spawning::{Spawner, SpawnerSettings};
 
@@ -357,6 +389,190 @@ mod tests {
         }
     }
 
+    fn environment(client: kube::Client) -> TaskEnvironment {
+        TaskEnvironment {
+            target: ResourceTarget {
+                api: Arc::new(mock_api::example_resource()),
+                namespaced: true,
+                status_subresource: false,
+            },
+            patcher: Patcher::new(client.clone(), &NetworkingSettings::default()),
+            client,
+            poster: None,
+            memories: Memories::default(),
+            indexes: Indexes::default(),
+            default_backoff: Duration::from_secs(60),
+        }
+    }
+
+    /// The verdict after the first tick of a timer failing with a regular
+    /// error, in an environment whose default backoff is 7 s.
+    async fn first_verdict(handler: Handler) -> Verdict {
+        let (client, _) = mock_api::client(|_| Reply::Json(200, example("ns", "a", "u1", "2")));
+        let env = TaskEnvironment {
+            default_backoff: Duration::from_secs(7),
+            ..environment(client)
+        };
+        let recorder = Recorder::new();
+        let spawner = Spawner::new(recorder.clone(), SpawnerSettings::default());
+        let body = Arc::new(example("ns", "a", "u1", "1"));
+        spawner.ensure("u1", &task_spec(&handler, &env), &body);
+        let verdict = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                if let Some(seen) = recorder.outcomes().first() {
+                    return seen.verdict;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the timer ticks");
+        spawner.stop_object("u1", StopReason::ObjectDeleted);
+        spawner.wait_stopped("u1").await;
+        verdict
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_task_without_a_backoff_retries_after_the_default_backoff() {
+        let failing = || {
+            let resource = ResourceRef::dynamic("kopf.dev", "v1", "kopfexamples");
+            Handler::timer(resource, "tick", |_: Kwargs| async {
+                Err::<(), _>(Error::regular("no luck"))
+            })
+            .interval(Duration::from_secs(60))
+        };
+        assert_eq!(
+            first_verdict(failing()).await,
+            Verdict::RetryIn(Duration::from_secs(7))
+        );
+        assert_eq!(
+            first_verdict(failing().backoff(Duration::from_secs(2))).await,
+            Verdict::RetryIn(Duration::from_secs(2))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_daemon_reads_its_object_as_it_is_now_through_live() {
+        let (client, _) = mock_api::client(|_| Reply::Json(200, example("ns", "a", "u1", "2")));
+        let env = environment(client);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let recorded = Arc::clone(&seen);
+        let resource = ResourceRef::dynamic("kopf.dev", "v1", "kopfexamples");
+        let handler = Handler::daemon(resource, "follow", move |kw: Kwargs| {
+            let seen = Arc::clone(&recorded);
+            async move {
+                let mut live = kw.live.clone().expect("daemons get a live body");
+                let stopped = kw.stopped.clone().expect("daemons get a stop flag");
+                let version = |body: &Value| body["metadata"]["resourceVersion"].clone();
+                let record = |body: &Value| seen.lock().expect("lock").push(version(body));
+                record(&kw.body);
+                while !stopped.is_set() {
+                    tokio::select! {
+                        () = live.changed() => record(&live.get()),
+                        () = stopped.cancelled() => {}
+                    }
+                }
+                // The call's own body stays as it was.
+                record(&kw.body);
+                Ok::<_, Error>(())
+            }
+        });
+        let spawner = Spawner::new(Recorder::new(), SpawnerSettings::default());
+        let spec = task_spec(&handler, &env);
+        spawner.ensure("u1", &spec, &Arc::new(example("ns", "a", "u1", "1")));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(spawner.update_body("u1", Arc::new(example("ns", "a", "u1", "2"))));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        spawner.ensure("u1", &spec, &Arc::new(example("ns", "a", "u1", "3")));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        spawner.stop_object("u1", StopReason::ObjectDeleted);
+        spawner.wait_stopped("u1").await;
+        assert_eq!(*seen.lock().expect("lock"), ["1", "2", "3", "1"]);
+        assert_eq!(spawner.counters().snapshot().stopped, 1, "not failed");
+    }
+
+    /// A plain-fn daemon, as the macros make it: its body runs through
+    /// `execution::run_blocking`. It records its start, then waits for its
+    /// stop flag if `honours`, else until `released`.
+    fn blocking_daemon(
+        honours: bool,
+        started: &Arc<std::sync::Barrier>,
+        released: &Arc<std::sync::atomic::AtomicBool>,
+    ) -> Handler {
+        let (started, released) = (Arc::clone(started), Arc::clone(released));
+        let resource = ResourceRef::dynamic("kopf.dev", "v1", "kopfexamples");
+        let func: crate::handlers::HandlerFn = Arc::new(move |kw: Kwargs| {
+            let (started, released) = (Arc::clone(&started), Arc::clone(&released));
+            execution::run_blocking(move || {
+                let stopped = kw.stopped.clone().expect("daemons get a stop flag");
+                started.wait();
+                if honours {
+                    while !stopped.wait_blocking(Duration::from_millis(10)) {}
+                } else {
+                    while !released.load(std::sync::atomic::Ordering::SeqCst) {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
+                Ok(None)
+            })
+        });
+        Handler::new(
+            crate::handlers::HandlerKind::Daemon,
+            Some(resource),
+            "sync".into(),
+            func,
+        )
+        .blocking(true)
+        .cancellation_backoff(Duration::from_millis(100))
+        .cancellation_timeout(Duration::from_millis(100))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_plain_fn_daemon_runs_on_a_thread_of_its_task_and_stops_in_bounds() {
+        let (client, _) = mock_api::client(|_| Reply::Json(200, example("ns", "a", "u1", "2")));
+        let env = environment(client);
+        let body = Arc::new(example("ns", "a", "u1", "1"));
+        /// Lets the thread that ignores its flag end when the test does,
+        /// failed or not (the runtime waits for its blocking threads).
+        struct Release(Arc<std::sync::atomic::AtomicBool>);
+        impl Drop for Release {
+            fn drop(&mut self) {
+                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let released = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let _release = Release(Arc::clone(&released));
+        for honours in [true, false] {
+            let started = Arc::new(std::sync::Barrier::new(2));
+            let recorder = Recorder::new();
+            let spawner = Spawner::new(recorder.clone(), SpawnerSettings::default());
+            let spec = task_spec(&blocking_daemon(honours, &started, &released), &env);
+            spawner.ensure("u1", &spec, &body);
+            let waiting = Arc::clone(&started);
+            tokio::task::spawn_blocking(move || waiting.wait())
+                .await
+                .expect("the daemon starts");
+            spawner.stop_object("u1", StopReason::ObjectDeleted);
+            tokio::time::timeout(Duration::from_secs(10), spawner.wait_stopped("u1"))
+                .await
+                .expect("stopping is bounded");
+            let counters = spawner.counters().snapshot();
+            if honours {
+                assert_eq!(
+                    (counters.stopped, counters.abandoned),
+                    (1, 0),
+                    "{counters:?}"
+                );
+            } else {
+                assert_eq!(
+                    counters.abandoned, 1,
+                    "the thread kept the task: {counters:?}"
+                );
+                assert_eq!(recorder.abandoned().len(), 1, "and it was reported");
+            }
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_failing_timer_tick_is_logged_once() {
         let lines = Lines::default();
@@ -370,18 +586,7 @@ mod tests {
 
         let (client, requests) =
             mock_api::client(|_| Reply::Json(200, example("ns", "a", "u1", "2")));
-        let env = TaskEnvironment {
-            target: ResourceTarget {
-                api: Arc::new(mock_api::example_resource()),
-                namespaced: true,
-                status_subresource: false,
-            },
-            patcher: Patcher::new(client.clone(), &NetworkingSettings::default()),
-            client,
-            poster: None,
-            memories: Memories::default(),
-            indexes: Indexes::default(),
-        };
+        let env = environment(client);
         let resource = ResourceRef::dynamic("kopf.dev", "v1", "kopfexamples");
         let handler = Handler::timer(resource, "tick", |_: Kwargs| async {
             Err::<(), _>(Error::regular("no luck"))

@@ -66,7 +66,8 @@ impl Run {
         });
     }
 
-    /// The daemon exited on its own: do not respawn it for this object.
+    /// The task ended on its own (a daemon, or a timer that runs once): do
+    /// not respawn it for this object.
     pub(crate) fn finish_for_good(&self) {
         self.liveness
             .shared

@@ -57,8 +57,9 @@ pub enum Ensured {
     /// A task for this key is still being stopped; call again later (there
     /// are never two tasks for one key).
     Stopping,
-    /// The daemon exited on its own earlier (success, permanent failure or
-    /// retries exhausted) and is not spawned again for this object.
+    /// The daemon (or a timer with neither `interval` nor `idle`) ended on
+    /// its own earlier (success, permanent failure or retries exhausted) and
+    /// is not spawned again for this object.
     Finished,
     /// The object was stopped as gone (deleted, vanished) or as being deleted
     /// (`deletionTimestamp`): nothing is spawned for it any more.
@@ -125,7 +126,7 @@ pub(crate) struct TaskShared {
     /// Cancelled once the task (and any blocking thread it started) ended.
     done: CancellationToken,
     phase: SharedPhase,
-    /// Set by a daemon that exited on its own: never respawn it for this object.
+    /// Set by a task that ended on its own: never respawn it for this object.
     pub(crate) finished_for_good: AtomicBool,
     /// What the task's function keeps between its calls (see [`TaskContext::local`](super::TaskContext::local)).
     pub(crate) local: OnceLock<Arc<dyn Any + Send + Sync>>,
@@ -138,7 +139,6 @@ pub(crate) struct Liveness {
     pub(crate) shared: Arc<TaskShared>,
     /// For blocking threads; a per-task clone, so that handler calls do not
     /// all touch one shared reference count.
-    #[cfg(test)]
     pub(crate) tracker: TaskTracker,
     inner: Weak<Inner>,
 }
@@ -442,8 +442,9 @@ impl Drop for Inner {
 ///   is *abandoned*: logged with `warn!`, reported to
 ///   [`Observer::on_abandoned`], counted, and forgotten. Nothing waits on a
 ///   task forever, and [`Spawner::shutdown`] returns within its timeout.
-/// - A daemon that exits on its own (success, permanent failure, retries
-///   exhausted) is not spawned again for that object until the object is
+/// - A daemon (or a timer with neither `interval` nor `idle`) that ends on
+///   its own (success, permanent failure, retries exhausted) is not
+///   spawned again for that object until the object is
 ///   gone or [`Spawner::forget`] is called. One stopped from outside (e.g.
 ///   [`StopReason::FilterMismatch`]) can be spawned again.
 /// - Every task lives in this spawner's `TaskTracker`; dropping the last
@@ -456,9 +457,10 @@ impl Drop for Inner {
 ///   [`SpawnerSettings::default_cancellation_timeout`] after cancelling.
 ///   With only `cancellation_timeout` set, the task is cancelled at once
 ///   (as in Kopf).
-/// - A blocking function cannot be cancelled, and a `spawn_blocking` (as
-///   a blocking handler's call runs in) is invisible here: once the task
-///   is abandoned, its thread may still run.
+/// - A blocking function cannot be cancelled. Plain-`fn` daemons and timers
+///   run on a thread of their task, so that the spawner sees them still
+///   running and abandons them visibly; a bare `spawn_blocking` is
+///   invisible here.
 /// - A handler that keeps a clone of its [`TaskContext`](super::TaskContext) beyond its own
 ///   future (e.g. in a task of its own) keeps the task "running".
 /// - An abandoned task is forgotten, not killed: a new task for the same key
@@ -603,7 +605,6 @@ impl Spawner {
             observer: Arc::clone(&inner.observer),
             liveness: Arc::new(Liveness {
                 shared: Arc::clone(&shared),
-                #[cfg(test)]
                 tracker: inner.tracker.clone(),
                 inner: Arc::downgrade(inner),
             }),

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use super::spawner::Liveness;
 use super::stopping::StopFlag;
-use crate::handlers::{Handler, KindOptions, TimerOptions};
+use crate::handlers::{DEFAULT_BACKOFF, Handler, KindOptions, TimerOptions};
 
 /// The handler call of a daemon or timer.
 pub type TaskFn = Arc<dyn Fn(TaskContext) -> BoxFuture<'static, TaskOutcome> + Send + Sync>;
@@ -186,7 +186,7 @@ impl TaskSpec {
             TaskOutcome::Ok(_) => return Verdict::Done,
             TaskOutcome::Permanent { .. } => return Verdict::GaveUp,
             TaskOutcome::Temporary { delay, .. } => *delay,
-            TaskOutcome::Error { .. } => options.backoff,
+            TaskOutcome::Error { .. } => options.backoff.unwrap_or(DEFAULT_BACKOFF),
         };
         let out_of_attempts = options
             .retries
@@ -238,6 +238,7 @@ impl std::fmt::Debug for TaskContext {
 
 impl TaskContext {
     /// The latest body seen (cheap: one reference count).
+    #[cfg(test)]
     #[must_use]
     pub fn body(&self) -> Arc<Value> {
         self.body.borrow().clone()
@@ -284,16 +285,56 @@ impl TaskContext {
         F: FnOnce(StopFlag) -> R + Send + 'static,
         R: Send + 'static,
     {
-        let keepalive = Arc::clone(&self.liveness);
         let flag = self.stopped.clone();
-        let handle = self.liveness.tracker.spawn_blocking(move || {
-            let _keepalive = keepalive;
-            f(flag)
-        });
+        let handle = spawn_kept(Arc::clone(&self.liveness), move || f(flag));
         handle.await.map_err(|error| BlockingError::Panicked {
             message: error.to_string(),
         })
     }
+}
+
+tokio::task_local! {
+    /// The task whose handler call is running, for the blocking work the
+    /// call starts (see [`hosting`]).
+    static HOST: Arc<Liveness>;
+}
+
+/// Runs `call`, a call of a task's handler, so that what it runs with
+/// [`spawn_blocking`] (the body of a plain-`fn` handler) is part of the
+/// task: as with [`TaskContext::run_blocking`], the task counts as running
+/// until the thread returns, and is abandoned (and reported) if the thread
+/// outlives the task's stop limits.
+pub(crate) fn hosting<F: Future>(
+    liveness: Arc<Liveness>,
+    call: F,
+) -> impl Future<Output = F::Output> {
+    HOST.scope(liveness, call)
+}
+
+/// Runs `f` on a blocking thread: as part of the task whose call is
+/// [`hosting`] this one, if any.
+pub(crate) fn spawn_blocking<F, R>(f: F) -> tokio::task::JoinHandle<R>
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    match HOST.try_with(Arc::clone) {
+        Ok(liveness) => spawn_kept(liveness, f),
+        Err(_) => tokio::task::spawn_blocking(f),
+    }
+}
+
+/// Runs `f` on a blocking thread that keeps the task alive until it returns.
+fn spawn_kept<F, R>(liveness: Arc<Liveness>, f: F) -> tokio::task::JoinHandle<R>
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    let tracker = liveness.tracker.clone();
+    tracker.spawn_blocking(move || {
+        let _keepalive = liveness;
+        f()
+    })
 }
 
 #[cfg(test)]

@@ -36,6 +36,12 @@ impl TaskSpec {
         Self::of(handler, call)
     }
 
+    /// A timer without an `interval`: once per `idle` period, or once.
+    pub(crate) fn timer_without_interval(id: &str, call: TaskFn) -> Self {
+        let resource = ResourceRef::dynamic("kopf.dev", "v1", "kopfexamples");
+        Self::of(Handler::timer(resource, id, |_: Kwargs| async {}), call)
+    }
+
     fn with(self, set: impl FnOnce(Handler) -> Handler) -> Self {
         let handler = set(Arc::unwrap_or_clone(self.handler));
         Self::of(handler, self.call)

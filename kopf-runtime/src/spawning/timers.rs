@@ -8,10 +8,16 @@
 //! - `idle`: a tick (or retry) waits until the object has not changed for
 //!   `idle`; every change (a new body through [`Spawner::ensure`])
 //!   restarts that wait. The object's first sighting counts as a change.
+//! - No `interval` (as in Kopf): with `idle`, the next tick after a run
+//!   waits for a change of the object after the run began, then for the
+//!   object to be idle again, so that the timer runs once per quiet
+//!   period; with neither, the timer runs once (with its retries) and ends
+//!   for good, not spawned again for the object.
 //! - Errors: `Temporary { delay }` retries after `delay`, a regular `Error`
 //!   after `backoff`, within `retries` and `timeout`; then (or on `Permanent`) the
 //!   timer gives up on this tick and waits for the next one, counting retries
-//!   from zero again. A timer never ends on its own.
+//!   from zero again. A timer with an `interval` or `idle` never ends on its
+//!   own.
 //!
 //! Each timer is one task with one pinned sleep; a tick allocates the state
 //! of the handler call and nothing else, so that a waiting timer is small.
@@ -35,7 +41,6 @@ pub(crate) async fn run(mut run: Run) {
     let Some(schedule) = spec.timer_options() else {
         return;
     };
-    let interval = schedule.interval.unwrap_or_default();
     if let Some(delay) = spec.start_delay()
         && Box::pin(run.flag.wait(delay)).await
     {
@@ -82,11 +87,49 @@ pub(crate) async fn run(mut run: Run) {
             Verdict::Done | Verdict::GaveUp | Verdict::Stopped => {
                 retry = 0;
                 started = None;
-                tick = if schedule.sharp {
-                    next_sharp_tick(anchor, interval, tick.max(anchor), now)
-                } else {
-                    deadline_after(now, interval)
+                tick = match schedule.interval {
+                    Some(interval) if schedule.sharp => {
+                        next_sharp_tick(anchor, interval, tick.max(anchor), now)
+                    }
+                    Some(interval) => deadline_after(now, interval),
+                    None => {
+                        // Only timers with `idle` watch the changes.
+                        let Some(changes) = run.changes.as_mut() else {
+                            run.finish_for_good();
+                            return;
+                        };
+                        // Once the object changes, it is due when idle.
+                        if Box::pin(wait_change_since(&flag, changes, begun)).await {
+                            return;
+                        }
+                        Instant::now()
+                    }
                 };
+            }
+        }
+    }
+}
+
+/// Wait until the object has changed after `since`. Returns whether the
+/// stop flag was set meanwhile.
+async fn wait_change_since(
+    flag: &StopFlag,
+    changes: &mut watch::Receiver<Instant>,
+    since: Instant,
+) -> bool {
+    loop {
+        if *changes.borrow_and_update() > since {
+            return flag.is_set();
+        }
+        tokio::select! {
+            biased;
+            () = flag.cancelled() => return true,
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    // The object's memory is gone: no more changes can come.
+                    flag.cancelled().await;
+                    return true;
+                }
             }
         }
     }
@@ -164,7 +207,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::super::testkit::{Calls, body, millis, secs, spawner};
-    use super::super::{StopReason, TaskOutcome, TaskSpec, task_fn};
+    use super::super::{Ensured, StopReason, TaskOutcome, TaskSpec, task_fn};
     use super::Verdict;
 
     /// A timer handler that records its calls, takes `runs` to complete, and
@@ -331,6 +374,113 @@ mod tests {
         tokio::time::sleep(secs(10)).await;
         // Quiet since t=3, not since t=0 or its own start at t=4.
         assert_eq!(quiet.times(), [secs(8)]);
+    }
+
+    /// A timer without an interval that records its calls, takes `runs` to
+    /// complete, and returns `outcomes[call]` (the last one repeated).
+    fn without_interval(
+        calls: &Calls,
+        runs: std::time::Duration,
+        outcomes: Vec<TaskOutcome>,
+    ) -> TaskSpec {
+        let calls = calls.clone();
+        let outcomes = Arc::new(outcomes);
+        TaskSpec::timer_without_interval(
+            "t",
+            task_fn(move |_ctx| {
+                let n = calls.hit();
+                let outcome = outcomes[n.min(outcomes.len() - 1)].clone();
+                async move {
+                    tokio::time::sleep(runs).await;
+                    outcome
+                }
+            }),
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_only_timer_runs_once_per_quiet_period() {
+        let (spawner, recorder) = spawner();
+        let calls = Calls::new();
+        let spec = without_interval(&calls, secs(0), ok())
+            .idle(secs(5))
+            .build();
+        spawner.ensure("u1", &spec, &body(1)); // first sighting at t=0
+        tokio::time::sleep(secs(20)).await;
+        assert_eq!(
+            calls.times(),
+            [secs(5)],
+            "once, however long it stays quiet"
+        );
+        assert!(spawner.update_body("u1", body(2))); // t=20
+        tokio::time::sleep(secs(2)).await;
+        spawner.touched("u1"); // t=22
+        tokio::time::sleep(secs(20)).await; // t=42
+        assert_eq!(calls.times(), [secs(5), secs(27)]);
+        assert_eq!(spawner.running("u1"), ["t"], "it never ends on its own");
+        assert!(recorder.verdicts().iter().all(|v| *v == (0, Verdict::Done)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_while_an_idle_only_timer_runs_brings_the_next_run() {
+        let (spawner, _) = spawner();
+        let calls = Calls::new();
+        let spec = without_interval(&calls, secs(3), ok())
+            .idle(secs(5))
+            .build();
+        spawner.ensure("u1", &spec, &body(1)); // first sighting at t=0
+        tokio::time::sleep(secs(6)).await; // runs from t=5 to t=8
+        assert!(spawner.update_body("u1", body(2))); // t=6, during the run
+        tokio::time::sleep(secs(20)).await; // t=26
+        assert_eq!(calls.times(), [secs(5), secs(11)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_only_timer_retries_after_errors_when_idle_again() {
+        let (spawner, recorder) = spawner();
+        let calls = Calls::new();
+        let error = TaskOutcome::Error {
+            message: "boom".into(),
+        };
+        let spec = without_interval(&calls, secs(0), vec![error, TaskOutcome::ok()])
+            .idle(secs(5))
+            .backoff(secs(1))
+            .build();
+        spawner.ensure("u1", &spec, &body(1)); // the first run fails at t=5
+        tokio::time::sleep(millis(5500)).await;
+        assert!(spawner.update_body("u1", body(2))); // the retry, due at t=6, waits
+        tokio::time::sleep(secs(20)).await;
+        assert_eq!(calls.times(), [secs(5), millis(10_500)]);
+        assert_eq!(
+            recorder.verdicts(),
+            [(0, Verdict::RetryIn(secs(1))), (1, Verdict::Done)]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timer_with_neither_interval_nor_idle_runs_once_for_good() {
+        let (spawner, recorder) = spawner();
+        let calls = Calls::new();
+        let error = TaskOutcome::Error {
+            message: "boom".into(),
+        };
+        let spec = without_interval(&calls, secs(0), vec![error, TaskOutcome::ok()])
+            .backoff(secs(2))
+            .build();
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(secs(60)).await;
+        assert_eq!(calls.times(), [secs(0), secs(2)], "retried, then done");
+        assert_eq!(
+            recorder.verdicts(),
+            [(0, Verdict::RetryIn(secs(2))), (1, Verdict::Done)]
+        );
+        assert!(spawner.running("u1").is_empty());
+        assert_eq!(spawner.counters().snapshot().finished, 1);
+        assert_eq!(
+            spawner.ensure("u1", &spec, &body(2)),
+            Ensured::Finished,
+            "not spawned again for the object"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -2,15 +2,18 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kopf_runtime::{Error, Kwargs, Registry, RegistryBuilder, ResourceRef, posting};
 use kopf_testing::Emulator;
 use kopf_tests::{
-    Calls, Running, capture_logs, configmaps, eventually, only_touched, raw_api, test_settings,
+    Calls, PATIENCE, Running, capture_logs, configmaps, eventually, only_touched, raw_api,
+    test_settings,
 };
 use kube::Api;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+    WatchEvent, WatchParams,
 };
 use serde_json::{Value, json};
 
@@ -441,6 +444,89 @@ async fn event_handlers_see_the_operators_own_patches() {
     operator.stop().await;
 }
 
+/// What event handlers patch is applied, as Kopf applies it: once, after
+/// all of them, with what the change handlers of the same event patch.
+#[tokio::test]
+async fn event_handlers_patch_their_object() {
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let calls = Calls::default();
+    let (c, e) = (calls.clone(), calls.clone());
+    let labelling = |id: &'static str, calls: Calls| {
+        move |kw: Kwargs| {
+            let calls = calls.clone();
+            async move {
+                calls.push(id, json!(kw.event_type.map(|t| t.as_str())));
+                // Only once: every patch brings a new event.
+                if kw.label(id).is_none() {
+                    kw.patch
+                        .set(&format!("metadata.labels.{id}"), json!("seen"));
+                }
+                Ok::<_, Error>(())
+            }
+        }
+    };
+    let only_events = Registry::builder()
+        .on_event(cms(), "spy", labelling("spy", e))
+        .build()
+        .expect("a valid registry");
+    let operator = Running::start(&emulator, only_events);
+    let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+    api.create(&PostParams::default(), &configmap("spied", json!({})))
+        .await
+        .expect("created");
+    eventually("the event handler's label", || async {
+        let labels = api.get("spied").await.ok()?.metadata.labels?;
+        (labels.get("spy")? == "seen").then_some(())
+    })
+    .await;
+    operator.stop().await;
+
+    let with_changes = Registry::builder()
+        .on_event(cms(), "spy", labelling("spy", calls.clone()))
+        .on_create(cms(), "create_fn", move |_kw: Kwargs| {
+            let calls = c.clone();
+            async move {
+                calls.push("create", json!({}));
+                Ok::<_, Error>(())
+            }
+        })
+        .build()
+        .expect("a valid registry");
+    let operator = Running::start(&emulator, with_changes);
+    let versions = api
+        .watch(&WatchParams::default().fields("metadata.name=both"), "0")
+        .await
+        .expect("a watch");
+    api.create(&PostParams::default(), &configmap("both", json!({})))
+        .await
+        .expect("created");
+    let mut versions = std::pin::pin!(versions);
+    let labelled = tokio::time::timeout(PATIENCE, async {
+        while let Some(event) = versions.next().await {
+            if let Ok(WatchEvent::Added(cm) | WatchEvent::Modified(cm)) = event
+                && cm
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .is_some_and(|l| l.contains_key("spy"))
+            {
+                return cm;
+            }
+        }
+        panic!("the watch ended before the event handler's label came");
+    })
+    .await
+    .expect("the event handler's label");
+    assert!(
+        labelled
+            .metadata
+            .annotations
+            .is_some_and(|a| a.contains_key(DIFFBASE)),
+        "the event's patch and the step's, in one request"
+    );
+    operator.stop().await;
+}
+
 #[tokio::test]
 async fn delete_runs_the_delete_handler_then_releases_the_finalizer_and_the_object_goes() {
     let emulator = Emulator::start().await.expect("emulator starts");
@@ -573,6 +659,33 @@ async fn log_lines_as_events(loggers: bool) -> Vec<(String, String)> {
     let about_a = events_about(&emulator, "a").await;
     operator.stop().await;
     about_a
+}
+
+/// A plain `fn`: it runs on a blocking thread, out of its task.
+#[kopf_runtime::on_create(ConfigMap, id = "posting_from_a_thread")]
+fn posting_from_a_thread(body: &Value, name: &str) {
+    posting::info(body, "FromAThread", name);
+}
+
+#[tokio::test]
+async fn plain_fn_handlers_post_their_events() {
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let mut settings = test_settings();
+    settings.posting.enabled = true;
+    let registry = kopf_tests::declared(&["posting_from_a_thread"]);
+    let operator = Running::start_with(&emulator, registry, settings);
+    let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+    api.create(&PostParams::default(), &configmap("threaded", json!({})))
+        .await
+        .expect("created");
+    eventually("the Event posted from the blocking thread", || async {
+        let about = events_about(&emulator, "threaded").await;
+        about
+            .contains(&("FromAThread".to_owned(), "threaded".to_owned()))
+            .then_some(())
+    })
+    .await;
+    operator.stop().await;
 }
 
 #[tokio::test]

@@ -14,4 +14,5 @@ mod login;
 mod resources;
 mod retries;
 mod selection;
+mod tasks;
 mod undecodable;

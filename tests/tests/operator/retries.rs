@@ -569,6 +569,61 @@ async fn errors_without_a_delay_are_retried_after_the_handlers_backoff() {
 }
 
 #[tokio::test]
+async fn handlers_without_a_backoff_retry_after_the_settings_default_backoff() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let calls = Calls::default();
+    let (c, t) = (calls.clone(), calls.clone());
+    let t0 = Instant::now();
+    let attempt = move |calls: Calls, name: &'static str, retry: u32| {
+        let ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+        calls.push(name, json!(ms));
+        retry
+    };
+    // Neither handler sets `backoff`: Kopf's 60 s would outlast the test.
+    let registry = Registry::builder()
+        .on_create(cms(), "create_fn", move |kw: Kwargs| {
+            let calls = c.clone();
+            async move {
+                match attempt(calls, "create_fn", kw.retry) {
+                    0 => Err(Error::regular("an arbitrary error")),
+                    _ => Ok(()),
+                }
+            }
+        })
+        .timer(cms(), "timer_fn", move |kw: Kwargs| {
+            let calls = t.clone();
+            async move {
+                match attempt(calls, "timer_fn", kw.retry) {
+                    0 => Err(Error::regular("an arbitrary error")),
+                    _ => Ok(()),
+                }
+            }
+        })
+        .interval(Duration::from_secs(3600))
+        .build()
+        .expect("a valid registry");
+    let mut settings = kopf_tests::test_settings();
+    settings.execution.default_backoff = Duration::from_secs(1);
+    let operator = Running::start_with(&emulator, registry, settings);
+    new_configmap(&emulator, "unset").await;
+    for name in ["create_fn", "timer_fn"] {
+        let at: Vec<u64> = calls
+            .wait_for(name, 2)
+            .await
+            .iter()
+            .map(|v| v.as_u64().unwrap_or(0))
+            .collect();
+        let gap = at[1] - at[0];
+        assert!(
+            (900..5_000).contains(&gap),
+            "{name}: retried after the 1 s default backoff, not {gap} ms"
+        );
+    }
+    operator.stop().await;
+}
+
+#[tokio::test]
 async fn the_errors_mode_decides_whether_regular_errors_are_retried() {
     logs();
     let emulator = Emulator::start().await.expect("emulator starts");

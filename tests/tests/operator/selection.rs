@@ -467,6 +467,89 @@ async fn a_permanently_failing_startup_handler_stops_the_operator_before_it_serv
 }
 
 #[tokio::test]
+async fn regular_errors_of_a_startup_handler_are_retried_before_the_operator_serves() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    create(&emulator, &configmaps(), "default", "pre", json!({})).await;
+    let calls = Calls::default();
+    let (s, e) = (calls.clone(), calls.clone());
+    let registry = Registry::builder()
+        .on_startup("boot", move |kw: Kwargs| {
+            let calls = s.clone();
+            async move {
+                calls.push("order", json!(format!("startup {}", kw.retry)));
+                if kw.retry < 2 {
+                    return Err(Error::regular("the database is not up yet"));
+                }
+                Ok(())
+            }
+        })
+        .backoff(Duration::from_millis(200))
+        .on_event(cms(), "watch_fn", move |kw: Kwargs| {
+            let calls = e.clone();
+            async move {
+                calls.push(
+                    "order",
+                    json!(format!("event {}", kw.name().unwrap_or("?"))),
+                );
+                Ok::<_, Error>(())
+            }
+        })
+        .build()
+        .expect("a valid registry");
+    let operator = Running::start(&emulator, registry);
+    calls.wait_for("order", 4).await;
+    assert_eq!(
+        calls.named("order"),
+        vec![
+            json!("startup 0"),
+            json!("startup 1"),
+            json!("startup 2"),
+            json!("event pre"),
+        ]
+    );
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn a_startup_handler_out_of_retries_stops_the_operator_with_its_last_error() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let calls = Calls::default();
+    let s = calls.clone();
+    let registry = Registry::builder()
+        .on_startup("boot", move |_kw: Kwargs| {
+            let calls = s.clone();
+            async move {
+                calls.push("boot", Value::Null);
+                Err::<(), _>(Error::regular("the database is down"))
+            }
+        })
+        .retries(2)
+        .backoff(Duration::from_millis(100))
+        .build()
+        .expect("a valid registry");
+    let run = Operator::new(registry)
+        .client(emulator.client())
+        .settings(test_settings())
+        .run_until(std::future::pending());
+    let result = tokio::time::timeout(PATIENCE, run)
+        .await
+        .expect("the operator exits by itself");
+    match result {
+        Err(OperatorError::Startup { handler, message }) => {
+            assert_eq!(handler, "boot");
+            assert_eq!(
+                message,
+                "exceeded 2 retries; the last error: the database is down"
+            );
+        }
+        other => panic!("expected a start-up failure, got {other:?}"),
+    }
+    assert_eq!(calls.named("boot").len(), 2, "retries count attempts");
+}
+
+#[tokio::test]
 async fn a_panicking_event_handler_does_not_keep_events_from_the_others() {
     logs();
     let emulator = Emulator::start().await.expect("emulator starts");

@@ -70,12 +70,30 @@ async fn expire(meta: &ObjectMeta, client: kube::Client, stopped: &kopf::Stopped
     Ok(())
 }
 
+// As in Kopf's docs: no interval, once the object has been quiet for 10 s.
+#[kopf::timer(Secret, idle = 10)]
+async fn settled(name: &str, live: &kopf::LiveBody) {
+    let _ = (name, live.get());
+}
+
 #[kopf::daemon(Pod, initial_delay = 1, cancellation_backoff = 2, cancellation_timeout = 5, cancellation_polling = 0.1,
                no_finalizers = false, annotations("x" = "y"))]
-async fn monitor(name: String, stopped: kopf::Stopped, by_node: &kopf::Index) -> kopf::Result<()> {
+async fn monitor(name: String, stopped: kopf::Stopped, by_node: &kopf::Index, mut live: kopf::LiveBody) -> kopf::Result<()> {
     while !stopped.is_set() {
-        let _ = (&name, by_node.get(Some("n")));
-        stopped.wait(Duration::from_secs(10)).await;
+        let _ = (&name, by_node.get(Some("n")), live.get());
+        tokio::select! {
+            () = live.changed() => {}
+            _ = stopped.wait(Duration::from_secs(10)) => {}
+        }
+    }
+    Ok(())
+}
+
+// A plain fn: it runs on a blocking thread and polls its stop flag.
+#[kopf::daemon(Secret, cancellation_timeout = 5)]
+fn poll(name: String, stopped: &kopf::Stopped) -> kopf::Result<()> {
+    while !stopped.wait_blocking(Duration::from_secs(10)) {
+        let _ = &name;
     }
     Ok(())
 }
@@ -87,6 +105,6 @@ async fn by_node(spec: &Value, name: &str) -> kopf::Result<Value> {
 
 fn main() {
     let registry = kopf::Registry::from_inventory().expect("valid handlers");
-    assert_eq!(registry.len(), 10);
+    assert_eq!(registry.len(), 12);
     assert_eq!(registry.resources().len(), 5); // `KopfExample` and "kopfexamples" are one resource
 }

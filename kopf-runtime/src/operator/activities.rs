@@ -1,0 +1,292 @@
+//! Start-up and clean-up handlers, Kopf's activities: each runs until it
+//! succeeds or fails for good, retried as Kopf retries any handler.
+//!
+//! Each round calls, in the registry's order, every handler that has not
+//! ended and whose retry is due, then sleeps until the next retry is due.
+//! An outcome is resolved as a change handler's is
+//! ([`execution::resolve`](crate::execution::resolve)): a temporary error
+//! is retried after its delay; a regular one as the handler's `errors`
+//! says, after its `backoff` (else `settings.execution.default_backoff`).
+//! `retries` counts attempts (with `retries = 3` the third failure is
+//! final), and no retry starts at or after `timeout` since the first
+//! attempt.
+//!
+//! # Guarantees
+//! - The handlers post Events (`posting::info`, …) with the operator's
+//!   poster, from plain `fn`s too.
+//! - Every handler runs until it ends, even when another one has already
+//!   failed for good (as in Kopf).
+//! - The activity fails only once all handlers have ended, with the first
+//!   handler that failed for good and why.
+
+use std::time::Duration;
+
+use kube::Client;
+use tokio::time::Instant;
+
+use crate::execution::{self, Resolution};
+use crate::handlers::Handler;
+use crate::kwargs::{Kwargs, Logger};
+use crate::posting::{self, EventPoster};
+use crate::settings::OperatorSettings;
+
+/// Where a delay too long for the clock ends: never, as far as anyone waits.
+const FAR: Duration = Duration::from_secs(86_400 * 365);
+
+/// A handler of an activity that failed for good.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Failure {
+    /// The handler's id.
+    pub(super) handler: String,
+    /// Why it failed, and after how many attempts.
+    pub(super) message: String,
+}
+
+/// Where one handler of the activity is.
+struct Attempts {
+    /// The attempts made so far.
+    retry: u32,
+    /// When the first attempt started, on the wall clock and on Tokio's.
+    started: Option<(jiff::Timestamp, Instant)>,
+    /// When the next attempt is due.
+    due: Instant,
+    /// `None` while it runs; then whether it failed for good, and why.
+    ended: Option<Result<(), String>>,
+}
+
+/// Runs `handlers` until each has succeeded or failed for good.
+///
+/// # Errors
+/// The first handler (in the registry's order) that failed for good.
+pub(super) async fn run(
+    handlers: &[Handler],
+    client: &Client,
+    settings: &OperatorSettings,
+    poster: Option<&EventPoster>,
+) -> Result<(), Failure> {
+    let now = Instant::now();
+    let mut attempts: Vec<Attempts> = handlers
+        .iter()
+        .map(|_| Attempts {
+            retry: 0,
+            started: None,
+            due: now,
+            ended: None,
+        })
+        .collect();
+    loop {
+        for (handler, state) in handlers.iter().zip(&mut attempts) {
+            if state.ended.is_none() && state.due <= Instant::now() {
+                let attempting = attempt(handler, state, client, settings);
+                match poster {
+                    Some(poster) => posting::scope(poster.clone(), attempting).await,
+                    None => attempting.await,
+                }
+            }
+        }
+        let next = attempts
+            .iter()
+            .filter(|state| state.ended.is_none())
+            .map(|state| state.due)
+            .min();
+        match next {
+            Some(due) => tokio::time::sleep_until(due).await,
+            None => break,
+        }
+    }
+    let failed = handlers.iter().zip(attempts).find_map(|(handler, state)| {
+        let message = state.ended?.err()?;
+        Some(Failure {
+            handler: handler.id.clone(),
+            message,
+        })
+    });
+    failed.map_or(Ok(()), Err)
+}
+
+/// One attempt of `handler`; `state` says what comes next.
+async fn attempt(
+    handler: &Handler,
+    state: &mut Attempts,
+    client: &Client,
+    settings: &OperatorSettings,
+) {
+    let (started, started_at) = *state
+        .started
+        .get_or_insert_with(|| (jiff::Timestamp::now(), Instant::now()));
+    let runtime = started_at.elapsed();
+    let logger = Logger::new(handler.id.clone());
+    let mut kwargs = Kwargs::new(serde_json::Value::Null);
+    kwargs.client = Some(client.clone());
+    kwargs.logger = logger.clone();
+    kwargs.retry = state.retry;
+    kwargs.started = Some(started);
+    kwargs.runtime = runtime;
+    let limit = handler.options.timeout.map(|t| t.saturating_sub(runtime));
+    let outcome = execution::invoke(handler, kwargs, limit).await;
+    let backoff = handler
+        .options
+        .backoff
+        .unwrap_or(settings.execution.default_backoff);
+    let name = &handler.id;
+    state.retry += 1;
+    state.ended = match execution::resolve(handler, outcome, backoff, &logger) {
+        Resolution::Succeeded(_) => {
+            logger.info(format_args!("Handler '{name}' succeeded."));
+            Some(Ok(()))
+        }
+        Resolution::Ignored => Some(Ok(())),
+        Resolution::Failed { message } => Some(Err(message)),
+        Resolution::Retry { delay, message } => {
+            let attempts = state.retry;
+            if let Some(limit) = handler.options.retries.filter(|limit| attempts >= *limit) {
+                logger.error(format_args!(
+                    "Handler '{name}' has exceeded {limit} retries."
+                ));
+                Some(Err(format!(
+                    "exceeded {limit} retries; the last error: {message}"
+                )))
+            } else if let Some(timeout) = handler
+                .options
+                .timeout
+                .filter(|timeout| runtime.saturating_add(delay) >= *timeout)
+            {
+                logger.error(format_args!(
+                    "Handler '{name}' would time out after {} before its next attempt.",
+                    seconds(timeout)
+                ));
+                Some(Err(format!(
+                    "timed out after {}; the last error: {message}",
+                    seconds(timeout)
+                )))
+            } else {
+                let now = Instant::now();
+                state.due = now.checked_add(delay).unwrap_or(now + FAR);
+                None
+            }
+        }
+    };
+}
+
+fn seconds(duration: Duration) -> String {
+    format!("{}s", duration.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::errors::Error;
+    use crate::handlers::ErrorsMode;
+    use crate::mock_api::{self, Reply};
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    /// Every attempt: the handler's id and the time since the test began.
+    #[derive(Clone, Default)]
+    struct Attempted(Arc<Mutex<Vec<(String, Duration)>>>);
+
+    impl Attempted {
+        fn of(&self, id: &str) -> Vec<Duration> {
+            let all = self.0.lock().expect("lock");
+            all.iter()
+                .filter(|(who, _)| who == id)
+                .map(|(_, at)| *at)
+                .collect()
+        }
+    }
+
+    /// A start-up handler that fails with `error` on its first `failures`
+    /// attempts, then succeeds.
+    fn flaky(
+        id: &'static str,
+        failures: u32,
+        error: fn() -> Error,
+        attempted: &Attempted,
+    ) -> Handler {
+        let (attempted, epoch) = (attempted.clone(), Instant::now());
+        Handler::on_startup(id, move |kw: Kwargs| {
+            attempted
+                .0
+                .lock()
+                .expect("lock")
+                .push((id.to_owned(), epoch.elapsed()));
+            let outcome = if kw.retry < failures {
+                Err(error())
+            } else {
+                Ok(())
+            };
+            async move { outcome }
+        })
+    }
+
+    fn regular() -> Error {
+        Error::regular("not yet")
+    }
+
+    async fn run_all(handlers: &[Handler], default_backoff: Duration) -> Result<(), Failure> {
+        let (client, _) = mock_api::client(|_| Reply::Json(404, serde_json::json!({})));
+        let mut settings = OperatorSettings::default();
+        settings.execution.default_backoff = default_backoff;
+        run(handlers, &client, &settings, None).await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn regular_errors_are_retried_after_the_backoff_until_success() {
+        let attempted = Attempted::default();
+        let handlers = [
+            flaky("own", 2, regular, &attempted).backoff(secs(3)),
+            flaky("default", 1, regular, &attempted),
+        ];
+        assert_eq!(run_all(&handlers, secs(5)).await, Ok(()));
+        assert_eq!(attempted.of("own"), [secs(0), secs(3), secs(6)]);
+        assert_eq!(attempted.of("default"), [secs(0), secs(5)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn exhausted_retries_fail_the_activity_once_all_handlers_ended() {
+        let attempted = Attempted::default();
+        let handlers = [
+            flaky("doomed", u32::MAX, regular, &attempted)
+                .retries(3)
+                .backoff(secs(1)),
+            flaky("slow", 5, regular, &attempted).backoff(secs(2)),
+        ];
+        let failure = run_all(&handlers, secs(60)).await.expect_err("doomed");
+        assert_eq!(failure.handler, "doomed");
+        assert_eq!(
+            failure.message,
+            "exceeded 3 retries; the last error: not yet"
+        );
+        assert_eq!(attempted.of("doomed").len(), 3, "retries count attempts");
+        assert_eq!(attempted.of("slow").len(), 6, "run to its success");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn permanent_failures_and_timeouts_end_a_handler_at_once() {
+        let attempted = Attempted::default();
+        let handlers = [
+            flaky(
+                "permanent",
+                u32::MAX,
+                || Error::permanent("no way"),
+                &attempted,
+            ),
+            flaky("strict", u32::MAX, regular, &attempted).errors(ErrorsMode::Permanent),
+            flaky("timed", u32::MAX, regular, &attempted)
+                .backoff(secs(4))
+                .timeout(secs(10)),
+            flaky("ignored", u32::MAX, regular, &attempted).errors(ErrorsMode::Ignored),
+        ];
+        let failure = run_all(&handlers, secs(60)).await.expect_err("failed");
+        assert_eq!(failure.handler, "permanent");
+        assert_eq!(failure.message, "no way");
+        assert_eq!(attempted.of("permanent").len(), 1);
+        assert_eq!(attempted.of("strict").len(), 1);
+        assert_eq!(attempted.of("timed"), [secs(0), secs(4), secs(8)]);
+        assert_eq!(attempted.of("ignored").len(), 1);
+    }
+}
