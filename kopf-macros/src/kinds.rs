@@ -66,6 +66,7 @@ pub(crate) const KWARGS: &[(&str, &str)] = &[
     ("type", "TypeArg"),
     ("stopped", "StoppedArg"),
     ("live", "LiveArg"),
+    ("subhandlers", "SubhandlersArg"),
     ("client", "ClientArg"),
     ("operation", "OperationArg"),
     ("dryrun", "DryrunArg"),
@@ -187,7 +188,15 @@ impl Kind {
         let mut kwargs = Vec::new();
         let extra: &[&str] = match self {
             Kind::OnCreate | Kind::OnUpdate | Kind::OnDelete | Kind::OnResume | Kind::OnField => &[
-                "patch", "retry", "started", "runtime", "reason", "diff", "old", "new",
+                "patch",
+                "retry",
+                "started",
+                "runtime",
+                "reason",
+                "diff",
+                "old",
+                "new",
+                "subhandlers",
             ],
             Kind::OnEvent => &["patch", "event", "type"],
             Kind::Timer | Kind::Daemon => {

@@ -498,6 +498,22 @@ impl Handler {
         on_login => HandlerKind::OnLogin;
     }
 
+    /// A sub-handler `id`, with Kopf's defaults, for
+    /// [`Subhandlers::add`](crate::Subhandlers::add); set its options and
+    /// filters with the methods below. It takes its kind and resource from
+    /// its parent.
+    pub fn subhandler<F, Fut, R>(id: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(Kwargs) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = R> + Send + 'static,
+        R: IntoOutcome,
+    {
+        let mut handler = Handler::new(HandlerKind::OnCreate, None, id.into(), boxed(f));
+        // Without a resource of its own, which its parent has.
+        handler.problems.clear();
+        handler
+    }
+
     /// Runs the handler: sets `kwargs.param` from the `param` option and calls the fn.
     pub fn call(&self, mut kwargs: Kwargs) -> BoxFuture<'static, Outcome> {
         kwargs.param = self.param.clone();

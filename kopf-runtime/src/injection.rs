@@ -17,6 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::errors::KwargError;
+use crate::execution::Subhandlers;
 use crate::kwargs::{
     Diff, EventType, Index, Kwargs, LiveBody, Logger, Memo, Operation, Patch, Reason, Stopped,
     Warnings,
@@ -85,6 +86,8 @@ kwarg_traits! {
     StoppedArg, "`{Self}` cannot be injected as `stopped`", "`stopped` accepts `&kopf::Stopped` or `kopf::Stopped`";
     /// `live`.
     LiveArg, "`{Self}` cannot be injected as `live`", "`live` accepts `&kopf::LiveBody` or `kopf::LiveBody` (write `mut live: kopf::LiveBody` to wait for changes)";
+    /// `subhandlers`.
+    SubhandlersArg, "`{Self}` cannot be injected as `subhandlers`", "`subhandlers` accepts `&kopf::Subhandlers` or `kopf::Subhandlers`";
     /// `client`.
     ClientArg, "`{Self}` cannot be injected as `client`", "`client` accepts `&kube::Client` or `kube::Client`";
     /// `diff`.
@@ -260,6 +263,7 @@ clone_kwarg! {
     MemoArg, Memo, "memo", |kw| Some(kw.memo.clone());
     StoppedArg, Stopped, "stopped", |kw| kw.stopped.clone();
     LiveArg, LiveBody, "live", |kw| kw.live.clone();
+    SubhandlersArg, Subhandlers, "subhandlers", |kw| kw.subhandlers();
     ClientArg, kube::Client, "client", |kw| kw.client.clone();
     DiffArg, Diff, "diff", |kw| Some(kw.diff.clone());
     WarningsArg, Warnings, "warnings", |kw| kw.admission.as_ref().map(|a| a.warnings.clone());

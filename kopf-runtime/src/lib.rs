@@ -128,6 +128,7 @@
 //! | `r#type` | `Option<EventType>`, `Option<&str>`, `Option<String>` | `on_event` |
 //! | `stopped` | `&Stopped`, `Stopped` | `timer`, `daemon` |
 //! | `live` | `&LiveBody`, `LiveBody` (`mut live: LiveBody` to await changes) | `timer`, `daemon` |
+//! | `subhandlers` | `&Subhandlers`, `Subhandlers` | change kinds |
 //! | `operation` | `Operation`, `&str`, `String` | webhooks |
 //! | `dryrun` | `bool` | webhooks |
 //! | `warnings` | `&Warnings`, `Warnings` | webhooks |
@@ -588,9 +589,14 @@
 //! - **The diff-base of a built-in kind** lists its top-level fields sorted,
 //!   where Kopf follows the kind's schema. Both compare essences decoded, so
 //!   neither sees a change in the other's.
+//! - **Sub-handlers are registered on a parameter** ([`Subhandlers`]), not
+//!   through a context variable: `subhandlers.register(id, fn)` is
+//!   `@kopf.subhandler(id=…)`, and `subhandlers.execute_with(lifecycle)` is
+//!   `kopf.execute(lifecycle=…)`. Top-level change handlers always run
+//!   [`Lifecycle::Asap`], Kopf's default; there is no
+//!   `set_default_lifecycle`.
 //! - **Not served yet:** `on_probe`, `on_validate`, `on_mutate` (refused at
-//!   start-up, naming the handler), sub-handlers, the operator-wide memo,
-//!   and peering (`--liveness`, `--peering`, `--priority` and `--dev` are
+//!   start-up, naming the handler), the operator-wide memo, and peering (`--liveness`, `--peering`, `--priority` and `--dev` are
 //!   refused with a message).
 //!
 //! # What is public
@@ -622,6 +628,7 @@
 //! | [`EventType`] | the `type` parameter of `on_event` handlers |
 //! | [`Stopped`] | the `stopped` parameter of daemons and timers |
 //! | [`LiveBody`] | the `live` parameter of daemons and timers: their object as it is now |
+//! | [`Subhandlers`], [`Lifecycle`] | the `subhandlers` parameter of change handlers: children with progress of their own (Kopf's sub-handlers), and which of them run in one step |
 //! | [`Index`], [`Indexes`] | the parameters named by `index` handlers' ids |
 //! | [`Operation`], [`Warnings`], [`Admission`] | the parameters of `on_validate` and `on_mutate` handlers |
 //! | [`Timestamp`] | the `started` parameter |
@@ -675,6 +682,7 @@ pub use kopf_macros::{
 
 pub use cli::{Args, CliError, LogFormat};
 pub use errors::{Error, HandlerError, IntoOutcome, KwargError, Outcome, Result};
+pub use execution::{Lifecycle, Subhandlers};
 pub use filters::{
     ABSENT, FieldPath, Filters, Marker, MetaFilter, MetaValue, PRESENT, ValueFilter,
 };

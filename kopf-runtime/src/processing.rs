@@ -45,7 +45,7 @@ use tokio_util::sync::CancellationToken;
 use crate::causes::{self, CauseInput, ChangeCause};
 use crate::diffbase::DiffBaseStorage;
 use crate::echoes::Echoes;
-use crate::execution::{self, CauseContext};
+use crate::execution::{self, CauseContext, Progression};
 use crate::fields::{ensure_field, merge_into, meta_str, object_name, remove_field, resolve_field};
 use crate::filters::{FieldPath, FieldValues};
 use crate::finalizers::{self, Action, Lifecycle};
@@ -153,7 +153,8 @@ pub struct ResourceProcessor {
     target: ResourceTarget,
     handlers: ResourceHandlers,
     settings: Arc<OperatorSettings>,
-    progress: ProgressStorage,
+    /// Where the handlers' progress lives, and their default backoff.
+    progression: Progression,
     diffbase: DiffBaseStorage,
     patcher: Patcher,
     poster: Option<EventPoster>,
@@ -222,7 +223,10 @@ impl ResourceProcessor {
             && !handlers.changing.is_empty())
         .then(Echoes::default);
         Self {
-            progress: ProgressStorage::from_settings(&settings.persistence),
+            progression: Progression {
+                storage: Arc::new(ProgressStorage::from_settings(&settings.persistence)),
+                default_backoff: settings.execution.default_backoff,
+            },
             // As Kopf: the fields of every handler of the resource, change
             // handlers or not, are kept in the essence.
             diffbase: DiffBaseStorage::from_settings(&settings.persistence).with_extra_fields(
@@ -388,7 +392,9 @@ impl ResourceProcessor {
         // One request only: a status subresource would be a second one.
         let echoes = self.echoes.as_ref().filter(|_| {
             settled
-                && self.diffbase.only_bookkeeping(body, &patch, &self.progress)
+                && self
+                    .diffbase
+                    .only_bookkeeping(body, &patch, &self.progression.storage)
                 && !(self.target.status_subresource && patch.get("status").is_some())
         });
         let guard = echoes.and_then(|_| guard(&mut patch, body));
@@ -530,8 +536,9 @@ impl ResourceProcessor {
                     .field
                     .as_ref()
                     .map_or_else(FieldValues::default, |field| {
-                        let (old, new): &Essences =
-                            essences.get_or_init(|| self.diffbase.essences(body, &self.progress));
+                        let (old, new): &Essences = essences.get_or_init(|| {
+                            self.diffbase.essences(body, &self.progression.storage)
+                        });
                         FieldValues {
                             old: old.as_ref().and_then(|old| field.resolve(old)),
                             new: field.resolve(new),
@@ -643,7 +650,7 @@ impl ResourceProcessor {
                     && self.diffbase.holds(body, &handled.diffbase)
                     && self
                         .diffbase
-                        .same_essence(&handled.body, body, &self.progress)
+                        .same_essence(&handled.body, body, &self.progression.storage)
                 {
                     memory.mark_fully_handled();
                     logger.debug(
@@ -651,7 +658,7 @@ impl ResourceProcessor {
                     );
                     return (done(), false);
                 }
-                self.diffbase.essences(body, &self.progress)
+                self.diffbase.essences(body, &self.progression.storage)
             }
         };
         let old_changed = old.as_ref() != Some(&new);
@@ -707,8 +714,7 @@ impl ResourceProcessor {
                 &context,
                 &selected,
                 &self.handlers.changing,
-                &self.progress,
-                self.settings.execution.default_backoff,
+                &self.progression,
                 patch,
             )
             .await;

@@ -220,6 +220,10 @@ pub struct Kwargs {
     pub indexes: Indexes,
     /// Admission details, for `on_validate` and `on_mutate`.
     pub admission: Option<Admission>,
+    /// The call's sub-handlers, for change handlers: read them with
+    /// [`Kwargs::subhandlers`]. Kept erased, so that the kwargs know nothing
+    /// of the engine that runs the children.
+    pub(crate) subhandlers: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 static NULL: Value = Value::Null;
@@ -283,6 +287,7 @@ impl Kwargs {
             client: None,
             indexes: Indexes::default(),
             admission: None,
+            subhandlers: None,
         }
     }
 

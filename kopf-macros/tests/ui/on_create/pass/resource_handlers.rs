@@ -105,6 +105,19 @@ async fn by_node(spec: &Value, name: &str) -> kopf::Result<Value> {
 
 fn main() {
     let registry = kopf::Registry::from_inventory().expect("valid handlers");
-    assert_eq!(registry.len(), 12);
+    assert_eq!(registry.len(), 14);
     assert_eq!(registry.resources().len(), 5); // `KopfExample` and "kopfexamples" are one resource
+}
+
+#[kopf::on_create(KopfExample, id = "with_children")]
+async fn with_children(spec: KopfExampleSpec, subhandlers: kopf::Subhandlers) -> kopf::Result<()> {
+    for n in 0..spec.size {
+        subhandlers.register(format!("part{n}"), |_kw: kopf::Kwargs| async { Ok::<_, kopf::Error>(()) });
+    }
+    subhandlers.execute_with(kopf::Lifecycle::AllAtOnce).await
+}
+
+#[kopf::on_update(KopfExample)]
+fn plain_with_children(subhandlers: &kopf::Subhandlers) {
+    subhandlers.add(kopf::Handler::subhandler("slow", |_kw: kopf::Kwargs| async { Ok::<_, kopf::Error>(()) }).retries(3));
 }

@@ -22,6 +22,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::{BoxFuture, CatchUnwind, Either, Map, Ready};
 use serde_json::Value;
+use smallvec::SmallVec;
 
 use crate::errors::{HandlerError, Outcome};
 use crate::fields::{ensure_field, merge_into};
@@ -29,6 +30,12 @@ use crate::handlers::{ErrorsMode, Handler, HandlerKind, KindOptions};
 use crate::kwargs::{Diff, Indexes, Kwargs, Logger, Memo, Patch, Reason};
 use crate::progress::{ProgressRecord, ProgressStorage, format_timestamp};
 use crate::{posting, spawning};
+
+mod lifecycle;
+mod subhandlers;
+
+pub use lifecycle::Lifecycle;
+pub use subhandlers::Subhandlers;
 
 /// The object and its change, shared by every handler of a cause.
 #[derive(Clone)]
@@ -129,45 +136,41 @@ pub struct StepOutcome {
     pub ran: bool,
 }
 
-/// Runs the due handler with the fewest attempts, if any, and records its
-/// progress (and its result and patch) into `patch`. `owned` are all change
-/// handlers of the resource: their records are purged once the cause is done.
-/// A handler without a `backoff` of its own retries after `default_backoff`
-/// (`settings.execution.default_backoff`).
+/// Where the handlers of a resource keep their progress, and how long they
+/// back off by default: shared by a resource's processing and by the
+/// sub-handlers its handlers register.
+#[derive(Debug, Clone, Default)]
+pub struct Progression {
+    /// Where the records live (annotations, as Kopf keeps them).
+    pub storage: Arc<ProgressStorage>,
+    /// The delay of a retry for a handler without a `backoff` of its own
+    /// (`settings.execution.default_backoff`).
+    pub default_backoff: Duration,
+}
+
+/// Runs the due handlers that the [`Lifecycle::Asap`] plan picks (the one
+/// with the fewest attempts), if any, and records their progress (and their
+/// results and patches) into `patch`. `owned` are all change handlers of the
+/// resource: their records, and those of their sub-handlers, are purged once
+/// the cause is done.
 pub async fn step(
     cause: &CauseContext,
     handlers: &[&Handler],
     owned: &[Handler],
-    storage: &ProgressStorage,
-    default_backoff: Duration,
+    progression: &Progression,
     patch: &mut Value,
 ) -> StepOutcome {
+    let storage = &*progression.storage;
     let now = jiff::Timestamp::now();
     let mut records: Vec<Option<ProgressRecord>> = handlers
         .iter()
         .map(|h| storage.fetch(&h.id, &cause.body))
         .collect();
 
-    let due = handlers
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| {
-            !records[*i]
-                .as_ref()
-                .is_some_and(ProgressRecord::is_finished)
-        })
-        .filter(|(i, _)| {
-            records[*i]
-                .as_ref()
-                .and_then(ProgressRecord::delayed_until)
-                .is_none_or(|at| at <= now)
-        })
-        .min_by_key(|(i, _)| records[*i].as_ref().and_then(|r| r.retries).unwrap_or(0))
-        .map(|(i, _)| i);
-
-    let ran = due.is_some();
-    let mut fresh = None;
-    if let Some(i) = due {
+    let plan = Lifecycle::Asap.plan(due(&records, now), |i| attempts(&records[i]));
+    let ran = !plan.is_empty();
+    let mut fresh = SmallVec::<[(usize, Stamps); 1]>::new();
+    for i in plan {
         let handler = handlers[i];
         let known = records[i].as_ref();
         let started = known.and_then(ProgressRecord::started_at).unwrap_or(now);
@@ -178,7 +181,7 @@ pub async fn step(
             cause,
             handler,
             records[i].take().unwrap_or_default(),
-            default_backoff,
+            progression,
             now,
             started,
         );
@@ -194,7 +197,7 @@ pub async fn step(
             ensure_field(patch, &["status", handler.id.as_str()], result);
         }
         records[i] = Some(record);
-        fresh = Some((i, stamps));
+        fresh.push((i, stamps));
     }
 
     let succeeded = records
@@ -211,14 +214,22 @@ pub async fn step(
         .iter()
         .all(|r| r.as_ref().is_some_and(ProgressRecord::is_finished));
     if done {
-        // The record of the handler just run would be purged by the same
-        // patch that stores it, so it is not stored; the marker that storing
-        // leaves on a custom annotation prefix is.
-        if fresh.is_some() {
+        // The records of the handlers just run would be purged by the same
+        // patch that stores them, so they are not stored; the marker that
+        // storing leaves on a custom annotation prefix is.
+        if !fresh.is_empty() {
             storage.mark_managed(&cause.body, patch);
         }
         for handler in owned {
             storage.purge(&handler.id, &cause.body, patch);
+        }
+        // And those of the sub-handlers of any depth, which the parents list.
+        for subref in records
+            .iter()
+            .flatten()
+            .flat_map(|r| r.subrefs.iter().flatten())
+        {
+            storage.purge(subref, &cause.body, patch);
         }
         return StepOutcome {
             done,
@@ -228,14 +239,46 @@ pub async fn step(
             ran,
         };
     }
-    if let Some((i, stamps)) = fresh
-        && let Some(record) = &mut records[i]
-    {
-        stamps.write(record);
-        storage.store(&handlers[i].id, record, &cause.body, patch);
+    for (i, stamps) in fresh {
+        if let Some(record) = &mut records[i] {
+            stamps.write(record);
+            storage.store(&handlers[i].id, record, &cause.body, patch);
+        }
     }
+    StepOutcome {
+        done,
+        delay: next_delay(&records),
+        succeeded,
+        failed,
+        ran,
+    }
+}
+
+/// The handlers (indexes into `records`) that may run at `now`: not
+/// finished, and not waiting for a retry (Kopf's "awakened").
+fn due(records: &[Option<ProgressRecord>], now: jiff::Timestamp) -> Vec<usize> {
+    records
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| !r.as_ref().is_some_and(ProgressRecord::is_finished))
+        .filter(|(_, r)| {
+            r.as_ref()
+                .and_then(ProgressRecord::delayed_until)
+                .is_none_or(|at| at <= now)
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+fn attempts(record: &Option<ProgressRecord>) -> u32 {
+    record.as_ref().and_then(|r| r.retries).unwrap_or(0)
+}
+
+/// How long until the earliest unfinished handler is due (zero if one is
+/// due now); `None` if every handler has finished.
+fn next_delay(records: &[Option<ProgressRecord>]) -> Option<Duration> {
     let now = jiff::Timestamp::now();
-    let delay = records
+    records
         .iter()
         .filter(|r| !r.as_ref().is_some_and(ProgressRecord::is_finished))
         .map(
@@ -246,14 +289,7 @@ pub async fn step(
                 _ => Duration::ZERO,
             },
         )
-        .min();
-    StepOutcome {
-        done,
-        delay,
-        succeeded,
-        failed,
-        ran,
-    }
+        .min()
 }
 
 /// When an attempt started (if it was the first) and stopped (if it
@@ -280,12 +316,13 @@ impl Stamps {
 
 /// One attempt of one handler at `now` (the handler first `started` then):
 /// the updated record, its result for `status.<id>`, and the patch it asked
-/// for. Its times are left to the caller's [`Stamps`].
+/// for (with the progress and results of its sub-handlers). Its times are
+/// left to the caller's [`Stamps`].
 async fn attempt(
     cause: &CauseContext,
     handler: &Handler,
     mut record: ProgressRecord,
-    default_backoff: Duration,
+    progression: &Progression,
     now: jiff::Timestamp,
     started: jiff::Timestamp,
 ) -> (ProgressRecord, Option<Value>, Option<Value>) {
@@ -323,31 +360,48 @@ async fn attempt(
 
     let patch = Patch::new();
     let limit = handler.options.timeout.map(|t| t.saturating_sub(runtime));
+    let mut kwargs = Kwargs {
+        patch: patch.clone(),
+        retry: retries,
+        started: Some(started),
+        runtime,
+        ..cause.kwargs(handler)
+    };
+    let subhandlers = Subhandlers::of_parent(handler, cause, &kwargs, progression);
+    kwargs.subhandlers = subhandlers.as_ref().map(Subhandlers::erased);
     // Called in a statement of its own: the kwargs are no part of what the
     // attempt holds while the handler runs.
-    let call = invoke(
-        handler,
-        Kwargs {
-            patch: patch.clone(),
-            retry: retries,
-            started: Some(started),
-            runtime,
-            ..cause.kwargs(handler)
-        },
-        limit,
-    );
+    let call = invoke(handler, kwargs, limit);
     let outcome = call.await;
+    let unfinished = match &subhandlers {
+        Some(subhandlers) => Box::pin(subhandlers.after_parent(&outcome)).await,
+        None => None,
+    };
+    if let Some(subhandlers) = &subhandlers {
+        subhandlers.list_in(&mut record);
+    }
     let handler_patch = (!patch.is_empty()).then(|| patch.take());
     record.retries = Some(retries + 1);
-    let backoff = handler.options.backoff.unwrap_or(default_backoff);
 
+    if let Some(delay) = unfinished {
+        logger.debug(format_args!(
+            "Handler '{name}' has unfinished sub-handlers. Will retry soon."
+        ));
+        return (delay_record(record, now, delay, None), None, handler_patch);
+    }
+    let backoff = handler
+        .options
+        .backoff
+        .unwrap_or(progression.default_backoff);
     let (record, result) = match resolve(handler, outcome, backoff, logger) {
         Resolution::Succeeded(result) => {
             logger.info(format_args!("Handler '{name}' succeeded."));
             (finish(record, true, None), result)
         }
         Resolution::Ignored => (finish(record, true, None), None),
-        Resolution::Retry { delay, message } => (delay_record(record, now, delay, message), None),
+        Resolution::Retry { delay, message } => {
+            (delay_record(record, now, delay, Some(message)), None)
+        }
         Resolution::Failed { message } => (finish(record, false, Some(message)), None),
     };
     (record, result, handler_patch)
@@ -504,14 +558,14 @@ fn delay_record(
     mut record: ProgressRecord,
     now: jiff::Timestamp,
     delay: Duration,
-    message: String,
+    message: Option<String>,
 ) -> ProgressRecord {
     let at = jiff::SignedDuration::try_from(delay)
         .ok()
         .and_then(|d| now.checked_add(d).ok())
         .unwrap_or(now);
     record.delayed = Some(format_timestamp(at));
-    record.message = Some(message);
+    record.message = message;
     record
 }
 
@@ -527,7 +581,7 @@ mod tests {
     use serde_json::json;
     use std::sync::atomic::{AtomicU32, Ordering};
 
-    fn resource() -> ResourceRef {
+    pub(super) fn resource() -> ResourceRef {
         ResourceRef::of::<k8s_openapi::api::core::v1::ConfigMap>()
     }
 
@@ -539,15 +593,14 @@ mod tests {
             &cause(body),
             &[handler],
             std::slice::from_ref(handler),
-            &storage(),
-            Duration::from_secs(60),
+            &progression(storage(), Duration::from_secs(60)),
             &mut patch,
         )
         .await;
         (out, patch)
     }
 
-    fn cause(body: Value) -> CauseContext {
+    pub(super) fn cause(body: Value) -> CauseContext {
         CauseContext {
             reason: Reason::Create,
             initial: false,
@@ -562,12 +615,19 @@ mod tests {
         }
     }
 
-    fn storage() -> ProgressStorage {
+    pub(super) fn storage() -> ProgressStorage {
         ProgressStorage::default()
     }
 
+    pub(super) fn progression(storage: ProgressStorage, default_backoff: Duration) -> Progression {
+        Progression {
+            storage: Arc::new(storage),
+            default_backoff,
+        }
+    }
+
     /// Applies a merge patch to the body, as the API server would.
-    fn apply(body: &mut Value, patch: Value) {
+    pub(super) fn apply(body: &mut Value, patch: Value) {
         fn merge(dst: &mut Value, src: Value) {
             match (dst, src) {
                 (Value::Object(d), Value::Object(s)) => {
@@ -620,8 +680,7 @@ mod tests {
             &cause(json!({"metadata": {}})),
             &[&handler],
             std::slice::from_ref(&handler),
-            &storage,
-            Duration::from_secs(60),
+            &progression(storage, Duration::from_secs(60)),
             &mut patch,
         )
         .await;
@@ -659,8 +718,7 @@ mod tests {
             &cause(body.clone()),
             &handlers,
             &owned,
-            &storage(),
-            Duration::from_secs(60),
+            &progression(storage(), Duration::from_secs(60)),
             &mut patch,
         )
         .await;
@@ -677,8 +735,7 @@ mod tests {
             &cause(body.clone()),
             &handlers,
             &owned,
-            &storage(),
-            Duration::from_secs(60),
+            &progression(storage(), Duration::from_secs(60)),
             &mut patch,
         )
         .await;
@@ -803,8 +860,7 @@ mod tests {
             &cause(json!({})),
             &[handler],
             std::slice::from_ref(handler),
-            &storage(),
-            default_backoff,
+            &progression(storage(), default_backoff),
             &mut patch,
         )
         .await;
