@@ -22,15 +22,19 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
+use crate::endpoints::{EndpointState, Endpoints};
 use crate::execution;
 use crate::fields::object_name;
 use crate::handlers::{Handler, HandlerKind};
+use crate::health::{Health, Phase, Registered, ResourceHealth};
 use crate::indexing::{Hold, IndexGate, OperatorIndexes, ResourceIndexer};
-use crate::kwargs::{Kwargs, Logger};
+use crate::kwargs::{Kwargs, Logger, Memo};
 use crate::login::{LoginError, Vault};
+use crate::metrics::{self, HandlerOutcome, Metrics};
 use crate::namespaces::NamespaceSelector;
 use crate::patching::ResourceTarget;
 use crate::posting::{self, EventPoster, ObjectReference};
+use crate::probing::Probes;
 use crate::processing::{ResourceHandlers, ResourceProcessor, Work};
 use crate::queueing::{ProcessFn, Queue, QueueSettings};
 use crate::registry::Registry;
@@ -124,6 +128,7 @@ fn is_supported(kind: HandlerKind) -> bool {
                 | HandlerKind::OnCleanup
                 | HandlerKind::Index
                 | HandlerKind::OnLogin
+                | HandlerKind::OnProbe
         )
 }
 
@@ -178,6 +183,7 @@ pub struct Operator {
     client: Option<Client>,
     namespaces: NamespaceSelector,
     task_counters: TaskCounters,
+    endpoints: Option<Endpoints>,
 }
 
 impl std::fmt::Debug for Operator {
@@ -199,6 +205,7 @@ impl Operator {
             client: None,
             namespaces: NamespaceSelector::all(),
             task_counters: TaskCounters::default(),
+            endpoints: None,
         }
     }
 
@@ -219,6 +226,14 @@ impl Operator {
     /// Uses these settings.
     pub fn settings(mut self, settings: OperatorSettings) -> Self {
         self.settings = settings;
+        self
+    }
+
+    /// Serves the liveness, readiness and metrics endpoints on these
+    /// listeners from the operator's start until it exits (see
+    /// [`Endpoints`]); metrics are collected only when served.
+    pub fn endpoints(mut self, endpoints: Endpoints) -> Self {
+        self.endpoints = Some(endpoints);
         self
     }
 
@@ -254,7 +269,7 @@ impl Operator {
     }
 
     fn run_until_boxed<'a>(
-        self,
+        mut self,
         mut stop: Pin<Box<dyn Future<Output = ()> + Send + 'a>>,
     ) -> Pin<Box<dyn Future<Output = Result<(), OperatorError>> + Send + 'a>> {
         Box::pin(async move {
@@ -269,27 +284,85 @@ impl Operator {
                     kind: handler.kind,
                 });
             }
-            // Login handlers, if any, give the credentials of every request.
-            let logins: Vec<Handler> = self
-                .registry
-                .of_kind(HandlerKind::OnLogin)
-                .cloned()
-                .collect();
-            let vault = (!logins.is_empty())
-                .then(|| Vault::new(logins, self.settings.networking.error_backoffs.clone()));
-            let client = match (&vault, self.client.clone()) {
-                (Some(vault), _) => tokio::select! {
-                    client = vault.client() => client.map_err(OperatorError::Login)?,
-                    () = &mut stop => return Ok(()),
-                },
-                (None, Some(client)) => client,
-                (None, None) => Client::try_default().await.map_err(OperatorError::Client)?,
+            let endpoints = self.endpoints.take();
+            let health = endpoints.as_ref().map(|_| Arc::new(Health::default()));
+            let metrics = match (&endpoints, &health) {
+                (Some(endpoints), Some(health)) if endpoints.serves_metrics() => Some(Arc::new(
+                    Metrics::new(Arc::clone(health), self.task_counters.clone()),
+                )),
+                _ => None,
             };
+            // The operator's own copies of the handlers carry their metrics.
+            let measured = |handlers: Vec<Handler>| match &metrics {
+                Some(metrics) => metrics.measured(handlers, ""),
+                None => handlers,
+            };
+            let activities = |kind| measured(self.registry.of_kind(kind).cloned().collect());
             let settings = Arc::new(self.settings.clone());
             let root = CancellationToken::new();
+            // However the run ends, early or not, the background tasks stop.
+            let _background = root.clone().drop_guard();
             let tasks = TaskTracker::new();
+
+            // Login handlers, if any, give the credentials of every request.
+            let logins = activities(HandlerKind::OnLogin);
+            let vault = (!logins.is_empty())
+                .then(|| Vault::new(logins, self.settings.networking.error_backoffs.clone()));
+            if let (Some(health), Some(_)) = (&health, &vault) {
+                health.enter(Phase::LoggingIn);
+            }
+
+            // Served before anything else, the login included, so that the
+            // probes answer while the operator starts.
+            let probe_handlers = activities(HandlerKind::OnProbe);
+            let endpoint_state = match (endpoints, &health) {
+                (Some(endpoints), Some(health)) => {
+                    log_urls(&endpoints);
+                    let state = Arc::new(EndpointState {
+                        probes: (!probe_handlers.is_empty())
+                            .then(|| Probes::new(probe_handlers, Memo::default())),
+                        health: Arc::clone(health),
+                        metrics: metrics.clone(),
+                    });
+                    endpoints.serve(Arc::clone(&state), root.child_token(), &tasks);
+                    Some(state)
+                }
+                _ => {
+                    if !probe_handlers.is_empty() {
+                        tracing::info!(
+                            "the on_probe handlers run only when a liveness endpoint is served (--liveness)"
+                        );
+                    }
+                    None
+                }
+            };
+
+            let counting = metrics.as_ref().map(|metrics| metrics.api_layer());
+            let client = match (&vault, self.client.clone()) {
+                (Some(vault), _) => tokio::select! {
+                    client = vault.client(counting) => client.map_err(OperatorError::Login)?,
+                    () = &mut stop => return Ok(()),
+                },
+                (None, Some(client)) => match &metrics {
+                    Some(metrics) => metrics::instrument(client, metrics),
+                    None => client,
+                },
+                (None, None) => {
+                    let client = Client::try_default().await.map_err(OperatorError::Client)?;
+                    match &metrics {
+                        Some(metrics) => metrics::instrument(client, metrics),
+                        None => client,
+                    }
+                }
+            };
             if let Some(vault) = vault {
                 tasks.spawn(vault.authenticate(root.child_token()));
+            }
+            if let Some(state) = &endpoint_state {
+                state.health.enter(Phase::Starting);
+                if let Some(probes) = &state.probes {
+                    probes.connect(client.clone());
+                }
             }
 
             let poster = if settings.posting.enabled {
@@ -311,12 +384,6 @@ impl Operator {
                 Arc::clone(&self.task_counters.0),
             ));
 
-            let activities = |kind| {
-                self.registry
-                    .of_kind(kind)
-                    .cloned()
-                    .collect::<Vec<Handler>>()
-            };
             let startup_handlers = activities(HandlerKind::OnStartup);
             let startup = run_activities(&startup_handlers, &client, true);
             tokio::select! {
@@ -334,6 +401,9 @@ impl Operator {
                 }
             }
 
+            if let Some(health) = &health {
+                health.enter(Phase::Discovering);
+            }
             let watching = root.child_token();
             let serving = TaskTracker::new();
             let context = ServeContext {
@@ -345,6 +415,8 @@ impl Operator {
                 watching: watching.clone(),
                 tasks: serving.clone(),
                 indexes: OperatorIndexes::new(&self.registry),
+                health: health.clone(),
+                metrics: metrics.clone(),
             };
             let served = Resources::new(context, &self.registry)
                 .serve_until(&mut stop)
@@ -413,6 +485,10 @@ struct ServeContext {
     tasks: TaskTracker,
     /// The indexes that `#[index]` handlers fill.
     indexes: OperatorIndexes,
+    /// What the probes report, when the endpoints are served.
+    health: Option<Arc<Health>>,
+    /// The operator's metrics, when served.
+    metrics: Option<Arc<Metrics>>,
 }
 
 /// The resources served, kept in step with the cluster's (Kopf's resource
@@ -447,6 +523,9 @@ struct Served {
     stop: CancellationToken,
     /// Cancelled once its serving has ended.
     done: CancellationToken,
+    /// Its place in the probes and the metrics, given up (dropped) as soon
+    /// as it stops being served.
+    _health: Option<Registered>,
 }
 
 impl Served {
@@ -533,6 +612,7 @@ impl Resources {
         stop: &mut Pin<Box<dyn Future<Output = ()> + Send + '_>>,
     ) -> Result<(), OperatorError> {
         if self.wanted.is_empty() {
+            self.serving();
             stop.await;
             return Ok(());
         }
@@ -563,6 +643,7 @@ impl Resources {
         self.revise(resolution);
         // Every index found at start-up has its servings' holds now.
         self.start_up.clear();
+        self.serving();
 
         let (tx, mut rescans) = mpsc::channel(16);
         let definitions_stop = self.context.watching.child_token();
@@ -645,6 +726,14 @@ impl Resources {
             tracing::error!(%error, "the watch of the custom resource definitions failed");
         }
         Ok(())
+    }
+
+    /// Every resource found at start-up is served: readiness now waits for
+    /// their listings.
+    fn serving(&self) {
+        if let Some(health) = &self.context.health {
+            health.enter(Phase::Serving);
+        }
     }
 
     /// Adds the groups a change of the definitions asks to scan again, if
@@ -846,6 +935,20 @@ impl Resources {
         let done = CancellationToken::new();
         let context = &self.context;
         let scopes = listed_scopes(resource.namespaced, &context.namespaces);
+        let identities = identities(&handlers);
+        let label = metrics::resource_label(&resource);
+        let handlers = match &context.metrics {
+            Some(metrics) => metrics.measured(handlers, &label),
+            None => handlers,
+        };
+        let health = context.health.as_ref().map(|health| {
+            health.register(
+                label.clone(),
+                context.settings.watching.effective_silence_limit(),
+                context.metrics.as_ref().map(|m| m.watch(&label)),
+                context.metrics.as_ref().map(|m| m.queue_latency(&label)),
+            )
+        });
         let serve = ServeResource {
             target: target_of(&resource),
             handlers: ResourceHandlers::new(handlers.iter())
@@ -859,6 +962,7 @@ impl Resources {
                 .indexes
                 .indexer(&handlers, scopes, context.client.clone()),
             gate: context.indexes.gate(&handlers),
+            health: health.as_ref().map(|h| Arc::clone(h.resource())),
         };
         context.tasks.spawn(serve.run(
             stop.clone(),
@@ -868,9 +972,10 @@ impl Resources {
         ));
         Served {
             resource,
-            handlers: identities(&handlers),
+            handlers: identities,
             stop,
             done,
+            _health: health,
         }
     }
 }
@@ -930,6 +1035,8 @@ struct ServeResource {
     indexer: Option<ResourceIndexer>,
     /// Holds the processing back until the indexes its handlers take are filled.
     gate: Option<IndexGate>,
+    /// Where the watches report, for the probes and the metrics.
+    health: Option<Arc<ResourceHealth>>,
 }
 
 impl ServeResource {
@@ -967,12 +1074,20 @@ impl ServeResource {
         let tasks = Arc::clone(processor.tasks());
         let echoes = processor.echoes().cloned();
         let reporter = poster.clone();
+        let latency = self
+            .health
+            .as_ref()
+            .and_then(|health| health.queue_latency().cloned());
+        let measures_latency = latency.is_some();
         // Handlers post Events with `kopf_runtime::posting::{info, warn, …}`
         // through the poster in scope.
         let process: ProcessFn<String, Work> = Arc::new(move |uid, work| {
             let processor = Arc::clone(&processor);
             let poster = poster.clone();
             let gate = gate.clone();
+            if let (Some(latency), Some(queued_at)) = (&latency, work.queued_at) {
+                latency.observe(queued_at.elapsed().as_secs_f64());
+            }
             Box::pin(async move {
                 if let Some(gate) = gate {
                     // Boxed: only the start-up waits, every call's future stays small.
@@ -1007,6 +1122,13 @@ impl ServeResource {
         // skipped by the watch, undecoded.
         let watcher = match echoes {
             Some(echoes) => watcher.with_echoes(echoes),
+            None => watcher,
+        };
+        let watcher = match &self.health {
+            Some(health) => {
+                health.set_queue_depth(queue.workers_reader());
+                watcher.with_health(Arc::clone(health))
+            }
             None => watcher,
         };
         // A short channel: when processing lags, the watch waits rather than
@@ -1074,6 +1196,7 @@ impl ServeResource {
                                 Work {
                                     event,
                                     initial_listing: !synced,
+                                    queued_at: measures_latency.then(Instant::now),
                                 },
                             )
                             .await;
@@ -1184,6 +1307,7 @@ async fn run_activities(
             };
             retry += 1;
             if handler.options.retries.is_some_and(|limit| retry >= limit) {
+                execution::count_given_up(handler, HandlerOutcome::RetriesExhausted);
                 let message = format!("exceeded {retry} retries");
                 if fatal {
                     return Err(OperatorError::Startup {
@@ -1197,6 +1321,19 @@ async fn run_activities(
         }
     }
     Ok(())
+}
+
+/// Logs where the endpoints are served.
+fn log_urls(endpoints: &Endpoints) {
+    if let Some(url) = endpoints.liveness_url() {
+        tracing::info!(%url, "serving the liveness probe");
+    }
+    if let Some(url) = endpoints.readiness_url() {
+        tracing::info!(%url, "serving the readiness probe");
+    }
+    if let Some(url) = endpoints.metrics_url() {
+        tracing::info!(%url, "serving the metrics");
+    }
 }
 
 /// Completes on SIGINT or SIGTERM.

@@ -88,6 +88,8 @@ pub struct Work {
     pub event: ObjectEvent,
     /// Whether the event comes from the operator's first listing.
     pub initial_listing: bool,
+    /// When it was queued, if the queue's latency is measured.
+    pub queued_at: Option<tokio::time::Instant>,
 }
 
 impl Versioned for Work {
@@ -921,6 +923,7 @@ mod tests {
                 seen,
             },
             initial_listing: false,
+            queued_at: None,
         })
     }
 

@@ -11,6 +11,7 @@ use std::pin::Pin;
 use clap::Parser;
 
 use crate::cli::{self, Args, CliError};
+use crate::endpoints::{EndpointError, Endpoints};
 use crate::namespaces::SelectorError;
 use crate::operator::{Operator, OperatorError};
 use crate::registry::{Registry, RegistryError};
@@ -43,6 +44,9 @@ pub enum RunError {
     /// The embedded emulator did not start.
     #[error("the embedded emulator did not start: {0}")]
     Emulator(String),
+    /// `--liveness` or `--metrics` cannot be served.
+    #[error(transparent)]
+    Endpoints(#[from] EndpointError),
 }
 
 /// Runs the operator that the attribute macros declared, with the command
@@ -150,6 +154,7 @@ impl Runner {
             None => Registry::from_inventory()?,
         };
         let namespaces = args.namespace_selector()?;
+        let endpoints = bind_endpoints(&args).await?;
         tracing::info!(handlers = registry.len(), "starting the operator");
 
         #[cfg(feature = "emulator")]
@@ -180,12 +185,15 @@ impl Runner {
             kube::Client::try_from(config).map_err(RunError::Client)?
         };
 
-        let outcome = Operator::new(registry)
+        let operator = Operator::new(registry)
             .settings(self.settings)
             .client(client)
-            .namespaces(namespaces)
-            .run()
-            .await;
+            .namespaces(namespaces);
+        let operator = match endpoints {
+            Some(endpoints) => operator.endpoints(endpoints),
+            None => operator,
+        };
+        let outcome = operator.run().await;
         #[cfg(feature = "emulator")]
         {
             if let Some(task) = setup_task {
@@ -199,6 +207,26 @@ impl Runner {
         outcome?;
         Ok(())
     }
+}
+
+/// The listeners of `--liveness` and `--metrics`; with `--emulator`, those
+/// not given are served on a free loopback port (one for both), so that
+/// the demo can be probed and scraped.
+async fn bind_endpoints(args: &Args) -> Result<Option<Endpoints>, EndpointError> {
+    const LOOPBACK_LIVENESS: &str = "http://127.0.0.1:0/healthz";
+    const LOOPBACK_METRICS: &str = "http://127.0.0.1:0/metrics";
+    let (liveness, metrics) = if args.emulator {
+        (
+            args.liveness.as_deref().or(Some(LOOPBACK_LIVENESS)),
+            args.metrics.as_deref().or(Some(LOOPBACK_METRICS)),
+        )
+    } else {
+        (args.liveness.as_deref(), args.metrics.as_deref())
+    };
+    if liveness.is_none() && metrics.is_none() {
+        return Ok(None);
+    }
+    Endpoints::bind(liveness, metrics).await.map(Some)
 }
 
 /// Starts the emulator with a CRD for every custom resource the handlers
