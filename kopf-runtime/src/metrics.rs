@@ -732,3 +732,169 @@ impl tower::Service<http::Request<kube::client::Body>> for ClientService {
         Box::pin(async move { client.send(request).await })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::errors::Error;
+    use crate::kwargs::Kwargs;
+    use crate::resources::ResourceRef;
+
+    fn metrics() -> Metrics {
+        Metrics::new(Arc::new(Health::default()), TaskCounters::default())
+    }
+
+    /// The value of the line of `text` that starts with `series `.
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_is_counted_once_by_outcome_with_its_duration_and_in_flight_meanwhile() {
+        let metrics = metrics();
+        let resource = ResourceRef::dynamic("", "v1", "configmaps");
+        let mut slow = Handler::on_create(resource.clone(), "slow", |_: Kwargs| async {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            Err::<(), _>(Error::regular("no luck"))
+        });
+        slow.metrics = Some(metrics.handler(&slow, "v1/configmaps"));
+        let call = crate::execution::invoke(&slow, Kwargs::new(serde_json::json!({})), None);
+        let call = tokio::spawn(call);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let labels = r#"{resource="v1/configmaps",handler="slow"}"#;
+        let text = metrics.encode();
+        assert_eq!(
+            sample(&text, &format!("kopf_handlers_in_flight{labels}")),
+            Some(1.0)
+        );
+        assert!(call.await.expect("no panic").is_err());
+
+        let text = metrics.encode();
+        assert_eq!(
+            sample(&text, &format!("kopf_handlers_in_flight{labels}")),
+            Some(0.0)
+        );
+        let outcome = |outcome: &str| {
+            let series = format!(
+                r#"kopf_handler_invocations_total{{resource="v1/configmaps",handler="slow",outcome="{outcome}"}}"#
+            );
+            sample(&text, &series)
+        };
+        // A regular error is retried by default: temporary.
+        assert_eq!(outcome("temporary"), Some(1.0));
+        assert_eq!(outcome("success"), Some(0.0));
+        assert_eq!(
+            sample(
+                &text,
+                &format!("kopf_handler_duration_seconds_count{labels}")
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(&text, &format!("kopf_handler_duration_seconds_sum{labels}")),
+            Some(2.0)
+        );
+
+        let mut limited = Handler::on_create(resource, "limited", |_: Kwargs| async {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        });
+        limited.metrics = Some(metrics.handler(&limited, "v1/configmaps"));
+        let outcome = crate::execution::invoke(
+            &limited,
+            Kwargs::new(serde_json::json!({})),
+            Some(Duration::from_secs(1)),
+        )
+        .await;
+        assert!(outcome.is_err());
+        let text = metrics.encode();
+        let timeout = r#"kopf_handler_invocations_total{resource="v1/configmaps",handler="limited",outcome="timeout"}"#;
+        assert_eq!(sample(&text, timeout), Some(1.0));
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn verbs_follow_the_names_kube_gives_then_the_methods() {
+        let request = |method: &str, uri: &str, name: Option<&'static str>| {
+            let mut request = http::Request::builder()
+                .method(method)
+                .uri(uri)
+                .body(())
+                .expect("a request");
+            if let Some(name) = name {
+                request.extensions_mut().insert(name);
+            }
+            request
+        };
+        for (method, uri, name, want) in [
+            (
+                "GET",
+                "/api/v1/configmaps?watch=true",
+                Some("watch"),
+                "watch",
+            ),
+            ("GET", "/api/v1/configmaps", Some("list"), "list"),
+            (
+                "PATCH",
+                "/api/v1/namespaces/d/configmaps/a/status",
+                Some("patch_status"),
+                "patch",
+            ),
+            (
+                "PUT",
+                "/api/v1/namespaces/d/configmaps/a",
+                Some("replace"),
+                "update",
+            ),
+            (
+                "DELETE",
+                "/api/v1/namespaces/d/configmaps",
+                Some("delete_collection"),
+                "deletecollection",
+            ),
+            (
+                "GET",
+                "/api/v1/configmaps?&watch=true&resourceVersion=1",
+                None,
+                "watch",
+            ),
+            ("GET", "/api/v1", None, "get"),
+            ("POST", "/api/v1/namespaces/d/events", None, "create"),
+            ("PATCH", "/api/v1/namespaces/d/configmaps/a", None, "patch"),
+        ] {
+            assert_eq!(
+                verb(&request(method, uri, name)),
+                want,
+                "{method} {uri} {name:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_family_has_a_help_text_and_the_scrape_ends_as_openmetrics_does() {
+        let metrics = metrics();
+        // Families with labels show once their series are resolved, as the
+        // operator does for every handler and resource at its start.
+        metrics.queue_latency("v1/configmaps");
+        metrics.handler(&Handler::on_probe("probe", |_: Kwargs| async {}), "");
+        let text = metrics.encode();
+        for family in [
+            "kopf_handler_invocations",
+            "kopf_handler_duration_seconds",
+            "kopf_queue_latency_seconds",
+            "kopf_objects_tracked",
+            "kopf_tasks_running",
+            "kopf_task_exits",
+            "kopf_leader",
+            "kopf_admission_requests",
+        ] {
+            assert!(
+                text.contains(&format!("# HELP {family} ")),
+                "{family} in:\n{text}"
+            );
+        }
+        assert!(text.ends_with("# EOF\n"));
+    }
+}
