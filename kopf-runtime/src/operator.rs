@@ -161,6 +161,11 @@ fn is_supported(kind: HandlerKind) -> bool {
 ///   `queueing.exit_timeout` to finish and are cancelled after it (nothing
 ///   acts on objects once [`Operator::run_until`] returns); then the clean-up
 ///   handlers run.
+/// - The [`Endpoints`], if given, are served from before the login and
+///   start-up handlers until [`Operator::run_until`] returns. Readiness
+///   waits for the login, the start-up handlers and the first discovery,
+///   then for the first listing of every resource served (a resource
+///   served later is waited for likewise; one no longer served is not).
 ///
 /// ```no_run
 /// use kopf_runtime::{Kwargs, Operator, Registry, ResourceRef};
