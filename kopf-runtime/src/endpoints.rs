@@ -49,7 +49,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::health::Health;
-use crate::metrics::Metrics;
+use crate::metrics::{ApiMetricsLayer, Metrics};
 use crate::probing::{self, Probes};
 
 /// The path of the readiness probe, on the liveness listener.
@@ -179,6 +179,8 @@ pub struct Endpoints {
     listeners: Vec<Listener>,
     liveness: Option<String>,
     metrics: Option<String>,
+    /// The API request families, when metrics are served.
+    api: Option<ApiMetricsLayer>,
 }
 
 impl Endpoints {
@@ -225,6 +227,7 @@ impl Endpoints {
             listeners: Vec::new(),
             liveness: None,
             metrics: None,
+            api: metrics_target.as_ref().map(|_| ApiMetricsLayer::default()),
         };
         if let Some(target) = &liveness_target {
             let listener = listen("liveness", target).await?;
@@ -293,9 +296,10 @@ impl Endpoints {
         self.metrics.as_deref()
     }
 
-    /// Whether metrics are served (and so must be collected).
-    pub(crate) fn serves_metrics(&self) -> bool {
-        self.metrics.is_some()
+    /// The layer counting API requests, when metrics are served (and so
+    /// must be collected).
+    pub(crate) fn api_metrics(&self) -> Option<&ApiMetricsLayer> {
+        self.api.as_ref()
     }
 
     /// Serves every listener in `tasks` until `stop`.

@@ -253,8 +253,7 @@ pub(crate) struct Metrics {
     queue_latency: HistogramFamily<ResourceLabels>,
     watch_events: Family<EventLabels, Counter>,
     watch_restarts: Family<RestartLabels, Counter>,
-    api_requests: Family<RequestLabels, Counter>,
-    api_latency: HistogramFamily<VerbLabels>,
+    api: ApiMetricsLayer,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -266,8 +265,8 @@ impl std::fmt::Debug for Metrics {
 impl Metrics {
     /// The families of one operator, reading what is read at scrape time
     /// from `health` (the served resources) and `tasks` (the spawner's
-    /// counters).
-    pub(crate) fn new(health: Arc<Health>, tasks: TaskCounters) -> Self {
+    /// counters); `api` counts the kube client's requests.
+    pub(crate) fn new(health: Arc<Health>, tasks: TaskCounters, api: ApiMetricsLayer) -> Self {
         let mut registry = Registry::default();
         let invocations = Family::<OutcomeLabels, Counter>::default();
         registry.register(
@@ -307,18 +306,15 @@ impl Metrics {
             "List and watch requests started again, by reason",
             watch_restarts.clone(),
         );
-        let api_requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "kopf_api_requests",
             "Requests to the Kubernetes API by verb and status code (error: no answer), as answered after the client's own retries",
-            api_requests.clone(),
+            api.requests.clone(),
         );
-        let api_latency: HistogramFamily<VerbLabels> =
-            Family::new_with_constructor(latency_histogram);
         registry.register(
             "kopf_api_request_duration_seconds",
             "How long the Kubernetes API took to answer, until the response headers",
-            api_latency.clone(),
+            api.latency.clone(),
         );
         registry.register_collector(Box::new(ScrapeTime {
             health,
@@ -333,8 +329,7 @@ impl Metrics {
             queue_latency,
             watch_events,
             watch_restarts,
-            api_requests,
-            api_latency,
+            api,
         }
     }
 
@@ -395,12 +390,9 @@ impl Metrics {
         })
     }
 
-    /// A tower layer counting the requests of a kube client.
-    pub(crate) fn api_layer(&self) -> ApiMetricsLayer {
-        ApiMetricsLayer {
-            requests: self.api_requests.clone(),
-            latency: self.api_latency.clone(),
-        }
+    /// The layer counting a kube client's requests in these metrics.
+    pub(crate) fn api_layer(&self) -> &ApiMetricsLayer {
+        &self.api
     }
 
     /// Every family, in the OpenMetrics text format.
@@ -416,10 +408,31 @@ impl Metrics {
 }
 
 /// A client of the kube API whose requests are counted in `metrics`.
+///
+/// The client is put behind another one: each request takes one more
+/// hop through a channel than with a client built with the layer
+/// ([`ApiMetricsLayer`] with `kube::client::ClientBuilder::with_layer`).
 pub(crate) fn instrument(client: kube::Client, metrics: &Metrics) -> kube::Client {
     use tower::Layer as _;
     let namespace = client.default_namespace().to_owned();
-    kube::Client::new(metrics.api_layer().layer(ClientService(client)), namespace)
+    kube::Client::new(metrics.api.layer(ClientService(client)), namespace)
+}
+
+/// The client kube infers from the environment (the kubeconfig, or the
+/// pod's service account), with the layer counting its requests inside,
+/// if given.
+pub(crate) async fn infer_client(
+    counting: Option<&ApiMetricsLayer>,
+) -> Result<kube::Client, kube::Error> {
+    let Some(layer) = counting else {
+        return kube::Client::try_default().await;
+    };
+    let config = kube::Config::infer()
+        .await
+        .map_err(kube::Error::InferConfig)?;
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(layer)
+        .build())
 }
 
 /// The counters, histogram and gauge of one handler, resolved once.
@@ -615,11 +628,27 @@ impl Collector for ScrapeTime {
     }
 }
 
-/// A tower layer counting API requests by verb and code, with their latency.
+/// A tower layer counting API requests by verb and code, with their
+/// latency; its families are registered with the operator's [`Metrics`].
 #[derive(Clone)]
 pub(crate) struct ApiMetricsLayer {
     requests: Family<RequestLabels, Counter>,
     latency: HistogramFamily<VerbLabels>,
+}
+
+impl Default for ApiMetricsLayer {
+    fn default() -> Self {
+        Self {
+            requests: Family::default(),
+            latency: Family::new_with_constructor(latency_histogram),
+        }
+    }
+}
+
+impl std::fmt::Debug for ApiMetricsLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiMetricsLayer").finish_non_exhaustive()
+    }
 }
 
 impl<S> tower::Layer<S> for ApiMetricsLayer {
@@ -743,7 +772,11 @@ mod tests {
     use crate::resources::ResourceRef;
 
     fn metrics() -> Metrics {
-        Metrics::new(Arc::new(Health::default()), TaskCounters::default())
+        Metrics::new(
+            Arc::new(Health::default()),
+            TaskCounters::default(),
+            ApiMetricsLayer::default(),
+        )
     }
 
     /// The value of the line of `text` that starts with `series `.

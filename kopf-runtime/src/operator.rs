@@ -189,6 +189,9 @@ pub struct Operator {
     namespaces: NamespaceSelector,
     task_counters: TaskCounters,
     endpoints: Option<Endpoints>,
+    /// Whether the client already counts its requests in the endpoints'
+    /// metrics (the runner builds it so).
+    client_measured: bool,
 }
 
 impl std::fmt::Debug for Operator {
@@ -211,6 +214,7 @@ impl Operator {
             namespaces: NamespaceSelector::all(),
             task_counters: TaskCounters::default(),
             endpoints: None,
+            client_measured: false,
         }
     }
 
@@ -239,6 +243,14 @@ impl Operator {
     /// [`Endpoints`]); metrics are collected only when served.
     pub fn endpoints(mut self, endpoints: Endpoints) -> Self {
         self.endpoints = Some(endpoints);
+        self
+    }
+
+    /// Uses this client, built with the endpoints' layer counting its
+    /// requests (`Endpoints::api_metrics`).
+    pub(crate) fn measured_client(mut self, client: Client) -> Self {
+        self.client = Some(client);
+        self.client_measured = true;
         self
     }
 
@@ -292,9 +304,13 @@ impl Operator {
             let endpoints = self.endpoints.take();
             let health = endpoints.as_ref().map(|_| Arc::new(Health::default()));
             let metrics = match (&endpoints, &health) {
-                (Some(endpoints), Some(health)) if endpoints.serves_metrics() => Some(Arc::new(
-                    Metrics::new(Arc::clone(health), self.task_counters.clone()),
-                )),
+                (Some(endpoints), Some(health)) => endpoints.api_metrics().map(|api| {
+                    Arc::new(Metrics::new(
+                        Arc::clone(health),
+                        self.task_counters.clone(),
+                        api.clone(),
+                    ))
+                }),
                 _ => None,
             };
             // The operator's own copies of the handlers carry their metrics.
@@ -345,20 +361,16 @@ impl Operator {
             let counting = metrics.as_ref().map(|metrics| metrics.api_layer());
             let client = match (&vault, self.client.clone()) {
                 (Some(vault), _) => tokio::select! {
-                    client = vault.client(counting) => client.map_err(OperatorError::Login)?,
+                    client = vault.client(counting.cloned()) => client.map_err(OperatorError::Login)?,
                     () = &mut stop => return Ok(()),
                 },
                 (None, Some(client)) => match &metrics {
-                    Some(metrics) => metrics::instrument(client, metrics),
-                    None => client,
+                    Some(metrics) if !self.client_measured => metrics::instrument(client, metrics),
+                    _ => client,
                 },
-                (None, None) => {
-                    let client = Client::try_default().await.map_err(OperatorError::Client)?;
-                    match &metrics {
-                        Some(metrics) => metrics::instrument(client, metrics),
-                        None => client,
-                    }
-                }
+                (None, None) => metrics::infer_client(counting)
+                    .await
+                    .map_err(OperatorError::Client)?,
             };
             if let Some(vault) = vault {
                 tasks.spawn(vault.authenticate(root.child_token()));

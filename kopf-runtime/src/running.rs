@@ -167,7 +167,15 @@ impl Runner {
             #[cfg(feature = "emulator")]
             {
                 let emulator = start_emulator(&registry).await?;
-                let client = emulator.client();
+                let url = emulator
+                    .url()
+                    .parse()
+                    .map_err(|error: http::uri::InvalidUri| {
+                        RunError::Emulator(format!("an unusable URL: {error}"))
+                    })?;
+                let mut config = kube::Config::new(url);
+                config.auth_info.token = emulator.token().map(Into::into);
+                let client = build_client(config, endpoints.as_ref())?;
                 tracing::info!(
                     url = %emulator.url(),
                     "running against the embedded Kubernetes API emulator (--emulator), not a cluster"
@@ -182,16 +190,18 @@ impl Runner {
             return Err(RunError::NoEmulator);
         } else {
             let config = args.kube_config(&self.settings.networking).await?;
-            kube::Client::try_from(config).map_err(RunError::Client)?
+            build_client(config, endpoints.as_ref())?
         };
 
         let operator = Operator::new(registry)
             .settings(self.settings)
-            .client(client)
             .namespaces(namespaces);
         let operator = match endpoints {
-            Some(endpoints) => operator.endpoints(endpoints),
-            None => operator,
+            Some(endpoints) if endpoints.api_metrics().is_some() => {
+                operator.measured_client(client).endpoints(endpoints)
+            }
+            Some(endpoints) => operator.client(client).endpoints(endpoints),
+            None => operator.client(client),
         };
         let outcome = operator.run().await;
         #[cfg(feature = "emulator")]
@@ -206,6 +216,21 @@ impl Runner {
         }
         outcome?;
         Ok(())
+    }
+}
+
+/// A client for `config`; with metrics served, one that counts its
+/// requests in them.
+fn build_client(
+    config: kube::Config,
+    endpoints: Option<&Endpoints>,
+) -> Result<kube::Client, RunError> {
+    match endpoints.and_then(Endpoints::api_metrics) {
+        Some(layer) => Ok(kube::client::ClientBuilder::try_from(config)
+            .map_err(RunError::Client)?
+            .with_layer(layer)
+            .build()),
+        None => kube::Client::try_from(config).map_err(RunError::Client),
     }
 }
 
