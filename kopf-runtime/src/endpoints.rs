@@ -1,37 +1,7 @@
 //! [`Endpoints`]: the HTTP listeners of the liveness probe (`--liveness`),
-//! the readiness probe (`/readyz` beside it) and the metrics (`--metrics`).
-//!
-//! Listeners are bound before the operator starts, so that an address that
-//! cannot be had is a start-up error naming it, and so that a port `0` is
-//! known (see [`Endpoints::liveness_url`]) before anything is served. The
-//! operator serves them from its start (before the start-up handlers run)
-//! until it exits, on every replica.
-//!
-//! ```no_run
-//! use kopf_runtime::{Endpoints, Operator, Registry};
-//!
-//! # async fn example(registry: Registry) -> Result<(), Box<dyn std::error::Error>> {
-//! let endpoints = Endpoints::bind(
-//!     Some("http://0.0.0.0:8080/healthz"),
-//!     Some("http://0.0.0.0:9090/metrics"),
-//! )
-//! .await?;
-//! println!("probes at {:?}", endpoints.liveness_url());
-//! Operator::new(registry).endpoints(endpoints).run().await?;
-//! # Ok(()) }
-//! ```
-//!
-//! # Endpoints
-//! - `GET <liveness path>`: 200 and `{handler id: result}` of the `on_probe`
-//!   handlers, run at most once per 10 s; 500 when a probe handler fails or
-//!   a watch has gone silent, with `{"failed": {id: error}, "silent":
-//!   {watch: why}, "results": {…}}`.
-//! - `GET /readyz` on the liveness listener: 200 once every served resource
-//!   has finished its first listing, 503 before, naming what is awaited.
-//! - `GET <metrics path>`: the metrics in the OpenMetrics text format.
-//!
-//! When the liveness and metrics URLs share host and port, one listener
-//! serves both (with port `0`, on one free port).
+//! the readiness probe (`/readyz` beside it) and the metrics (`--metrics`),
+//! served with hyper; the answers come from [`probing`](crate::probing)
+//! and [`Metrics`].
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -172,8 +142,43 @@ struct Listener {
     routes: Routes,
 }
 
-/// The bound listeners of the liveness, readiness and metrics endpoints;
-/// see the [module docs](self).
+/// The bound listeners of the liveness, readiness and metrics endpoints.
+///
+/// Listeners are bound before the operator starts, so that an address that
+/// cannot be had is a start-up error naming it, and so that a port `0` is
+/// known (see [`Endpoints::liveness_url`]) before anything is served. The
+/// operator serves them from its start (before the login and start-up
+/// handlers run) until it exits, on every replica.
+///
+/// ```no_run
+/// use kopf_runtime::{Endpoints, Operator, Registry};
+///
+/// # async fn example(registry: Registry) -> Result<(), Box<dyn std::error::Error>> {
+/// let endpoints = Endpoints::bind(
+///     Some("http://0.0.0.0:8080/healthz"),
+///     Some("http://0.0.0.0:9090/metrics"),
+/// )
+/// .await?;
+/// println!("probes at {:?}", endpoints.liveness_url());
+/// Operator::new(registry).endpoints(endpoints).run().await?;
+/// # Ok(()) }
+/// ```
+///
+/// # Endpoints
+/// - `GET <liveness path>`: 200 and `{handler id: result}` of the `on_probe`
+///   handlers, run at most once per 10 s once the operator has its client
+///   (`{}` before); 500 when a probe handler fails or a watch has gone
+///   silent, with `{"failed": {id: error}, "silent": {watch: why},
+///   "results": {…}}`.
+/// - `GET /readyz` on the liveness listener: 200 once the login, the
+///   start-up handlers and the first discovery are done and every resource
+///   served has finished its first listing (a resource served later is
+///   waited for likewise, one no longer served is not); 503 before, with
+///   `{"ready": false, "waiting": {what: why}}`.
+/// - `GET <metrics path>`: the metrics in the OpenMetrics text format.
+///
+/// When the liveness and metrics URLs share host and port, one listener
+/// serves both (with port `0`, on one free port).
 #[derive(Debug)]
 pub struct Endpoints {
     listeners: Vec<Listener>,

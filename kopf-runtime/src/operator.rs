@@ -241,6 +241,14 @@ impl Operator {
     /// Serves the liveness, readiness and metrics endpoints on these
     /// listeners from the operator's start until it exits (see
     /// [`Endpoints`]); metrics are collected only when served.
+    ///
+    /// # Caveats
+    /// With metrics, a client given with [`Operator::client`] is put
+    /// behind another one that counts its requests: one more hop through
+    /// a channel per request. [`run`](crate::run) and
+    /// [`Runner`](crate::Runner) build their client with the counting
+    /// layer inside instead, as the operator does with the client it
+    /// infers and with the one its `on_login` handlers' credentials serve.
     pub fn endpoints(mut self, endpoints: Endpoints) -> Self {
         self.endpoints = Some(endpoints);
         self
