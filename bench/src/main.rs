@@ -33,8 +33,9 @@ struct Args {
     /// Scenarios, comma-separated (S2 and S3 run together).
     #[arg(long, value_delimiter = ',', default_value = "s1,s2,s3,s4,s5")]
     scenarios: Vec<String>,
-    /// Operators, comma-separated: kopf-rs, bare, kopf (and baseline, which
-    /// `--baseline` adds by itself).
+    /// Operators, comma-separated: kopf-rs, bare, kopf, kopf-rs-metrics
+    /// (kopf-rs serving its probes and metrics), and baseline, which
+    /// `--baseline` adds by itself.
     #[arg(long, value_delimiter = ',', default_value = "kopf-rs,bare,kopf")]
     operators: Vec<String>,
     /// Another build of `kopf-rs-operator` (e.g. of the commit before a
@@ -105,7 +106,9 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let mut operators: Vec<Operator> = Vec::new();
     for name in &args.operators {
         let op = Operator::parse(name).with_context(|| {
-            format!("unknown operator {name:?}: expected kopf-rs, bare, kopf or baseline")
+            format!(
+                "unknown operator {name:?}: expected kopf-rs, bare, kopf, baseline or kopf-rs-metrics"
+            )
         })?;
         operators.push(op);
     }

@@ -25,15 +25,20 @@ pub enum Operator {
     /// commit before a change: its cost measured in the same run.
     #[serde(rename = "baseline")]
     Baseline,
+    /// `kopf-rs-operator` serving its probes and metrics (`--liveness`,
+    /// `--metrics`): what they cost.
+    #[serde(rename = "kopf-rs-metrics")]
+    KopfRsMetrics,
 }
 
 impl Operator {
-    /// All four, in table order.
-    pub const ALL: [Operator; 4] = [
+    /// All of them, in table order.
+    pub const ALL: [Operator; 5] = [
         Operator::KopfRs,
         Operator::Bare,
         Operator::Kopf,
         Operator::Baseline,
+        Operator::KopfRsMetrics,
     ];
 
     /// The name used in JSON and tables.
@@ -43,6 +48,7 @@ impl Operator {
             Operator::Bare => "bare",
             Operator::Kopf => "kopf",
             Operator::Baseline => "baseline",
+            Operator::KopfRsMetrics => "kopf-rs-metrics",
         }
     }
 
@@ -111,7 +117,7 @@ impl Programs {
         log: &Path,
     ) -> anyhow::Result<Option<Process>> {
         let mut cmd = match operator {
-            Operator::KopfRs | Operator::Baseline => {
+            Operator::KopfRs | Operator::Baseline | Operator::KopfRsMetrics => {
                 let program = match (operator, &self.baseline) {
                     (Operator::Baseline, Some(baseline)) => baseline.clone(),
                     (Operator::Baseline, None) => bail!("no --baseline program given"),
@@ -122,6 +128,15 @@ impl Programs {
                     .arg("--kubeconfig")
                     .arg(kubeconfig)
                     .args(["--standalone", "-n", NAMESPACE]);
+                if operator == Operator::KopfRsMetrics {
+                    // One free loopback port serves both.
+                    cmd.args([
+                        "--liveness",
+                        "http://127.0.0.1:0/healthz",
+                        "--metrics",
+                        "http://127.0.0.1:0/metrics",
+                    ]);
+                }
                 cmd
             }
             Operator::Bare => {

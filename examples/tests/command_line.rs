@@ -1,6 +1,7 @@
 //! The command line of an operator binary promises only what runs: Kopf's
-//! flags that kopf-rs does not implement yet are refused by name, before
-//! the operator connects anywhere.
+//! flags that kopf-rs does not implement yet are refused by name, and an
+//! endpoint that cannot be served stops it, before the operator connects
+//! anywhere.
 
 use std::process::Command;
 
@@ -23,11 +24,7 @@ fn run(args: &[&str]) -> (std::process::ExitStatus, String) {
 #[test]
 fn flags_not_implemented_yet_are_refused_by_name() {
     for (args, flag) in [
-        (
-            &["--liveness", "http://0.0.0.0:8080/healthz"][..],
-            "--liveness",
-        ),
-        (&["--peering", "team"], "--peering"),
+        (&["--peering", "team"][..], "--peering"),
         (&["-p", "10"], "--priority"),
         (&["--dev"], "--dev"),
     ] {
@@ -48,8 +45,25 @@ fn the_help_lists_no_flag_that_is_refused() {
         .expect("the example runs");
     assert!(output.status.success());
     let help = String::from_utf8_lossy(&output.stdout);
-    for flag in ["--liveness", "--peering", "--priority", "--dev"] {
+    for flag in ["--peering", "--priority", "--dev"] {
         assert!(!help.contains(flag), "{flag} in:\n{help}");
     }
-    assert!(help.contains("--emulator"));
+    for flag in ["--emulator", "--liveness", "--metrics"] {
+        assert!(help.contains(flag), "{flag} not in:\n{help}");
+    }
+}
+
+#[test]
+fn an_endpoint_address_taken_stops_the_operator_naming_it() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = taken.local_addr().expect("bound").port();
+    let url = format!("http://127.0.0.1:{port}/healthz");
+    let (status, stderr) = run(&["--liveness", &url]);
+    assert!(!status.success(), "a taken port was accepted");
+    assert!(
+        stderr.contains(&format!(
+            "cannot listen on 127.0.0.1:{port} for the liveness endpoint"
+        )),
+        "{stderr}"
+    );
 }

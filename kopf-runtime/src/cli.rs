@@ -116,9 +116,17 @@ pub struct Args {
     #[arg(long)]
     pub emulator: bool,
 
-    /// Kopf's liveness endpoint: not supported yet, refused.
-    #[arg(short = 'L', long, value_name = "URL", hide = true)]
+    /// Serve the liveness probe at this URL (e.g.
+    /// `http://0.0.0.0:8080/healthz`), running the `on_probe` handlers, and
+    /// the readiness probe at `/readyz` beside it.
+    #[arg(short = 'L', long, value_name = "URL")]
     pub liveness: Option<String>,
+
+    /// Serve Prometheus metrics (OpenMetrics text) at this URL (e.g.
+    /// `http://0.0.0.0:9090/metrics`); the same host and port as
+    /// `--liveness` share its listener.
+    #[arg(long, value_name = "URL")]
+    pub metrics: Option<String>,
 }
 
 impl Args {
@@ -153,11 +161,6 @@ impl Args {
         const PEERING: &str = "kopf-rs runs one replica without coordination; \
                                drop the flag (and unset KOPF_RUN_PEERING), or use --standalone";
         let unsupported = [
-            (
-                self.liveness.is_some(),
-                "--liveness",
-                "kopf-rs serves no probe endpoint yet; drop the flag and probe the process instead",
-            ),
             (self.peering.is_some(), "--peering", PEERING),
             (self.priority.is_some(), "--priority", PEERING),
             (self.dev, "--dev", PEERING),
@@ -422,9 +425,7 @@ mod tests {
     #[test]
     fn flags_not_implemented_yet_are_refused_by_name() {
         for (argv, flag) in [
-            (&["-L", "http://0.0.0.0:8080/healthz"][..], "--liveness"),
-            (&["--liveness", "http://0.0.0.0:8080/healthz"], "--liveness"),
-            (&["-P", "team"], "--peering"),
+            (&["-P", "team"][..], "--peering"),
             (&["--peering", "team"], "--peering"),
             (&["-p", "10"], "--priority"),
             (&["--priority", "10"], "--priority"),
@@ -451,13 +452,41 @@ mod tests {
     }
 
     #[test]
+    fn liveness_and_metrics_are_taken() {
+        for argv in [
+            &[
+                "-L",
+                "http://0.0.0.0:8080/healthz",
+                "--metrics",
+                "http://0.0.0.0:9090/metrics",
+            ][..],
+            &[
+                "--liveness",
+                "http://0.0.0.0:8080/healthz",
+                "--metrics",
+                "http://0.0.0.0:9090/metrics",
+            ],
+        ] {
+            let args = parse(argv);
+            assert!(args.check_supported().is_ok(), "{argv:?}");
+            assert_eq!(
+                args.liveness.as_deref(),
+                Some("http://0.0.0.0:8080/healthz")
+            );
+            assert_eq!(args.metrics.as_deref(), Some("http://0.0.0.0:9090/metrics"));
+        }
+    }
+
+    #[test]
     fn the_help_promises_only_what_runs() {
         use clap::CommandFactory as _;
         let help = Args::command().render_long_help().to_string();
-        for hidden in ["--liveness", "--peering", "--priority", "--dev"] {
+        for hidden in ["--peering", "--priority", "--dev"] {
             assert!(!help.contains(hidden), "{hidden} in:\n{help}");
         }
-        assert!(help.contains("--standalone"));
+        for shown in ["--standalone", "--liveness", "--metrics"] {
+            assert!(help.contains(shown), "{shown} not in:\n{help}");
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@ use serde_json::Value;
 use crate::errors::{IntoOutcome, Outcome};
 use crate::filters::{FieldPath, FieldValues, Filters, MetaFilter, MetaValue, ValueFilter};
 use crate::kwargs::{Kwargs, Operation};
+use crate::metrics::HandlerMetrics;
 use crate::resources::ResourceRef;
 
 /// The callable behind a handler: takes the kwargs, returns the outcome.
@@ -337,6 +338,9 @@ pub struct Handler {
     /// The callable.
     pub func: HandlerFn,
     pub(crate) problems: Vec<String>,
+    /// The operator's metrics of this handler, set on the operator's own
+    /// copy when metrics are served.
+    pub(crate) metrics: Option<Arc<HandlerMetrics>>,
 }
 
 impl fmt::Debug for Handler {
@@ -446,6 +450,7 @@ impl Handler {
             index_params: Vec::new(),
             func,
             problems,
+            metrics: None,
         }
     }
 

@@ -25,9 +25,10 @@
 //!
 //! [`run()`] is the whole `main` of an operator: it parses a command line
 //! like `kopf run` (`-n/--namespace` with globs and `!` excludes, `-A`,
-//! `--kubeconfig`, `--context`, `-v`, `-q`, `--log-format`, and `--emulator`
-//! to run against an in-process Kubernetes API emulator), collects the
-//! handlers declared with the macros, and runs until SIGINT or SIGTERM.
+//! `--kubeconfig`, `--context`, `-v`, `-q`, `--log-format`, `-L/--liveness`
+//! and `--metrics` (see below), and `--emulator` to run against an
+//! in-process Kubernetes API emulator), collects the handlers declared with
+//! the macros, and runs until SIGINT or SIGTERM.
 //! `--emulator` needs the `emulator` feature, which is off by default so
 //! that production builds do not carry the emulator:
 //! `kopf-runtime = { version = "0.1", features = ["emulator"] }`.
@@ -54,6 +55,24 @@
 //! [What the runtime guarantees](#what-the-runtime-guarantees); how the
 //! engine keeps those promises, module by module, is in the repository's
 //! `ARCHITECTURE.md`.
+//!
+//! # Probes and metrics
+//!
+//! `--liveness http://0.0.0.0:8080/healthz` serves the liveness probe: 200
+//! with the results of the `on_probe` handlers, 500 naming a probe handler
+//! that failed or a watch that went silent (nothing received for
+//! [`settings.watching.silence_limit`](settings::WatchingSettings::silence_limit)).
+//! `/readyz` beside it answers 200 once every served resource has finished
+//! its first listing (a resource the cluster starts serving later is waited
+//! for likewise, one no longer served is not). Both answer from the
+//! operator's start, during the login; the `on_probe` handlers run once the
+//! login has given a client. `--metrics http://0.0.0.0:9090/metrics` serves
+//! Prometheus metrics in the OpenMetrics text format: handler calls by
+//! outcome and their duration, handlers in flight, queue depth and latency,
+//! watch events and restarts, objects tracked, daemons and timers, API
+//! requests; labels never name objects. With `--emulator`, both are served
+//! on a free loopback port, logged at start. [`Endpoints`] binds the same
+//! listeners for [`Operator::endpoints`].
 //!
 //! # Resources
 //!
@@ -369,9 +388,12 @@
 //! `on_startup` and `on_cleanup` run, retried as any handler is (`errors`,
 //! `retries`, `backoff`, `timeout`): the operator serves nothing until every
 //! start-up handler has succeeded, and does not start if one fails for good
-//! ([`OperatorError::Startup`]). **`on_probe` is not served yet:** an
-//! operator with such a handler refuses to start, naming it
-//! ([`OperatorError::Unsupported`]).
+//! ([`OperatorError::Startup`]). `on_probe` handlers run when the liveness
+//! endpoint is served (`--liveness`, [`Endpoints`]): all together, at most
+//! once per 10 s however often the probe comes (the last results are served
+//! in between), each under its `timeout` (5 s without one) and never
+//! retried; the endpoint answers `{handler id: result}`, or 500 naming the
+//! handlers that failed.
 //!
 //! `on_login` handlers give the credentials of every request: they run
 //! first, before the start-up handlers, and return a [`ConnectionInfo`]
@@ -595,9 +617,12 @@
 //!   `kopf.execute(lifecycle=…)`. Top-level change handlers always run
 //!   [`Lifecycle::Asap`], Kopf's default; there is no
 //!   `set_default_lifecycle`.
-//! - **Not served yet:** `on_probe`, `on_validate`, `on_mutate` (refused at
-//!   start-up, naming the handler), the operator-wide memo, and peering (`--liveness`, `--peering`, `--priority` and `--dev` are
-//!   refused with a message).
+//! - **Metrics of our own.** `--metrics` serves Prometheus metrics, which
+//!   Kopf leaves to the operator's code; `/readyz` beside the liveness
+//!   endpoint is ours too.
+//! - **Not served yet:** `on_validate`, `on_mutate` (refused at start-up,
+//!   naming the handler), the operator-wide memo, and peering (`--peering`,
+//!   `--priority` and `--dev` are refused with a message).
 //!
 //! # What is public
 //!
@@ -610,6 +635,7 @@
 //! | [`run()`], [`Runner`] | the whole `main` of an operator: the command line, logging, the handlers, until a signal |
 //! | [`Args`], [`LogFormat`] | the command line, as `kopf run`'s (for [`Runner::args`]) |
 //! | [`Operator`] | a registry, a client and settings, run until a future completes: for embedding and tests |
+//! | [`Endpoints`], [`EndpointError`], [`READINESS_PATH`] | the liveness, readiness and metrics listeners ([`Operator::endpoints`]), bound before the operator starts |
 //! | [`TaskCounters`], [`TaskCounts`] | how many daemons and timers an operator has spawned and how they ended ([`Operator::task_counters`]), for metrics and tests |
 //! | [`NamespaceSelector`] | the namespaces to serve, from `-n` patterns and `-A` ([`Operator::namespaces`]) |
 //! | [`OperatorSettings`] and the [`settings`] module | Kopf's settings, grouped and defaulted as in Kopf |
@@ -641,12 +667,14 @@ mod cli;
 mod decoding;
 mod diffbase;
 mod echoes;
+mod endpoints;
 mod errors;
 mod execution;
 mod fields;
 mod filters;
 mod finalizers;
 mod handlers;
+mod health;
 mod hierarchies;
 mod indexing;
 mod injection;
@@ -654,12 +682,14 @@ mod kwargs;
 mod logbuffer;
 mod login;
 mod memories;
+mod metrics;
 #[cfg(test)]
 mod mock_api;
 mod namespaces;
 mod operator;
 mod patching;
 pub mod posting;
+mod probing;
 mod processing;
 mod progress;
 #[cfg(test)]
@@ -681,6 +711,7 @@ pub use kopf_macros::{
 };
 
 pub use cli::{Args, CliError, LogFormat};
+pub use endpoints::{EndpointError, Endpoints, READINESS_PATH};
 pub use errors::{Error, HandlerError, IntoOutcome, KwargError, Outcome, Result};
 pub use execution::{Lifecycle, Subhandlers};
 pub use filters::{

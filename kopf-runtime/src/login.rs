@@ -41,11 +41,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tower::BoxError;
+use tower::{BoxError, Layer as _};
 
 use crate::execution::{self, Resolution};
 use crate::handlers::Handler;
 use crate::kwargs::{Kwargs, Logger};
+use crate::metrics::{ApiMetricsLayer, HandlerOutcome};
 use crate::retrying::Backoff;
 
 /// What a login handler returns: where the API server is and how to
@@ -313,11 +314,15 @@ impl Vault {
     }
 
     /// Runs the login handlers once, for the first credentials, and returns
-    /// a client that sends every request with the vault's credentials.
+    /// a client that sends every request with the vault's credentials,
+    /// counted by `counting` (whatever credential sends it), if given.
     ///
     /// # Errors
     /// [`LoginError`] if the handlers give no usable credential.
-    pub(crate) async fn client(self: &Arc<Self>) -> Result<kube::Client, LoginError> {
+    pub(crate) async fn client(
+        self: &Arc<Self>,
+        counting: Option<ApiMetricsLayer>,
+    ) -> Result<kube::Client, LoginError> {
         tracing::info!("Initial authentication has been initiated.");
         let credentials = self.login().await;
         self.fill(credentials.clone());
@@ -326,12 +331,13 @@ impl Vault {
         let namespace = credentials
             .first()
             .map_or_else(|| "default".to_owned(), |c| c.default_namespace.clone());
-        Ok(kube::Client::new(
-            LoginService {
-                vault: Arc::clone(self),
-            },
-            namespace,
-        ))
+        let service = LoginService {
+            vault: Arc::clone(self),
+        };
+        Ok(match counting {
+            Some(layer) => kube::Client::new(layer.layer(service), namespace),
+            None => kube::Client::new(service, namespace),
+        })
     }
 
     /// Logs in again whenever no credential is left, until `stop`.
@@ -506,6 +512,7 @@ async fn run(handler: &Handler, default_backoff: Duration) -> Option<Value> {
             Resolution::Retry { delay, .. } => {
                 retry += 1;
                 if handler.options.retries.is_some_and(|limit| retry >= limit) {
+                    execution::count_given_up(handler, HandlerOutcome::RetriesExhausted);
                     logger.error(format_args!(
                         "Handler '{}' has exceeded {retry} retries.",
                         handler.id

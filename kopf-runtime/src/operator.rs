@@ -22,13 +22,18 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
+use crate::endpoints::{EndpointState, Endpoints};
 use crate::fields::object_name;
 use crate::handlers::{Handler, HandlerKind};
+use crate::health::{Health, Phase, Registered, ResourceHealth};
 use crate::indexing::{Hold, IndexGate, OperatorIndexes, ResourceIndexer};
+use crate::kwargs::Memo;
 use crate::login::{LoginError, Vault};
+use crate::metrics::{self, Metrics};
 use crate::namespaces::NamespaceSelector;
 use crate::patching::ResourceTarget;
 use crate::posting::{self, EventPoster, ObjectReference};
+use crate::probing::Probes;
 use crate::processing::{ResourceHandlers, ResourceProcessor, Work};
 use crate::queueing::{ProcessFn, Queue, QueueSettings};
 use crate::registry::Registry;
@@ -128,6 +133,7 @@ fn is_supported(kind: HandlerKind) -> bool {
                 | HandlerKind::OnCleanup
                 | HandlerKind::Index
                 | HandlerKind::OnLogin
+                | HandlerKind::OnProbe
         )
 }
 
@@ -164,6 +170,11 @@ fn is_supported(kind: HandlerKind) -> bool {
 ///   `queueing.exit_timeout` to finish and are cancelled after it (nothing
 ///   acts on objects once [`Operator::run_until`] returns); then the clean-up
 ///   handlers run.
+/// - The [`Endpoints`], if given, are served from before the login and
+///   start-up handlers until [`Operator::run_until`] returns. Readiness
+///   waits for the login, the start-up handlers and the first discovery,
+///   then for the first listing of every resource served (a resource
+///   served later is waited for likewise; one no longer served is not).
 ///
 /// # Caveats
 /// - A clean-up handler that keeps failing with retries and no `retries`
@@ -190,6 +201,10 @@ pub struct Operator {
     client: Option<Client>,
     namespaces: NamespaceSelector,
     task_counters: TaskCounters,
+    endpoints: Option<Endpoints>,
+    /// Whether the client already counts its requests in the endpoints'
+    /// metrics (the runner builds it so).
+    client_measured: bool,
 }
 
 impl std::fmt::Debug for Operator {
@@ -211,6 +226,8 @@ impl Operator {
             client: None,
             namespaces: NamespaceSelector::all(),
             task_counters: TaskCounters::default(),
+            endpoints: None,
+            client_measured: false,
         }
     }
 
@@ -231,6 +248,30 @@ impl Operator {
     /// Uses these settings.
     pub fn settings(mut self, settings: OperatorSettings) -> Self {
         self.settings = settings;
+        self
+    }
+
+    /// Serves the liveness, readiness and metrics endpoints on these
+    /// listeners from the operator's start until it exits (see
+    /// [`Endpoints`]); metrics are collected only when served.
+    ///
+    /// # Caveats
+    /// With metrics, a client given with [`Operator::client`] is put
+    /// behind another one that counts its requests: one more hop through
+    /// a channel per request. [`run`](crate::run) and
+    /// [`Runner`](crate::Runner) build their client with the counting
+    /// layer inside instead, as the operator does with the client it
+    /// infers and with the one its `on_login` handlers' credentials serve.
+    pub fn endpoints(mut self, endpoints: Endpoints) -> Self {
+        self.endpoints = Some(endpoints);
+        self
+    }
+
+    /// Uses this client, built with the endpoints' layer counting its
+    /// requests (`Endpoints::api_metrics`).
+    pub(crate) fn measured_client(mut self, client: Client) -> Self {
+        self.client = Some(client);
+        self.client_measured = true;
         self
     }
 
@@ -266,7 +307,7 @@ impl Operator {
     }
 
     fn run_until_boxed<'a>(
-        self,
+        mut self,
         mut stop: Pin<Box<dyn Future<Output = ()> + Send + 'a>>,
     ) -> Pin<Box<dyn Future<Output = Result<(), OperatorError>> + Send + 'a>> {
         Box::pin(async move {
@@ -281,12 +322,32 @@ impl Operator {
                     kind: handler.kind,
                 });
             }
+            let endpoints = self.endpoints.take();
+            let health = endpoints.as_ref().map(|_| Arc::new(Health::default()));
+            let metrics = match (&endpoints, &health) {
+                (Some(endpoints), Some(health)) => endpoints.api_metrics().map(|api| {
+                    Arc::new(Metrics::new(
+                        Arc::clone(health),
+                        self.task_counters.clone(),
+                        api.clone(),
+                    ))
+                }),
+                _ => None,
+            };
+            // The operator's own copies of the handlers carry their metrics.
+            let measured = |handlers: Vec<Handler>| match &metrics {
+                Some(metrics) => metrics.measured(handlers, ""),
+                None => handlers,
+            };
+            let measured_of = |kind| measured(self.registry.of_kind(kind).cloned().collect());
+            let settings = Arc::new(self.settings.clone());
+            let root = CancellationToken::new();
+            // However the run ends, early or not, the background tasks stop.
+            let _background = root.clone().drop_guard();
+            let tasks = TaskTracker::new();
+
             // Login handlers, if any, give the credentials of every request.
-            let logins: Vec<Handler> = self
-                .registry
-                .of_kind(HandlerKind::OnLogin)
-                .cloned()
-                .collect();
+            let logins = measured_of(HandlerKind::OnLogin);
             let vault = (!logins.is_empty()).then(|| {
                 Vault::new(
                     logins,
@@ -294,19 +355,57 @@ impl Operator {
                     self.settings.execution.default_backoff,
                 )
             });
+            if let (Some(health), Some(_)) = (&health, &vault) {
+                health.enter(Phase::LoggingIn);
+            }
+
+            // Served before anything else, the login included, so that the
+            // probes answer while the operator starts.
+            let probe_handlers = measured_of(HandlerKind::OnProbe);
+            let endpoint_state = match (endpoints, &health) {
+                (Some(endpoints), Some(health)) => {
+                    log_urls(&endpoints);
+                    let state = Arc::new(EndpointState {
+                        probes: (!probe_handlers.is_empty())
+                            .then(|| Probes::new(probe_handlers, Memo::default())),
+                        health: Arc::clone(health),
+                        metrics: metrics.clone(),
+                    });
+                    endpoints.serve(Arc::clone(&state), root.child_token(), &tasks);
+                    Some(state)
+                }
+                _ => {
+                    if !probe_handlers.is_empty() {
+                        tracing::info!(
+                            "the on_probe handlers run only when a liveness endpoint is served (--liveness)"
+                        );
+                    }
+                    None
+                }
+            };
+
+            let counting = metrics.as_ref().map(|metrics| metrics.api_layer());
             let client = match (&vault, self.client.clone()) {
                 (Some(vault), _) => tokio::select! {
-                    client = vault.client() => client.map_err(OperatorError::Login)?,
+                    client = vault.client(counting.cloned()) => client.map_err(OperatorError::Login)?,
                     () = &mut stop => return Ok(()),
                 },
-                (None, Some(client)) => client,
-                (None, None) => Client::try_default().await.map_err(OperatorError::Client)?,
+                (None, Some(client)) => match &metrics {
+                    Some(metrics) if !self.client_measured => metrics::instrument(client, metrics),
+                    _ => client,
+                },
+                (None, None) => metrics::infer_client(counting)
+                    .await
+                    .map_err(OperatorError::Client)?,
             };
-            let settings = Arc::new(self.settings.clone());
-            let root = CancellationToken::new();
-            let tasks = TaskTracker::new();
             if let Some(vault) = vault {
                 tasks.spawn(vault.authenticate(root.child_token()));
+            }
+            if let Some(state) = &endpoint_state {
+                state.health.enter(Phase::Starting);
+                if let Some(probes) = &state.probes {
+                    probes.connect(client.clone());
+                }
             }
 
             let poster = if settings.posting.enabled {
@@ -328,13 +427,7 @@ impl Operator {
                 Arc::clone(&self.task_counters.0),
             ));
 
-            let handlers_of = |kind| {
-                self.registry
-                    .of_kind(kind)
-                    .cloned()
-                    .collect::<Vec<Handler>>()
-            };
-            let startup_handlers = handlers_of(HandlerKind::OnStartup);
+            let startup_handlers = measured_of(HandlerKind::OnStartup);
             let startup = activities::run(&startup_handlers, &client, &settings, poster.as_ref());
             tokio::select! {
                 started = startup => started.map_err(|failure| OperatorError::Startup {
@@ -354,6 +447,9 @@ impl Operator {
                 }
             }
 
+            if let Some(health) = &health {
+                health.enter(Phase::Discovering);
+            }
             let watching = root.child_token();
             let serving = TaskTracker::new();
             let context = ServeContext {
@@ -365,6 +461,8 @@ impl Operator {
                 watching: watching.clone(),
                 tasks: serving.clone(),
                 indexes: OperatorIndexes::new(&self.registry),
+                health: health.clone(),
+                metrics: metrics.clone(),
             };
             let served = Resources::new(context, &self.registry)
                 .serve_until(&mut stop)
@@ -386,7 +484,7 @@ impl Operator {
                 tracing::warn!(%error, "daemons and timers did not all stop in time");
             }
             // A start-up that failed cleans nothing up (as a failed start-up handler).
-            let cleanup_handlers = handlers_of(HandlerKind::OnCleanup);
+            let cleanup_handlers = measured_of(HandlerKind::OnCleanup);
             if served.is_ok()
                 && let Err(failure) =
                     activities::run(&cleanup_handlers, &client, &settings, poster.as_ref()).await
@@ -438,6 +536,10 @@ struct ServeContext {
     tasks: TaskTracker,
     /// The indexes that `#[index]` handlers fill.
     indexes: OperatorIndexes,
+    /// What the probes report, when the endpoints are served.
+    health: Option<Arc<Health>>,
+    /// The operator's metrics, when served.
+    metrics: Option<Arc<Metrics>>,
 }
 
 /// The resources served, kept in step with the cluster's (Kopf's resource
@@ -472,6 +574,9 @@ struct Served {
     stop: CancellationToken,
     /// Cancelled once its serving has ended.
     done: CancellationToken,
+    /// Its place in the probes and the metrics, given up (dropped) as soon
+    /// as it stops being served.
+    _health: Option<Registered>,
 }
 
 impl Served {
@@ -558,6 +663,7 @@ impl Resources {
         stop: &mut Pin<Box<dyn Future<Output = ()> + Send + '_>>,
     ) -> Result<(), OperatorError> {
         if self.wanted.is_empty() {
+            self.serving();
             stop.await;
             return Ok(());
         }
@@ -588,6 +694,7 @@ impl Resources {
         self.revise(resolution);
         // Every index found at start-up has its servings' holds now.
         self.start_up.clear();
+        self.serving();
 
         let (tx, mut rescans) = mpsc::channel(16);
         let definitions_stop = self.context.watching.child_token();
@@ -670,6 +777,14 @@ impl Resources {
             tracing::error!(%error, "the watch of the custom resource definitions failed");
         }
         Ok(())
+    }
+
+    /// Every resource found at start-up is served: readiness now waits for
+    /// their listings.
+    fn serving(&self) {
+        if let Some(health) = &self.context.health {
+            health.enter(Phase::Serving);
+        }
     }
 
     /// Adds the groups a change of the definitions asks to scan again, if
@@ -871,6 +986,20 @@ impl Resources {
         let done = CancellationToken::new();
         let context = &self.context;
         let scopes = listed_scopes(resource.namespaced, &context.namespaces);
+        let identities = identities(&handlers);
+        let label = metrics::resource_label(&resource);
+        let handlers = match &context.metrics {
+            Some(metrics) => metrics.measured(handlers, &label),
+            None => handlers,
+        };
+        let health = context.health.as_ref().map(|health| {
+            health.register(
+                label.clone(),
+                context.settings.watching.effective_silence_limit(),
+                context.metrics.as_ref().map(|m| m.watch(&label)),
+                context.metrics.as_ref().map(|m| m.queue_latency(&label)),
+            )
+        });
         let serve = ServeResource {
             target: target_of(&resource),
             handlers: ResourceHandlers::new(handlers.iter())
@@ -887,6 +1016,7 @@ impl Resources {
                 context.settings.execution.default_backoff,
             ),
             gate: context.indexes.gate(&handlers),
+            health: health.as_ref().map(|h| Arc::clone(h.resource())),
         };
         context.tasks.spawn(serve.run(
             stop.clone(),
@@ -896,9 +1026,10 @@ impl Resources {
         ));
         Served {
             resource,
-            handlers: identities(&handlers),
+            handlers: identities,
             stop,
             done,
+            _health: health,
         }
     }
 }
@@ -958,6 +1089,8 @@ struct ServeResource {
     indexer: Option<ResourceIndexer>,
     /// Holds the processing back until the indexes its handlers take are filled.
     gate: Option<IndexGate>,
+    /// Where the watches report, for the probes and the metrics.
+    health: Option<Arc<ResourceHealth>>,
 }
 
 impl ServeResource {
@@ -995,12 +1128,20 @@ impl ServeResource {
         let tasks = Arc::clone(processor.tasks());
         let echoes = processor.echoes().cloned();
         let reporter = poster.clone();
+        let latency = self
+            .health
+            .as_ref()
+            .and_then(|health| health.queue_latency().cloned());
+        let measures_latency = latency.is_some();
         // Handlers post Events with `kopf_runtime::posting::{info, warn, …}`
         // through the poster in scope.
         let process: ProcessFn<String, Work> = Arc::new(move |uid, work| {
             let processor = Arc::clone(&processor);
             let poster = poster.clone();
             let gate = gate.clone();
+            if let (Some(latency), Some(queued_at)) = (&latency, work.queued_at) {
+                latency.observe(queued_at.elapsed().as_secs_f64());
+            }
             Box::pin(async move {
                 if let Some(gate) = gate {
                     // Boxed: only the start-up waits, every call's future stays small.
@@ -1035,6 +1176,13 @@ impl ServeResource {
         // skipped by the watch, undecoded.
         let watcher = match echoes {
             Some(echoes) => watcher.with_echoes(echoes),
+            None => watcher,
+        };
+        let watcher = match &self.health {
+            Some(health) => {
+                health.set_queue_depth(queue.workers_reader());
+                watcher.with_health(Arc::clone(health))
+            }
             None => watcher,
         };
         // A short channel: when processing lags, the watch waits rather than
@@ -1102,6 +1250,7 @@ impl ServeResource {
                                 Work {
                                     event,
                                     initial_listing: !synced,
+                                    queued_at: measures_latency.then(Instant::now),
                                 },
                             )
                             .await;
@@ -1169,6 +1318,19 @@ fn report_undecodable(poster: Option<&EventPoster>, object: &Value, reason: &str
             "Undecodable",
             &format!("The operator cannot decode this object and skips it: {reason}"),
         );
+    }
+}
+
+/// Logs where the endpoints are served.
+fn log_urls(endpoints: &Endpoints) {
+    if let Some(url) = endpoints.liveness_url() {
+        tracing::info!(%url, "serving the liveness probe");
+    }
+    if let Some(url) = endpoints.readiness_url() {
+        tracing::info!(%url, "serving the readiness probe");
+    }
+    if let Some(url) = endpoints.metrics_url() {
+        tracing::info!(%url, "serving the metrics");
     }
 }
 

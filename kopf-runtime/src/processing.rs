@@ -94,6 +94,8 @@ pub struct Work {
     pub event: ObjectEvent,
     /// Whether the event comes from the operator's first listing.
     pub initial_listing: bool,
+    /// When it was queued, if the queue's latency is measured.
+    pub queued_at: Option<tokio::time::Instant>,
 }
 
 impl Versioned for Work {
@@ -959,6 +961,7 @@ mod tests {
                 seen,
             },
             initial_listing: false,
+            queued_at: None,
         })
     }
 
@@ -1127,6 +1130,7 @@ mod tests {
                 how: DeletedBy::Event,
             },
             initial_listing: false,
+            queued_at: None,
         });
         events_only.process("u1".into(), deleted).await;
         assert_eq!(patches(&log).len(), 1);

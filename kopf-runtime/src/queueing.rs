@@ -189,6 +189,13 @@ where
         self.inner.lock_slots().len()
     }
 
+    /// Reads [`workers`](Self::workers) for as long as the queue lives
+    /// (0 after), without keeping it alive: for metrics.
+    pub fn workers_reader(&self) -> impl Fn() -> usize + Send + Sync + 'static {
+        let inner = Arc::downgrade(&self.inner);
+        move || inner.upgrade().map_or(0, |inner| inner.lock_slots().len())
+    }
+
     /// Stops taking events and waits up to `timeout` for the calls in flight,
     /// then cancels those still running. Returns how many were cancelled.
     pub async fn shutdown(&self, timeout: Duration) -> usize {

@@ -11,6 +11,7 @@ use std::pin::Pin;
 use clap::Parser;
 
 use crate::cli::{self, Args, CliError};
+use crate::endpoints::{EndpointError, Endpoints};
 use crate::namespaces::SelectorError;
 use crate::operator::{Operator, OperatorError};
 use crate::registry::{Registry, RegistryError};
@@ -43,6 +44,9 @@ pub enum RunError {
     /// The embedded emulator did not start.
     #[error("the embedded emulator did not start: {0}")]
     Emulator(String),
+    /// `--liveness` or `--metrics` cannot be served.
+    #[error(transparent)]
+    Endpoints(#[from] EndpointError),
 }
 
 /// Runs the operator that the attribute macros declared, with the command
@@ -150,6 +154,7 @@ impl Runner {
             None => Registry::from_inventory()?,
         };
         let namespaces = args.namespace_selector()?;
+        let endpoints = bind_endpoints(&args).await?;
         tracing::info!(handlers = registry.len(), "starting the operator");
 
         #[cfg(feature = "emulator")]
@@ -162,7 +167,15 @@ impl Runner {
             #[cfg(feature = "emulator")]
             {
                 let emulator = start_emulator(&registry).await?;
-                let client = emulator.client();
+                let url = emulator
+                    .url()
+                    .parse()
+                    .map_err(|error: http::uri::InvalidUri| {
+                        RunError::Emulator(format!("an unusable URL: {error}"))
+                    })?;
+                let mut config = kube::Config::new(url);
+                config.auth_info.token = emulator.token().map(Into::into);
+                let client = build_client(config, endpoints.as_ref())?;
                 tracing::info!(
                     url = %emulator.url(),
                     "running against the embedded Kubernetes API emulator (--emulator), not a cluster"
@@ -177,15 +190,20 @@ impl Runner {
             return Err(RunError::NoEmulator);
         } else {
             let config = args.kube_config(&self.settings.networking).await?;
-            kube::Client::try_from(config).map_err(RunError::Client)?
+            build_client(config, endpoints.as_ref())?
         };
 
-        let outcome = Operator::new(registry)
+        let operator = Operator::new(registry)
             .settings(self.settings)
-            .client(client)
-            .namespaces(namespaces)
-            .run()
-            .await;
+            .namespaces(namespaces);
+        let operator = match endpoints {
+            Some(endpoints) if endpoints.api_metrics().is_some() => {
+                operator.measured_client(client).endpoints(endpoints)
+            }
+            Some(endpoints) => operator.client(client).endpoints(endpoints),
+            None => operator.client(client),
+        };
+        let outcome = operator.run().await;
         #[cfg(feature = "emulator")]
         {
             if let Some(task) = setup_task {
@@ -199,6 +217,41 @@ impl Runner {
         outcome?;
         Ok(())
     }
+}
+
+/// A client for `config`; with metrics served, one that counts its
+/// requests in them.
+fn build_client(
+    config: kube::Config,
+    endpoints: Option<&Endpoints>,
+) -> Result<kube::Client, RunError> {
+    match endpoints.and_then(Endpoints::api_metrics) {
+        Some(layer) => Ok(kube::client::ClientBuilder::try_from(config)
+            .map_err(RunError::Client)?
+            .with_layer(layer)
+            .build()),
+        None => kube::Client::try_from(config).map_err(RunError::Client),
+    }
+}
+
+/// The listeners of `--liveness` and `--metrics`; with `--emulator`, those
+/// not given are served on a free loopback port (one for both), so that
+/// the demo can be probed and scraped.
+async fn bind_endpoints(args: &Args) -> Result<Option<Endpoints>, EndpointError> {
+    const LOOPBACK_LIVENESS: &str = "http://127.0.0.1:0/healthz";
+    const LOOPBACK_METRICS: &str = "http://127.0.0.1:0/metrics";
+    let (liveness, metrics) = if args.emulator {
+        (
+            args.liveness.as_deref().or(Some(LOOPBACK_LIVENESS)),
+            args.metrics.as_deref().or(Some(LOOPBACK_METRICS)),
+        )
+    } else {
+        (args.liveness.as_deref(), args.metrics.as_deref())
+    };
+    if liveness.is_none() && metrics.is_none() {
+        return Ok(None);
+    }
+    Endpoints::bind(liveness, metrics).await.map(Some)
 }
 
 /// Starts the emulator with a CRD for every custom resource the handlers

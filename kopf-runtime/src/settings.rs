@@ -74,6 +74,38 @@ pub struct WatchingSettings {
     /// depth whatever this says: raising it above 1,000 serves deeper
     /// objects' event and timer handlers, but not their change handlers.
     pub max_depth: usize,
+    /// How long a watch may receive nothing (no listing, event or bookmark)
+    /// before the liveness endpoint fails, naming it. `None`: three times
+    /// the longest a healthy watch request goes without a word: the
+    /// `inactivity_timeout`, or the `server_timeout` or `client_timeout`
+    /// when shorter (210 s by default). Kubernetes sends a bookmark about
+    /// every minute on a quiet watch; set this higher for an API server
+    /// that does not. Default: `None`.
+    pub silence_limit: Option<Duration>,
+}
+
+impl WatchingSettings {
+    /// The silence limit in force: [`silence_limit`](Self::silence_limit),
+    /// or three times the longest quiet a healthy watch request has.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use kopf_runtime::settings::WatchingSettings;
+    ///
+    /// let mut settings = WatchingSettings::default();
+    /// assert_eq!(settings.effective_silence_limit(), Duration::from_secs(210));
+    /// settings.server_timeout = Some(Duration::from_secs(30));
+    /// assert_eq!(settings.effective_silence_limit(), Duration::from_secs(90));
+    /// ```
+    pub fn effective_silence_limit(&self) -> Duration {
+        self.silence_limit.unwrap_or_else(|| {
+            let quiet = [self.server_timeout, self.client_timeout]
+                .into_iter()
+                .flatten()
+                .fold(self.inactivity_timeout, Duration::min);
+            quiet.saturating_mul(3)
+        })
+    }
 }
 
 impl Default for WatchingSettings {
@@ -87,6 +119,7 @@ impl Default for WatchingSettings {
             error_backoffs: kopf_error_backoffs(),
             list_page_size: 500,
             max_depth: crate::decoding::DEFAULT_MAX_DEPTH,
+            silence_limit: None,
         }
     }
 }

@@ -5,9 +5,11 @@
 //! ```text
 //! POST   /_emulator/faults/drop-watches   end every open watch stream
 //! POST   /_emulator/faults/compact        forget the watch history (410 Gone)
+//! POST   /_emulator/faults/silence-watches  keep every watch stream open, sending nothing
+//! POST   /_emulator/faults/resume-watches   let silenced watch streams carry on
 //! POST   /_emulator/faults/fail           {"n": 5, "status": 503, "verb": "watch",
 //!                                          "path_contains": "configmaps", "retry_after": 1}
-//! POST   /_emulator/faults/clear          remove every failure rule and latency
+//! POST   /_emulator/faults/clear          remove every failure rule and latency, resume watches
 //! GET    /_emulator/requests/counts       {"counts": [{"agent": "…", "verb": "list", "count": 3}]}
 //! DELETE /_emulator/requests/counts       reset the counts
 //! ```
@@ -59,6 +61,14 @@ pub(crate) fn serve(
     match (method, &path[PREFIX.len()..]) {
         (&Method::POST, "faults/drop-watches") => {
             faults.drop_watches();
+            ok()
+        }
+        (&Method::POST, "faults/silence-watches") => {
+            faults.silence_watches();
+            ok()
+        }
+        (&Method::POST, "faults/resume-watches") => {
+            faults.resume_watches();
             ok()
         }
         (&Method::POST, "faults/compact") => {

@@ -194,6 +194,21 @@ impl Faults {
         self.shared.drop_watches();
     }
 
+    /// Silences every watch stream, open or opened later: the connection
+    /// stays open and sends nothing, neither events nor bookmarks, whatever
+    /// its `timeoutSeconds`, as a stalled connection does. Events that
+    /// happen meanwhile are sent once [`Faults::resume_watches`] (or
+    /// [`Faults::clear`]) lets the streams carry on (a stream that fell too
+    /// far behind is ended, and its client resumes).
+    pub fn silence_watches(&self) {
+        self.shared.silence_watches(true);
+    }
+
+    /// Lets silenced watch streams carry on (see [`Faults::silence_watches`]).
+    pub fn resume_watches(&self) {
+        self.shared.silence_watches(false);
+    }
+
     /// Forgets all watch history: a watch, list or continue token from an older
     /// resourceVersion gets `410 Gone` (`Expired`), forcing clients to re-list.
     pub fn compact(&self) {
@@ -262,8 +277,9 @@ impl Faults {
             .store(nanos, Ordering::Relaxed);
     }
 
-    /// Removes all failure rules and latency.
+    /// Removes all failure rules and latency, and resumes silenced watches.
     pub fn clear(&self) {
+        self.shared.silence_watches(false);
         self.shared
             .faults
             .rules

@@ -17,6 +17,8 @@ pub(crate) struct Shared {
     pub(crate) recorder: Recorder,
     /// Bumped to end every open watch stream.
     watch_epoch: tokio::sync::watch::Sender<u64>,
+    /// Whether watch streams send nothing (kept open, silent).
+    watch_silence: tokio::sync::watch::Sender<bool>,
     /// The listening port (for discovery's serverAddressByClientCIDRs).
     pub(crate) port: u16,
     /// Timeouts and the cap on connections.
@@ -33,6 +35,7 @@ impl Shared {
             faults: FaultState::default(),
             recorder: Recorder::default(),
             watch_epoch: tokio::sync::watch::channel(0).0,
+            watch_silence: tokio::sync::watch::channel(false).0,
             port,
             connection_limits: ConnectionLimits::default(),
             token: RwLock::new(None),
@@ -76,5 +79,17 @@ impl Shared {
     /// A receiver that changes when watches must end.
     pub(crate) fn watch_epoch(&self) -> tokio::sync::watch::Receiver<u64> {
         self.watch_epoch.subscribe()
+    }
+
+    /// Makes every watch stream, open or new, send nothing (`true`) or
+    /// carry on (`false`).
+    pub(crate) fn silence_watches(&self, silent: bool) {
+        self.watch_silence
+            .send_if_modified(|s| std::mem::replace(s, silent) != silent);
+    }
+
+    /// A receiver of whether watch streams are silenced.
+    pub(crate) fn watch_silence(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.watch_silence.subscribe()
     }
 }

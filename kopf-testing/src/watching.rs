@@ -108,6 +108,8 @@ struct WatchStream {
     filter: Filter,
     def: Arc<ResourceDef>,
     epoch: tokio::sync::watch::Receiver<u64>,
+    /// Whether the stream must send nothing for now (a fault).
+    silence: tokio::sync::watch::Receiver<bool>,
     deadline: Option<Instant>,
     ticker: Option<Interval>,
     last_rv: u64,
@@ -157,44 +159,59 @@ impl WatchStream {
         if self.done {
             return None;
         }
-        if let Some(chunk) = self.take_pending() {
-            return Some(chunk);
-        }
-        loop {
-            let deadline = self.deadline;
-            let ticker = self.ticker.as_mut();
-            tokio::select! {
-                biased;
-                _ = self.epoch.changed() => return None,
-                _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => return None,
-                ev = self.rx.recv() => {
-                    let ev = match ev {
-                        Ok(ev) => ev,
-                        Err(RecvError::Lagged(_) | RecvError::Closed) => return None,
-                    };
-                    let mut buf = BytesMut::new();
-                    self.push(&mut buf, &ev);
-                    if !self.drain(&mut buf, CHUNK) {
-                        self.done = true;
+        'silenced: loop {
+            // A silenced stream stays open and sends nothing, deadline or
+            // not, as a stalled connection does; only the end of every
+            // watch ends it.
+            while *self.silence.borrow_and_update() {
+                tokio::select! {
+                    _ = self.epoch.changed() => return None,
+                    changed = self.silence.changed() => changed.ok()?,
+                }
+            }
+            if let Some(chunk) = self.take_pending() {
+                return Some(chunk);
+            }
+            loop {
+                let deadline = self.deadline;
+                let ticker = self.ticker.as_mut();
+                tokio::select! {
+                    biased;
+                    _ = self.epoch.changed() => return None,
+                    changed = self.silence.changed() => {
+                        changed.ok()?;
+                        continue 'silenced;
                     }
-                    if !buf.is_empty() {
+                    _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => return None,
+                    ev = self.rx.recv() => {
+                        let ev = match ev {
+                            Ok(ev) => ev,
+                            Err(RecvError::Lagged(_) | RecvError::Closed) => return None,
+                        };
+                        let mut buf = BytesMut::new();
+                        self.push(&mut buf, &ev);
+                        if !self.drain(&mut buf, CHUNK) {
+                            self.done = true;
+                        }
+                        if !buf.is_empty() {
+                            return Some(buf.freeze());
+                        }
+                        if self.done {
+                            return None;
+                        }
+                    }
+                    _ = async { match ticker { Some(t) => { t.tick().await; } None => std::future::pending().await } } => {
+                        // Events up to the current revision are already queued: send them, then the bookmark.
+                        let rv = self.shared.store().current_rv();
+                        let mut buf = BytesMut::new();
+                        if !self.drain(&mut buf, usize::MAX) {
+                            self.done = true;
+                            return (!buf.is_empty()).then(|| buf.freeze());
+                        }
+                        self.last_rv = self.last_rv.max(rv);
+                        buf.extend_from_slice(&events::bookmark(&self.filter.api_version, &self.def.kind, self.last_rv, false));
                         return Some(buf.freeze());
                     }
-                    if self.done {
-                        return None;
-                    }
-                }
-                _ = async { match ticker { Some(t) => { t.tick().await; } None => std::future::pending().await } } => {
-                    // Events up to the current revision are already queued: send them, then the bookmark.
-                    let rv = self.shared.store().current_rv();
-                    let mut buf = BytesMut::new();
-                    if !self.drain(&mut buf, usize::MAX) {
-                        self.done = true;
-                        return (!buf.is_empty()).then(|| buf.freeze());
-                    }
-                    self.last_rv = self.last_rv.max(rv);
-                    buf.extend_from_slice(&events::bookmark(&self.filter.api_version, &self.def.kind, self.last_rv, false));
-                    return Some(buf.freeze());
                 }
             }
         }
@@ -239,6 +256,7 @@ pub fn stream(
         t
     });
     let epoch = shared.watch_epoch();
+    let silence = shared.watch_silence();
     let state = WatchStream {
         shared,
         pending,
@@ -246,6 +264,7 @@ pub fn stream(
         filter,
         def,
         epoch,
+        silence,
         deadline: opts.timeout.and_then(|t| Instant::now().checked_add(t)),
         ticker,
         last_rv,

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use kopf_runtime::settings::OperatorSettings;
 use kopf_runtime::{
-    Kwargs, NamespaceSelector, Operator, OperatorError, Registry, TaskCounters, TaskCounts,
+    Endpoints, Kwargs, NamespaceSelector, Operator, OperatorError, Registry, TaskCounters,
+    TaskCounts,
 };
 use kopf_testing::Emulator;
 use kube::Api;
@@ -31,6 +32,18 @@ pub struct Running {
     stop: CancellationToken,
     task: JoinHandle<Result<(), OperatorError>>,
     counters: TaskCounters,
+    urls: Urls,
+}
+
+/// Where an operator started with [`Running::serving`] serves its endpoints.
+#[derive(Debug, Clone, Default)]
+pub struct Urls {
+    /// The liveness probe.
+    pub liveness: String,
+    /// The readiness probe.
+    pub readiness: String,
+    /// The metrics.
+    pub metrics: String,
 }
 
 impl Running {
@@ -52,18 +65,55 @@ impl Running {
         settings: OperatorSettings,
         selector: NamespaceSelector,
     ) -> Self {
-        let stop = CancellationToken::new();
         let operator = Operator::new(registry)
             .client(emulator.client())
             .settings(settings)
             .namespaces(selector);
+        Self::run(operator, Urls::default())
+    }
+
+    /// Starts `registry` against the emulator with `settings`, serving the
+    /// liveness, readiness and metrics endpoints on one free loopback port
+    /// (see [`Running::urls`]).
+    pub async fn serving(
+        emulator: &Emulator,
+        registry: Registry,
+        settings: OperatorSettings,
+    ) -> Self {
+        let endpoints = Endpoints::bind(
+            Some("http://127.0.0.1:0/healthz"),
+            Some("http://127.0.0.1:0/metrics"),
+        )
+        .await
+        .expect("a free loopback port");
+        let urls = Urls {
+            liveness: endpoints.liveness_url().expect("liveness").to_owned(),
+            readiness: endpoints.readiness_url().expect("readiness"),
+            metrics: endpoints.metrics_url().expect("metrics").to_owned(),
+        };
+        let operator = Operator::new(registry)
+            .client(emulator.client())
+            .settings(settings)
+            .endpoints(endpoints);
+        Self::run(operator, urls)
+    }
+
+    fn run(operator: Operator, urls: Urls) -> Self {
+        let stop = CancellationToken::new();
         let counters = operator.task_counters();
         let task = tokio::spawn(operator.run_until(stop.clone().cancelled_owned()));
         Self {
             stop,
             task,
             counters,
+            urls,
         }
+    }
+
+    /// Where the endpoints are served (empty unless started with
+    /// [`Running::serving`]).
+    pub fn urls(&self) -> &Urls {
+        &self.urls
     }
 
     /// The live counters of the operator's daemons and timers (still readable
@@ -272,6 +322,102 @@ where
             panic!("timed out after {PATIENCE:?} waiting for {what}");
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// A `GET` of `url` (`http://127.0.0.1:PORT/path`) over a new connection:
+/// the status code and the body.
+pub async fn http_get(url: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let rest = url.strip_prefix("http://").expect("an http:// URL");
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(authority).await?;
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await?;
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await?;
+        Ok::<_, std::io::Error>(answer)
+    };
+    let answer = tokio::time::timeout(PATIENCE, exchange)
+        .await
+        .unwrap_or_else(|_| panic!("GET {url} took over {PATIENCE:?}"))
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let answer = String::from_utf8(answer).expect("a UTF-8 answer");
+    let (head, body) = answer.split_once("\r\n\r\n").expect("headers, then a body");
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {head:?}"));
+    (status, body.to_owned())
+}
+
+/// A `GET` of a JSON endpoint: the status code and the parsed body.
+pub async fn get_json(url: &str) -> (u16, Value) {
+    let (status, body) = http_get(url).await;
+    let body = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{url} sent {body:?}: {e}"));
+    (status, body)
+}
+
+/// A scrape of a metrics endpoint, parsed by a Prometheus text parser;
+/// every line must be a sample, a `# HELP`/`# TYPE` line, or the closing
+/// `# EOF` of the OpenMetrics format.
+pub async fn scrape(url: &str) -> Metrics {
+    let (status, text) = http_get(url).await;
+    assert_eq!(status, 200, "{url}: {text}");
+    assert_eq!(
+        text.lines().last(),
+        Some("# EOF"),
+        "an OpenMetrics text:\n{text}"
+    );
+    for line in text.lines().filter(|line| *line != "# EOF") {
+        let info = prometheus_parse::LineInfo::parse(line);
+        assert!(
+            !matches!(
+                info,
+                prometheus_parse::LineInfo::Ignored | prometheus_parse::LineInfo::Empty
+            ),
+            "not a metric line: {line:?}"
+        );
+    }
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned())))
+        .expect("a Prometheus text");
+    Metrics { scrape, text }
+}
+
+/// A parsed scrape (see [`scrape`]).
+pub struct Metrics {
+    /// The samples and help texts.
+    pub scrape: prometheus_parse::Scrape,
+    /// The text as served.
+    pub text: String,
+}
+
+impl Metrics {
+    /// The value of the sample `name` with exactly `labels`, if present.
+    pub fn get(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        use prometheus_parse::Value as V;
+        self.scrape
+            .samples
+            .iter()
+            .filter(|s| s.metric == name && s.labels.len() == labels.len())
+            .find(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+            .map(|s| match &s.value {
+                V::Counter(v) | V::Gauge(v) | V::Untyped(v) => *v,
+                V::Histogram(_) | V::Summary(_) => f64::NAN,
+            })
+    }
+
+    /// As [`Metrics::get`], 0 when absent.
+    pub fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.get(name, labels).unwrap_or(0.0)
+    }
+
+    /// How many series the scrape holds (a histogram's buckets each count).
+    pub fn series(&self) -> usize {
+        self.text.lines().filter(|l| !l.starts_with('#')).count()
     }
 }
 

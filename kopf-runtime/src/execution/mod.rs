@@ -28,6 +28,7 @@ use crate::errors::{HandlerError, Outcome};
 use crate::fields::{ensure_field, merge_into};
 use crate::handlers::{ErrorsMode, Handler, HandlerKind, KindOptions};
 use crate::kwargs::{Diff, Indexes, Kwargs, Logger, Memo, Patch, Reason};
+use crate::metrics::{HandlerMetrics, HandlerOutcome};
 use crate::progress::{ProgressRecord, ProgressStorage, format_timestamp};
 use crate::{posting, spawning};
 
@@ -337,6 +338,7 @@ async fn attempt(
             "Handler '{name}' has timed out after {}.",
             seconds(timeout)
         ));
+        count_given_up(handler, HandlerOutcome::Timeout);
         return (
             finish(
                 record,
@@ -351,6 +353,7 @@ async fn attempt(
         logger.error(format_args!(
             "Handler '{name}' has exceeded {limit} retries."
         ));
+        count_given_up(handler, HandlerOutcome::RetriesExhausted);
         return (
             finish(record, false, Some(format!("exceeded {limit} retries"))),
             None,
@@ -492,17 +495,25 @@ fn unpanicked<T>(result: std::thread::Result<T>) -> Result<T, String> {
 /// The handler is called at once (its kwargs are moved into its own
 /// future); what is returned holds only that call and the limit, not the
 /// kwargs a second time, as an `async fn` would.
+///
+/// With metrics, the call counts as in flight while it runs, and its
+/// outcome and duration are recorded when it ends.
 pub fn invoke(
     handler: &Handler,
     kwargs: Kwargs,
     limit: Option<Duration>,
 ) -> impl Future<Output = Outcome> + Send + use<> {
+    let errors = handler.options.errors;
+    let in_flight = handler.metrics.clone().map(HandlerMetrics::start);
     let call = guard(|| handler.call(kwargs));
     async move {
         let outcome = match limit {
             Some(limit) => match tokio::time::timeout(limit, call).await {
                 Ok(outcome) => outcome,
                 Err(_elapsed) => {
+                    if let Some(in_flight) = in_flight {
+                        in_flight.finish(HandlerOutcome::Timeout);
+                    }
                     return Err(HandlerError::Permanent {
                         message: format!("timed out after {}", seconds(limit)),
                     });
@@ -510,7 +521,19 @@ pub fn invoke(
             },
             None => call.await,
         };
-        outcome.unwrap_or_else(|message| Err(HandlerError::Regular { message }))
+        let outcome = outcome.unwrap_or_else(|message| Err(HandlerError::Regular { message }));
+        if let Some(in_flight) = in_flight {
+            in_flight.finish(HandlerOutcome::of(&outcome, errors));
+        }
+        outcome
+    }
+}
+
+/// Counts the runtime giving up on a handler between calls (its `timeout`
+/// has passed, or its `retries` are used up), if metrics are on.
+pub(crate) fn count_given_up(handler: &Handler, outcome: HandlerOutcome) {
+    if let Some(metrics) = &handler.metrics {
+        metrics.count(outcome);
     }
 }
 

@@ -27,6 +27,7 @@ use tokio::time::Instant;
 use crate::execution::{self, Resolution};
 use crate::handlers::Handler;
 use crate::kwargs::{Kwargs, Logger};
+use crate::metrics::HandlerOutcome;
 use crate::posting::{self, EventPoster};
 use crate::settings::OperatorSettings;
 
@@ -143,6 +144,7 @@ async fn attempt(
                 logger.error(format_args!(
                     "Handler '{name}' has exceeded {limit} retries."
                 ));
+                execution::count_given_up(handler, HandlerOutcome::RetriesExhausted);
                 Some(Err(format!(
                     "exceeded {limit} retries; the last error: {message}"
                 )))
@@ -155,6 +157,7 @@ async fn attempt(
                     "Handler '{name}' would time out after {} before its next attempt.",
                     seconds(timeout)
                 ));
+                execution::count_given_up(handler, HandlerOutcome::Timeout);
                 Some(Err(format!(
                     "timed out after {}; the last error: {message}",
                     seconds(timeout)

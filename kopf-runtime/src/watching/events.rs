@@ -106,6 +106,14 @@ pub(super) fn decode<F: FnMut(&str, &str) -> bool + ?Sized>(
     decode_object(&parsed.kind, parsed.object.get(), max_depth, skip).map(Some)
 }
 
+/// Whether a line of an `ADDED` or `MODIFIED` event is an `ADDED` one.
+pub(super) fn is_added(line: &str) -> bool {
+    match split(line) {
+        Some((kind, _)) => kind == "ADDED",
+        None => serde_json::from_str::<Line<'_>>(line).is_ok_and(|l| l.kind == "ADDED"),
+    }
+}
+
 /// Whether a line is a `Status` (every field of which is optional, so that
 /// any JSON object decodes as one).
 fn is_status(line: &str) -> bool {

@@ -1,6 +1,7 @@
 //! [`ResourceWatcher`]: one resource across the served namespaces.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams};
@@ -13,6 +14,7 @@ use super::ObjectEvent;
 use super::stream::ScopeWatch;
 use crate::echoes::Echoes;
 use crate::fields::meta_str;
+use crate::health::{ResourceHealth, ScopeMonitor};
 use crate::namespaces::NamespaceSelector;
 use crate::settings::WatchingSettings;
 
@@ -26,6 +28,7 @@ pub struct ResourceWatcher {
     selector: NamespaceSelector,
     settings: WatchingSettings,
     echoes: Option<Echoes>,
+    health: Option<Arc<ResourceHealth>>,
 }
 
 impl std::fmt::Debug for ResourceWatcher {
@@ -66,6 +69,29 @@ impl ResourceWatcher {
             selector,
             settings,
             echoes: None,
+            health: None,
+        }
+    }
+
+    /// Reports every scope's listings, events and failures to `health`
+    /// (for the probes and the metrics).
+    #[must_use]
+    pub(crate) fn with_health(mut self, health: Arc<ResourceHealth>) -> Self {
+        self.health = Some(health);
+        self
+    }
+
+    /// A monitor of the scope `name`, if health is reported.
+    fn monitor(&self, name: &str) -> Option<ScopeMonitor> {
+        self.health
+            .as_ref()
+            .map(|health| health.scope(name.to_owned()))
+    }
+
+    /// Every scope known at start-up has its monitor.
+    fn settled(&self) {
+        if let Some(health) = &self.health {
+            health.settled();
         }
     }
 
@@ -85,15 +111,19 @@ impl ResourceWatcher {
     /// Never fails: every API failure is logged and retried (see the
     /// [module docs](super)).
     pub async fn run(self, tx: mpsc::Sender<ObjectEvent>, cancel: CancellationToken) {
+        if let Some(health) = &self.health {
+            health.watching();
+        }
         if !self.namespaced || self.selector.is_cluster_wide() {
             let filter =
                 (self.namespaced && self.selector.has_exclusions()).then(|| self.selector.clone());
             let api = Api::all_with(self.client.clone(), &self.resource);
             let scope = format!("{} (cluster-wide)", self.resource.plural);
-            ScopeWatch::new(api, &self.resource, scope, self.settings.clone(), filter)
+            let watch = ScopeWatch::new(api, &self.resource, scope, self.settings.clone(), filter)
                 .with_echoes(self.echoes.clone())
-                .run(tx, cancel, None)
-                .await;
+                .with_monitor(self.monitor("cluster-wide"));
+            self.settled();
+            watch.run(tx, cancel, None).await;
         } else if let Some(names) = self.selector.exact_names() {
             self.run_in_namespaces(names, tx, cancel).await;
         } else if let Some(names) = self.namespaces_forbidden().await {
@@ -115,6 +145,7 @@ impl ResourceWatcher {
             let scope = self.namespace_scope(&ns);
             tasks.spawn(scope.run(tx.clone(), cancel.clone(), None));
         }
+        self.settled();
         tasks.close();
         tasks.wait().await;
     }
@@ -144,6 +175,7 @@ impl ResourceWatcher {
         let scope = format!("{} in {ns}", self.resource.plural);
         ScopeWatch::new(api, &self.resource, scope, self.settings.clone(), None)
             .with_echoes(self.echoes.clone())
+            .with_monitor(self.monitor(&format!("in {ns}")))
     }
 
     /// Glob mode: watch Namespaces; run a scope per matching namespace.
@@ -164,7 +196,8 @@ impl ResourceWatcher {
             "namespaces".into(),
             self.settings.clone(),
             None,
-        );
+        )
+        .with_monitor(self.monitor("namespaces"));
         tasks.spawn(ns_watch.run(ns_tx, local.clone(), None));
 
         let mut running: HashMap<String, CancellationToken> = HashMap::new();
@@ -175,6 +208,11 @@ impl ResourceWatcher {
                 event = ns_rx.recv() => event,
             };
             let Some(event) = event else { break };
+            // By the end of the Namespaces' first listing, a scope has
+            // started for every matching namespace.
+            if let ObjectEvent::Synced { .. } = event {
+                self.settled();
+            }
             let Some(name) = event
                 .object()
                 .and_then(|ns| meta_str(ns, "name"))

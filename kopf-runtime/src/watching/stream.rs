@@ -17,6 +17,8 @@ use super::{ObjectEvent, WatchError};
 use crate::decoding;
 use crate::echoes::Echoes;
 use crate::fields::meta_str;
+use crate::health::ScopeMonitor;
+use crate::metrics::{RestartReason, WatchEventType};
 use crate::namespaces::NamespaceSelector;
 use crate::retrying::{Backoff, ErrorClass, classify, classify_status};
 use crate::settings::WatchingSettings;
@@ -27,7 +29,7 @@ struct Closed;
 /// How one watch request ended.
 enum WatchEnd {
     /// The stream ended or stayed silent: resume from the last version.
-    Resume,
+    Resume(RestartReason),
     /// `410 Gone`: the version is too old, list again.
     Relist,
     /// A failure: back off, then resume from the last version.
@@ -52,6 +54,8 @@ pub(super) struct ScopeWatch {
     tracker: ObjectTracker,
     /// The operator's own patches to recognise, if the consumer keeps them.
     echoes: Option<Echoes>,
+    /// Where the loop reports what it receives, for probes and metrics.
+    monitor: Option<ScopeMonitor>,
     out: Vec<ObjectEvent>,
 }
 
@@ -74,8 +78,15 @@ impl ScopeWatch {
             kind: resource.kind.clone(),
             tracker: ObjectTracker::new(resource.clone()),
             echoes: None,
+            monitor: None,
             out: Vec::new(),
         }
+    }
+
+    /// Reports what the loop receives to `monitor`, if any.
+    pub(super) fn with_monitor(mut self, monitor: Option<ScopeMonitor>) -> Self {
+        self.monitor = monitor;
+        self
     }
 
     /// Events of the operator's own patches that `echoes` expects are
@@ -134,11 +145,17 @@ impl ScopeWatch {
             let mut rv = rv;
             match self.watch_once(tx, &mut rv, &mut backoff).await {
                 Err(Closed) => return Closed,
-                Ok(WatchEnd::Resume) => {
+                Ok(WatchEnd::Resume(reason)) => {
+                    if let Some(monitor) = &self.monitor {
+                        monitor.restart(reason);
+                    }
                     tokio::time::sleep(self.settings.reconnect_backoff).await;
                     version = Some(rv);
                 }
                 Ok(WatchEnd::Relist) => {
+                    if let Some(monitor) = &self.monitor {
+                        monitor.restart(RestartReason::Expired);
+                    }
                     tracing::debug!(scope = %self.scope, "resource version expired; re-listing");
                 }
                 Ok(WatchEnd::Failed(error, class)) => {
@@ -155,6 +172,10 @@ impl ScopeWatch {
             _ => None,
         };
         let delay = backoff.next_delay(hint).unwrap_or(Duration::from_secs(1));
+        if let Some(monitor) = &self.monitor {
+            monitor.restart(restart_reason(error));
+            monitor.failing(error_chain(error));
+        }
         if matches!(class, ErrorClass::Transient { .. }) {
             tracing::info!(scope = %self.scope, ?delay, error = %error_chain(error), "watch failed; retrying");
         } else {
@@ -204,6 +225,9 @@ impl ScopeWatch {
                 };
                 self.feed(input);
             }
+            if let Some(monitor) = &self.monitor {
+                monitor.page();
+            }
             if flush(&mut self.out, tx).await.is_err() {
                 return Ok(Err(Closed));
             }
@@ -213,6 +237,9 @@ impl ScopeWatch {
             }
         };
         self.tracker.feed(WatchInput::ListDone, &mut self.out);
+        if let Some(monitor) = &self.monitor {
+            monitor.listed(self.tracker.len());
+        }
         if flush(&mut self.out, tx).await.is_err() {
             return Ok(Err(Closed));
         }
@@ -248,6 +275,9 @@ impl ScopeWatch {
         };
         if accepted {
             self.tracker.feed(input, &mut self.out);
+            if let Some(monitor) = &self.monitor {
+                monitor.objects(self.tracker.len());
+            }
         }
     }
 
@@ -322,19 +352,19 @@ impl ScopeWatch {
             let item = match deadline {
                 Some(deadline) => tokio::select! {
                     item = next => item,
-                    () = tokio::time::sleep_until(deadline) => return Ok(WatchEnd::Resume),
+                    () = tokio::time::sleep_until(deadline) => return Ok(WatchEnd::Resume(RestartReason::Timeout)),
                 },
                 None => next.await,
             };
             let line = match item {
                 Err(_) => {
                     tracing::debug!(scope = %self.scope, "watch stream inactive; reconnecting");
-                    return Ok(WatchEnd::Resume);
+                    return Ok(WatchEnd::Resume(RestartReason::Timeout));
                 }
-                Ok(None) => return Ok(WatchEnd::Resume),
+                Ok(None) => return Ok(WatchEnd::Resume(RestartReason::Closed)),
                 Ok(Some(Err(error))) if ended_early(&error) => {
                     tracing::debug!(scope = %self.scope, %error, "watch stream cut off; resuming");
-                    return Ok(WatchEnd::Resume);
+                    return Ok(WatchEnd::Resume(RestartReason::Closed));
                 }
                 Ok(Some(Err(error))) => {
                     let error = kube::Error::ReadEvents(error);
@@ -353,7 +383,7 @@ impl ScopeWatch {
             let event = match events::decode(&line, self.settings.max_depth, skip) {
                 Ok(Some(event)) => event,
                 // A truncated last line: resume from the last whole event.
-                Ok(None) => return Ok(WatchEnd::Resume),
+                Ok(None) => return Ok(WatchEnd::Resume(RestartReason::Closed)),
                 Err(error) => {
                     return Ok(match classify(&error) {
                         ErrorClass::Expired => WatchEnd::Relist,
@@ -362,6 +392,9 @@ impl ScopeWatch {
                 }
             };
             backoff.reset();
+            if let Some(monitor) = &self.monitor {
+                monitor.event(event_type(&event, &line));
+            }
             let input = match event {
                 Event::Applied(obj) => {
                     remember_version(rv, &obj);
@@ -412,6 +445,40 @@ impl ScopeWatch {
             self.feed(input);
             flush(&mut self.out, tx).await?;
         }
+    }
+}
+
+/// The type of a watch event, for the metrics.
+fn event_type(event: &Event, line: &str) -> WatchEventType {
+    let applied = || {
+        if events::is_added(line) {
+            WatchEventType::Added
+        } else {
+            WatchEventType::Modified
+        }
+    };
+    match event {
+        Event::Applied(_) | Event::Skipped(_) => applied(),
+        Event::Undecodable { deleted: false, .. } => applied(),
+        Event::Deleted(_) | Event::Undecodable { deleted: true, .. } => WatchEventType::Deleted,
+        Event::Bookmark(_) => WatchEventType::Bookmark,
+        Event::Error(_) => WatchEventType::Error,
+    }
+}
+
+/// Why a failed request restarts the loop, for the metrics.
+fn restart_reason(error: &WatchError) -> RestartReason {
+    let code = match error {
+        WatchError::List(kube::Error::Api(status))
+        | WatchError::Connect(kube::Error::Api(status))
+        | WatchError::Stream(kube::Error::Api(status)) => status.code,
+        WatchError::ErrorEvent(status) => status.code,
+        _ => 0,
+    };
+    match code {
+        429 => RestartReason::Throttled,
+        410 => RestartReason::Expired,
+        _ => RestartReason::Error,
     }
 }
 

@@ -6,7 +6,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kopf_testing::{Emulator, FailRule};
 use kube::Api;
-use kube::api::{ListParams, PostParams};
+use kube::api::{ListParams, PostParams, WatchEvent, WatchParams};
 use kube::runtime::watcher;
 use serde_json::json;
 
@@ -142,4 +142,38 @@ async fn fault_rules_need_an_error_status() {
 async fn fail_next_panics_on_a_status_that_is_no_error() {
     let emulator = Emulator::start().await.expect("emulator starts");
     emulator.faults().fail_next(1, FailRule::status(101));
+}
+
+#[tokio::test]
+async fn watches_are_silenced_and_resumed_from_another_process() {
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let addr = emulator.addr();
+    let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+    let silence = raw_request(addr, "POST", "/_emulator/faults/silence-watches", &[], b"").await;
+    assert_eq!(silence.status, 200);
+    let version = api
+        .list(&ListParams::default())
+        .await
+        .expect("listed")
+        .metadata
+        .resource_version
+        .expect("a list version");
+    let mut events = api
+        .watch(&WatchParams::default(), &version)
+        .await
+        .expect("a silenced watch still connects")
+        .boxed();
+    api.create(&PostParams::default(), &cm("during"))
+        .await
+        .expect("created");
+    // Bookmarks come every second on a live stream: three seconds of
+    // nothing at all is a silenced one.
+    let quiet = tokio::time::timeout(std::time::Duration::from_secs(3), events.next()).await;
+    assert!(quiet.is_err(), "the stream sent {quiet:?}");
+    let resume = raw_request(addr, "POST", "/_emulator/faults/resume-watches", &[], b"").await;
+    assert_eq!(resume.status, 200);
+    within("the object after the watches resume", async {
+        while !matches!(events.next().await, Some(Ok(WatchEvent::Added(_)))) {}
+    })
+    .await;
 }

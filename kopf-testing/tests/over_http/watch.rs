@@ -405,6 +405,26 @@ async fn drop_watches_ends_every_open_watch_stream() {
 }
 
 #[tokio::test]
+async fn silenced_watches_send_nothing_until_they_resume() {
+    let emu = emulator().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(emu.client());
+    let rv = current_rv(&api).await;
+    emu.faults().silence_watches();
+    let mut events = within("watch", api.watch(&WatchParams::default(), &rv))
+        .await
+        .expect("a silenced watch still connects")
+        .boxed();
+    create(&api, "during").await;
+    // Bookmarks come every second on a live stream: three seconds of
+    // nothing at all is a silenced one.
+    let silent = tokio::time::timeout(std::time::Duration::from_secs(3), events.next()).await;
+    assert!(silent.is_err(), "the stream sent {silent:?}");
+    emu.faults().resume_watches();
+    assert_eq!(describe(&next_change(&mut events).await), "ADDED during");
+    emu.shutdown().await;
+}
+
+#[tokio::test]
 async fn restart_keeping_state_closes_watches_and_a_resume_catches_up() {
     let emu = emulator().await;
     let api: Api<ConfigMap> = Api::default_namespaced(emu.client());

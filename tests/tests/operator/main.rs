@@ -11,6 +11,8 @@ mod indexes;
 mod kopf_semantics;
 mod lifecycle;
 mod login;
+mod metrics;
+mod probes;
 mod resources;
 mod retries;
 mod selection;

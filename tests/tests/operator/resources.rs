@@ -10,7 +10,7 @@ use kopf_runtime::{Error, Handler, Kwargs, Operator, OperatorError, Registry, Re
 use kopf_testing::{Emulator, FailRule};
 use kopf_tests::{
     Calls, PATIENCE, Running, capture_logs, captured_warnings, configmaps, create, eventually, get,
-    logs, raw_api, test_settings, touch,
+    get_json, logs, raw_api, scrape, test_settings, touch,
 };
 use kube::Api;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
@@ -632,5 +632,88 @@ async fn without_access_to_crds_the_resources_are_scanned_periodically() {
         calls.wait_for("created", 1).await,
         [json!(["w", "forbidden.example/v1"])]
     );
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn the_probes_and_the_metrics_follow_the_resources_served() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let gauges = Definition {
+        group: "probing.example",
+        kind: "Gauge",
+        short_names: &[],
+        categories: &[],
+    };
+    const GAUGES: &str = "probing.example/v1/gauges";
+    let calls = Calls::default();
+    let registry = Registry::builder()
+        .on_event(
+            ResourceRef::dynamic("", "v1", "configmaps"),
+            "seen",
+            record(&calls, "seen"),
+        )
+        .on_event(
+            ResourceRef::named_in("probing.example", "gauges"),
+            "gauged",
+            record(&calls, "gauged"),
+        )
+        .build()
+        .expect("a valid registry");
+    let operator = Running::serving(&emulator, registry, test_settings()).await;
+    let urls = operator.urls().clone();
+    // A resource not in the cluster is not waited for.
+    eventually("the operator to be ready", || async {
+        (get_json(&urls.readiness).await.0 == 200).then_some(())
+    })
+    .await;
+    // How many series of the objects tracked name the gauges.
+    let tracked = || async {
+        let metrics = scrape(&urls.metrics).await;
+        let series = format!("kopf_objects_tracked{{resource=\"{GAUGES}\"}}");
+        metrics
+            .text
+            .lines()
+            .filter(|line| line.starts_with(&series))
+            .count()
+    };
+    assert_eq!(tracked().await, 0);
+
+    // Found later, it is waited for until its first listing is answered.
+    let listing = emulator.faults().hold(Some("list"), Some("/gauges"));
+    gauges.install(&emulator, &[V1]).await;
+    eventually("the listing of the new resource to be held", || async {
+        (listing.waiting() >= 1).then_some(())
+    })
+    .await;
+    let (status, body) = get_json(&urls.readiness).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["waiting"], json!({GAUGES: "listing"}), "{body}");
+    listing.release();
+    eventually("the new resource to be listed", || async {
+        (get_json(&urls.readiness).await.0 == 200).then_some(())
+    })
+    .await;
+    assert_eq!(tracked().await, 1);
+
+    // No longer served, it leaves the probes and the metrics read at
+    // scrape time.
+    gauges.uninstall(&emulator).await;
+    eventually("the resource to leave the metrics", || async {
+        (tracked().await == 0).then_some(())
+    })
+    .await;
+    assert_eq!(get_json(&urls.readiness).await.0, 200);
+    assert_eq!(get_json(&urls.liveness).await.0, 200);
+
+    // Back, it is there once, its listing waited for as before.
+    gauges.install(&emulator, &[V1]).await;
+    create(&emulator, &gauges.api("v1"), "default", "g", json!({})).await;
+    calls.wait_for("gauged", 1).await;
+    eventually("the resource to be ready again", || async {
+        (get_json(&urls.readiness).await.0 == 200).then_some(())
+    })
+    .await;
+    assert_eq!(tracked().await, 1, "one series, not one per serving");
     operator.stop().await;
 }
