@@ -5,8 +5,10 @@
 
 mod support;
 
+use k8s_openapi::api::core::v1::{Event, Pod};
 use kopf_examples::{DEMO_NAME, examples_api};
-use serde_json::json;
+use kube::Api;
+use serde_json::{Value, json};
 use support::{Example, at};
 
 /// `01-minimal`: the creation is noticed, and the status has the message.
@@ -20,6 +22,256 @@ async fn minimal_notices_the_creation_and_sets_the_status() {
             at(o, "/status/create_fn/message") == Some(&json!("hello world"))
         })
         .await;
+    let (status, output) = example.terminate().await;
+    assert!(status.success(), "{status}: {output}");
+}
+
+/// `02-children`: a Pod is created as the object's child, and its UID is
+/// in the object's status.
+#[tokio::test]
+async fn children_creates_an_adopted_pod() {
+    let mut example = Example::start(env!("CARGO_BIN_EXE_children"), &[]);
+    let client = example.client().await;
+    let api = examples_api(client.clone());
+    let object = example
+        .wait_object(&api, DEMO_NAME, "status.create_fn.children", |o| {
+            at(o, "/status/create_fn/children/0").is_some_and(Value::is_string)
+        })
+        .await
+        .expect("the object exists");
+    let uid = &object["status"]["create_fn"]["children"][0];
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let pods = pods
+        .list(&Default::default())
+        .await
+        .expect("pods are listed");
+    let pod = pods
+        .items
+        .iter()
+        .find(|p| p.metadata.uid.as_deref() == uid.as_str())
+        .expect("the child pod exists");
+    let owner = &pod.metadata.owner_references.as_ref().expect("an owner")[0];
+    assert_eq!(owner.name, DEMO_NAME);
+    assert_eq!(
+        Some(&owner.uid),
+        object["metadata"]["uid"]
+            .as_str()
+            .map(str::to_owned)
+            .as_ref()
+    );
+    assert_eq!(
+        pod.metadata.generate_name.as_deref(),
+        Some("kopf-example-1-")
+    );
+    assert_eq!(
+        pod.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("somelabel"))
+            .map(String::as_str),
+        Some("somevalue")
+    );
+    let container = &pod.spec.as_ref().expect("a spec").containers[0];
+    let env = &container.env.as_ref().expect("env")[0];
+    assert_eq!(
+        (env.name.as_str(), env.value.as_deref()),
+        ("FIELD", Some("value"))
+    );
+    assert!(container.args.as_ref().expect("args")[0].contains("sleep 1m"));
+    let (status, output) = example.terminate().await;
+    assert!(status.success(), "{status}: {output}");
+}
+
+/// `03-exceptions`: a temporary error is retried until success, regular
+/// errors until their retries are spent or at once with `errors =
+/// Permanent`, and a permanent error is final.
+#[tokio::test]
+async fn exceptions_are_retried_or_final_as_declared() {
+    let mut example = Example::start(env!("CARGO_BIN_EXE_exceptions"), &[]);
+    example
+        .wait_for("Handler 'instant_failure_with_only_a_message' failed permanently: Fail once and for all.")
+        .await;
+    example
+        .wait_for("Handler 'instant_failure_with_traceback' failed with an exception. Will stop: An error that is supposed to be recoverable.")
+        .await;
+    example
+        .wait_for("Handler 'eventual_success_with_a_few_messages' succeeded.")
+        .await;
+    example
+        .wait_for("Handler 'eventual_failure_with_tracebacks' has exceeded 3 retries.")
+        .await;
+    example
+        .wait_for("Creation is processed: 1 succeeded; 3 failed.")
+        .await;
+    let output = example.output();
+    assert_eq!(
+        output.matches("Handler 'eventual_success_with_a_few_messages' failed temporarily: Expected recoverable error.").count(),
+        3,
+        "{output}"
+    );
+    assert_eq!(
+        output
+            .matches(
+                "Handler 'eventual_failure_with_tracebacks' failed with an exception. Will retry"
+            )
+            .count(),
+        3,
+        "{output}"
+    );
+    let (status, output) = example.terminate().await;
+    assert!(status.success(), "{status}: {output}");
+}
+
+/// `04-events`: the handler's Events are posted about the object.
+#[tokio::test]
+async fn events_are_posted_about_the_object() {
+    let mut example = Example::start(env!("CARGO_BIN_EXE_events"), &[]);
+    let events: Api<Event> = Api::namespaced(example.client().await, "default");
+    let posted = example
+        .wait_until("the handler's four Events", || async {
+            let list = events.list(&Default::default()).await.ok()?;
+            let mut ours: Vec<(String, String)> = list
+                .items
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some("SomeReason"))
+                .filter(|e| e.involved_object.name.as_deref() == Some(DEMO_NAME))
+                .map(|e| (e.type_.unwrap_or_default(), e.message.unwrap_or_default()))
+                .collect();
+            ours.sort();
+            (ours.len() >= 4).then_some(ours)
+        })
+        .await;
+    let pairs: Vec<(&str, &str)> = posted
+        .iter()
+        .map(|(t, m)| (t.as_str(), m.as_str()))
+        .collect();
+    assert_eq!(
+        pairs,
+        [
+            ("Normal", "Some message"),
+            ("Normal", "Some message"),
+            ("Warning", "Some exception: Exception text."),
+            ("Warning", "Some message"),
+        ]
+    );
+    let (status, output) = example.terminate().await;
+    assert!(status.success(), "{status}: {output}");
+}
+
+/// `05-handlers`: both creation handlers in order (and the field handler,
+/// as the field appears), the update and the field handler on a change, both deletion handlers, in the operator's
+/// output; the object is gone in the end.
+#[tokio::test]
+async fn handlers_run_for_creation_update_field_and_deletion() {
+    let mut example = Example::start(env!("CARGO_BIN_EXE_handlers"), &[]);
+    let api = examples_api(example.client().await);
+    example.wait_for("DELETED 2nd").await;
+    example
+        .wait_object(&api, DEMO_NAME, "the object to be gone", |o| o.is_none())
+        .await;
+    let output = example.output();
+    let printed: Vec<&str> = output
+        .lines()
+        .filter(|l| !l.contains(" INFO ") && !l.contains(" WARN ") && !l.contains(" DEBUG "))
+        .collect();
+    // One handler per step, by id within a kind: the kinds' order is the
+    // engine's business, the order within a kind is the ids'.
+    let position = |line: &str| {
+        printed
+            .iter()
+            .position(|p| *p == line)
+            .unwrap_or_else(|| panic!("{line:?} not printed once in:\n{output}"))
+    };
+    assert_eq!(printed.len(), 7, "{output}");
+    // A field handler runs on creation too, as Kopf's does.
+    assert!(
+        position("FIELD CHANGED: None -> value") < position("UPDATED"),
+        "{output}"
+    );
+    assert!(
+        position("CREATED 1st") < position("CREATED 2nd"),
+        "{output}"
+    );
+    assert!(position("CREATED 2nd") < position("UPDATED"), "{output}");
+    assert!(
+        position("CREATED 2nd") < position("FIELD CHANGED: value -> newvalue"),
+        "{output}"
+    );
+    assert!(position("UPDATED") < position("DELETED 1st"), "{output}");
+    assert!(
+        position("DELETED 1st") < position("DELETED 2nd"),
+        "{output}"
+    );
+    assert!(!output.contains("RESUMED"), "{output}");
+    let (status, output) = example.terminate().await;
+    assert!(status.success(), "{status}: {output}");
+}
+
+/// `07-subhandlers`: one sub-handler per item, each with its own progress,
+/// then the parent succeeds.
+#[tokio::test]
+async fn subhandlers_run_one_per_item() {
+    let mut example = Example::start(env!("CARGO_BIN_EXE_subhandlers"), &[]);
+    example.wait_for("Handler 'create_fn' succeeded.").await;
+    let output = example.output();
+    for item in ["item1", "item2"] {
+        assert_eq!(
+            output
+                .matches(&format!("=== Handling creation for {item}. ==="))
+                .count(),
+            1,
+            "{output}"
+        );
+        assert!(
+            output.contains(&format!("Handler 'create_fn/{item}' succeeded.")),
+            "{output}"
+        );
+    }
+    let item1 = output
+        .find("Handler 'create_fn/item1' succeeded.")
+        .expect("logged");
+    let item2 = output
+        .find("Handler 'create_fn/item2' succeeded.")
+        .expect("logged");
+    let parent = output
+        .find("Handler 'create_fn' succeeded.")
+        .expect("logged");
+    assert!(item1 < item2 && item2 < parent, "{output}");
+    let (status, output) = example.terminate().await;
+    assert!(status.success(), "{status}: {output}");
+}
+
+/// `08-events`: every watch event reaches both event handlers; the failing
+/// one is logged and ignored, and nothing is stored on the object.
+#[tokio::test]
+async fn raw_events_reach_the_spies_and_errors_are_ignored() {
+    let mut example = Example::start(env!("CARGO_BIN_EXE_raw_events"), &[]);
+    let api = examples_api(example.client().await);
+    example.wait_for("Event received:").await;
+    example
+        .wait_for("Handler 'event_fn_with_error' failed with an exception. Will ignore: Oops!")
+        .await;
+    // A change is another event for both.
+    kopf_examples::patch(
+        api.clone().into_client(),
+        DEMO_NAME,
+        json!({"spec": {"field": "changed"}}),
+    )
+    .await;
+    example.wait_for("\"field\":\"changed\"").await;
+    example
+        .wait_for_count(
+            "Handler 'event_fn_with_error' failed with an exception. Will ignore: Oops!",
+            2,
+        )
+        .await;
+    let object = api.get(DEMO_NAME).await.expect("the object exists");
+    assert!(object.status.is_none(), "{:?}", object.status);
+    assert!(
+        object.metadata.finalizers.is_none(),
+        "{:?}",
+        object.metadata.finalizers
+    );
     let (status, output) = example.terminate().await;
     assert!(status.success(), "{status}: {output}");
 }
