@@ -275,3 +275,34 @@ async fn raw_events_reach_the_spies_and_errors_are_ignored() {
     let (status, output) = example.terminate().await;
     assert!(status.success(), "{status}: {output}");
 }
+
+/// `10-builtins`: a Pod is deleted after its lifetime, the task of a Pod
+/// deleted first is cancelled, and `kube-*` namespaces are left alone.
+#[tokio::test]
+async fn builtins_kills_pods_after_their_lifetime() {
+    let mut example = Example::start(env!("CARGO_BIN_EXE_builtins"), &[]);
+    let client = example.client().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    example
+        .wait_for("=== Pod killing is cancelled! object=default/expr2")
+        .await;
+    example
+        .wait_for("=== Pod killing happens NOW! object=default/expr1")
+        .await;
+    example
+        .wait_object(&pods, "expr1", "default/expr1 to be gone", |o| o.is_none())
+        .await;
+    let system: Api<Pod> = Api::namespaced(client, "kube-system");
+    assert!(
+        system.get_opt("protected").await.expect("get works").is_some(),
+        "the protected pod is gone"
+    );
+    let output = example.output();
+    assert_eq!(output.matches("=== Pod killing happens in 5s.").count(), 2, "{output}");
+    assert!(
+        !output.contains("=== Pod killing happens in 5s. object=kube-system/protected"),
+        "{output}"
+    );
+    let (status, output) = example.terminate().await;
+    assert!(status.success(), "{status}: {output}");
+}
