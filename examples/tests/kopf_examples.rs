@@ -294,15 +294,67 @@ async fn builtins_kills_pods_after_their_lifetime() {
         .await;
     let system: Api<Pod> = Api::namespaced(client, "kube-system");
     assert!(
-        system.get_opt("protected").await.expect("get works").is_some(),
+        system
+            .get_opt("protected")
+            .await
+            .expect("get works")
+            .is_some(),
         "the protected pod is gone"
     );
     let output = example.output();
-    assert_eq!(output.matches("=== Pod killing happens in 5s.").count(), 2, "{output}");
+    assert_eq!(
+        output.matches("=== Pod killing happens in 5s.").count(),
+        2,
+        "{output}"
+    );
     assert!(
         !output.contains("=== Pod killing happens in 5s. object=kube-system/protected"),
         "{output}"
     );
+    let (status, output) = example.terminate().await;
+    assert!(status.success(), "{status}: {output}");
+}
+
+/// `11-filtering-handlers`: only the handlers whose filters match run; the
+/// update handler runs on the field's change, and the daemon only while
+/// the field has its value.
+#[tokio::test]
+async fn filtering_runs_only_the_matching_handlers() {
+    let mut example = Example::start(env!("CARGO_BIN_EXE_filtering"), &[]);
+    example
+        .wait_for("Creation is processed: 10 succeeded; 0 failed.")
+        .await;
+    example.wait_for("Field change is satisfied.").await;
+    // The daemon stops once the field has changed, while the operator runs.
+    example.wait_for("Field daemon is stopped.").await;
+    let output = example.output();
+    for line in [
+        "Label is matching.",
+        "Label is present.",
+        "Label is absent.",
+        "Label callback matching.",
+        "Annotation is matching.",
+        "Annotation is present.",
+        "Annotation is absent.",
+        "Filter satisfied.",
+        "Field value is satisfied.",
+        "Field presence is satisfied.",
+        "Field change is satisfied.",
+        "Field daemon is satisfied.",
+    ] {
+        assert!(
+            output.contains(&format!("{line} object=default/kopf-example-1")),
+            "{line:?} in:\n{output}"
+        );
+    }
+    for line in [
+        "Annotation callback mismatch.",
+        "Filter not satisfied.",
+        "Field value is not satisfied.",
+        "Field presence is not satisfied.",
+    ] {
+        assert!(!output.contains(line), "{line:?} in:\n{output}");
+    }
     let (status, output) = example.terminate().await;
     assert!(status.success(), "{status}: {output}");
 }
