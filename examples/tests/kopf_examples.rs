@@ -358,3 +358,34 @@ async fn filtering_runs_only_the_matching_handlers() {
     let (status, output) = example.terminate().await;
     assert!(status.success(), "{status}: {output}");
 }
+
+/// `12-embedded`: the application runs its steps while the embedded
+/// operator greets each object and says good-bye, then stops it and exits.
+#[tokio::test]
+async fn embedded_operator_runs_beside_the_app_and_stops_with_it() {
+    let example = Example::start(env!("CARGO_BIN_EXE_embedded"), &[]);
+    let (status, output) = example.wait_exit().await;
+    assert!(status.success(), "{status}: {output}");
+    let printed: Vec<&str> = output
+        .lines()
+        .filter(|l| !l.contains(" INFO ") && !l.contains(" WARN ") && !l.contains(" DEBUG "))
+        .collect();
+    assert_eq!(
+        printed,
+        [
+            "Starting the main app.",
+            "Do the main app activity here. Step 1/3.",
+            "Hello, kopf-example-0!",
+            "Good bye, kopf-example-0!",
+            "Do the main app activity here. Step 2/3.",
+            "Hello, kopf-example-1!",
+            "Good bye, kopf-example-1!",
+            "Do the main app activity here. Step 3/3.",
+            "Hello, kopf-example-2!",
+            "Good bye, kopf-example-2!",
+            "Exiting the main app.",
+        ],
+        "{output}"
+    );
+    assert!(output.contains("stopping the operator"), "{output}");
+}
