@@ -389,3 +389,56 @@ async fn embedded_operator_runs_beside_the_app_and_stops_with_it() {
     );
     assert!(output.contains("stopping the operator"), "{output}");
 }
+
+/// `13-hooks`: the login handler runs first, then the start-up handlers
+/// (one after three temporary failures), before anything is served; on
+/// SIGTERM, the clean-up handler stops the background tasks.
+#[tokio::test]
+async fn hooks_run_at_login_start_up_and_clean_up() {
+    let mut example = Example::start(env!("CARGO_BIN_EXE_hooks"), &[]);
+    example.wait_for("Starting retried...").await;
+    example
+        .wait_for("Handler 'startup_fn_retried' succeeded.")
+        .await;
+    example
+        .wait_for("Served by the background task. object=default/demo-1")
+        .await;
+    example
+        .wait_for("Served by the background task. object=default/demo-2")
+        .await;
+    let output = example.output();
+    assert_eq!(
+        output
+            .matches("Handler 'startup_fn_retried' failed temporarily: Going to succeed in")
+            .count(),
+        3,
+        "{output}"
+    );
+    let login = output
+        .find("Logging in in 2s...")
+        .expect("the login handler ran");
+    let startup = output
+        .find("Initialising the task-lock...")
+        .expect("the start-up handler ran");
+    let serving = output
+        .find("serving the resource")
+        .expect("pods are served");
+    let retried = output.find("Starting retried...").expect("logged");
+    assert!(
+        login < startup && startup < serving && retried < serving,
+        "{output}"
+    );
+
+    let (status, output) = example.terminate().await;
+    assert!(status.success(), "{status}: {output}");
+    assert!(output.contains("Cleaning up..."), "{output}");
+    assert!(
+        output.contains("All pod-tasks are requested to stop..."),
+        "{output}"
+    );
+    assert_eq!(
+        output.matches("Serving is finished by request.").count(),
+        2,
+        "{output}"
+    );
+}
