@@ -442,3 +442,52 @@ async fn hooks_run_at_login_start_up_and_clean_up() {
         "{output}"
     );
 }
+
+/// `14-daemons`: both daemons start after three failures and ping; on the
+/// object's deletion the sync one stops by its flag, the async one is
+/// cancelled, and the finalizer is released.
+#[tokio::test]
+async fn daemons_accompany_the_object_until_it_is_deleted() {
+    let mut example = Example::start(env!("CARGO_BIN_EXE_daemons"), &["-v"]);
+    let api = examples_api(example.client().await);
+    example
+        .wait_for("=> Ping from a sync daemon: field=Some(\"value\"), retry=3")
+        .await;
+    example
+        .wait_for("=> Ping from an async daemon: field=Some(\"value\")")
+        .await;
+    example
+        .wait_object(&api, DEMO_NAME, "status.message after 3 failures", |o| {
+            at(o, "/status/message") == Some(&json!("Failed 3 times."))
+        })
+        .await;
+    let output = example.output();
+    assert_eq!(
+        output
+            .matches("failed temporarily: Simulated failure.")
+            .count(),
+        6,
+        "{output}"
+    );
+
+    api.delete(DEMO_NAME, &Default::default())
+        .await
+        .expect("deleted");
+    example
+        .wait_object(&api, DEMO_NAME, "the object to be gone", |o| o.is_none())
+        .await;
+    example
+        .wait_for("task did not exit gracefully; cancelling it")
+        .await;
+    let output = example.output();
+    let cancelled: Vec<&str> = output
+        .lines()
+        .filter(|l| l.contains("task did not exit gracefully; cancelling it"))
+        .collect();
+    assert!(
+        cancelled.len() == 1 && cancelled[0].contains("handler=background_async"),
+        "{output}"
+    );
+    let (status, output) = example.terminate().await;
+    assert!(status.success(), "{status}: {output}");
+}
