@@ -491,3 +491,58 @@ async fn daemons_accompany_the_object_until_it_is_deleted() {
     let (status, output) = example.terminate().await;
     assert!(status.success(), "{status}: {output}");
 }
+
+/// The timestamp at the start of the first line that contains `text`.
+fn logged_at(output: &str, text: &str) -> jiff::Timestamp {
+    let line = output
+        .lines()
+        .find(|l| l.contains(text))
+        .unwrap_or_else(|| panic!("{text:?} not in:\n{output}"));
+    let stamp = line.split_whitespace().next().expect("a timestamp");
+    stamp.parse().unwrap_or_else(|e| panic!("{stamp:?}: {e}"))
+}
+
+/// `15-timers`: each timer starts once the object has been idle for its
+/// `idle` time, then runs every `interval`; without a finalizer, the
+/// object goes at once and its timers are stopped.
+#[tokio::test]
+async fn timers_tick_once_the_object_is_idle() {
+    let mut example = Example::start(env!("CARGO_BIN_EXE_timers"), &["-v"]);
+    let api = examples_api(example.client().await);
+    example
+        .wait_for_count("Ping from a sync timer: field=Some(\"value\")", 3)
+        .await;
+    example
+        .wait_for("Ping from an async timer: field=Some(\"value\")")
+        .await;
+    let output = example.output();
+    let created = logged_at(&output, "created a demo KopfExample");
+    let sync = logged_at(&output, "Ping from a sync timer");
+    let asynchronous = logged_at(&output, "Ping from an async timer");
+    let seconds = |t: jiff::Timestamp| t.duration_since(created).as_secs_f64();
+    assert!(
+        seconds(sync) >= 4.9,
+        "the sync timer ticked after {}s",
+        seconds(sync)
+    );
+    assert!(
+        seconds(asynchronous) >= 9.9,
+        "the async timer ticked after {}s",
+        seconds(asynchronous)
+    );
+
+    let object = api.get(DEMO_NAME).await.expect("the object exists");
+    assert!(
+        object.metadata.finalizers.is_none(),
+        "{:?}",
+        object.metadata.finalizers
+    );
+    api.delete(DEMO_NAME, &Default::default())
+        .await
+        .expect("deleted");
+    example
+        .wait_for("stopping the object's daemons and timers")
+        .await;
+    let (status, output) = example.terminate().await;
+    assert!(status.success(), "{status}: {output}");
+}
