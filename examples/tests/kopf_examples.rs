@@ -546,3 +546,37 @@ async fn timers_tick_once_the_object_is_idle() {
     let (status, output) = example.terminate().await;
     assert!(status.success(), "{status}: {output}");
 }
+
+/// `16-indexing`: the timer reads both indexes; the running Pods reach the
+/// object's status, and follow a Pod's change.
+#[tokio::test]
+async fn indexing_follows_the_pods() {
+    let mut example = Example::start(env!("CARGO_BIN_EXE_indexing"), &[]);
+    let client = example.client().await;
+    let api = examples_api(client.clone());
+    example
+        .wait_object(&api, DEMO_NAME, "status.running-pods", |o| {
+            at(o, "/status/running-pods") == Some(&json!(["default::web-1", "kube-system::etcd"]))
+        })
+        .await;
+    example.wait_for("app=web: [\"web-1\", \"web-2\"]").await;
+    example.wait_for("app=etcd: [\"etcd\"]").await;
+
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let running = kube::api::Patch::Merge(json!({"status": {"phase": "Running"}}));
+    pods.patch_status("web-2", &Default::default(), &running)
+        .await
+        .expect("the status is patched");
+    example
+        .wait_object(&api, DEMO_NAME, "web-2 in status.running-pods", |o| {
+            at(o, "/status/running-pods")
+                == Some(&json!([
+                    "default::web-1",
+                    "default::web-2",
+                    "kube-system::etcd"
+                ]))
+        })
+        .await;
+    let (status, output) = example.terminate().await;
+    assert!(status.success(), "{status}: {output}");
+}
