@@ -580,3 +580,62 @@ async fn indexing_follows_the_pods() {
     let (status, output) = example.terminate().await;
     assert!(status.success(), "{status}: {output}");
 }
+
+/// `99-all-at-once`: start-up, creation (with a retry, Events and a child
+/// Pod that the event handler notices), update, field, deletion, and the
+/// clean-up on SIGTERM.
+#[tokio::test]
+async fn all_at_once_runs_every_kind_of_handler() {
+    let mut example = Example::start(env!("CARGO_BIN_EXE_all_at_once"), &[]);
+    let client = example.client().await;
+    let api = examples_api(client.clone());
+    example.wait_for("Starting in 1s...").await;
+    example.wait_for("Starting retried...").await;
+    example
+        .wait_for("Handler 'create_2' failed with an exception. Will retry: Whoops!")
+        .await;
+    example
+        .wait_for("Creation is processed: 3 succeeded; 0 failed.")
+        .await;
+    example.wait_for("This pod is special for us.").await;
+    example.wait_for("Handling the FIELD = None -> [1,2]").await;
+    example.wait_for("Handling the diff").await;
+    example.wait_for("Handler 'delete' succeeded.").await;
+    example
+        .wait_object(&api, DEMO_NAME, "the object to be gone", |o| o.is_none())
+        .await;
+
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let events = events
+        .list(&Default::default())
+        .await
+        .expect("events are listed");
+    let reasons: Vec<(String, String)> = events
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(DEMO_NAME))
+        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect();
+    assert!(
+        reasons.contains(&("AnyReason".into(), String::new())),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.contains(&("SomeReason".into(), "Cannot do something".into())),
+        "{reasons:?}"
+    );
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let labelled = pods
+        .list(&kube::api::ListParams::default().labels("application=kopf-example-10"))
+        .await
+        .expect("pods are listed");
+    assert_eq!(labelled.items.len(), 1, "{:?}", labelled.items);
+
+    let (status, output) = example.terminate().await;
+    assert!(status.success(), "{status}: {output}");
+    assert!(output.contains("Cleaning up in 3s..."), "{output}");
+    assert!(
+        output.contains("Handler 'cleanup_fn' succeeded."),
+        "{output}"
+    );
+}
