@@ -35,12 +35,13 @@ use tokio::sync::oneshot;
 /// How long a Pod may live (Kopf's example: 30 s).
 const POD_LIFETIME: Duration = Duration::from_secs(5);
 
-/// The killer tasks, by namespace and name: dropping a sender (or sending
-/// on it) cancels its task.
-static TASKS: LazyLock<Mutex<HashMap<(String, String), oneshot::Sender<()>>>> =
-    LazyLock::new(Default::default);
+/// The killer tasks' cancels, by namespace and name: dropping a sender (or
+/// sending on it) cancels its task.
+type Tasks = HashMap<(String, String), oneshot::Sender<()>>;
 
-fn tasks() -> std::sync::MutexGuard<'static, HashMap<(String, String), oneshot::Sender<()>>> {
+static TASKS: LazyLock<Mutex<Tasks>> = LazyLock::new(Default::default);
+
+fn tasks() -> std::sync::MutexGuard<'static, Tasks> {
     TASKS.lock().unwrap_or_else(PoisonError::into_inner)
 }
 

@@ -26,6 +26,7 @@
 //! `--kubeconfig` use.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
@@ -42,9 +43,11 @@ use tokio::task::JoinHandle;
 /// The kubeconfig that `login_fn` reads: `--kubeconfig`, if given.
 static KUBECONFIG: OnceLock<PathBuf> = OnceLock::new();
 
-/// The stop flags of the background tasks, by namespace and name; set up
-/// by `startup_fn_simple`.
-static STOPPERS: OnceLock<Mutex<HashMap<(String, String), watch::Sender<bool>>>> = OnceLock::new();
+/// The stop flags of the background tasks, by namespace and name.
+type Stoppers = HashMap<(String, String), watch::Sender<bool>>;
+
+/// The stop flags, set up by `startup_fn_simple`.
+static STOPPERS: OnceLock<Mutex<Stoppers>> = OnceLock::new();
 
 /// The background tasks, which `main` awaits after the operator's exit.
 static TASKS: std::sync::Mutex<Vec<JoinHandle<()>>> = std::sync::Mutex::new(Vec::new());
@@ -95,10 +98,9 @@ async fn pod_task(namespace: Option<&str>, name: &str, logger: &kopf::Logger) ->
         return Err(kopf::Error::permanent("the start-up handlers have not run"));
     };
     let key = (namespace.unwrap_or_default().to_owned(), name.to_owned());
-    let mut stoppers = stoppers.lock().await;
-    if !stoppers.contains_key(&key) {
+    if let Entry::Vacant(entry) = stoppers.lock().await.entry(key) {
         let (flag, stop) = watch::channel(false);
-        stoppers.insert(key, flag);
+        entry.insert(flag);
         let task = tokio::spawn(task_fn(logger.clone(), stop));
         TASKS.lock().unwrap_or_else(|p| p.into_inner()).push(task);
     }
