@@ -587,6 +587,15 @@
 //! # Ok(()) }
 //! ```
 //!
+//! To test the whole operator instead, as Kopf's `KopfRunner` does, run it
+//! in-process against an emulator with `kopf_testing::KopfRunner` (the
+//! `runner` feature of kopf-testing): it starts
+//! `Operator::new(registry).client(client).run_until(stop)` with a client
+//! of a fresh emulator, lets the test create objects and wait for what the
+//! handlers did and logged, and reports how the operator ended and its
+//! output. The repository's `examples/tests/testing.rs` (Kopf's
+//! `09-testing`) shows it.
+//!
 //! # Differences from Kopf
 //!
 //! Handlers fire in the same situations as Kopf 1.45's, and the state on

@@ -123,6 +123,8 @@ mod recording;
 mod refusals;
 mod resources;
 mod routing;
+#[cfg(feature = "runner")]
+pub mod runner;
 mod selectors;
 
 #[cfg(test)]
@@ -138,3 +140,5 @@ pub use error::EmulatorError;
 pub use failures::ApiError;
 pub use faults::{FailRule, Faults, HeldRequests};
 pub use recording::RecordedRequest;
+#[cfg(feature = "runner")]
+pub use runner::{Finished, KopfRunner, KopfRunnerBuilder, RunnerError, Stop};

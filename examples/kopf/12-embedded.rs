@@ -1,0 +1,144 @@
+//! Kopf's `12-embedded`: an operator embedded in an application.
+//!
+//! The application runs the [`kopf::Operator`] in a task of its own, beside
+//! its own work, and stops it when it is done: here the "work" is to create
+//! and delete three `KopfExample` objects, one step at a time, while the
+//! operator greets each on its creation and says good-bye on its deletion.
+//! Then the application asks the operator to stop, waits for it, and exits.
+//!
+//! Kopf passes the greetings' templates in the operator-wide `memo`; this
+//! port builds its handlers without macros ([`kopf::Registry::builder`])
+//! as closures that own the templates, which is how an embedding
+//! application hands its own state to its handlers in Rust. Kopf's
+//! `ready_flag` has no equivalent: the application waits, for each object,
+//! until the operator has handled it.
+//!
+//! ```sh
+//! # against the cluster in your kubeconfig (with Kopf's CRD applied)
+//! cargo run -p kopf-examples --bin embedded
+//! # against an in-process Kubernetes API emulator with the CRD
+//! cargo run -p kopf-examples --bin embedded -- --emulator
+//! ```
+
+use std::io::IsTerminal;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kopf_examples::{KopfExample, examples_api};
+use kopf_runtime as kopf;
+use kube::api::{DeleteParams, PostParams};
+use tokio::sync::oneshot;
+
+/// The application's own state, which the handlers use.
+struct Templates {
+    create: String,
+    delete: String,
+}
+
+/// The operator of the application: two handlers that own the templates.
+fn registry(templates: Templates) -> Result<kopf::Registry, kopf::RegistryError> {
+    let templates = Arc::new(templates);
+    let on_create = templates.clone();
+    kopf::Registry::builder()
+        .on_create(
+            kopf::ResourceRef::of::<KopfExample>(),
+            "create_fn",
+            move |kw: kopf::Kwargs| {
+                let line = on_create
+                    .create
+                    .replace("{name}", kw.name().unwrap_or_default());
+                async move { println!("{line}") }
+            },
+        )
+        .on_delete(
+            kopf::ResourceRef::of::<KopfExample>(),
+            "delete_fn",
+            move |kw: kopf::Kwargs| {
+                let line = templates
+                    .delete
+                    .replace("{name}", kw.name().unwrap_or_default());
+                async move { println!("{line}") }
+            },
+        )
+        .build()
+}
+
+/// Creates `kopf-example-{step}`, waits until the operator has handled it,
+/// deletes it, and waits until it is gone.
+async fn step(client: kube::Client, step: usize) -> anyhow::Result<()> {
+    let api = examples_api(client.clone());
+    let name = format!("kopf-example-{step}");
+    let mut object = KopfExample::new(&name, Default::default());
+    object.metadata.namespace = Some(kopf_examples::NAMESPACE.into());
+    match api.create(&PostParams::default(), &object).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(error) => return Err(error.into()),
+    }
+    kopf_examples::wait_handled(client, &name, Duration::from_secs(30)).await;
+    match api.delete(&name, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => {}
+        Err(error) => return Err(error.into()),
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while api.get_opt(&name).await?.is_some() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_ansi(std::io::stdout().is_terminal())
+        .init();
+    let emulated = std::env::args().skip(1).any(|arg| arg == "--emulator");
+
+    // Start the operator, in a task of its own.
+    println!("Starting the main app.");
+    let (client, emulator) = if emulated {
+        let emulator = kopf_testing::Emulator::builder()
+            .crd("kopf.dev", "v1", "kopfexamples", "KopfExample", true)
+            .start()
+            .await?;
+        (emulator.client(), Some(emulator))
+    } else {
+        (kube::Client::try_default().await?, None)
+    };
+    let registry = registry(Templates {
+        create: "Hello, {name}!".into(),
+        delete: "Good bye, {name}!".into(),
+    })?;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let operator = tokio::spawn(
+        kopf::Operator::new(registry)
+            .client(client.clone())
+            .run_until(async {
+                let _ = stopped.await;
+            }),
+    );
+
+    // The operator is active: run the app's activity.
+    let steps = 3;
+    for number in 0..steps {
+        println!(
+            "Do the main app activity here. Step {}/{steps}.",
+            number + 1
+        );
+        step(client.clone(), number).await?;
+    }
+
+    // Ask the operator to terminate gracefully, and wait until it has.
+    println!("Exiting the main app.");
+    let _ = stop.send(());
+    operator.await??;
+    if let Some(emulator) = emulator {
+        emulator.shutdown().await;
+    }
+    Ok(())
+}

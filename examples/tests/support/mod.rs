@@ -1,0 +1,209 @@
+//! An example operator run as a subprocess with `--emulator`, as a user
+//! runs it: its output, a client of its emulator, and its exit.
+
+#![allow(dead_code)] // each test binary uses a part
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use kube::Api;
+use serde_json::Value;
+
+/// How long anything an example does may take before the test fails.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// A running example binary and what it has written so far.
+pub struct Example {
+    name: String,
+    child: Child,
+    output: Arc<Mutex<String>>,
+}
+
+impl Example {
+    /// Starts the example binary at `path` with `--emulator` and `args`.
+    pub fn start(path: &str, args: &[&str]) -> Self {
+        let mut child = Command::new(path)
+            .arg("--emulator")
+            .args(args)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {path}: {e}"));
+        let output = Arc::new(Mutex::new(String::new()));
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        collect(stdout, output.clone());
+        collect(stderr, output.clone());
+        Self {
+            name: path.rsplit('/').next().unwrap_or(path).to_owned(),
+            child,
+            output,
+        }
+    }
+
+    /// Everything the example has written, stdout and stderr.
+    pub fn output(&self) -> String {
+        self.output
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// How many lines of the output contain `text`.
+    pub fn count(&self, text: &str) -> usize {
+        self.output().lines().filter(|l| l.contains(text)).count()
+    }
+
+    /// Waits until `check` returns `Some`, failing the test after
+    /// [`PATIENCE`] or when the example exits first.
+    pub async fn wait_until<T, F, Fut>(&mut self, what: &str, mut check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Option<T>>,
+    {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            if let Some(value) = check().await {
+                return value;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                // What it wrote last may still be on its way through the pipes.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                if let Some(value) = check().await {
+                    return value;
+                }
+                panic!(
+                    "{} exited ({status}) while waiting for {what}; its output:\n{}",
+                    self.name,
+                    self.output()
+                );
+            }
+            if tokio::time::Instant::now() > deadline {
+                panic!(
+                    "{} did not show {what} within {PATIENCE:?}; its output:\n{}",
+                    self.name,
+                    self.output()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until the output contains `text`.
+    pub async fn wait_for(&mut self, text: &str) {
+        self.wait_for_count(text, 1).await;
+    }
+
+    /// Waits until at least `n` lines of the output contain `text`.
+    pub async fn wait_for_count(&mut self, text: &str, n: usize) {
+        let output = self.output.clone();
+        self.wait_until(&format!("{n} line(s) with {text:?}"), move || {
+            let found = output
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .lines()
+                .filter(|l| l.contains(text))
+                .count();
+            async move { (found >= n).then_some(()) }
+        })
+        .await;
+    }
+
+    /// A client of the example's emulator (its URL is in the output).
+    pub async fn client(&mut self) -> kube::Client {
+        const MARK: &str = "url=http://";
+        self.wait_for(MARK).await;
+        let output = self.output();
+        let start = output.find(MARK).expect("the mark is there") + "url=".len();
+        let url: String = output[start..]
+            .chars()
+            .take_while(|c| !c.is_whitespace())
+            .collect();
+        let config = kube::Config::new(url.parse().expect("the emulator's URL"));
+        kube::Client::try_from(config).expect("a client of the emulator")
+    }
+
+    /// Waits until the object of `api` named `name` satisfies `check`
+    /// (`None`: it does not exist), as JSON.
+    pub async fn wait_object<K, F>(
+        &mut self,
+        api: &Api<K>,
+        name: &str,
+        what: &str,
+        check: F,
+    ) -> Option<Value>
+    where
+        K: kube::Resource
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
+        F: Fn(Option<&Value>) -> bool,
+    {
+        self.wait_until(what, || async {
+            let object = api.get_opt(name).await.ok()?;
+            let object = object.map(|o| serde_json::to_value(o).expect("serializable"));
+            check(object.as_ref()).then_some(object)
+        })
+        .await
+    }
+
+    /// Sends SIGTERM and waits for the exit; its status.
+    pub async fn terminate(self) -> (ExitStatus, String) {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success(), "SIGTERM could not be sent to {pid}");
+        self.wait_exit().await
+    }
+
+    /// Waits for the example to exit on its own; its status.
+    pub async fn wait_exit(mut self) -> (ExitStatus, String) {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("the child can be waited for") {
+                // The reader threads end with the pipes.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                return (status, self.output());
+            }
+            if tokio::time::Instant::now() > deadline {
+                panic!(
+                    "{} did not exit within {PATIENCE:?}; its output:\n{}",
+                    self.name,
+                    self.output()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Example {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Appends every line of `pipe` to `output`, on a thread of its own.
+fn collect(pipe: impl Read + Send + 'static, output: Arc<Mutex<String>>) {
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines() {
+            let Ok(line) = line else { break };
+            let mut output = output.lock().unwrap_or_else(PoisonError::into_inner);
+            output.push_str(&line);
+            output.push('\n');
+        }
+    });
+}
+
+/// The value at `pointer` in `object`, if any.
+pub fn at<'a>(object: Option<&'a Value>, pointer: &str) -> Option<&'a Value> {
+    object?.pointer(pointer)
+}
