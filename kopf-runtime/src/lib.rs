@@ -114,7 +114,7 @@
 //! | `body`, `spec`, `status`, `meta`, `labels`, `annotations` | `&T` or `T` for any `T: DeserializeOwned` (the resource type, the CRD's spec, `ObjectMeta`, `BTreeMap<String, String>`, `serde_json::Value`, …) | resource kinds |
 //! | `uid`, `name`, `namespace` | `&str`, `String`, `Option<&str>`, `Option<String>` | resource kinds |
 //! | `logger` | `&Logger`, `Logger` | all |
-//! | `memo` | `&Memo`, `Memo` | all |
+//! | `memo` | `&Memo`, `Memo`: the object's, or the operator's for activities (see [`Memo`]) | all |
 //! | `param` | `&T`/`T`, `T: DeserializeOwned` (the `param` option) | all |
 //! | `client` | `&kube::Client`, `kube::Client` | all but `on_login` |
 //! | `patch` | `&Patch`, `Patch` | change, event, timer, daemon, webhook kinds |
@@ -368,7 +368,11 @@
 //! `on_startup` and `on_cleanup` run, retried as any handler is (`errors`,
 //! `retries`, `backoff`, `timeout`): the operator serves nothing until every
 //! start-up handler has succeeded, and does not start if one fails for good
-//! ([`OperatorError::Startup`]). **`on_probe` is not served yet:** an
+//! ([`OperatorError::Startup`]).
+//!
+//! As in Kopf, what start-up handlers put in the operator's `memo` is in
+//! every object's memo (the same values, shared: see [`Memo`] for what is
+//! shared and what is not), and clean-up handlers find it there. **`on_probe` is not served yet:** an
 //! operator with such a handler refuses to start, naming it
 //! ([`OperatorError::Unsupported`]).
 //!
@@ -589,8 +593,7 @@
 //!   where Kopf follows the kind's schema. Both compare essences decoded, so
 //!   neither sees a change in the other's.
 //! - **Not served yet:** `on_probe`, `on_validate`, `on_mutate` (refused at
-//!   start-up, naming the handler), sub-handlers, the operator-wide memo,
-//!   and peering (`--liveness`, `--peering`, `--priority` and `--dev` are
+//!   start-up, naming the handler), sub-handlers, and peering (`--liveness`, `--peering`, `--priority` and `--dev` are
 //!   refused with a message).
 //!
 //! # What is public
@@ -615,7 +618,7 @@
 //! | [`ResourceRef`] | a resource by group, version and plural, or by its Rust type |
 //! | [`Kwargs`] | everything a call receives; what handlers built without macros take |
 //! | [`Logger`], [`Level`] | the `logger` parameter: log lines about the object |
-//! | [`Memo`] | the `memo` parameter: what handlers keep about an object, in memory |
+//! | [`Memo`] | the `memo` parameter: what handlers keep in memory, per object and operator-wide ([`Operator::memo`]) |
 //! | [`Patch`] | the `patch` parameter: changes to the object, sent with the handler's outcome |
 //! | [`Diff`], [`DiffItem`], [`DiffOp`] | the `diff` parameter: what changed, as Kopf's diffs |
 //! | [`Reason`] | the `reason` parameter: the cause of a change handler's call |

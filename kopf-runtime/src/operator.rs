@@ -25,6 +25,7 @@ use tokio_util::task::TaskTracker;
 use crate::fields::object_name;
 use crate::handlers::{Handler, HandlerKind};
 use crate::indexing::{Hold, IndexGate, OperatorIndexes, ResourceIndexer};
+use crate::kwargs::{Memo, MemoBase};
 use crate::login::{LoginError, Vault};
 use crate::namespaces::NamespaceSelector;
 use crate::patching::ResourceTarget;
@@ -144,6 +145,9 @@ fn is_supported(kind: HandlerKind) -> bool {
 ///   `errors`, `retries`, `backoff`, `timeout`); the operator starts
 ///   serving only once every start-up handler has succeeded, and does not
 ///   start if one fails for good ([`OperatorError::Startup`]).
+/// - The login, start-up and clean-up handlers receive the operator's memo
+///   ([`Operator::memo`]); every object's memo starts as a copy of it as
+///   the start-up handlers left it, their values shared (see [`Memo`]).
 /// - A stop during the start-up handlers cancels them; nothing is served and
 ///   no clean-up handler runs (as in Kopf).
 /// - A resource selector that names one resource but matches several is a
@@ -187,6 +191,7 @@ fn is_supported(kind: HandlerKind) -> bool {
 pub struct Operator {
     registry: Arc<Registry>,
     settings: OperatorSettings,
+    memo: Memo,
     client: Option<Client>,
     namespaces: NamespaceSelector,
     task_counters: TaskCounters,
@@ -208,6 +213,7 @@ impl Operator {
         Self {
             registry: Arc::new(registry),
             settings: OperatorSettings::default(),
+            memo: Memo::new(),
             client: None,
             namespaces: NamespaceSelector::all(),
             task_counters: TaskCounters::default(),
@@ -231,6 +237,16 @@ impl Operator {
     /// Uses these settings.
     pub fn settings(mut self, settings: OperatorSettings) -> Self {
         self.settings = settings;
+        self
+    }
+
+    /// Uses `memo` as the operator's memo (Kopf's `memo=` of an embedded
+    /// operator): the login, start-up and clean-up handlers receive it, and
+    /// what it holds once the start-up handlers have ended is what every
+    /// object's memo starts with (see [`Memo`]). The caller may keep a
+    /// clone, e.g. to read what the handlers left there after the run.
+    pub fn memo(mut self, memo: Memo) -> Self {
+        self.memo = memo;
         self
     }
 
@@ -281,6 +297,10 @@ impl Operator {
                     kind: handler.kind,
                 });
             }
+            // The operator's memo: for the login, start-up and clean-up
+            // handlers, and, as the start-up handlers leave it, what every
+            // object's memo starts as.
+            let memo = self.memo.clone();
             // Login handlers, if any, give the credentials of every request.
             let logins: Vec<Handler> = self
                 .registry
@@ -292,6 +312,7 @@ impl Operator {
                     logins,
                     self.settings.networking.error_backoffs.clone(),
                     self.settings.execution.default_backoff,
+                    memo.clone(),
                 )
             });
             let client = match (&vault, self.client.clone()) {
@@ -335,7 +356,13 @@ impl Operator {
                     .collect::<Vec<Handler>>()
             };
             let startup_handlers = handlers_of(HandlerKind::OnStartup);
-            let startup = activities::run(&startup_handlers, &client, &settings, poster.as_ref());
+            let startup = activities::run(
+                &startup_handlers,
+                &client,
+                &settings,
+                poster.as_ref(),
+                &memo,
+            );
             tokio::select! {
                 started = startup => started.map_err(|failure| OperatorError::Startup {
                     handler: failure.handler,
@@ -354,6 +381,10 @@ impl Operator {
                 }
             }
 
+            // Every object's memo starts as the start-up handlers left the
+            // operator's.
+            let memo_base = memo.freeze();
+
             let watching = root.child_token();
             let serving = TaskTracker::new();
             let context = ServeContext {
@@ -365,6 +396,7 @@ impl Operator {
                 watching: watching.clone(),
                 tasks: serving.clone(),
                 indexes: OperatorIndexes::new(&self.registry),
+                memo: memo_base,
             };
             let served = Resources::new(context, &self.registry)
                 .serve_until(&mut stop)
@@ -388,8 +420,14 @@ impl Operator {
             // A start-up that failed cleans nothing up (as a failed start-up handler).
             let cleanup_handlers = handlers_of(HandlerKind::OnCleanup);
             if served.is_ok()
-                && let Err(failure) =
-                    activities::run(&cleanup_handlers, &client, &settings, poster.as_ref()).await
+                && let Err(failure) = activities::run(
+                    &cleanup_handlers,
+                    &client,
+                    &settings,
+                    poster.as_ref(),
+                    &memo,
+                )
+                .await
             {
                 tracing::warn!(
                     handler = %failure.handler,
@@ -438,6 +476,8 @@ struct ServeContext {
     tasks: TaskTracker,
     /// The indexes that `#[index]` handlers fill.
     indexes: OperatorIndexes,
+    /// The operator's memo as the start-up handlers left it.
+    memo: MemoBase,
 }
 
 /// The resources served, kept in step with the cluster's (Kopf's resource
@@ -874,7 +914,8 @@ impl Resources {
         let serve = ServeResource {
             target: target_of(&resource),
             handlers: ResourceHandlers::new(handlers.iter())
-                .with_indexes(context.indexes.kwarg().clone()),
+                .with_indexes(context.indexes.kwarg().clone())
+                .with_memo(context.memo.clone()),
             client: context.client.clone(),
             settings: Arc::clone(&context.settings),
             poster: context.poster.clone(),
@@ -885,6 +926,7 @@ impl Resources {
                 scopes,
                 context.client.clone(),
                 context.settings.execution.default_backoff,
+                context.memo.clone(),
             ),
             gate: context.indexes.gate(&handlers),
         };

@@ -28,6 +28,7 @@ pub use live::LiveBody;
 pub(crate) use logger::LogSink;
 pub use logger::{Level, Logger};
 pub use memo::Memo;
+pub(crate) use memo::MemoBase;
 pub use patch::Patch;
 pub use stopped::Stopped;
 
@@ -206,7 +207,7 @@ pub struct Kwargs {
     pub patch: Patch,
     /// The per-object logger.
     pub logger: Logger,
-    /// The per-object memory.
+    /// The memo: the object's, or the operator's for activities (see [`Memo`]).
     pub memo: Memo,
     /// The handler's `param` option.
     pub param: Option<Value>,

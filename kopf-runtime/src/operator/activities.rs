@@ -11,6 +11,9 @@
 //! final), and no retry starts at or after `timeout` since the first
 //! attempt.
 //!
+//! The handlers of both activities receive the operator's memo (one memo,
+//! the same for all).
+//!
 //! # Guarantees
 //! - The handlers post Events (`posting::info`, …) with the operator's
 //!   poster, from plain `fn`s too.
@@ -26,7 +29,7 @@ use tokio::time::Instant;
 
 use crate::execution::{self, Resolution};
 use crate::handlers::Handler;
-use crate::kwargs::{Kwargs, Logger};
+use crate::kwargs::{Kwargs, Logger, Memo};
 use crate::posting::{self, EventPoster};
 use crate::settings::OperatorSettings;
 
@@ -54,7 +57,8 @@ struct Attempts {
     ended: Option<Result<(), String>>,
 }
 
-/// Runs `handlers` until each has succeeded or failed for good.
+/// Runs `handlers`, with the operator's `memo`, until each has succeeded or
+/// failed for good.
 ///
 /// # Errors
 /// The first handler (in the registry's order) that failed for good.
@@ -63,6 +67,7 @@ pub(super) async fn run(
     client: &Client,
     settings: &OperatorSettings,
     poster: Option<&EventPoster>,
+    memo: &Memo,
 ) -> Result<(), Failure> {
     let now = Instant::now();
     let mut attempts: Vec<Attempts> = handlers
@@ -77,7 +82,7 @@ pub(super) async fn run(
     loop {
         for (handler, state) in handlers.iter().zip(&mut attempts) {
             if state.ended.is_none() && state.due <= Instant::now() {
-                let attempting = attempt(handler, state, client, settings);
+                let attempting = attempt(handler, state, client, settings, memo);
                 match poster {
                     Some(poster) => posting::scope(poster.clone(), attempting).await,
                     None => attempting.await,
@@ -110,6 +115,7 @@ async fn attempt(
     state: &mut Attempts,
     client: &Client,
     settings: &OperatorSettings,
+    memo: &Memo,
 ) {
     let (started, started_at) = *state
         .started
@@ -118,6 +124,7 @@ async fn attempt(
     let logger = Logger::new(handler.id.clone());
     let mut kwargs = Kwargs::new(serde_json::Value::Null);
     kwargs.client = Some(client.clone());
+    kwargs.memo = memo.clone();
     kwargs.logger = logger.clone();
     kwargs.retry = state.retry;
     kwargs.started = Some(started);
@@ -231,7 +238,7 @@ mod tests {
         let (client, _) = mock_api::client(|_| Reply::Json(404, serde_json::json!({})));
         let mut settings = OperatorSettings::default();
         settings.execution.default_backoff = default_backoff;
-        run(handlers, &client, &settings, None).await
+        run(handlers, &client, &settings, None, &Memo::new()).await
     }
 
     #[tokio::test(start_paused = true)]
