@@ -14,5 +14,6 @@ mod login;
 mod resources;
 mod retries;
 mod selection;
+mod startup;
 mod tasks;
 mod undecodable;
