@@ -365,16 +365,21 @@
 //!
 //! ## `on_startup`, `on_cleanup`, `on_probe`, `on_login`
 //!
-//! `on_startup` and `on_cleanup` run, retried as any handler is (`errors`,
-//! `retries`, `backoff`, `timeout`): the operator serves nothing until every
-//! start-up handler has succeeded, and does not start if one fails for good
-//! ([`OperatorError::Startup`]).
+//! `on_startup` and `on_cleanup` run one after another, retried as any
+//! handler is (`errors`, `retries`, `backoff`, `timeout`): the operator
+//! serves nothing until every start-up handler has succeeded, and does not
+//! start if one fails for good ([`OperatorError::Startup`]).
+//! **`on_probe` is not served yet:** an operator with such a handler
+//! refuses to start, naming it ([`OperatorError::Unsupported`]).
 //!
-//! As in Kopf, what start-up handlers put in the operator's `memo` is in
-//! every object's memo (the same values, shared: see [`Memo`] for what is
-//! shared and what is not), and clean-up handlers find it there. **`on_probe` is not served yet:** an
-//! operator with such a handler refuses to start, naming it
-//! ([`OperatorError::Unsupported`]).
+//! As in Kopf, start-up handlers prepare what the rest of the operator
+//! runs with. What they put in the operator's `memo` is in every object's
+//! memo (the same values, shared: see [`Memo`] for what is shared and what
+//! is not), and clean-up handlers find it there. What they change in the
+//! operator's settings ([`Kwargs::settings`]) is what the watches, the
+//! processing, the daemons and timers, the posting of Events and the
+//! clean-up handlers run with (see [`settings::StartupSettings`] for the
+//! one setting that cannot change then).
 //!
 //! `on_login` handlers give the credentials of every request: they run
 //! first, before the start-up handlers, and return a [`ConnectionInfo`]
@@ -592,9 +597,12 @@
 //! - **The diff-base of a built-in kind** lists its top-level fields sorted,
 //!   where Kopf follows the kind's schema. Both compare essences decoded, so
 //!   neither sees a change in the other's.
+//! - **One setting is fixed before the start-up handlers:**
+//!   `networking.connect_timeout` (the client is connected before they run);
+//!   a start-up handler that changes it fails.
 //! - **Not served yet:** `on_probe`, `on_validate`, `on_mutate` (refused at
-//!   start-up, naming the handler), sub-handlers, and peering (`--liveness`, `--peering`, `--priority` and `--dev` are
-//!   refused with a message).
+//!   start-up, naming the handler), sub-handlers, and peering (`--liveness`,
+//!   `--peering`, `--priority` and `--dev` are refused with a message).
 //!
 //! # What is public
 //!
@@ -609,7 +617,7 @@
 //! | [`Operator`] | a registry, a client and settings, run until a future completes: for embedding and tests |
 //! | [`TaskCounters`], [`TaskCounts`] | how many daemons and timers an operator has spawned and how they ended ([`Operator::task_counters`]), for metrics and tests |
 //! | [`NamespaceSelector`] | the namespaces to serve, from `-n` patterns and `-A` ([`Operator::namespaces`]) |
-//! | [`OperatorSettings`] and the [`settings`] module | Kopf's settings, grouped and defaulted as in Kopf |
+//! | [`OperatorSettings`] and the [`settings`] module | Kopf's settings, grouped and defaulted as in Kopf; [`settings::StartupSettings`], the settings that start-up handlers change |
 //! | [`RunError`], [`OperatorError`], [`CliError`], [`SelectorError`], [`RegistryError`] | why an operator does not start |
 //! | [`Registry`], [`RegistryBuilder`] | an operator's handlers: from the macros, or built without them |
 //! | [`Handler`], [`HandlerFn`], [`HandlerKind`] | one registered handler, the function behind it, and its kind |

@@ -36,12 +36,14 @@ use crate::registry::Registry;
 use crate::resources::Discovered;
 use crate::retrying::{Backoff, ErrorClass, classify};
 use crate::scanning::{self, Groups, RESCAN_INTERVAL, Rescan, Resolution, Wanted};
-use crate::settings::OperatorSettings;
+use crate::settings::{OperatorSettings, PostingSettings, StartupSettings};
 use crate::spawning::resource::{ResourceTasks, TaskObserver};
 use crate::spawning::{Spawner, SpawnerSettings, StopReason, TaskCounters};
 use crate::watching::{ObjectEvent, ResourceWatcher, Seen};
 
 mod activities;
+
+use activities::Activity;
 
 /// Why an operator could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -148,6 +150,10 @@ fn is_supported(kind: HandlerKind) -> bool {
 /// - The login, start-up and clean-up handlers receive the operator's memo
 ///   ([`Operator::memo`]); every object's memo starts as a copy of it as
 ///   the start-up handlers left it, their values shared (see [`Memo`]).
+/// - Everything after the start-up runs with the settings as the start-up
+///   handlers left them (see
+///   [`StartupSettings`](crate::settings::StartupSettings) for what they
+///   cannot change).
 /// - A stop during the start-up handlers cancels them; nothing is served and
 ///   no clean-up handler runs (as in Kopf).
 /// - A resource selector that names one resource but matches several is a
@@ -323,19 +329,65 @@ impl Operator {
                 (None, Some(client)) => client,
                 (None, None) => Client::try_default().await.map_err(OperatorError::Client)?,
             };
-            let settings = Arc::new(self.settings.clone());
             let root = CancellationToken::new();
             let tasks = TaskTracker::new();
             if let Some(vault) = vault {
                 tasks.spawn(vault.authenticate(root.child_token()));
             }
+            let start_poster = |posting: &PostingSettings| {
+                posting.enabled.then(|| {
+                    let (poster, task) = EventPoster::new(client.clone(), posting.clone());
+                    tasks.spawn(task.run(root.child_token()));
+                    poster
+                })
+            };
+            let startup_poster = start_poster(&self.settings.posting);
 
-            let poster = if settings.posting.enabled {
-                let (poster, task) = EventPoster::new(client.clone(), settings.posting.clone());
-                tasks.spawn(task.run(root.child_token()));
-                Some(poster)
+            let handlers_of = |kind| {
+                self.registry
+                    .of_kind(kind)
+                    .cloned()
+                    .collect::<Vec<Handler>>()
+            };
+            let startup_handlers = handlers_of(HandlerKind::OnStartup);
+            let startup_settings = StartupSettings::new(self.settings.clone());
+            let startup = Activity {
+                client: &client,
+                poster: startup_poster.as_ref(),
+                memo: &memo,
+                settings: activities::Settings::Changing(&startup_settings),
+            };
+            let startup = activities::run(&startup_handlers, &startup);
+            tokio::select! {
+                started = startup => started.map_err(|failure| OperatorError::Startup {
+                    handler: failure.handler,
+                    message: failure.message,
+                })?,
+                () = &mut stop => {
+                    // As in Kopf: a start-up cut short serves nothing and cleans nothing up.
+                    tracing::warn!("stopped before the start-up handlers finished");
+                    root.cancel();
+                    tasks.close();
+                    let exit_timeout =
+                        startup_settings.get().queueing.exit_timeout + Duration::from_secs(1);
+                    if tokio::time::timeout(exit_timeout, tasks.wait()).await.is_err() {
+                        tracing::warn!("background tasks did not stop in time; abandoning them");
+                    }
+                    return Ok(());
+                }
+            }
+            // Everything from here on runs with the settings and the memo as
+            // the start-up handlers left them.
+            let settings = Arc::new(startup_settings.close());
+            let memo_base = memo.freeze();
+            // The start-up handlers' Events are posted as the operator started;
+            // the rest as they left `posting` (that poster ends once it has
+            // posted what is queued).
+            let poster = if settings.posting == self.settings.posting {
+                startup_poster
             } else {
-                None
+                drop(startup_poster);
+                start_poster(&settings.posting)
             };
 
             let observer = TaskObserver::new(poster.clone());
@@ -348,42 +400,6 @@ impl Operator {
                 },
                 Arc::clone(&self.task_counters.0),
             ));
-
-            let handlers_of = |kind| {
-                self.registry
-                    .of_kind(kind)
-                    .cloned()
-                    .collect::<Vec<Handler>>()
-            };
-            let startup_handlers = handlers_of(HandlerKind::OnStartup);
-            let startup = activities::run(
-                &startup_handlers,
-                &client,
-                &settings,
-                poster.as_ref(),
-                &memo,
-            );
-            tokio::select! {
-                started = startup => started.map_err(|failure| OperatorError::Startup {
-                    handler: failure.handler,
-                    message: failure.message,
-                })?,
-                () = &mut stop => {
-                    // As in Kopf: a start-up cut short serves nothing and cleans nothing up.
-                    tracing::warn!("stopped before the start-up handlers finished");
-                    root.cancel();
-                    tasks.close();
-                    let exit_timeout = settings.queueing.exit_timeout + Duration::from_secs(1);
-                    if tokio::time::timeout(exit_timeout, tasks.wait()).await.is_err() {
-                        tracing::warn!("background tasks did not stop in time; abandoning them");
-                    }
-                    return Ok(());
-                }
-            }
-
-            // Every object's memo starts as the start-up handlers left the
-            // operator's.
-            let memo_base = memo.freeze();
 
             let watching = root.child_token();
             let serving = TaskTracker::new();
@@ -419,15 +435,14 @@ impl Operator {
             }
             // A start-up that failed cleans nothing up (as a failed start-up handler).
             let cleanup_handlers = handlers_of(HandlerKind::OnCleanup);
+            let cleanup = Activity {
+                client: &client,
+                poster: poster.as_ref(),
+                memo: &memo,
+                settings: activities::Settings::Fixed(&settings),
+            };
             if served.is_ok()
-                && let Err(failure) = activities::run(
-                    &cleanup_handlers,
-                    &client,
-                    &settings,
-                    poster.as_ref(),
-                    &memo,
-                )
-                .await
+                && let Err(failure) = activities::run(&cleanup_handlers, &cleanup).await
             {
                 tracing::warn!(
                     handler = %failure.handler,

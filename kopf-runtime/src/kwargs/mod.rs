@@ -21,6 +21,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::settings::StartupSettings;
+
 pub use diff::{Diff, DiffItem, DiffOp, resolve};
 pub(crate) use index::ObjectKey;
 pub use index::{Index, IndexError, IndexKey, Indexes, Store};
@@ -221,6 +223,9 @@ pub struct Kwargs {
     pub indexes: Indexes,
     /// Admission details, for `on_validate` and `on_mutate`.
     pub admission: Option<Admission>,
+    /// The operator's settings, which `on_startup` handlers may change
+    /// (absent for every other kind).
+    pub settings: Option<StartupSettings>,
 }
 
 static NULL: Value = Value::Null;
@@ -250,6 +255,7 @@ impl fmt::Debug for Kwargs {
             .field("stopped", &self.stopped)
             .field("client", &self.client.as_ref().map(|_| ".."))
             .field("admission", &self.admission)
+            .field("settings", &self.settings.as_ref().map(|_| ".."))
             .finish_non_exhaustive()
     }
 }
@@ -284,6 +290,7 @@ impl Kwargs {
             client: None,
             indexes: Indexes::default(),
             admission: None,
+            settings: None,
         }
     }
 
