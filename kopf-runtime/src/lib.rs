@@ -134,6 +134,7 @@
 //! | `userinfo` | `&T`/`T`, `T: DeserializeOwned` | webhooks |
 //! | `subresource` | as `name` | webhooks |
 //! | `headers` | `&BTreeMap<String, String>`, `BTreeMap<String, String>` | webhooks |
+//! | `settings` | `&mut OperatorSettings` (to change them), `&OperatorSettings` (see [`settings::StartupSettings`]) | `on_startup` |
 //! | *index id* | `&Index<T>`, `Index<T>` (`T` is `serde_json::Value` unless given) | all but `index`, `on_startup`, `on_cleanup`, `on_login` |
 //!
 //! The object parameters (`body`, `spec`, `status`, …) are the object as it
@@ -375,11 +376,12 @@
 //! As in Kopf, start-up handlers prepare what the rest of the operator
 //! runs with. What they put in the operator's `memo` is in every object's
 //! memo (the same values, shared: see [`Memo`] for what is shared and what
-//! is not), and clean-up handlers find it there. What they change in the
-//! operator's settings ([`Kwargs::settings`]) is what the watches, the
+//! is not), and clean-up handlers find it there. What they change in
+//! `settings` (`&mut OperatorSettings`) is what the watches, the
 //! processing, the daemons and timers, the posting of Events and the
 //! clean-up handlers run with (see [`settings::StartupSettings`] for the
-//! one setting that cannot change then).
+//! one setting that cannot change then). Only `on_startup` handlers take
+//! `settings`: the macros refuse it elsewhere.
 //!
 //! `on_login` handlers give the credentials of every request: they run
 //! first, before the start-up handlers, and return a [`ConnectionInfo`]
@@ -395,8 +397,13 @@
 //! use kopf_runtime as kopf;
 //!
 //! #[kopf::on_startup(retries = 3)]
-//! async fn boot(logger: &kopf::Logger, memo: &kopf::Memo) -> kopf::Result<()> {
+//! async fn boot(
+//!     logger: &kopf::Logger,
+//!     memo: &kopf::Memo,
+//!     settings: &mut kopf::OperatorSettings,
+//! ) -> kopf::Result<()> {
 //!     memo.insert(String::from("configuration"));
+//!     settings.persistence.finalizer = "example.com/my-operator".into();
 //!     logger.info("operator starting");
 //!     Ok(())
 //! }

@@ -16,7 +16,19 @@
 //! assert_eq!(settings.persistence.progress_prefix, "kopf.zalando.org");
 //! ```
 //!
-//! or by `on_startup` handlers, as in Kopf (see [`StartupSettings`]).
+//! or by `on_startup` handlers, as in Kopf, through their `settings`
+//! parameter (see [`StartupSettings`]):
+//!
+//! ```
+//! use kopf_runtime as kopf;
+//!
+//! #[kopf::on_startup]
+//! async fn configure(settings: &mut kopf::OperatorSettings) {
+//!     settings.persistence.finalizer = "example.com/my-finalizer".into();
+//!     settings.posting.level = kopf::settings::PostingLevel::Warning;
+//! }
+//! # fn main() {}
+//! ```
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -288,16 +300,20 @@ impl Default for BackgroundSettings {
 }
 
 /// The operator's settings while its start-up handlers run, which they may
-/// change (Kopf's `settings` of `on_startup` handlers): what
-/// [`Kwargs::settings`](crate::Kwargs::settings) holds for them (and for
-/// no other kind).
+/// change (Kopf's `settings` of `on_startup` handlers): what the `settings`
+/// parameter lends them (`settings: &mut kopf::OperatorSettings`, or
+/// `&kopf::OperatorSettings` to read them), and what
+/// [`Kwargs::settings`](crate::Kwargs::settings) holds for handlers built
+/// without the macros. Only `on_startup` handlers have it: the macros
+/// refuse the parameter elsewhere.
 ///
 /// # Guarantees
 /// - The start-up handlers run one after another, never at once; each one
 ///   sees what the ones before it changed, and a retried one what its
 ///   earlier attempts changed.
 /// - What a handler changes is kept however its call ends (success, error,
-///   panic or time-out), as Kopf's changes in place are.
+///   panic or time-out), as Kopf's changes in place are; the `settings`
+///   parameter is written back when the call ends.
 /// - Everything the operator does after the start-up runs with the settings
 ///   as the start-up handlers left them: the watches, the queues, the
 ///   processing of objects and their patches, the daemons and timers, the
@@ -316,9 +332,11 @@ impl Default for BackgroundSettings {
 ///   `networking.error_backoffs`), and the posting of the Events that the
 ///   start-up handlers themselves post. The retries of the start-up
 ///   handlers wait as `execution.default_backoff` says when they are due.
-/// - A handler cut short by its `timeout` that goes on running (a blocking
-///   one, on its thread) may still change the settings while the start-up
-///   goes on; once it is over, [`update`](Self::update) refuses.
+/// - A blocking (plain `fn`) handler cut short by its `timeout` goes on
+///   running on its thread: what it changes (the `settings` parameter when
+///   it returns) is applied if the start-up is still going on, and refused
+///   otherwise (ignored with a warning, or [`SettingsClosed`] from
+///   [`update`](Self::update)).
 ///
 /// ```
 /// use kopf_runtime::settings::{OperatorSettings, StartupSettings};
@@ -406,6 +424,22 @@ impl StartupSettings {
             return Err(SettingsClosed);
         }
         Ok(change(&mut shared.settings))
+    }
+
+    /// Applies what a handler made of `loaded` (a copy it was lent), unless
+    /// it changed nothing; once the start-up is over, warns instead.
+    pub(crate) fn write_back(&self, loaded: &OperatorSettings, lent: OperatorSettings) {
+        if lent == *loaded {
+            return;
+        }
+        let mut shared = self.lock();
+        if shared.open {
+            shared.settings = lent;
+        } else {
+            tracing::warn!(
+                "a start-up handler changed the operator's settings after the start-up was over (a blocking handler that outlived its timeout?); the change is ignored"
+            );
+        }
     }
 
     /// If a setting that cannot change after the operator started was
@@ -505,6 +539,30 @@ mod tests {
             Err(SettingsClosed)
         );
         assert_eq!(settings.get(), finalized, "nothing changed after");
+    }
+
+    #[test]
+    fn a_lent_copy_is_written_back_only_if_changed_and_open() {
+        let settings = StartupSettings::new(OperatorSettings::default());
+        let loaded = settings.get();
+        settings
+            .update(|s| s.queueing.backlog_limit = 7)
+            .expect("open");
+        settings.write_back(&loaded, loaded.clone());
+        assert_eq!(
+            settings.get().queueing.backlog_limit,
+            7,
+            "an unchanged copy does not undo what another handler changed"
+        );
+        let mut lent = settings.get();
+        lent.posting.level = PostingLevel::Error;
+        settings.write_back(&settings.get(), lent.clone());
+        assert_eq!(settings.get(), lent);
+        settings.close();
+        let mut late = lent.clone();
+        late.posting.level = PostingLevel::Warning;
+        settings.write_back(&lent, late);
+        assert_eq!(settings.get().posting.level, PostingLevel::Error);
     }
 
     #[test]
