@@ -1,15 +1,17 @@
 //! What start-up handlers leave for the rest of the operator, end to end:
-//! the operator-wide memo.
+//! the operator-wide memo and the operator's settings.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use k8s_openapi::api::core::v1::ConfigMap;
-use kopf_runtime::{self as kopf, Error, Kwargs, Operator, Registry, ResourceRef};
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use kopf_runtime::{self as kopf, Error, Kwargs, Operator, OperatorError, Registry, ResourceRef};
 use kopf_testing::Emulator;
 use kopf_tests::{
-    Calls, PATIENCE, Running, configmaps, create, eventually, logs, only_touched, raw_api,
-    test_settings, touch,
+    Calls, PATIENCE, Running, annotation, configmaps, create, declared, eventually, get, logs,
+    only_touched, raw_api, test_settings, touch,
 };
+use kube::Api;
+use kube::api::{DeleteParams, ListParams};
 use serde_json::{Value, json};
 
 fn cms() -> ResourceRef {
@@ -179,4 +181,109 @@ async fn an_embedding_application_passes_the_operators_memo_and_reads_it_after()
         104,
         "the clean-up handler had the same value"
     );
+}
+
+/// Where the start-up handler below moves the operator's state on objects.
+const FINALIZER: &str = "example.com/from-startup";
+const DIFFBASE: &str = "example.com/last-handled";
+
+#[kopf::on_startup(id = "configure_settings")]
+async fn configure_settings(settings: &mut kopf::OperatorSettings) {
+    settings.persistence.finalizer = FINALIZER.into();
+    settings.persistence.diffbase_key = DIFFBASE.into();
+    // The tests' settings post no Events: these are posted, by the component named.
+    settings.posting.enabled = true;
+    settings.posting.reporting_component = "configured-at-startup".into();
+}
+
+#[kopf::on_create(ConfigMap, id = "configured_create")]
+async fn configured_create(body: &Value) {
+    kopf::posting::info(body, "Configured", "created");
+}
+
+/// Makes the objects need a finalizer.
+#[kopf::on_delete(ConfigMap, id = "configured_delete")]
+async fn configured_delete() {}
+
+#[tokio::test]
+async fn settings_changed_by_a_startup_handler_serve_every_object_after_it() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let registry = declared(&[
+        "configure_settings",
+        "configured_create",
+        "configured_delete",
+    ]);
+    let operator = Running::start(&emulator, registry);
+    create(&emulator, &configmaps(), "default", "a", json!({})).await;
+    let body = eventually("a handled, its diff-base stored", || async {
+        get(&emulator, &configmaps(), "default", "a")
+            .await
+            .filter(|body| annotation(body, DIFFBASE).is_some())
+    })
+    .await;
+    let finalizers = body.pointer("/metadata/finalizers").cloned();
+    assert_eq!(finalizers, Some(json!([FINALIZER])), "{body}");
+    assert!(
+        annotation(&body, kopf_tests::DIFFBASE).is_none(),
+        "nothing under the default key: {body}"
+    );
+    let events: Api<Event> = Api::default_namespaced(emulator.client());
+    let event = eventually("the create handler's Event", || async {
+        let list = events.list(&ListParams::default()).await.ok()?.items;
+        list.into_iter()
+            .find(|e| e.reason.as_deref() == Some("Configured"))
+    })
+    .await;
+    assert_eq!(
+        event.reporting_component.as_deref(),
+        Some("configured-at-startup")
+    );
+    // The finalizer the start-up handler named is the one released.
+    raw_api(&emulator, &configmaps(), "default")
+        .delete("a", &DeleteParams::default())
+        .await
+        .expect("deleted");
+    eventually("a gone, its finalizer released", || async {
+        get(&emulator, &configmaps(), "default", "a")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn a_startup_handler_cannot_change_the_connect_timeout() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let registry = Registry::builder()
+        .on_startup("connecting", |kw: Kwargs| async move {
+            if let Some(settings) = &kw.settings {
+                settings.update(|s| {
+                    s.networking.connect_timeout = Some(std::time::Duration::from_secs(1));
+                })?;
+            }
+            Ok::<_, Error>(())
+        })
+        .build()
+        .expect("a valid registry");
+    let run = Operator::new(registry)
+        .client(emulator.client())
+        .settings(test_settings())
+        .run_until(std::future::pending());
+    let result = tokio::time::timeout(PATIENCE, run)
+        .await
+        .expect("the operator exits by itself");
+    match result {
+        Err(OperatorError::Startup { handler, message }) => {
+            assert_eq!(handler, "connecting");
+            assert!(
+                message.contains("`networking.connect_timeout` cannot change"),
+                "{message}"
+            );
+        }
+        other => panic!("expected a start-up failure, got {other:?}"),
+    }
 }
