@@ -74,6 +74,7 @@ pub(crate) const KWARGS: &[(&str, &str)] = &[
     ("userinfo", "UserinfoArg"),
     ("subresource", "SubresourceArg"),
     ("headers", "HeadersArg"),
+    ("settings", "SettingsArg"),
 ];
 
 const OBJECT: &[&str] = &[
@@ -203,7 +204,8 @@ impl Kind {
                 &["patch", "retry", "started", "runtime", "stopped", "live"]
             }
             Kind::Index => &[],
-            Kind::OnStartup | Kind::OnCleanup | Kind::OnProbe => TIMING,
+            Kind::OnStartup => &["retry", "started", "runtime", "settings"],
+            Kind::OnCleanup | Kind::OnProbe => TIMING,
             Kind::OnLogin => TIMING,
             Kind::OnValidate | Kind::OnMutate => &[
                 "patch",
@@ -355,6 +357,15 @@ mod tests {
             };
             assert_eq!(kind.options(), expected(&groups), "{}", kind.name());
         }
+    }
+
+    #[test]
+    fn settings_are_only_for_startup_handlers() {
+        let kinds: Vec<_> = Kind::all()
+            .iter()
+            .filter(|k| k.kwargs().contains(&"settings"))
+            .collect();
+        assert_eq!(kinds, [&Kind::OnStartup]);
     }
 
     #[test]

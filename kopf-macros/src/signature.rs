@@ -43,6 +43,14 @@ fn is_index_type(ty: &Type) -> bool {
     }
 }
 
+/// Why a parameter is available to few kinds, where it is not obvious.
+fn why_only(name: &str) -> &'static str {
+    match name {
+        "settings" => ": the settings change only before the operator starts serving",
+        _ => "",
+    }
+}
+
 /// Checks the fn and resolves its parameters for `kind`.
 pub(crate) fn validate(kind: Kind, item: &ItemFn, errors: &mut Errors) -> Signature {
     let sig = &item.sig;
@@ -128,7 +136,7 @@ pub(crate) fn validate(kind: Kind, item: &ItemFn, errors: &mut Errors) -> Signat
                     .map(|k| k.name())
                     .collect();
                 let only = if kinds.len() <= 3 {
-                    format!(" (only to {})", list(&kinds))
+                    format!(" (only to {}{})", list(&kinds), why_only(&name))
                 } else {
                     String::new()
                 };

@@ -32,7 +32,8 @@
 //!   back. Keep them fast and free of requests, as Kopf advises.
 //! - With namespace globs, an index is filled once the first matching
 //!   namespace has been listed.
-//! - Index handlers get a memo of their own, not the object's.
+//! - Index handlers get a memo of their own at each call, not the object's:
+//!   a fork of the operator's memo (the start-up handlers' values shared).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -45,7 +46,7 @@ use tokio::time::Instant;
 use crate::execution::{self, Resolution};
 use crate::fields::{meta_str, object_name};
 use crate::handlers::{Handler, HandlerKind};
-use crate::kwargs::{Index, Indexes, Kwargs, Logger, Memo, ObjectKey};
+use crate::kwargs::{Index, Indexes, Kwargs, Logger, MemoBase, ObjectKey};
 use crate::registry::Registry;
 use crate::watching::{ObjectEvent, Seen};
 
@@ -99,6 +100,7 @@ impl OperatorIndexes {
         scopes: usize,
         client: kube::Client,
         default_backoff: Duration,
+        memo: MemoBase,
     ) -> Option<ResourceIndexer> {
         let indexing: Vec<(Handler, Index)> = handlers
             .iter()
@@ -123,6 +125,7 @@ impl OperatorIndexes {
             indexed: HashSet::new(),
             failures: HashMap::new(),
             default_backoff,
+            memo,
         })
     }
 
@@ -261,6 +264,9 @@ pub(crate) struct ResourceIndexer {
     failures: HashMap<(String, usize), Failure>,
     /// The retry delay of index handlers without a `backoff` of their own.
     default_backoff: Duration,
+    /// What the memo of each call starts as: the operator's memo, as the
+    /// start-up handlers left it.
+    memo: MemoBase,
 }
 
 impl std::fmt::Debug for ResourceIndexer {
@@ -319,7 +325,7 @@ impl ResourceIndexer {
         let key = object_key(body);
         let uid = meta_str(body, "uid").unwrap_or_default().to_owned();
         let logger = Logger::new(object_name(body));
-        let memo = Memo::new();
+        let memo = self.memo.fork();
         for position in 0..self.handlers.len() {
             let (handler, index) = &self.handlers[position];
             let mut kwargs = Kwargs::of(Arc::clone(body), memo.clone(), logger.clone());
@@ -447,7 +453,13 @@ mod tests {
         let registry = registry.build().expect("a valid registry");
         let indexes = OperatorIndexes::new(&registry);
         let indexer = indexes
-            .indexer(registry.handlers(), 1, client(), DEFAULT_BACKOFF)
+            .indexer(
+                registry.handlers(),
+                1,
+                client(),
+                DEFAULT_BACKOFF,
+                MemoBase::default(),
+            )
             .expect("index handlers");
         let index = indexes.kwarg().get("by_node").expect("the index").clone();
         (indexes, indexer, index)
@@ -481,6 +493,44 @@ mod tests {
                 .await;
         }
         assert!(index.is_empty(), "{index:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn index_handlers_see_the_operators_memo_in_one_of_their_own() {
+        let registry = crate::registry::Registry::builder()
+            .index(pods(), "by_node", |kw: Kwargs| async move {
+                let from_startup = kw.memo.get::<String>().map(|s| s.to_string());
+                let before = kw.memo.insert(kw.name().map(str::to_owned));
+                let node = kw.field("spec.nodeName").cloned().unwrap_or_default();
+                Ok::<_, Error>(
+                    json!({ node.as_str().unwrap_or("?"): [from_startup, before.is_some()] }),
+                )
+            })
+            .build()
+            .expect("a valid registry");
+        let operator = crate::kwargs::Memo::new();
+        operator.insert(String::from("from start-up"));
+        let indexes = OperatorIndexes::new(&registry);
+        let mut indexer = indexes
+            .indexer(
+                registry.handlers(),
+                1,
+                client(),
+                DEFAULT_BACKOFF,
+                operator.freeze(),
+            )
+            .expect("index handlers");
+        let index = indexes.kwarg().get("by_node").expect("the index").clone();
+        indexer.observe(&upserted(&pod("a", "n1"))).await;
+        indexer.observe(&upserted(&pod("b", "n1"))).await;
+        assert_eq!(
+            names(&index, "n1"),
+            [
+                json!(["from start-up", false]),
+                json!(["from start-up", false])
+            ],
+            "each call's own insertion is not seen by the next"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -557,7 +607,13 @@ mod tests {
         let indexes = OperatorIndexes::new(&registry);
         let start_up = indexes.hold_all();
         let mut indexer = indexes
-            .indexer(registry.handlers(), 2, client(), DEFAULT_BACKOFF)
+            .indexer(
+                registry.handlers(),
+                2,
+                client(),
+                DEFAULT_BACKOFF,
+                MemoBase::default(),
+            )
             .expect("index handlers");
         let gate = indexes.gate(registry.handlers()).expect("a reader");
         let waiting = tokio::spawn({

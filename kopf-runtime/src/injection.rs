@@ -22,6 +22,7 @@ use crate::kwargs::{
     Diff, EventType, Index, Kwargs, LiveBody, Logger, Memo, Operation, Patch, Reason, Stopped,
     Warnings,
 };
+use crate::settings::{OperatorSettings, StartupSettings};
 
 /// Marks a parameter written as a reference (`&T`, `&str`).
 #[derive(Debug)]
@@ -110,6 +111,8 @@ kwarg_traits! {
     DryrunArg, "`{Self}` cannot be injected as `dryrun`", "`dryrun` accepts `bool`";
     /// `headers`.
     HeadersArg, "`{Self}` cannot be injected as `headers`", "`headers` accepts `&BTreeMap<String, String>` or `BTreeMap<String, String>`";
+    /// `settings`.
+    SettingsArg, "`{Self}` cannot be injected as `settings`", "`settings` accepts `&mut kopf::OperatorSettings` (to change them) or `&kopf::OperatorSettings`";
 }
 
 /// An index, injected by its name.
@@ -324,6 +327,57 @@ impl<'a> OperationArg<'a, ByRef> for &'a str {
     }
 }
 
+/// The operator's settings lent to a start-up handler as
+/// `&mut OperatorSettings`: a copy, written back when the call ends,
+/// however it ends (see [`StartupSettings`]).
+pub struct SettingsLoan {
+    settings: StartupSettings,
+    loaded: OperatorSettings,
+    lent: OperatorSettings,
+}
+
+impl Drop for SettingsLoan {
+    fn drop(&mut self) {
+        let lent = std::mem::take(&mut self.lent);
+        self.settings.write_back(&self.loaded, lent);
+    }
+}
+
+fn startup_settings(kwargs: &Kwargs) -> Result<&StartupSettings, KwargError> {
+    kwargs
+        .settings
+        .as_ref()
+        .ok_or(KwargError::Missing { kwarg: "settings" })
+}
+
+#[diagnostic::do_not_recommend]
+impl<'a> SettingsArg<'a, ByRef> for &'a mut OperatorSettings {
+    type Storage = SettingsLoan;
+    fn load(kwargs: &Kwargs) -> Result<SettingsLoan, KwargError> {
+        let settings = startup_settings(kwargs)?.clone();
+        let loaded = settings.get();
+        Ok(SettingsLoan {
+            lent: loaded.clone(),
+            loaded,
+            settings,
+        })
+    }
+    fn get(storage: &'a mut SettingsLoan) -> Self {
+        &mut storage.lent
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl<'a> SettingsArg<'a, ByRef> for &'a OperatorSettings {
+    type Storage = OperatorSettings;
+    fn load(kwargs: &Kwargs) -> Result<OperatorSettings, KwargError> {
+        startup_settings(kwargs).map(StartupSettings::get)
+    }
+    fn get(storage: &'a mut OperatorSettings) -> Self {
+        storage
+    }
+}
+
 #[diagnostic::do_not_recommend]
 impl<'a, T: 'static> IndexArg<'a, ByRef> for &'a Index<T> {
     type Storage = Index<T>;
@@ -397,6 +451,35 @@ mod tests {
         assert_eq!(
             <Option<&str> as NamespaceArg<'_, ByValue>>::get(&mut s),
             None
+        );
+    }
+
+    #[test]
+    fn lent_settings_are_written_back_when_the_call_ends() {
+        let settings = StartupSettings::new(OperatorSettings::default());
+        let kw = Kwargs {
+            settings: Some(settings.clone()),
+            ..Kwargs::default()
+        };
+        {
+            let mut storage =
+                <&mut OperatorSettings as SettingsArg<'_, ByRef>>::load(&kw).expect("lent");
+            let lent = <&mut OperatorSettings as SettingsArg<'_, ByRef>>::get(&mut storage);
+            lent.persistence.finalizer = "example.com/f".into();
+            assert_ne!(
+                settings.get().persistence.finalizer,
+                "example.com/f",
+                "not before the call ends"
+            );
+        }
+        assert_eq!(settings.get().persistence.finalizer, "example.com/f");
+        let mut read = <&OperatorSettings as SettingsArg<'_, ByRef>>::load(&kw).expect("read");
+        let read = <&OperatorSettings as SettingsArg<'_, ByRef>>::get(&mut read);
+        assert_eq!(read.persistence.finalizer, "example.com/f");
+
+        assert_eq!(
+            <&OperatorSettings as SettingsArg<'_, ByRef>>::load(&Kwargs::default()).err(),
+            Some(KwargError::Missing { kwarg: "settings" })
         );
     }
 

@@ -133,7 +133,7 @@
 //! | `body`, `spec`, `status`, `meta`, `labels`, `annotations` | `&T` or `T` for any `T: DeserializeOwned` (the resource type, the CRD's spec, `ObjectMeta`, `BTreeMap<String, String>`, `serde_json::Value`, …) | resource kinds |
 //! | `uid`, `name`, `namespace` | `&str`, `String`, `Option<&str>`, `Option<String>` | resource kinds |
 //! | `logger` | `&Logger`, `Logger` | all |
-//! | `memo` | `&Memo`, `Memo` | all |
+//! | `memo` | `&Memo`, `Memo`: the object's, or the operator's for activities (see [`Memo`]) | all |
 //! | `param` | `&T`/`T`, `T: DeserializeOwned` (the `param` option) | all |
 //! | `client` | `&kube::Client`, `kube::Client` | all but `on_login` |
 //! | `patch` | `&Patch`, `Patch` | change, event, timer, daemon, webhook kinds |
@@ -154,6 +154,7 @@
 //! | `userinfo` | `&T`/`T`, `T: DeserializeOwned` | webhooks |
 //! | `subresource` | as `name` | webhooks |
 //! | `headers` | `&BTreeMap<String, String>`, `BTreeMap<String, String>` | webhooks |
+//! | `settings` | `&mut OperatorSettings` (to change them), `&OperatorSettings` (see [`settings::StartupSettings`]) | `on_startup` |
 //! | *index id* | `&Index<T>`, `Index<T>` (`T` is `serde_json::Value` unless given) | all but `index`, `on_startup`, `on_cleanup`, `on_login` |
 //!
 //! The object parameters (`body`, `spec`, `status`, …) are the object as it
@@ -385,15 +386,25 @@
 //!
 //! ## `on_startup`, `on_cleanup`, `on_probe`, `on_login`
 //!
-//! `on_startup` and `on_cleanup` run, retried as any handler is (`errors`,
-//! `retries`, `backoff`, `timeout`): the operator serves nothing until every
-//! start-up handler has succeeded, and does not start if one fails for good
-//! ([`OperatorError::Startup`]). `on_probe` handlers run when the liveness
-//! endpoint is served (`--liveness`, [`Endpoints`]): all together, at most
-//! once per 10 s however often the probe comes (the last results are served
-//! in between), each under its `timeout` (5 s without one) and never
-//! retried; the endpoint answers `{handler id: result}`, or 500 naming the
-//! handlers that failed.
+//! `on_startup` and `on_cleanup` run one after another, retried as any
+//! handler is (`errors`, `retries`, `backoff`, `timeout`): the operator
+//! serves nothing until every start-up handler has succeeded, and does not
+//! start if one fails for good ([`OperatorError::Startup`]). `on_probe`
+//! handlers run when the liveness endpoint is served (`--liveness`,
+//! [`Endpoints`]): all together, at most once per 10 s however often the
+//! probe comes (the last results are served in between), each under its
+//! `timeout` (5 s without one) and never retried; the endpoint answers
+//! `{handler id: result}`, or 500 naming the handlers that failed.
+//!
+//! As in Kopf, start-up handlers prepare what the rest of the operator
+//! runs with. What they put in the operator's `memo` is in every object's
+//! memo (the same values, shared: see [`Memo`] for what is shared and what
+//! is not), and clean-up handlers find it there. What they change in
+//! `settings` (`&mut OperatorSettings`) is what the watches, the
+//! processing, the daemons and timers, the posting of Events and the
+//! clean-up handlers run with (see [`settings::StartupSettings`] for the
+//! one setting that cannot change then). Only `on_startup` handlers take
+//! `settings`: the macros refuse it elsewhere.
 //!
 //! `on_login` handlers give the credentials of every request: they run
 //! first, before the start-up handlers, and return a [`ConnectionInfo`]
@@ -409,8 +420,13 @@
 //! use kopf_runtime as kopf;
 //!
 //! #[kopf::on_startup(retries = 3)]
-//! async fn boot(logger: &kopf::Logger, memo: &kopf::Memo) -> kopf::Result<()> {
+//! async fn boot(
+//!     logger: &kopf::Logger,
+//!     memo: &kopf::Memo,
+//!     settings: &mut kopf::OperatorSettings,
+//! ) -> kopf::Result<()> {
 //!     memo.insert(String::from("configuration"));
+//!     settings.persistence.finalizer = "example.com/my-operator".into();
 //!     logger.info("operator starting");
 //!     Ok(())
 //! }
@@ -629,9 +645,12 @@
 //! - **Metrics of our own.** `--metrics` serves Prometheus metrics, which
 //!   Kopf leaves to the operator's code; `/readyz` beside the liveness
 //!   endpoint is ours too.
+//! - **One setting is fixed before the start-up handlers:**
+//!   `networking.connect_timeout` (the client is connected before they run);
+//!   a start-up handler that changes it fails.
 //! - **Not served yet:** `on_validate`, `on_mutate` (refused at start-up,
-//!   naming the handler), the operator-wide memo, and peering (`--peering`,
-//!   `--priority` and `--dev` are refused with a message).
+//!   naming the handler), and peering (`--peering`, `--priority` and
+//!   `--dev` are refused with a message).
 //!
 //! # What is public
 //!
@@ -647,7 +666,7 @@
 //! | [`Endpoints`], [`EndpointError`], [`READINESS_PATH`] | the liveness, readiness and metrics listeners ([`Operator::endpoints`]), bound before the operator starts |
 //! | [`TaskCounters`], [`TaskCounts`] | how many daemons and timers an operator has spawned and how they ended ([`Operator::task_counters`]), for metrics and tests |
 //! | [`NamespaceSelector`] | the namespaces to serve, from `-n` patterns and `-A` ([`Operator::namespaces`]) |
-//! | [`OperatorSettings`] and the [`settings`] module | Kopf's settings, grouped and defaulted as in Kopf |
+//! | [`OperatorSettings`] and the [`settings`] module | Kopf's settings, grouped and defaulted as in Kopf; [`settings::StartupSettings`], the settings that start-up handlers change |
 //! | [`RunError`], [`OperatorError`], [`CliError`], [`SelectorError`], [`RegistryError`] | why an operator does not start |
 //! | [`Registry`], [`RegistryBuilder`] | an operator's handlers: from the macros, or built without them |
 //! | [`Handler`], [`HandlerFn`], [`HandlerKind`] | one registered handler, the function behind it, and its kind |
@@ -656,7 +675,7 @@
 //! | [`ResourceRef`] | a resource by group, version and plural, or by its Rust type |
 //! | [`Kwargs`] | everything a call receives; what handlers built without macros take |
 //! | [`Logger`], [`Level`] | the `logger` parameter: log lines about the object |
-//! | [`Memo`] | the `memo` parameter: what handlers keep about an object, in memory |
+//! | [`Memo`] | the `memo` parameter: what handlers keep in memory, per object and operator-wide ([`Operator::memo`]) |
 //! | [`Patch`] | the `patch` parameter: changes to the object, sent with the handler's outcome |
 //! | [`Diff`], [`DiffItem`], [`DiffOp`] | the `diff` parameter: what changed, as Kopf's diffs |
 //! | [`Reason`] | the `reason` parameter: the cause of a change handler's call |

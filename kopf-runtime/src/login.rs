@@ -45,7 +45,7 @@ use tower::{BoxError, Layer as _};
 
 use crate::execution::{self, Resolution};
 use crate::handlers::Handler;
-use crate::kwargs::{Kwargs, Logger};
+use crate::kwargs::{Kwargs, Logger, Memo};
 use crate::metrics::{ApiMetricsLayer, HandlerOutcome};
 use crate::retrying::Backoff;
 
@@ -293,16 +293,20 @@ pub(crate) struct Vault {
     backoffs: Vec<Duration>,
     /// The retry delay of login handlers without a `backoff` of their own.
     default_backoff: Duration,
+    /// The operator's memo, which the login handlers receive.
+    memo: Memo,
 }
 
 impl Vault {
     /// A vault filled by `handlers` (the `on_login` ones); after a failed
     /// login it tries again after each of `backoffs` (the last repeating).
-    /// A handler without a `backoff` retries after `default_backoff`.
+    /// A handler without a `backoff` retries after `default_backoff`. The
+    /// handlers receive `memo`, the operator's.
     pub(crate) fn new(
         handlers: Vec<Handler>,
         backoffs: Vec<Duration>,
         default_backoff: Duration,
+        memo: Memo,
     ) -> Arc<Self> {
         Arc::new(Self {
             handlers,
@@ -310,6 +314,7 @@ impl Vault {
             refused: Mutex::new(HashSet::new()),
             backoffs,
             default_backoff,
+            memo,
         })
     }
 
@@ -389,7 +394,7 @@ impl Vault {
     async fn login(&self) -> Result<Vec<Credential>, LoginError> {
         let mut credentials = Vec::new();
         for handler in &self.handlers {
-            let Some(result) = run(handler, self.default_backoff).await else {
+            let Some(result) = run(handler, self.default_backoff, &self.memo).await else {
                 continue;
             };
             match Credential::of(&result).await {
@@ -491,9 +496,9 @@ fn try_clone(request: &Request<Body>) -> Option<Request<Body>> {
     Some(copy)
 }
 
-/// Runs one login handler until it succeeds or fails for good; its result,
-/// if any.
-async fn run(handler: &Handler, default_backoff: Duration) -> Option<Value> {
+/// Runs one login handler, with the operator's `memo`, until it succeeds or
+/// fails for good; its result, if any.
+async fn run(handler: &Handler, default_backoff: Duration, memo: &Memo) -> Option<Value> {
     let logger = Logger::new(handler.id.clone());
     let started = jiff::Timestamp::now();
     let since = tokio::time::Instant::now();
@@ -501,6 +506,7 @@ async fn run(handler: &Handler, default_backoff: Duration) -> Option<Value> {
     loop {
         let mut kwargs = Kwargs::new(Value::Null);
         kwargs.logger = logger.clone();
+        kwargs.memo = memo.clone();
         kwargs.retry = retry;
         kwargs.started = Some(started);
         kwargs.runtime = since.elapsed();

@@ -4,6 +4,9 @@
 //!
 //! One [`Memories`] serves one resource and is shared by its change
 //! handlers and its daemons and timers, so they all see the same memo.
+//! Each object's memo starts as a fork of the operator's memo as the
+//! start-up handlers left it (see [`Memo`]): their values shared, the
+//! object's own changes kept apart.
 //!
 //! # Guarantees
 //! - An object's memo lives as long as the object is alive and something
@@ -11,7 +14,8 @@
 //!   filled or kept.
 //! - An object that needs none of it (e.g. an operator with only `on_event`
 //!   handlers that leave the memo alone) costs no memory between events:
-//!   see [`Memories::release_if_unused`].
+//!   see [`Memories::release_if_unused`]. A memo that holds only the
+//!   operator's values, unchanged, counts as unused: a fresh fork is the same.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -20,7 +24,7 @@ use hashbrown::HashMap;
 
 use serde_json::Value;
 
-use crate::kwargs::Memo;
+use crate::kwargs::{Memo, MemoBase};
 
 /// What the operator remembers about one live object.
 #[derive(Debug, Default)]
@@ -81,9 +85,19 @@ impl ObjectMemory {
 #[derive(Debug, Clone, Default)]
 pub struct Memories {
     objects: Arc<Mutex<HashMap<Box<str>, Arc<ObjectMemory>>>>,
+    /// What every object's memo starts as.
+    base: MemoBase,
 }
 
 impl Memories {
+    /// Memories whose objects' memos start as forks of `base`.
+    pub fn new(base: MemoBase) -> Self {
+        Self {
+            objects: Arc::default(),
+            base,
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, HashMap<Box<str>, Arc<ObjectMemory>>> {
         self.objects.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -96,8 +110,10 @@ impl Memories {
             return Arc::clone(memory);
         }
         let memory = Arc::new(ObjectMemory {
+            memo: self.base.fork(),
             noticed_by_listing: initial_listing,
-            ..ObjectMemory::default()
+            fully_handled_once: AtomicBool::new(false),
+            handled: Mutex::new(None),
         });
         objects.insert(uid.into(), Arc::clone(&memory));
         memory
@@ -108,20 +124,27 @@ impl Memories {
         self.recall(uid, false).memo.clone()
     }
 
+    /// A memo as a new object's starts, for handlers of an object that is not
+    /// remembered (one deleted before it was ever handled).
+    pub fn fresh_memo(&self) -> Memo {
+        self.base.fork()
+    }
+
     /// Forgets `uid` (its object is gone); its memory, if there was one.
     pub fn forget(&self, uid: &str) -> Option<Arc<ObjectMemory>> {
         self.lock().remove(uid)
     }
 
     /// Forgets `uid` if nothing would miss its memory: nobody holds it or
-    /// its memo, the memo is empty, and no resume handler is due (it was not
+    /// its memo, the memo holds what a fresh one would (nothing, or the
+    /// operator's values unchanged), and no resume handler is due (it was not
     /// first seen in a listing, or it has been fully handled since). A fresh
     /// memory later is then the same as this one. Returns whether it was
     /// forgotten.
     pub fn release_if_unused(&self, uid: &str) -> bool {
         let mut objects = self.lock();
         let unused = objects.get(uid).is_some_and(|memory| {
-            Arc::strong_count(memory) == 1 && !memory.initial() && memory.memo.is_unused()
+            Arc::strong_count(memory) == 1 && !memory.initial() && memory.memo.is_unused(&self.base)
         });
         if unused {
             objects.remove(uid);
@@ -228,6 +251,39 @@ mod tests {
         memories.recall("listed", false).mark_fully_handled();
         assert!(memories.release_if_unused("listed"));
         assert_eq!(memories.len(), 2);
+    }
+
+    #[test]
+    fn memos_start_from_the_operators_and_keep_their_own_changes() {
+        let operator = Memo::new();
+        operator.insert(String::from("from start-up"));
+        let memories = Memories::new(operator.freeze());
+        let a = memories.recall("a", false);
+        let b = memories.recall("b", false);
+        let (Some(in_a), Some(in_b)) = (a.memo.get::<String>(), b.memo.get::<String>()) else {
+            panic!("both objects' memos hold the operator's value");
+        };
+        assert!(Arc::ptr_eq(&in_a, &in_b), "shared, not copied");
+        a.memo.insert(1_u8);
+        assert!(
+            b.memo.get::<u8>().is_none(),
+            "one object's value is its own"
+        );
+        assert!(memories.fresh_memo().get::<String>().is_some());
+        assert!(memories.fresh_memo().get::<u8>().is_none());
+        drop((a, b));
+
+        assert!(
+            memories.release_if_unused("b"),
+            "the operator's values alone: a fresh memo is the same"
+        );
+        assert!(!memories.release_if_unused("a"), "its own value is kept");
+        memories.memo_of("a").remove::<String>();
+        memories.memo_of("a").remove::<u8>();
+        assert!(
+            !memories.release_if_unused("a"),
+            "a fresh memo would have the operator's value back"
+        );
     }
 
     #[test]

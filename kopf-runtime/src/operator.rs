@@ -27,7 +27,7 @@ use crate::fields::object_name;
 use crate::handlers::{Handler, HandlerKind};
 use crate::health::{Health, Phase, Registered, ResourceHealth};
 use crate::indexing::{Hold, IndexGate, OperatorIndexes, ResourceIndexer};
-use crate::kwargs::Memo;
+use crate::kwargs::{Memo, MemoBase};
 use crate::login::{LoginError, Vault};
 use crate::metrics::{self, Metrics};
 use crate::namespaces::NamespaceSelector;
@@ -40,12 +40,14 @@ use crate::registry::Registry;
 use crate::resources::Discovered;
 use crate::retrying::{Backoff, ErrorClass, classify};
 use crate::scanning::{self, Groups, RESCAN_INTERVAL, Rescan, Resolution, Wanted};
-use crate::settings::OperatorSettings;
+use crate::settings::{OperatorSettings, PostingSettings, StartupSettings};
 use crate::spawning::resource::{ResourceTasks, TaskObserver};
 use crate::spawning::{Spawner, SpawnerSettings, StopReason, TaskCounters};
 use crate::watching::{ObjectEvent, ResourceWatcher, Seen};
 
 mod activities;
+
+use activities::Activity;
 
 /// Why an operator could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -150,6 +152,13 @@ fn is_supported(kind: HandlerKind) -> bool {
 ///   `errors`, `retries`, `backoff`, `timeout`); the operator starts
 ///   serving only once every start-up handler has succeeded, and does not
 ///   start if one fails for good ([`OperatorError::Startup`]).
+/// - The login, start-up and clean-up handlers receive the operator's memo
+///   ([`Operator::memo`]); every object's memo starts as a copy of it as
+///   the start-up handlers left it, their values shared (see [`Memo`]).
+/// - Everything after the start-up runs with the settings as the start-up
+///   handlers left them (see
+///   [`StartupSettings`](crate::settings::StartupSettings) for what they
+///   cannot change).
 /// - A stop during the start-up handlers cancels them; nothing is served and
 ///   no clean-up handler runs (as in Kopf).
 /// - A resource selector that names one resource but matches several is a
@@ -198,6 +207,7 @@ fn is_supported(kind: HandlerKind) -> bool {
 pub struct Operator {
     registry: Arc<Registry>,
     settings: OperatorSettings,
+    memo: Memo,
     client: Option<Client>,
     namespaces: NamespaceSelector,
     task_counters: TaskCounters,
@@ -223,6 +233,7 @@ impl Operator {
         Self {
             registry: Arc::new(registry),
             settings: OperatorSettings::default(),
+            memo: Memo::new(),
             client: None,
             namespaces: NamespaceSelector::all(),
             task_counters: TaskCounters::default(),
@@ -272,6 +283,16 @@ impl Operator {
     pub(crate) fn measured_client(mut self, client: Client) -> Self {
         self.client = Some(client);
         self.client_measured = true;
+        self
+    }
+
+    /// Uses `memo` as the operator's memo (Kopf's `memo=` of an embedded
+    /// operator): the login, start-up and clean-up handlers receive it, and
+    /// what it holds once the start-up handlers have ended is what every
+    /// object's memo starts with (see [`Memo`]). The caller may keep a
+    /// clone, e.g. to read what the handlers left there after the run.
+    pub fn memo(mut self, memo: Memo) -> Self {
+        self.memo = memo;
         self
     }
 
@@ -340,12 +361,15 @@ impl Operator {
                 None => handlers,
             };
             let measured_of = |kind| measured(self.registry.of_kind(kind).cloned().collect());
-            let settings = Arc::new(self.settings.clone());
             let root = CancellationToken::new();
             // However the run ends, early or not, the background tasks stop.
             let _background = root.clone().drop_guard();
             let tasks = TaskTracker::new();
 
+            // The operator's memo: for the login, start-up and clean-up
+            // handlers, and, as the start-up handlers leave it, what every
+            // object's memo starts as.
+            let memo = self.memo.clone();
             // Login handlers, if any, give the credentials of every request.
             let logins = measured_of(HandlerKind::OnLogin);
             let vault = (!logins.is_empty()).then(|| {
@@ -353,6 +377,7 @@ impl Operator {
                     logins,
                     self.settings.networking.error_backoffs.clone(),
                     self.settings.execution.default_backoff,
+                    memo.clone(),
                 )
             });
             if let (Some(health), Some(_)) = (&health, &vault) {
@@ -367,7 +392,7 @@ impl Operator {
                     log_urls(&endpoints);
                     let state = Arc::new(EndpointState {
                         probes: (!probe_handlers.is_empty())
-                            .then(|| Probes::new(probe_handlers, Memo::default())),
+                            .then(|| Probes::new(probe_handlers, memo.clone())),
                         health: Arc::clone(health),
                         metrics: metrics.clone(),
                     });
@@ -407,13 +432,54 @@ impl Operator {
                     probes.connect(client.clone());
                 }
             }
+            let start_poster = |posting: &PostingSettings| {
+                posting.enabled.then(|| {
+                    let (poster, task) = EventPoster::new(client.clone(), posting.clone());
+                    tasks.spawn(task.run(root.child_token()));
+                    poster
+                })
+            };
+            let startup_poster = start_poster(&self.settings.posting);
 
-            let poster = if settings.posting.enabled {
-                let (poster, task) = EventPoster::new(client.clone(), settings.posting.clone());
-                tasks.spawn(task.run(root.child_token()));
-                Some(poster)
+            let startup_handlers = measured_of(HandlerKind::OnStartup);
+            let startup_settings = StartupSettings::new(self.settings.clone());
+            let startup = Activity {
+                client: &client,
+                poster: startup_poster.as_ref(),
+                memo: &memo,
+                settings: activities::Settings::Changing(&startup_settings),
+            };
+            let startup = activities::run(&startup_handlers, &startup);
+            tokio::select! {
+                started = startup => started.map_err(|failure| OperatorError::Startup {
+                    handler: failure.handler,
+                    message: failure.message,
+                })?,
+                () = &mut stop => {
+                    // As in Kopf: a start-up cut short serves nothing and cleans nothing up.
+                    tracing::warn!("stopped before the start-up handlers finished");
+                    root.cancel();
+                    tasks.close();
+                    let exit_timeout =
+                        startup_settings.get().queueing.exit_timeout + Duration::from_secs(1);
+                    if tokio::time::timeout(exit_timeout, tasks.wait()).await.is_err() {
+                        tracing::warn!("background tasks did not stop in time; abandoning them");
+                    }
+                    return Ok(());
+                }
+            }
+            // Everything from here on runs with the settings and the memo as
+            // the start-up handlers left them.
+            let settings = Arc::new(startup_settings.close());
+            let memo_base = memo.freeze();
+            // The start-up handlers' Events are posted as the operator started;
+            // the rest as they left `posting` (that poster ends once it has
+            // posted what is queued).
+            let poster = if settings.posting == self.settings.posting {
+                startup_poster
             } else {
-                None
+                drop(startup_poster);
+                start_poster(&settings.posting)
             };
 
             let observer = TaskObserver::new(poster.clone());
@@ -426,26 +492,6 @@ impl Operator {
                 },
                 Arc::clone(&self.task_counters.0),
             ));
-
-            let startup_handlers = measured_of(HandlerKind::OnStartup);
-            let startup = activities::run(&startup_handlers, &client, &settings, poster.as_ref());
-            tokio::select! {
-                started = startup => started.map_err(|failure| OperatorError::Startup {
-                    handler: failure.handler,
-                    message: failure.message,
-                })?,
-                () = &mut stop => {
-                    // As in Kopf: a start-up cut short serves nothing and cleans nothing up.
-                    tracing::warn!("stopped before the start-up handlers finished");
-                    root.cancel();
-                    tasks.close();
-                    let exit_timeout = settings.queueing.exit_timeout + Duration::from_secs(1);
-                    if tokio::time::timeout(exit_timeout, tasks.wait()).await.is_err() {
-                        tracing::warn!("background tasks did not stop in time; abandoning them");
-                    }
-                    return Ok(());
-                }
-            }
 
             if let Some(health) = &health {
                 health.enter(Phase::Discovering);
@@ -463,6 +509,7 @@ impl Operator {
                 indexes: OperatorIndexes::new(&self.registry),
                 health: health.clone(),
                 metrics: metrics.clone(),
+                memo: memo_base,
             };
             let served = Resources::new(context, &self.registry)
                 .serve_until(&mut stop)
@@ -485,9 +532,14 @@ impl Operator {
             }
             // A start-up that failed cleans nothing up (as a failed start-up handler).
             let cleanup_handlers = measured_of(HandlerKind::OnCleanup);
+            let cleanup = Activity {
+                client: &client,
+                poster: poster.as_ref(),
+                memo: &memo,
+                settings: activities::Settings::Fixed(&settings),
+            };
             if served.is_ok()
-                && let Err(failure) =
-                    activities::run(&cleanup_handlers, &client, &settings, poster.as_ref()).await
+                && let Err(failure) = activities::run(&cleanup_handlers, &cleanup).await
             {
                 tracing::warn!(
                     handler = %failure.handler,
@@ -540,6 +592,8 @@ struct ServeContext {
     health: Option<Arc<Health>>,
     /// The operator's metrics, when served.
     metrics: Option<Arc<Metrics>>,
+    /// The operator's memo as the start-up handlers left it.
+    memo: MemoBase,
 }
 
 /// The resources served, kept in step with the cluster's (Kopf's resource
@@ -1003,7 +1057,8 @@ impl Resources {
         let serve = ServeResource {
             target: target_of(&resource),
             handlers: ResourceHandlers::new(handlers.iter())
-                .with_indexes(context.indexes.kwarg().clone()),
+                .with_indexes(context.indexes.kwarg().clone())
+                .with_memo(context.memo.clone()),
             client: context.client.clone(),
             settings: Arc::clone(&context.settings),
             poster: context.poster.clone(),
@@ -1014,6 +1069,7 @@ impl Resources {
                 scopes,
                 context.client.clone(),
                 context.settings.execution.default_backoff,
+                context.memo.clone(),
             ),
             gate: context.indexes.gate(&handlers),
             health: health.as_ref().map(|h| Arc::clone(h.resource())),

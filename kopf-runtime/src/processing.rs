@@ -51,7 +51,7 @@ use crate::filters::{FieldPath, FieldValues};
 use crate::finalizers::{self, Action, Lifecycle};
 use crate::handlers::{Handler, HandlerKind};
 use crate::kwargs::{
-    Diff, EventType, Indexes, Kwargs, Level, LogSink, Logger, Memo, Patch, Reason,
+    Diff, EventType, Indexes, Kwargs, Level, LogSink, Logger, Memo, MemoBase, Patch, Reason,
 };
 use crate::memories::{Handled, Memories, ObjectMemory};
 use crate::patching::{
@@ -122,6 +122,9 @@ pub struct ResourceHandlers {
     pub indexing: Vec<Handler>,
     /// The operator's indexes, which the handlers take by id.
     pub indexes: Indexes,
+    /// The operator's memo as the start-up handlers left it: what each
+    /// object's memo starts as.
+    pub memo: MemoBase,
 }
 
 impl ResourceHandlers {
@@ -146,6 +149,13 @@ impl ResourceHandlers {
     #[must_use]
     pub fn with_indexes(mut self, indexes: Indexes) -> Self {
         self.indexes = indexes;
+        self
+    }
+
+    /// The same handlers, their objects' memos starting as forks of `memo`.
+    #[must_use]
+    pub fn with_memo(mut self, memo: MemoBase) -> Self {
+        self.memo = memo;
         self
     }
 }
@@ -202,7 +212,7 @@ impl ResourceProcessor {
         exiting: CancellationToken,
     ) -> Self {
         let patcher = Patcher::new(client.clone(), &settings.networking);
-        let memories = Memories::default();
+        let memories = Memories::new(handlers.memo.clone());
         let env = TaskEnvironment {
             target: target.clone(),
             client: client.clone(),
@@ -790,7 +800,7 @@ impl ResourceProcessor {
         }));
         let patch = Patch::new();
         for handler in &self.handlers.watching {
-            let memo = memo.clone().unwrap_or_default();
+            let memo = memo.clone().unwrap_or_else(|| self.memories.fresh_memo());
             let mut kwargs = Kwargs::of(Arc::clone(body), memo, logger.clone());
             kwargs.patch = patch.clone();
             kwargs.event = Some(Arc::clone(&raw));

@@ -2,8 +2,9 @@
 //!
 //! Every group has Kopf's defaults where they make sense for a Rust runtime;
 //! durations are [`Duration`]s instead of float seconds. The groups are plain
-//! structs with public fields, so an operator adjusts them in `on_startup`
-//! (or before calling the runtime) the same way as in Kopf:
+//! structs with public fields, set before the operator starts
+//! ([`Runner::settings`](crate::Runner::settings),
+//! [`Operator::settings`](crate::Operator::settings)):
 //!
 //! ```
 //! use std::time::Duration;
@@ -14,7 +15,23 @@
 //! settings.persistence.finalizer = "example.com/my-finalizer".into();
 //! assert_eq!(settings.persistence.progress_prefix, "kopf.zalando.org");
 //! ```
+//!
+//! or by `on_startup` handlers, as in Kopf, through their `settings`
+//! parameter (see [`StartupSettings`]):
+//!
+//! ```
+//! use kopf_runtime as kopf;
+//!
+//! #[kopf::on_startup]
+//! async fn configure(settings: &mut kopf::OperatorSettings) {
+//!     settings.persistence.finalizer = "example.com/my-finalizer".into();
+//!     settings.posting.level = kopf::settings::PostingLevel::Warning;
+//! }
+//! # fn main() {}
+//! ```
 
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 /// All settings of one operator; see the per-group structs for the meaning.
@@ -315,6 +332,172 @@ impl Default for BackgroundSettings {
     }
 }
 
+/// The operator's settings while its start-up handlers run, which they may
+/// change (Kopf's `settings` of `on_startup` handlers): what the `settings`
+/// parameter lends them (`settings: &mut kopf::OperatorSettings`, or
+/// `&kopf::OperatorSettings` to read them), and what
+/// [`Kwargs::settings`](crate::Kwargs::settings) holds for handlers built
+/// without the macros. Only `on_startup` handlers have it: the macros
+/// refuse the parameter elsewhere.
+///
+/// # Guarantees
+/// - The start-up handlers run one after another, never at once; each one
+///   sees what the ones before it changed, and a retried one what its
+///   earlier attempts changed.
+/// - What a handler changes is kept however its call ends (success, error,
+///   panic or time-out), as Kopf's changes in place are; the `settings`
+///   parameter is written back when the call ends.
+/// - Everything the operator does after the start-up runs with the settings
+///   as the start-up handlers left them: the watches, the queues, the
+///   processing of objects and their patches, the daemons and timers, the
+///   posting of Events (a new poster is started if `posting` changed), and
+///   the clean-up handlers.
+///
+/// # Caveats
+/// - `networking.connect_timeout` cannot change: the client is connected
+///   before the start-up handlers run. A handler that changes it fails for
+///   good (the change undone), so the operator does not start
+///   ([`OperatorError::Startup`](crate::OperatorError::Startup)); set it
+///   before the operator starts instead.
+/// - What starts before the start-up handlers keeps the settings the
+///   operator started with: the `on_login` handlers, which run first (their
+///   retries and re-logins, after `execution.default_backoff` and
+///   `networking.error_backoffs`), and the posting of the Events that the
+///   start-up handlers themselves post. The retries of the start-up
+///   handlers wait as `execution.default_backoff` says when they are due.
+/// - A blocking (plain `fn`) handler cut short by its `timeout` goes on
+///   running on its thread: what it changes (the `settings` parameter when
+///   it returns) is applied if the start-up is still going on, and refused
+///   otherwise (ignored with a warning, or [`SettingsClosed`] from
+///   [`update`](Self::update)).
+///
+/// ```
+/// use kopf_runtime::settings::{OperatorSettings, StartupSettings};
+///
+/// // A handler built without the macros, and how a test may call it.
+/// let configure = |kw: kopf_runtime::Kwargs| async move {
+///     if let Some(settings) = &kw.settings {
+///         settings.update(|s| s.persistence.finalizer = "example.com/mine".into())?;
+///     }
+///     Ok::<_, kopf_runtime::Error>(())
+/// };
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let settings = StartupSettings::new(OperatorSettings::default());
+/// let mut kwargs = kopf_runtime::Kwargs::default();
+/// kwargs.settings = Some(settings.clone());
+/// configure(kwargs).await.unwrap();
+/// assert_eq!(settings.get().persistence.finalizer, "example.com/mine");
+/// # });
+/// ```
+#[derive(Clone)]
+pub struct StartupSettings {
+    shared: Arc<Mutex<Shared>>,
+}
+
+struct Shared {
+    settings: OperatorSettings,
+    /// What the operator started with: what cannot change is checked against it.
+    initial: OperatorSettings,
+    /// Whether the start-up is still going on.
+    open: bool,
+}
+
+/// The start-up handlers have ended: the operator's settings can no longer
+/// change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the operator's start-up is over and its settings can no longer change; change them in an `on_startup` handler or before the operator starts"
+)]
+pub struct SettingsClosed;
+
+impl fmt::Debug for StartupSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shared = self.lock();
+        f.debug_struct("StartupSettings")
+            .field("settings", &shared.settings)
+            .field("open", &shared.open)
+            .finish()
+    }
+}
+
+impl StartupSettings {
+    /// Settings for start-up handlers to change, starting as `settings`
+    /// (the operator makes one; tests of handlers may too).
+    pub fn new(settings: OperatorSettings) -> Self {
+        Self {
+            shared: Arc::new(Mutex::new(Shared {
+                initial: settings.clone(),
+                settings,
+                open: true,
+            })),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Shared> {
+        // Plain data: a panicking holder leaves settings, maybe half changed,
+        // as a panicking handler leaves its own changes (see the guarantees).
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A copy of the settings as they are now.
+    pub fn get(&self) -> OperatorSettings {
+        self.lock().settings.clone()
+    }
+
+    /// Changes the settings with `change`.
+    ///
+    /// # Errors
+    /// [`SettingsClosed`] once the start-up is over; nothing is changed then.
+    pub fn update<R>(
+        &self,
+        change: impl FnOnce(&mut OperatorSettings) -> R,
+    ) -> Result<R, SettingsClosed> {
+        let mut shared = self.lock();
+        if !shared.open {
+            return Err(SettingsClosed);
+        }
+        Ok(change(&mut shared.settings))
+    }
+
+    /// Applies what a handler made of `loaded` (a copy it was lent), unless
+    /// it changed nothing; once the start-up is over, warns instead.
+    pub(crate) fn write_back(&self, loaded: &OperatorSettings, lent: OperatorSettings) {
+        if lent == *loaded {
+            return;
+        }
+        let mut shared = self.lock();
+        if shared.open {
+            shared.settings = lent;
+        } else {
+            tracing::warn!(
+                "a start-up handler changed the operator's settings after the start-up was over (a blocking handler that outlived its timeout?); the change is ignored"
+            );
+        }
+    }
+
+    /// If a setting that cannot change after the operator started was
+    /// changed, undoes that and says why it cannot change.
+    pub(crate) fn refuse_fixed(&self) -> Option<String> {
+        let mut shared = self.lock();
+        let initial = shared.initial.networking.connect_timeout;
+        if shared.settings.networking.connect_timeout == initial {
+            return None;
+        }
+        shared.settings.networking.connect_timeout = initial;
+        Some(
+            "`networking.connect_timeout` cannot change in a start-up handler: the client is connected before the start-up handlers run; set it before the operator starts (`Runner::settings`), or on the client given to `Operator::client`".into(),
+        )
+    }
+
+    /// Ends the start-up: the settings as the handlers left them, which can
+    /// no longer change.
+    pub(crate) fn close(&self) -> OperatorSettings {
+        let mut shared = self.lock();
+        shared.open = false;
+        shared.settings.clone()
+    }
+}
+
 /// Kopf's `settings.networking.error_backoffs`: 1, 1, 2, 3, 5, 8, 13, 21 s.
 fn kopf_error_backoffs() -> Vec<Duration> {
     [1, 1, 2, 3, 5, 8, 13, 21]
@@ -368,5 +551,66 @@ mod tests {
     fn posting_levels_are_ordered_by_severity() {
         assert!(PostingLevel::Info < PostingLevel::Warning);
         assert!(PostingLevel::Warning < PostingLevel::Error);
+    }
+
+    #[test]
+    fn startup_settings_change_until_the_start_up_is_over() {
+        let settings = StartupSettings::new(OperatorSettings::default());
+        let other = settings.clone();
+        assert_eq!(
+            other.update(|s| {
+                s.persistence.finalizer = "example.com/f".into();
+                1
+            }),
+            Ok(1)
+        );
+        assert_eq!(settings.get().persistence.finalizer, "example.com/f");
+        let finalized = settings.close();
+        assert_eq!(finalized.persistence.finalizer, "example.com/f");
+        assert_eq!(
+            other.update(|s| s.persistence.finalizer = "late".into()),
+            Err(SettingsClosed)
+        );
+        assert_eq!(settings.get(), finalized, "nothing changed after");
+    }
+
+    #[test]
+    fn a_lent_copy_is_written_back_only_if_changed_and_open() {
+        let settings = StartupSettings::new(OperatorSettings::default());
+        let loaded = settings.get();
+        settings
+            .update(|s| s.queueing.backlog_limit = 7)
+            .expect("open");
+        settings.write_back(&loaded, loaded.clone());
+        assert_eq!(
+            settings.get().queueing.backlog_limit,
+            7,
+            "an unchanged copy does not undo what another handler changed"
+        );
+        let mut lent = settings.get();
+        lent.posting.level = PostingLevel::Error;
+        settings.write_back(&settings.get(), lent.clone());
+        assert_eq!(settings.get(), lent);
+        settings.close();
+        let mut late = lent.clone();
+        late.posting.level = PostingLevel::Warning;
+        settings.write_back(&lent, late);
+        assert_eq!(settings.get().posting.level, PostingLevel::Error);
+    }
+
+    #[test]
+    fn the_connect_timeout_is_refused_and_undone() {
+        let settings = StartupSettings::new(OperatorSettings::default());
+        settings
+            .update(|s| s.watching.list_page_size = 10)
+            .expect("open");
+        assert_eq!(settings.refuse_fixed(), None);
+        settings
+            .update(|s| s.networking.connect_timeout = Some(Duration::from_secs(1)))
+            .expect("open");
+        let refusal = settings.refuse_fixed().expect("refused");
+        assert!(refusal.contains("networking.connect_timeout"), "{refusal}");
+        assert_eq!(settings.get().networking.connect_timeout, None);
+        assert_eq!(settings.get().watching.list_page_size, 10, "the rest stays");
     }
 }

@@ -21,6 +21,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::settings::StartupSettings;
+
 pub use diff::{Diff, DiffItem, DiffOp, resolve};
 pub(crate) use index::ObjectKey;
 pub use index::{Index, IndexError, IndexKey, Indexes, Store};
@@ -28,6 +30,7 @@ pub use live::LiveBody;
 pub(crate) use logger::LogSink;
 pub use logger::{Level, Logger};
 pub use memo::Memo;
+pub(crate) use memo::MemoBase;
 pub use patch::Patch;
 pub use stopped::Stopped;
 
@@ -206,7 +209,7 @@ pub struct Kwargs {
     pub patch: Patch,
     /// The per-object logger.
     pub logger: Logger,
-    /// The per-object memory.
+    /// The memo: the object's, or the operator's for activities (see [`Memo`]).
     pub memo: Memo,
     /// The handler's `param` option.
     pub param: Option<Value>,
@@ -224,6 +227,9 @@ pub struct Kwargs {
     /// [`Kwargs::subhandlers`]. Kept erased, so that the kwargs know nothing
     /// of the engine that runs the children.
     pub(crate) subhandlers: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    /// The operator's settings, which `on_startup` handlers may change
+    /// (absent for every other kind).
+    pub settings: Option<StartupSettings>,
 }
 
 static NULL: Value = Value::Null;
@@ -253,6 +259,7 @@ impl fmt::Debug for Kwargs {
             .field("stopped", &self.stopped)
             .field("client", &self.client.as_ref().map(|_| ".."))
             .field("admission", &self.admission)
+            .field("settings", &self.settings.as_ref().map(|_| ".."))
             .finish_non_exhaustive()
     }
 }
@@ -288,6 +295,7 @@ impl Kwargs {
             indexes: Indexes::default(),
             admission: None,
             subhandlers: None,
+            settings: None,
         }
     }
 

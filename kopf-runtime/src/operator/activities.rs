@@ -11,9 +11,18 @@
 //! final), and no retry starts at or after `timeout` since the first
 //! attempt.
 //!
+//! The handlers of both activities receive the operator's memo (one memo,
+//! the same for all); start-up handlers also receive the operator's
+//! settings, which they may change (`StartupSettings`), and which are read
+//! anew for each retry's delay.
+//!
 //! # Guarantees
+//! - The handlers run one after another, never at once.
 //! - The handlers post Events (`posting::info`, …) with the operator's
 //!   poster, from plain `fn`s too.
+//! - A start-up handler that changes a setting that cannot change after the
+//!   operator started fails for good, the change undone
+//!   (`StartupSettings::refuse_fixed`).
 //! - Every handler runs until it ends, even when another one has already
 //!   failed for good (as in Kopf).
 //! - The activity fails only once all handlers have ended, with the first
@@ -24,12 +33,13 @@ use std::time::Duration;
 use kube::Client;
 use tokio::time::Instant;
 
+use crate::errors::HandlerError;
 use crate::execution::{self, Resolution};
 use crate::handlers::Handler;
-use crate::kwargs::{Kwargs, Logger};
+use crate::kwargs::{Kwargs, Logger, Memo};
 use crate::metrics::HandlerOutcome;
 use crate::posting::{self, EventPoster};
-use crate::settings::OperatorSettings;
+use crate::settings::{OperatorSettings, StartupSettings};
 
 /// Where a delay too long for the clock ends: never, as far as anyone waits.
 const FAR: Duration = Duration::from_secs(86_400 * 365);
@@ -55,16 +65,37 @@ struct Attempts {
     ended: Option<Result<(), String>>,
 }
 
+/// What the handlers of an activity receive.
+pub(super) struct Activity<'a> {
+    pub(super) client: &'a Client,
+    pub(super) poster: Option<&'a EventPoster>,
+    /// The operator's memo.
+    pub(super) memo: &'a Memo,
+    pub(super) settings: Settings<'a>,
+}
+
+/// The operator's settings, as the handlers of an activity have them.
+pub(super) enum Settings<'a> {
+    /// At start-up: the handlers may change them (`Kwargs::settings`).
+    Changing(&'a StartupSettings),
+    /// At clean-up: as the operator ran with them.
+    Fixed(&'a OperatorSettings),
+}
+
+impl Settings<'_> {
+    fn default_backoff(&self) -> Duration {
+        match self {
+            Settings::Changing(settings) => settings.get().execution.default_backoff,
+            Settings::Fixed(settings) => settings.execution.default_backoff,
+        }
+    }
+}
+
 /// Runs `handlers` until each has succeeded or failed for good.
 ///
 /// # Errors
 /// The first handler (in the registry's order) that failed for good.
-pub(super) async fn run(
-    handlers: &[Handler],
-    client: &Client,
-    settings: &OperatorSettings,
-    poster: Option<&EventPoster>,
-) -> Result<(), Failure> {
+pub(super) async fn run(handlers: &[Handler], activity: &Activity<'_>) -> Result<(), Failure> {
     let now = Instant::now();
     let mut attempts: Vec<Attempts> = handlers
         .iter()
@@ -78,8 +109,8 @@ pub(super) async fn run(
     loop {
         for (handler, state) in handlers.iter().zip(&mut attempts) {
             if state.ended.is_none() && state.due <= Instant::now() {
-                let attempting = attempt(handler, state, client, settings);
-                match poster {
+                let attempting = attempt(handler, state, activity);
+                match activity.poster {
                     Some(poster) => posting::scope(poster.clone(), attempting).await,
                     None => attempting.await,
                 }
@@ -106,29 +137,33 @@ pub(super) async fn run(
 }
 
 /// One attempt of `handler`; `state` says what comes next.
-async fn attempt(
-    handler: &Handler,
-    state: &mut Attempts,
-    client: &Client,
-    settings: &OperatorSettings,
-) {
+async fn attempt(handler: &Handler, state: &mut Attempts, activity: &Activity<'_>) {
     let (started, started_at) = *state
         .started
         .get_or_insert_with(|| (jiff::Timestamp::now(), Instant::now()));
     let runtime = started_at.elapsed();
     let logger = Logger::new(handler.id.clone());
     let mut kwargs = Kwargs::new(serde_json::Value::Null);
-    kwargs.client = Some(client.clone());
+    kwargs.client = Some(activity.client.clone());
+    kwargs.memo = activity.memo.clone();
+    if let Settings::Changing(settings) = &activity.settings {
+        kwargs.settings = Some((*settings).clone());
+    }
     kwargs.logger = logger.clone();
     kwargs.retry = state.retry;
     kwargs.started = Some(started);
     kwargs.runtime = runtime;
     let limit = handler.options.timeout.map(|t| t.saturating_sub(runtime));
-    let outcome = execution::invoke(handler, kwargs, limit).await;
+    let mut outcome = execution::invoke(handler, kwargs, limit).await;
+    if let Settings::Changing(settings) = &activity.settings
+        && let Some(message) = settings.refuse_fixed()
+    {
+        outcome = Err(HandlerError::Permanent { message });
+    }
     let backoff = handler
         .options
         .backoff
-        .unwrap_or(settings.execution.default_backoff);
+        .unwrap_or_else(|| activity.settings.default_backoff());
     let name = &handler.id;
     state.retry += 1;
     state.ended = match execution::resolve(handler, outcome, backoff, &logger) {
@@ -234,7 +269,117 @@ mod tests {
         let (client, _) = mock_api::client(|_| Reply::Json(404, serde_json::json!({})));
         let mut settings = OperatorSettings::default();
         settings.execution.default_backoff = default_backoff;
-        run(handlers, &client, &settings, None).await
+        let activity = Activity {
+            client: &client,
+            poster: None,
+            memo: &Memo::new(),
+            settings: Settings::Fixed(&settings),
+        };
+        run(handlers, &activity).await
+    }
+
+    /// Runs start-up `handlers` with `settings` and `memo`.
+    async fn start_up(
+        handlers: &[Handler],
+        settings: &StartupSettings,
+        memo: &Memo,
+    ) -> Result<(), Failure> {
+        let (client, _) = mock_api::client(|_| Reply::Json(404, serde_json::json!({})));
+        let activity = Activity {
+            client: &client,
+            poster: None,
+            memo,
+            settings: Settings::Changing(settings),
+        };
+        run(handlers, &activity).await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn start_up_handlers_share_the_operators_memo_and_settings_in_turn() {
+        let first = Handler::on_startup("first", |kw: Kwargs| async move {
+            kw.memo.insert(String::from("from first"));
+            let settings = kw.settings.expect("start-up handlers have the settings");
+            settings.update(|s| s.persistence.finalizer = "example.com/first".into())?;
+            Ok::<_, Error>(())
+        });
+        let second = Handler::on_startup("second", |kw: Kwargs| async move {
+            let seen = kw.memo.get::<String>().map(|s| s.to_string());
+            let settings = kw.settings.expect("start-up handlers have the settings");
+            let finalizer = settings.get().persistence.finalizer;
+            kw.memo.insert(format!("{seen:?} {finalizer}"));
+            settings.update(|s| s.persistence.diffbase_key = "example.com/second".into())?;
+            Ok::<_, Error>(())
+        });
+        let memo = Memo::new();
+        let settings = StartupSettings::new(OperatorSettings::default());
+        assert_eq!(start_up(&[first, second], &settings, &memo).await, Ok(()));
+        assert_eq!(
+            memo.get::<String>().as_deref().map(String::as_str),
+            Some("Some(\"from first\") example.com/first"),
+            "the second saw what the first left"
+        );
+        let settings = settings.close();
+        assert_eq!(settings.persistence.finalizer, "example.com/first");
+        assert_eq!(settings.persistence.diffbase_key, "example.com/second");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_default_backoff_changed_at_start_up_delays_the_next_retry() {
+        let attempted = Attempted::default();
+        let epoch = Instant::now();
+        let log = attempted.clone();
+        let hasty = Handler::on_startup("hasty", move |kw: Kwargs| {
+            log.0
+                .lock()
+                .expect("lock")
+                .push(("hasty".to_owned(), epoch.elapsed()));
+            let settings = kw.settings.clone();
+            async move {
+                if kw.retry == 0 {
+                    settings
+                        .expect("start-up handlers have the settings")
+                        .update(|s| s.execution.default_backoff = secs(2))?;
+                    return Err(regular());
+                }
+                Ok(())
+            }
+        });
+        let settings = StartupSettings::new(OperatorSettings::default());
+        assert_eq!(start_up(&[hasty], &settings, &Memo::new()).await, Ok(()));
+        assert_eq!(attempted.of("hasty"), [secs(0), secs(2)], "not after 60 s");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_start_up_handler_changing_the_connect_timeout_fails_for_good() {
+        let attempted = Attempted::default();
+        let log = attempted.clone();
+        let connecting = Handler::on_startup("connecting", move |kw: Kwargs| {
+            log.0
+                .lock()
+                .expect("lock")
+                .push(("connecting".to_owned(), Duration::ZERO));
+            let settings = kw.settings.clone();
+            async move {
+                settings
+                    .expect("start-up handlers have the settings")
+                    .update(|s| s.networking.connect_timeout = Some(secs(1)))?;
+                Ok::<_, Error>(())
+            }
+        });
+        let settings = StartupSettings::new(OperatorSettings::default());
+        let failure = start_up(&[connecting], &settings, &Memo::new())
+            .await
+            .expect_err("refused");
+        assert_eq!(failure.handler, "connecting");
+        assert!(
+            failure
+                .message
+                .contains("`networking.connect_timeout` cannot change"),
+            "{}",
+            failure.message
+        );
+        assert_eq!(attempted.of("connecting").len(), 1, "not retried");
+        assert_eq!(settings.get().networking.connect_timeout, None, "undone");
     }
 
     #[tokio::test(start_paused = true)]

@@ -16,6 +16,7 @@ mod probes;
 mod resources;
 mod retries;
 mod selection;
+mod startup;
 mod subhandlers;
 mod tasks;
 mod undecodable;
