@@ -387,12 +387,15 @@ impl Operator {
             // Served before anything else, the login included, so that the
             // probes answer while the operator starts.
             let probe_handlers = measured_of(HandlerKind::OnProbe);
+            // Made before the probes, which may read them as any handler.
+            let indexes = OperatorIndexes::new(&self.registry);
             let endpoint_state = match (endpoints, &health) {
                 (Some(endpoints), Some(health)) => {
                     log_urls(&endpoints);
                     let state = Arc::new(EndpointState {
-                        probes: (!probe_handlers.is_empty())
-                            .then(|| Probes::new(probe_handlers, memo.clone())),
+                        probes: (!probe_handlers.is_empty()).then(|| {
+                            Probes::new(probe_handlers, memo.clone(), indexes.kwarg().clone())
+                        }),
                         health: Arc::clone(health),
                         metrics: metrics.clone(),
                     });
@@ -506,7 +509,7 @@ impl Operator {
                 spawner: Arc::clone(&spawner),
                 watching: watching.clone(),
                 tasks: serving.clone(),
-                indexes: OperatorIndexes::new(&self.registry),
+                indexes,
                 health: health.clone(),
                 metrics: metrics.clone(),
                 memo: memo_base,

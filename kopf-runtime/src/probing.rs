@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use crate::execution;
 use crate::handlers::Handler;
 use crate::health::Health;
-use crate::kwargs::{Kwargs, Logger, Memo};
+use crate::kwargs::{Indexes, Kwargs, Logger, Memo};
 
 /// How long the results of the probe handlers are served before they run
 /// again (Kopf's period).
@@ -48,6 +48,8 @@ pub(crate) struct Probes {
     /// The operator's client, once it has one (after the login handlers).
     client: OnceLock<kube::Client>,
     memo: Memo,
+    /// The operator's indexes, which probe handlers may take by id.
+    indexes: Indexes,
     last: Mutex<Option<(Instant, Arc<ProbeResults>)>>,
     /// Held by the one run under way.
     running: tokio::sync::Mutex<()>,
@@ -62,13 +64,15 @@ impl std::fmt::Debug for Probes {
 }
 
 impl Probes {
-    /// The probe handlers of an operator, calling with `memo`; they run
-    /// once [`connect`](Self::connect) gives them the operator's client.
-    pub(crate) fn new(handlers: Vec<Handler>, memo: Memo) -> Self {
+    /// The probe handlers of an operator, calling with `memo` and
+    /// `indexes`; they run once [`connect`](Self::connect) gives them the
+    /// operator's client.
+    pub(crate) fn new(handlers: Vec<Handler>, memo: Memo, indexes: Indexes) -> Self {
         Self {
             handlers,
             client: OnceLock::new(),
             memo,
+            indexes,
             last: Mutex::new(None),
             running: tokio::sync::Mutex::new(()),
         }
@@ -111,6 +115,7 @@ impl Probes {
             kwargs.client = Some(client.clone());
             kwargs.logger = Logger::new(handler.id.clone());
             kwargs.memo = self.memo.clone();
+            kwargs.indexes = self.indexes.clone();
             kwargs.started = Some(jiff::Timestamp::now());
             let limit = handler.options.timeout.unwrap_or(PROBE_TIMEOUT);
             let call = execution::invoke(handler, kwargs, Some(limit));
@@ -201,7 +206,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn results_are_served_for_ten_seconds_and_concurrent_asks_share_one_run() {
         let runs = Arc::new(AtomicUsize::new(0));
-        let probes = Probes::new(vec![counting(&runs)], Memo::default());
+        let probes = Probes::new(vec![counting(&runs)], Memo::default(), Indexes::default());
         assert_eq!(
             *probes.results().await,
             ProbeResults::default(),
@@ -230,7 +235,11 @@ mod tests {
         })
         .timeout(Duration::from_secs(2));
         let runs = Arc::new(AtomicUsize::new(0));
-        let probes = Probes::new(vec![failing, slow, counting(&runs)], Memo::default());
+        let probes = Probes::new(
+            vec![failing, slow, counting(&runs)],
+            Memo::default(),
+            Indexes::default(),
+        );
         probes.connect(client());
         let health = Health::default();
         let (status, body) = liveness(Some(&probes), &health).await;
