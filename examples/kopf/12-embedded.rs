@@ -6,12 +6,12 @@
 //! operator greets each on its creation and says good-bye on its deletion.
 //! Then the application asks the operator to stop, waits for it, and exits.
 //!
-//! Kopf passes the greetings' templates in the operator-wide `memo`; this
-//! port builds its handlers without macros ([`kopf::Registry::builder`])
-//! as closures that own the templates, which is how an embedding
-//! application hands its own state to its handlers in Rust. Kopf's
-//! `ready_flag` has no equivalent: the application waits, for each object,
-//! until the operator has handled it.
+//! As in Kopf, the application hands the greetings' templates to the
+//! handlers in the operator-wide memo ([`kopf::Operator::memo`]): every
+//! object's memo starts with it. The handlers are built without macros
+//! ([`kopf::Registry::builder`]), as an embedding application often does.
+//! Kopf's `ready_flag` has no equivalent: the application waits, for each
+//! object, until the operator has handled it.
 //!
 //! ```sh
 //! # against the cluster in your kubeconfig (with Kopf's CRD applied)
@@ -21,7 +21,6 @@
 //! ```
 
 use std::io::IsTerminal;
-use std::sync::Arc;
 use std::time::Duration;
 
 use kopf_examples::{KopfExample, examples_api};
@@ -35,28 +34,29 @@ struct Templates {
     delete: String,
 }
 
-/// The operator of the application: two handlers that own the templates.
-fn registry(templates: Templates) -> Result<kopf::Registry, kopf::RegistryError> {
-    let templates = Arc::new(templates);
-    let on_create = templates.clone();
+/// The operator of the application: two handlers that read the templates
+/// from the memo.
+fn registry() -> Result<kopf::Registry, kopf::RegistryError> {
+    /// `template`, from the memo, for the object of `kw`.
+    fn greeting(kw: &kopf::Kwargs, template: impl Fn(&Templates) -> &str) -> String {
+        let templates = kw.memo.get::<Templates>();
+        let template = templates.as_deref().map_or("{name}", template);
+        template.replace("{name}", kw.name().unwrap_or_default())
+    }
     kopf::Registry::builder()
         .on_create(
             kopf::ResourceRef::of::<KopfExample>(),
             "create_fn",
-            move |kw: kopf::Kwargs| {
-                let line = on_create
-                    .create
-                    .replace("{name}", kw.name().unwrap_or_default());
+            |kw: kopf::Kwargs| {
+                let line = greeting(&kw, |t| &t.create);
                 async move { println!("{line}") }
             },
         )
         .on_delete(
             kopf::ResourceRef::of::<KopfExample>(),
             "delete_fn",
-            move |kw: kopf::Kwargs| {
-                let line = templates
-                    .delete
-                    .replace("{name}", kw.name().unwrap_or_default());
+            |kw: kopf::Kwargs| {
+                let line = greeting(&kw, |t| &t.delete);
                 async move { println!("{line}") }
             },
         )
@@ -110,14 +110,16 @@ async fn main() -> anyhow::Result<()> {
     } else {
         (kube::Client::try_default().await?, None)
     };
-    let registry = registry(Templates {
+    let memo = kopf::Memo::new();
+    memo.insert(Templates {
         create: "Hello, {name}!".into(),
         delete: "Good bye, {name}!".into(),
-    })?;
+    });
     let (stop, stopped) = oneshot::channel::<()>();
     let operator = tokio::spawn(
-        kopf::Operator::new(registry)
+        kopf::Operator::new(registry()?)
             .client(client.clone())
+            .memo(memo)
             .run_until(async {
                 let _ = stopped.await;
             }),

@@ -11,9 +11,8 @@
 //!   SIGTERM) and asks every task to stop; `main` waits for them, so the
 //!   exit is not instant, as in Kopf.
 //!
-//! Kopf's example also has two `on_probe` handlers; kopf-rs has no health
-//! endpoint yet and refuses to start with `on_probe` handlers, so they are
-//! left out.
+//! - `tasks_count` and `monitored_objects` (`on_probe`) answer the
+//!   liveness probe (`--liveness URL`) with the background tasks.
 //!
 //! ```sh
 //! cargo run -p kopf-examples --bin hooks -- --emulator
@@ -90,6 +89,31 @@ async fn login_fn() -> kopf::Result<kube::config::Kubeconfig> {
         None => kube::config::Kubeconfig::read()?,
     };
     Ok(kubeconfig)
+}
+
+#[kopf::on_probe]
+async fn tasks_count() -> kopf::Result<usize> {
+    let Some(stoppers) = STOPPERS.get() else {
+        return Ok(0);
+    };
+    Ok(stoppers.lock().await.len())
+}
+
+#[kopf::on_probe]
+async fn monitored_objects() -> kopf::Result<HashMap<String, Vec<String>>> {
+    let mut objects: HashMap<String, Vec<String>> = HashMap::new();
+    if let Some(stoppers) = STOPPERS.get() {
+        for (namespace, name) in stoppers.lock().await.keys() {
+            objects
+                .entry(namespace.clone())
+                .or_default()
+                .push(name.clone());
+        }
+    }
+    for names in objects.values_mut() {
+        names.sort();
+    }
+    Ok(objects)
 }
 
 #[kopf::on_event(Pod)]

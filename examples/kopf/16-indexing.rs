@@ -11,10 +11,10 @@
 //! index do not run until it is filled.
 //!
 //! Kopf's index keys may be tuples; kopf-rs's are strings, so
-//! `(namespace, name)` is written `namespace/name`. Kopf's example also
-//! has two `on_probe` handlers reading the index; kopf-rs has no health
-//! endpoint yet and refuses to start with `on_probe` handlers, so they are
-//! left out.
+//! `(namespace, name)` is written `namespace/name`. Two `on_probe`
+//! handlers read the index too: the liveness endpoint (served on a free
+//! loopback port under `--emulator`, its URL in the log) answers with the
+//! number of Pods and their names.
 //!
 //! ```sh
 //! cargo run -p kopf-examples --bin indexing -- --emulator
@@ -47,6 +47,19 @@ async fn by_label(labels: &Value, name: &str) -> kopf::Result<Value> {
         })
         .collect();
     Ok(by_label.into())
+}
+
+#[kopf::on_probe]
+async fn pod_count(is_running: &kopf::Index<bool>) -> kopf::Result<usize> {
+    Ok(is_running.len())
+}
+
+#[kopf::on_probe]
+async fn pod_names(is_running: &kopf::Index<bool>) -> kopf::Result<Vec<String>> {
+    let keys = is_running.iter().filter_map(|(key, _)| key);
+    Ok(keys
+        .filter_map(|key| key.split_once('/').map(|(_, name)| name.to_owned()))
+        .collect())
 }
 
 #[kopf::timer(KopfExample, interval = 5)]

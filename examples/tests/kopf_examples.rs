@@ -395,7 +395,8 @@ async fn embedded_operator_runs_beside_the_app_and_stops_with_it() {
 /// SIGTERM, the clean-up handler stops the background tasks.
 #[tokio::test]
 async fn hooks_run_at_login_start_up_and_clean_up() {
-    let mut example = Example::start(env!("CARGO_BIN_EXE_hooks"), &[]);
+    let liveness = format!("http://127.0.0.1:{}/healthz", support::free_port());
+    let mut example = Example::start(env!("CARGO_BIN_EXE_hooks"), &["--liveness", &liveness]);
     example.wait_for("Starting retried...").await;
     example
         .wait_for("Handler 'startup_fn_retried' succeeded.")
@@ -427,6 +428,12 @@ async fn hooks_run_at_login_start_up_and_clean_up() {
     assert!(
         login < startup && startup < serving && retried < serving,
         "{output}"
+    );
+
+    let probes = example.probes(|p| p["tasks_count"] == 2).await;
+    assert_eq!(
+        probes["monitored_objects"],
+        json!({"default": ["demo-1", "demo-2"]})
     );
 
     let (status, output) = example.terminate().await;
@@ -561,6 +568,13 @@ async fn indexing_follows_the_pods() {
         .await;
     example.wait_for("app=web: [\"web-1\", \"web-2\"]").await;
     example.wait_for("app=etcd: [\"etcd\"]").await;
+
+    // The probes read the index too.
+    let probes = example.probes(|p| p["pod_count"] == 3).await;
+    let mut names: Vec<String> = serde_json::from_value(probes["pod_names"].clone())
+        .unwrap_or_else(|e| panic!("a list of names: {probes}: {e}"));
+    names.sort();
+    assert_eq!(names, ["etcd", "web-1", "web-2"]);
 
     let pods: Api<Pod> = Api::namespaced(client, "default");
     let running = kube::api::Patch::Merge(json!({"status": {"phase": "Running"}}));

@@ -127,6 +127,33 @@ impl Example {
         kube::Client::try_from(config).expect("a client of the emulator")
     }
 
+    /// The probes' answer once the liveness endpoint (its URL in the
+    /// output) answers 200 with a JSON object that satisfies `check`.
+    pub async fn probes(&mut self, check: impl Fn(&Value) -> bool) -> Value {
+        const MARK: &str = "serving the liveness probe";
+        self.wait_for(MARK).await;
+        let output = self.output();
+        let line = output
+            .lines()
+            .find(|l| l.contains(MARK))
+            .expect("the line is there");
+        let start = line.find("url=").expect("the URL is logged") + "url=".len();
+        let url: String = line[start..]
+            .chars()
+            .take_while(|c| !c.is_whitespace())
+            .collect();
+        let check = &check;
+        self.wait_until("the probes' answer", || {
+            let url = url.clone();
+            async move {
+                let (status, body) = http_get(&url).await?;
+                let answer: Value = serde_json::from_str(&body).ok()?;
+                (status == 200 && check(&answer)).then_some(answer)
+            }
+        })
+        .await
+    }
+
     /// Waits until the object of `api` named `name` satisfies `check`
     /// (`None`: it does not exist), as JSON.
     pub async fn wait_object<K, F>(
@@ -206,4 +233,28 @@ fn collect(pipe: impl Read + Send + 'static, output: Arc<Mutex<String>>) {
 /// The value at `pointer` in `object`, if any.
 pub fn at<'a>(object: Option<&'a Value>, pointer: &str) -> Option<&'a Value> {
     object?.pointer(pointer)
+}
+
+/// GETs a plain-HTTP `url` on the loopback (HTTP/1.0, so that the answer
+/// is not chunked): its status and body, or `None` if it cannot connect.
+pub async fn http_get(url: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://")?;
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let mut stream = tokio::net::TcpStream::connect(host).await.ok()?;
+    let request = format!("GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
+    Some((status, body))
+}
+
+/// A free port on the loopback, for a listener of the example.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
 }
