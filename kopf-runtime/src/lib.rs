@@ -729,6 +729,7 @@ mod resources;
 mod retrying;
 mod running;
 mod scanning;
+mod scraping;
 pub mod settings;
 mod spawning;
 mod watching;
@@ -832,7 +833,6 @@ pub mod __private {
     pub use ::std::time::Duration;
 
     pub use crate::errors::{HandlerError, IntoOutcome, Outcome};
-    pub use crate::execution::run_blocking;
     pub use crate::handlers::{ErrorsMode, HandlerKind};
     pub use crate::injection::*;
     pub use crate::kwargs::{Kwargs, Operation};
@@ -841,6 +841,7 @@ pub mod __private {
         TaskRecord, ValueRecord, WebhookRecord,
     };
     pub use crate::resources::ResourceRef;
+    pub use crate::spawning::run_blocking;
 }
 
 #[cfg(test)]

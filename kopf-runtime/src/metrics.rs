@@ -22,21 +22,16 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{
-    DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, EncodeMetric, LabelValueEncoder,
-};
-use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio::time::Instant;
 
 use crate::errors::{HandlerError, Outcome};
-use crate::handlers::{ErrorsMode, Handler};
-use crate::health::Health;
 use crate::resources::Discovered;
-use crate::spawning::TaskCounters;
 
 /// Upper bounds of the buckets of handler durations, in seconds.
 const HANDLER_BUCKETS: [f64; 12] = [
@@ -94,18 +89,14 @@ impl HandlerOutcome {
         }
     }
 
-    /// A call's outcome, with other errors resolved by the handler's
-    /// `errors` mode as the runtime resolves them.
-    pub(crate) fn of(outcome: &Outcome, errors: ErrorsMode) -> Self {
+    /// A call's outcome; other errors count as `regular`, what the
+    /// handler's `errors` mode makes of them.
+    pub(crate) fn of(outcome: &Outcome, regular: Self) -> Self {
         match outcome {
             Ok(_) => Self::Success,
             Err(HandlerError::Temporary { .. }) => Self::Temporary,
             Err(HandlerError::Permanent { .. }) => Self::Permanent,
-            Err(_) => match errors {
-                ErrorsMode::Temporary => Self::Temporary,
-                ErrorsMode::Permanent => Self::Permanent,
-                ErrorsMode::Ignored => Self::Ignored,
-            },
+            Err(_) => regular,
         }
     }
 }
@@ -263,10 +254,10 @@ impl std::fmt::Debug for Metrics {
 }
 
 impl Metrics {
-    /// The families of one operator, reading what is read at scrape time
-    /// from `health` (the served resources) and `tasks` (the spawner's
-    /// counters); `api` counts the kube client's requests.
-    pub(crate) fn new(health: Arc<Health>, tasks: TaskCounters, api: ApiMetricsLayer) -> Self {
+    /// The families of one operator, with `scraped`, what is read from the
+    /// engine's state at scrape time ([`scraping`](crate::scraping)); `api`
+    /// counts the kube client's requests.
+    pub(crate) fn new(scraped: impl Collector, api: ApiMetricsLayer) -> Self {
         let mut registry = Registry::default();
         let invocations = Family::<OutcomeLabels, Counter>::default();
         registry.register(
@@ -316,11 +307,7 @@ impl Metrics {
             "How long the Kubernetes API took to answer, until the response headers",
             api.latency.clone(),
         );
-        registry.register_collector(Box::new(ScrapeTime {
-            health,
-            tasks,
-            epoch: (jiff::Timestamp::now(), Instant::now()),
-        }));
+        registry.register_collector(Box::new(scraped));
         Self {
             registry,
             invocations,
@@ -333,23 +320,11 @@ impl Metrics {
         }
     }
 
-    /// The handlers serving `resource` (a [`resource_label`], empty for
-    /// those of no resource), each carrying its metrics.
-    pub(crate) fn measured(&self, handlers: Vec<Handler>, resource: &str) -> Vec<Handler> {
-        handlers
-            .into_iter()
-            .map(|mut handler| {
-                handler.metrics = Some(self.handler(&handler, resource));
-                handler
-            })
-            .collect()
-    }
-
-    /// The metrics of one handler of `resource` (empty for none).
-    pub(crate) fn handler(&self, handler: &Handler, resource: &str) -> Arc<HandlerMetrics> {
+    /// The metrics of the handler `id` of `resource` (empty for none).
+    pub(crate) fn handler(&self, id: &str, resource: &str) -> Arc<HandlerMetrics> {
         let labels = HandlerLabels {
             resource: resource.to_owned(),
-            handler: handler.id.clone(),
+            handler: id.to_owned(),
         };
         let outcomes = HandlerOutcome::ALL.map(|outcome| {
             self.invocations.get_or_create_owned(&OutcomeLabels {
@@ -505,129 +480,6 @@ impl WatchMetrics {
     }
 }
 
-/// What is read from the engine's state at scrape time.
-#[derive(Debug)]
-struct ScrapeTime {
-    health: Arc<Health>,
-    tasks: TaskCounters,
-    /// The wall clock and Tokio's clock, read once: the time of an event
-    /// is derived from its monotonic instant.
-    epoch: (jiff::Timestamp, Instant),
-}
-
-impl ScrapeTime {
-    fn unix_seconds(&self, at: Instant) -> f64 {
-        let (wall, mono) = self.epoch;
-        let since = at.saturating_duration_since(mono);
-        wall.as_millisecond() as f64 / 1e3 + since.as_secs_f64()
-    }
-}
-
-/// Encodes one gauge family of one sample per resource.
-fn per_resource<T: prometheus_client::encoding::EncodeGaugeValue>(
-    encoder: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    samples: &[(String, T)],
-) -> Result<(), std::fmt::Error> {
-    let mut family = encoder.encode_descriptor(
-        name,
-        help,
-        None,
-        prometheus_client::metrics::MetricType::Gauge,
-    )?;
-    for (resource, value) in samples {
-        let labels = [("resource", resource.as_str())];
-        family.encode_family(&labels)?.encode_gauge(value)?;
-    }
-    Ok(())
-}
-
-impl Collector for ScrapeTime {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let resources = self.health.resources();
-        let objects: Vec<(String, u64)> = resources
-            .iter()
-            .map(|r| (r.label().to_owned(), r.objects() as u64))
-            .collect();
-        per_resource(
-            &mut encoder,
-            "kopf_objects_tracked",
-            "Objects the watches know of",
-            &objects,
-        )?;
-        let depth: Vec<(String, u64)> = resources
-            .iter()
-            .map(|r| (r.label().to_owned(), r.queue_depth() as u64))
-            .collect();
-        per_resource(
-            &mut encoder,
-            "kopf_queue_depth",
-            "Objects with an event waiting in their queue or being processed",
-            &depth,
-        )?;
-        let last: Vec<(String, f64)> = resources
-            .iter()
-            .filter_map(|r| Some((r.label().to_owned(), self.unix_seconds(r.last_event()?))))
-            .collect();
-        per_resource(
-            &mut encoder,
-            "kopf_watch_last_event_timestamp_seconds",
-            "When the last watch event (not a bookmark) of a resource arrived, as a Unix time",
-            &last,
-        )?;
-
-        let tasks = self.tasks.snapshot();
-        let ended = tasks.finished + tasks.stopped + tasks.cancelled + tasks.abandoned;
-        let running = ConstGauge::new(tasks.spawned.saturating_sub(ended) as i64);
-        running.encode(encoder.encode_descriptor(
-            "kopf_tasks_running",
-            "Daemons and timers running",
-            None,
-            running.metric_type(),
-        )?)?;
-        let mut exits = encoder.encode_descriptor(
-            "kopf_task_exits",
-            "Daemons and timers ended, by how: finished on their own, stopped, cancelled, or abandoned (still running, forgotten)",
-            None,
-            prometheus_client::metrics::MetricType::Counter,
-        )?;
-        for (reason, count) in [
-            ("finished", tasks.finished),
-            ("stopped", tasks.stopped),
-            ("cancelled", tasks.cancelled),
-            ("abandoned", tasks.abandoned),
-        ] {
-            ConstCounter::new(count).encode(exits.encode_family(&[("reason", reason)])?)?;
-        }
-
-        // Placeholders until replicas coordinate: this replica serves
-        // every object.
-        let leader = ConstGauge::new(1_i64);
-        leader.encode(encoder.encode_descriptor(
-            "kopf_leader",
-            "Whether this replica acts on objects (always 1: replicas do not coordinate yet)",
-            None,
-            leader.metric_type(),
-        )?)?;
-        let slots = ConstGauge::new(0_i64);
-        slots.encode(encoder.encode_descriptor(
-            "kopf_shard_slots_held",
-            "Shard slots this replica holds (always 0: no sharding yet)",
-            None,
-            slots.metric_type(),
-        )?)?;
-        // A family without series until webhooks are served.
-        encoder.encode_descriptor(
-            "kopf_admission_requests",
-            "Admission requests by webhook and result (no webhooks are served yet)",
-            None,
-            prometheus_client::metrics::MetricType::Counter,
-        )?;
-        Ok(())
-    }
-}
-
 /// A tower layer counting API requests by verb and code, with their
 /// latency; its families are registered with the operator's [`Metrics`].
 #[derive(Clone)]
@@ -768,13 +620,16 @@ mod tests {
 
     use super::*;
     use crate::errors::Error;
+    use crate::handlers::Handler;
+    use crate::health::Health;
     use crate::kwargs::Kwargs;
     use crate::resources::ResourceRef;
+    use crate::scraping::ScrapeTime;
+    use crate::spawning::TaskCounters;
 
     fn metrics() -> Metrics {
         Metrics::new(
-            Arc::new(Health::default()),
-            TaskCounters::default(),
+            ScrapeTime::new(Arc::new(Health::default()), TaskCounters::default()),
             ApiMetricsLayer::default(),
         )
     }
@@ -793,7 +648,7 @@ mod tests {
             tokio::time::sleep(Duration::from_secs(2)).await;
             Err::<(), _>(Error::regular("no luck"))
         });
-        slow.metrics = Some(metrics.handler(&slow, "v1/configmaps"));
+        slow.metrics = Some(metrics.handler(&slow.id, "v1/configmaps"));
         let call = crate::execution::invoke(&slow, Kwargs::new(serde_json::json!({})), None);
         let call = tokio::spawn(call);
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -834,7 +689,7 @@ mod tests {
         let mut limited = Handler::on_create(resource, "limited", |_: Kwargs| async {
             tokio::time::sleep(Duration::from_secs(60)).await;
         });
-        limited.metrics = Some(metrics.handler(&limited, "v1/configmaps"));
+        limited.metrics = Some(metrics.handler(&limited.id, "v1/configmaps"));
         let outcome = crate::execution::invoke(
             &limited,
             Kwargs::new(serde_json::json!({})),
@@ -911,7 +766,7 @@ mod tests {
         // Families with labels show once their series are resolved, as the
         // operator does for every handler and resource at its start.
         metrics.queue_latency("v1/configmaps");
-        metrics.handler(&Handler::on_probe("probe", |_: Kwargs| async {}), "");
+        metrics.handler("probe", "");
         let text = metrics.encode();
         for family in [
             "kopf_handler_invocations",

@@ -40,6 +40,7 @@ use crate::registry::Registry;
 use crate::resources::Discovered;
 use crate::retrying::{Backoff, ErrorClass, classify};
 use crate::scanning::{self, Groups, RESCAN_INTERVAL, Rescan, Resolution, Wanted};
+use crate::scraping::ScrapeTime;
 use crate::settings::{OperatorSettings, PostingSettings, StartupSettings};
 use crate::spawning::resource::{ResourceTasks, TaskObserver};
 use crate::spawning::{Spawner, SpawnerSettings, StopReason, TaskCounters};
@@ -348,8 +349,7 @@ impl Operator {
             let metrics = match (&endpoints, &health) {
                 (Some(endpoints), Some(health)) => endpoints.api_metrics().map(|api| {
                     Arc::new(Metrics::new(
-                        Arc::clone(health),
-                        self.task_counters.clone(),
+                        ScrapeTime::new(Arc::clone(health), self.task_counters.clone()),
                         api.clone(),
                     ))
                 }),
@@ -357,7 +357,7 @@ impl Operator {
             };
             // The operator's own copies of the handlers carry their metrics.
             let measured = |handlers: Vec<Handler>| match &metrics {
-                Some(metrics) => metrics.measured(handlers, ""),
+                Some(metrics) => measured(metrics, handlers, ""),
                 None => handlers,
             };
             let measured_of = |kind| measured(self.registry.of_kind(kind).cloned().collect());
@@ -1046,7 +1046,7 @@ impl Resources {
         let identities = identities(&handlers);
         let label = metrics::resource_label(&resource);
         let handlers = match &context.metrics {
-            Some(metrics) => metrics.measured(handlers, &label),
+            Some(metrics) => measured(metrics, handlers, &label),
             None => handlers,
         };
         let health = context.health.as_ref().map(|health| {
@@ -1378,6 +1378,18 @@ fn report_undecodable(poster: Option<&EventPoster>, object: &Value, reason: &str
             &format!("The operator cannot decode this object and skips it: {reason}"),
         );
     }
+}
+
+/// `handlers` of `resource` (a [`metrics::resource_label`], empty for
+/// those of no resource), each carrying its metrics.
+fn measured(metrics: &Metrics, handlers: Vec<Handler>, resource: &str) -> Vec<Handler> {
+    handlers
+        .into_iter()
+        .map(|mut handler| {
+            handler.metrics = Some(metrics.handler(&handler.id, resource));
+            handler
+        })
+        .collect()
 }
 
 /// Logs where the endpoints are served.

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use futures::future::{BoxFuture, CatchUnwind, Either, Map, Ready};
+use futures::future::{CatchUnwind, Either, Map, Ready};
 use serde_json::Value;
 use smallvec::SmallVec;
 
@@ -30,7 +30,6 @@ use crate::handlers::{ErrorsMode, Handler, HandlerKind, KindOptions};
 use crate::kwargs::{Diff, Indexes, Kwargs, Logger, Memo, Patch, Reason};
 use crate::metrics::{HandlerMetrics, HandlerOutcome};
 use crate::progress::{ProgressRecord, ProgressStorage, format_timestamp};
-use crate::{posting, spawning};
 
 mod lifecycle;
 mod subhandlers;
@@ -523,7 +522,12 @@ pub fn invoke(
         };
         let outcome = outcome.unwrap_or_else(|message| Err(HandlerError::Regular { message }));
         if let Some(in_flight) = in_flight {
-            in_flight.finish(HandlerOutcome::of(&outcome, errors));
+            let regular = match errors {
+                ErrorsMode::Temporary => HandlerOutcome::Temporary,
+                ErrorsMode::Permanent => HandlerOutcome::Permanent,
+                ErrorsMode::Ignored => HandlerOutcome::Ignored,
+            };
+            in_flight.finish(HandlerOutcome::of(&outcome, regular));
         }
         outcome
     }
@@ -535,27 +539,6 @@ pub(crate) fn count_given_up(handler: &Handler, outcome: HandlerOutcome) {
     if let Some(metrics) = &handler.metrics {
         metrics.count(outcome);
     }
-}
-
-/// Runs the body of a plain-`fn` handler on a blocking thread (the macros'
-/// invokers call this). On that thread, [`posting`](crate::posting)'s free
-/// functions post with the Event poster of the calling task; called from a
-/// daemon or timer, the thread is part of its task (see
-/// [`spawning`](crate::spawning)), so that stopping the task waits for it,
-/// and abandons and reports a thread that ignores its stop flag.
-#[doc(hidden)]
-pub fn run_blocking<F>(f: F) -> BoxFuture<'static, Outcome>
-where
-    F: FnOnce() -> Outcome + Send + 'static,
-{
-    Box::pin(async move {
-        let poster = posting::current();
-        let thread = spawning::spawn_blocking(move || posting::on_thread(poster, f));
-        match thread.await {
-            Ok(outcome) => outcome,
-            Err(error) => Err(HandlerError::Blocking(error.to_string())),
-        }
-    })
 }
 
 fn panicked(panic: &(dyn std::any::Any + Send)) -> String {

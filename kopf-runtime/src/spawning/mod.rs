@@ -38,8 +38,8 @@ pub use counters::{TaskCounters, TaskCounts};
 pub use observing::{AbandonedReport, Observer};
 pub use spawner::{Ensured, Spawner, SpawnerSettings};
 pub use stopping::StopReason;
-pub use task::{TaskContext, TaskOutcome, TaskSpec, task_fn};
-pub(crate) use task::{hosting, spawn_blocking};
+pub(crate) use task::hosting;
+pub use task::{TaskContext, TaskOutcome, TaskSpec, run_blocking, task_fn};
 
 #[cfg(test)]
 mod tests {

@@ -492,7 +492,7 @@ mod tests {
     }
 
     /// A plain-fn daemon, as the macros make it: its body runs through
-    /// `execution::run_blocking`. It records its start, then waits for its
+    /// `spawning::run_blocking`. It records its start, then waits for its
     /// stop flag if `honours`, else until `released`.
     fn blocking_daemon(
         honours: bool,
@@ -503,7 +503,7 @@ mod tests {
         let resource = ResourceRef::dynamic("kopf.dev", "v1", "kopfexamples");
         let func: crate::handlers::HandlerFn = Arc::new(move |kw: Kwargs| {
             let (started, released) = (Arc::clone(&started), Arc::clone(&released));
-            execution::run_blocking(move || {
+            spawning::run_blocking(move || {
                 let stopped = kw.stopped.clone().expect("daemons get a stop flag");
                 started.wait();
                 if honours {

@@ -20,7 +20,9 @@ use tokio::time::Instant;
 
 use super::spawner::Liveness;
 use super::stopping::StopFlag;
+use crate::errors::{HandlerError, Outcome};
 use crate::handlers::{DEFAULT_BACKOFF, Handler, KindOptions, TimerOptions};
+use crate::posting;
 
 /// The handler call of a daemon or timer.
 pub type TaskFn = Arc<dyn Fn(TaskContext) -> BoxFuture<'static, TaskOutcome> + Send + Sync>;
@@ -322,6 +324,27 @@ where
         Ok(liveness) => spawn_kept(liveness, f),
         Err(_) => tokio::task::spawn_blocking(f),
     }
+}
+
+/// Runs the body of a plain-`fn` handler on a blocking thread (the macros'
+/// invokers call this). On that thread, [`posting`](crate::posting)'s free
+/// functions post with the Event poster of the calling task; called from a
+/// daemon or timer, the thread is part of its task (see
+/// [`hosting`]), so that stopping the task waits for it,
+/// and abandons and reports a thread that ignores its stop flag.
+#[doc(hidden)]
+pub fn run_blocking<F>(f: F) -> BoxFuture<'static, Outcome>
+where
+    F: FnOnce() -> Outcome + Send + 'static,
+{
+    Box::pin(async move {
+        let poster = posting::current();
+        let thread = spawn_blocking(move || posting::on_thread(poster, f));
+        match thread.await {
+            Ok(outcome) => outcome,
+            Err(error) => Err(HandlerError::Blocking(error.to_string())),
+        }
+    })
 }
 
 /// Runs `f` on a blocking thread that keeps the task alive until it returns.
