@@ -161,44 +161,17 @@ pub async fn step(
     patch: &mut Value,
 ) -> StepOutcome {
     let storage = &*progression.storage;
-    let now = jiff::Timestamp::now();
-    let mut records: Vec<Option<ProgressRecord>> = handlers
-        .iter()
-        .map(|h| storage.fetch(&h.id, &cause.body))
-        .collect();
-
-    let plan = Lifecycle::Asap.plan(due(&records, now), |i| attempts(&records[i]));
-    let ran = !plan.is_empty();
-    let mut fresh = SmallVec::<[(usize, Stamps); 1]>::new();
-    for i in plan {
-        let handler = handlers[i];
-        let known = records[i].as_ref();
-        let started = known.and_then(ProgressRecord::started_at).unwrap_or(now);
-        let first = known.is_none_or(|record| record.started.is_none());
-        // The record is moved into the attempt in a statement of its own,
-        // so that the step does not hold a copy of it while the handler runs.
-        let attempting = attempt(
-            cause,
-            handler,
-            records[i].take().unwrap_or_default(),
-            progression,
-            now,
-            started,
-        );
-        let (record, result, handler_patch) = attempting.await;
-        let stamps = Stamps {
-            started: first.then_some(started),
-            stopped: record.is_finished().then_some(now),
-        };
-        if let Some(handler_patch) = handler_patch {
-            merge_into(patch, handler_patch);
-        }
-        if let Some(result) = result {
-            ensure_field(patch, &["status", handler.id.as_str()], result);
-        }
-        records[i] = Some(record);
-        fresh.push((i, stamps));
-    }
+    let mut records = fetch(storage, handlers, &cause.body);
+    let fresh = run_planned(
+        Lifecycle::Asap,
+        cause,
+        handlers,
+        &mut records,
+        progression,
+        patch,
+    )
+    .await;
+    let ran = !fresh.is_empty();
 
     let succeeded = records
         .iter()
@@ -252,6 +225,65 @@ pub async fn step(
         failed,
         ran,
     }
+}
+
+/// The stored records of `handlers`, in their order.
+fn fetch(
+    storage: &ProgressStorage,
+    handlers: &[&Handler],
+    body: &Value,
+) -> Vec<Option<ProgressRecord>> {
+    handlers
+        .iter()
+        .map(|h| storage.fetch(&h.id, body))
+        .collect()
+}
+
+/// Runs the due `handlers` that `lifecycle` picks, one after another: their
+/// records (fetched into `records`) are updated in place, their results and
+/// patches merged into `patch`. Returns which ran, with the times their
+/// records get when stored.
+async fn run_planned(
+    lifecycle: Lifecycle,
+    cause: &CauseContext,
+    handlers: &[&Handler],
+    records: &mut [Option<ProgressRecord>],
+    progression: &Progression,
+    patch: &mut Value,
+) -> SmallVec<[(usize, Stamps); 1]> {
+    let now = jiff::Timestamp::now();
+    let plan = lifecycle.plan(due(records, now), |i| attempts(&records[i]));
+    let mut ran = SmallVec::new();
+    for i in plan {
+        let handler = handlers[i];
+        let known = records[i].as_ref();
+        let started = known.and_then(ProgressRecord::started_at).unwrap_or(now);
+        let first = known.is_none_or(|record| record.started.is_none());
+        // The record is moved into the attempt in a statement of its own,
+        // so that the step does not hold a copy of it while the handler runs.
+        let attempting = attempt(
+            cause,
+            handler,
+            records[i].take().unwrap_or_default(),
+            progression,
+            now,
+            started,
+        );
+        let (record, result, handler_patch) = attempting.await;
+        let stamps = Stamps {
+            started: first.then_some(started),
+            stopped: record.is_finished().then_some(now),
+        };
+        if let Some(handler_patch) = handler_patch {
+            merge_into(patch, handler_patch);
+        }
+        if let Some(result) = result {
+            ensure_field(patch, &["status", handler.id.as_str()], result);
+        }
+        records[i] = Some(record);
+        ran.push((i, stamps));
+    }
+    ran
 }
 
 /// The handlers (indexes into `records`) that may run at `now`: not

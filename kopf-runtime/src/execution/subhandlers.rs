@@ -26,9 +26,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{CauseContext, Lifecycle, Progression, Stamps, attempt, attempts, due, next_delay};
+use super::{CauseContext, Lifecycle, Progression, fetch, next_delay, run_planned};
 use crate::errors::{Error, HandlerError, IntoOutcome, Outcome};
-use crate::fields::ensure_field;
 use crate::handlers::{Handler, HandlerKind};
 use crate::kwargs::{Kwargs, Patch};
 use crate::progress::ProgressRecord;
@@ -244,40 +243,24 @@ impl Subhandlers {
             .filter(|h| h.filters.is_empty() || h.matches(&cause.kwargs(h)))
             .collect();
         let storage = &*inner.progression.storage;
-        let mut records: Vec<Option<ProgressRecord>> = children
-            .iter()
-            .map(|h| storage.fetch(&h.id, &cause.body))
-            .collect();
-        let now = jiff::Timestamp::now();
-        let plan = lifecycle.plan(due(&records, now), |i| attempts(&records[i]));
+        let mut records = fetch(storage, &children, &cause.body);
         let mut stored = json!({});
-        for i in plan {
-            let child = children[i];
-            let known = records[i].as_ref();
-            let started = known.and_then(ProgressRecord::started_at).unwrap_or(now);
-            let first = known.is_none_or(|record| record.started.is_none());
-            let attempting = attempt(
-                cause,
-                child,
-                records[i].take().unwrap_or_default(),
-                &inner.progression,
-                now,
-                started,
-            );
-            let (mut record, result, patch) = Box::pin(attempting).await;
-            Stamps {
-                started: first.then_some(started),
-                stopped: record.is_finished().then_some(now),
+        let ran = run_planned(
+            lifecycle,
+            cause,
+            &children,
+            &mut records,
+            &inner.progression,
+            &mut stored,
+        )
+        .await;
+        // Unlike a top-level cause's, the children's records are stored even
+        // when finished: their parent is not yet, and runs them again.
+        for (i, stamps) in ran {
+            if let Some(record) = &mut records[i] {
+                stamps.write(record);
+                storage.store(&children[i].id, record, &cause.body, &mut stored);
             }
-            .write(&mut record);
-            if let Some(patch) = patch {
-                inner.patch.merge(patch);
-            }
-            if let Some(result) = result {
-                ensure_field(&mut stored, &["status", child.id.as_str()], result);
-            }
-            storage.store(&child.id, &record, &cause.body, &mut stored);
-            records[i] = Some(record);
         }
         if stored.as_object().is_some_and(|s| !s.is_empty()) {
             inner.patch.merge(stored);
