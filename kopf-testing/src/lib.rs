@@ -108,6 +108,7 @@ mod admin;
 mod conversion;
 mod discovery;
 mod emulator;
+mod endpoints;
 mod error;
 mod events;
 mod failures;
@@ -136,6 +137,7 @@ mod validation;
 mod watching;
 
 pub use emulator::{DEFAULT_HISTORY_LIMIT, Emulator, EmulatorBuilder};
+pub use endpoints::http_get;
 pub use error::EmulatorError;
 pub use failures::ApiError;
 pub use faults::{FailRule, Faults, HeldRequests};

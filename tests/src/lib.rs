@@ -325,33 +325,14 @@ where
     }
 }
 
-/// A `GET` of `url` (`http://127.0.0.1:PORT/path`) over a new connection:
-/// the status code and the body.
+/// A `GET` of `url` (`http://127.0.0.1:PORT/path`) over a new connection
+/// ([`kopf_testing::http_get`]): the status code and the body, failing the
+/// test if there is no answer within [`PATIENCE`].
 pub async fn http_get(url: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let rest = url.strip_prefix("http://").expect("an http:// URL");
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(authority).await?;
-        let request =
-            format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await?;
-        let mut answer = Vec::new();
-        stream.read_to_end(&mut answer).await?;
-        Ok::<_, std::io::Error>(answer)
-    };
-    let answer = tokio::time::timeout(PATIENCE, exchange)
+    tokio::time::timeout(PATIENCE, kopf_testing::http_get(url))
         .await
         .unwrap_or_else(|_| panic!("GET {url} took over {PATIENCE:?}"))
-        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
-    let answer = String::from_utf8(answer).expect("a UTF-8 answer");
-    let (head, body) = answer.split_once("\r\n\r\n").expect("headers, then a body");
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("no status line in {head:?}"));
-    (status, body.to_owned())
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
 }
 
 /// A `GET` of a JSON endpoint: the status code and the parsed body.

@@ -146,7 +146,7 @@ impl Example {
         self.wait_until("the probes' answer", || {
             let url = url.clone();
             async move {
-                let (status, body) = http_get(&url).await?;
+                let (status, body) = kopf_testing::http_get(&url).await.ok()?;
                 let answer: Value = serde_json::from_str(&body).ok()?;
                 (status == 200 && check(&answer)).then_some(answer)
             }
@@ -233,22 +233,6 @@ fn collect(pipe: impl Read + Send + 'static, output: Arc<Mutex<String>>) {
 /// The value at `pointer` in `object`, if any.
 pub fn at<'a>(object: Option<&'a Value>, pointer: &str) -> Option<&'a Value> {
     object?.pointer(pointer)
-}
-
-/// GETs a plain-HTTP `url` on the loopback (HTTP/1.0, so that the answer
-/// is not chunked): its status and body, or `None` if it cannot connect.
-pub async fn http_get(url: &str) -> Option<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let rest = url.strip_prefix("http://")?;
-    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let mut stream = tokio::net::TcpStream::connect(host).await.ok()?;
-    let request = format!("GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.ok()?;
-    let status = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
-    Some((status, body))
 }
 
 /// A free port on the loopback, for a listener of the example.
