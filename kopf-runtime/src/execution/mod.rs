@@ -408,8 +408,10 @@ async fn attempt(
     let call = invoke(handler, kwargs, limit);
     let outcome = call.await;
     let unfinished = match &subhandlers {
-        Some(subhandlers) => Box::pin(subhandlers.after_parent(&outcome)).await,
-        None => None,
+        Some(subhandlers) if subhandlers.any() => {
+            Box::pin(subhandlers.after_parent(&outcome)).await
+        }
+        _ => None,
     };
     if let Some(subhandlers) = &subhandlers {
         subhandlers.list_in(&mut record);

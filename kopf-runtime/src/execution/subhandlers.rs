@@ -205,6 +205,12 @@ impl Subhandlers {
         }
     }
 
+    /// Whether the parent registered any child: without one, there is
+    /// nothing to run or wait for after its call.
+    pub(crate) fn any(&self) -> bool {
+        !self.state().registered.is_empty()
+    }
+
     /// After the parent's call: runs the children unless the parent did,
     /// and says how long until the unfinished ones are due, if any are.
     /// Children unfinished after [`execute`](Self::execute) count only if
