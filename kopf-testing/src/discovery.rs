@@ -345,6 +345,7 @@ mod tests {
             .collect();
         assert!(names.contains(&"example.com"));
         assert!(names.contains(&"coordination.k8s.io"));
+        assert!(names.contains(&"admissionregistration.k8s.io"));
         assert_eq!(
             group(&defs(), "example.com").unwrap()["preferredVersion"]["version"],
             "v1"

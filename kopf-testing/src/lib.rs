@@ -66,7 +66,8 @@
 //!   add at most 3 MiB together, and none may nest the object past the depth
 //!   limit (422); a patched object must still fit in 3 MiB (413).
 //! - CRDs cannot claim a group the emulator serves built-in (core,
-//!   `events.k8s.io`, `coordination.k8s.io`, `apiextensions.k8s.io`), nor
+//!   `events.k8s.io`, `coordination.k8s.io`, `admissionregistration.k8s.io`,
+//!   `apiextensions.k8s.io`), nor
 //!   a `*.k8s.io` / `*.kubernetes.io` group without the
 //!   `api-approved.kubernetes.io` annotation (422). Namespaces have no
 //!   deletecollection (405).
