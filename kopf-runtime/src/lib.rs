@@ -707,6 +707,7 @@ mod hierarchies;
 mod indexing;
 mod injection;
 mod kwargs;
+mod leadership;
 mod logbuffer;
 mod login;
 mod memories;

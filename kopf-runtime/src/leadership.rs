@@ -1,0 +1,448 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, with client-go's
+//! semantics and defaults, and a handover to candidates of a higher
+//! priority.
+//!
+//! One [`Elector`] per replica competes for one Lease:
+//! - **Acquiring.** A candidate takes the Lease when it is missing, has no
+//!   holder, or its holder has not renewed it for `lease_duration`, judged
+//!   on this process's monotonic clock from the moment the candidate last
+//!   saw the Lease's record change (never from the timestamps written in
+//!   it: the replicas' clocks need not agree).
+//! - **Writes are conditional** on the Lease's `resourceVersion`: of two
+//!   candidates writing at once, one gets a conflict and stays a candidate.
+//! - **Renewing.** The leader renews every `retry_period`. When it cannot
+//!   renew within `renew_deadline` of its last renewal (API errors, or the
+//!   API unreachable), it steps down by itself, before the Lease can expire
+//!   for the others (`renew_deadline` < `lease_duration`).
+//! - **Priorities.** The holder writes its priority on the Lease. A
+//!   candidate with a strictly higher priority asks for a handover (an
+//!   annotation naming it); the holder steps down ([`Role::HandingOver`]),
+//!   waits until its work is paused, and releases the Lease, which then
+//!   goes to the one who asked: while a request is fresh (younger than
+//!   `lease_duration`), candidates of a lower priority leave a free Lease
+//!   alone. Equal priorities elect as client-go does.
+//! - **Releasing.** On exit the leader releases the Lease (no holder), so
+//!   that another replica takes it within its `retry_period`.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::Api;
+use kube::api::PostParams;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// The annotation with the holder's priority.
+pub(crate) const PRIORITY: &str = "kopf.dev/priority";
+/// The annotation with a handover request: `<priority> <identity>`.
+pub(crate) const HANDOVER: &str = "kopf.dev/handover-requested-by";
+
+/// How one replica competes for the Lease (client-go's defaults).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ElectionSettings {
+    /// This replica's name on the Lease (`holderIdentity`).
+    pub identity: String,
+    /// Higher wins a handover; equal priorities elect normally.
+    pub priority: i64,
+    /// How long a Lease that is not renewed stays its holder's.
+    pub lease_duration: Duration,
+    /// How long the leader keeps trying to renew before it steps down.
+    pub renew_deadline: Duration,
+    /// How often candidates try to acquire, and the leader renews.
+    pub retry_period: Duration,
+}
+
+impl ElectionSettings {
+    /// client-go's defaults: 15 s, 10 s, 2 s.
+    pub(crate) fn new(identity: impl Into<String>, priority: i64) -> Self {
+        Self {
+            identity: identity.into(),
+            priority,
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+
+    /// Why these settings cannot elect safely, if they cannot.
+    pub(crate) fn problem(&self) -> Option<String> {
+        if self.identity.is_empty() {
+            return Some("the identity is empty: pass --identity NAME".into());
+        }
+        if self.retry_period.is_zero() || self.renew_deadline <= self.retry_period {
+            return Some(format!(
+                "the renew deadline ({:?}) must be longer than the retry period ({:?})",
+                self.renew_deadline, self.retry_period
+            ));
+        }
+        if self.lease_duration <= self.renew_deadline {
+            return Some(format!(
+                "the lease duration ({:?}) must be longer than the renew deadline ({:?}), \
+                 or two replicas may lead at once",
+                self.lease_duration, self.renew_deadline
+            ));
+        }
+        None
+    }
+}
+
+/// What this replica is, as the elector sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// Waiting for the Lease.
+    Candidate,
+    /// Holding the Lease: act.
+    Leader,
+    /// A candidate of a higher priority asked for the Lease: pause, then
+    /// report it with [`Elector::paused`]; the Lease is released after.
+    HandingOver,
+    /// The Lease could not be renewed in time: stop acting at once.
+    SteppedDown,
+}
+
+/// The Lease's record as client-go compares it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct Record {
+    holder: String,
+    version: String,
+    renew: Option<String>,
+    handover: Option<String>,
+}
+
+impl Record {
+    fn of(lease: &Lease) -> Self {
+        let spec = lease.spec.clone().unwrap_or_default();
+        Self {
+            holder: spec.holder_identity.unwrap_or_default(),
+            version: lease.metadata.resource_version.clone().unwrap_or_default(),
+            renew: spec.renew_time.map(|t| t.0.to_string()),
+            handover: annotation(lease, HANDOVER).map(str::to_owned),
+        }
+    }
+}
+
+fn annotation<'a>(lease: &'a Lease, key: &str) -> Option<&'a str> {
+    lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+/// A handover request: the priority and identity of who asked.
+fn parse_request(text: &str) -> Option<(i64, &str)> {
+    let (priority, identity) = text.split_once(' ')?;
+    Some((priority.parse().ok()?, identity))
+}
+
+/// What one attempt to acquire or renew found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Attempt {
+    /// This replica holds the Lease now.
+    Held,
+    /// Another replica holds it (or it is reserved for a handover).
+    Taken,
+    /// A candidate of a higher priority asks for it.
+    Requested,
+}
+
+/// Competes for one Lease: see the [module](self) notes.
+pub(crate) struct Elector {
+    api: Api<Lease>,
+    name: String,
+    settings: ElectionSettings,
+    /// The record last seen, and when it was first seen so.
+    observed: Option<(Record, Instant)>,
+    role: watch::Sender<Role>,
+    paused: CancellationToken,
+}
+
+impl Elector {
+    /// An elector for the Lease `namespace/name`.
+    pub(crate) fn new(
+        client: kube::Client,
+        namespace: &str,
+        name: &str,
+        settings: ElectionSettings,
+    ) -> Self {
+        Self {
+            api: Api::namespaced(client, namespace),
+            name: name.to_owned(),
+            settings,
+            observed: None,
+            role: watch::Sender::new(Role::Candidate),
+            paused: CancellationToken::new(),
+        }
+    }
+
+    /// The role, as it changes.
+    pub(crate) fn roles(&self) -> watch::Receiver<Role> {
+        self.role.subscribe()
+    }
+
+    /// What the operator cancels once its work is paused after
+    /// [`Role::HandingOver`] or [`Role::SteppedDown`]: the Lease is released
+    /// only then.
+    pub(crate) fn paused(&self) -> CancellationToken {
+        self.paused.clone()
+    }
+
+    /// Competes until `stop`, then releases the Lease if held (once the work
+    /// is paused).
+    pub(crate) async fn run(mut self, stop: CancellationToken) {
+        loop {
+            self.role.send_replace(Role::Candidate);
+            if !self.acquire(&stop).await {
+                return;
+            }
+            self.role.send_replace(Role::Leader);
+            tracing::info!(lease = %self.name, identity = %self.settings.identity, "Became the leader.");
+            let ending = self.renew(&stop).await;
+            self.role.send_replace(ending);
+            // Nothing may act on another replica's behalf: wait for the work
+            // to pause before the Lease can go to anyone else.
+            self.paused.cancelled().await;
+            self.paused = CancellationToken::new();
+            match ending {
+                Role::SteppedDown => {
+                    tracing::warn!(lease = %self.name, "Could not renew the lease in time; stepped down.");
+                }
+                _ => self.release().await,
+            }
+            if stop.is_cancelled() {
+                return;
+            }
+            if ending == Role::HandingOver {
+                // Leave the Lease to the one who asked.
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(self.settings.lease_duration) => {}
+                }
+            }
+        }
+    }
+
+    /// Tries every `retry_period` until the Lease is held (`true`) or `stop`.
+    async fn acquire(&mut self, stop: &CancellationToken) -> bool {
+        loop {
+            match self.try_acquire_or_renew().await {
+                Ok(Attempt::Held | Attempt::Requested) => return true,
+                Ok(Attempt::Taken) => {}
+                Err(error) => {
+                    tracing::debug!(lease = %self.name, %error, "Could not acquire the lease.")
+                }
+            }
+            tokio::select! {
+                () = stop.cancelled() => return false,
+                () = tokio::time::sleep(self.jittered()) => {}
+            }
+        }
+    }
+
+    /// Renews every `retry_period` while leading: the role it ends in.
+    async fn renew(&mut self, stop: &CancellationToken) -> Role {
+        let mut renewed = Instant::now();
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return Role::HandingOver,
+                () = tokio::time::sleep(self.settings.retry_period) => {}
+            }
+            let deadline = renewed + self.settings.renew_deadline;
+            loop {
+                let attempt = tokio::time::timeout_at(deadline, self.try_acquire_or_renew()).await;
+                match attempt {
+                    Err(_elapsed) => return Role::SteppedDown,
+                    Ok(Ok(Attempt::Held)) => {
+                        renewed = Instant::now();
+                        break;
+                    }
+                    Ok(Ok(Attempt::Requested)) => return Role::HandingOver,
+                    Ok(Ok(Attempt::Taken)) => return Role::SteppedDown,
+                    Ok(Err(error)) => {
+                        tracing::debug!(lease = %self.name, %error, "Could not renew the lease.");
+                        let retry = Instant::now() + self.settings.retry_period;
+                        if retry >= deadline {
+                            tokio::time::sleep_until(deadline).await;
+                            return Role::SteppedDown;
+                        }
+                        tokio::time::sleep_until(retry).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// client-go's `tryAcquireOrRenew`, with handover requests.
+    async fn try_acquire_or_renew(&mut self) -> Result<Attempt, kube::Error> {
+        let me = self.settings.identity.clone();
+        let now = MicroTime(jiff::Timestamp::now());
+        let Some(mut lease) = self.api.get_opt(&self.name).await? else {
+            let lease = self.lease_for_me(None, now);
+            let created = self.api.create(&PostParams::default(), &lease).await?;
+            self.observe(&created);
+            return Ok(Attempt::Held);
+        };
+        self.observe(&lease);
+        let record = Record::of(&lease);
+        let (_, seen) = self.observed.clone().expect("observed just now");
+        let expired = seen + self.lease_duration_of(&lease) <= Instant::now();
+        let request = record.handover.as_deref().and_then(parse_request);
+        if record.holder == me {
+            if let Some((priority, _)) = request
+                && priority > self.settings.priority
+            {
+                return Ok(Attempt::Requested);
+            }
+        } else if !record.holder.is_empty() && !expired {
+            self.request_handover(&mut lease, request).await;
+            return Ok(Attempt::Taken);
+        } else if let Some((priority, identity)) = request
+            && identity != me
+            && priority > self.settings.priority
+            && !expired
+        {
+            // Reserved for the one who asked, while the request is fresh.
+            return Ok(Attempt::Taken);
+        }
+        let mine = self.lease_for_me(Some(&lease), now);
+        let replaced = self
+            .api
+            .replace(&self.name, &PostParams::default(), &mine)
+            .await?;
+        self.observe(&replaced);
+        Ok(Attempt::Held)
+    }
+
+    /// Asks the holder to hand over, if this replica outranks it and has
+    /// not asked already.
+    async fn request_handover(&mut self, lease: &mut Lease, request: Option<(i64, &str)>) {
+        let holder_priority = annotation(lease, PRIORITY)
+            .and_then(|p| p.parse::<i64>().ok())
+            .unwrap_or(0);
+        let mine = self.settings.priority;
+        let outranked = request.is_some_and(|(priority, _)| priority >= mine);
+        if mine <= holder_priority || outranked {
+            return;
+        }
+        let text = format!("{mine} {}", self.settings.identity);
+        lease
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(HANDOVER.into(), text);
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), lease)
+            .await
+        {
+            Ok(replaced) => {
+                tracing::info!(lease = %self.name, "Asked the leader to hand over.");
+                self.observe(&replaced);
+            }
+            Err(error) => {
+                tracing::debug!(lease = %self.name, %error, "Could not ask for a handover.")
+            }
+        }
+    }
+
+    /// The Lease as this replica holds it: a holder change counts a
+    /// transition and a new acquire time; its own handover request is done.
+    fn lease_for_me(&self, current: Option<&Lease>, now: MicroTime) -> Lease {
+        let me = &self.settings.identity;
+        let spec = current.and_then(|l| l.spec.clone()).unwrap_or_default();
+        let keeps = spec.holder_identity.as_deref() == Some(me.as_str());
+        let transitions = spec.lease_transitions.unwrap_or(0);
+        let mut metadata = current
+            .map(|l| l.metadata.clone())
+            .unwrap_or_else(|| ObjectMeta {
+                name: Some(self.name.clone()),
+                ..ObjectMeta::default()
+            });
+        let annotations = metadata.annotations.get_or_insert_default();
+        annotations.insert(PRIORITY.into(), self.settings.priority.to_string());
+        let answered = annotations
+            .get(HANDOVER)
+            .and_then(|r| parse_request(r))
+            .is_some_and(|(_, identity)| identity == me);
+        if answered {
+            annotations.remove(HANDOVER);
+        }
+        Lease {
+            metadata,
+            spec: Some(LeaseSpec {
+                holder_identity: Some(me.clone()),
+                lease_duration_seconds: Some(
+                    i32::try_from(self.settings.lease_duration.as_secs()).unwrap_or(i32::MAX),
+                ),
+                acquire_time: if keeps {
+                    spec.acquire_time
+                } else {
+                    Some(now.clone())
+                },
+                renew_time: Some(now),
+                lease_transitions: Some(if keeps || current.is_none() {
+                    transitions
+                } else {
+                    transitions + 1
+                }),
+                ..spec
+            }),
+        }
+    }
+
+    /// Releases the Lease if this replica holds it: no holder, so that the
+    /// next candidate takes it at its next try.
+    async fn release(&mut self) {
+        let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await else {
+            return;
+        };
+        let spec = lease.spec.get_or_insert_default();
+        if spec.holder_identity.as_deref() != Some(self.settings.identity.as_str()) {
+            return;
+        }
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => tracing::info!(lease = %self.name, "Released the lease."),
+            Err(error) => {
+                tracing::warn!(lease = %self.name, %error, "Could not release the lease; it expires.")
+            }
+        }
+    }
+
+    /// Notes `lease`'s record, and when it was first seen so.
+    fn observe(&mut self, lease: &Lease) {
+        let record = Record::of(lease);
+        let changed = self
+            .observed
+            .as_ref()
+            .is_none_or(|(seen, _)| *seen != record);
+        if changed {
+            self.observed = Some((record, Instant::now()));
+        }
+    }
+
+    /// The duration the holder wrote, else this replica's setting.
+    fn lease_duration_of(&self, lease: &Lease) -> Duration {
+        lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.lease_duration_seconds)
+            .and_then(|s| u64::try_from(s).ok())
+            .map_or(self.settings.lease_duration, Duration::from_secs)
+    }
+
+    /// The retry period with client-go's jitter (up to 20 % more).
+    fn jittered(&self) -> Duration {
+        self.settings
+            .retry_period
+            .mul_f64(1.0 + fastrand::f64() * 0.2)
+    }
+}
