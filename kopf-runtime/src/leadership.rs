@@ -88,6 +88,36 @@ impl ElectionSettings {
     }
 }
 
+/// Where a pod finds its own namespace.
+pub(crate) const SERVICE_ACCOUNT_NAMESPACE: &str =
+    "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+/// The default `--identity`: the pod's name (`POD_NAME`, or `HOSTNAME`
+/// inside a pod), else the host's name with a random suffix, so that two
+/// processes on one machine never share an identity. `env` reads the
+/// environment; `in_pod` says whether a service account is mounted.
+pub(crate) fn default_identity(env: impl Fn(&str) -> Option<String>, in_pod: bool) -> String {
+    let named = |key: &str| env(key).filter(|v| !v.trim().is_empty());
+    if let Some(pod) = named("POD_NAME") {
+        return pod;
+    }
+    let host = named("HOSTNAME");
+    if in_pod && let Some(pod) = host.clone() {
+        return pod;
+    }
+    let host = host.unwrap_or_else(|| "kopf".to_owned());
+    format!("{host}-{:06x}", fastrand::u32(..0x0100_0000))
+}
+
+/// The default `--peering-namespace`: the pod's own (`pod_namespace`, read
+/// from the service account), else `default`.
+pub(crate) fn default_namespace(pod_namespace: Option<String>) -> String {
+    pod_namespace
+        .map(|ns| ns.trim().to_owned())
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or_else(|| "default".to_owned())
+}
+
 /// What this replica is, as the elector sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Role {
@@ -447,88 +477,41 @@ impl Elector {
     }
 }
 
-#[cfg(all(test, feature = "emulator"))]
+#[cfg(test)]
 mod tests {
-    use kopf_testing::{Emulator, FailRule};
-
     use super::*;
 
-    const PATIENCE: Duration = Duration::from_secs(30);
-
-    /// Short periods, in client-go's proportions.
-    fn settings(identity: &str, priority: i64) -> ElectionSettings {
-        ElectionSettings {
-            lease_duration: Duration::from_millis(1500),
-            renew_deadline: Duration::from_millis(1000),
-            retry_period: Duration::from_millis(200),
-            ..ElectionSettings::new(identity, priority)
-        }
-    }
-
-    /// A running elector: its roles, what pauses it, and what stops it.
-    struct Replica {
-        roles: watch::Receiver<Role>,
-        paused: CancellationToken,
-        stop: CancellationToken,
-        done: tokio::task::JoinHandle<()>,
-    }
-
-    impl Replica {
-        fn start(emulator: &Emulator, settings: ElectionSettings) -> Self {
-            let elector = Elector::new(emulator.client(), "default", "op", settings);
-            let roles = elector.roles();
-            let paused = elector.paused();
-            let stop = CancellationToken::new();
-            let done = tokio::spawn(elector.run(stop.clone()));
-            Self {
-                roles,
-                paused,
-                stop,
-                done,
+    #[test]
+    fn the_identity_is_the_pods_name_else_the_host_with_a_suffix() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |key: &str| {
+                vars.iter()
+                    .find(|(k, _)| *k == key)
+                    .map(|(_, v)| (*v).to_owned())
             }
-        }
-
-        /// Waits until the role is `role`; how long that took.
-        async fn reaches(&mut self, role: Role) -> Duration {
-            let begun = Instant::now();
-            tokio::time::timeout(PATIENCE, self.roles.wait_for(|r| *r == role))
-                .await
-                .unwrap_or_else(|_| panic!("never became {role:?}"))
-                .expect("the elector runs");
-            begun.elapsed()
-        }
-
-        fn role(&self) -> Role {
-            *self.roles.borrow()
-        }
+        };
+        let both = env(&[("POD_NAME", "op-7d9"), ("HOSTNAME", "node")]);
+        assert_eq!(default_identity(both, false), "op-7d9");
+        let host = env(&[("HOSTNAME", "op-5f4")]);
+        assert_eq!(default_identity(host, true), "op-5f4", "in a pod");
+        let outside = || env(&[("HOSTNAME", "laptop"), ("POD_NAME", " ")]);
+        let (a, b) = (
+            default_identity(outside(), false),
+            default_identity(outside(), false),
+        );
+        assert!(
+            a.starts_with("laptop-") && a.len() == "laptop-".len() + 6,
+            "{a}"
+        );
+        assert_ne!(a, b, "two processes on one host differ");
+        assert!(default_identity(env(&[]), false).starts_with("kopf-"));
     }
 
-    async fn lease(emulator: &Emulator) -> Lease {
-        let api: Api<Lease> = Api::namespaced(emulator.client(), "default");
-        api.get("op").await.expect("the lease exists")
-    }
-
-    fn holder(lease: &Lease) -> Option<String> {
-        lease.spec.as_ref().and_then(|s| s.holder_identity.clone())
-    }
-
-    /// Waits until the lease has been renewed `n` more times.
-    async fn renewals(emulator: &Emulator, n: usize) {
-        let mut last = lease(emulator).await.metadata.resource_version;
-        for _ in 0..n {
-            tokio::time::timeout(PATIENCE, async {
-                loop {
-                    let now = lease(emulator).await.metadata.resource_version;
-                    if now != last {
-                        last = now;
-                        return;
-                    }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            })
-            .await
-            .expect("the lease is renewed");
-        }
+    #[test]
+    fn the_namespace_is_the_pods_else_default() {
+        assert_eq!(default_namespace(Some("operators\n".into())), "operators");
+        assert_eq!(default_namespace(Some(" ".into())), "default");
+        assert_eq!(default_namespace(None), "default");
     }
 
     #[test]
@@ -543,82 +526,168 @@ mod tests {
         assert!(ElectionSettings::new("", 0).problem().is_some());
     }
 
-    #[tokio::test]
-    async fn one_of_two_candidates_leads_and_a_release_hands_the_lease_over() {
-        let emulator = Emulator::start().await.expect("emulator starts");
-        let mut a = Replica::start(&emulator, settings("a", 0));
-        a.reaches(Role::Leader).await;
-        let mut b = Replica::start(&emulator, settings("b", 0));
-        renewals(&emulator, 3).await;
-        assert_eq!(b.role(), Role::Candidate, "the lease is held and renewed");
-        let held = lease(&emulator).await;
-        assert_eq!(holder(&held).as_deref(), Some("a"));
-        assert_eq!(annotation(&held, PRIORITY), Some("0"));
+    /// Electors against the emulator, over real HTTP.
+    #[cfg(feature = "emulator")]
+    mod emulated {
+        use kopf_testing::{Emulator, FailRule};
 
-        // `a` exits: it releases once its work is paused.
-        a.stop.cancel();
-        a.reaches(Role::HandingOver).await;
-        assert_eq!(
-            holder(&lease(&emulator).await).as_deref(),
-            Some("a"),
-            "not before"
-        );
-        a.paused.cancel();
-        let took = b.reaches(Role::Leader).await;
-        assert!(
-            took < Duration::from_secs(2),
-            "within a retry period: {took:?}"
-        );
-        a.done.await.expect("a ends");
-        let taken = lease(&emulator).await;
-        assert_eq!(holder(&taken).as_deref(), Some("b"));
-        assert_eq!(taken.spec.and_then(|s| s.lease_transitions), Some(1));
-        b.stop.cancel();
-        b.paused.cancel();
-        b.done.await.expect("b ends");
-    }
+        use super::super::*;
 
-    #[tokio::test]
-    async fn a_leader_that_cannot_renew_steps_down_before_the_lease_expires() {
-        let emulator = Emulator::start().await.expect("emulator starts");
-        let mut a = Replica::start(&emulator, settings("a", 0));
-        a.reaches(Role::Leader).await;
-        renewals(&emulator, 1).await;
-        let renewed = Instant::now();
-        emulator
-            .faults()
-            .fail_next(10_000, FailRule::status(500).path_contains("/leases"));
-        a.reaches(Role::SteppedDown).await;
-        let after = renewed.elapsed();
-        assert!(
-            after < Duration::from_millis(1500),
-            "stepped down {after:?} after the last renewal, before the lease expired"
-        );
-        a.stop.cancel();
-        a.paused.cancel();
-        a.done.await.expect("a ends");
-    }
+        const PATIENCE: Duration = Duration::from_secs(30);
 
-    #[tokio::test]
-    async fn a_candidate_of_a_higher_priority_is_handed_the_lease() {
-        let emulator = Emulator::start().await.expect("emulator starts");
-        let mut low = Replica::start(&emulator, settings("low", 0));
-        low.reaches(Role::Leader).await;
-        let mut dev = Replica::start(&emulator, settings("dev", 666));
-        low.reaches(Role::HandingOver).await;
-        assert_eq!(dev.role(), Role::Candidate, "not before the leader paused");
-        low.paused.cancel();
-        dev.reaches(Role::Leader).await;
-        low.reaches(Role::Candidate).await;
-        renewals(&emulator, 5).await;
-        assert_eq!(low.role(), Role::Candidate, "the lease stays with dev");
-        let held = lease(&emulator).await;
-        assert_eq!(annotation(&held, HANDOVER), None, "the request is answered");
-        assert_eq!(annotation(&held, PRIORITY), Some("666"));
-        for replica in [low, dev] {
-            replica.stop.cancel();
-            replica.paused.cancel();
-            replica.done.await.expect("ends");
+        /// Short periods, in client-go's proportions.
+        fn settings(identity: &str, priority: i64) -> ElectionSettings {
+            ElectionSettings {
+                lease_duration: Duration::from_millis(1500),
+                renew_deadline: Duration::from_millis(1000),
+                retry_period: Duration::from_millis(200),
+                ..ElectionSettings::new(identity, priority)
+            }
+        }
+
+        /// A running elector: its roles, what pauses it, and what stops it.
+        struct Replica {
+            roles: watch::Receiver<Role>,
+            paused: CancellationToken,
+            stop: CancellationToken,
+            done: tokio::task::JoinHandle<()>,
+        }
+
+        impl Replica {
+            fn start(emulator: &Emulator, settings: ElectionSettings) -> Self {
+                let elector = Elector::new(emulator.client(), "default", "op", settings);
+                let roles = elector.roles();
+                let paused = elector.paused();
+                let stop = CancellationToken::new();
+                let done = tokio::spawn(elector.run(stop.clone()));
+                Self {
+                    roles,
+                    paused,
+                    stop,
+                    done,
+                }
+            }
+
+            /// Waits until the role is `role`; how long that took.
+            async fn reaches(&mut self, role: Role) -> Duration {
+                let begun = Instant::now();
+                tokio::time::timeout(PATIENCE, self.roles.wait_for(|r| *r == role))
+                    .await
+                    .unwrap_or_else(|_| panic!("never became {role:?}"))
+                    .expect("the elector runs");
+                begun.elapsed()
+            }
+
+            fn role(&self) -> Role {
+                *self.roles.borrow()
+            }
+        }
+
+        async fn lease(emulator: &Emulator) -> Lease {
+            let api: Api<Lease> = Api::namespaced(emulator.client(), "default");
+            api.get("op").await.expect("the lease exists")
+        }
+
+        fn holder(lease: &Lease) -> Option<String> {
+            lease.spec.as_ref().and_then(|s| s.holder_identity.clone())
+        }
+
+        /// Waits until the lease has been renewed `n` more times.
+        async fn renewals(emulator: &Emulator, n: usize) {
+            let mut last = lease(emulator).await.metadata.resource_version;
+            for _ in 0..n {
+                tokio::time::timeout(PATIENCE, async {
+                    loop {
+                        let now = lease(emulator).await.metadata.resource_version;
+                        if now != last {
+                            last = now;
+                            return;
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                })
+                .await
+                .expect("the lease is renewed");
+            }
+        }
+
+        #[tokio::test]
+        async fn one_of_two_candidates_leads_and_a_release_hands_the_lease_over() {
+            let emulator = Emulator::start().await.expect("emulator starts");
+            let mut a = Replica::start(&emulator, settings("a", 0));
+            a.reaches(Role::Leader).await;
+            let mut b = Replica::start(&emulator, settings("b", 0));
+            renewals(&emulator, 3).await;
+            assert_eq!(b.role(), Role::Candidate, "the lease is held and renewed");
+            let held = lease(&emulator).await;
+            assert_eq!(holder(&held).as_deref(), Some("a"));
+            assert_eq!(annotation(&held, PRIORITY), Some("0"));
+
+            // `a` exits: it releases once its work is paused.
+            a.stop.cancel();
+            a.reaches(Role::HandingOver).await;
+            assert_eq!(
+                holder(&lease(&emulator).await).as_deref(),
+                Some("a"),
+                "not before"
+            );
+            a.paused.cancel();
+            let took = b.reaches(Role::Leader).await;
+            assert!(
+                took < Duration::from_secs(2),
+                "within a retry period: {took:?}"
+            );
+            a.done.await.expect("a ends");
+            let taken = lease(&emulator).await;
+            assert_eq!(holder(&taken).as_deref(), Some("b"));
+            assert_eq!(taken.spec.and_then(|s| s.lease_transitions), Some(1));
+            b.stop.cancel();
+            b.paused.cancel();
+            b.done.await.expect("b ends");
+        }
+
+        #[tokio::test]
+        async fn a_leader_that_cannot_renew_steps_down_before_the_lease_expires() {
+            let emulator = Emulator::start().await.expect("emulator starts");
+            let mut a = Replica::start(&emulator, settings("a", 0));
+            a.reaches(Role::Leader).await;
+            renewals(&emulator, 1).await;
+            let renewed = Instant::now();
+            emulator
+                .faults()
+                .fail_next(10_000, FailRule::status(500).path_contains("/leases"));
+            a.reaches(Role::SteppedDown).await;
+            let after = renewed.elapsed();
+            assert!(
+                after < Duration::from_millis(1500),
+                "stepped down {after:?} after the last renewal, before the lease expired"
+            );
+            a.stop.cancel();
+            a.paused.cancel();
+            a.done.await.expect("a ends");
+        }
+
+        #[tokio::test]
+        async fn a_candidate_of_a_higher_priority_is_handed_the_lease() {
+            let emulator = Emulator::start().await.expect("emulator starts");
+            let mut low = Replica::start(&emulator, settings("low", 0));
+            low.reaches(Role::Leader).await;
+            let mut dev = Replica::start(&emulator, settings("dev", 666));
+            low.reaches(Role::HandingOver).await;
+            assert_eq!(dev.role(), Role::Candidate, "not before the leader paused");
+            low.paused.cancel();
+            dev.reaches(Role::Leader).await;
+            low.reaches(Role::Candidate).await;
+            renewals(&emulator, 5).await;
+            assert_eq!(low.role(), Role::Candidate, "the lease stays with dev");
+            let held = lease(&emulator).await;
+            assert_eq!(annotation(&held, HANDOVER), None, "the request is answered");
+            assert_eq!(annotation(&held, PRIORITY), Some("666"));
+            for replica in [low, dev] {
+                replica.stop.cancel();
+                replica.paused.cancel();
+                replica.done.await.expect("ends");
+            }
         }
     }
 }
