@@ -24,13 +24,14 @@
 //! - **Releasing.** On exit the leader releases the Lease (no holder), so
 //!   that another replica takes it within its `retry_period`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Api;
 use kube::api::PostParams;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -187,7 +188,7 @@ pub(crate) struct Elector {
     /// The record last seen, and when it was first seen so.
     observed: Option<(Record, Instant)>,
     role: watch::Sender<Role>,
-    paused: CancellationToken,
+    paused: Arc<Notify>,
 }
 
 impl Elector {
@@ -204,7 +205,7 @@ impl Elector {
             settings,
             observed: None,
             role: watch::Sender::new(Role::Candidate),
-            paused: CancellationToken::new(),
+            paused: Arc::new(Notify::new()),
         }
     }
 
@@ -213,11 +214,12 @@ impl Elector {
         self.role.subscribe()
     }
 
-    /// What the operator cancels once its work is paused after
-    /// [`Role::HandingOver`] or [`Role::SteppedDown`]: the Lease is released
-    /// only then.
-    pub(crate) fn paused(&self) -> CancellationToken {
-        self.paused.clone()
+    /// What the operator notifies (`notify_one`) once per term, when its
+    /// work is paused after leading: the elector waits for it after
+    /// [`Role::HandingOver`] or [`Role::SteppedDown`], and releases the
+    /// Lease only then. A notification given first is kept for the wait.
+    pub(crate) fn paused(&self) -> Arc<Notify> {
+        Arc::clone(&self.paused)
     }
 
     /// Competes until `stop`, then releases the Lease if held (once the work
@@ -234,8 +236,7 @@ impl Elector {
             self.role.send_replace(ending);
             // Nothing may act on another replica's behalf: wait for the work
             // to pause before the Lease can go to anyone else.
-            self.paused.cancelled().await;
-            self.paused = CancellationToken::new();
+            self.paused.notified().await;
             match ending {
                 Role::SteppedDown => {
                     tracing::warn!(lease = %self.name, "Could not renew the lease in time; stepped down.");
@@ -548,7 +549,7 @@ mod tests {
         /// A running elector: its roles, what pauses it, and what stops it.
         struct Replica {
             roles: watch::Receiver<Role>,
-            paused: CancellationToken,
+            paused: Arc<Notify>,
             stop: CancellationToken,
             done: tokio::task::JoinHandle<()>,
         }
@@ -631,7 +632,7 @@ mod tests {
                 Some("a"),
                 "not before"
             );
-            a.paused.cancel();
+            a.paused.notify_one();
             let took = b.reaches(Role::Leader).await;
             assert!(
                 took < Duration::from_secs(2),
@@ -642,7 +643,7 @@ mod tests {
             assert_eq!(holder(&taken).as_deref(), Some("b"));
             assert_eq!(taken.spec.and_then(|s| s.lease_transitions), Some(1));
             b.stop.cancel();
-            b.paused.cancel();
+            b.paused.notify_one();
             b.done.await.expect("b ends");
         }
 
@@ -663,7 +664,7 @@ mod tests {
                 "stepped down {after:?} after the last renewal, before the lease expired"
             );
             a.stop.cancel();
-            a.paused.cancel();
+            a.paused.notify_one();
             a.done.await.expect("a ends");
         }
 
@@ -675,7 +676,7 @@ mod tests {
             let mut dev = Replica::start(&emulator, settings("dev", 666));
             low.reaches(Role::HandingOver).await;
             assert_eq!(dev.role(), Role::Candidate, "not before the leader paused");
-            low.paused.cancel();
+            low.paused.notify_one();
             dev.reaches(Role::Leader).await;
             low.reaches(Role::Candidate).await;
             renewals(&emulator, 5).await;
@@ -685,9 +686,138 @@ mod tests {
             assert_eq!(annotation(&held, PRIORITY), Some("666"));
             for replica in [low, dev] {
                 replica.stop.cancel();
-                replica.paused.cancel();
+                replica.paused.notify_one();
                 replica.done.await.expect("ends");
             }
         }
+    }
+}
+
+/// Operators electing on one Lease, end to end against the emulator.
+#[cfg(all(test, feature = "emulator"))]
+mod replicas {
+    use std::sync::Mutex;
+
+    use kopf_testing::Emulator;
+    use kube::api::{DynamicObject, PostParams};
+    use kube::core::ApiResource;
+    use serde_json::json;
+
+    use super::*;
+    use crate::kwargs::Kwargs;
+    use crate::operator::Operator;
+    use crate::registry::Registry;
+    use crate::resources::ResourceRef;
+    use crate::settings::OperatorSettings;
+
+    /// Which replica ticked, in order.
+    type Ticks = Arc<Mutex<Vec<&'static str>>>;
+
+    fn settings(identity: &str) -> ElectionSettings {
+        ElectionSettings {
+            lease_duration: Duration::from_millis(1500),
+            renew_deadline: Duration::from_millis(1000),
+            retry_period: Duration::from_millis(200),
+            ..ElectionSettings::new(identity, 0)
+        }
+    }
+
+    /// A replica `me` with a 0.1 s timer on ConfigMaps, until `stop`.
+    fn replica(
+        emulator: &Emulator,
+        me: &'static str,
+        ticks: &Ticks,
+        stop: CancellationToken,
+    ) -> tokio::task::JoinHandle<Result<(), crate::OperatorError>> {
+        let ticks = Arc::clone(ticks);
+        let registry = Registry::builder()
+            .timer(
+                ResourceRef::dynamic("", "v1", "configmaps"),
+                "tick",
+                move |_kw: Kwargs| {
+                    ticks.lock().expect("not poisoned").push(me);
+                    async { Ok::<_, crate::Error>(()) }
+                },
+            )
+            .interval(Duration::from_millis(100))
+            .build()
+            .expect("a valid registry");
+        let mut operator_settings = OperatorSettings::default();
+        operator_settings.posting.enabled = false;
+        operator_settings.queueing.exit_timeout = Duration::from_secs(1);
+        let operator = Operator::new(registry)
+            .client(emulator.client())
+            .settings(operator_settings)
+            .election("default", "op", settings(me));
+        tokio::spawn(operator.run_until(async move { stop.cancelled().await }))
+    }
+
+    async fn ticked_by(ticks: &Ticks, who: &'static str, after: usize) {
+        tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                let seen = ticks.lock().expect("not poisoned")[after.min(usize::MAX)..]
+                    .iter()
+                    .any(|t| *t == who);
+                if seen {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{who} never ticked"));
+    }
+
+    #[tokio::test]
+    async fn only_the_leader_serves_and_its_exit_hands_over() {
+        let emulator = Emulator::start().await.expect("emulator starts");
+        let resource = ApiResource {
+            group: String::new(),
+            version: "v1".into(),
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            plural: "configmaps".into(),
+        };
+        let api: Api<DynamicObject> = Api::namespaced_with(emulator.client(), "default", &resource);
+        let object = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"},
+        }))
+        .expect("a ConfigMap");
+        api.create(&PostParams::default(), &object)
+            .await
+            .expect("created");
+
+        let ticks: Ticks = Arc::default();
+        let (stop_a, stop_b) = (CancellationToken::new(), CancellationToken::new());
+        let a = replica(&emulator, "a", &ticks, stop_a.clone());
+        ticked_by(&ticks, "a", 0).await;
+        let b = replica(&emulator, "b", &ticks, stop_b.clone());
+        // Long enough for b to have tried many times: a ticks on.
+        let now = ticks.lock().expect("not poisoned").len();
+        for n in 0..15 {
+            ticked_by(&ticks, "a", now + n).await;
+        }
+        assert!(
+            !ticks.lock().expect("not poisoned").contains(&"b"),
+            "only the leader serves"
+        );
+
+        stop_a.cancel();
+        a.await.expect("a ends").expect("a stops cleanly");
+        let handed = ticks.lock().expect("not poisoned").len();
+        let begun = tokio::time::Instant::now();
+        ticked_by(&ticks, "b", handed).await;
+        assert!(
+            begun.elapsed() < Duration::from_secs(2),
+            "b took over within a retry period and its first tick: {:?}",
+            begun.elapsed()
+        );
+        let after: Vec<_> = ticks.lock().expect("not poisoned")[handed..].to_vec();
+        assert!(
+            after.iter().all(|t| *t == "b"),
+            "no tick of a after its exit: {after:?}"
+        );
+        stop_b.cancel();
+        b.await.expect("b ends").expect("b stops cleanly");
     }
 }

@@ -28,6 +28,7 @@ use crate::handlers::{Handler, HandlerKind};
 use crate::health::{Health, Phase, Registered, ResourceHealth};
 use crate::indexing::{Hold, IndexGate, OperatorIndexes, ResourceIndexer};
 use crate::kwargs::{Memo, MemoBase};
+use crate::leadership::{ElectionSettings, Elector, Role};
 use crate::login::{LoginError, Vault};
 use crate::metrics::{self, Metrics};
 use crate::namespaces::NamespaceSelector;
@@ -216,6 +217,16 @@ pub struct Operator {
     /// Whether the client already counts its requests in the endpoints'
     /// metrics (the runner builds it so).
     client_measured: bool,
+    /// The Lease to lead on, if more than one replica runs.
+    election: Option<Election>,
+}
+
+/// Where and how replicas elect the one that serves.
+#[derive(Debug, Clone)]
+pub(crate) struct Election {
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+    pub(crate) settings: ElectionSettings,
 }
 
 impl std::fmt::Debug for Operator {
@@ -240,6 +251,7 @@ impl Operator {
             task_counters: TaskCounters::default(),
             endpoints: None,
             client_measured: false,
+            election: None,
         }
     }
 
@@ -284,6 +296,22 @@ impl Operator {
     pub(crate) fn measured_client(mut self, client: Client) -> Self {
         self.client = Some(client);
         self.client_measured = true;
+        self
+    }
+
+    /// Serves the resources only while this replica leads on the Lease
+    /// `namespace/name` (see [`leadership`](crate::leadership)).
+    pub(crate) fn election(
+        mut self,
+        namespace: &str,
+        name: &str,
+        settings: ElectionSettings,
+    ) -> Self {
+        self.election = Some(Election {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            settings,
+        });
         self
     }
 
@@ -486,53 +514,114 @@ impl Operator {
             };
 
             let observer = TaskObserver::new(poster.clone());
-            let spawner = Arc::new(Spawner::with_counters(
-                tokio::runtime::Handle::current(),
-                Arc::clone(&observer) as Arc<dyn crate::spawning::Observer>,
-                SpawnerSettings {
-                    graceful_exit_limit: settings.background.graceful_exit_limit,
-                    default_cancellation_timeout: settings.background.default_cancellation_timeout,
-                },
-                Arc::clone(&self.task_counters.0),
-            ));
+            // With a Lease, resources are served only while this replica
+            // leads; each term ends with its tasks stopped, before the
+            // elector may let the Lease go.
+            let mut election = self.election.take().map(|election| {
+                let elector = Elector::new(
+                    client.clone(),
+                    &election.namespace,
+                    &election.name,
+                    election.settings,
+                );
+                let roles = elector.roles();
+                let paused = elector.paused();
+                let stop_electing = root.child_token();
+                tasks.spawn(elector.run(stop_electing.clone()));
+                (roles, paused, stop_electing)
+            });
+            let mut served = Ok(());
+            loop {
+                if let Some((roles, _, _)) = &mut election {
+                    let leading = tokio::select! {
+                        role = roles.wait_for(|r| *r == Role::Leader) => role.is_ok(),
+                        () = &mut stop => false,
+                    };
+                    if !leading {
+                        break;
+                    }
+                    tracing::info!("leading: serving the resources");
+                }
+                let spawner = Arc::new(Spawner::with_counters(
+                    tokio::runtime::Handle::current(),
+                    Arc::clone(&observer) as Arc<dyn crate::spawning::Observer>,
+                    SpawnerSettings {
+                        graceful_exit_limit: settings.background.graceful_exit_limit,
+                        default_cancellation_timeout: settings
+                            .background
+                            .default_cancellation_timeout,
+                    },
+                    Arc::clone(&self.task_counters.0),
+                ));
 
-            if let Some(health) = &health {
-                health.enter(Phase::Discovering);
+                if let Some(health) = &health {
+                    health.enter(Phase::Discovering);
+                }
+                let watching = root.child_token();
+                let serving = TaskTracker::new();
+                let context = ServeContext {
+                    client: client.clone(),
+                    settings: Arc::clone(&settings),
+                    poster: poster.clone(),
+                    namespaces: self.namespaces.clone(),
+                    spawner: Arc::clone(&spawner),
+                    watching: watching.clone(),
+                    tasks: serving.clone(),
+                    indexes: indexes.clone(),
+                    health: health.clone(),
+                    metrics: metrics.clone(),
+                    memo: memo_base.clone(),
+                };
+                // The term ends when the operator stops, or when this
+                // replica stops leading.
+                let stopped = std::sync::atomic::AtomicBool::new(false);
+                let mut term: Pin<Box<dyn Future<Output = ()> + Send + '_>> = match &mut election {
+                    Some((roles, _, _)) => Box::pin(async {
+                        tokio::select! {
+                            () = &mut stop => stopped.store(true, std::sync::atomic::Ordering::SeqCst),
+                            _ = roles.wait_for(|r| *r != Role::Leader) => {}
+                        }
+                    }),
+                    None => Box::pin(async {
+                        (&mut stop).await;
+                        stopped.store(true, std::sync::atomic::Ordering::SeqCst);
+                    }),
+                };
+                served = Resources::new(context, &self.registry)
+                    .serve_until(&mut term)
+                    .await;
+                drop(term);
+                let stopping = stopped.load(std::sync::atomic::Ordering::SeqCst) || served.is_err();
+                if stopping && served.is_ok() {
+                    tracing::info!("stopping the operator");
+                } else if !stopping {
+                    tracing::warn!("no longer leading: pausing the resources");
+                }
+                watching.cancel();
+                serving.close();
+                let exit_timeout = settings.queueing.exit_timeout;
+                // Each resource's queue gets `exit_timeout`, then a grace to cancel.
+                if tokio::time::timeout(exit_timeout + Duration::from_secs(2), serving.wait())
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!("the served resources did not stop in time; abandoning them");
+                }
+                if let Err(error) = spawner.shutdown(settings.background.shutdown_timeout).await {
+                    tracing::warn!(%error, "daemons and timers did not all stop in time");
+                }
+                if let Some((_, paused, stop_electing)) = &election {
+                    if stopping {
+                        // Released once paused, not re-acquired.
+                        stop_electing.cancel();
+                    }
+                    paused.notify_one();
+                }
+                if stopping {
+                    break;
+                }
             }
-            let watching = root.child_token();
-            let serving = TaskTracker::new();
-            let context = ServeContext {
-                client: client.clone(),
-                settings: Arc::clone(&settings),
-                poster: poster.clone(),
-                namespaces: self.namespaces.clone(),
-                spawner: Arc::clone(&spawner),
-                watching: watching.clone(),
-                tasks: serving.clone(),
-                indexes,
-                health: health.clone(),
-                metrics: metrics.clone(),
-                memo: memo_base,
-            };
-            let served = Resources::new(context, &self.registry)
-                .serve_until(&mut stop)
-                .await;
-            if served.is_ok() {
-                tracing::info!("stopping the operator");
-            }
-            watching.cancel();
-            serving.close();
             let exit_timeout = settings.queueing.exit_timeout;
-            // Each resource's queue gets `exit_timeout`, then a grace to cancel.
-            if tokio::time::timeout(exit_timeout + Duration::from_secs(2), serving.wait())
-                .await
-                .is_err()
-            {
-                tracing::warn!("the served resources did not stop in time; abandoning them");
-            }
-            if let Err(error) = spawner.shutdown(settings.background.shutdown_timeout).await {
-                tracing::warn!(%error, "daemons and timers did not all stop in time");
-            }
             // A start-up that failed cleans nothing up (as a failed start-up handler).
             let cleanup_handlers = measured_of(HandlerKind::OnCleanup);
             let cleanup = Activity {
