@@ -12,6 +12,7 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer};
 
+use crate::leadership::{DEV_PRIORITY, Peering};
 use crate::namespaces::{NamespaceSelector, SelectorError};
 use crate::settings::NetworkingSettings;
 
@@ -30,14 +31,6 @@ pub enum CliError {
     /// No cluster configuration found (no kubeconfig, not in a cluster).
     #[error("cannot find a cluster configuration")]
     InferConfig(#[source] kube::config::InferConfigError),
-    /// A flag of `kopf run` that kopf-rs does not implement yet.
-    #[error("{flag} is not supported yet: {instead}")]
-    Unsupported {
-        /// The flag as given on the command line.
-        flag: &'static str,
-        /// What to do instead.
-        instead: &'static str,
-    },
 }
 
 /// How log lines look (`--log-format`), as in Kopf.
@@ -65,27 +58,42 @@ pub struct Args {
     #[arg(short = 'A', long = "all-namespaces")]
     pub all_namespaces: bool,
 
-    /// Run without coordinating with other replicas: what kopf-rs always
-    /// does, as it has no peering yet.
+    /// Run without coordinating with other replicas, even if `--peering`
+    /// or `KOPF_RUN_PEERING` names a Lease (as without them).
     #[arg(long)]
     pub standalone: bool,
 
-    /// Kopf's peering object: not supported yet, refused.
-    #[arg(
-        short = 'P',
-        long,
-        value_name = "NAME",
-        env = "KOPF_RUN_PEERING",
-        hide = true
-    )]
+    /// Elect the one replica that serves on this `coordination.k8s.io/v1`
+    /// Lease (created if missing); the others wait and take over when it
+    /// exits or cannot renew the Lease.
+    #[arg(short = 'P', long, value_name = "NAME", env = "KOPF_RUN_PEERING")]
     pub peering: Option<String>,
 
-    /// Kopf's peering priority: not supported yet, refused.
-    #[arg(short = 'p', long, value_name = "N", hide = true)]
+    /// The Lease's namespace [default: the pod's own, else `default`].
+    #[arg(long, value_name = "NAMESPACE", requires = "peering")]
+    pub peering_namespace: Option<String>,
+
+    /// This replica's name on the Lease, unique among the replicas
+    /// [default: the pod's name, else the host's with a random suffix].
+    #[arg(long, value_name = "NAME", requires = "peering")]
+    pub identity: Option<String>,
+
+    /// This replica's priority on the Lease: a waiting replica of a
+    /// strictly higher priority is handed the Lease; equal priorities
+    /// elect normally [default: 0].
+    #[arg(
+        short = 'p',
+        long,
+        value_name = "N",
+        requires = "peering",
+        conflicts_with = "dev",
+        allow_negative_numbers = true
+    )]
     pub priority: Option<i64>,
 
-    /// Kopf's development mode (priority 666): not supported yet, refused.
-    #[arg(long, hide = true)]
+    /// Development mode: priority 666, to take the Lease over from the
+    /// deployed replicas while debugging.
+    #[arg(long, requires = "peering")]
     pub dev: bool,
 
     /// The kubeconfig file to use instead of `$KUBECONFIG` / `~/.kube/config`.
@@ -150,25 +158,39 @@ impl Args {
         NamespaceSelector::new(&self.namespaces, self.all_namespaces)
     }
 
-    /// Refuses the flags of `kopf run` that kopf-rs parses under Kopf's
-    /// names but does not implement yet, rather than run as if they were
-    /// not given.
+    /// The Lease to elect the serving replica on, from `--peering` (unless
+    /// `--standalone`), `--peering-namespace`, `--identity`, `--priority`
+    /// and `--dev`; `None` to run without coordination.
     ///
-    /// # Errors
-    /// [`CliError::Unsupported`] naming the first such flag and what to do
-    /// instead.
-    pub(crate) fn check_supported(&self) -> Result<(), CliError> {
-        const PEERING: &str = "kopf-rs runs one replica without coordination; \
-                               drop the flag (and unset KOPF_RUN_PEERING), or use --standalone";
-        let unsupported = [
-            (self.peering.is_some(), "--peering", PEERING),
-            (self.priority.is_some(), "--priority", PEERING),
-            (self.dev, "--dev", PEERING),
-        ];
-        match unsupported.into_iter().find(|(given, ..)| *given) {
-            Some((_, flag, instead)) => Err(CliError::Unsupported { flag, instead }),
-            None => Ok(()),
+    /// ```
+    /// use clap::Parser;
+    /// use kopf_runtime::{Args, Peering};
+    ///
+    /// let args = Args::try_parse_from([
+    ///     "operator", "--peering", "team", "--peering-namespace", "ops", "--identity", "a", "--dev",
+    /// ])?;
+    /// let expected = Peering::new("team").namespace("ops").identity("a").priority(666);
+    /// assert_eq!(args.peering(), Some(expected));
+    /// assert!(Args::try_parse_from(["operator", "--standalone", "--peering", "team"])?.peering().is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn peering(&self) -> Option<Peering> {
+        if self.standalone {
+            return None;
         }
+        let mut peering = Peering::new(self.peering.as_deref()?);
+        if let Some(namespace) = &self.peering_namespace {
+            peering = peering.namespace(namespace);
+        }
+        if let Some(identity) = &self.identity {
+            peering = peering.identity(identity);
+        }
+        let priority = if self.dev {
+            DEV_PRIORITY
+        } else {
+            self.priority.unwrap_or(0)
+        };
+        Some(peering.priority(priority))
     }
 
     /// The client configuration: `--kubeconfig` and `--context` if given,
@@ -423,32 +445,45 @@ mod tests {
     }
 
     #[test]
-    fn flags_not_implemented_yet_are_refused_by_name() {
-        for (argv, flag) in [
-            (&["-P", "team"][..], "--peering"),
-            (&["--peering", "team"], "--peering"),
-            (&["-p", "10"], "--priority"),
-            (&["--priority", "10"], "--priority"),
-            (&["--dev"], "--dev"),
-        ] {
-            let error = parse(argv).check_supported().expect_err("refused");
-            assert!(
-                matches!(error, CliError::Unsupported { flag: f, .. } if f == flag),
-                "{argv:?}: {error}"
-            );
-            assert!(
-                error
-                    .to_string()
-                    .starts_with(&format!("{flag} is not supported yet: "))
-            );
-        }
-        assert!(
-            parse(&["--standalone", "-A", "-v"])
-                .check_supported()
-                .is_ok()
-        );
-        assert!(parse(&[]).check_supported().is_ok());
+    fn peering_flags_make_the_lease_to_elect_on() {
+        let given = |argv: &[&str]| {
+            let mut all = vec!["--peering-namespace", "ops", "--identity", "me"];
+            all.extend_from_slice(argv);
+            parse(&all).peering()
+        };
+        let lease = |priority| {
+            Some(
+                Peering::new("team")
+                    .namespace("ops")
+                    .identity("me")
+                    .priority(priority),
+            )
+        };
+        assert_eq!(given(&["-P", "team"]), lease(0));
+        assert_eq!(given(&["--peering", "team", "-p", "10"]), lease(10));
+        assert_eq!(given(&["--peering", "team", "--priority", "-3"]), lease(-3));
+        assert_eq!(given(&["--peering", "team", "--dev"]), lease(666));
+        assert_eq!(given(&["--peering", "team", "--standalone"]), None);
+        assert_eq!(parse(&["--standalone", "-A", "-v"]).peering(), None);
+        assert_eq!(parse(&[]).peering(), None);
         assert_eq!(parse(&["-d"]).default_level(), LevelFilter::TRACE);
+    }
+
+    #[test]
+    fn peering_options_without_a_lease_are_refused() {
+        for argv in [
+            &["--priority", "10"][..],
+            &["--dev"],
+            &["--identity", "me"],
+            &["--peering-namespace", "ops"],
+        ] {
+            let error = Args::try_parse_from(std::iter::once("op").chain(argv.iter().copied()))
+                .expect_err("refused");
+            assert!(error.to_string().contains("--peering"), "{argv:?}: {error}");
+        }
+        let error = Args::try_parse_from(["op", "-P", "team", "--dev", "-p", "1"])
+            .expect_err("one priority");
+        assert!(error.to_string().contains("cannot be used with"), "{error}");
     }
 
     #[test]
@@ -468,7 +503,6 @@ mod tests {
             ],
         ] {
             let args = parse(argv);
-            assert!(args.check_supported().is_ok(), "{argv:?}");
             assert_eq!(
                 args.liveness.as_deref(),
                 Some("http://0.0.0.0:8080/healthz")
@@ -478,13 +512,19 @@ mod tests {
     }
 
     #[test]
-    fn the_help_promises_only_what_runs() {
+    fn the_help_lists_every_flag() {
         use clap::CommandFactory as _;
         let help = Args::command().render_long_help().to_string();
-        for hidden in ["--peering", "--priority", "--dev"] {
-            assert!(!help.contains(hidden), "{hidden} in:\n{help}");
-        }
-        for shown in ["--standalone", "--liveness", "--metrics"] {
+        for shown in [
+            "--standalone",
+            "--peering",
+            "--peering-namespace",
+            "--identity",
+            "--priority",
+            "--dev",
+            "--liveness",
+            "--metrics",
+        ] {
             assert!(help.contains(shown), "{shown} not in:\n{help}");
         }
     }

@@ -14,6 +14,11 @@
 //!   discovery has found the resources, and each resource served has
 //!   finished its first listing. A resource found later makes it wait for
 //!   that resource's first listing; one no longer served is not waited for.
+//! - A replica that competes for a Lease (`--peering`) is ready once its
+//!   start-up handlers are done, whether it leads or not: readiness never
+//!   depends on leadership, and a follower lists nothing. It leads
+//!   ([`Health::leading`]) only while it serves; a replica without a Lease
+//!   always leads.
 //! - A resource is ready once its watcher has started every scope it knows
 //!   of at start-up and each has finished a listing; it stays ready.
 //! - A scope is silent when it has received no listing, event or bookmark
@@ -39,6 +44,10 @@ pub(crate) struct Health {
     /// How far the operator's start has come (a [`Phase`]).
     phase: AtomicU8,
     resources: Mutex<Vec<Arc<ResourceHealth>>>,
+    /// Whether the replica competes for a Lease.
+    elected: AtomicBool,
+    /// Whether the replica acts on objects.
+    leading: AtomicBool,
 }
 
 impl Default for Health {
@@ -47,6 +56,8 @@ impl Default for Health {
             epoch: Instant::now(),
             phase: AtomicU8::new(Phase::Starting as u8),
             resources: Mutex::default(),
+            elected: AtomicBool::new(false),
+            leading: AtomicBool::new(true),
         }
     }
 }
@@ -134,6 +145,18 @@ impl Health {
         self.phase.store(phase as u8, Ordering::Release);
     }
 
+    /// The replica competes for a Lease, and leads on it (`true`) or not.
+    pub(crate) fn lead(&self, leading: bool) {
+        self.elected.store(true, Ordering::Release);
+        self.leading.store(leading, Ordering::Release);
+    }
+
+    /// Whether this replica acts on objects: not while another replica
+    /// leads on the Lease.
+    pub(crate) fn leading(&self) -> bool {
+        self.leading.load(Ordering::Acquire)
+    }
+
     /// The resources that are not ready, with why (the operator itself
     /// while it starts).
     pub(crate) fn not_ready(&self) -> Vec<(String, NotReady)> {
@@ -145,6 +168,9 @@ impl Health {
         };
         if let Some(why) = starting {
             return vec![("operator".to_owned(), why)];
+        }
+        if self.elected.load(Ordering::Acquire) {
+            return Vec::new();
         }
         self.resources()
             .iter()

@@ -77,6 +77,16 @@ impl OperatorIndexes {
         }
     }
 
+    /// Empties every index and marks it unfilled, as before the first
+    /// listing: when a replica stops leading, what its watches saw goes
+    /// stale, and the next term fills the indexes from a fresh listing.
+    pub(crate) fn reset(&self) {
+        self.indexes.clear();
+        for filling in self.filling.values() {
+            filling.0.send_modify(|state| state.filled = false);
+        }
+    }
+
     /// The indexes, as handlers take them.
     pub(crate) fn kwarg(&self) -> &Indexes {
         &self.indexes

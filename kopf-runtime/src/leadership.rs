@@ -35,10 +35,143 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::settings::PeeringSettings;
+
 /// The annotation with the holder's priority.
 pub(crate) const PRIORITY: &str = "kopf.dev/priority";
 /// The annotation with a handover request: `<priority> <identity>`.
 pub(crate) const HANDOVER: &str = "kopf.dev/handover-requested-by";
+
+/// Kopf's development priority (`--dev`).
+pub(crate) const DEV_PRIORITY: i64 = 666;
+
+/// The Lease this replica serves under, and as whom it competes for it:
+/// what `--peering`, `--peering-namespace`, `--identity`, `--priority`
+/// and `--dev` give, for [`Operator::peering`](crate::Operator::peering).
+///
+/// Only the replica holding the Lease serves the resources; the others
+/// wait, with their probes, metrics, start-up and clean-up handlers
+/// running. The timings are [`settings.peering`](crate::settings::PeeringSettings).
+///
+/// ```
+/// use kopf_runtime::Peering;
+///
+/// let peering = Peering::new("my-operator").namespace("operators").priority(10);
+/// assert_eq!(peering.name(), "my-operator");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peering {
+    name: String,
+    namespace: String,
+    identity: String,
+    priority: i64,
+}
+
+impl Peering {
+    /// The Lease `name`, in the pod's own namespace (else `default`),
+    /// competed for as the pod (else as this host with a random suffix),
+    /// at priority 0.
+    pub fn new(name: impl Into<String>) -> Self {
+        let in_pod = std::path::Path::new(SERVICE_ACCOUNT_NAMESPACE).exists();
+        let pod_namespace = std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE).ok();
+        Self {
+            name: name.into(),
+            namespace: default_namespace(pod_namespace),
+            identity: default_identity(|key| std::env::var(key).ok(), in_pod),
+            priority: 0,
+        }
+    }
+
+    /// The Lease's namespace.
+    #[must_use]
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// This replica's name on the Lease; unique among the replicas.
+    #[must_use]
+    pub fn identity(mut self, identity: impl Into<String>) -> Self {
+        self.identity = identity.into();
+        self
+    }
+
+    /// This replica's priority: a waiting replica of a strictly higher
+    /// priority is handed the Lease; equal priorities elect normally.
+    #[must_use]
+    pub fn priority(mut self, priority: i64) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// The Lease's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The Lease as `namespace/name`, for messages.
+    pub(crate) fn lease(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// An elector for this Lease, with the timings of `timings`.
+    pub(crate) fn elector(
+        &self,
+        client: kube::Client,
+        timings: &PeeringSettings,
+    ) -> Result<Elector, String> {
+        if self.name.is_empty() {
+            return Err("the Lease's name is empty: pass --peering NAME".into());
+        }
+        let settings = ElectionSettings::with_timings(&self.identity, self.priority, timings);
+        if let Some(problem) = settings.problem() {
+            return Err(problem);
+        }
+        Ok(Elector::new(client, &self.namespace, &self.name, settings))
+    }
+}
+
+/// A write refused because the term it belongs to is over.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "this replica no longer leads on the Lease {lease}: the write is refused, \
+     so that two replicas never act on one object"
+)]
+pub(crate) struct NotLeading {
+    lease: String,
+}
+
+/// `client` for what one term of leadership does: once `over` is
+/// cancelled, it refuses every write (anything but `GET`, `HEAD` and
+/// `OPTIONS`) with [`NotLeading`], so that a handler still finishing after
+/// its replica stepped down changes nothing.
+pub(crate) fn term_client(
+    client: kube::Client,
+    over: &CancellationToken,
+    lease: &str,
+) -> kube::Client {
+    let namespace = client.default_namespace().to_owned();
+    let over = over.clone();
+    let lease = lease.to_owned();
+    let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+        let refused = over.is_cancelled()
+            && !matches!(
+                *request.method(),
+                http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
+            );
+        let refusal = refused.then(|| NotLeading {
+            lease: lease.clone(),
+        });
+        let client = client.clone();
+        async move {
+            match refusal {
+                Some(refusal) => Err(kube::Error::Service(Box::new(refusal))),
+                None => client.send(request).await,
+            }
+        }
+    });
+    kube::Client::new(service, namespace)
+}
 
 /// How one replica competes for the Lease (client-go's defaults).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,14 +189,24 @@ pub(crate) struct ElectionSettings {
 }
 
 impl ElectionSettings {
-    /// client-go's defaults: 15 s, 10 s, 2 s.
-    pub(crate) fn new(identity: impl Into<String>, priority: i64) -> Self {
+    /// `identity` at `priority`, with client-go's timings (15 s, 10 s, 2 s).
+    #[cfg(test)]
+    fn new(identity: impl Into<String>, priority: i64) -> Self {
+        Self::with_timings(identity, priority, &PeeringSettings::default())
+    }
+
+    /// `identity` at `priority`, with the timings of `peering`.
+    pub(crate) fn with_timings(
+        identity: impl Into<String>,
+        priority: i64,
+        peering: &PeeringSettings,
+    ) -> Self {
         Self {
             identity: identity.into(),
             priority,
-            lease_duration: Duration::from_secs(15),
-            renew_deadline: Duration::from_secs(10),
-            retry_period: Duration::from_secs(2),
+            lease_duration: peering.lease_duration,
+            renew_deadline: peering.renew_deadline,
+            retry_period: peering.retry_period,
         }
     }
 
@@ -74,14 +217,15 @@ impl ElectionSettings {
         }
         if self.retry_period.is_zero() || self.renew_deadline <= self.retry_period {
             return Some(format!(
-                "the renew deadline ({:?}) must be longer than the retry period ({:?})",
+                "settings.peering.renew_deadline ({:?}) must be longer than \
+                 settings.peering.retry_period ({:?})",
                 self.renew_deadline, self.retry_period
             ));
         }
         if self.lease_duration <= self.renew_deadline {
             return Some(format!(
-                "the lease duration ({:?}) must be longer than the renew deadline ({:?}), \
-                 or two replicas may lead at once",
+                "settings.peering.lease_duration ({:?}) must be longer than \
+                 settings.peering.renew_deadline ({:?}), or two replicas may lead at once",
                 self.lease_duration, self.renew_deadline
             ));
         }
@@ -129,8 +273,21 @@ pub(crate) enum Role {
     /// A candidate of a higher priority asked for the Lease: pause, then
     /// report it with [`Elector::paused`]; the Lease is released after.
     HandingOver,
-    /// The Lease could not be renewed in time: stop acting at once.
-    SteppedDown,
+    /// The Lease could not be renewed in time: stop acting at once, and
+    /// before `others_may_lead_at`, when another replica may take the
+    /// Lease.
+    SteppedDown {
+        /// When the Lease may be another replica's, at the earliest.
+        others_may_lead_at: Instant,
+    },
+}
+
+impl Role {
+    /// Whether `self` and `other` are the same role, whatever they carry.
+    #[cfg(test)]
+    fn is(self, other: Role) -> bool {
+        std::mem::discriminant(&self) == std::mem::discriminant(&other)
+    }
 }
 
 /// The Lease's record as client-go compares it.
@@ -238,7 +395,7 @@ impl Elector {
             // to pause before the Lease can go to anyone else.
             self.paused.notified().await;
             match ending {
-                Role::SteppedDown => {
+                Role::SteppedDown { .. } => {
                     tracing::warn!(lease = %self.name, "Could not renew the lease in time; stepped down.");
                 }
                 _ => self.release().await,
@@ -275,29 +432,35 @@ impl Elector {
 
     /// Renews every `retry_period` while leading: the role it ends in.
     async fn renew(&mut self, stop: &CancellationToken) -> Role {
-        let mut renewed = Instant::now();
+        // A renewal is written before it is answered: the others count the
+        // lease from their sight of it, which is no sooner.
+        let mut renewing = Instant::now();
         loop {
             tokio::select! {
                 () = stop.cancelled() => return Role::HandingOver,
                 () = tokio::time::sleep(self.settings.retry_period) => {}
             }
-            let deadline = renewed + self.settings.renew_deadline;
+            let deadline = renewing + self.settings.renew_deadline;
+            let expiry = renewing + self.settings.lease_duration;
+            let stepped_down = |others_may_lead_at| Role::SteppedDown { others_may_lead_at };
             loop {
+                let attempt_began = Instant::now();
                 let attempt = tokio::time::timeout_at(deadline, self.try_acquire_or_renew()).await;
                 match attempt {
-                    Err(_elapsed) => return Role::SteppedDown,
+                    Err(_elapsed) => return stepped_down(expiry),
                     Ok(Ok(Attempt::Held)) => {
-                        renewed = Instant::now();
+                        renewing = attempt_began;
                         break;
                     }
                     Ok(Ok(Attempt::Requested)) => return Role::HandingOver,
-                    Ok(Ok(Attempt::Taken)) => return Role::SteppedDown,
+                    // Another replica holds it already.
+                    Ok(Ok(Attempt::Taken)) => return stepped_down(Instant::now()),
                     Ok(Err(error)) => {
                         tracing::debug!(lease = %self.name, %error, "Could not renew the lease.");
                         let retry = Instant::now() + self.settings.retry_period;
                         if retry >= deadline {
                             tokio::time::sleep_until(deadline).await;
-                            return Role::SteppedDown;
+                            return stepped_down(expiry);
                         }
                         tokio::time::sleep_until(retry).await;
                     }
@@ -523,7 +686,10 @@ mod tests {
             ..ElectionSettings::new("a", 0)
         };
         let problem = long_deadline.problem().expect("refused");
-        assert!(problem.contains("lease duration"), "{problem}");
+        assert!(
+            problem.contains("settings.peering.lease_duration"),
+            "{problem}"
+        );
         assert!(ElectionSettings::new("", 0).problem().is_some());
     }
 
@@ -572,7 +738,7 @@ mod tests {
             /// Waits until the role is `role`; how long that took.
             async fn reaches(&mut self, role: Role) -> Duration {
                 let begun = Instant::now();
-                tokio::time::timeout(PATIENCE, self.roles.wait_for(|r| *r == role))
+                tokio::time::timeout(PATIENCE, self.roles.wait_for(|r| r.is(role)))
                     .await
                     .unwrap_or_else(|_| panic!("never became {role:?}"))
                     .expect("the elector runs");
@@ -657,7 +823,10 @@ mod tests {
             emulator
                 .faults()
                 .fail_next(10_000, FailRule::status(500).path_contains("/leases"));
-            a.reaches(Role::SteppedDown).await;
+            a.reaches(Role::SteppedDown {
+                others_may_lead_at: Instant::now(),
+            })
+            .await;
             let after = renewed.elapsed();
             assert!(
                 after < Duration::from_millis(1500),
@@ -666,6 +835,40 @@ mod tests {
             a.stop.cancel();
             a.paused.notify_one();
             a.done.await.expect("a ends");
+        }
+
+        #[tokio::test]
+        async fn a_terms_client_refuses_writes_once_the_term_is_over() {
+            use k8s_openapi::api::core::v1::ConfigMap;
+            use kube::api::{Patch, PatchParams};
+
+            let emulator = Emulator::start().await.expect("emulator starts");
+            let over = CancellationToken::new();
+            let client = term_client(emulator.client(), &over, "default/op");
+            let api: Api<ConfigMap> = Api::namespaced(client, "default");
+            let cm = ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some("cm".into()),
+                    ..ObjectMeta::default()
+                },
+                ..ConfigMap::default()
+            };
+            api.create(&PostParams::default(), &cm)
+                .await
+                .expect("written during the term");
+            over.cancel();
+            let patch = Patch::Merge(serde_json::json!({"data": {"k": "v"}}));
+            let error = api
+                .patch("cm", &PatchParams::default(), &patch)
+                .await
+                .expect_err("refused after the term");
+            let message = format!("{error}: {:?}", std::error::Error::source(&error));
+            assert!(
+                message.contains("no longer leads on the Lease default/op"),
+                "{message}"
+            );
+            let read = api.get("cm").await.expect("reads still go through");
+            assert_eq!(read.data, None, "nothing written");
         }
 
         #[tokio::test]
@@ -690,134 +893,5 @@ mod tests {
                 replica.done.await.expect("ends");
             }
         }
-    }
-}
-
-/// Operators electing on one Lease, end to end against the emulator.
-#[cfg(all(test, feature = "emulator"))]
-mod replicas {
-    use std::sync::Mutex;
-
-    use kopf_testing::Emulator;
-    use kube::api::{DynamicObject, PostParams};
-    use kube::core::ApiResource;
-    use serde_json::json;
-
-    use super::*;
-    use crate::kwargs::Kwargs;
-    use crate::operator::Operator;
-    use crate::registry::Registry;
-    use crate::resources::ResourceRef;
-    use crate::settings::OperatorSettings;
-
-    /// Which replica ticked, in order.
-    type Ticks = Arc<Mutex<Vec<&'static str>>>;
-
-    fn settings(identity: &str) -> ElectionSettings {
-        ElectionSettings {
-            lease_duration: Duration::from_millis(1500),
-            renew_deadline: Duration::from_millis(1000),
-            retry_period: Duration::from_millis(200),
-            ..ElectionSettings::new(identity, 0)
-        }
-    }
-
-    /// A replica `me` with a 0.1 s timer on ConfigMaps, until `stop`.
-    fn replica(
-        emulator: &Emulator,
-        me: &'static str,
-        ticks: &Ticks,
-        stop: CancellationToken,
-    ) -> tokio::task::JoinHandle<Result<(), crate::OperatorError>> {
-        let ticks = Arc::clone(ticks);
-        let registry = Registry::builder()
-            .timer(
-                ResourceRef::dynamic("", "v1", "configmaps"),
-                "tick",
-                move |_kw: Kwargs| {
-                    ticks.lock().expect("not poisoned").push(me);
-                    async { Ok::<_, crate::Error>(()) }
-                },
-            )
-            .interval(Duration::from_millis(100))
-            .build()
-            .expect("a valid registry");
-        let mut operator_settings = OperatorSettings::default();
-        operator_settings.posting.enabled = false;
-        operator_settings.queueing.exit_timeout = Duration::from_secs(1);
-        let operator = Operator::new(registry)
-            .client(emulator.client())
-            .settings(operator_settings)
-            .election("default", "op", settings(me));
-        tokio::spawn(operator.run_until(async move { stop.cancelled().await }))
-    }
-
-    async fn ticked_by(ticks: &Ticks, who: &'static str, after: usize) {
-        tokio::time::timeout(Duration::from_secs(30), async {
-            loop {
-                let seen = ticks.lock().expect("not poisoned")[after.min(usize::MAX)..]
-                    .iter()
-                    .any(|t| *t == who);
-                if seen {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-        .await
-        .unwrap_or_else(|_| panic!("{who} never ticked"));
-    }
-
-    #[tokio::test]
-    async fn only_the_leader_serves_and_its_exit_hands_over() {
-        let emulator = Emulator::start().await.expect("emulator starts");
-        let resource = ApiResource {
-            group: String::new(),
-            version: "v1".into(),
-            api_version: "v1".into(),
-            kind: "ConfigMap".into(),
-            plural: "configmaps".into(),
-        };
-        let api: Api<DynamicObject> = Api::namespaced_with(emulator.client(), "default", &resource);
-        let object = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"},
-        }))
-        .expect("a ConfigMap");
-        api.create(&PostParams::default(), &object)
-            .await
-            .expect("created");
-
-        let ticks: Ticks = Arc::default();
-        let (stop_a, stop_b) = (CancellationToken::new(), CancellationToken::new());
-        let a = replica(&emulator, "a", &ticks, stop_a.clone());
-        ticked_by(&ticks, "a", 0).await;
-        let b = replica(&emulator, "b", &ticks, stop_b.clone());
-        // Long enough for b to have tried many times: a ticks on.
-        let now = ticks.lock().expect("not poisoned").len();
-        for n in 0..15 {
-            ticked_by(&ticks, "a", now + n).await;
-        }
-        assert!(
-            !ticks.lock().expect("not poisoned").contains(&"b"),
-            "only the leader serves"
-        );
-
-        stop_a.cancel();
-        a.await.expect("a ends").expect("a stops cleanly");
-        let handed = ticks.lock().expect("not poisoned").len();
-        let begun = tokio::time::Instant::now();
-        ticked_by(&ticks, "b", handed).await;
-        assert!(
-            begun.elapsed() < Duration::from_secs(2),
-            "b took over within a retry period and its first tick: {:?}",
-            begun.elapsed()
-        );
-        let after: Vec<_> = ticks.lock().expect("not poisoned")[handed..].to_vec();
-        assert!(
-            after.iter().all(|t| *t == "b"),
-            "no tick of a after its exit: {after:?}"
-        );
-        stop_b.cancel();
-        b.await.expect("b ends").expect("b stops cleanly");
     }
 }

@@ -666,6 +666,7 @@
 //! | [`Endpoints`], [`EndpointError`], [`READINESS_PATH`] | the liveness, readiness and metrics listeners ([`Operator::endpoints`]), bound before the operator starts |
 //! | [`TaskCounters`], [`TaskCounts`] | how many daemons and timers an operator has spawned and how they ended ([`Operator::task_counters`]), for metrics and tests |
 //! | [`NamespaceSelector`] | the namespaces to serve, from `-n` patterns and `-A` ([`Operator::namespaces`]) |
+//! | [`Peering`] | the Lease replicas elect a leader on, from `--peering`, `--priority` and `--dev` ([`Operator::peering`]) |
 //! | [`OperatorSettings`] and the [`settings`] module | Kopf's settings, grouped and defaulted as in Kopf; [`settings::StartupSettings`], the settings that start-up handlers change |
 //! | [`RunError`], [`OperatorError`], [`CliError`], [`SelectorError`], [`RegistryError`] | why an operator does not start |
 //! | [`Registry`], [`RegistryBuilder`] | an operator's handlers: from the macros, or built without them |
@@ -680,7 +681,7 @@
 //! | [`Diff`], [`DiffItem`], [`DiffOp`] | the `diff` parameter: what changed, as Kopf's diffs |
 //! | [`Reason`] | the `reason` parameter: the cause of a change handler's call |
 //! | [`EventType`] | the `type` parameter of `on_event` handlers |
-//! | [`Stopped`] | the `stopped` parameter of daemons and timers |
+//! | [`Stopped`], [`StopReason`] | the `stopped` parameter of daemons and timers, and why it is set |
 //! | [`LiveBody`] | the `live` parameter of daemons and timers: their object as it is now |
 //! | [`Subhandlers`], [`Lifecycle`] | the `subhandlers` parameter of change handlers: children with progress of their own (Kopf's sub-handlers), and which of them run in one step |
 //! | [`Index`], [`Indexes`] | the parameters named by `index` handlers' ids |
@@ -733,6 +734,7 @@ mod scanning;
 mod scraping;
 pub mod settings;
 mod spawning;
+mod stopping;
 mod watching;
 
 pub use kopf_macros::{
@@ -760,6 +762,7 @@ pub use kwargs::{
     Admission, Diff, DiffItem, DiffOp, EventType, Index, IndexError, IndexKey, Indexes, Kwargs,
     Level, LiveBody, Logger, Memo, Operation, Patch, Reason, Stopped, Store, Warnings,
 };
+pub use leadership::Peering;
 pub use login::{ConnectionInfo, LoginError};
 pub use namespaces::{NamespaceSelector, SelectorError};
 pub use operator::{Operator, OperatorError};
@@ -768,6 +771,7 @@ pub use resources::{ResourceName, ResourceRef};
 pub use running::{RunError, Runner, run};
 pub use settings::OperatorSettings;
 pub use spawning::{TaskCounters, TaskCounts};
+pub use stopping::StopReason;
 
 /// The timestamp type of the `started` parameter (re-exported from `jiff`).
 pub use jiff::Timestamp;

@@ -28,7 +28,7 @@ use crate::handlers::{Handler, HandlerKind};
 use crate::health::{Health, Phase, Registered, ResourceHealth};
 use crate::indexing::{Hold, IndexGate, OperatorIndexes, ResourceIndexer};
 use crate::kwargs::{Memo, MemoBase};
-use crate::leadership::{ElectionSettings, Elector, Role};
+use crate::leadership::{self, Peering, Role};
 use crate::login::{LoginError, Vault};
 use crate::metrics::{self, Metrics};
 use crate::namespaces::NamespaceSelector;
@@ -44,7 +44,8 @@ use crate::scanning::{self, Groups, RESCAN_INTERVAL, Rescan, Resolution, Wanted}
 use crate::scraping::ScrapeTime;
 use crate::settings::{OperatorSettings, PostingSettings, StartupSettings};
 use crate::spawning::resource::{ResourceTasks, TaskObserver};
-use crate::spawning::{Spawner, SpawnerSettings, StopReason, TaskCounters};
+use crate::spawning::{Spawner, SpawnerSettings, TaskCounters};
+use crate::stopping::StopReason;
 use crate::watching::{ObjectEvent, ResourceWatcher, Seen};
 
 mod activities;
@@ -96,6 +97,26 @@ pub enum OperatorError {
         candidates: Vec<String>,
         /// The same selector narrowed to the first candidate's group.
         hint: String,
+    },
+    /// The replica cannot compete for its Lease as configured.
+    #[error("cannot compete for the Lease {lease}: {problem}")]
+    Peering {
+        /// The Lease, as `namespace/name`.
+        lease: String,
+        /// What is wrong, and how to fix it.
+        problem: String,
+    },
+    /// The replica stopped leading on its Lease, and its handlers, daemons
+    /// or timers still ran when another replica could take the Lease over.
+    #[error(
+        "stopped leading on the Lease {lease} with handlers, daemons or timers still running \
+         when another replica could take it over; exiting so that two replicas never act on \
+         one object (make them stop sooner, e.g. with shorter cancellation timeouts, or raise \
+         settings.peering.lease_duration)"
+    )]
+    LeaseOutlived {
+        /// The Lease, as `namespace/name`.
+        lease: String,
     },
     /// Two handlers with one id, from different resource selectors, would
     /// serve one resource, so the operator does not start.
@@ -218,15 +239,7 @@ pub struct Operator {
     /// metrics (the runner builds it so).
     client_measured: bool,
     /// The Lease to lead on, if more than one replica runs.
-    election: Option<Election>,
-}
-
-/// Where and how replicas elect the one that serves.
-#[derive(Debug, Clone)]
-pub(crate) struct Election {
-    pub(crate) namespace: String,
-    pub(crate) name: String,
-    pub(crate) settings: ElectionSettings,
+    peering: Option<Peering>,
 }
 
 impl std::fmt::Debug for Operator {
@@ -251,7 +264,7 @@ impl Operator {
             task_counters: TaskCounters::default(),
             endpoints: None,
             client_measured: false,
-            election: None,
+            peering: None,
         }
     }
 
@@ -300,18 +313,30 @@ impl Operator {
     }
 
     /// Serves the resources only while this replica leads on the Lease
-    /// `namespace/name` (see [`leadership`](crate::leadership)).
-    pub(crate) fn election(
-        mut self,
-        namespace: &str,
-        name: &str,
-        settings: ElectionSettings,
-    ) -> Self {
-        self.election = Some(Election {
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-            settings,
-        });
+    /// that `peering` names (Kopf's `peering_name=` of an embedded
+    /// operator): the other replicas wait, with their probes, metrics,
+    /// start-up and clean-up handlers running, and take over when the
+    /// leader exits or cannot renew the Lease. The timings are
+    /// [`settings.peering`](crate::settings::PeeringSettings).
+    ///
+    /// # Caveats
+    /// A replica that stops leading while its handlers, daemons or timers
+    /// still run when another replica may take the Lease ends its run with
+    /// [`OperatorError::LeaseOutlived`]; they may still run then, and the
+    /// process should exit (as [`run`](crate::run) does).
+    ///
+    /// ```no_run
+    /// # async fn example(registry: kopf_runtime::Registry) -> Result<(), kopf_runtime::OperatorError> {
+    /// use kopf_runtime::{Operator, Peering};
+    ///
+    /// Operator::new(registry)
+    ///     .peering(Peering::new("my-operator").priority(10))
+    ///     .run()
+    ///     .await
+    /// # }
+    /// ```
+    pub fn peering(mut self, peering: Peering) -> Self {
+        self.peering = Some(peering);
         self
     }
 
@@ -515,32 +540,40 @@ impl Operator {
 
             let observer = TaskObserver::new(poster.clone());
             // With a Lease, resources are served only while this replica
-            // leads; each term ends with its tasks stopped, before the
+            // leads: in terms, each ended with its tasks stopped before the
             // elector may let the Lease go.
-            let mut election = self.election.take().map(|election| {
-                let elector = Elector::new(
-                    client.clone(),
-                    &election.namespace,
-                    &election.name,
-                    election.settings,
-                );
-                let roles = elector.roles();
-                let paused = elector.paused();
-                let stop_electing = root.child_token();
-                tasks.spawn(elector.run(stop_electing.clone()));
-                (roles, paused, stop_electing)
-            });
             let mut served = Ok(());
-            loop {
-                if let Some((roles, _, _)) = &mut election {
+            let mut election = match self.peering.take() {
+                None => None,
+                Some(peering) => match Election::start(&peering, &client, &settings, &root, &tasks)
+                {
+                    Ok(election) => Some(election),
+                    Err(error) => {
+                        served = Err(error);
+                        None
+                    }
+                },
+            };
+            if let (Some(health), Some(_)) = (&health, &election) {
+                health.lead(false);
+                health.enter(Phase::Serving);
+            }
+            while served.is_ok() {
+                if let Some(election) = &mut election {
                     let leading = tokio::select! {
-                        role = roles.wait_for(|r| *r == Role::Leader) => role.is_ok(),
+                        role = election.roles.wait_for(|r| *r == Role::Leader) => role.is_ok(),
                         () = &mut stop => false,
                     };
                     if !leading {
                         break;
                     }
-                    tracing::info!("leading: serving the resources");
+                    tracing::info!(lease = %election.lease, "leading: serving the resources");
+                }
+                if let Some(health) = &health {
+                    match &election {
+                        Some(_) => health.lead(true),
+                        None => health.enter(Phase::Discovering),
+                    }
                 }
                 let spawner = Arc::new(Spawner::with_counters(
                     tokio::runtime::Handle::current(),
@@ -553,14 +586,17 @@ impl Operator {
                     },
                     Arc::clone(&self.task_counters.0),
                 ));
-
-                if let Some(health) = &health {
-                    health.enter(Phase::Discovering);
-                }
+                // What the term writes is refused once it is over.
+                let over = CancellationToken::new();
                 let watching = root.child_token();
                 let serving = TaskTracker::new();
                 let context = ServeContext {
-                    client: client.clone(),
+                    client: match &election {
+                        Some(election) => {
+                            leadership::term_client(client.clone(), &over, &election.lease)
+                        }
+                        None => client.clone(),
+                    },
                     settings: Arc::clone(&settings),
                     poster: poster.clone(),
                     namespaces: self.namespaces.clone(),
@@ -574,50 +610,76 @@ impl Operator {
                 };
                 // The term ends when the operator stops, or when this
                 // replica stops leading.
-                let stopped = std::sync::atomic::AtomicBool::new(false);
+                let mut ending = None;
                 let mut term: Pin<Box<dyn Future<Output = ()> + Send + '_>> = match &mut election {
-                    Some((roles, _, _)) => Box::pin(async {
+                    Some(election) => Box::pin(async {
                         tokio::select! {
-                            () = &mut stop => stopped.store(true, std::sync::atomic::Ordering::SeqCst),
-                            _ = roles.wait_for(|r| *r != Role::Leader) => {}
+                            () = &mut stop => {}
+                            role = election.roles.wait_for(|r| *r != Role::Leader) => {
+                                ending = role.ok().map(|role| *role);
+                            }
                         }
                     }),
-                    None => Box::pin(async {
-                        (&mut stop).await;
-                        stopped.store(true, std::sync::atomic::Ordering::SeqCst);
-                    }),
+                    None => Box::pin(&mut stop),
                 };
                 served = Resources::new(context, &self.registry)
                     .serve_until(&mut term)
                     .await;
                 drop(term);
-                let stopping = stopped.load(std::sync::atomic::Ordering::SeqCst) || served.is_err();
-                if stopping && served.is_ok() {
-                    tracing::info!("stopping the operator");
-                } else if !stopping {
-                    tracing::warn!("no longer leading: pausing the resources");
-                }
                 watching.cancel();
                 serving.close();
-                let exit_timeout = settings.queueing.exit_timeout;
-                // Each resource's queue gets `exit_timeout`, then a grace to cancel.
-                if tokio::time::timeout(exit_timeout + Duration::from_secs(2), serving.wait())
-                    .await
-                    .is_err()
-                {
-                    tracing::warn!("the served resources did not stop in time; abandoning them");
-                }
-                if let Err(error) = spawner.shutdown(settings.background.shutdown_timeout).await {
-                    tracing::warn!(%error, "daemons and timers did not all stop in time");
-                }
-                if let Some((_, paused, stop_electing)) = &election {
-                    if stopping {
-                        // Released once paused, not re-acquired.
-                        stop_electing.cancel();
+                match ending {
+                    None if served.is_ok() => tracing::info!("stopping the operator"),
+                    None => {}
+                    Some(role) => {
+                        tracing::warn!(?role, "no longer leading: pausing the resources");
+                        if let Some(health) = &health {
+                            health.lead(false);
+                        }
                     }
-                    paused.notify_one();
                 }
-                if stopping {
+                let paused = match ending {
+                    Some(Role::SteppedDown { others_may_lead_at }) => {
+                        // Nothing this term does may reach the cluster now.
+                        over.cancel();
+                        let drained = async {
+                            serving.wait().await;
+                            spawner
+                                .shutdown_for(
+                                    StopReason::LeadershipLost,
+                                    settings.background.shutdown_timeout,
+                                )
+                                .await
+                                .is_ok()
+                        };
+                        tokio::time::timeout_at(others_may_lead_at, drained).await == Ok(true)
+                    }
+                    Some(_) => {
+                        drain(&serving, &spawner, StopReason::LeadershipLost, &settings).await;
+                        true
+                    }
+                    None => {
+                        drain(&serving, &spawner, StopReason::OperatorExiting, &settings).await;
+                        true
+                    }
+                };
+                let Some(election) = &election else {
+                    break;
+                };
+                if !paused {
+                    return Err(OperatorError::LeaseOutlived {
+                        lease: election.lease.clone(),
+                    });
+                }
+                if ending.is_some() {
+                    // What the watches saw goes stale; the next term lists anew.
+                    indexes.reset();
+                } else {
+                    // Released once paused, not competed for again.
+                    election.stop.cancel();
+                }
+                election.paused.notify_one();
+                if ending.is_none() {
                     break;
                 }
             }
@@ -649,6 +711,66 @@ impl Operator {
             }
             served
         })
+    }
+}
+
+/// Waits for the served resources to stop (each queue gets `exit_timeout`,
+/// then a grace to cancel), then stops the daemons and timers with `reason`.
+async fn drain(
+    serving: &TaskTracker,
+    spawner: &Spawner,
+    reason: StopReason,
+    settings: &OperatorSettings,
+) {
+    let exit_timeout = settings.queueing.exit_timeout;
+    if tokio::time::timeout(exit_timeout + Duration::from_secs(2), serving.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("the served resources did not stop in time; abandoning them");
+    }
+    if let Err(error) = spawner
+        .shutdown_for(reason, settings.background.shutdown_timeout)
+        .await
+    {
+        tracing::warn!(%error, "daemons and timers did not all stop in time");
+    }
+}
+
+/// The election this replica takes part in: its elector runs among the
+/// operator's background tasks.
+struct Election {
+    /// The Lease, as `namespace/name`.
+    lease: String,
+    roles: tokio::sync::watch::Receiver<Role>,
+    /// Notified once per term, when its work is paused.
+    paused: Arc<tokio::sync::Notify>,
+    /// Stops competing (and releases the Lease once paused).
+    stop: CancellationToken,
+}
+
+impl Election {
+    fn start(
+        peering: &Peering,
+        client: &Client,
+        settings: &OperatorSettings,
+        root: &CancellationToken,
+        tasks: &TaskTracker,
+    ) -> Result<Self, OperatorError> {
+        let elector = peering
+            .elector(client.clone(), &settings.peering)
+            .map_err(|problem| OperatorError::Peering {
+                lease: peering.lease(),
+                problem,
+            })?;
+        let election = Self {
+            lease: peering.lease(),
+            roles: elector.roles(),
+            paused: elector.paused(),
+            stop: root.child_token(),
+        };
+        tasks.spawn(elector.run(election.stop.clone()));
+        Ok(election)
     }
 }
 

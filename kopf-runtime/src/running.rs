@@ -4,6 +4,13 @@
 //! handlers declared with the attribute macros, connects to the cluster (or,
 //! with `--emulator`, to an in-process Kubernetes API emulator) and runs the
 //! [`Operator`] until SIGINT or SIGTERM.
+//!
+//! With `--peering NAME`, only the replica that leads on the Lease `NAME`
+//! serves the resources ([`Operator::peering`]). A replica that stops
+//! leading while its handlers, daemons or timers outlive the moment
+//! another replica may take the Lease exits at once with code 3
+//! ([`OperatorError::LeaseOutlived`]), rather than let two replicas act on
+//! one object.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,6 +23,9 @@ use crate::namespaces::SelectorError;
 use crate::operator::{Operator, OperatorError};
 use crate::registry::{Registry, RegistryError};
 use crate::settings::OperatorSettings;
+
+/// The exit code of a replica whose tasks outlived its leadership.
+const EXIT_LEASE_OUTLIVED: i32 = 3;
 
 /// Why [`run`] could not run the operator.
 #[derive(Debug, thiserror::Error)]
@@ -144,7 +154,6 @@ impl Runner {
             Some(args) => args,
             None => Args::parse(),
         };
-        args.check_supported()?;
         cli::init_logging(&args)?;
         // Log lines are batched while the operator runs, and what waits is
         // written out on every way out of here.
@@ -193,9 +202,12 @@ impl Runner {
             build_client(config, endpoints.as_ref())?
         };
 
-        let operator = Operator::new(registry)
+        let mut operator = Operator::new(registry)
             .settings(self.settings)
             .namespaces(namespaces);
+        if let Some(peering) = args.peering() {
+            operator = operator.peering(peering);
+        }
         let operator = match endpoints {
             Some(endpoints) if endpoints.api_metrics().is_some() => {
                 operator.measured_client(client).endpoints(endpoints)
@@ -204,6 +216,13 @@ impl Runner {
             None => operator.client(client),
         };
         let outcome = operator.run().await;
+        if let Err(error @ OperatorError::LeaseOutlived { .. }) = &outcome {
+            // Its tasks may still run, even on threads that the runtime
+            // would wait for on its way out: end the process now.
+            tracing::error!("{error}");
+            drop(_logs);
+            std::process::exit(EXIT_LEASE_OUTLIVED);
+        }
         #[cfg(feature = "emulator")]
         {
             if let Some(task) = setup_task {

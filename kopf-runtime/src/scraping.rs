@@ -115,12 +115,10 @@ impl Collector for ScrapeTime {
             ConstCounter::new(count).encode(exits.encode_family(&[("reason", reason)])?)?;
         }
 
-        // Placeholders until replicas coordinate: this replica serves
-        // every object.
-        let leader = ConstGauge::new(1_i64);
+        let leader = ConstGauge::new(i64::from(self.health.leading()));
         leader.encode(encoder.encode_descriptor(
             "kopf_leader",
-            "Whether this replica acts on objects (always 1: replicas do not coordinate yet)",
+            "Whether this replica acts on objects: 0 while another replica leads on the Lease",
             None,
             leader.metric_type(),
         )?)?;

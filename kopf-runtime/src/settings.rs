@@ -51,6 +51,8 @@ pub struct OperatorSettings {
     pub posting: PostingSettings,
     /// Daemons and timers.
     pub background: BackgroundSettings,
+    /// Leader election among replicas (`--peering`).
+    pub peering: PeeringSettings,
 }
 
 /// Watch-stream settings (Kopf's `settings.watching`).
@@ -328,6 +330,36 @@ impl Default for BackgroundSettings {
             graceful_exit_limit: Duration::from_secs(60),
             default_cancellation_timeout: Duration::from_secs(10),
             shutdown_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Leader election among replicas, on the Lease that `--peering` names
+/// (Kopf's `settings.peering`, with client-go's timings and defaults).
+///
+/// The lease duration must be longer than the renew deadline, and the
+/// renew deadline longer than the retry period: a leader steps down once
+/// it has not renewed for the renew deadline, before its Lease can expire
+/// for the other replicas.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeeringSettings {
+    /// How long a Lease that is not renewed stays its holder's, as the
+    /// other replicas count it on their own clocks. Default: 15 s.
+    pub lease_duration: Duration,
+    /// How long the leader keeps trying to renew before it steps down and
+    /// pauses. Default: 10 s.
+    pub renew_deadline: Duration,
+    /// How often candidates try to acquire the Lease and the leader renews
+    /// it. Default: 2 s.
+    pub retry_period: Duration,
+}
+
+impl Default for PeeringSettings {
+    fn default() -> Self {
+        Self {
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
         }
     }
 }

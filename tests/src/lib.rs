@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use kopf_runtime::settings::OperatorSettings;
 use kopf_runtime::{
-    Endpoints, Kwargs, NamespaceSelector, Operator, OperatorError, Registry, TaskCounters,
+    Endpoints, Kwargs, NamespaceSelector, Operator, OperatorError, Peering, Registry, TaskCounters,
     TaskCounts,
 };
 use kopf_testing::Emulator;
@@ -80,6 +80,28 @@ impl Running {
         registry: Registry,
         settings: OperatorSettings,
     ) -> Self {
+        let operator = Operator::new(registry)
+            .client(emulator.client())
+            .settings(settings);
+        Self::serving_operator(operator).await
+    }
+
+    /// [`Running::serving`], as one replica electing the leader on
+    /// `peering`.
+    pub async fn replica(
+        emulator: &Emulator,
+        registry: Registry,
+        settings: OperatorSettings,
+        peering: Peering,
+    ) -> Self {
+        let operator = Operator::new(registry)
+            .client(emulator.client())
+            .settings(settings)
+            .peering(peering);
+        Self::serving_operator(operator).await
+    }
+
+    async fn serving_operator(operator: Operator) -> Self {
         let endpoints = Endpoints::bind(
             Some("http://127.0.0.1:0/healthz"),
             Some("http://127.0.0.1:0/metrics"),
@@ -91,11 +113,7 @@ impl Running {
             readiness: endpoints.readiness_url().expect("readiness"),
             metrics: endpoints.metrics_url().expect("metrics").to_owned(),
         };
-        let operator = Operator::new(registry)
-            .client(emulator.client())
-            .settings(settings)
-            .endpoints(endpoints);
-        Self::run(operator, urls)
+        Self::run(operator.endpoints(endpoints), urls)
     }
 
     fn run(operator: Operator, urls: Urls) -> Self {
@@ -136,6 +154,14 @@ impl Running {
     /// Whether the operator is still running (it has not exited on its own).
     pub fn is_running(&self) -> bool {
         !self.task.is_finished()
+    }
+
+    /// How the operator ended on its own, within [`PATIENCE`].
+    pub async fn outcome(self) -> Result<(), OperatorError> {
+        tokio::time::timeout(PATIENCE, self.task)
+            .await
+            .unwrap_or_else(|_| panic!("the operator did not end within {PATIENCE:?}"))
+            .unwrap_or_else(|error| panic!("the operator task panicked: {error}"))
     }
 
     async fn join(self) {

@@ -216,6 +216,11 @@ impl<T> Index<T> {
     pub(crate) fn discard(&self, object: &ObjectKey) {
         self.write().discard(object);
     }
+
+    /// Removes every object's contribution.
+    pub(crate) fn clear(&self) {
+        *self.write() = Entries::default();
+    }
 }
 
 impl<T> IntoIterator for &Index<T> {
@@ -350,6 +355,13 @@ impl Indexes {
     /// Whether there is no index at all.
     pub fn is_empty(&self) -> bool {
         self.indexes.is_empty()
+    }
+
+    /// Empties every index.
+    pub(crate) fn clear(&self) {
+        for index in self.indexes.values() {
+            index.clear();
+        }
     }
 }
 

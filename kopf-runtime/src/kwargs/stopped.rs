@@ -4,10 +4,14 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::stopping::{StopFlag, StopReason};
+
 /// The stop flag of a daemon or timer (Kopf's `stopped`).
 ///
 /// The engine owns the [`CancellationToken`] behind it and cancels it when the
-/// object is deleted, the handler's filters stop matching, or the operator exits.
+/// object is deleted, the handler's filters stop matching, the replica stops
+/// leading on its Lease, or the operator exits; [`Stopped::reason`] says
+/// which.
 ///
 /// # Guarantees
 /// Once set, the flag stays set; [`wait`](Stopped::wait) and
@@ -27,12 +31,31 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Clone, Default)]
 pub struct Stopped {
     token: CancellationToken,
+    /// The engine's flag, which knows why it is set.
+    flag: Option<StopFlag>,
 }
 
 impl Stopped {
     /// A flag bound to the engine's token.
     pub fn new(token: CancellationToken) -> Self {
-        Stopped { token }
+        Stopped { token, flag: None }
+    }
+
+    /// The flag of a daemon or timer, as the engine sets it.
+    pub(crate) fn of(flag: &StopFlag) -> Self {
+        Stopped {
+            token: flag.token().clone(),
+            flag: Some(flag.clone()),
+        }
+    }
+
+    /// Why the daemon or timer is asked to stop (Kopf's `stopped.reason`):
+    /// e.g. [`StopReason::ObjectDeleted`], or
+    /// [`StopReason::LeadershipLost`] when the replica stopped leading on
+    /// its Lease; `None` while it is not, or for a flag made with
+    /// [`Stopped::new`].
+    pub fn reason(&self) -> Option<StopReason> {
+        self.flag.as_ref().and_then(StopFlag::reason)
     }
 
     /// Whether the daemon or timer should stop now.

@@ -56,7 +56,8 @@ mod tests {
 
     use super::super::task::Verdict;
     use super::super::testkit::{Calls, body, secs, spawner};
-    use super::super::{Ensured, StopReason, TaskOutcome, TaskSpec, task_fn};
+    use super::super::{Ensured, TaskOutcome, TaskSpec, task_fn};
+    use crate::stopping::StopReason;
 
     fn error(message: &str) -> TaskOutcome {
         TaskOutcome::Error {

@@ -27,7 +27,6 @@ mod observing;
 pub mod resource;
 mod runner;
 mod spawner;
-mod stopping;
 mod task;
 mod timers;
 
@@ -37,7 +36,6 @@ pub(crate) mod testkit;
 pub use counters::{TaskCounters, TaskCounts};
 pub use observing::{AbandonedReport, Observer};
 pub use spawner::{Ensured, Spawner, SpawnerSettings};
-pub use stopping::StopReason;
 pub(crate) use task::hosting;
 pub use task::{TaskContext, TaskOutcome, TaskSpec, run_blocking, task_fn};
 
@@ -46,7 +44,8 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use super::{Spawner, SpawnerSettings, StopReason, TaskOutcome, TaskSpec, task_fn};
+    use super::{Spawner, SpawnerSettings, TaskOutcome, TaskSpec, task_fn};
+    use crate::stopping::StopReason;
     use crate::{Handler, Kwargs, ResourceRef};
 
     #[tokio::test]

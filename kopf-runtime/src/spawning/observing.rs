@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::stopping::StopReason;
 use super::task::{TaskKind, TaskOutcome, Verdict};
+use crate::stopping::StopReason;
 
 /// One call's outcome, as reported to the [`Observer`].
 #[derive(Debug, Clone, PartialEq)]

@@ -39,11 +39,10 @@ use crate::memories::Memories;
 use crate::patching::ResourceTarget;
 use crate::patching::{PatchError, PatchOutcome, PatchTarget, Patcher};
 use crate::posting::{self, EventPoster, ObjectReference};
-use crate::spawning::stopping::StopFlag;
 use crate::spawning::{
-    self, AbandonedReport, Ensured, Observer, Spawner, StopReason, TaskContext, TaskOutcome,
-    TaskSpec, task_fn,
+    self, AbandonedReport, Ensured, Observer, Spawner, TaskContext, TaskOutcome, TaskSpec, task_fn,
 };
+use crate::stopping::{StopFlag, StopReason};
 use crate::watching::DeletedBy;
 
 /// When an object whose tasks are still stopping is looked at again (to
@@ -249,7 +248,7 @@ async fn call(handler: &Handler, env: &TaskEnvironment, mut ctx: TaskContext) ->
         liveness,
         ..
     } = ctx;
-    kwargs.stopped = Some(Stopped::new(stopped.token().clone()));
+    kwargs.stopped = Some(Stopped::of(&stopped));
     kwargs.live = Some(LiveBody::new(receiver));
     let patch = kwargs.patch.clone();
 

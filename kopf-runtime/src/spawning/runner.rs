@@ -13,8 +13,8 @@ use tokio::time::Instant;
 
 use super::observing::{Observer, OutcomeReport};
 use super::spawner::Liveness;
-use super::stopping::StopFlag;
 use super::task::{TaskContext, TaskOutcome, TaskSpec, Verdict};
+use crate::stopping::StopFlag;
 
 /// Everything a runner loop (daemon or timer) needs.
 pub(crate) struct Run {

@@ -21,9 +21,9 @@ use tokio_util::task::TaskTracker;
 use super::counters::Counters;
 use super::observing::{AbandonedReport, Observer};
 use super::runner::Run;
-use super::stopping::{StopFlag, StopReason};
 use super::task::{TaskKind, TaskSpec};
 use super::{daemons, timers};
+use crate::stopping::{StopFlag, StopReason};
 
 /// Limits that replace Kopf's "wait forever" when a handler sets neither
 /// `cancellation_backoff` nor `cancellation_timeout`.
@@ -772,21 +772,34 @@ impl Spawner {
         }
     }
 
-    /// Stop everything and wait until every task has ended or been abandoned,
-    /// for at most `timeout`; at the deadline, the remaining tasks are
-    /// cancelled and abandoned. Later [`Spawner::ensure`] calls spawn nothing.
+    /// [`Spawner::shutdown_for`] the operator's exit.
+    #[cfg(test)]
+    pub async fn shutdown(&self, timeout: Duration) -> Result<(), ShutdownError> {
+        self.shutdown_for(StopReason::OperatorExiting, timeout)
+            .await
+    }
+
+    /// Stop everything, telling the tasks `reason` (the operator exits, or
+    /// [`StopReason::LeadershipLost`]), and wait until every task has ended
+    /// or been abandoned, for at most `timeout`; at the deadline, the
+    /// remaining tasks are cancelled and abandoned. Later
+    /// [`Spawner::ensure`] calls spawn nothing.
     ///
     /// # Errors
     /// [`ShutdownError::Abandoned`] if any task was abandoned meanwhile.
-    pub async fn shutdown(&self, timeout: Duration) -> Result<(), ShutdownError> {
-        let deadline = super::stopping::deadline_after(Instant::now(), timeout);
+    pub async fn shutdown_for(
+        &self,
+        reason: StopReason,
+        timeout: Duration,
+    ) -> Result<(), ShutdownError> {
+        let deadline = crate::stopping::deadline_after(Instant::now(), timeout);
         let abandoned_before = self.counters().snapshot().abandoned;
         {
             let _state = self.inner.lock();
             self.inner.tracker.close();
         }
-        self.inner.root.set(StopReason::OperatorExiting);
-        self.stop_all(StopReason::OperatorExiting);
+        self.inner.root.set(reason);
+        self.stop_all(reason);
         loop {
             let settled = self.inner.settled.notified();
             let mut settled = std::pin::pin!(settled);
@@ -912,10 +925,9 @@ mod tests {
     use tokio::time::Instant;
 
     use super::super::testkit::{Calls, advance_to, body, millis, secs, settle, spawner};
-    use super::super::{
-        Ensured, Spawner, SpawnerSettings, StopReason, TaskOutcome, TaskSpec, task_fn,
-    };
+    use super::super::{Ensured, Spawner, SpawnerSettings, TaskOutcome, TaskSpec, task_fn};
     use super::ShutdownError;
+    use crate::stopping::StopReason;
 
     #[tokio::test(start_paused = true)]
     async fn only_timers_with_idle_make_an_object_keep_a_channel_of_its_changes() {

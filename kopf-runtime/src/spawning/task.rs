@@ -19,10 +19,10 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::spawner::Liveness;
-use super::stopping::StopFlag;
 use crate::errors::{HandlerError, Outcome};
 use crate::handlers::{DEFAULT_BACKOFF, Handler, KindOptions, TimerOptions};
 use crate::posting;
+use crate::stopping::StopFlag;
 
 /// The handler call of a daemon or timer.
 pub type TaskFn = Arc<dyn Fn(TaskContext) -> BoxFuture<'static, TaskOutcome> + Send + Sync>;

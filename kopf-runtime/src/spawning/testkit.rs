@@ -9,10 +9,11 @@ use tokio::time::Instant;
 use super::observing::{AbandonedReport, Observer, OutcomeReport};
 use super::task::{TaskFn, TaskSpec};
 use super::task::{TaskOutcome, Verdict};
-use super::{Spawner, SpawnerSettings, StopReason};
+use super::{Spawner, SpawnerSettings};
 use crate::handlers::Handler;
 use crate::kwargs::Kwargs;
 use crate::resources::ResourceRef;
+use crate::stopping::StopReason;
 
 /// Specs built as the registry's handlers are, for the engine's tests:
 /// the options are set on the handler, the call is any [`TaskFn`].

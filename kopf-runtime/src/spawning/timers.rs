@@ -32,8 +32,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::runner::Run;
-use super::stopping::{StopFlag, deadline_after};
 use super::task::Verdict;
+use crate::stopping::{StopFlag, deadline_after};
 
 /// Run a timer until it is stopped.
 pub(crate) async fn run(mut run: Run) {
@@ -207,8 +207,9 @@ mod tests {
     use std::sync::Arc;
 
     use super::super::testkit::{Calls, body, millis, secs, spawner};
-    use super::super::{Ensured, StopReason, TaskOutcome, TaskSpec, task_fn};
+    use super::super::{Ensured, TaskOutcome, TaskSpec, task_fn};
     use super::Verdict;
+    use crate::stopping::StopReason;
 
     /// A timer handler that records its calls, takes `runs` to complete, and
     /// returns `outcomes[call]` (the last one repeated).

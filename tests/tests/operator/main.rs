@@ -13,6 +13,7 @@ mod lifecycle;
 mod login;
 mod metrics;
 mod probes;
+mod replicas;
 mod resources;
 mod retries;
 mod selection;

@@ -33,6 +33,11 @@ pub enum StopReason {
     /// Serving paused: the resource is gone from the cluster for now; tasks
     /// are spawned again once it is back.
     OperatorPausing,
+    /// This replica stopped leading on its Lease (it could not renew it,
+    /// or handed it over to a replica of a higher priority): another
+    /// replica serves the object now. Tasks are spawned again if this
+    /// replica leads again.
+    LeadershipLost,
     /// The operator is exiting.
     OperatorExiting,
 }
@@ -66,6 +71,7 @@ impl StopReason {
             #[cfg(test)]
             Self::HandlerRemoved => "handler-removed",
             Self::OperatorPausing => "operator-pausing",
+            Self::LeadershipLost => "leadership-lost",
             Self::OperatorExiting => "operator-exiting",
         }
     }
@@ -307,6 +313,7 @@ mod tests {
         assert!(StopReason::DeletionRequested.ends_spawning());
         assert!(!StopReason::FilterMismatch.ends_spawning());
         assert!(!StopReason::OperatorPausing.ends_spawning());
+        assert!(!StopReason::LeadershipLost.ends_spawning());
         assert_eq!(StopReason::ObjectVanished.to_string(), "object-vanished");
     }
 }

@@ -1,0 +1,227 @@
+//! Replicas electing the one that serves on a Lease, in one process with
+//! separate clients and identities, over real HTTP: only the leader
+//! serves; its exit hands over at once; a leader that cannot renew pauses
+//! its tasks (`leadership-lost`) and resumes from a fresh listing when it
+//! leads again; tasks that outlive the lease end the run.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kopf_runtime::settings::{OperatorSettings, PeeringSettings};
+use kopf_runtime::{Error, Kwargs, OperatorError, Peering, Registry, ResourceRef};
+use kopf_testing::{Emulator, FailRule};
+use kopf_tests::{
+    Calls, Running, declared, eventually, get_json, http_get, logs, new_configmap, scrape,
+    test_settings,
+};
+use serde_json::json;
+
+fn cms() -> ResourceRef {
+    ResourceRef::of::<ConfigMap>()
+}
+
+/// Test settings with short Lease timings: 1.5 s, 1 s, 0.2 s.
+fn settings() -> OperatorSettings {
+    let mut settings = test_settings();
+    settings.peering = PeeringSettings {
+        lease_duration: Duration::from_millis(1500),
+        renew_deadline: Duration::from_millis(1000),
+        retry_period: Duration::from_millis(200),
+    };
+    settings
+}
+
+fn peering(identity: &str) -> Peering {
+    Peering::new("op").namespace("default").identity(identity)
+}
+
+/// A 0.1 s timer on ConfigMaps recording which replica ticked.
+fn ticking(me: &'static str, calls: &Calls) -> Registry {
+    let calls = calls.clone();
+    Registry::builder()
+        .timer(cms(), "tick", move |_: Kwargs| {
+            calls.push("tick", json!(me));
+            async { Ok::<_, Error>(()) }
+        })
+        .interval(Duration::from_millis(100))
+        .build()
+        .expect("a valid registry")
+}
+
+/// The replicas that ticked since the `after`-th tick.
+fn tickers(calls: &Calls, after: usize) -> Vec<String> {
+    let mut who: Vec<String> = calls.named("tick")[after..]
+        .iter()
+        .filter_map(|t| t.as_str().map(str::to_owned))
+        .collect();
+    who.dedup();
+    who
+}
+
+#[tokio::test]
+async fn only_the_leader_serves_and_its_exit_hands_over_at_once() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    new_configmap(&emulator, "cm").await;
+    let calls = Calls::default();
+    let a = Running::replica(&emulator, ticking("a", &calls), settings(), peering("a")).await;
+    calls.wait_for("tick", 1).await;
+    let b = Running::replica(&emulator, ticking("b", &calls), settings(), peering("b")).await;
+    // b is ready and follows: it has tried to take the Lease many times
+    // while a ticked on.
+    eventually("b to be ready", || async {
+        (http_get(&b.urls().readiness).await.0 == 200).then_some(())
+    })
+    .await;
+    let now = calls.named("tick").len();
+    calls.wait_for("tick", now + 20).await;
+    assert_eq!(tickers(&calls, 0), ["a"], "only the leader serves");
+    assert_eq!(
+        scrape(&a.urls().metrics).await.value("kopf_leader", &[]),
+        1.0
+    );
+    assert_eq!(
+        scrape(&b.urls().metrics).await.value("kopf_leader", &[]),
+        0.0
+    );
+
+    a.stop().await;
+    let handed = calls.named("tick").len();
+    let begun = tokio::time::Instant::now();
+    calls.wait_for("tick", handed + 1).await;
+    assert!(
+        begun.elapsed() < Duration::from_secs(2),
+        "b took over within a retry period and its first tick: {:?}",
+        begun.elapsed()
+    );
+    assert_eq!(
+        tickers(&calls, handed),
+        ["b"],
+        "no tick of a after its exit"
+    );
+    assert_eq!(
+        scrape(&b.urls().metrics).await.value("kopf_leader", &[]),
+        1.0
+    );
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn a_leader_that_cannot_renew_pauses_and_resumes_when_it_leads_again() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let calls = Calls::default();
+    let (created, resumed, daemon) = (calls.clone(), calls.clone(), calls.clone());
+    let registry = Registry::builder()
+        .on_create(cms(), "create", move |_: Kwargs| {
+            created.push("create", json!(null));
+            async { Ok::<_, Error>(()) }
+        })
+        .on_resume(cms(), "resume", move |_: Kwargs| {
+            resumed.push("resume", json!(null));
+            async { Ok::<_, Error>(()) }
+        })
+        .daemon(cms(), "daemon", move |kw: Kwargs| {
+            let calls = daemon.clone();
+            async move {
+                calls.push("started", json!(null));
+                let stopped = kw.stopped.clone().expect("daemons get a stop flag");
+                stopped.cancelled().await;
+                let reason = stopped.reason().map(|r| r.as_str());
+                calls.push("stopped", json!(reason));
+                Ok::<_, Error>(())
+            }
+        })
+        .build()
+        .expect("a valid registry");
+    let operator = Running::replica(&emulator, registry, settings(), peering("a")).await;
+    new_configmap(&emulator, "cm").await;
+    calls.wait_for("create", 1).await;
+    calls.wait_for("started", 1).await;
+
+    // Every request about the Lease fails: the leader steps down.
+    emulator.faults().fail_next(
+        usize::MAX / 2,
+        FailRule::status(500).path_contains("/leases"),
+    );
+    let stopped = calls.wait_for("stopped", 1).await;
+    assert_eq!(stopped, [json!("leadership-lost")]);
+    eventually("the leader gauge to fall", || async {
+        (scrape(&operator.urls().metrics)
+            .await
+            .value("kopf_leader", &[])
+            == 0.0)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        get_json(&operator.urls().readiness).await.0,
+        200,
+        "readiness never depends on leadership"
+    );
+
+    // The API answers again: it leads again, from a fresh listing.
+    emulator.faults().clear();
+    calls.wait_for("resume", 1).await;
+    calls.wait_for("started", 2).await;
+    assert_eq!(calls.named("create").len(), 1, "created once");
+    assert_eq!(
+        scrape(&operator.urls().metrics)
+            .await
+            .value("kopf_leader", &[]),
+        1.0
+    );
+    operator.stop().await;
+    assert_eq!(
+        calls.named("stopped").last(),
+        Some(&json!("operator-exiting"))
+    );
+}
+
+/// How often `outliving` started, and what lets it return.
+static OUTLIVING: AtomicUsize = AtomicUsize::new(0);
+static RELEASED: AtomicBool = AtomicBool::new(false);
+
+/// A plain fn that ignores its stop flag, on a thread that cannot be
+/// cancelled, and may take a minute to be abandoned.
+#[kopf_runtime::daemon(ConfigMap, id = "outliving", cancellation_timeout = 60)]
+fn outliving() {
+    OUTLIVING.fetch_add(1, Ordering::SeqCst);
+    while !RELEASED.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test]
+async fn tasks_that_outlive_the_lease_end_the_run() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    new_configmap(&emulator, "cm").await;
+    let operator = Running::replica(
+        &emulator,
+        declared(&["outliving"]),
+        settings(),
+        peering("a"),
+    )
+    .await;
+    eventually("the daemon to start", || async {
+        (OUTLIVING.load(Ordering::SeqCst) == 1).then_some(())
+    })
+    .await;
+    emulator.faults().fail_next(
+        usize::MAX / 2,
+        FailRule::status(500).path_contains("/leases"),
+    );
+    let outcome = operator.outcome().await;
+    RELEASED.store(true, Ordering::SeqCst);
+    assert!(
+        matches!(&outcome, Err(OperatorError::LeaseOutlived { lease }) if lease == "default/op"),
+        "{outcome:?}"
+    );
+    let message = outcome.expect_err("outlived").to_string();
+    assert!(
+        message.contains("two replicas never act on one object"),
+        "{message}"
+    );
+}
