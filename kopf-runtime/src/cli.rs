@@ -12,8 +12,8 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer};
 
-use crate::leadership::{DEV_PRIORITY, Peering};
 use crate::namespaces::{NamespaceSelector, SelectorError};
+use crate::peering::{DEV_PRIORITY, Peering};
 use crate::settings::NetworkingSettings;
 
 /// A failure to act on the command line: logging or cluster configuration.
@@ -95,6 +95,12 @@ pub struct Args {
     /// deployed replicas while debugging.
     #[arg(long, requires = "peering")]
     pub dev: bool,
+
+    /// Spread the objects over this many slots (a power of two, at most
+    /// 64), each a Lease of its own, so that every replica serves about
+    /// its share of them [default: 1, one leader serves every object].
+    #[arg(long, value_name = "S", requires = "peering")]
+    pub shards: Option<u32>,
 
     /// The kubeconfig file to use instead of `$KUBECONFIG` / `~/.kube/config`.
     #[arg(long, value_name = "PATH")]
@@ -190,7 +196,7 @@ impl Args {
         } else {
             self.priority.unwrap_or(0)
         };
-        Some(peering.priority(priority))
+        Some(peering.priority(priority).shards(self.shards.unwrap_or(1)))
     }
 
     /// The client configuration: `--kubeconfig` and `--context` if given,
@@ -463,6 +469,10 @@ mod tests {
         assert_eq!(given(&["--peering", "team", "-p", "10"]), lease(10));
         assert_eq!(given(&["--peering", "team", "--priority", "-3"]), lease(-3));
         assert_eq!(given(&["--peering", "team", "--dev"]), lease(666));
+        assert_eq!(
+            given(&["--peering", "team", "--shards", "8"]),
+            lease(0).map(|p| p.shards(8))
+        );
         assert_eq!(given(&["--peering", "team", "--standalone"]), None);
         assert_eq!(parse(&["--standalone", "-A", "-v"]).peering(), None);
         assert_eq!(parse(&[]).peering(), None);
@@ -476,6 +486,7 @@ mod tests {
             &["--dev"],
             &["--identity", "me"],
             &["--peering-namespace", "ops"],
+            &["--shards", "8"],
         ] {
             let error = Args::try_parse_from(std::iter::once("op").chain(argv.iter().copied()))
                 .expect_err("refused");
@@ -522,6 +533,7 @@ mod tests {
             "--identity",
             "--priority",
             "--dev",
+            "--shards",
             "--liveness",
             "--metrics",
         ] {

@@ -27,7 +27,7 @@
 //!   the report names the scope and, if its requests are failing, the
 //!   last error.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -48,6 +48,8 @@ pub(crate) struct Health {
     elected: AtomicBool,
     /// Whether the replica acts on objects.
     leading: AtomicBool,
+    /// How many shard slots it holds.
+    slots: AtomicU32,
 }
 
 impl Default for Health {
@@ -58,6 +60,7 @@ impl Default for Health {
             resources: Mutex::default(),
             elected: AtomicBool::new(false),
             leading: AtomicBool::new(true),
+            slots: AtomicU32::new(0),
         }
     }
 }
@@ -145,10 +148,17 @@ impl Health {
         self.phase.store(phase as u8, Ordering::Release);
     }
 
-    /// The replica competes for a Lease, and leads on it (`true`) or not.
-    pub(crate) fn lead(&self, leading: bool) {
+    /// The replica competes for a Lease, and leads on it (`true`) or not,
+    /// holding `slots` shard slots.
+    pub(crate) fn lead(&self, leading: bool, slots: u32) {
         self.elected.store(true, Ordering::Release);
         self.leading.store(leading, Ordering::Release);
+        self.slots.store(slots, Ordering::Release);
+    }
+
+    /// How many shard slots the replica holds.
+    pub(crate) fn slots(&self) -> u32 {
+        self.slots.load(Ordering::Acquire)
     }
 
     /// Whether this replica acts on objects: not while another replica

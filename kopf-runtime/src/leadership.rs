@@ -25,6 +25,7 @@
 //!   that another replica takes it within its `retry_period`.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -41,95 +42,6 @@ use crate::settings::PeeringSettings;
 pub(crate) const PRIORITY: &str = "kopf.dev/priority";
 /// The annotation with a handover request: `<priority> <identity>`.
 pub(crate) const HANDOVER: &str = "kopf.dev/handover-requested-by";
-
-/// Kopf's development priority (`--dev`).
-pub(crate) const DEV_PRIORITY: i64 = 666;
-
-/// The Lease this replica serves under, and as whom it competes for it:
-/// what `--peering`, `--peering-namespace`, `--identity`, `--priority`
-/// and `--dev` give, for [`Operator::peering`](crate::Operator::peering).
-///
-/// Only the replica holding the Lease serves the resources; the others
-/// wait, with their probes, metrics, start-up and clean-up handlers
-/// running. The timings are [`settings.peering`](crate::settings::PeeringSettings).
-///
-/// ```
-/// use kopf_runtime::Peering;
-///
-/// let peering = Peering::new("my-operator").namespace("operators").priority(10);
-/// assert_eq!(peering.name(), "my-operator");
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Peering {
-    name: String,
-    namespace: String,
-    identity: String,
-    priority: i64,
-}
-
-impl Peering {
-    /// The Lease `name`, in the pod's own namespace (else `default`),
-    /// competed for as the pod (else as this host with a random suffix),
-    /// at priority 0.
-    pub fn new(name: impl Into<String>) -> Self {
-        let in_pod = std::path::Path::new(SERVICE_ACCOUNT_NAMESPACE).exists();
-        let pod_namespace = std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE).ok();
-        Self {
-            name: name.into(),
-            namespace: default_namespace(pod_namespace),
-            identity: default_identity(|key| std::env::var(key).ok(), in_pod),
-            priority: 0,
-        }
-    }
-
-    /// The Lease's namespace.
-    #[must_use]
-    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.namespace = namespace.into();
-        self
-    }
-
-    /// This replica's name on the Lease; unique among the replicas.
-    #[must_use]
-    pub fn identity(mut self, identity: impl Into<String>) -> Self {
-        self.identity = identity.into();
-        self
-    }
-
-    /// This replica's priority: a waiting replica of a strictly higher
-    /// priority is handed the Lease; equal priorities elect normally.
-    #[must_use]
-    pub fn priority(mut self, priority: i64) -> Self {
-        self.priority = priority;
-        self
-    }
-
-    /// The Lease's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The Lease as `namespace/name`, for messages.
-    pub(crate) fn lease(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
-    }
-
-    /// An elector for this Lease, with the timings of `timings`.
-    pub(crate) fn elector(
-        &self,
-        client: kube::Client,
-        timings: &PeeringSettings,
-    ) -> Result<Elector, String> {
-        if self.name.is_empty() {
-            return Err("the Lease's name is empty: pass --peering NAME".into());
-        }
-        let settings = ElectionSettings::with_timings(&self.identity, self.priority, timings);
-        if let Some(problem) = settings.problem() {
-            return Err(problem);
-        }
-        Ok(Elector::new(client, &self.namespace, &self.name, settings))
-    }
-}
 
 /// A write refused because the term it belongs to is over.
 #[derive(Debug, thiserror::Error)]
@@ -233,36 +145,6 @@ impl ElectionSettings {
     }
 }
 
-/// Where a pod finds its own namespace.
-pub(crate) const SERVICE_ACCOUNT_NAMESPACE: &str =
-    "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
-
-/// The default `--identity`: the pod's name (`POD_NAME`, or `HOSTNAME`
-/// inside a pod), else the host's name with a random suffix, so that two
-/// processes on one machine never share an identity. `env` reads the
-/// environment; `in_pod` says whether a service account is mounted.
-pub(crate) fn default_identity(env: impl Fn(&str) -> Option<String>, in_pod: bool) -> String {
-    let named = |key: &str| env(key).filter(|v| !v.trim().is_empty());
-    if let Some(pod) = named("POD_NAME") {
-        return pod;
-    }
-    let host = named("HOSTNAME");
-    if in_pod && let Some(pod) = host.clone() {
-        return pod;
-    }
-    let host = host.unwrap_or_else(|| "kopf".to_owned());
-    format!("{host}-{:06x}", fastrand::u32(..0x0100_0000))
-}
-
-/// The default `--peering-namespace`: the pod's own (`pod_namespace`, read
-/// from the service account), else `default`.
-pub(crate) fn default_namespace(pod_namespace: Option<String>) -> String {
-    pod_namespace
-        .map(|ns| ns.trim().to_owned())
-        .filter(|ns| !ns.is_empty())
-        .unwrap_or_else(|| "default".to_owned())
-}
-
 /// What this replica is, as the elector sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Role {
@@ -337,6 +219,31 @@ enum Attempt {
     Requested,
 }
 
+/// How many Leases of a kind (shard slots) one replica may hold, and
+/// holds: an elector with a quota takes a Lease only while the replica
+/// holds fewer than its target.
+#[derive(Debug, Default)]
+pub(crate) struct Quota {
+    target: AtomicUsize,
+    held: AtomicUsize,
+}
+
+impl Quota {
+    /// Sets how many this replica may hold.
+    pub(crate) fn aim(&self, target: usize) {
+        self.target.store(target, Ordering::Release);
+    }
+
+    /// How many this replica holds.
+    pub(crate) fn held(&self) -> usize {
+        self.held.load(Ordering::Acquire)
+    }
+
+    fn may_take(&self) -> bool {
+        self.held() < self.target.load(Ordering::Acquire)
+    }
+}
+
 /// Competes for one Lease: see the [module](self) notes.
 pub(crate) struct Elector {
     api: Api<Lease>,
@@ -346,6 +253,10 @@ pub(crate) struct Elector {
     observed: Option<(Record, Instant)>,
     role: watch::Sender<Role>,
     paused: Arc<Notify>,
+    /// What the replica may hold of Leases like this one, if limited.
+    quota: Option<Arc<Quota>>,
+    /// Notified to give the Lease up while leading (as a handover).
+    yielding: Arc<Notify>,
 }
 
 impl Elector {
@@ -363,7 +274,21 @@ impl Elector {
             observed: None,
             role: watch::Sender::new(Role::Candidate),
             paused: Arc::new(Notify::new()),
+            quota: None,
+            yielding: Arc::new(Notify::new()),
         }
+    }
+
+    /// Takes the Lease only while `quota` allows.
+    pub(crate) fn with_quota(mut self, quota: Arc<Quota>) -> Self {
+        self.quota = Some(quota);
+        self
+    }
+
+    /// What makes the leader give the Lease up, as for a handover: it
+    /// pauses, releases, and leaves the Lease to others for a while.
+    pub(crate) fn yielding(&self) -> Arc<Notify> {
+        Arc::clone(&self.yielding)
     }
 
     /// The role, as it changes.
@@ -387,9 +312,15 @@ impl Elector {
             if !self.acquire(&stop).await {
                 return;
             }
+            if let Some(quota) = &self.quota {
+                quota.held.fetch_add(1, Ordering::AcqRel);
+            }
             self.role.send_replace(Role::Leader);
             tracing::info!(lease = %self.name, identity = %self.settings.identity, "Became the leader.");
             let ending = self.renew(&stop).await;
+            if let Some(quota) = &self.quota {
+                quota.held.fetch_sub(1, Ordering::AcqRel);
+            }
             self.role.send_replace(ending);
             // Nothing may act on another replica's behalf: wait for the work
             // to pause before the Lease can go to anyone else.
@@ -438,6 +369,7 @@ impl Elector {
         loop {
             tokio::select! {
                 () = stop.cancelled() => return Role::HandingOver,
+                () = self.yielding.notified() => return Role::HandingOver,
                 () = tokio::time::sleep(self.settings.retry_period) => {}
             }
             let deadline = renewing + self.settings.renew_deadline;
@@ -474,6 +406,9 @@ impl Elector {
         let me = self.settings.identity.clone();
         let now = MicroTime(jiff::Timestamp::now());
         let Some(mut lease) = self.api.get_opt(&self.name).await? else {
+            if self.quota.as_ref().is_some_and(|quota| !quota.may_take()) {
+                return Ok(Attempt::Taken);
+            }
             let lease = self.lease_for_me(None, now);
             let created = self.api.create(&PostParams::default(), &lease).await?;
             self.observe(&created);
@@ -499,6 +434,12 @@ impl Elector {
             && !expired
         {
             // Reserved for the one who asked, while the request is fresh.
+            return Ok(Attempt::Taken);
+        }
+        if record.holder != me
+            && let Some(quota) = &self.quota
+            && !quota.may_take()
+        {
             return Ok(Attempt::Taken);
         }
         let mine = self.lease_for_me(Some(&lease), now);
@@ -644,39 +585,6 @@ impl Elector {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_identity_is_the_pods_name_else_the_host_with_a_suffix() {
-        let env = |vars: &'static [(&'static str, &'static str)]| {
-            move |key: &str| {
-                vars.iter()
-                    .find(|(k, _)| *k == key)
-                    .map(|(_, v)| (*v).to_owned())
-            }
-        };
-        let both = env(&[("POD_NAME", "op-7d9"), ("HOSTNAME", "node")]);
-        assert_eq!(default_identity(both, false), "op-7d9");
-        let host = env(&[("HOSTNAME", "op-5f4")]);
-        assert_eq!(default_identity(host, true), "op-5f4", "in a pod");
-        let outside = || env(&[("HOSTNAME", "laptop"), ("POD_NAME", " ")]);
-        let (a, b) = (
-            default_identity(outside(), false),
-            default_identity(outside(), false),
-        );
-        assert!(
-            a.starts_with("laptop-") && a.len() == "laptop-".len() + 6,
-            "{a}"
-        );
-        assert_ne!(a, b, "two processes on one host differ");
-        assert!(default_identity(env(&[]), false).starts_with("kopf-"));
-    }
-
-    #[test]
-    fn the_namespace_is_the_pods_else_default() {
-        assert_eq!(default_namespace(Some("operators\n".into())), "operators");
-        assert_eq!(default_namespace(Some(" ".into())), "default");
-        assert_eq!(default_namespace(None), "default");
-    }
 
     #[test]
     fn settings_that_could_elect_two_leaders_are_refused() {

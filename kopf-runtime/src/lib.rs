@@ -666,7 +666,7 @@
 //! | [`Endpoints`], [`EndpointError`], [`READINESS_PATH`] | the liveness, readiness and metrics listeners ([`Operator::endpoints`]), bound before the operator starts |
 //! | [`TaskCounters`], [`TaskCounts`] | how many daemons and timers an operator has spawned and how they ended ([`Operator::task_counters`]), for metrics and tests |
 //! | [`NamespaceSelector`] | the namespaces to serve, from `-n` patterns and `-A` ([`Operator::namespaces`]) |
-//! | [`Peering`] | the Lease replicas elect a leader on, from `--peering`, `--priority` and `--dev` ([`Operator::peering`]) |
+//! | [`Peering`] | the Lease replicas elect a leader on, or shard the objects by, from `--peering`, `--priority`, `--dev` and `--shards` ([`Operator::peering`]) |
 //! | [`OperatorSettings`] and the [`settings`] module | Kopf's settings, grouped and defaulted as in Kopf; [`settings::StartupSettings`], the settings that start-up handlers change |
 //! | [`RunError`], [`OperatorError`], [`CliError`], [`SelectorError`], [`RegistryError`] | why an operator does not start |
 //! | [`Registry`], [`RegistryBuilder`] | an operator's handlers: from the macros, or built without them |
@@ -718,6 +718,7 @@ mod mock_api;
 mod namespaces;
 mod operator;
 mod patching;
+mod peering;
 pub mod posting;
 mod probing;
 mod processing;
@@ -733,6 +734,7 @@ mod running;
 mod scanning;
 mod scraping;
 pub mod settings;
+mod sharding;
 mod spawning;
 mod stopping;
 mod watching;
@@ -762,10 +764,10 @@ pub use kwargs::{
     Admission, Diff, DiffItem, DiffOp, EventType, Index, IndexError, IndexKey, Indexes, Kwargs,
     Level, LiveBody, Logger, Memo, Operation, Patch, Reason, Stopped, Store, Warnings,
 };
-pub use leadership::Peering;
 pub use login::{ConnectionInfo, LoginError};
 pub use namespaces::{NamespaceSelector, SelectorError};
 pub use operator::{Operator, OperatorError};
+pub use peering::Peering;
 pub use registry::{Registry, RegistryBuilder, RegistryError};
 pub use resources::{ResourceName, ResourceRef};
 pub use running::{RunError, Runner, run};

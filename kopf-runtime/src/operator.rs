@@ -28,11 +28,12 @@ use crate::handlers::{Handler, HandlerKind};
 use crate::health::{Health, Phase, Registered, ResourceHealth};
 use crate::indexing::{Hold, IndexGate, OperatorIndexes, ResourceIndexer};
 use crate::kwargs::{Memo, MemoBase};
-use crate::leadership::{self, Peering, Role};
+use crate::leadership;
 use crate::login::{LoginError, Vault};
 use crate::metrics::{self, Metrics};
 use crate::namespaces::NamespaceSelector;
 use crate::patching::ResourceTarget;
+use crate::peering::Peering;
 use crate::posting::{self, EventPoster, ObjectReference};
 use crate::probing::Probes;
 use crate::processing::{ResourceHandlers, ResourceProcessor, Work};
@@ -43,6 +44,7 @@ use crate::retrying::{Backoff, ErrorClass, classify};
 use crate::scanning::{self, Groups, RESCAN_INTERVAL, Rescan, Resolution, Wanted};
 use crate::scraping::ScrapeTime;
 use crate::settings::{OperatorSettings, PostingSettings, StartupSettings};
+use crate::sharding::Slots;
 use crate::spawning::resource::{ResourceTasks, TaskObserver};
 use crate::spawning::{Spawner, SpawnerSettings, TaskCounters};
 use crate::stopping::StopReason;
@@ -316,7 +318,9 @@ impl Operator {
     /// that `peering` names (Kopf's `peering_name=` of an embedded
     /// operator): the other replicas wait, with their probes, metrics,
     /// start-up and clean-up handlers running, and take over when the
-    /// leader exits or cannot renew the Lease. The timings are
+    /// leader exits or cannot renew the Lease. With
+    /// [`Peering::shards`], each replica serves the objects of the shard
+    /// slots it holds instead, about its share of them. The timings are
     /// [`settings.peering`](crate::settings::PeeringSettings).
     ///
     /// # Caveats
@@ -545,35 +549,38 @@ impl Operator {
             let mut served = Ok(());
             let mut election = match self.peering.take() {
                 None => None,
-                Some(peering) => match Election::start(&peering, &client, &settings, &root, &tasks)
-                {
-                    Ok(election) => Some(election),
-                    Err(error) => {
-                        served = Err(error);
-                        None
+                Some(peering) => {
+                    match peering.ward(&client, &settings.peering, root.child_token(), &tasks) {
+                        Ok(ward) => Some((ward, peering.lease())),
+                        Err(problem) => {
+                            served = Err(OperatorError::Peering {
+                                lease: peering.lease(),
+                                problem,
+                            });
+                            None
+                        }
                     }
-                },
+                }
             };
             if let (Some(health), Some(_)) = (&health, &election) {
-                health.lead(false);
+                health.lead(false, 0);
                 health.enter(Phase::Serving);
             }
             while served.is_ok() {
-                if let Some(election) = &mut election {
-                    let leading = tokio::select! {
-                        role = election.roles.wait_for(|r| *r == Role::Leader) => role.is_ok(),
-                        () = &mut stop => false,
+                // With a Lease, what the term serves: the slots held.
+                let mut slots = None;
+                if let Some((ward, lease)) = &mut election {
+                    let held = tokio::select! {
+                        held = ward.hold_some() => held,
+                        () = &mut stop => break,
                     };
-                    if !leading {
-                        break;
+                    tracing::info!(%lease, slots = held.len(), "leading: serving the resources");
+                    if let Some(health) = &health {
+                        health.lead(true, if ward.sharded() { held.len() } else { 0 });
                     }
-                    tracing::info!(lease = %election.lease, "leading: serving the resources");
-                }
-                if let Some(health) = &health {
-                    match &election {
-                        Some(_) => health.lead(true),
-                        None => health.enter(Phase::Discovering),
-                    }
+                    slots = Some(held);
+                } else if let Some(health) = &health {
+                    health.enter(Phase::Discovering);
                 }
                 let spawner = Arc::new(Spawner::with_counters(
                     tokio::runtime::Handle::current(),
@@ -592,9 +599,7 @@ impl Operator {
                 let serving = TaskTracker::new();
                 let context = ServeContext {
                     client: match &election {
-                        Some(election) => {
-                            leadership::term_client(client.clone(), &over, &election.lease)
-                        }
+                        Some((_, lease)) => leadership::term_client(client.clone(), &over, lease),
                         None => client.clone(),
                     },
                     settings: Arc::clone(&settings),
@@ -607,79 +612,85 @@ impl Operator {
                     health: health.clone(),
                     metrics: metrics.clone(),
                     memo: memo_base.clone(),
+                    slots: slots.filter(|slots| !slots.is_all()),
                 };
-                // The term ends when the operator stops, or when this
-                // replica stops leading.
-                let mut ending = None;
-                let mut term: Pin<Box<dyn Future<Output = ()> + Send + '_>> = match &mut election {
-                    Some(election) => Box::pin(async {
-                        tokio::select! {
-                            () = &mut stop => {}
-                            role = election.roles.wait_for(|r| *r != Role::Leader) => {
-                                ending = role.ok().map(|role| *role);
-                            }
+                // The term ends when the operator stops, or when the slots
+                // held change.
+                let mut moved = false;
+                let mut term: Pin<Box<dyn Future<Output = ()> + Send + '_>> =
+                    match (&mut election, slots) {
+                        (Some((ward, _)), Some(held)) => {
+                            let (stop, moved) = (&mut stop, &mut moved);
+                            Box::pin(async move {
+                                tokio::select! {
+                                    () = stop => {}
+                                    () = ward.moved_from(held) => *moved = true,
+                                }
+                            })
                         }
-                    }),
-                    None => Box::pin(&mut stop),
-                };
+                        _ => Box::pin(&mut stop),
+                    };
                 served = Resources::new(context, &self.registry)
                     .serve_until(&mut term)
                     .await;
                 drop(term);
                 watching.cancel();
                 serving.close();
-                match ending {
-                    None if served.is_ok() => tracing::info!("stopping the operator"),
-                    None => {}
-                    Some(role) => {
-                        tracing::warn!(?role, "no longer leading: pausing the resources");
-                        if let Some(health) = &health {
-                            health.lead(false);
-                        }
+                let lost = match (&election, slots) {
+                    (Some((ward, _)), Some(held)) if moved => held.loses_to(ward.held()),
+                    _ => false,
+                };
+                if !moved && served.is_ok() {
+                    tracing::info!("stopping the operator");
+                } else if moved {
+                    tracing::warn!(lost, "the slots held changed: pausing the resources");
+                    if let Some(health) = &health {
+                        health.lead(false, 0);
                     }
                 }
-                let paused = match ending {
-                    Some(Role::SteppedDown { others_may_lead_at }) => {
+                let reason = if moved {
+                    StopReason::LeadershipLost
+                } else {
+                    StopReason::OperatorExiting
+                };
+                let deadline = election
+                    .as_ref()
+                    .and_then(|(ward, _)| ward.others_may_lead_at());
+                let paused = match deadline {
+                    Some(others_may_lead_at) if lost => {
                         // Nothing this term does may reach the cluster now.
                         over.cancel();
                         let drained = async {
                             serving.wait().await;
                             spawner
-                                .shutdown_for(
-                                    StopReason::LeadershipLost,
-                                    settings.background.shutdown_timeout,
-                                )
+                                .shutdown_for(reason, settings.background.shutdown_timeout)
                                 .await
                                 .is_ok()
                         };
                         tokio::time::timeout_at(others_may_lead_at, drained).await == Ok(true)
                     }
-                    Some(_) => {
-                        drain(&serving, &spawner, StopReason::LeadershipLost, &settings).await;
-                        true
-                    }
-                    None => {
-                        drain(&serving, &spawner, StopReason::OperatorExiting, &settings).await;
+                    _ => {
+                        drain(&serving, &spawner, reason, &settings).await;
                         true
                     }
                 };
-                let Some(election) = &election else {
+                let Some((ward, lease)) = &election else {
                     break;
                 };
                 if !paused {
                     return Err(OperatorError::LeaseOutlived {
-                        lease: election.lease.clone(),
+                        lease: lease.clone(),
                     });
                 }
-                if ending.is_some() {
+                if moved {
                     // What the watches saw goes stale; the next term lists anew.
                     indexes.reset();
                 } else {
                     // Released once paused, not competed for again.
-                    election.stop.cancel();
+                    ward.stop();
                 }
-                election.paused.notify_one();
-                if ending.is_none() {
+                ward.paused();
+                if !moved {
                     break;
                 }
             }
@@ -737,43 +748,6 @@ async fn drain(
     }
 }
 
-/// The election this replica takes part in: its elector runs among the
-/// operator's background tasks.
-struct Election {
-    /// The Lease, as `namespace/name`.
-    lease: String,
-    roles: tokio::sync::watch::Receiver<Role>,
-    /// Notified once per term, when its work is paused.
-    paused: Arc<tokio::sync::Notify>,
-    /// Stops competing (and releases the Lease once paused).
-    stop: CancellationToken,
-}
-
-impl Election {
-    fn start(
-        peering: &Peering,
-        client: &Client,
-        settings: &OperatorSettings,
-        root: &CancellationToken,
-        tasks: &TaskTracker,
-    ) -> Result<Self, OperatorError> {
-        let elector = peering
-            .elector(client.clone(), &settings.peering)
-            .map_err(|problem| OperatorError::Peering {
-                lease: peering.lease(),
-                problem,
-            })?;
-        let election = Self {
-            lease: peering.lease(),
-            roles: elector.roles(),
-            paused: elector.paused(),
-            stop: root.child_token(),
-        };
-        tasks.spawn(elector.run(election.stop.clone()));
-        Ok(election)
-    }
-}
-
 /// A resource's identity: group, version, plural.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct ResourceKey(String, String, String);
@@ -808,6 +782,8 @@ struct ServeContext {
     metrics: Option<Arc<Metrics>>,
     /// The operator's memo as the start-up handlers left it.
     memo: MemoBase,
+    /// The shard slots whose objects are served, if not all.
+    slots: Option<Slots>,
 }
 
 /// The resources served, kept in step with the cluster's (Kopf's resource
@@ -1287,6 +1263,7 @@ impl Resources {
             ),
             gate: context.indexes.gate(&handlers),
             health: health.as_ref().map(|h| Arc::clone(h.resource())),
+            slots: context.slots,
         };
         context.tasks.spawn(serve.run(
             stop.clone(),
@@ -1361,6 +1338,8 @@ struct ServeResource {
     gate: Option<IndexGate>,
     /// Where the watches report, for the probes and the metrics.
     health: Option<Arc<ResourceHealth>>,
+    /// The shard slots whose objects are served, if not all.
+    slots: Option<Slots>,
 }
 
 impl ServeResource {
@@ -1472,6 +1451,12 @@ impl ServeResource {
             if let Some(indexer) = &mut indexer {
                 // Before the event is queued: its handlers see the index with it.
                 Box::pin(indexer.observe(&event)).await;
+            }
+            // Another replica's slot: indexed as every object, not handled.
+            if let (Some(slots), Some(uid)) = (self.slots, event.uid())
+                && !slots.serve(uid)
+            {
+                continue;
             }
             if !tasks.is_empty()
                 && let Some(uid) = event.uid()

@@ -2,7 +2,8 @@
 //! scraped, rather than count as it happens: objects tracked, queue depth
 //! and the last event's time per resource (from [`Health`]), daemons and
 //! timers running and their exits (from the spawner's [`TaskCounters`]),
-//! and the placeholders of families that later features fill.
+//! leadership and shard slots (from [`Health`]), and the placeholders of
+//! families that later features fill.
 //!
 //! It is a [`Collector`] that [`Metrics`](crate::metrics::Metrics)
 //! registers, kept apart from `metrics`, which the engine's modules use
@@ -122,10 +123,10 @@ impl Collector for ScrapeTime {
             None,
             leader.metric_type(),
         )?)?;
-        let slots = ConstGauge::new(0_i64);
+        let slots = ConstGauge::new(i64::from(self.health.slots()));
         slots.encode(encoder.encode_descriptor(
             "kopf_shard_slots_held",
-            "Shard slots this replica holds (always 0: no sharding yet)",
+            "Shard slots this replica holds (0 without --shards)",
             None,
             slots.metric_type(),
         )?)?;

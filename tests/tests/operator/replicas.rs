@@ -225,3 +225,130 @@ async fn tasks_that_outlive_the_lease_end_the_run() {
         "{message}"
     );
 }
+
+/// A 0.1 s timer on ConfigMaps recording which replica ticked which name.
+fn ticking_names(me: &'static str, calls: &Calls) -> Registry {
+    let calls = calls.clone();
+    Registry::builder()
+        .timer(cms(), "tick", move |kw: Kwargs| {
+            calls.push("tick", json!([me, kw.name()]));
+            async { Ok::<_, Error>(()) }
+        })
+        .interval(Duration::from_millis(100))
+        .no_finalizers()
+        .build()
+        .expect("a valid registry")
+}
+
+/// Which replica ticked each ConfigMap since the `after`-th tick, and
+/// whether one ticked on two.
+fn owners(calls: &Calls, after: usize) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut owners = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for tick in &calls.named("tick")[after..] {
+        let (Some(who), Some(name)) = (tick[0].as_str(), tick[1].as_str()) else {
+            continue;
+        };
+        let replicas = owners.entry(name.to_owned()).or_default();
+        if !replicas.iter().any(|r| r == who) {
+            replicas.push(who.to_owned());
+        }
+    }
+    owners
+}
+
+/// The `kopf_shard_slots_held` of each replica.
+async fn slots_held(replicas: &[&Running]) -> Vec<u32> {
+    let mut held = Vec::new();
+    for replica in replicas {
+        let metrics = scrape(&replica.urls().metrics).await;
+        held.push(metrics.value("kopf_shard_slots_held", &[]) as u32);
+    }
+    held
+}
+
+#[tokio::test]
+async fn shards_spread_the_objects_over_the_replicas_and_move_when_one_leaves() {
+    logs();
+    let emulator = Emulator::start().await.expect("emulator starts");
+    for n in 0..24 {
+        new_configmap(&emulator, &format!("cm-{n}")).await;
+    }
+    let calls = Calls::default();
+    let sharded = |me: &str| peering(me).shards(8);
+    let a = Running::replica(
+        &emulator,
+        ticking_names("a", &calls),
+        settings(),
+        sharded("a"),
+    )
+    .await;
+    let b = Running::replica(
+        &emulator,
+        ticking_names("b", &calls),
+        settings(),
+        sharded("b"),
+    )
+    .await;
+    let c = Running::replica(
+        &emulator,
+        ticking_names("c", &calls),
+        settings(),
+        sharded("c"),
+    )
+    .await;
+    let balanced = |mut held: Vec<u32>, members: usize| {
+        held.sort_unstable();
+        let share = 8_u32.div_ceil(members as u32);
+        held.iter().sum::<u32>() == 8 && held.iter().all(|h| *h + 1 >= share && *h <= share)
+    };
+    eventually("the slots to spread over three replicas", || async {
+        balanced(slots_held(&[&a, &b, &c]).await, 3).then_some(())
+    })
+    .await;
+    // Every object ticks, each in one replica only.
+    let after = calls.named("tick").len();
+    eventually("every object to tick", || async {
+        (owners(&calls, after).len() == 24).then_some(())
+    })
+    .await;
+    let now = calls.named("tick").len();
+    calls.wait_for("tick", now + 100).await;
+    let settled = owners(&calls, after);
+    assert!(
+        settled.values().all(|replicas| replicas.len() == 1),
+        "each object ticks in one replica: {settled:?}"
+    );
+    let mut spread: Vec<&str> = settled.values().map(|r| r[0].as_str()).collect();
+    spread.sort_unstable();
+    spread.dedup();
+    assert_eq!(spread, ["a", "b", "c"], "the objects are spread");
+
+    // c leaves: its slots move to a and b, balanced.
+    c.stop().await;
+    let left = tokio::time::Instant::now();
+    eventually("the slots to spread over two replicas", || async {
+        balanced(slots_held(&[&a, &b]).await, 2).then_some(())
+    })
+    .await;
+    let moved = left.elapsed();
+    assert!(
+        moved < Duration::from_millis(1500 + 200 + 1000),
+        "c's slots moved within the lease duration and a retry period (and a margin): {moved:?}"
+    );
+    let after = calls.named("tick").len();
+    eventually("every object to tick again", || async {
+        (owners(&calls, after).len() == 24).then_some(())
+    })
+    .await;
+    let now = calls.named("tick").len();
+    calls.wait_for("tick", now + 100).await;
+    let settled = owners(&calls, now);
+    assert!(
+        settled
+            .values()
+            .all(|replicas| replicas.len() == 1 && replicas[0] != "c"),
+        "each object ticks in one of the replicas left: {settled:?}"
+    );
+    a.stop().await;
+    b.stop().await;
+}
