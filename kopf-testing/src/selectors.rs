@@ -206,6 +206,48 @@ impl LabelSelector {
         Ok(Self { reqs })
     }
 
+    /// Reads a structured `metav1.LabelSelector` (`matchLabels` and
+    /// `matchExpressions` with `In`, `NotIn`, `Exists`, `DoesNotExist`), as
+    /// webhook configurations carry them; absent or `{}` selects everything.
+    pub fn from_spec(spec: Option<&Value>) -> Result<Self, SelectorError> {
+        let mut reqs = Vec::new();
+        let Some(spec) = spec.filter(|s| !s.is_null()) else {
+            return Ok(Self { reqs });
+        };
+        let unparsable = || SelectorError::Unparsable(spec.to_string());
+        if let Some(labels) = spec.get("matchLabels").filter(|l| !l.is_null()) {
+            for (key, value) in labels.as_object().ok_or_else(unparsable)? {
+                let value = value.as_str().ok_or_else(unparsable)?;
+                reqs.push(validated((key.clone(), LabelOp::Eq(value.into())))?);
+            }
+        }
+        if let Some(exprs) = spec.get("matchExpressions").filter(|e| !e.is_null()) {
+            for expr in exprs.as_array().ok_or_else(unparsable)? {
+                let key = expr.get("key").and_then(Value::as_str).unwrap_or("");
+                if key.is_empty() {
+                    return Err(SelectorError::EmptyKey(expr.to_string()));
+                }
+                let values = || -> Result<Vec<String>, SelectorError> {
+                    let values = expr.get("values").and_then(Value::as_array);
+                    values
+                        .into_iter()
+                        .flatten()
+                        .map(|v| v.as_str().map(str::to_string).ok_or_else(unparsable))
+                        .collect()
+                };
+                let op = match expr.get("operator").and_then(Value::as_str) {
+                    Some("In") => LabelOp::In(values()?),
+                    Some("NotIn") => LabelOp::NotIn(values()?),
+                    Some("Exists") => LabelOp::Exists,
+                    Some("DoesNotExist") => LabelOp::NotExists,
+                    _ => return Err(SelectorError::Unparsable(expr.to_string())),
+                };
+                reqs.push(validated((key.into(), op))?);
+            }
+        }
+        Ok(Self { reqs })
+    }
+
     /// Whether the selector selects everything.
     pub fn is_empty(&self) -> bool {
         self.reqs.is_empty()
@@ -326,6 +368,30 @@ impl Selectors {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn structured_selectors_match_as_their_string_forms() {
+        let spec = serde_json::json!({
+            "matchLabels": {"app": "web"},
+            "matchExpressions": [
+                {"key": "tier", "operator": "In", "values": ["a", "b"]},
+                {"key": "skip", "operator": "DoesNotExist"},
+            ],
+        });
+        let sel = LabelSelector::from_spec(Some(&spec)).unwrap();
+        assert_eq!(
+            sel,
+            LabelSelector::parse("app=web,tier in (a,b),!skip").unwrap()
+        );
+        assert!(LabelSelector::from_spec(None).unwrap().is_empty());
+        assert!(
+            LabelSelector::from_spec(Some(&serde_json::json!({})))
+                .unwrap()
+                .is_empty()
+        );
+        let bad = serde_json::json!({"matchExpressions": [{"key": "k", "operator": "Near"}]});
+        assert!(LabelSelector::from_spec(Some(&bad)).is_err());
+    }
+
     use super::*;
     use serde_json::json;
 
