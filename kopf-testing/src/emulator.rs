@@ -1,5 +1,6 @@
 //! The public handle of a running emulator and its builder.
 
+use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -7,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::admission::ServiceKey;
 use crate::error::EmulatorError;
 use crate::faults::Faults;
 use crate::history::{DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_BYTES};
@@ -41,6 +43,7 @@ pub struct EmulatorBuilder {
     history_age: Duration,
     connection_limits: ConnectionLimits,
     token: Option<String>,
+    webhook_services: HashMap<ServiceKey, SocketAddr>,
 }
 
 impl Default for EmulatorBuilder {
@@ -54,6 +57,7 @@ impl Default for EmulatorBuilder {
             history_age: DEFAULT_HISTORY_AGE,
             connection_limits: ConnectionLimits::default(),
             token: None,
+            webhook_services: HashMap::new(),
         }
     }
 }
@@ -148,6 +152,33 @@ impl EmulatorBuilder {
         self
     }
 
+    /// Serves the admission webhooks that configurations reach through the
+    /// Service `namespace/name` on `port` (`clientConfig.service`, port 443
+    /// when unset) at `addr`, as the emulator resolves no Service DNS. The
+    /// server certificate is verified for `NAME.NAMESPACE.svc`, as the API
+    /// server verifies it. Calls to a Service not mapped fail (and
+    /// `failurePolicy` decides).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), kopf_testing::EmulatorError> {
+    /// let emulator = kopf_testing::Emulator::builder()
+    ///     .webhook_service("operators", "kopf-webhook", 443, ([127, 0, 0, 1], 9443).into())
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn webhook_service(
+        mut self,
+        namespace: impl Into<String>,
+        name: impl Into<String>,
+        port: u16,
+        addr: SocketAddr,
+    ) -> Self {
+        self.webhook_services
+            .insert((namespace.into(), name.into(), port), addr);
+        self
+    }
+
     /// Starts the emulator on 127.0.0.1.
     ///
     /// # Errors
@@ -179,6 +210,7 @@ impl EmulatorBuilder {
         let mut shared = Shared::new(store, addr.port());
         shared.connection_limits = self.connection_limits;
         shared.set_token(self.token);
+        shared.admission.set_services(self.webhook_services);
         let shared = Arc::new(shared);
         let running = server::spawn(listener, shared.clone());
         tracing::debug!(%addr, "emulator: listening");

@@ -11,6 +11,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::{Value, json};
 
 use crate::admin;
+use crate::admission;
 use crate::discovery;
 use crate::failures::ApiError;
 use crate::limits;
@@ -62,17 +63,24 @@ where
         tokio::time::sleep(latency).await;
     }
     shared.faults.held(verb, &path).await;
-    let response = if !authorized {
+    // Admission webhooks' warnings, sent as `Warning` headers whatever the outcome.
+    let mut warnings = Vec::new();
+    let mut response = if !authorized {
         error_response(&ApiError::unauthorized())
     } else {
         match shared.faults.take(verb, &path) {
             Some(err) => error_response(&err),
-            None => match serve(&shared, &method, route, &query, req).await {
+            None => match serve(&shared, &method, route, &query, req, &mut warnings).await {
                 Ok(resp) => resp,
                 Err(err) => error_response(&err),
             },
         }
     };
+    for warning in admission::warning_headers(&warnings) {
+        if let Ok(value) = HeaderValue::from_bytes(warning.as_bytes()) {
+            response.headers_mut().append(header::WARNING, value);
+        }
+    }
     shared.recorder.count(&agent, verb);
     shared.recorder.record(RecordedRequest {
         method: method.to_string(),
@@ -205,6 +213,7 @@ async fn serve<B>(
     route: Option<Route>,
     query: &Query,
     req: Request<B>,
+    warnings: &mut Vec<String>,
 ) -> Result<Response<Body>, ApiError>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
@@ -258,6 +267,12 @@ where
             let (ct, body) = read_body(req).await?;
             let obj = parse_object(ct.as_deref(), &body)?;
             validation::body_matches_request(&def, ns, &obj)?;
+            if admission::applies(shared, &def) {
+                let options = admission::options("CreateOptions", query, None);
+                let created =
+                    admission::create(shared, &def, ns, obj, options, dry, warnings).await?;
+                return Ok(object_response(201, &def, &created));
+            }
             validation::object(&def, &obj)?;
             let created = shared.store().create(&def, ns, obj, dry)?;
             Ok(object_response(201, &def, &created))
@@ -267,6 +282,18 @@ where
             let mut obj = parse_object(ct.as_deref(), &body)?;
             validation::body_matches_request(&def, ns, &obj)?;
             validation::resource_version_precondition(&def, &mut obj)?;
+            if admission::applies(shared, &def) {
+                let write = Write {
+                    def: &def,
+                    ns,
+                    name,
+                    target,
+                    dry,
+                    query,
+                };
+                let updated = admitted_update(shared, &write, obj, warnings).await?;
+                return Ok(object_response(200, &def, &updated));
+            }
             validation::object(&def, &obj)?;
             let updated = shared.store().update(&def, ns, name, obj, target, dry)?;
             Ok(object_response(200, &def, &updated))
@@ -285,13 +312,20 @@ where
                 name,
                 target,
                 dry,
+                query,
             };
-            let (obj, created) = patch_object(shared, &write, kind, &patch)?;
+            let (obj, created) = patch_object(shared, &write, kind, &patch, warnings).await?;
             Ok(object_response(if created { 201 } else { 200 }, &def, &obj))
         }
         (Method::DELETE, Some(name)) => {
             let (_, body) = read_body(req).await?;
             let options = delete_options(&body)?;
+            if admission::applies(shared, &def) {
+                // Existence and preconditions first, as the API server.
+                let old = shared.store().delete(&def, ns, name, &options, true)?;
+                let review_options = admission::options("DeleteOptions", query, Some(&options));
+                admission::admit_delete(shared, &def, &old, review_options, dry, warnings).await?;
+            }
             let obj = shared.store().delete(&def, ns, name, &options, dry)?;
             // As the API server: objects kept for their finalizers come back as
             // they are; pods, services, service accounts and namespaces come
@@ -314,8 +348,16 @@ where
         }
         (Method::DELETE, None) => {
             let (_, body) = read_body(req).await?;
-            delete_options(&body)?;
+            let options = delete_options(&body)?;
             let selectors = selectors(&def, query)?;
+            if admission::applies(shared, &def) {
+                let deleted = admitted_delete_collection(
+                    shared, &def, ns, &selectors, &options, query, warnings,
+                )
+                .await?;
+                let rv = shared.store().current_rv();
+                return Ok(list_response(&def, &deleted, rv, None, None));
+            }
             let deleted = shared
                 .store()
                 .delete_collection(&def, ns, &selectors, dry)?;
@@ -333,18 +375,21 @@ struct Write<'a> {
     name: &'a str,
     target: Target,
     dry: bool,
+    query: &'a Query,
 }
 
 /// Applies a patch outside the store lock, validates the result, and commits
 /// it if the object did not change meanwhile (else applies it again, as the
 /// API server's optimistic update loop does). Returns the object and whether
 /// it was created (server-side apply of a missing object).
-fn patch_object(
+async fn patch_object(
     shared: &Arc<Shared>,
     w: &Write<'_>,
     kind: PatchKind,
     patch: &Value,
+    warnings: &mut Vec<String>,
 ) -> Result<(Arc<Value>, bool), ApiError> {
+    let admitted = admission::applies(shared, w.def);
     loop {
         let base = shared.store().get_view(w.def, w.ns, w.name);
         let base = match base {
@@ -353,6 +398,13 @@ fn patch_object(
                 let mut body = patch.clone();
                 crate::objects::meta_mut(&mut body).insert("name".into(), w.name.into());
                 validation::body_matches_request(w.def, w.ns, &body)?;
+                if admitted {
+                    let options = admission::options("CreateOptions", w.query, None);
+                    let created =
+                        admission::create(shared, w.def, w.ns, body, options, w.dry, warnings)
+                            .await?;
+                    return Ok((created, true));
+                }
                 validation::object(w.def, &body)?;
                 let created = shared.store().create(w.def, w.ns, body, w.dry)?;
                 return Ok((created, true));
@@ -368,6 +420,12 @@ fn patch_object(
         })?;
         validation::patched(w.def, &base, &new)?;
         validation::resource_version_precondition(w.def, &mut new)?;
+        if admitted {
+            if let Some(obj) = admit_and_commit(shared, w, &base, new, warnings).await? {
+                return Ok((obj, false));
+            }
+            continue;
+        }
         validation::object(w.def, &new)?;
         let committed = shared
             .store()
@@ -376,6 +434,101 @@ fn patch_object(
             return Ok((obj, false));
         }
     }
+}
+
+/// An update (PUT) through the admission chain, retried as a patch is when
+/// the object changed while the webhooks ran.
+async fn admitted_update(
+    shared: &Arc<Shared>,
+    w: &Write<'_>,
+    mut obj: Value,
+    warnings: &mut Vec<String>,
+) -> Result<Arc<Value>, ApiError> {
+    if crate::objects::name(&obj).is_empty() {
+        crate::objects::meta_mut(&mut obj).insert("name".into(), w.name.into());
+    }
+    loop {
+        let base = shared.store().get_view(w.def, w.ns, w.name)?;
+        // The store's own checks of an update (name, UID, kind) come first.
+        shared
+            .store()
+            .update(w.def, w.ns, w.name, obj.clone(), w.target, true)?;
+        if let Some(updated) = admit_and_commit(shared, w, &base, obj.clone(), warnings).await? {
+            return Ok(updated);
+        }
+    }
+}
+
+/// Runs the admission chain for an update of `base` to `new` (mutating
+/// webhooks, the emulator's validation, validating webhooks on the object
+/// as it would be stored) and commits it; `None` when the object changed
+/// meanwhile (the caller starts over).
+async fn admit_and_commit(
+    shared: &Arc<Shared>,
+    w: &Write<'_>,
+    base: &Arc<Value>,
+    new: Value,
+    warnings: &mut Vec<String>,
+) -> Result<Option<Arc<Value>>, ApiError> {
+    let request = admission::Request {
+        def: w.def,
+        subresource: admission::subresource(w.target),
+        operation: admission::Operation::Update,
+        namespace: w.ns,
+        name: w.name,
+        dry_run: w.dry,
+        options: admission::options("UpdateOptions", w.query, None),
+    };
+    let new = admission::mutate(shared, &request, Some(new), Some(base), warnings)
+        .await?
+        .ok_or_else(|| ApiError::internal("invariant: an update has an object"))?;
+    validation::object(w.def, &new)?;
+    let prepared =
+        shared
+            .store()
+            .commit_patch(w.def, w.ns, w.name, base, new.clone(), w.target, true)?;
+    let Some(prepared) = prepared else {
+        return Ok(None);
+    };
+    admission::validate(shared, &request, Some(&prepared), Some(base), warnings).await?;
+    shared
+        .store()
+        .commit_patch(w.def, w.ns, w.name, base, new, w.target, w.dry)
+}
+
+/// A deletecollection through the admission chain: each object is deleted
+/// once its webhooks admit it; the first refusal ends the request (what was
+/// deleted before it stays deleted, as on the API server).
+async fn admitted_delete_collection(
+    shared: &Arc<Shared>,
+    def: &ResourceDef,
+    ns: Option<&str>,
+    selectors: &Selectors,
+    options: &Value,
+    query: &Query,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<Arc<Value>>, ApiError> {
+    let items = shared.store().delete_collection(def, ns, selectors, true)?;
+    let mut deleted = Vec::with_capacity(items.len());
+    for item in items {
+        let review_options = admission::options("DeleteOptions", query, Some(options));
+        admission::admit_delete(shared, def, &item, review_options, query.dry_run, warnings)
+            .await?;
+        // Only the very object admitted: a replacement is left alone.
+        let uid = crate::objects::meta_str(&item, "uid").unwrap_or("");
+        let only_it = json!({"preconditions": {"uid": uid}});
+        let item_ns = Some(crate::objects::namespace(&item)).filter(|_| def.namespaced);
+        let name = crate::objects::name(&item);
+        match shared
+            .store()
+            .delete(def, item_ns, name, &only_it, query.dry_run)
+        {
+            Ok(obj) => deleted.push(obj),
+            Err(e) if e.code == 404 || e.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(deleted)
 }
 
 /// The options kind the API server validates a verb's query parameters as.

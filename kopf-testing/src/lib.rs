@@ -106,6 +106,7 @@
 //! ```
 
 mod admin;
+mod admission;
 mod conversion;
 mod discovery;
 mod emulator;
@@ -137,6 +138,7 @@ mod store;
 mod validation;
 mod watching;
 
+pub use admission::{WebhookCallError, call_webhook};
 pub use emulator::{DEFAULT_HISTORY_LIMIT, Emulator, EmulatorBuilder};
 pub use endpoints::http_get;
 pub use error::EmulatorError;

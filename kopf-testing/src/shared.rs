@@ -2,6 +2,7 @@
 
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
 
+use crate::admission::Admission;
 use crate::faults::FaultState;
 use crate::recording::Recorder;
 use crate::server::ConnectionLimits;
@@ -25,12 +26,16 @@ pub(crate) struct Shared {
     pub(crate) connection_limits: ConnectionLimits,
     /// The bearer token every API request must carry, if one is required.
     token: RwLock<Option<String>>,
+    /// The admission chain's state.
+    pub(crate) admission: Admission,
 }
 
 impl Shared {
     /// Shared state around a store.
     pub(crate) fn new(store: Store, port: u16) -> Self {
+        let admission = Admission::new(store.admission_tracker());
         Self {
+            admission,
             store: Mutex::new(store),
             faults: FaultState::default(),
             recorder: Recorder::default(),

@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
+use crate::admission;
 use crate::conversion;
 use crate::events::{EventType, WatchEvent};
 use crate::failures::ApiError;
@@ -104,6 +105,8 @@ pub struct Store {
     history_used: usize,
     defs: Vec<Arc<ResourceDef>>,
     resources: HashMap<StoreKey, Resource>,
+    /// Counts the webhook configurations for the admission chain.
+    admission: Arc<admission::Tracker>,
 }
 
 fn key_of(ns: &str, name: &str) -> (String, String) {
@@ -122,6 +125,7 @@ impl Store {
             history_used: 0,
             defs: Vec::new(),
             resources: HashMap::new(),
+            admission: Arc::default(),
         };
         store.reset();
         store
@@ -131,6 +135,7 @@ impl Store {
     pub fn reset(&mut self) {
         // Dropping the resources drops their senders: open watches end.
         self.resources.clear();
+        self.admission.changed(0);
         self.history_used = 0;
         self.defs = resources::builtins().into_iter().map(Arc::new).collect();
         // A fresh revision: every earlier resourceVersion is now too old.
@@ -179,6 +184,30 @@ impl Store {
                 self.history_used -= weight;
             }
         }
+    }
+
+    /// What tells the admission chain that webhook configurations changed.
+    pub(crate) fn admission_tracker(&self) -> Arc<admission::Tracker> {
+        self.admission.clone()
+    }
+
+    /// Every stored webhook configuration, mutating ones first, each kind
+    /// in name order; `true` marks mutating ones.
+    pub(crate) fn webhook_configurations(&self) -> Vec<(Arc<Value>, bool)> {
+        admission::CONFIGURATIONS
+            .iter()
+            .flat_map(|(plural, mutating)| {
+                let key = StoreKey {
+                    group: admission::GROUP.into(),
+                    plural: (*plural).into(),
+                };
+                let objects = self.resources.get(&key).map(|r| r.objects.values());
+                objects
+                    .into_iter()
+                    .flatten()
+                    .map(|o| (o.clone(), *mutating))
+            })
+            .collect()
     }
 
     /// The current cluster-wide resourceVersion.
@@ -249,6 +278,10 @@ impl Store {
         used += self.history_used;
         self.history_used = used - freed;
         self.trim_history();
+        if key.group == admission::GROUP {
+            let stored = self.webhook_configurations().len();
+            self.admission.changed(stored);
+        }
     }
 
     fn next_rv(&mut self) -> u64 {
