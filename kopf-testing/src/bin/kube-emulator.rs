@@ -9,6 +9,8 @@
 //!
 //! The limits on clients (see the crate docs) are the library's; the watch
 //! history's bounds and the connection timeouts and cap have flags.
+//! `--webhook-service ops/hook:443=127.0.0.1:9443` (repeatable) serves
+//! admission webhooks that configurations reach through a Service.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -53,9 +55,45 @@ struct Args {
     /// longest is closed, and when all are busy a newcomer gets 503 [default: 1024].
     #[arg(long, value_name = "N")]
     max_connections: Option<usize>,
+    /// Serve the admission webhooks a configuration reaches through a
+    /// Service at a local address (the emulator resolves no Service DNS):
+    /// `NAMESPACE/NAME:PORT=HOST:PORT`; certificates are verified for
+    /// `NAME.NAMESPACE.svc`.
+    #[arg(long, value_name = "NS/NAME:PORT=HOST:PORT")]
+    webhook_service: Vec<String>,
     /// Log more (-v: debug, -vv: trace).
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
+}
+
+/// A parsed `--webhook-service` value.
+#[derive(Debug, PartialEq)]
+struct ServiceSpec {
+    namespace: String,
+    name: String,
+    port: u16,
+    addr: std::net::SocketAddr,
+}
+
+/// Parses `NAMESPACE/NAME:PORT=HOST:PORT`.
+fn parse_service(spec: &str) -> Result<ServiceSpec, String> {
+    let usage = || {
+        format!(
+            "invalid --webhook-service {spec:?}: expected NAMESPACE/NAME:PORT=HOST:PORT, e.g. default/kopf-webhook:443=127.0.0.1:9443"
+        )
+    };
+    let (service, addr) = spec.split_once('=').ok_or_else(usage)?;
+    let (path, port) = service.rsplit_once(':').ok_or_else(usage)?;
+    let (namespace, name) = path.split_once('/').ok_or_else(usage)?;
+    if namespace.is_empty() || name.is_empty() {
+        return Err(usage());
+    }
+    Ok(ServiceSpec {
+        namespace: namespace.into(),
+        name: name.into(),
+        port: port.parse().map_err(|_| usage())?,
+        addr: addr.parse().map_err(|_| usage())?,
+    })
 }
 
 /// A parsed `--crd` value.
@@ -131,6 +169,10 @@ async fn run(args: Args) -> Result<(), String> {
     }
     for path in &args.preload {
         builder = builder.preload_file(path);
+    }
+    for spec in &args.webhook_service {
+        let s = parse_service(spec)?;
+        builder = builder.webhook_service(s.namespace, s.name, s.port, s.addr);
     }
     let emulator = builder.start().await.map_err(|e| e.to_string())?;
     // The socket listens already; write the kubeconfig before announcing it,
@@ -225,6 +267,22 @@ mod tests {
         assert!(parse_crd("example.com/widgets:Widget").is_err());
         assert!(parse_crd("example.com/v1/widgets").is_err());
         assert!(parse_crd("example.com/v1/widgets:Widget:Galaxy").is_err());
+    }
+
+    #[test]
+    fn webhook_services_parse() {
+        assert_eq!(
+            parse_service("ops/hook:443=127.0.0.1:9443").unwrap(),
+            ServiceSpec {
+                namespace: "ops".into(),
+                name: "hook".into(),
+                port: 443,
+                addr: ([127, 0, 0, 1], 9443).into(),
+            }
+        );
+        assert!(parse_service("hook:443=127.0.0.1:9443").is_err());
+        assert!(parse_service("ops/hook=127.0.0.1:9443").is_err());
+        assert!(parse_service("ops/hook:443=localhost").is_err());
     }
 
     #[test]
