@@ -3,6 +3,8 @@
 //! to send.
 #![allow(dead_code)]
 
+pub mod webhooks;
+
 use std::{future::Future, net::SocketAddr, time::Duration};
 
 use kube::core::Status;

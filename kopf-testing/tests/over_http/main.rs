@@ -6,6 +6,7 @@
 mod common;
 
 mod admin;
+mod admission;
 mod api;
 mod limits;
 mod validation;
