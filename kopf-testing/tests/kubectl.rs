@@ -651,3 +651,60 @@ async fn kubectl_server_side_apply_creates_and_updates() {
     .await;
     assert_eq!(greeting, "bonjour");
 }
+
+#[tokio::test]
+async fn kubectl_apply_of_an_invalid_object_is_refused_by_a_webhook() {
+    use common::webhooks::{Hook, Pki, Reply, allow, configuration, review, webhook};
+    use serde_json::{Value, json};
+
+    let pki = Pki::new(&["hook.webhooks.svc"]);
+    let hook = Hook::start(&pki, |r: &Value| {
+        if r["object"]["data"]["valid"] == "yes" {
+            return allow(r);
+        }
+        Reply::Json(review(
+            r,
+            json!({"allowed": false, "status": {"code": 422, "message": "data.valid must be yes"}, "warnings": ["checked by the test webhook"]}),
+        ))
+    })
+    .await;
+    let mapping = format!("webhooks/hook:443=127.0.0.1:{}", hook.addr.port());
+    let server = start_server(&["--webhook-service".into(), mapping]).await;
+    let mut by_service = webhook("valid.example.com", "", &pki);
+    by_service["clientConfig"] = json!({
+        "service": {"namespace": "webhooks", "name": "hook", "path": "/validate"},
+        "caBundle": pki.ca_bundle(),
+    });
+    let config = configuration("ValidatingWebhookConfiguration", "check", vec![by_service]);
+    let config = write(&server.dir, "config.json", &config.to_string());
+    ok(&server, &["apply", "-f", &config]).await;
+
+    let invalid =
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  valid: \"no\"\n";
+    let invalid = write(&server.dir, "invalid.yaml", invalid);
+    let out = kubectl(&server, &["apply", "-f", &invalid]).await;
+    assert!(!out.ok, "an invalid object is refused: {}", out.stdout);
+    assert!(
+        out.stderr.contains(
+            "admission webhook \"valid.example.com\" denied the request: data.valid must be yes"
+        ),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("Warning: checked by the test webhook"),
+        "{}",
+        out.stderr
+    );
+    let out = kubectl(&server, &["get", "configmap", "app"]).await;
+    assert!(!out.ok, "nothing was stored: {}", out.stdout);
+
+    let valid = write(
+        &server.dir,
+        "valid.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  valid: \"yes\"\n",
+    );
+    let out = ok(&server, &["apply", "-f", &valid]).await;
+    assert!(out.contains("configmap/app created"), "{out}");
+    assert!(hook.requests("/validate").len() >= 2);
+}
