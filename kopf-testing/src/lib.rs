@@ -12,7 +12,9 @@
 //! (fault injection and request counts per User-Agent). A bearer token can
 //! be required ([`EmulatorBuilder::require_token`], `401` without it) and
 //! rotated ([`Emulator::set_token`]); every request is recorded
-//! ([`Emulator::requests`]). Requests the HTTP layer refuses (a URI over
+//! ([`Emulator::requests`]). Stored webhook configurations are called on
+//! every write, as the API server calls them (see Admission webhooks
+//! below). Requests the HTTP layer refuses (a URI over
 //! 65,534 bytes: 414, headers too large: 431, an unparseable request: 400)
 //! are answered with a `Status` body as every other failure.
 //!
@@ -39,6 +41,58 @@
 //!   beyond the current one (504 `Timeout` with `retryAfterSeconds`);
 //! - fault rules: statuses 400-599 only ([`Faults::try_fail_next`], and 400
 //!   from the admin endpoint).
+//!
+//! # Admission webhooks
+//! `ValidatingWebhookConfiguration`s and `MutatingWebhookConfiguration`s
+//! are stored as objects and their webhooks called over HTTPS (HTTP/1.1,
+//! a JSON `admission.k8s.io/v1` AdmissionReview POSTed with
+//! `?timeout=Ns`), as the API server calls them:
+//! - on creates, updates, patches of every type (operation `UPDATE`,
+//!   `CREATE` for server-side apply of a missing object), deletes and each
+//!   object of a deletecollection, and on the `status` subresource
+//!   (`subResource: status`); never on the configurations themselves;
+//! - matched by `rules` (operations and `*`, groups, versions, resources
+//!   with `*`, `pods/status`, `*/status`, `pods/*`, `*/*`, scope),
+//!   `namespaceSelector` (the namespace's labels, a namespace's own for
+//!   namespaces; cluster-scoped objects always match; a missing namespace
+//!   is `404`), `objectSelector` (the old or the new object) and
+//!   `matchPolicy` (`Equivalent`, the default, also matches another served
+//!   version of the same resource: a CRD's other versions, Events in
+//!   either group, sent in the rule's version);
+//! - mutating webhooks first, one at a time (configurations in name order,
+//!   webhooks as listed), their `JSONPatch`es applied; then the emulator's
+//!   validation; then the validating webhooks, concurrently, on the object
+//!   as it would be stored; an update or patch whose object changed
+//!   meanwhile goes through them again;
+//! - the server certificate verified against `clientConfig.caBundle` for
+//!   the URL's host, or for `NAME.NAMESPACE.svc` with
+//!   `clientConfig.service`, which the emulator reaches at the address
+//!   given by [`EmulatorBuilder::webhook_service`] (`kube-emulator
+//!   --webhook-service`); each call bounded by `timeoutSeconds` (10,
+//!   at most 30);
+//! - a denial answers the webhook's `status.code` (400 when none is 400 or
+//!   more) and `admission webhook "NAME" denied the request: MESSAGE`; a
+//!   call that fails (unreachable, TLS, timeout, an HTTP error, an answer
+//!   that is not a valid review) answers `500` `Internal error occurred:
+//!   failed calling webhook "NAME": ...` under `failurePolicy: Fail` (the
+//!   default) and is passed over under `Ignore`; every webhook's
+//!   `warnings` go out as `Warning: 299 - "TEXT"` headers, denials
+//!   included;
+//! - `?dryRun=All` is sent as `dryRun: true`, and refused with `400`
+//!   before the call by a webhook whose `sideEffects` is `Some` or
+//!   `Unknown`.
+//!
+//! Each call is recorded in [`Emulator::requests`] with the verb
+//! `admission`. [`call_webhook`] sends one review to a webhook directly.
+//!
+//! What the emulator does not do: evaluate `matchConditions` (CEL; the
+//! webhook is called as if they held), reinvoke mutating webhooks
+//! (`reinvocationPolicy: IfNeeded` calls once), serve `CONNECT` or the
+//! `scale` subresource (nothing to review), validate stored
+//! configurations (a webhook it cannot read is skipped with a logged
+//! warning), trust system roots (a webhook without `caBundle` fails TLS),
+//! or review the objects a namespace's deletion removes. Every review
+//! names the user `kubernetes-admin` in `system:masters`.
 //!
 //! # Caveats
 //! - Objects are kept as JSON without schemas: beyond the rules above,

@@ -54,7 +54,11 @@ pub struct RecordedRequest {
     /// Raw query string (without `?`), possibly empty.
     pub query: String,
     /// Kubernetes verb: `get`, `list`, `watch`, `create`, `update`, `patch`,
-    /// `delete`, `deletecollection` (discovery counts as `get`).
+    /// `delete`, `deletecollection` (discovery counts as `get`); `admission`
+    /// for a call the emulator made to an admission webhook, recorded
+    /// before the request it served, with the webhook's URL as `path`, its
+    /// configuration, name, the operation and resource as `query`, and its
+    /// HTTP status (0 when no answer came).
     pub verb: String,
     /// HTTP status answered (200 for watches, even when they end with an ERROR event).
     pub status: u16,
