@@ -197,7 +197,8 @@ impl<'a> Matcher<'a> {
             store
                 .defs()
                 .iter()
-                .filter(|d| d.store_key() == key && d.version != def.version)
+                .filter(|d| d.plural == def.plural && d.version != def.version)
+                .filter(|d| d.store_key() == key)
                 .cloned()
                 .collect()
         })
