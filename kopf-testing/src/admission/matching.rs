@@ -246,6 +246,36 @@ mod tests {
     }
 
     #[test]
+    fn equivalent_versions_match_unless_the_policy_is_exact() {
+        let config = |policy: &str| {
+            json!({"metadata": {"name": "c"}, "webhooks": [{
+                "name": "w",
+                "clientConfig": {"url": "https://127.0.0.1/"},
+                "matchPolicy": policy,
+                "rules": [{"operations": ["*"], "apiGroups": ["example.com"], "apiVersions": ["v2"], "resources": ["widgets"]}],
+            }]})
+        };
+        let v1 = Target {
+            group: "example.com",
+            resource: "widgets",
+            ..target(Operation::Create, "", "")
+        };
+        let equivalent = &crate::admission::config::read(&config("Equivalent"), false)[0];
+        assert_eq!(
+            matched_version(equivalent, &v1, || vec!["v2"]),
+            Some(Some("v2"))
+        );
+        assert_eq!(matched_version(equivalent, &v1, Vec::new), None);
+        let exact = &crate::admission::config::read(&config("Exact"), false)[0];
+        assert_eq!(matched_version(exact, &v1, || vec!["v2"]), None);
+        let v2 = Target {
+            version: "v2",
+            ..v1
+        };
+        assert_eq!(matched_version(exact, &v2, Vec::new), Some(None));
+    }
+
+    #[test]
     fn object_selector_matches_the_old_or_the_new_object() {
         let sel = LabelSelector::parse("app=web").unwrap();
         let web = json!({"metadata": {"labels": {"app": "web"}}});
