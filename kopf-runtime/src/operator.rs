@@ -571,7 +571,7 @@ impl Operator {
                 let mut slots = None;
                 if let Some((ward, lease)) = &mut election {
                     let held = tokio::select! {
-                        held = ward.hold_some() => held,
+                        held = ward.hold_some(settings.peering.retry_period / 2) => held,
                         () = &mut stop => break,
                     };
                     tracing::info!(%lease, slots = held.len(), "leading: serving the resources");

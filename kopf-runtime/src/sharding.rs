@@ -218,10 +218,25 @@ impl Ward {
             })
     }
 
-    /// Waits until some slot is held: those held then.
-    pub(crate) async fn hold_some(&mut self) -> Slots {
-        self.moved_from(Slots::none(self.shards)).await;
-        self.held()
+    /// Waits until some slot is held: those held then. With shards, the
+    /// slots held must also have stayed the same for `settle`, so that
+    /// slots taken one after another are served in one term.
+    pub(crate) async fn hold_some(&mut self, settle: Duration) -> Slots {
+        let mut held = self.held();
+        loop {
+            if held.len() == 0 {
+                self.moved_from(held).await;
+                held = self.held();
+                continue;
+            }
+            if !self.sharded() {
+                return held;
+            }
+            tokio::select! {
+                () = self.moved_from(held) => held = self.held(),
+                () = tokio::time::sleep(settle) => return held,
+            }
+        }
     }
 
     /// Waits until the slots held are not `slots`.

@@ -34,9 +34,9 @@ pub enum StopReason {
     /// are spawned again once it is back.
     OperatorPausing,
     /// This replica stopped leading on its Lease (it could not renew it,
-    /// or handed it over to a replica of a higher priority): another
-    /// replica serves the object now. Tasks are spawned again if this
-    /// replica leads again.
+    /// or handed it over to a replica of a higher priority), or the shard
+    /// slots it holds changed: another replica may serve the object now.
+    /// Tasks are spawned again if this replica serves it again.
     LeadershipLost,
     /// The operator is exiting.
     OperatorExiting,
