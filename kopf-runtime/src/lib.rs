@@ -648,9 +648,14 @@
 //! - **One setting is fixed before the start-up handlers:**
 //!   `networking.connect_timeout` (the client is connected before they run);
 //!   a start-up handler that changes it fails.
+//! - **Peering on Leases, not on Kopf's peering objects.** `--peering NAME`
+//!   elects the one serving replica on the `coordination.k8s.io/v1` Lease
+//!   `NAME`, with client-go's semantics ([`Peering`]): followers wait,
+//!   replicas of equal priority elect normally (Kopf freezes them all),
+//!   and `--shards S` spreads the objects over the replicas, which Kopf
+//!   cannot. Kopf's `KopfPeering` objects are neither read nor written.
 //! - **Not served yet:** `on_validate`, `on_mutate` (refused at start-up,
-//!   naming the handler), and peering (`--peering`, `--priority` and
-//!   `--dev` are refused with a message).
+//!   naming the handler).
 //!
 //! # What is public
 //!
