@@ -945,6 +945,7 @@ impl Resources {
         let mut definitions = tokio::spawn(scanning::watch_definitions(
             client.clone(),
             settings.watching.clone(),
+            self.context.health.clone(),
             tx,
             definitions_stop.clone(),
         ));

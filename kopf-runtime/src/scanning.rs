@@ -25,6 +25,7 @@
 //!   handlers keep state on objects, is reported and not served (as in Kopf).
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
@@ -36,6 +37,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::fields::meta_str;
+use crate::health::Health;
 use crate::namespaces::NamespaceSelector;
 use crate::resources::{Discovered, ResourceRef};
 use crate::retrying::{ErrorClass, classify};
@@ -305,7 +307,9 @@ fn definitions() -> ApiResource {
 }
 
 /// Watches the custom resource definitions until `stop`, sending what to
-/// re-scan into `tx`.
+/// re-scan into `tx`; with `health`, the watch is registered there as a
+/// served resource's, so that its first listing counts for readiness and
+/// its silence fails liveness.
 ///
 /// # Errors
 /// At once, when the definitions may not be listed (`403`) or the cluster
@@ -314,6 +318,7 @@ fn definitions() -> ApiResource {
 pub(crate) async fn watch_definitions(
     client: Client,
     settings: WatchingSettings,
+    health: Option<Arc<Health>>,
     tx: mpsc::Sender<Rescan>,
     stop: CancellationToken,
 ) -> Result<(), kube::Error> {
@@ -326,7 +331,20 @@ pub(crate) async fn watch_definitions(
     {
         return Err(error);
     }
+    let silence_limit = settings.effective_silence_limit();
     let watcher = ResourceWatcher::new(client, resource, false, NamespaceSelector::all(), settings);
+    let registered = health.map(|health| {
+        health.register(
+            "apiextensions.k8s.io/v1/customresourcedefinitions".to_owned(),
+            silence_limit,
+            None,
+            None,
+        )
+    });
+    let watcher = match &registered {
+        Some(registered) => watcher.with_health(Arc::clone(registered.resource())),
+        None => watcher,
+    };
     let (events_tx, mut events) = mpsc::channel(64);
     let watching = stop.child_token();
     let watch = tokio::spawn(watcher.run(events_tx, watching.clone()));

@@ -1,6 +1,7 @@
 //! The liveness and readiness probes over real HTTP: `on_probe` results,
 //! failures named, results shared between requests, a silenced or failing
-//! watch failing liveness, readiness after the first listing.
+//! watch (the definitions' too) failing liveness, readiness after the
+//! first listing.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -145,6 +146,14 @@ async fn a_silenced_watch_fails_liveness_within_its_limit_and_recovers() {
         why.starts_with("no listing, event or bookmark for "),
         "{why}"
     );
+    // The watch that says when to scan the resources again is checked too.
+    eventually("the definitions' watch to be named silent", || async {
+        let (_, body) = get_json(&operator.urls().liveness).await;
+        body["silent"]["apiextensions.k8s.io/v1/customresourcedefinitions (cluster-wide)"]
+            .is_string()
+            .then_some(())
+    })
+    .await;
 
     emulator.faults().resume_watches();
     eventually("liveness to recover", || async {
