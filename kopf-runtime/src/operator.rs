@@ -655,25 +655,9 @@ impl Operator {
                 };
                 let deadline = election
                     .as_ref()
-                    .and_then(|(ward, _)| ward.others_may_lead_at());
-                let paused = match deadline {
-                    Some(others_may_lead_at) if lost => {
-                        // Nothing this term does may reach the cluster now.
-                        over.cancel();
-                        let drained = async {
-                            serving.wait().await;
-                            spawner
-                                .shutdown_for(reason, settings.background.shutdown_timeout)
-                                .await
-                                .is_ok()
-                        };
-                        tokio::time::timeout_at(others_may_lead_at, drained).await == Ok(true)
-                    }
-                    _ => {
-                        drain(&serving, &spawner, reason, &settings).await;
-                        true
-                    }
-                };
+                    .and_then(|(ward, _)| ward.others_may_lead_at())
+                    .filter(|_| lost);
+                let paused = end_term(&serving, &spawner, reason, &settings, &over, deadline).await;
                 let Some((ward, lease)) = &election else {
                     break;
                 };
@@ -725,14 +709,30 @@ impl Operator {
     }
 }
 
-/// Waits for the served resources to stop (each queue gets `exit_timeout`,
-/// then a grace to cancel), then stops the daemons and timers with `reason`.
-async fn drain(
+/// Waits for what a term served to stop: the served resources, then the
+/// daemons and timers, told `reason`. Each is bounded as on exit (each
+/// queue gets `exit_timeout`, then a grace to cancel; the tasks get
+/// `shutdown_timeout`), and what remains is abandoned. With a `deadline`
+/// (a slot given up without a release, which may be another replica's
+/// then), the term's writes are refused at once, and the result says
+/// whether everything stopped before it.
+async fn end_term(
     serving: &TaskTracker,
     spawner: &Spawner,
     reason: StopReason,
     settings: &OperatorSettings,
-) {
+    over: &CancellationToken,
+    deadline: Option<Instant>,
+) -> bool {
+    let shutdown_timeout = settings.background.shutdown_timeout;
+    if let Some(deadline) = deadline {
+        over.cancel();
+        let drained = async {
+            serving.wait().await;
+            spawner.shutdown_for(reason, shutdown_timeout).await.is_ok()
+        };
+        return tokio::time::timeout_at(deadline, drained).await == Ok(true);
+    }
     let exit_timeout = settings.queueing.exit_timeout;
     if tokio::time::timeout(exit_timeout + Duration::from_secs(2), serving.wait())
         .await
@@ -740,12 +740,10 @@ async fn drain(
     {
         tracing::warn!("the served resources did not stop in time; abandoning them");
     }
-    if let Err(error) = spawner
-        .shutdown_for(reason, settings.background.shutdown_timeout)
-        .await
-    {
+    if let Err(error) = spawner.shutdown_for(reason, shutdown_timeout).await {
         tracing::warn!(%error, "daemons and timers did not all stop in time");
     }
+    true
 }
 
 /// A resource's identity: group, version, plural.
