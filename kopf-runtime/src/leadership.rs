@@ -746,6 +746,64 @@ mod tests {
         }
 
         #[tokio::test]
+        async fn a_quota_bounds_what_is_taken_and_a_yield_hands_the_lease_over() {
+            let emulator = Emulator::start().await.expect("emulator starts");
+            let quota = Arc::new(Quota::default());
+            let elector = Elector::new(emulator.client(), "default", "op", settings("a", 0))
+                .with_quota(Arc::clone(&quota));
+            let (mut roles, paused, yielding) =
+                (elector.roles(), elector.paused(), elector.yielding());
+            let stop = CancellationToken::new();
+            let done = tokio::spawn(elector.run(stop.clone()));
+            // Five tries, with no quota: the Lease is never even created.
+            let api: Api<Lease> = Api::namespaced(emulator.client(), "default");
+            tokio::time::timeout(PATIENCE, async {
+                loop {
+                    let tries = emulator
+                        .requests()
+                        .iter()
+                        .filter(|r| r.verb == "get" && r.path.ends_with("/leases/op"))
+                        .count();
+                    if tries >= 5 {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await
+            .expect("it tries");
+            assert_eq!(*roles.borrow(), Role::Candidate);
+            assert!(api.get_opt("op").await.expect("read").is_none());
+
+            quota.aim(1);
+            tokio::time::timeout(PATIENCE, roles.wait_for(|r| *r == Role::Leader))
+                .await
+                .expect("led within the quota")
+                .expect("runs");
+            assert_eq!(quota.held(), 1);
+            yielding.notify_one();
+            tokio::time::timeout(PATIENCE, roles.wait_for(|r| *r == Role::HandingOver))
+                .await
+                .expect("yielded")
+                .expect("runs");
+            assert_eq!(quota.held(), 0);
+            paused.notify_one();
+            tokio::time::timeout(PATIENCE, async {
+                loop {
+                    let lease = api.get("op").await.expect("the lease exists");
+                    if holder(&lease).is_none() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await
+            .expect("released once paused");
+            stop.cancel();
+            done.await.expect("ends");
+        }
+
+        #[tokio::test]
         async fn a_terms_client_refuses_writes_once_the_term_is_over() {
             use k8s_openapi::api::core::v1::ConfigMap;
             use kube::api::{Patch, PatchParams};
