@@ -74,6 +74,7 @@ pub(crate) const KWARGS: &[(&str, &str)] = &[
     ("userinfo", "UserinfoArg"),
     ("subresource", "SubresourceArg"),
     ("headers", "HeadersArg"),
+    ("sslpeer", "SslpeerArg"),
     ("settings", "SettingsArg"),
 ];
 
@@ -209,12 +210,16 @@ impl Kind {
             Kind::OnLogin => TIMING,
             Kind::OnValidate | Kind::OnMutate => &[
                 "patch",
+                "diff",
+                "old",
+                "new",
                 "operation",
                 "dryrun",
                 "warnings",
                 "userinfo",
                 "subresource",
                 "headers",
+                "sslpeer",
             ],
         };
         if !self.is_activity() {

@@ -69,6 +69,8 @@ kwarg_traits! {
     EventArg, "`{Self}` cannot be injected as `event`", "`event` accepts `&T` or `T` for any `T: serde::de::DeserializeOwned` (e.g. `serde_json::Value`)";
     /// `userinfo`.
     UserinfoArg, "`{Self}` cannot be injected as `userinfo`", "`userinfo` accepts `&T` or `T` for any `T: serde::de::DeserializeOwned` (e.g. `serde_json::Value`)";
+    /// `sslpeer`.
+    SslpeerArg, "`{Self}` cannot be injected as `sslpeer`", "`sslpeer` accepts `&T` or `T` for any `T: serde::de::DeserializeOwned` (e.g. `serde_json::Value`)";
     /// `uid`.
     UidArg, "`{Self}` cannot be injected as `uid`", "`uid` accepts `&str`, `String`, `Option<&str>` or `Option<String>`";
     /// `name`.
@@ -181,6 +183,7 @@ json_kwarg! {
     ParamArg, "param", |kw| kw.param.as_ref().unwrap_or(&NULL);
     EventArg, "event", |kw| kw.event.as_deref().unwrap_or(&NULL);
     UserinfoArg, "userinfo", |kw| kw.admission.as_ref().map_or(&NULL, |a| &a.userinfo);
+    SslpeerArg, "sslpeer", |kw| kw.admission.as_ref().map_or(&EMPTY_OBJECT, |a| &a.sslpeer);
 }
 
 macro_rules! str_kwarg {

@@ -136,13 +136,13 @@
 //! | `memo` | `&Memo`, `Memo`: the object's, or the operator's for activities (see [`Memo`]) | all |
 //! | `param` | `&T`/`T`, `T: DeserializeOwned` (the `param` option) | all |
 //! | `client` | `&kube::Client`, `kube::Client` | all but `on_login` |
-//! | `patch` | `&Patch`, `Patch` | change, event, timer, daemon, webhook kinds |
+//! | `patch` | `&Patch`, `Patch` | change, event, timer, daemon, webhook kinds (a mutating webhook's patch is its answer) |
 //! | `retry` | `u32`, `u64`, `usize` | change kinds, timers, daemons, activities |
 //! | `started` | `kopf::Timestamp`, `Option<kopf::Timestamp>`, `SystemTime` | as `retry` |
 //! | `runtime` | `Duration` | as `retry` |
 //! | `reason` | `Reason`, `Option<Reason>` | change kinds |
-//! | `diff` | `&Diff`, `Diff` | change kinds |
-//! | `old`, `new` | `&T`/`T`, `T: DeserializeOwned` (use `Option<T>`) | change kinds |
+//! | `diff` | `&Diff`, `Diff` | change kinds, webhooks |
+//! | `old`, `new` | `&T`/`T`, `T: DeserializeOwned` (use `Option<T>`) | change kinds, webhooks |
 //! | `event` | `&T`/`T`, `T: DeserializeOwned` | `on_event` |
 //! | `r#type` | `Option<EventType>`, `Option<&str>`, `Option<String>` | `on_event` |
 //! | `stopped` | `&Stopped`, `Stopped` | `timer`, `daemon` |
@@ -154,6 +154,7 @@
 //! | `userinfo` | `&T`/`T`, `T: DeserializeOwned` | webhooks |
 //! | `subresource` | as `name` | webhooks |
 //! | `headers` | `&BTreeMap<String, String>`, `BTreeMap<String, String>` | webhooks |
+//! | `sslpeer` | `&T`/`T`, `T: DeserializeOwned` (an empty object: clients give no certificate) | webhooks |
 //! | `settings` | `&mut OperatorSettings` (to change them), `&OperatorSettings` (see [`settings::StartupSettings`]) | `on_startup` |
 //! | *index id* | `&Index<T>`, `Index<T>` (`T` is `serde_json::Value` unless given) | all but `index`, `on_startup`, `on_cleanup`, `on_login` |
 //!

@@ -147,6 +147,9 @@ pub struct Admission {
     pub subresource: Option<String>,
     /// The HTTP headers of the admission request.
     pub headers: BTreeMap<String, String>,
+    /// The client's TLS certificate, as Kopf's `sslpeer`: an empty object,
+    /// as the webhook server asks clients for no certificate.
+    pub sslpeer: Value,
 }
 
 impl Default for Admission {
@@ -158,6 +161,7 @@ impl Default for Admission {
             userinfo: Value::Null,
             subresource: None,
             headers: BTreeMap::new(),
+            sslpeer: Value::Object(serde_json::Map::new()),
         }
     }
 }

@@ -45,8 +45,18 @@ async fn validate(
 }
 
 #[kopf::on_mutate(Pod, id = "defaults", param = "x")]
-async fn mutate(patch: &kopf::Patch, operation: kopf::Operation, _param: Option<String>) {
-    let _ = operation;
+async fn mutate(
+    patch: &kopf::Patch,
+    operation: kopf::Operation,
+    _param: Option<String>,
+    old: Option<Value>,
+    new: &Value,
+    diff: &kopf::Diff,
+    sslpeer: &Value,
+    name: Option<&str>,
+    memo: &kopf::Memo,
+) {
+    let _ = (operation, old, new, diff, sslpeer, name, memo);
     patch.set("metadata.labels.mutated", serde_json::json!("yes"));
 }
 
