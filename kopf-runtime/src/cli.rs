@@ -15,6 +15,7 @@ use tracing_subscriber::{EnvFilter, Layer};
 use crate::namespaces::{NamespaceSelector, SelectorError};
 use crate::peering::{DEV_PRIORITY, Peering};
 use crate::settings::NetworkingSettings;
+use crate::webhooks::WebhookArgs;
 
 /// A failure to act on the command line: logging or cluster configuration.
 #[derive(Debug, thiserror::Error)]
@@ -141,6 +142,10 @@ pub struct Args {
     /// `--liveness` share its listener.
     #[arg(long, value_name = "URL")]
     pub metrics: Option<String>,
+
+    /// The admission webhook server (`--webhook-*`).
+    #[command(flatten)]
+    pub webhooks: WebhookArgs,
 }
 
 impl Args {

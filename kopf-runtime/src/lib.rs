@@ -745,6 +745,7 @@ mod sharding;
 mod spawning;
 mod stopping;
 mod watching;
+mod webhooks;
 
 pub use kopf_macros::{
     daemon, index, on_cleanup, on_create, on_delete, on_event, on_field, on_login, on_mutate,
@@ -781,6 +782,7 @@ pub use running::{RunError, Runner, run};
 pub use settings::OperatorSettings;
 pub use spawning::{TaskCounters, TaskCounts};
 pub use stopping::StopReason;
+pub use webhooks::{WebhookArgs, WebhookError, WebhookServer};
 
 /// The timestamp type of the `started` parameter (re-exported from `jiff`).
 pub use jiff::Timestamp;

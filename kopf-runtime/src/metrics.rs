@@ -198,6 +198,33 @@ struct RestartLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AdmissionLabels {
+    webhook: String,
+    result: &'static str,
+}
+
+/// How an admission request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AdmissionResult {
+    /// Reviewed and allowed.
+    Allowed,
+    /// Reviewed and denied by a handler.
+    Denied,
+    /// Not reviewed: a malformed request, an unknown resource.
+    Error,
+}
+
+impl AdmissionResult {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Allowed => "allowed",
+            Self::Denied => "denied",
+            Self::Error => "error",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VerbLabels {
     verb: &'static str,
 }
@@ -244,6 +271,7 @@ pub(crate) struct Metrics {
     queue_latency: HistogramFamily<ResourceLabels>,
     watch_events: Family<EventLabels, Counter>,
     watch_restarts: Family<RestartLabels, Counter>,
+    admission: Family<AdmissionLabels, Counter>,
     api: ApiMetricsLayer,
 }
 
@@ -297,6 +325,12 @@ impl Metrics {
             "List and watch requests started again, by reason",
             watch_restarts.clone(),
         );
+        let admission = Family::<AdmissionLabels, Counter>::default();
+        registry.register(
+            "kopf_admission_requests",
+            "Admission requests by webhook id (empty: none in the path) and result: allowed, denied, or error (no review)",
+            admission.clone(),
+        );
         registry.register(
             "kopf_api_requests",
             "Requests to the Kubernetes API by verb and status code (error: no answer), as answered after the client's own retries",
@@ -316,8 +350,19 @@ impl Metrics {
             queue_latency,
             watch_events,
             watch_restarts,
+            admission,
             api,
         }
+    }
+
+    /// Counts an admission request to `webhook` (empty for none).
+    pub(crate) fn admission(&self, webhook: &str, result: AdmissionResult) {
+        self.admission
+            .get_or_create(&AdmissionLabels {
+                webhook: webhook.to_owned(),
+                result: result.as_str(),
+            })
+            .inc();
     }
 
     /// The metrics of the handler `id` of `resource` (empty for none).
@@ -767,6 +812,7 @@ mod tests {
         // operator does for every handler and resource at its start.
         metrics.queue_latency("v1/configmaps");
         metrics.handler("probe", "");
+        metrics.admission("check", AdmissionResult::Denied);
         let text = metrics.encode();
         for family in [
             "kopf_handler_invocations",

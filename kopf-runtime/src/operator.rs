@@ -17,11 +17,12 @@ use std::time::Duration;
 use kube::Client;
 use kube::core::ApiResource;
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
+use crate::admission::Reviewer;
 use crate::endpoints::{EndpointState, Endpoints};
 use crate::fields::object_name;
 use crate::handlers::{Handler, HandlerKind};
@@ -49,6 +50,7 @@ use crate::spawning::resource::{ResourceTasks, TaskObserver};
 use crate::spawning::{Spawner, SpawnerSettings, TaskCounters};
 use crate::stopping::StopReason;
 use crate::watching::{ObjectEvent, ResourceWatcher, Seen};
+use crate::webhooks::{self, WebhookError, WebhookServer, managed};
 
 mod activities;
 
@@ -68,6 +70,17 @@ pub enum OperatorError {
         /// Its kind.
         kind: HandlerKind,
     },
+    /// Admission handlers, but no webhook server to serve them (as in Kopf).
+    #[error(
+        "handler `{handler}` is an admission handler, but no webhook server is configured; run with --webhook-server https://0.0.0.0:9443 (and --webhook-managed NAME to configure the cluster), or give the Operator a WebhookServer"
+    )]
+    NoWebhookServer {
+        /// The first admission handler's source path.
+        handler: String,
+    },
+    /// The webhook server could not be served.
+    #[error(transparent)]
+    Webhooks(#[from] WebhookError),
     /// No cluster to talk to.
     #[error("cannot connect to a cluster: {0}; set KUBECONFIG, pass --kubeconfig, or {hint}", hint = NO_CLUSTER_HINT)]
     Client(#[source] kube::Error),
@@ -161,6 +174,8 @@ fn is_supported(kind: HandlerKind) -> bool {
                 | HandlerKind::Index
                 | HandlerKind::OnLogin
                 | HandlerKind::OnProbe
+                | HandlerKind::OnValidate
+                | HandlerKind::OnMutate
         )
 }
 
@@ -242,6 +257,8 @@ pub struct Operator {
     client_measured: bool,
     /// The Lease to lead on, if more than one replica runs.
     peering: Option<Peering>,
+    /// The admission webhook server, if any.
+    webhooks: Option<WebhookServer>,
 }
 
 impl std::fmt::Debug for Operator {
@@ -267,6 +284,7 @@ impl Operator {
             endpoints: None,
             client_measured: false,
             peering: None,
+            webhooks: None,
         }
     }
 
@@ -303,6 +321,15 @@ impl Operator {
     /// infers and with the one its `on_login` handlers' credentials serve.
     pub fn endpoints(mut self, endpoints: Endpoints) -> Self {
         self.endpoints = Some(endpoints);
+        self
+    }
+
+    /// Serves the `on_validate` and `on_mutate` handlers with this server,
+    /// on every replica, from after the start-up handlers until the
+    /// operator exits; with managed configurations, keeps them up to date
+    /// (see [`WebhookServer`]).
+    pub fn webhooks(mut self, server: WebhookServer) -> Self {
+        self.webhooks = Some(server);
         self
     }
 
@@ -399,6 +426,15 @@ impl Operator {
                 return Err(OperatorError::Unsupported {
                     handler: handler.fn_path.to_string(),
                     kind: handler.kind,
+                });
+            }
+            let is_webhook =
+                |h: &&Handler| matches!(h.kind, HandlerKind::OnValidate | HandlerKind::OnMutate);
+            if self.webhooks.is_none()
+                && let Some(handler) = self.registry.handlers().iter().find(is_webhook)
+            {
+                return Err(OperatorError::NoWebhookServer {
+                    handler: handler.fn_path.to_string(),
                 });
             }
             let endpoints = self.endpoints.take();
@@ -532,6 +568,47 @@ impl Operator {
             // the start-up handlers left them.
             let settings = Arc::new(startup_settings.close());
             let memo_base = memo.freeze();
+            if let Some(server) = self.webhooks.take() {
+                let handlers = measured(
+                    self.registry
+                        .handlers()
+                        .iter()
+                        .filter(is_webhook)
+                        .cloned()
+                        .collect(),
+                );
+                let (found, resources) = watch::channel(Arc::from(Vec::new()));
+                tasks.spawn(managed::discover(
+                    client.clone(),
+                    handlers.clone(),
+                    found,
+                    root.child_token(),
+                ));
+                if let Some(configurations) = server.managed().cloned() {
+                    tasks.spawn(managed::manage(
+                        client.clone(),
+                        configurations,
+                        handlers.clone(),
+                        resources.clone(),
+                        server.ca(),
+                        root.child_token(),
+                    ));
+                }
+                let reviewer = Reviewer::new(
+                    handlers,
+                    resources,
+                    memo_base.clone(),
+                    indexes.kwarg().clone(),
+                    Some(client.clone()),
+                );
+                webhooks::serve(
+                    server,
+                    reviewer,
+                    metrics.clone(),
+                    root.child_token(),
+                    &tasks,
+                )?;
+            }
             // The start-up handlers' Events are posted as the operator started;
             // the rest as they left `posting` (that poster ends once it has
             // posted what is queued).

@@ -23,6 +23,7 @@ use crate::namespaces::SelectorError;
 use crate::operator::{Operator, OperatorError};
 use crate::registry::{Registry, RegistryError};
 use crate::settings::OperatorSettings;
+use crate::webhooks::{WebhookArgs, WebhookError, WebhookServer};
 
 /// The exit code of a replica whose tasks outlived its leadership.
 const EXIT_LEASE_OUTLIVED: i32 = 3;
@@ -57,6 +58,9 @@ pub enum RunError {
     /// `--liveness` or `--metrics` cannot be served.
     #[error(transparent)]
     Endpoints(#[from] EndpointError),
+    /// The admission webhook server cannot be served.
+    #[error(transparent)]
+    Webhooks(#[from] WebhookError),
 }
 
 /// Runs the operator that the attribute macros declared, with the command
@@ -164,6 +168,7 @@ impl Runner {
         };
         let namespaces = args.namespace_selector()?;
         let endpoints = bind_endpoints(&args).await?;
+        let webhooks = bind_webhooks(&args, &registry).await?;
         tracing::info!(handlers = registry.len(), "starting the operator");
 
         #[cfg(feature = "emulator")]
@@ -207,6 +212,9 @@ impl Runner {
             .namespaces(namespaces);
         if let Some(peering) = args.peering() {
             operator = operator.peering(peering);
+        }
+        if let Some(webhooks) = webhooks {
+            operator = operator.webhooks(webhooks);
         }
         let operator = match endpoints {
             Some(endpoints) if endpoints.api_metrics().is_some() => {
@@ -271,6 +279,43 @@ async fn bind_endpoints(args: &Args) -> Result<Option<Endpoints>, EndpointError>
         return Ok(None);
     }
     Endpoints::bind(liveness, metrics).await.map(Some)
+}
+
+/// The configurations' name when `--emulator` sets up the webhooks.
+const EMULATOR_MANAGED: &str = "auto.kopf.dev";
+
+/// The webhook server of `--webhook-server`; with `--emulator` and
+/// admission handlers but no webhook flag, one on a free loopback port,
+/// with a self-signed certificate and managed configurations.
+async fn bind_webhooks(
+    args: &Args,
+    registry: &Registry,
+) -> Result<Option<WebhookServer>, WebhookError> {
+    args.webhooks.check()?;
+    if args.webhooks.server.is_some() {
+        return WebhookServer::bind(&args.webhooks).await.map(Some);
+    }
+    let has_webhooks = registry.handlers().iter().any(|h| {
+        matches!(
+            h.kind,
+            crate::HandlerKind::OnValidate | crate::HandlerKind::OnMutate
+        )
+    });
+    if !(args.emulator && has_webhooks) {
+        return Ok(None);
+    }
+    let local = WebhookArgs {
+        server: Some("https://127.0.0.1:0".to_owned()),
+        managed: Some(EMULATOR_MANAGED.to_owned()),
+        ..WebhookArgs::default()
+    };
+    let server = WebhookServer::bind(&local).await?;
+    tracing::info!(
+        url = %server.url(),
+        managed = EMULATOR_MANAGED,
+        "serving the admission webhooks on the loopback, with a self-signed certificate (--emulator)"
+    );
+    Ok(Some(server))
 }
 
 /// Starts the emulator with a CRD for every custom resource the handlers

@@ -130,13 +130,6 @@ impl Collector for ScrapeTime {
             None,
             slots.metric_type(),
         )?)?;
-        // A family without series until webhooks are served.
-        encoder.encode_descriptor(
-            "kopf_admission_requests",
-            "Admission requests by webhook and result (no webhooks are served yet)",
-            None,
-            prometheus_client::metrics::MetricType::Counter,
-        )?;
         Ok(())
     }
 }

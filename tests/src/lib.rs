@@ -116,6 +116,12 @@ impl Running {
         Self::run(operator.endpoints(endpoints), urls)
     }
 
+    /// Runs `operator` as it is configured, with its endpoints at `urls`
+    /// (if any).
+    pub fn operator(operator: Operator, urls: Urls) -> Self {
+        Self::run(operator, urls)
+    }
+
     fn run(operator: Operator, urls: Urls) -> Self {
         let stop = CancellationToken::new();
         let counters = operator.task_counters();
@@ -538,4 +544,121 @@ fn warnings() -> &'static CapturedLogs {
             .expect("nothing but this installs a global subscriber in the tests");
         logs
     })
+}
+
+/// An answer over HTTPS: its status, its body, and the certificate chain
+/// the server presented.
+#[derive(Debug, Clone)]
+pub struct HttpsAnswer {
+    /// The HTTP status.
+    pub status: u16,
+    /// The body.
+    pub body: Vec<u8>,
+    /// The server's certificates, leaf first (DER).
+    pub peer: Vec<Vec<u8>>,
+}
+
+impl HttpsAnswer {
+    /// The body as JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|error| {
+            panic!(
+                "not JSON ({error}): {}",
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+}
+
+/// POSTs `body` to `url` (`https://host:port/path`) on a new connection,
+/// verifying the server against the CA bundle `ca_pem` only; `Err` says why
+/// the connection or the request failed (e.g. the certificate is refused).
+pub async fn https_post(url: &str, ca_pem: &str, body: &[u8]) -> Result<HttpsAnswer, String> {
+    use http_body_util::BodyExt as _;
+    use rustls::pki_types::pem::PemObject as _;
+
+    let uri: http::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
+    let host = uri
+        .host()
+        .ok_or("no host")?
+        .trim_matches(['[', ']'])
+        .to_owned();
+    let port = uri.port_u16().unwrap_or(443);
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots
+            .add(cert.map_err(|e| format!("the CA: {e}"))?)
+            .map_err(|e| format!("the CA: {e}"))?;
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|e| e.to_string())?;
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let tls = connector
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("TLS: {e}"))?;
+    let peer = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .unwrap_or_default()
+        .iter()
+        .map(|c| c.to_vec())
+        .collect();
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+            .await
+            .map_err(|e| format!("HTTP: {e}"))?;
+    let driver = tokio::spawn(connection);
+    let request = http::Request::post(uri.path())
+        .header(http::header::HOST, format!("{host}:{port}"))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::copy_from_slice(
+            body,
+        )))
+        .map_err(|e| e.to_string())?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("HTTP: {e}"))?;
+    let status = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| format!("HTTP body: {e}"))?
+        .to_bytes()
+        .to_vec();
+    drop(sender);
+    driver.abort();
+    Ok(HttpsAnswer { status, body, peer })
+}
+
+/// An `AdmissionReview` request (v1) for a ConfigMap in `default`.
+pub fn admission_review(operation: &str, object: Value, dry_run: bool) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "review-1",
+            "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+            "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+            "operation": operation,
+            "namespace": "default",
+            "name": object["metadata"]["name"],
+            "userInfo": {"username": "tester", "groups": ["system:authenticated"]},
+            "object": object,
+            "dryRun": dry_run,
+        }
+    }))
+    .expect("a review is JSON")
 }

@@ -21,3 +21,4 @@ mod startup;
 mod subhandlers;
 mod tasks;
 mod undecodable;
+mod webhooks;
