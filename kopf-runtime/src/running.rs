@@ -284,36 +284,42 @@ async fn bind_endpoints(args: &Args) -> Result<Option<Endpoints>, EndpointError>
 /// The configurations' name when `--emulator` sets up the webhooks.
 const EMULATOR_MANAGED: &str = "auto.kopf.dev";
 
-/// The webhook server of `--webhook-server`; with `--emulator` and
-/// admission handlers but no webhook flag, one on a free loopback port,
-/// with a self-signed certificate and managed configurations.
+/// The webhook server of `--webhook-server`. With `--emulator` and
+/// admission handlers but no `--webhook-server`, one on a free loopback
+/// port, with a self-signed certificate and managed configurations
+/// (`auto.kopf.dev` unless `--webhook-managed` names them); the other
+/// `--webhook-*` flags apply to it as given.
 async fn bind_webhooks(
     args: &Args,
     registry: &Registry,
 ) -> Result<Option<WebhookServer>, WebhookError> {
-    args.webhooks.check()?;
-    if args.webhooks.server.is_some() {
-        return WebhookServer::bind(&args.webhooks).await.map(Some);
-    }
     let has_webhooks = registry.handlers().iter().any(|h| {
         matches!(
             h.kind,
             crate::HandlerKind::OnValidate | crate::HandlerKind::OnMutate
         )
     });
-    if !(args.emulator && has_webhooks) {
-        return Ok(None);
+    if args.webhooks.server.is_some() || !(args.emulator && has_webhooks) {
+        args.webhooks.check()?;
+        return match args.webhooks.server {
+            Some(_) => WebhookServer::bind(&args.webhooks).await.map(Some),
+            None => Ok(None),
+        };
     }
     let local = WebhookArgs {
         server: Some("https://127.0.0.1:0".to_owned()),
-        managed: Some(EMULATOR_MANAGED.to_owned()),
-        ..WebhookArgs::default()
+        managed: Some(
+            args.webhooks
+                .managed
+                .clone()
+                .unwrap_or_else(|| EMULATOR_MANAGED.to_owned()),
+        ),
+        ..args.webhooks.clone()
     };
     let server = WebhookServer::bind(&local).await?;
     tracing::info!(
         url = %server.url(),
-        managed = EMULATOR_MANAGED,
-        "serving the admission webhooks on the loopback, with a self-signed certificate (--emulator)"
+        "serving the admission webhooks on the loopback, with managed configurations (--emulator)"
     );
     Ok(Some(server))
 }
