@@ -653,3 +653,154 @@ async fn all_at_once_runs_every_kind_of_handler() {
         "{output}"
     );
 }
+
+/// `17-admission`: under `--emulator`, the webhook server runs with a
+/// self-signed certificate and the configurations `auto.kopf.dev` are
+/// written to the emulator; called as the API server would call it (the
+/// URL and CA bundle from the configuration), each handler answers as
+/// Kopf's README says.
+#[tokio::test]
+async fn admission_validates_and_mutates_kopfexamples() {
+    use base64::Engine as _;
+    use kube::api::{ApiResource, DynamicObject};
+
+    let mut example = Example::start(env!("CARGO_BIN_EXE_admission"), &[]);
+    let client = example.client().await;
+    let validating: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource {
+            group: "admissionregistration.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "admissionregistration.k8s.io/v1".into(),
+            kind: "ValidatingWebhookConfiguration".into(),
+            plural: "validatingwebhookconfigurations".into(),
+        },
+    );
+    let hooks = example
+        .wait_until("the validating webhooks are configured", || {
+            let validating = validating.clone();
+            async move {
+                let found = validating.get_opt("auto.kopf.dev").await.ok()??;
+                let hooks = found.data["webhooks"].as_array()?.clone();
+                (hooks.len() == 4
+                    && hooks
+                        .iter()
+                        .all(|h| h["rules"].as_array().is_some_and(|r| !r.is_empty())))
+                .then_some(hooks)
+            }
+        })
+        .await;
+    let hook = |name: &str| {
+        hooks
+            .iter()
+            .find(|h| h["name"] == format!("{name}.auto.kopf.dev"))
+            .unwrap_or_else(|| panic!("no webhook {name} in {hooks:?}"))
+            .clone()
+    };
+    let subresources = hook("validate-subresources");
+    assert_eq!(
+        subresources["rules"][0]["resources"],
+        json!(["kopfexamples/*"])
+    );
+    let config = &hook("validate1")["clientConfig"];
+    let ca = base64::engine::general_purpose::STANDARD
+        .decode(config["caBundle"].as_str().expect("a caBundle"))
+        .expect("base64");
+    let ca = String::from_utf8(ca).expect("PEM");
+    let root = config["url"]
+        .as_str()
+        .expect("a URL")
+        .trim_end_matches("/validate1")
+        .to_owned();
+
+    let review = |field: &str, labels: Value, dry_run: bool, subresource: Option<&str>| {
+        serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u",
+                "kind": {"group": "kopf.dev", "version": "v1", "kind": "KopfExample"},
+                "resource": {"group": "kopf.dev", "version": "v1", "resource": "kopfexamples"},
+                "subResource": subresource,
+                "operation": "CREATE",
+                "namespace": "default",
+                "userInfo": {"username": "tester"},
+                "dryRun": dry_run,
+                "object": {"apiVersion": "kopf.dev/v1", "kind": "KopfExample",
+                           "metadata": {"name": "kex", "namespace": "default", "labels": labels},
+                           "spec": {"field": field}, "status": {"field": "value"}},
+            }
+        }))
+        .expect("JSON")
+    };
+    let call = |id: &str, body: Vec<u8>| {
+        let (url, ca) = (format!("{root}/{id}"), ca.clone());
+        async move {
+            let answer = kopf_tests::https_post(&url, &ca, &body)
+                .await
+                .unwrap_or_else(|e| panic!("{url}: {e}"));
+            assert_eq!(
+                answer.status,
+                200,
+                "{}",
+                String::from_utf8_lossy(&answer.body)
+            );
+            answer.json()["response"].clone()
+        }
+    };
+    let wrong = call("validate1", review("wrong", json!({}), false, None)).await;
+    assert_eq!(wrong["allowed"], false);
+    assert_eq!(
+        wrong["status"],
+        json!({"message": "Meh! I don't like it. Change the field.", "code": 500})
+    );
+    let dry = call("validate1", review("wrong", json!({}), true, None)).await;
+    assert_eq!(dry["allowed"], true);
+    let lazy = call(
+        "validate2/spec.field",
+        review("not-allowed", json!({}), false, None),
+    )
+    .await;
+    assert_eq!(lazy["status"]["code"], 555);
+    let auth = call("authhook", review("value", json!({}), false, None)).await;
+    assert_eq!(
+        auth["warnings"],
+        json!([
+            "Accessing as user-agent: (unidentified)",
+            "SSL peer is not identified."
+        ])
+    );
+    let status = call(
+        "validate_subresources",
+        review("value", json!({}), false, Some("status")),
+    )
+    .await;
+    assert_eq!(status["allowed"], true);
+    let differs = call(
+        "validate_subresources",
+        review("other", json!({}), false, Some("status")),
+    )
+    .await;
+    assert_eq!(
+        differs["status"]["message"],
+        "status.field MUST be equal to spec.field!"
+    );
+    let mutated = call(
+        "mutate1",
+        review("value", json!({"somelabel": "somevalue"}), false, None),
+    )
+    .await;
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(mutated["patch"].as_str().expect("a patch"))
+        .expect("base64");
+    let patch: Value = serde_json::from_slice(&patch).expect("a JSON patch");
+    assert_eq!(
+        patch,
+        json!([{"op": "add", "path": "/spec/injected", "value": 123}])
+    );
+    let unlabelled = call("mutate1", review("value", json!({}), false, None)).await;
+    assert!(unlabelled.get("patch").is_none(), "{unlabelled}");
+
+    let (status, output) = example.terminate().await;
+    assert!(status.success(), "{status}: {output}");
+}
