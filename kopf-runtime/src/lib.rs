@@ -219,7 +219,7 @@
 //! | `cancellation_backoff`, `cancellation_timeout`, `cancellation_polling` | seconds | none (operator settings) | `daemon` |
 //! | `no_finalizers` | flag | false (a finalizer is kept) | `timer`, `daemon` |
 //! | `operations("CREATE", …)` | `CREATE`, `UPDATE`, `DELETE`, `CONNECT` | all | webhooks |
-//! | `subresource` | string | none | webhooks |
+//! | `subresource` | string (`"*"`: every subresource) | none: the object itself | webhooks |
 //! | `persistent`, `side_effects`, `ignore_failures` | flags | false | webhooks |
 //!
 //! A field is absent when a key on its path is missing; a field holding
@@ -456,9 +456,22 @@
 //!
 //! ## `on_validate` and `on_mutate`
 //!
-//! **Not served yet:** an operator with such a handler refuses to start,
-//! naming it ([`OperatorError::Unsupported`]). The macro already accepts
-//! it, with its options and parameters checked at compile time.
+//! Admission webhooks, served by the operator's HTTPS server
+//! (`--webhook-server URL`, or a [`WebhookServer`] given to
+//! [`Operator::webhooks`]; under `--emulator`, one on the loopback without
+//! a flag), each handler at its id beneath the server's path, as in Kopf.
+//! Every handler that a review concerns runs once (no retries); the request
+//! is denied if one fails, with the message and code of
+//! [`Error::Admission`] (or `500` for any other error or a panic), and the
+//! handlers' `warnings` reach the client. What a mutating handler writes into
+//! `patch` is answered as a JSON Patch. `--webhook-managed NAME` makes the
+//! operator keep the ValidatingWebhookConfiguration and
+//! MutatingWebhookConfiguration `NAME` up to date, one webhook per handler
+//! (rules from the resource, `operations` and `subresource`, an object
+//! selector from the label filters, `side_effects`, `ignore_failures`),
+//! and remove the webhooks of handlers that are not `persistent` on exit.
+//! An operator with such handlers and no webhook server refuses to start
+//! ([`OperatorError::NoWebhookServer`]), as Kopf does.
 //!
 //! ```
 //! use kopf_runtime as kopf;
@@ -655,8 +668,13 @@
 //!   replicas of equal priority elect normally (Kopf freezes them all),
 //!   and `--shards S` spreads the objects over the replicas, which Kopf
 //!   cannot. Kopf's `KopfPeering` objects are neither read nor written.
-//! - **Not served yet:** `on_validate`, `on_mutate` (refused at start-up,
-//!   naming the handler).
+//! - **Webhooks take their server from the command line**
+//!   (`--webhook-server`, `--webhook-cert`, …), not from
+//!   `settings.admission`; there are no tunnels (ngrok) and no plain-HTTP
+//!   server. The `memo` of a webhook call is a copy of the operator's, not
+//!   the object's; `sslpeer` is empty (clients give no certificate). A
+//!   handler with `operations` runs only for those, even when the server
+//!   is called without a webhook id.
 //!
 //! # What is public
 //!
@@ -670,6 +688,7 @@
 //! | [`Args`], [`LogFormat`] | the command line, as `kopf run`'s (for [`Runner::args`]) |
 //! | [`Operator`] | a registry, a client and settings, run until a future completes: for embedding and tests |
 //! | [`Endpoints`], [`EndpointError`], [`READINESS_PATH`] | the liveness, readiness and metrics listeners ([`Operator::endpoints`]), bound before the operator starts |
+//! | [`WebhookServer`], [`WebhookArgs`], [`WebhookError`] | the admission webhook server ([`Operator::webhooks`]) and its flags, bound before the operator starts |
 //! | [`TaskCounters`], [`TaskCounts`] | how many daemons and timers an operator has spawned and how they ended ([`Operator::task_counters`]), for metrics and tests |
 //! | [`NamespaceSelector`] | the namespaces to serve, from `-n` patterns and `-A` ([`Operator::namespaces`]) |
 //! | [`Peering`] | the Lease replicas elect a leader on, or shard the objects by, from `--peering`, `--priority`, `--dev` and `--shards` ([`Operator::peering`]) |
