@@ -471,3 +471,98 @@ async fn managed_configurations_follow_the_handlers_and_keep_only_persistent_one
     assert_eq!(kept.as_array().map(Vec::len), Some(1), "{kept}");
     assert_eq!(left(mutating).await, json!([]));
 }
+
+/// The emulator calls the operator's webhooks from the configurations the
+/// operator manages, as an API server would: a create the validating
+/// handler denies is refused with its code and message, a dry run reaches
+/// the handler as one, and a create it allows is stored as the mutating
+/// handler patched it.
+#[tokio::test]
+async fn a_create_through_the_emulator_is_refused_or_mutated_by_the_operators_webhooks() {
+    let emulator = Emulator::start().await.expect("the emulator starts");
+    let calls = Calls::default();
+    let dir = scratch("chain");
+    let args = WebhookArgs {
+        managed: Some("chain.kopf.dev".into()),
+        ..self_signed(&dir)
+    };
+    let (operator, _) = started(&emulator, registry(&calls), args).await;
+    let validating: Api<DynamicObject> = Api::all_with(
+        emulator.client(),
+        &configuration(
+            "ValidatingWebhookConfiguration",
+            "validatingwebhookconfigurations",
+        ),
+    );
+    let mutating: Api<DynamicObject> = Api::all_with(
+        emulator.client(),
+        &configuration(
+            "MutatingWebhookConfiguration",
+            "mutatingwebhookconfigurations",
+        ),
+    );
+    for api in [&validating, &mutating] {
+        eventually("the configuration names configmaps", || async {
+            let found = api.get_opt("chain.kopf.dev").await.ok()??;
+            let hooks = found.data["webhooks"].as_array()?.clone();
+            (!hooks.is_empty()
+                && hooks
+                    .iter()
+                    .all(|h| h["rules"][0]["resources"] == json!(["configmaps"])))
+            .then_some(())
+        })
+        .await;
+    }
+    let configmaps: Api<ConfigMap> = Api::namespaced(emulator.client(), "default");
+    let object = |name: &str, value: &str| -> ConfigMap {
+        serde_json::from_value(configmap(name, value)).expect("a ConfigMap")
+    };
+    let refused = configmaps
+        .create(&kube::api::PostParams::default(), &object("refused", "bad"))
+        .await
+        .expect_err("the webhook denies it");
+    let kube::Error::Api(status) = refused else {
+        panic!("not an API refusal: {refused}");
+    };
+    assert_eq!(status.code, 422, "{status:?}");
+    assert!(
+        status.message.contains("k must not be bad"),
+        "{}",
+        status.message
+    );
+    assert!(
+        configmaps
+            .get_opt("refused")
+            .await
+            .expect("a GET")
+            .is_none()
+    );
+
+    let dry = kube::api::PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    configmaps
+        .create(&dry, &object("dry", "good"))
+        .await
+        .expect("a dry run passes");
+    assert!(
+        calls
+            .named("strict")
+            .iter()
+            .any(|call| call["dryrun"] == json!(true)),
+        "{:?}",
+        calls.named("strict")
+    );
+
+    let created = configmaps
+        .create(
+            &kube::api::PostParams::default(),
+            &object("accepted", "good"),
+        )
+        .await
+        .expect("the webhooks allow it");
+    let labels = created.metadata.labels.unwrap_or_default();
+    assert_eq!(labels.get("mutated").map(String::as_str), Some("yes"));
+    operator.stop().await;
+}
