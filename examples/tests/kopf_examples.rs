@@ -801,6 +801,30 @@ async fn admission_validates_and_mutates_kopfexamples() {
     let unlabelled = call("mutate1", review("value", json!({}), false, None)).await;
     assert!(unlabelled.get("patch").is_none(), "{unlabelled}");
 
+    // Through the emulator, which calls the webhooks the configurations name.
+    let api = examples_api(client);
+    let object = |name: &str, field: &str| -> kopf_examples::KopfExample {
+        serde_json::from_value(json!({
+            "apiVersion": "kopf.dev/v1", "kind": "KopfExample",
+            "metadata": {"name": name, "namespace": "default", "labels": {"somelabel": "somevalue"}},
+            "spec": {"field": field},
+        }))
+        .expect("a KopfExample")
+    };
+    let refused = api
+        .create(&Default::default(), &object("kex-wrong", "wrong"))
+        .await
+        .expect_err("validate1 denies it");
+    assert!(
+        refused.to_string().contains("Meh! I don't like it."),
+        "{refused}"
+    );
+    let created = api
+        .create(&Default::default(), &object("kex-injected", "value"))
+        .await
+        .expect("the webhooks allow it");
+    assert_eq!(created.spec.extra.get("injected"), Some(&json!(123)));
+
     let (status, output) = example.terminate().await;
     assert!(status.success(), "{status}: {output}");
 }
