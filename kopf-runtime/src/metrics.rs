@@ -355,6 +355,23 @@ impl Metrics {
         }
     }
 
+    /// Resolves the admission series of the webhook `ids`, so that they
+    /// are scraped (at zero) before the first request.
+    pub(crate) fn admission_webhooks<'a>(&self, ids: impl IntoIterator<Item = &'a str>) {
+        for webhook in ids {
+            for result in [
+                AdmissionResult::Allowed,
+                AdmissionResult::Denied,
+                AdmissionResult::Error,
+            ] {
+                drop(self.admission.get_or_create(&AdmissionLabels {
+                    webhook: webhook.to_owned(),
+                    result: result.as_str(),
+                }));
+            }
+        }
+    }
+
     /// Counts an admission request to `webhook` (empty for none).
     pub(crate) fn admission(&self, webhook: &str, result: AdmissionResult) {
         self.admission

@@ -577,6 +577,9 @@ impl Operator {
                         .cloned()
                         .collect(),
                 );
+                if let Some(metrics) = &metrics {
+                    metrics.admission_webhooks(handlers.iter().map(|h| h.id.as_str()));
+                }
                 let (found, resources) = watch::channel(Arc::from(Vec::new()));
                 tasks.spawn(managed::discover(
                     client.clone(),

@@ -328,6 +328,24 @@ async fn admission_requests_count_by_webhook_and_result() {
         .webhooks(server);
     let operator = Running::operator(operator, urls);
     let ca = std::fs::read_to_string(dir.join("ca.pem")).expect("dumped");
+    // The handlers' series are there from the start, at zero.
+    let before = eventually("the webhook series are resolved", || async {
+        let metrics = scrape(&operator.urls().metrics).await;
+        metrics
+            .get(
+                "kopf_admission_requests_total",
+                &[("webhook", "defaults"), ("result", "allowed")],
+            )
+            .map(|_| metrics)
+    })
+    .await;
+    assert_eq!(
+        before.value(
+            "kopf_admission_requests_total",
+            &[("webhook", "strict"), ("result", "denied")]
+        ),
+        0.0
+    );
     review(
         &url,
         "strict",
