@@ -278,13 +278,33 @@ async fn changed_certificate_files_are_served_to_new_connections_without_a_resta
         cert: Some(cert_path.clone()),
         key: Some(key_path.clone()),
         ca_dump: Some(dir.join("ca.pem")),
+        managed: Some("reload.kopf.dev".into()),
         ..WebhookArgs::default()
     };
     let (operator, url) = started(&emulator, registry(&Calls::default()), args).await;
+    let validating: Api<DynamicObject> = Api::all_with(
+        emulator.client(),
+        &configuration(
+            "ValidatingWebhookConfiguration",
+            "validatingwebhookconfigurations",
+        ),
+    );
+    let configured_ca = || async {
+        let found = validating.get_opt("reload.kopf.dev").await.ok()??;
+        let bundle = found.data["webhooks"][0]["clientConfig"]["caBundle"].as_str()?;
+        let bundle = base64::engine::general_purpose::STANDARD
+            .decode(bundle)
+            .ok()?;
+        String::from_utf8(bundle).ok()
+    };
     let body = admission_review("CREATE", configmap("r", "x"), false);
     let answer = review(&url, "strict", &first, &body).await;
     assert_eq!(answer.peer.first(), Some(&der_of(&first)));
 
+    eventually("the configurations carry the first CA bundle", || async {
+        (configured_ca().await? == first).then_some(())
+    })
+    .await;
     let (second, second_key) = certificate("second");
     // The key first: a pair that does not match is not served meanwhile.
     std::fs::write(&key_path, &second_key).expect("written");
@@ -296,6 +316,11 @@ async fn changed_certificate_files_are_served_to_new_connections_without_a_resta
     // file, the certificate is the bundle, as in Kopf).
     eventually("the new CA bundle is dumped", || async {
         (std::fs::read_to_string(dir.join("ca.pem")).ok()? == second).then_some(())
+    })
+    .await;
+    // So do the managed configurations.
+    eventually("the configurations carry the new CA bundle", || async {
+        (configured_ca().await? == second).then_some(())
     })
     .await;
     assert!(
