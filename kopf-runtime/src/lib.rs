@@ -153,7 +153,7 @@
 //! | `warnings` | `&Warnings`, `Warnings` | webhooks |
 //! | `userinfo` | `&T`/`T`, `T: DeserializeOwned` | webhooks |
 //! | `subresource` | as `name` | webhooks |
-//! | `headers` | `&BTreeMap<String, String>`, `BTreeMap<String, String>` | webhooks |
+//! | `headers` | `&BTreeMap<String, String>`, `BTreeMap<String, String>` (names in lowercase) | webhooks |
 //! | `sslpeer` | `&T`/`T`, `T: DeserializeOwned` (an empty object: clients give no certificate) | webhooks |
 //! | `settings` | `&mut OperatorSettings` (to change them), `&OperatorSettings` (see [`settings::StartupSettings`]) | `on_startup` |
 //! | *index id* | `&Index<T>`, `Index<T>` (`T` is `serde_json::Value` unless given) | all but `index`, `on_startup`, `on_cleanup`, `on_login` |

@@ -145,7 +145,7 @@ pub struct Admission {
     pub userinfo: Value,
     /// `request.subResource`, if any.
     pub subresource: Option<String>,
-    /// The HTTP headers of the admission request.
+    /// The HTTP headers of the admission request, their names in lowercase.
     pub headers: BTreeMap<String, String>,
     /// The client's TLS certificate, as Kopf's `sslpeer`: an empty object,
     /// as the webhook server asks clients for no certificate.
