@@ -32,8 +32,22 @@ fn configmap(name: &str, value: &str) -> Value {
            "data": {"k": value}})
 }
 
-/// A fresh directory for one test's files.
-fn scratch(test: &str) -> PathBuf {
+/// A fresh directory for one test's files, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch(test: &str) -> Scratch {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
         "kopf-webhooks-{}-{test}-{}",
@@ -41,7 +55,7 @@ fn scratch(test: &str) -> PathBuf {
         NEXT.fetch_add(1, Ordering::SeqCst)
     ));
     std::fs::create_dir_all(&dir).expect("a scratch directory");
-    dir
+    Scratch(dir)
 }
 
 /// `strict` denies `k: bad` with 422 and warns on every review, recording
@@ -100,7 +114,7 @@ async fn review(url: &str, id: &str, ca: &str, body: &[u8]) -> HttpsAnswer {
     .await
 }
 
-fn self_signed(dir: &std::path::Path) -> WebhookArgs {
+fn self_signed(dir: &Scratch) -> WebhookArgs {
     WebhookArgs {
         server: Some("https://127.0.0.1:0/hooks".into()),
         ca_dump: Some(dir.join("ca.pem")),
