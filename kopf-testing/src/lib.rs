@@ -171,6 +171,7 @@ mod failures;
 mod faults;
 mod handlers;
 mod history;
+mod kubectl;
 mod limits;
 mod objects;
 mod patching;
@@ -198,6 +199,7 @@ pub use endpoints::http_get;
 pub use error::EmulatorError;
 pub use failures::ApiError;
 pub use faults::{FailRule, Faults, HeldRequests};
+pub use kubectl::kubectl;
 pub use recording::RecordedRequest;
 #[cfg(feature = "runner")]
 pub use runner::{Finished, KopfRunner, KopfRunnerBuilder, RunnerError, Stop};

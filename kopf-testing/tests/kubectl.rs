@@ -20,23 +20,6 @@ use tokio::{
 
 const EMULATOR: &str = env!("CARGO_BIN_EXE_kube-emulator");
 
-/// The kubectl binary; panics with install instructions if there is none.
-fn kubectl_path() -> PathBuf {
-    let found = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|dir| dir.join("kubectl"))
-        .find(|p| p.is_file());
-    match found {
-        Some(p) => p,
-        None => panic!(
-            "\n\n*** kubectl is not installed (not found on PATH). ***\n\
-             These tests drive the real kubectl against kube-emulator; install it\n\
-             (https://kubernetes.io/docs/tasks/tools/ — CI installs it) and re-run.\n\n"
-        ),
-    }
-}
-
 fn unique_dir() -> PathBuf {
     static N: AtomicUsize = AtomicUsize::new(0);
     let nanos = std::time::SystemTime::now()
@@ -77,7 +60,7 @@ fn free_port() -> u16 {
 }
 
 async fn start_server(extra: &[String]) -> Server {
-    let kubectl = kubectl_path();
+    let kubectl = kopf_testing::kubectl();
     assert!(kubectl.is_file());
     let dir = unique_dir();
     let kubeconfig = dir.join("kubeconfig");
@@ -132,7 +115,7 @@ struct Out {
 }
 
 fn kubectl_cmd(server: &Server, args: &[&str]) -> Command {
-    let mut cmd = Command::new(kubectl_path());
+    let mut cmd = Command::new(kopf_testing::kubectl());
     cmd.args(args)
         .env("KUBECONFIG", &server.kubeconfig)
         .env("HOME", &server.dir)

@@ -594,6 +594,31 @@ async fn a_create_through_the_emulator_is_refused_or_mutated_by_the_operators_we
             .expect("a GET")
             .is_none()
     );
+    // kubectl is refused alike, with the handler's message.
+    let kubeconfig = dir.join("kubeconfig");
+    let manifest = dir.join("refused.json");
+    std::fs::write(
+        &kubeconfig,
+        serde_json::to_vec(&emulator.kubeconfig()).expect("a kubeconfig"),
+    )
+    .expect("written");
+    std::fs::write(&manifest, configmap("refused", "bad").to_string()).expect("written");
+    let mut apply = std::process::Command::new(kopf_testing::kubectl());
+    apply
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["apply", "-f"])
+        .arg(&manifest);
+    let applied = tokio::task::spawn_blocking(move || apply.output())
+        .await
+        .expect("kubectl is waited for")
+        .expect("kubectl runs");
+    let stderr = String::from_utf8_lossy(&applied.stderr);
+    assert!(!applied.status.success(), "kubectl apply was accepted");
+    assert!(
+        stderr.contains("denied the request") && stderr.contains("k must not be bad"),
+        "{stderr}"
+    );
 
     let dry = kube::api::PostParams {
         dry_run: true,
