@@ -207,6 +207,65 @@ async fn handlers_run_for_creation_update_field_and_deletion() {
     assert!(status.success(), "{status}: {output}");
 }
 
+/// `06-peering`: of two replicas on one Lease, only the leader serves the
+/// object; a `--dev` replica joins and is handed the Lease, the leader
+/// pausing first; once it stops, a waiting replica serves again.
+#[tokio::test]
+async fn peering_serves_from_one_replica_and_hands_over_to_dev() {
+    let example = Example::start(env!("CARGO_BIN_EXE_peering"), &[]);
+    let (status, output) = example.wait_exit().await;
+    assert!(status.success(), "{status}: {output}");
+    let lines: Vec<&str> = output.lines().collect();
+    let line = |text: &str| {
+        lines
+            .iter()
+            .position(|l| l.starts_with(text))
+            .unwrap_or_else(|| panic!("no line {text:?} in:\n{output}"))
+    };
+    // The replicas that ticked in lines[from..to], in order, deduplicated.
+    let tickers = |from: usize, to: usize| {
+        let mut who: Vec<&str> = lines[from..to]
+            .iter()
+            .filter(|l| l.contains("Ticking as the leader."))
+            .filter_map(|l| l.split("replica=\"").nth(1)?.split('"').next())
+            .collect();
+        who.dedup();
+        who
+    };
+    let first = ["replica-a", "replica-b"]
+        .into_iter()
+        .find(|r| lines.contains(&format!("The Lease is {r}'s.").as_str()))
+        .unwrap_or_else(|| panic!("neither replica-a nor replica-b led first:\n{output}"));
+    // Until the dev replica joins, only the first leader serves.
+    assert_eq!(tickers(0, line("Started replica-dev")), [first], "{output}");
+    // Once the dev replica leads, only it serves, until it is stopped.
+    let dev_leads = line("The Lease is replica-dev's.");
+    let dev_stops = line("Stopping replica-dev.");
+    assert_eq!(tickers(dev_leads, dev_stops), ["replica-dev"], "{output}");
+    // The first leader paused before the dev replica started serving.
+    let tick_of = |who: &str| format!("replica=\"{who}\"");
+    let paused = lines[..dev_stops]
+        .iter()
+        .rposition(|l| l.contains(&tick_of(first)));
+    let started = lines
+        .iter()
+        .position(|l| l.contains(&tick_of("replica-dev")));
+    assert!(paused < started, "{output}");
+    // Then a waiting replica serves again, alone.
+    let last = lines[dev_stops..]
+        .iter()
+        .find_map(|l| l.strip_prefix("The Lease is ")?.strip_suffix("'s."))
+        .unwrap_or_else(|| panic!("nobody led after replica-dev:\n{output}"));
+    assert!(["replica-a", "replica-b"].contains(&last), "{output}");
+    let resumed = line(&format!("The Lease is {last}'s."));
+    assert_eq!(
+        tickers(resumed, line(&format!("Stopping {last}."))),
+        [last],
+        "{output}"
+    );
+    assert!(output.contains("\nDone.\n"), "{output}");
+}
+
 /// `07-subhandlers`: one sub-handler per item, each with its own progress,
 /// then the parent succeeds.
 #[tokio::test]
