@@ -44,6 +44,8 @@ struct FailBody {
     #[serde(default)]
     path_contains: Option<String>,
     #[serde(default)]
+    body_contains: Option<String>,
+    #[serde(default)]
     retry_after: Option<u32>,
 }
 
@@ -84,6 +86,7 @@ pub(crate) fn serve(
                 let rule = FailRule {
                     verb: b.verb,
                     path_contains: b.path_contains,
+                    body_contains: b.body_contains,
                     status: b.status,
                     retry_after: b.retry_after,
                 };
@@ -93,7 +96,7 @@ pub(crate) fn serve(
                 }
             }
             Err(e) => error_response(&ApiError::bad_request(format!(
-                "expected {{\"n\": N, \"status\": CODE, \"verb\"?, \"path_contains\"?, \"retry_after\"?}}: {e}"
+                "expected {{\"n\": N, \"status\": CODE, \"verb\"?, \"path_contains\"?, \"body_contains\"?, \"retry_after\"?}}: {e}"
             ))),
         },
         (&Method::GET, "requests/counts") => {

@@ -18,6 +18,12 @@ pub struct FailRule {
     pub verb: Option<String>,
     /// Only requests whose path contains this string; `None` matches any.
     pub path_contains: Option<String>,
+    /// Only requests whose body contains this string; `None` matches any.
+    /// E.g. `"holderIdentity":"a"` matches the writes of a Lease that name
+    /// the holder `a` (the JSON that kube's clients send has no spaces).
+    /// While such a rule is set, the emulator reads each request's body
+    /// before it decides whether to fail it.
+    pub body_contains: Option<String>,
     /// The HTTP status to answer (a `Status` object with the matching reason).
     pub status: u16,
     /// Seconds for `Retry-After` and `details.retryAfterSeconds` (429 gets 1 if unset).
@@ -30,6 +36,7 @@ impl Default for FailRule {
         Self {
             verb: None,
             path_contains: None,
+            body_contains: None,
             status: 500,
             retry_after: None,
         }
@@ -57,6 +64,24 @@ impl FailRule {
         self
     }
 
+    /// Restricts the rule to requests whose body contains `fragment`:
+    /// e.g. fail the renewals of a Lease by its leader `a` alone, as if
+    /// only that replica were cut off from the API:
+    ///
+    /// ```
+    /// use kopf_testing::FailRule;
+    ///
+    /// let partition = FailRule::status(500)
+    ///     .verb("update")
+    ///     .path_contains("/leases/")
+    ///     .body_contains(r#""holderIdentity":"a""#);
+    /// assert_eq!(partition.body_contains.as_deref(), Some(r#""holderIdentity":"a""#));
+    /// ```
+    pub fn body_contains(mut self, fragment: &str) -> Self {
+        self.body_contains = Some(fragment.into());
+        self
+    }
+
     /// Why the rule cannot be answered, if its status is not an HTTP error
     /// status (400-599).
     pub fn check(&self) -> Result<(), String> {
@@ -71,12 +96,20 @@ impl FailRule {
         }
     }
 
-    fn matches(&self, verb: &str, path: &str) -> bool {
+    /// Whether the rule fails this request; `body` is `None` when it was
+    /// not read (no rule looks into bodies), and matches no body rule.
+    fn matches(&self, verb: &str, path: &str, body: Option<&[u8]>) -> bool {
         self.verb.as_deref().is_none_or(|v| v == verb)
             && self
                 .path_contains
                 .as_deref()
                 .is_none_or(|p| path.contains(p))
+            && self.body_contains.as_deref().is_none_or(|fragment| {
+                body.is_some_and(|body| {
+                    body.windows(fragment.len().max(1))
+                        .any(|w| w == fragment.as_bytes())
+                })
+            })
     }
 }
 
@@ -98,15 +131,26 @@ struct Held {
 }
 
 impl FaultState {
-    /// The failure to answer instead of serving this request, if a rule matches.
-    pub(crate) fn take(&self, verb: &str, path: &str) -> Option<ApiError> {
+    /// Whether a rule looks into request bodies: then each request's body
+    /// is read before [`FaultState::take`], and handed to it.
+    pub(crate) fn inspects_bodies(&self) -> bool {
+        self.rules
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .any(|(_, rule)| rule.body_contains.is_some())
+    }
+
+    /// The failure to answer instead of serving this request, if a rule
+    /// matches; `body` is the request's, if it was read.
+    pub(crate) fn take(&self, verb: &str, path: &str, body: Option<&[u8]>) -> Option<ApiError> {
         let mut rules = self.rules.lock().unwrap_or_else(PoisonError::into_inner);
         if rules.is_empty() {
             return None;
         }
         let idx = rules
             .iter()
-            .position(|(n, r)| *n > 0 && r.matches(verb, path))?;
+            .position(|(n, r)| *n > 0 && r.matches(verb, path, body))?;
         let rule = rules[idx].1.clone();
         rules[idx].0 -= 1;
         if rules[idx].0 == 0 {
@@ -303,24 +347,52 @@ mod tests {
                 .verb("get")
                 .path_contains("configmaps"),
         ));
-        assert!(state.take("list", "/api/v1/configmaps").is_none());
-        assert!(state.take("get", "/api/v1/pods/x").is_none());
+        assert!(state.take("list", "/api/v1/configmaps", None).is_none());
+        assert!(state.take("get", "/api/v1/pods/x", None).is_none());
         assert_eq!(
             state
-                .take("get", "/api/v1/namespaces/d/configmaps/x")
+                .take("get", "/api/v1/namespaces/d/configmaps/x", None)
                 .map(|e| e.code),
             Some(503)
         );
         assert!(
             state
-                .take("get", "/api/v1/namespaces/d/configmaps/x")
+                .take("get", "/api/v1/namespaces/d/configmaps/x", None)
                 .is_some()
         );
         assert!(
             state
-                .take("get", "/api/v1/namespaces/d/configmaps/x")
+                .take("get", "/api/v1/namespaces/d/configmaps/x", None)
                 .is_none()
         );
+    }
+
+    #[test]
+    fn body_rules_fail_only_requests_whose_body_contains_the_fragment() {
+        let state = FaultState::default();
+        assert!(!state.inspects_bodies());
+        let lease = "/apis/coordination.k8s.io/v1/namespaces/d/leases/op";
+        let rule = FailRule::status(503)
+            .verb("update")
+            .body_contains(r#""holderIdentity":"a""#);
+        state.rules.lock().unwrap().push((usize::MAX, rule));
+        assert!(state.inspects_bodies());
+        let by = |holder: &str| format!(r#"{{"spec":{{"holderIdentity":"{holder}"}}}}"#);
+        let failed = state.take("update", lease, Some(by("a").as_bytes()));
+        assert_eq!(failed.map(|e| e.code), Some(503));
+        assert!(
+            state
+                .take("update", lease, Some(by("b").as_bytes()))
+                .is_none()
+        );
+        assert!(
+            state
+                .take("update", lease, Some(by("ab").as_bytes()))
+                .is_none()
+        );
+        assert!(state.take("get", lease, Some(by("a").as_bytes())).is_none());
+        // A body that was not read matches no body rule.
+        assert!(state.take("update", lease, None).is_none());
     }
 
     #[test]
@@ -338,7 +410,7 @@ mod tests {
     fn too_many_requests_defaults_to_a_retry_after() {
         let state = FaultState::default();
         state.rules.lock().unwrap().push((1, FailRule::status(429)));
-        let err = state.take("get", "/").unwrap();
+        let err = state.take("get", "/", None).unwrap();
         assert_eq!(err.retry_after, Some(1));
         assert_eq!(err.reason, "TooManyRequests");
     }

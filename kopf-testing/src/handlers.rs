@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::body::Body;
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use serde_json::{Value, json};
 
 use crate::admin;
@@ -67,8 +67,25 @@ where
     let mut warnings = Vec::new();
     let mut response = if !authorized {
         error_response(&ApiError::unauthorized())
+    } else if shared.faults.inspects_bodies() {
+        // A fault rule looks into bodies: read this one first, then serve
+        // the request from what was read.
+        let (parts, body) = req.into_parts();
+        match collect_body(&parts.headers, body).await {
+            Err(err) => error_response(&err),
+            Ok(bytes) => match shared.faults.take(verb, &path, Some(&bytes)) {
+                Some(err) => error_response(&err),
+                None => {
+                    let req = Request::from_parts(parts, Full::new(bytes));
+                    match serve(&shared, &method, route, &query, req).await {
+                        Ok(resp) => resp,
+                        Err(err) => error_response(&err),
+                    }
+                }
+            },
+        }
     } else {
-        match shared.faults.take(verb, &path) {
+        match shared.faults.take(verb, &path, None) {
             Some(err) => error_response(&err),
             None => match serve(&shared, &method, route, &query, req, &mut warnings).await {
                 Ok(resp) => resp,
@@ -129,8 +146,18 @@ where
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    if let Some(len) = req
-        .headers()
+    let (parts, body) = req.into_parts();
+    Ok((content_type, collect_body(&parts.headers, body).await?))
+}
+
+/// Reads a whole request body, within [`BODY_LIMIT`] and
+/// [`limits::BODY_READ_TIMEOUT`].
+async fn collect_body<B>(headers: &http::HeaderMap, body: B) -> Result<Bytes, ApiError>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    if let Some(len) = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok())
@@ -138,12 +165,12 @@ where
     {
         return Err(ApiError::too_large(BODY_LIMIT));
     }
-    let collect = Limited::new(req.into_body(), BODY_LIMIT).collect();
+    let collect = Limited::new(body, BODY_LIMIT).collect();
     let collected = tokio::time::timeout(limits::BODY_READ_TIMEOUT, collect)
         .await
         .map_err(|_| limits::body_timeout())?;
     match collected {
-        Ok(collected) => Ok((content_type, collected.to_bytes())),
+        Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
             Err(ApiError::too_large(BODY_LIMIT))
         }
@@ -1022,7 +1049,7 @@ mod tests {
     #[tokio::test]
     async fn injected_429_has_retry_after_header() {
         let s = shared();
-        s.faults.take("none", "none");
+        s.faults.take("none", "none", None);
         let faults = crate::Faults { shared: s.clone() };
         faults.fail_next(
             1,

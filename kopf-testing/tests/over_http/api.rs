@@ -1818,6 +1818,7 @@ async fn fail_next_fails_only_matching_requests_and_only_n_times() {
         FailRule {
             verb: Some("get".into()),
             path_contains: Some("configmaps".into()),
+            body_contains: None,
             status: 500,
             retry_after: None,
         },
@@ -1840,11 +1841,57 @@ async fn fail_next_fails_only_matching_requests_and_only_n_times() {
 }
 
 #[tokio::test]
+async fn body_rules_fail_only_the_writes_whose_body_matches_and_serve_the_others() {
+    let emu = emulator().await;
+    let api: Api<Lease> = Api::default_namespaced(emu.client());
+    let lease = |holder: &str| Lease {
+        metadata: kube::api::ObjectMeta {
+            name: Some("op".into()),
+            ..Default::default()
+        },
+        spec: Some(k8s_openapi::api::coordination::v1::LeaseSpec {
+            holder_identity: Some(holder.into()),
+            ..Default::default()
+        }),
+    };
+    let created = within("create", api.create(&PostParams::default(), &lease("a")))
+        .await
+        .expect("no rule yet");
+    emu.faults().fail_next(
+        usize::MAX,
+        FailRule::status(500)
+            .verb("update")
+            .path_contains("/leases/")
+            .body_contains(r#""holderIdentity":"a""#),
+    );
+    let mut renewal = lease("a");
+    renewal.metadata.resource_version = created.metadata.resource_version.clone();
+    let status =
+        api_error(within("renew", api.replace("op", &PostParams::default(), &renewal)).await);
+    assert_eq!(status.code, 500, "{status:?}");
+    // Read in full for the rule, the other bodies are served as ever.
+    let mut taken = lease("b");
+    taken.metadata.resource_version = created.metadata.resource_version;
+    let taken = within("take", api.replace("op", &PostParams::default(), &taken))
+        .await
+        .expect("another holder's write is served");
+    assert_eq!(
+        taken.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("b")
+    );
+    within("get", api.get("op"))
+        .await
+        .expect("a read is served");
+    emu.shutdown().await;
+}
+
+#[tokio::test]
 async fn fail_next_429_carries_retry_after_and_kube_retries_after_it() {
     let emu = emulator().await;
     let rule = || FailRule {
         verb: None,
         path_contains: Some("/configmaps".into()),
+        body_contains: None,
         status: 429,
         retry_after: Some(1),
     };

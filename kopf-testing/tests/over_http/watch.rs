@@ -894,6 +894,7 @@ async fn kube_controller_reconciles_and_relists_after_a_forced_410() {
         FailRule {
             verb: Some("watch".into()),
             path_contains: None,
+            body_contains: None,
             status: 500,
             retry_after: None,
         },

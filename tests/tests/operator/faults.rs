@@ -241,6 +241,7 @@ async fn throttled_patches_are_retried_after_retry_after_and_nothing_is_lost() {
     let throttled = FailRule {
         verb: Some("patch".into()),
         path_contains: Some("configmaps".into()),
+        body_contains: None,
         status: 429,
         retry_after: Some(2),
     };
