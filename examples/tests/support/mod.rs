@@ -24,9 +24,18 @@ pub struct Example {
 impl Example {
     /// Starts the example binary at `path` with `--emulator` and `args`.
     pub fn start(path: &str, args: &[&str]) -> Self {
+        let args: Vec<&str> = std::iter::once("--emulator")
+            .chain(args.iter().copied())
+            .collect();
+        Self::spawn(path, &args, &[])
+    }
+
+    /// Starts the example binary at `path` with `args` (against a cluster
+    /// that they name) and the environment variables `env`.
+    pub fn spawn(path: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut child = Command::new(path)
-            .arg("--emulator")
             .args(args)
+            .envs(env.iter().copied())
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -181,13 +190,23 @@ impl Example {
 
     /// Sends SIGTERM and waits for the exit; its status.
     pub async fn terminate(self) -> (ExitStatus, String) {
+        self.signal("TERM");
+        self.wait_exit().await
+    }
+
+    /// Sends the signal `name` (`TERM`, `KILL`, …), and returns at once.
+    pub fn signal(&self, name: &str) {
         let pid = self.child.id().to_string();
         let sent = Command::new("kill")
-            .args(["-TERM", &pid])
+            .args([&format!("-{name}"), &pid])
             .status()
             .expect("kill runs");
-        assert!(sent.success(), "SIGTERM could not be sent to {pid}");
-        self.wait_exit().await
+        assert!(sent.success(), "SIG{name} could not be sent to {pid}");
+    }
+
+    /// Its exit status, if it has exited.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().expect("the child can be waited for")
     }
 
     /// Waits for the example to exit on its own; its status.
