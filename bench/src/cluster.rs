@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -50,6 +51,13 @@ impl Process {
     /// `Some(status)` if it has exited.
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().ok().flatten()
+    }
+
+    /// Sends the signal `name` (`TERM`, `KILL`, …) and returns at once.
+    pub fn signal(&self, name: &str) {
+        let _ = Command::new("kill")
+            .args([&format!("-{name}"), &self.pid().to_string()])
+            .status();
     }
 
     /// SIGTERM, up to `grace` to exit, then SIGKILL.
@@ -228,6 +236,13 @@ impl Driver {
             *by_verb.entry(verb).or_insert(0) += c["count"].as_u64().unwrap_or(0);
         }
         Ok(by_verb)
+    }
+
+    /// Who holds the Lease `name` of [`NAMESPACE`], if anyone.
+    pub async fn lease_holder(&self, name: &str) -> anyhow::Result<Option<String>> {
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), NAMESPACE);
+        let lease = leases.get_opt(name).await?;
+        Ok(lease.and_then(|l| l.spec?.holder_identity))
     }
 
     /// Creates one ConfigMap.

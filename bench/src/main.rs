@@ -18,7 +18,7 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use kopf_bench::operators::{self, Mode, Operator, Programs};
 use kopf_bench::report;
-use kopf_bench::scenarios::{self, RunResult, Setup};
+use kopf_bench::scenarios::{self, RunResult, Setup, Stop};
 
 /// Benchmarks kopf-rs against Kopf 1.45 and a bare kube-runtime watcher (BENCHMARKS.md).
 #[derive(Debug, Parser)]
@@ -30,7 +30,8 @@ struct Args {
     /// Runs of every figure (medians and ranges are over these).
     #[arg(long, default_value_t = 3)]
     runs: usize,
-    /// Scenarios, comma-separated (S2 and S3 run together).
+    /// Scenarios, comma-separated (S2 and S3 run together). S7 (failover,
+    /// kopf-rs only: about 40 s a run) runs only when named.
     #[arg(long, value_delimiter = ',', default_value = "s1,s2,s3,s4,s5")]
     scenarios: Vec<String>,
     /// Operators, comma-separated: kopf-rs, bare, kopf, kopf-rs-metrics
@@ -233,6 +234,16 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 }
                 if want("s5") {
                     record(done(base("S5", ""), scenarios::s5(&setup("s5")).await))?;
+                }
+                if want("s7") {
+                    for stop in [Stop::Kill, Stop::Term] {
+                        let job = setup(&format!("s7-{}", stop.variant()));
+                        match scenarios::s7(&job, stop).await {
+                            Ok(None) => {}
+                            Ok(Some(m)) => record(done(base("S7", stop.variant()), Ok(m)))?,
+                            Err(e) => record(done(base("S7", stop.variant()), Err(e)))?,
+                        }
+                    }
                 }
             }
         }

@@ -52,10 +52,29 @@ impl Operator {
         }
     }
 
+    /// Whether it can run as one of several replicas electing on a Lease
+    /// (kopf-rs's builds; the bare watcher has no election, and Kopf's
+    /// peering is not on Leases).
+    pub fn elects(self) -> bool {
+        matches!(
+            self,
+            Operator::KopfRs | Operator::Baseline | Operator::KopfRsMetrics
+        )
+    }
+
     /// Parses [`name`](Self::name).
     pub fn parse(s: &str) -> Option<Operator> {
         Operator::ALL.into_iter().find(|o| o.name() == s)
     }
+}
+
+/// A replica's place in an election (S7): the Lease and its identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    /// The Lease's name, in [`NAMESPACE`].
+    pub lease: String,
+    /// The replica's `--identity`.
+    pub identity: String,
 }
 
 /// Which handlers the operator runs.
@@ -116,6 +135,39 @@ impl Programs {
         signal_file: &Path,
         log: &Path,
     ) -> anyhow::Result<Option<Process>> {
+        self.spawn(operator, mode, kubeconfig, signal_file, log, None)
+    }
+
+    /// As [`Programs::start`], as the replica `peer` of several that elect
+    /// the one that serves on a Lease (`--peering`). Only kopf-rs's builds
+    /// can: `Ok(None)` for the others.
+    ///
+    /// # Errors
+    /// If the program cannot be started.
+    pub fn start_replica(
+        &self,
+        operator: Operator,
+        mode: Mode,
+        kubeconfig: &Path,
+        signal_file: &Path,
+        log: &Path,
+        peer: &Peer,
+    ) -> anyhow::Result<Option<Process>> {
+        if !operator.elects() {
+            return Ok(None);
+        }
+        self.spawn(operator, mode, kubeconfig, signal_file, log, Some(peer))
+    }
+
+    fn spawn(
+        &self,
+        operator: Operator,
+        mode: Mode,
+        kubeconfig: &Path,
+        signal_file: &Path,
+        log: &Path,
+        peer: Option<&Peer>,
+    ) -> anyhow::Result<Option<Process>> {
         let mut cmd = match operator {
             Operator::KopfRs | Operator::Baseline | Operator::KopfRsMetrics => {
                 let program = match (operator, &self.baseline) {
@@ -124,10 +176,14 @@ impl Programs {
                     _ => self.bin_dir.join("kopf-rs-operator"),
                 };
                 let mut cmd = Command::new(program);
-                cmd.arg(mode.arg())
-                    .arg("--kubeconfig")
-                    .arg(kubeconfig)
-                    .args(["--standalone", "-n", NAMESPACE]);
+                cmd.arg(mode.arg()).arg("--kubeconfig").arg(kubeconfig);
+                match peer {
+                    None => cmd.arg("--standalone"),
+                    Some(peer) => cmd
+                        .args(["--peering", &peer.lease, "--identity", &peer.identity])
+                        .args(["--peering-namespace", NAMESPACE]),
+                };
+                cmd.args(["-n", NAMESPACE]);
                 if operator == Operator::KopfRsMetrics {
                     // One free loopback port serves both.
                     cmd.args([

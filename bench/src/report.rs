@@ -8,7 +8,7 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use crate::operators::Operator;
-use crate::scenarios::RunResult;
+use crate::scenarios::{RunResult, Stop};
 use crate::stats::median_range;
 
 /// One row of the summary: a figure of a scenario (and variant).
@@ -166,6 +166,54 @@ pub const FIGURES: &[Figure] = &[
         "",
         "kept_ticking_ratio",
         "S5 surviving objects still ticking",
+    ),
+    fig(
+        "S7",
+        "sigkill",
+        "stop_to_first_tick_s",
+        "S7 SIGKILL → first tick on the new leader (s)",
+    ),
+    fig(
+        "S7",
+        "sigkill",
+        "stop_to_all_ticking_s",
+        "S7 SIGKILL → every object ticking on the new leader (s)",
+    ),
+    fig(
+        "S7",
+        "sigkill",
+        "seconds_both_ticking",
+        "S7 seconds with both replicas ticking one object (SIGKILL)",
+    ),
+    fig(
+        "S7",
+        "sigterm",
+        "stop_to_first_tick_s",
+        "S7 SIGTERM → first tick on the new leader (s)",
+    ),
+    fig(
+        "S7",
+        "sigterm",
+        "stop_to_all_ticking_s",
+        "S7 SIGTERM → every object ticking on the new leader (s)",
+    ),
+    fig(
+        "S7",
+        "sigterm",
+        "last_old_tick_to_first_new_tick_s",
+        "S7 last tick on the old leader → first on the new (s) (SIGTERM)",
+    ),
+    fig(
+        "S7",
+        "sigterm",
+        "seconds_both_ticking",
+        "S7 seconds with both replicas ticking one object (SIGTERM)",
+    ),
+    fig(
+        "S7",
+        "sigterm",
+        "overlapping_ticks",
+        "S7 old leader's ticks after the new one's first (SIGTERM)",
     ),
 ];
 
@@ -347,6 +395,26 @@ const TARGETS: &[(&str, Figure, Bound)] = &[
     (
         "S5 leaked timers = 0",
         fig("S5", "", "leaked", ""),
+        Bound::Max(0.0),
+    ),
+    (
+        "S7 SIGKILL → first tick ≤ lease duration + retry period",
+        fig("S7", "sigkill", "stop_to_first_tick_s", ""),
+        Bound::Max(Stop::Kill.target_s()),
+    ),
+    (
+        "S7 SIGTERM → first tick ≤ retry period + 1 s",
+        fig("S7", "sigterm", "stop_to_first_tick_s", ""),
+        Bound::Max(Stop::Term.target_s()),
+    ),
+    (
+        "S7 no second with both replicas ticking one object (SIGKILL)",
+        fig("S7", "sigkill", "seconds_both_ticking", ""),
+        Bound::Max(0.0),
+    ),
+    (
+        "S7 no tick of the old leader after the new one's first (SIGTERM)",
+        fig("S7", "sigterm", "overlapping_ticks", ""),
         Bound::Max(0.0),
     ),
 ];

@@ -16,7 +16,7 @@ use kube::api::{ListParams, WatchEvent, WatchParams};
 use serde::Serialize;
 
 use crate::cluster::{Driver, Emulator, Process};
-use crate::operators::{Mode, Operator, Programs};
+use crate::operators::{Mode, Operator, Peer, Programs};
 use crate::procfs::{self, PeakRss};
 use crate::signals::{self, Signals, Tail};
 use crate::stats::percentile;
@@ -586,4 +586,254 @@ pub async fn s5(setup: &Setup) -> anyhow::Result<Metrics> {
     );
     m.insert("relist_after_gap_s".into(), secs(t_relist - t_clear));
     Ok(m)
+}
+
+/// How S7 stops the leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// SIGKILL: the Lease is not released, and expires.
+    Kill,
+    /// SIGTERM: the leader stops its timers and releases the Lease.
+    Term,
+}
+
+impl Stop {
+    /// The variant's name in the results.
+    pub fn variant(self) -> &'static str {
+        match self {
+            Stop::Kill => "sigkill",
+            Stop::Term => "sigterm",
+        }
+    }
+
+    fn signal(self) -> &'static str {
+        match self {
+            Stop::Kill => "KILL",
+            Stop::Term => "TERM",
+        }
+    }
+
+    /// The target of `BENCHMARKS.md` for the time from the stop to the
+    /// first tick on the new leader, with the default `settings.peering`
+    /// (lease duration 15 s, retry period 2 s): the lease duration and a
+    /// retry period after SIGKILL, a retry period and a second after SIGTERM.
+    pub const fn target_s(self) -> f64 {
+        match self {
+            Stop::Kill => 15.0 + 2.0,
+            Stop::Term => 2.0 + 1.0,
+        }
+    }
+}
+
+/// The Lease S7's replicas elect on.
+pub const S7_LEASE: &str = "kopf-bench";
+
+/// The identities of S7's two replicas.
+const S7_REPLICAS: [&str; 2] = ["replica-a", "replica-b"];
+
+/// S7 failover: two replicas of the operator with `--peering` and the same
+/// timers (`timer-nofin`) on N objects; once the leader ticks every object
+/// and the other has watched it renew the Lease for a few retry periods,
+/// the leader is stopped (`stop`); the time from the signal to the first
+/// tick (and to every object's first tick) on the new leader, the seconds
+/// (of the Unix clock) in which both replicas ticked one object, and the
+/// ticks of the old leader on an object from the new leader's first tick
+/// of it on (each replica signals to a file of its own). A handover faster
+/// than the timers' second puts the old leader's last tick and the new
+/// one's first in one second without any overlap: the overlapping ticks
+/// are what says whether both served an object at once. `Ok(None)` for
+/// operators without an election.
+pub async fn s7(setup: &Setup, stop: Stop) -> anyhow::Result<Option<Metrics>> {
+    if !setup.operator.elects() {
+        return Ok(None);
+    }
+    std::fs::create_dir_all(&setup.dir)?;
+    let emulator = Emulator::start(&setup.programs.emulator(), &setup.dir)?;
+    let driver = Driver::new(&emulator.url)?;
+    let names = names(setup.n);
+    driver.create_all(&names).await?;
+    let mut replicas = Vec::new();
+    for identity in S7_REPLICAS {
+        let tail = Tail::start(&setup.dir.join(format!("signals-{identity}.txt")))?;
+        let peer = Peer {
+            lease: S7_LEASE.into(),
+            identity: identity.into(),
+        };
+        let log = setup.dir.join(format!("{identity}.log"));
+        let Some(process) = setup.programs.start_replica(
+            setup.operator,
+            Mode::TimerNoFinalizers,
+            &emulator.kubeconfig,
+            tail.path(),
+            &log,
+            &peer,
+        )?
+        else {
+            return Ok(None);
+        };
+        replicas.push((identity, process, tail));
+    }
+    let log_of = |identity: &str| {
+        let log =
+            std::fs::read_to_string(setup.dir.join(format!("{identity}.log"))).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().rev().take(6).collect();
+        strip_ansi(&lines.into_iter().rev().collect::<Vec<_>>().join("\n    "))
+    };
+
+    // The leader: the Lease's holder, once it ticks every object.
+    let deadline = tokio::time::Instant::now() + timeout_for(setup.n) + Duration::from_secs(20);
+    let leader = loop {
+        for (identity, process, _) in &mut replicas {
+            if let Some(status) = process.exited() {
+                bail!(
+                    "{identity} exited ({status}) before the failover; its log ends:\n    {}",
+                    log_of(identity)
+                );
+            }
+        }
+        let holder = driver.lease_holder(S7_LEASE).await?;
+        let leading = replicas.iter().position(|(identity, _, tail)| {
+            holder.as_deref() == Some(*identity)
+                && tail.with(|s| s.count(&names, |x| !x.ticks.is_empty())) == names.len()
+        });
+        if let Some(leading) = leading {
+            break leading;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("no replica led and ticked every object (the Lease's holder: {holder:?})");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let follower = 1 - leader;
+    // The follower looks at the Lease every retry period (2 s): let it see
+    // the leader renew it a few times.
+    tokio::time::sleep(setup.settle(6)).await;
+
+    let t_stop = signals::now_ns();
+    replicas[leader].1.signal(stop.signal());
+    let deadline = tokio::time::Instant::now() + timeout_for(setup.n) + Duration::from_secs(30);
+    loop {
+        let ticking = replicas[follower]
+            .2
+            .with(|s| s.count(&names, |x| x.ticks.iter().any(|&t| t >= t_stop)));
+        if ticking == names.len() {
+            break;
+        }
+        if let Some(status) = replicas[follower].1.exited() {
+            bail!(
+                "the follower exited ({status}); its log ends:\n    {}",
+                log_of(replicas[follower].0)
+            );
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "the follower ticked {ticking} of {} objects after the stop",
+                names.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    // A terminated leader exits once its timers are stopped and the Lease
+    // released.
+    let exit_code = match stop {
+        Stop::Kill => None,
+        Stop::Term => {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                if let Some(status) = replicas[leader].1.exited() {
+                    break Some(f64::from(status.code().unwrap_or(-1)));
+                }
+                if tokio::time::Instant::now() > deadline {
+                    bail!("the terminated leader did not exit within 60 s");
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+        }
+    };
+    settle_signals().await;
+
+    let firsts: Vec<i64> = replicas[follower].2.with(|s| {
+        names
+            .iter()
+            .filter_map(|n| {
+                s.by_name
+                    .get(n)?
+                    .ticks
+                    .iter()
+                    .copied()
+                    .find(|&t| t >= t_stop)
+            })
+            .collect()
+    });
+    let first = firsts.iter().copied().min().unwrap_or(t_stop);
+    let all = firsts.iter().copied().max().unwrap_or(t_stop);
+    // The seconds (of the Unix clock) in which both replicas ticked one object.
+    let seconds_of = |tail: &Tail, name: &str| -> std::collections::BTreeSet<i64> {
+        tail.with(|s| {
+            s.by_name
+                .get(name)
+                .map(|x| {
+                    x.ticks
+                        .iter()
+                        .map(|t| t.div_euclid(1_000_000_000))
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+    };
+    let both: usize = names
+        .iter()
+        .map(|name| {
+            let old = seconds_of(&replicas[leader].2, name);
+            let new = seconds_of(&replicas[follower].2, name);
+            old.intersection(&new).count()
+        })
+        .sum();
+    // The old leader's ticks of an object from the new leader's first tick
+    // of it on: both serving it at once.
+    let overlapping: usize = replicas[follower].2.with(|new| {
+        replicas[leader].2.with(|old| {
+            names
+                .iter()
+                .filter_map(|n| {
+                    let first = new.by_name.get(n)?.ticks.iter().find(|&&t| t >= t_stop)?;
+                    Some(
+                        old.by_name
+                            .get(n)?
+                            .ticks
+                            .iter()
+                            .filter(|&t| t >= first)
+                            .count(),
+                    )
+                })
+                .sum()
+        })
+    });
+    let last_old = replicas[leader].2.with(|s| {
+        names
+            .iter()
+            .filter_map(|n| s.by_name.get(n)?.ticks.last().copied())
+            .max()
+            .unwrap_or(t_stop)
+    });
+
+    let took = secs(first - t_stop);
+    let mut m = Metrics::new();
+    m.insert("stop_to_first_tick_s".into(), took);
+    m.insert("stop_to_all_ticking_s".into(), secs(all - t_stop));
+    m.insert(
+        "last_old_tick_to_first_new_tick_s".into(),
+        secs(first - last_old),
+    );
+    m.insert("seconds_both_ticking".into(), both as f64);
+    m.insert("overlapping_ticks".into(), overlapping as f64);
+    m.insert("target_s".into(), stop.target_s());
+    m.insert(
+        "within_target".into(),
+        if took <= stop.target_s() { 1.0 } else { 0.0 },
+    );
+    if let Some(code) = exit_code {
+        m.insert("old_leader_exit_code".into(), code);
+    }
+    Ok(Some(m))
 }

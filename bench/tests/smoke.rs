@@ -101,3 +101,49 @@ fn every_scenario_runs_at_small_n_and_s5_leaks_nothing() {
     assert!(out.join("summary.md").exists() && out.join("plot.svg").exists());
     let _ = std::fs::remove_dir_all(&out);
 }
+
+#[test]
+fn s7_fails_over_after_sigkill_and_sigterm_without_overlap() {
+    let runner = PathBuf::from(env!("CARGO_BIN_EXE_kopf-bench"));
+    let bin_dir = runner.parent().expect("a directory").to_path_buf();
+    assert!(emulator_binary(&bin_dir).exists());
+    let out = std::env::temp_dir().join(format!("kopf-bench-smoke-s7-{}", std::process::id()));
+    let output = Command::new(&runner)
+        .args(["--smoke", "--scenarios", "s7", "--no-build", "--out"])
+        .arg(&out)
+        .output()
+        .expect("the runner starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("{stdout}\n{stderr}");
+    assert!(output.status.success(), "the runner failed: {stderr}");
+    let results: Vec<Value> = std::fs::read_to_string(out.join("results.jsonl"))
+        .expect("results.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    // The bare watcher has no election: only kopf-rs runs S7.
+    assert_eq!(results.len(), 2, "{stdout}");
+    for r in &results {
+        assert_eq!(r["scenario"], "S7", "{r}");
+        assert_eq!(r["operator"], "kopf-rs", "{r}");
+        assert_eq!(r["ok"], true, "{r}");
+        // A quick handover may share a second with the old leader's last
+        // tick; what must not happen is a tick of it after the new one's.
+        assert_eq!(r["metrics"]["overlapping_ticks"], 0.0, "{r}");
+        let took = r["metrics"]["stop_to_first_tick_s"]
+            .as_f64()
+            .unwrap_or(f64::MAX);
+        // The default timings: a Lease of 15 s after SIGKILL (from the
+        // follower's sight of the last renewal, up to two retry periods
+        // later); a retry period after SIGTERM.
+        let bound = if r["variant"] == "sigkill" { 20.0 } else { 5.0 };
+        assert!(took <= bound, "{r}");
+    }
+    let term = results
+        .iter()
+        .find(|r| r["variant"] == "sigterm")
+        .expect("SIGTERM");
+    assert_eq!(term["metrics"]["old_leader_exit_code"], 0.0, "{term}");
+    let _ = std::fs::remove_dir_all(&out);
+}
