@@ -44,13 +44,20 @@
 //!   (`--s5-deletions`, N/10) vanish, the history is compacted (410), the
 //!   failures stop; after the operator's re-list (seen as its next `list`),
 //!   count the vanished objects with a tick 5–7 s later. Must be 0.
+//! - **S7 failover** (kopf-rs only, when named): two operator processes
+//!   with `--peering` on one Lease (default timings) and the same timers on
+//!   N objects, each signalling to a file of its own; the leader is killed
+//!   (SIGKILL), then, in a second job, terminated (SIGTERM). The signal →
+//!   the new leader's first tick and every object's; the seconds in which
+//!   both replicas ticked one object; the old leader's ticks of an object
+//!   after the new leader's first tick of it (must be 0).
 //!
 //! - [`signals`] — how handlers report their calls to the runner.
 //! - [`procfs`] — CPU and RSS of a process from `/proc`.
 //! - [`stats`] — medians, ranges, percentiles.
 //! - [`cluster`] — the emulator process, its admin endpoints and the driver client.
 //! - [`operators`] — how each operator under test is started.
-//! - [`scenarios`] — S1–S5.
+//! - [`scenarios`] — S1–S5 and S7.
 //! - [`report`] — JSON lines, the summary table and the plot.
 
 pub mod cluster;

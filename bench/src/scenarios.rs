@@ -1,5 +1,5 @@
 //! The scenarios of `BENCHMARKS.md`. Each job starts a fresh emulator and a
-//! fresh operator process, so that runs do not share state.
+//! fresh operator process (two in S7), so that runs do not share state.
 //!
 //! Readiness is always observed, never assumed: S1 and S4 create a sentinel
 //! object and wait for the operator's first call for it; S2, S3 and S5 create
@@ -67,7 +67,7 @@ const S5_UNTIL_NS: i64 = 7_000_000_000;
 /// One JSON line of results.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunResult {
-    /// `S1` … `S5`.
+    /// `S1` … `S5`, `S7`.
     pub scenario: &'static str,
     /// `finalizers` / `no_finalizers` for the timer scenarios, else empty.
     pub variant: &'static str,
