@@ -77,7 +77,7 @@ where
                 Some(err) => error_response(&err),
                 None => {
                     let req = Request::from_parts(parts, Full::new(bytes));
-                    match serve(&shared, &method, route, &query, req).await {
+                    match serve(&shared, &method, route, &query, req, &mut warnings).await {
                         Ok(resp) => resp,
                         Err(err) => error_response(&err),
                     }
