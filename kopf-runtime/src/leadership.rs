@@ -127,6 +127,13 @@ impl ElectionSettings {
         if self.identity.is_empty() {
             return Some("the identity is empty: pass --identity NAME".into());
         }
+        if self.lease_duration < Duration::from_secs(1) {
+            return Some(format!(
+                "settings.peering.lease_duration ({:?}) must be at least 1 s: \
+                 a Lease holds its duration in whole seconds",
+                self.lease_duration
+            ));
+        }
         if self.retry_period.is_zero() || self.renew_deadline <= self.retry_period {
             return Some(format!(
                 "settings.peering.renew_deadline ({:?}) must be longer than \
@@ -143,6 +150,14 @@ impl ElectionSettings {
         }
         None
     }
+}
+
+/// `duration` as a Lease holds it, in whole seconds, rounded up: the others
+/// count the Lease from what is written on it, which must never be shorter
+/// than what its holder counts.
+pub(crate) fn lease_seconds(duration: Duration) -> i32 {
+    let seconds = duration.as_secs() + u64::from(duration.subsec_nanos() > 0);
+    i32::try_from(seconds).unwrap_or(i32::MAX)
 }
 
 /// What this replica is, as the elector sees it.
@@ -509,9 +524,7 @@ impl Elector {
             metadata,
             spec: Some(LeaseSpec {
                 holder_identity: Some(me.clone()),
-                lease_duration_seconds: Some(
-                    i32::try_from(self.settings.lease_duration.as_secs()).unwrap_or(i32::MAX),
-                ),
+                lease_duration_seconds: Some(lease_seconds(self.settings.lease_duration)),
                 acquire_time: if keeps {
                     spec.acquire_time
                 } else {
@@ -585,6 +598,25 @@ impl Elector {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The others count the Lease from the duration written on it: never
+    /// shorter than the holder's own, or they take it over before the
+    /// holder has stepped down (1.5 s written as 1 s, against a renew
+    /// deadline of 1 s).
+    #[test]
+    fn the_lease_is_written_with_no_shorter_a_duration_than_the_holders() {
+        assert_eq!(lease_seconds(Duration::from_millis(1500)), 2);
+        assert_eq!(lease_seconds(Duration::from_secs(15)), 15);
+        assert_eq!(lease_seconds(Duration::from_millis(1)), 1);
+        let short = ElectionSettings {
+            lease_duration: Duration::from_millis(900),
+            renew_deadline: Duration::from_millis(500),
+            retry_period: Duration::from_millis(100),
+            ..ElectionSettings::new("a", 0)
+        };
+        let problem = short.problem().expect("refused");
+        assert!(problem.contains("at least 1 s"), "{problem}");
+    }
 
     #[test]
     fn settings_that_could_elect_two_leaders_are_refused() {

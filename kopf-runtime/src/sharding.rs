@@ -46,7 +46,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::leadership::{ElectionSettings, Elector, Quota, Role};
+use crate::leadership::{ElectionSettings, Elector, Quota, Role, lease_seconds};
 
 /// The most slots objects can be spread over.
 pub(crate) const MAX_SHARDS: u32 = 64;
@@ -341,9 +341,7 @@ impl Membership {
         let now = MicroTime(jiff::Timestamp::now());
         let spec = LeaseSpec {
             holder_identity: Some(self.identity.clone()),
-            lease_duration_seconds: Some(
-                i32::try_from(self.lease_duration.as_secs()).unwrap_or(i32::MAX),
-            ),
+            lease_duration_seconds: Some(lease_seconds(self.lease_duration)),
             renew_time: Some(now),
             ..LeaseSpec::default()
         };
