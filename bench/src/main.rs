@@ -30,8 +30,9 @@ struct Args {
     /// Runs of every figure (medians and ranges are over these).
     #[arg(long, default_value_t = 3)]
     runs: usize,
-    /// Scenarios, comma-separated (S2 and S3 run together). S7 (failover,
-    /// kopf-rs only: about 40 s a run) runs only when named.
+    /// Scenarios, comma-separated (S2 and S3 run together). S6 (sharded
+    /// timers over K = 1, 2, 3 replicas) and S7 (failover: about 40 s a
+    /// run), kopf-rs only, run only when named.
     #[arg(long, value_delimiter = ',', default_value = "s1,s2,s3,s4,s5")]
     scenarios: Vec<String>,
     /// Operators, comma-separated: kopf-rs, bare, kopf, kopf-rs-metrics
@@ -234,6 +235,16 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 }
                 if want("s5") {
                     record(done(base("S5", ""), scenarios::s5(&setup("s5")).await))?;
+                }
+                if want("s6") {
+                    for (replicas, variant) in [(1, "k1"), (2, "k2"), (3, "k3")] {
+                        let job = setup(&format!("s6-{variant}"));
+                        match scenarios::s6(&job, replicas).await {
+                            Ok(None) => {}
+                            Ok(Some(m)) => record(done(base("S6", variant), Ok(m)))?,
+                            Err(e) => record(done(base("S6", variant), Err(e)))?,
+                        }
+                    }
                 }
                 if want("s7") {
                     for stop in [Stop::Kill, Stop::Term] {

@@ -75,6 +75,8 @@ pub struct Peer {
     pub lease: String,
     /// The replica's `--identity`.
     pub identity: String,
+    /// `--shards`, if the objects are spread over slots.
+    pub shards: Option<u32>,
 }
 
 /// Which handlers the operator runs.
@@ -179,9 +181,13 @@ impl Programs {
                 cmd.arg(mode.arg()).arg("--kubeconfig").arg(kubeconfig);
                 match peer {
                     None => cmd.arg("--standalone"),
-                    Some(peer) => cmd
-                        .args(["--peering", &peer.lease, "--identity", &peer.identity])
-                        .args(["--peering-namespace", NAMESPACE]),
+                    Some(peer) => {
+                        if let Some(shards) = peer.shards {
+                            cmd.args(["--shards", &shards.to_string()]);
+                        }
+                        cmd.args(["--peering", &peer.lease, "--identity", &peer.identity])
+                            .args(["--peering-namespace", NAMESPACE])
+                    }
                 };
                 cmd.args(["-n", NAMESPACE]);
                 if operator == Operator::KopfRsMetrics {

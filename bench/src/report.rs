@@ -168,6 +168,43 @@ pub const FIGURES: &[Figure] = &[
         "S5 surviving objects still ticking",
     ),
     fig(
+        "S6",
+        "k1",
+        "busiest_replica_cpu_s",
+        "S6 busiest replica's CPU in the window (s), K = 1",
+    ),
+    fig(
+        "S6",
+        "k2",
+        "busiest_replica_cpu_s",
+        "S6 busiest replica's CPU in the window (s), K = 2",
+    ),
+    fig(
+        "S6",
+        "k3",
+        "busiest_replica_cpu_s",
+        "S6 busiest replica's CPU in the window (s), K = 3",
+    ),
+    fig(
+        "S6",
+        "k3",
+        "total_cpu_s",
+        "S6 CPU of all replicas (s), K = 3",
+    ),
+    fig("S6", "k3", "ticks_ratio", "S6 ticks seen / expected, K = 3"),
+    fig(
+        "S6",
+        "k3",
+        "seconds_both_ticking",
+        "S6 seconds with two replicas ticking one object, K = 3",
+    ),
+    fig(
+        "S6",
+        "k3",
+        "slots_spread",
+        "S6 most − fewest slots held, K = 3",
+    ),
+    fig(
         "S7",
         "sigkill",
         "stop_to_first_tick_s",
@@ -333,6 +370,8 @@ enum Bound {
     Max(f64),
     Min(f64),
     TimesPeer(Operator, f64),
+    /// At most this times the same figure of kopf-rs in another variant.
+    TimesVariant(&'static str, f64),
 }
 
 /// The targets of BENCHMARKS.md that one run can check.
@@ -398,6 +437,31 @@ const TARGETS: &[(&str, Figure, Bound)] = &[
         Bound::Max(0.0),
     ),
     (
+        "S6 busiest replica's CPU ≤ 1.3 × single-replica CPU / 2, K = 2",
+        fig("S6", "k2", "busiest_replica_cpu_s", ""),
+        Bound::TimesVariant("k1", 1.3 / 2.0),
+    ),
+    (
+        "S6 busiest replica's CPU ≤ 1.3 × single-replica CPU / 3, K = 3",
+        fig("S6", "k3", "busiest_replica_cpu_s", ""),
+        Bound::TimesVariant("k1", 1.3 / 3.0),
+    ),
+    (
+        "S6 ticks seen / expected ≥ 99.9 %, K = 3",
+        fig("S6", "k3", "ticks_ratio", ""),
+        Bound::Min(0.999),
+    ),
+    (
+        "S6 no second with two replicas ticking one object, K = 3",
+        fig("S6", "k3", "seconds_both_ticking", ""),
+        Bound::Max(0.0),
+    ),
+    (
+        "S6 slots balanced within one, K = 3",
+        fig("S6", "k3", "slots_spread", ""),
+        Bound::Max(1.0),
+    ),
+    (
         "S7 SIGKILL → first tick ≤ lease duration + retry period",
         fig("S7", "sigkill", "stop_to_first_tick_s", ""),
         Bound::Max(Stop::Kill.target_s()),
@@ -437,6 +501,18 @@ pub fn targets(results: &[RunResult]) -> String {
                     };
                     (
                         format!("{} ({} × {})", num(theirs * k), peer.name(), num(*k)),
+                        ours <= theirs * k,
+                    )
+                }
+                Bound::TimesVariant(variant, k) => {
+                    let of = Figure { variant, ..*f };
+                    let Some((theirs, _, _)) =
+                        median_range(&values(results, &of, Operator::KopfRs, n))
+                    else {
+                        continue;
+                    };
+                    (
+                        format!("{} ({variant} × {})", num(theirs * k), num(*k)),
                         ours <= theirs * k,
                     )
                 }

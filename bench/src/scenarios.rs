@@ -588,6 +588,161 @@ pub async fn s5(setup: &Setup) -> anyhow::Result<Metrics> {
     Ok(m)
 }
 
+/// The Lease S6's replicas shard the objects by.
+pub const S6_LEASE: &str = "kopf-bench-shards";
+
+/// The slots S6 spreads the objects over.
+pub const S6_SHARDS: u32 = 8;
+
+/// S6 sharded timers: `replicas` processes of the operator with
+/// `--peering` and [`S6_SHARDS`] slots, the same no-op timers
+/// (`timer-nofin`) on N objects. Once every slot is held, the slots are
+/// balanced within one, and every object ticks, a steady window as S2's
+/// measures each replica's CPU, the ticks seen against those expected (over
+/// every replica), and the seconds (of the Unix clock) in which two
+/// replicas ticked one object. `Ok(None)` for operators without an
+/// election.
+pub async fn s6(setup: &Setup, replicas: usize) -> anyhow::Result<Option<Metrics>> {
+    if !setup.operator.elects() {
+        return Ok(None);
+    }
+    std::fs::create_dir_all(&setup.dir)?;
+    let emulator = Emulator::start(&setup.programs.emulator(), &setup.dir)?;
+    let driver = Driver::new(&emulator.url)?;
+    let names = names(setup.n);
+    driver.create_all(&names).await?;
+    let mut running = Vec::new();
+    for replica in 0..replicas {
+        let identity = format!("replica-{replica}");
+        let tail = Tail::start(&setup.dir.join(format!("signals-{identity}.txt")))?;
+        let peer = Peer {
+            lease: S6_LEASE.into(),
+            identity: identity.clone(),
+            shards: Some(S6_SHARDS),
+        };
+        let log = setup.dir.join(format!("{identity}.log"));
+        let Some(process) = setup.programs.start_replica(
+            setup.operator,
+            Mode::TimerNoFinalizers,
+            &emulator.kubeconfig,
+            tail.path(),
+            &log,
+            &peer,
+        )?
+        else {
+            return Ok(None);
+        };
+        running.push((identity, process, tail));
+    }
+
+    // Settled: every slot held by a replica, balanced, every object ticking.
+    let deadline = tokio::time::Instant::now() + timeout_for(setup.n) + Duration::from_secs(60);
+    let held = loop {
+        for (identity, process, _) in &mut running {
+            if let Some(status) = process.exited() {
+                bail!("{identity} exited ({status}) while the slots spread");
+            }
+        }
+        let mut held = vec![0_u32; replicas];
+        for slot in 0..S6_SHARDS {
+            let lease = format!("{S6_LEASE}-shard-{slot}-of-{S6_SHARDS}");
+            let holder = driver.lease_holder(&lease).await?;
+            if let Some(at) = running
+                .iter()
+                .position(|(identity, ..)| holder.as_deref() == Some(identity.as_str()))
+            {
+                held[at] += 1;
+            }
+        }
+        let spread = held.iter().sum::<u32>() == S6_SHARDS
+            && held.iter().max().unwrap_or(&0) - held.iter().min().unwrap_or(&0) <= 1;
+        let ticking = names
+            .iter()
+            .filter(|name| {
+                running.iter().any(|(.., tail)| {
+                    tail.with(|s| s.by_name.get(*name).is_some_and(|x| !x.ticks.is_empty()))
+                })
+            })
+            .count();
+        if spread && ticking == names.len() {
+            break held;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "the slots did not spread ({held:?}) or {ticking} of {} objects tick",
+                names.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    tokio::time::sleep(setup.settle(2)).await;
+
+    let sample = |running: &[(String, Process, Tail)]| -> Vec<f64> {
+        running
+            .iter()
+            .map(|(_, process, _)| procfs::sample(process.pid()).unwrap_or_default().cpu_s)
+            .collect()
+    };
+    let cpu0 = sample(&running);
+    let t0 = signals::now_ns();
+    tokio::time::sleep(setup.window).await;
+    let t1 = signals::now_ns();
+    let cpu1 = sample(&running);
+    settle_signals().await;
+    let window_s = secs(t1 - t0);
+
+    let (mut seen, mut expected, mut both) = (0usize, 0.0, 0usize);
+    for name in &names {
+        // Each replica's ticks of the object in the window.
+        let ticks: Vec<Vec<i64>> = running
+            .iter()
+            .map(|(.., tail)| {
+                tail.with(|s| {
+                    s.by_name.get(name).map_or_else(Vec::new, |x| {
+                        x.ticks
+                            .iter()
+                            .copied()
+                            .filter(|&t| t >= t0 && t < t1)
+                            .collect()
+                    })
+                })
+            })
+            .collect();
+        let mut all: Vec<i64> = ticks.iter().flatten().copied().collect();
+        all.sort_unstable();
+        seen += all.len();
+        // As S2: one expected per second from the first tick to the last.
+        expected += match (all.first(), all.last()) {
+            (Some(first), Some(last)) => secs(last - first).round() + 1.0,
+            _ => window_s.floor(),
+        };
+        let seconds: Vec<std::collections::BTreeSet<i64>> = ticks
+            .iter()
+            .map(|t| t.iter().map(|t| t.div_euclid(1_000_000_000)).collect())
+            .collect();
+        for (i, a) in seconds.iter().enumerate() {
+            for b in &seconds[i + 1..] {
+                both += a.intersection(b).count();
+            }
+        }
+    }
+    let cpus: Vec<f64> = cpu0.iter().zip(&cpu1).map(|(a, b)| b - a).collect();
+    let mut m = Metrics::new();
+    m.insert("replicas".into(), replicas as f64);
+    m.insert(
+        "busiest_replica_cpu_s".into(),
+        cpus.iter().copied().fold(0.0, f64::max),
+    );
+    m.insert("total_cpu_s".into(), cpus.iter().sum());
+    m.insert("ticks_ratio".into(), seen as f64 / expected.max(1.0));
+    m.insert("seconds_both_ticking".into(), both as f64);
+    m.insert(
+        "slots_spread".into(),
+        f64::from(held.iter().max().unwrap_or(&0) - held.iter().min().unwrap_or(&0)),
+    );
+    Ok(Some(m))
+}
+
 /// How S7 stops the leader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stop {
@@ -658,6 +813,7 @@ pub async fn s7(setup: &Setup, stop: Stop) -> anyhow::Result<Option<Metrics>> {
         let peer = Peer {
             lease: S7_LEASE.into(),
             identity: identity.into(),
+            shards: None,
         };
         let log = setup.dir.join(format!("{identity}.log"));
         let Some(process) = setup.programs.start_replica(

@@ -147,3 +147,38 @@ fn s7_fails_over_after_sigkill_and_sigterm_without_overlap() {
     assert_eq!(term["metrics"]["old_leader_exit_code"], 0.0, "{term}");
     let _ = std::fs::remove_dir_all(&out);
 }
+
+#[test]
+fn s6_spreads_the_timers_over_the_replicas_each_object_in_one() {
+    let runner = PathBuf::from(env!("CARGO_BIN_EXE_kopf-bench"));
+    let bin_dir = runner.parent().expect("a directory").to_path_buf();
+    assert!(emulator_binary(&bin_dir).exists());
+    let out = std::env::temp_dir().join(format!("kopf-bench-smoke-s6-{}", std::process::id()));
+    let output = Command::new(&runner)
+        .args(["--smoke", "--scenarios", "s6", "--no-build", "--out"])
+        .arg(&out)
+        .output()
+        .expect("the runner starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("{stdout}\n{stderr}");
+    assert!(output.status.success(), "the runner failed: {stderr}");
+    let results: Vec<Value> = std::fs::read_to_string(out.join("results.jsonl"))
+        .expect("results.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    // The bare watcher has no election: only kopf-rs runs S6, K = 1, 2, 3.
+    let variants: Vec<&str> = results
+        .iter()
+        .filter_map(|r| r["variant"].as_str())
+        .collect();
+    assert_eq!(variants, ["k1", "k2", "k3"], "{stdout}");
+    for r in &results {
+        assert_eq!(r["scenario"], "S6", "{r}");
+        assert_eq!(r["ok"], true, "{r}");
+        assert_eq!(r["metrics"]["seconds_both_ticking"], 0.0, "{r}");
+        assert!(r["metrics"]["slots_spread"].as_f64() <= Some(1.0), "{r}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
