@@ -12,7 +12,11 @@
 //!   alone) stops its timers before another replica starts its own, in 20
 //!   handovers in a row: no second has two replicas ticking one object;
 //! - a `--dev` replica that joins is handed the Lease without a gap
-//!   longer than a retry period and a second, and without overlap.
+//!   longer than a retry period and a second, and without overlap;
+//! - with `--shards 8`, three replicas share the slots within one and
+//!   each object ticks in one replica; a replica killed with SIGKILL has
+//!   its slots taken by the others, balanced again, once its Leases
+//!   expire.
 
 mod support;
 
@@ -152,6 +156,25 @@ impl Cluster {
         .map(|(name, value)| (name, value.as_secs_f64().to_string()));
         let env: Vec<(&str, &str)> = timings.iter().map(|(n, v)| (*n, v.as_str())).collect();
         Example::spawn(env!("CARGO_BIN_EXE_peering"), &args, &env)
+    }
+
+    /// How many of the 8 shard slots each replica holds now.
+    async fn slots(&self) -> BTreeMap<String, u32> {
+        let leases: Api<Lease> = Api::namespaced(self.emulator.client(), "default");
+        let mut held = BTreeMap::new();
+        for slot in 0..8 {
+            let name = format!("{LEASE}-shard-{slot}-of-8");
+            let holder = leases
+                .get_opt(&name)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|l| l.spec?.holder_identity);
+            if let Some(holder) = holder {
+                *held.entry(holder).or_default() += 1;
+            }
+        }
+        held
     }
 
     /// Who holds the Lease now.
@@ -421,4 +444,101 @@ async fn a_dev_replica_takes_over_without_a_gap_or_an_overlap() {
     assert!(gap <= bound, "{gap:#} > {bound:#}:\n{}", replicas.dump());
     let tickers: BTreeSet<&str> = ticks.iter().map(|t| t.replica.as_str()).collect();
     assert_eq!(tickers, BTreeSet::from([leader.as_str(), "dev"]));
+}
+
+/// Whether `held` has every one of the 8 slots held by `replicas` alone,
+/// each holding its share within one.
+fn balanced(held: &BTreeMap<String, u32>, replicas: &[&str]) -> bool {
+    let share = 8_u32.div_ceil(replicas.len() as u32);
+    held.values().sum::<u32>() == 8
+        && held.keys().all(|id| replicas.contains(&id.as_str()))
+        && replicas.iter().all(|id| {
+            let n = held.get(*id).copied().unwrap_or(0);
+            n <= share && n + 1 >= share
+        })
+}
+
+/// Each object's replicas among `ticks` since `since`.
+fn tickers(ticks: &[Tick], since: Timestamp) -> BTreeMap<String, BTreeSet<String>> {
+    let mut by_uid: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for tick in ticks.iter().filter(|t| t.at >= since) {
+        by_uid
+            .entry(tick.uid.clone())
+            .or_default()
+            .insert(tick.replica.clone());
+    }
+    by_uid
+}
+
+#[tokio::test]
+async fn shards_spread_the_objects_and_a_killed_replicas_slots_move() {
+    let cluster = Cluster::start(24).await;
+    let mut replicas = Replicas(
+        ["a", "b", "c"]
+            .iter()
+            .map(|id| ((*id).to_owned(), cluster.replica(id, &["--shards", "8"])))
+            .collect(),
+    );
+    replicas.wait_started().await;
+    let spread = eventually(|| async {
+        let held = cluster.slots().await;
+        balanced(&held, &["a", "b", "c"]).then_some(held)
+    });
+    let spread = spread
+        .await
+        .unwrap_or_else(|| panic!("the slots did not spread:\n{}", replicas.dump()));
+    println!("slots held: {spread:?}");
+    // Two ticks of every object since then: each in one replica, and the
+    // objects spread over all three.
+    let since = Timestamp::now();
+    let ticking = eventually(|| async {
+        let by_uid = tickers(&replicas.ticks(), since);
+        (by_uid.len() == cluster.uids.len()
+            && replicas.ticks().iter().filter(|t| t.at >= since).count() >= 2 * cluster.uids.len())
+        .then_some(by_uid)
+    });
+    let by_uid = ticking
+        .await
+        .unwrap_or_else(|| panic!("not every object ticked:\n{}", replicas.dump()));
+    assert!(
+        by_uid.values().all(|who| who.len() == 1),
+        "each object ticks in one replica: {by_uid:?}"
+    );
+    let serving: BTreeSet<&String> = by_uid.values().flatten().collect();
+    assert_eq!(serving.len(), 3, "the objects are spread: {by_uid:?}");
+    replicas.assert_running();
+
+    // c is killed: its slots go to a and b once its Leases expire.
+    replicas.get("c").signal("KILL");
+    let killed = std::time::Instant::now();
+    let moved = eventually(|| async {
+        let held = cluster.slots().await;
+        balanced(&held, &["a", "b"]).then_some(held)
+    });
+    let moved = moved
+        .await
+        .unwrap_or_else(|| panic!("c's slots did not move:\n{}", replicas.dump()));
+    let took = killed.elapsed();
+    println!("SIGKILL to the slots balanced over a and b ({moved:?}): {took:?}");
+    // The slot Leases and c's member Lease expire after the lease
+    // duration, as the others count it from their sight of the last
+    // renewal (up to a retry period after it); the quota rises at the next
+    // count of the members, and the slots are taken at the next tries
+    // (a retry period each, with up to 20 % jitter).
+    let bound = LEASE_DURATION + RETRY_PERIOD.mul_f64(5.0) + Duration::from_millis(500);
+    assert!(took <= bound, "{took:?} > {bound:?}");
+    let since = Timestamp::now();
+    let ticking = eventually(|| async {
+        let by_uid = tickers(&replicas.ticks(), since);
+        (by_uid.len() == cluster.uids.len()).then_some(by_uid)
+    });
+    let by_uid = ticking
+        .await
+        .unwrap_or_else(|| panic!("not every object ticked again:\n{}", replicas.dump()));
+    assert!(
+        by_uid
+            .values()
+            .all(|who| who.len() == 1 && !who.contains("c")),
+        "each object ticks in one replica left: {by_uid:?}"
+    );
 }
