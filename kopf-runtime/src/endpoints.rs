@@ -6,33 +6,22 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::health::Health;
+use crate::listening::{self, ListenUrl, Scheme};
 use crate::metrics::{ApiMetricsLayer, Metrics};
 use crate::probing::{self, Probes};
 
 /// The path of the readiness probe, on the liveness listener.
 pub const READINESS_PATH: &str = "/readyz";
-
-/// How many connections one listener serves at once; more wait.
-const MAX_CONNECTIONS: usize = 64;
-
-/// How long a client may take to send a request's headers.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How long open connections get to finish when the operator exits.
-const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 /// The OpenMetrics text format's content type.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -66,67 +55,25 @@ pub enum EndpointError {
     },
 }
 
-/// An endpoint URL taken apart.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Target {
-    host: String,
-    port: u16,
-    path: String,
-}
+/// How the endpoints' URLs are written.
+const HTTP: Scheme = Scheme {
+    name: "http",
+    default_port: 80,
+    example: "http://0.0.0.0:8080/healthz",
+    only: "only http:// is served; terminate TLS in front of it",
+};
 
-impl Target {
-    /// Parses `http://host[:port]/path`; the port defaults to 80, the path to `/`.
-    fn parse(endpoint: &'static str, url: &str) -> Result<Self, EndpointError> {
-        let invalid = |why: &str| EndpointError::InvalidUrl {
-            endpoint,
-            url: url.to_owned(),
-            why: why.to_owned(),
-        };
-        let uri: http::Uri = url
-            .parse()
-            .map_err(|_| invalid("not a URL; write it as http://0.0.0.0:8080/healthz"))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some(_) => {
-                return Err(invalid(
-                    "only http:// is served; terminate TLS in front of it",
-                ));
-            }
-            None => {
-                return Err(invalid(
-                    "no scheme; write it as http://0.0.0.0:8080/healthz",
-                ));
-            }
-        }
-        let host = uri
-            .host()
-            .filter(|h| !h.is_empty())
-            .ok_or_else(|| invalid("no host; write 0.0.0.0 for every interface"))?;
-        if uri.query().is_some() {
-            return Err(invalid("a query is not served; drop it"));
-        }
-        let path = match uri.path() {
-            "" => "/".to_owned(),
-            path => path.to_owned(),
-        };
-        Ok(Self {
-            host: host
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_lowercase(),
-            port: uri.port_u16().unwrap_or(80),
-            path,
-        })
+/// The URL of `endpoint` taken apart; the path defaults to `/`.
+fn target(endpoint: &'static str, url: &str) -> Result<ListenUrl, EndpointError> {
+    let mut target = ListenUrl::parse(url, &HTTP).map_err(|why| EndpointError::InvalidUrl {
+        endpoint,
+        url: url.to_owned(),
+        why,
+    })?;
+    if target.path.is_empty() {
+        "/".clone_into(&mut target.path);
     }
-
-    /// The host as written in a URL.
-    fn url_host(&self) -> String {
-        if self.host.contains(':') {
-            format!("[{}]", self.host)
-        } else {
-            self.host.clone()
-        }
-    }
+    Ok(target)
 }
 
 /// What one listener serves.
@@ -202,12 +149,8 @@ impl Endpoints {
         liveness: Option<&str>,
         metrics: Option<&str>,
     ) -> Result<Self, EndpointError> {
-        let liveness_target = liveness
-            .map(|url| Target::parse("liveness", url))
-            .transpose()?;
-        let metrics_target = metrics
-            .map(|url| Target::parse("metrics", url))
-            .transpose()?;
+        let liveness_target = liveness.map(|url| target("liveness", url)).transpose()?;
+        let metrics_target = metrics.map(|url| target("metrics", url)).transpose()?;
         if let Some(live) = &liveness_target {
             if live.path == READINESS_PATH {
                 return Err(EndpointError::InvalidUrl {
@@ -315,17 +258,28 @@ impl Endpoints {
         tasks: &TaskTracker,
     ) {
         for Listener { listener, routes } in self.listeners {
-            tasks.spawn(accept(
+            let routes = Arc::new(routes);
+            let served = Arc::clone(&served);
+            let serving = stop.clone();
+            tasks.spawn(listening::accept(
                 listener,
-                Arc::new(routes),
-                Arc::clone(&served),
                 stop.clone(),
+                "endpoint",
+                move |stream| {
+                    let (routes, served, stop) =
+                        (Arc::clone(&routes), Arc::clone(&served), serving.clone());
+                    let service = hyper::service::service_fn(move |request| {
+                        let (routes, served) = (Arc::clone(&routes), Arc::clone(&served));
+                        async move { Ok::<_, Infallible>(respond(&routes, &served, request).await) }
+                    });
+                    async move { listening::serve_connection(stream, service, &stop).await }
+                },
             ));
         }
     }
 }
 
-async fn listen(endpoint: &'static str, target: &Target) -> Result<TcpListener, EndpointError> {
+async fn listen(endpoint: &'static str, target: &ListenUrl) -> Result<TcpListener, EndpointError> {
     TcpListener::bind((target.host.as_str(), target.port))
         .await
         .map_err(|source| EndpointError::Bind {
@@ -335,7 +289,7 @@ async fn listen(endpoint: &'static str, target: &Target) -> Result<TcpListener, 
         })
 }
 
-fn local_port(listener: &TcpListener, target: &Target) -> u16 {
+fn local_port(listener: &TcpListener, target: &ListenUrl) -> u16 {
     listener
         .local_addr()
         .map_or(target.port, |address: SocketAddr| address.port())
@@ -350,64 +304,6 @@ pub(crate) struct EndpointState {
     pub(crate) health: Arc<Health>,
     /// The metrics, if served.
     pub(crate) metrics: Option<Arc<Metrics>>,
-}
-
-/// Accepts connections until `stop`, at most [`MAX_CONNECTIONS`] at once.
-async fn accept(
-    listener: TcpListener,
-    routes: Arc<Routes>,
-    served: Arc<EndpointState>,
-    stop: CancellationToken,
-) {
-    let connections = TaskTracker::new();
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    loop {
-        let slot = tokio::select! {
-            () = stop.cancelled() => break,
-            slot = Arc::clone(&slots).acquire_owned() => match slot {
-                Ok(slot) => slot,
-                Err(_closed) => break,
-            },
-        };
-        let stream = tokio::select! {
-            () = stop.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(error) => {
-                    tracing::debug!(%error, "an endpoint connection failed");
-                    continue;
-                }
-            },
-        };
-        let (routes, served, stop) = (Arc::clone(&routes), Arc::clone(&served), stop.clone());
-        connections.spawn(async move {
-            let _slot = slot;
-            let service = hyper::service::service_fn(move |request| {
-                let (routes, served) = (Arc::clone(&routes), Arc::clone(&served));
-                async move { Ok::<_, Infallible>(respond(&routes, &served, request).await) }
-            });
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service);
-            let mut connection = std::pin::pin!(connection);
-            tokio::select! {
-                _ = connection.as_mut() => {}
-                () = stop.cancelled() => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(CLOSE_GRACE, connection).await;
-                }
-            }
-        });
-    }
-    drop(listener);
-    connections.close();
-    if tokio::time::timeout(CLOSE_GRACE * 2, connections.wait())
-        .await
-        .is_err()
-    {
-        tracing::debug!("endpoint connections did not close in time");
-    }
 }
 
 async fn respond(
@@ -464,21 +360,21 @@ mod tests {
 
     #[test]
     fn urls_are_taken_apart_as_kopf_does() {
-        let target = Target::parse("liveness", "http://0.0.0.0:8080/healthz").expect("valid");
+        let healthz = target("liveness", "http://0.0.0.0:8080/healthz").expect("valid");
         assert_eq!(
-            target,
-            Target {
+            healthz,
+            ListenUrl {
                 host: "0.0.0.0".into(),
                 port: 8080,
                 path: "/healthz".into()
             }
         );
-        let bare = Target::parse("liveness", "http://Localhost").expect("valid");
+        let bare = target("liveness", "http://Localhost").expect("valid");
         assert_eq!(
             (bare.host.as_str(), bare.port, bare.path.as_str()),
             ("localhost", 80, "/")
         );
-        let v6 = Target::parse("metrics", "http://[::1]:9090/metrics").expect("valid");
+        let v6 = target("metrics", "http://[::1]:9090/metrics").expect("valid");
         assert_eq!(
             (v6.host.as_str(), v6.url_host()),
             ("::1", "[::1]".to_owned())
@@ -489,7 +385,7 @@ mod tests {
             ("http://0.0.0.0:8080/healthz?x=1", "a query"),
             ("not a url at all", "not a URL"),
         ] {
-            let error = Target::parse("liveness", url).expect_err(url).to_string();
+            let error = target("liveness", url).expect_err(url).to_string();
             assert!(error.contains(why), "{url}: {error}");
             assert!(error.contains("the liveness endpoint"), "{error}");
         }

@@ -735,6 +735,7 @@ mod indexing;
 mod injection;
 mod kwargs;
 mod leadership;
+mod listening;
 mod logbuffer;
 mod login;
 mod memories;

@@ -26,6 +26,8 @@ pub(crate) use server::serve;
 use args::ServiceRef;
 use tls::{CertSource, Certificates};
 
+use crate::listening::{self, ListenUrl, Scheme};
+
 /// Why the webhook server could not be set up.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -110,11 +112,11 @@ impl WebhookServer {
             .server
             .as_deref()
             .ok_or_else(|| WebhookError::Flags("no --webhook-server URL is given".to_owned()))?;
-        let target = Target::parse(url)?;
+        let target = target(url)?;
         let listener = TcpListener::bind((target.host.as_str(), target.port))
             .await
             .map_err(|source| WebhookError::Bind {
-                address: format!("{}:{}", url_host(&target.host), target.port),
+                address: format!("{}:{}", listening::url_host(&target.host), target.port),
                 source,
             })?;
         let port = listener
@@ -142,7 +144,11 @@ impl WebhookServer {
         } else {
             format!(":{port}")
         };
-        let public_url = format!("https://{}{port_part}{}", url_host(&host), target.path);
+        let public_url = format!(
+            "https://{}{port_part}{}",
+            listening::url_host(&host),
+            target.path
+        );
         let service = args.service.as_deref().map(ServiceRef::parse).transpose()?;
         let managed = args.managed.as_ref().map(|name| managed::Managed {
             name: name.clone(),
@@ -202,49 +208,22 @@ fn dump_ca(path: Option<&std::path::Path>, pem: &str) -> Result<(), WebhookError
     std::fs::rename(&partial, path).map_err(failed)
 }
 
-/// `--webhook-server` taken apart.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Target {
-    host: String,
-    port: u16,
-    /// No trailing `/`; empty for the root.
-    path: String,
-}
+/// How `--webhook-server` is written.
+const HTTPS: Scheme = Scheme {
+    name: "https",
+    default_port: 443,
+    example: "https://0.0.0.0:9443",
+    only: "only https:// is served: API servers call webhooks over HTTPS",
+};
 
-impl Target {
-    fn parse(url: &str) -> Result<Self, WebhookError> {
-        let invalid = |why: &str| WebhookError::InvalidUrl {
-            url: url.to_owned(),
-            why: why.to_owned(),
-        };
-        let uri: http::Uri = url
-            .parse()
-            .map_err(|_| invalid("not a URL; write it as https://0.0.0.0:9443"))?;
-        match uri.scheme_str() {
-            Some("https") => {}
-            Some(_) => {
-                return Err(invalid(
-                    "only https:// is served: API servers call webhooks over HTTPS",
-                ));
-            }
-            None => return Err(invalid("no scheme; write it as https://0.0.0.0:9443")),
-        }
-        let host = uri
-            .host()
-            .filter(|h| !h.is_empty())
-            .ok_or_else(|| invalid("no host; write 0.0.0.0 for every interface"))?;
-        if uri.query().is_some() {
-            return Err(invalid("a query is not served; drop it"));
-        }
-        Ok(Self {
-            host: host
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_lowercase(),
-            port: uri.port_u16().unwrap_or(443),
-            path: uri.path().trim_end_matches('/').to_owned(),
-        })
-    }
+/// `--webhook-server` taken apart; the path without a trailing `/`.
+fn target(url: &str) -> Result<ListenUrl, WebhookError> {
+    let mut target = ListenUrl::parse(url, &HTTPS).map_err(|why| WebhookError::InvalidUrl {
+        url: url.to_owned(),
+        why,
+    })?;
+    target.path = target.path.trim_end_matches('/').to_owned();
+    Ok(target)
 }
 
 /// The address clients reach a listening address at: the loopback for
@@ -254,15 +233,6 @@ fn accessible(host: &str) -> String {
         Ok(IpAddr::V4(ip)) if ip.is_unspecified() => "127.0.0.1".to_owned(),
         Ok(IpAddr::V6(ip)) if ip.is_unspecified() => "::1".to_owned(),
         _ => host.to_owned(),
-    }
-}
-
-/// A host as written in a URL (IPv6 in brackets).
-fn url_host(host: &str) -> String {
-    if host.contains(':') {
-        format!("[{host}]")
-    } else {
-        host.to_owned()
     }
 }
 
@@ -307,17 +277,17 @@ mod tests {
     #[test]
     fn urls_are_taken_apart_and_only_https_is_served() {
         assert_eq!(
-            Target::parse("https://0.0.0.0:9443/hooks/").expect("valid"),
-            Target {
+            target("https://0.0.0.0:9443/hooks/").expect("valid"),
+            ListenUrl {
                 host: "0.0.0.0".into(),
                 port: 9443,
                 path: "/hooks".into()
             }
         );
-        assert_eq!(Target::parse("https://[::]").expect("valid").port, 443);
-        assert_eq!(Target::parse("https://h:1").expect("valid").path, "");
+        assert_eq!(target("https://[::]").expect("valid").port, 443);
+        assert_eq!(target("https://h:1").expect("valid").path, "");
         for bad in ["http://0.0.0.0:80", "0.0.0.0:9443", "https://h:1/?x=1"] {
-            assert!(Target::parse(bad).is_err(), "{bad}");
+            assert!(target(bad).is_err(), "{bad}");
         }
         assert_eq!(accessible("0.0.0.0"), "127.0.0.1");
         assert_eq!(accessible("::"), "::1");

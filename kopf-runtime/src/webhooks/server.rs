@@ -20,8 +20,6 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt as _, Full, Limited};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -29,23 +27,15 @@ use tokio_util::task::TaskTracker;
 use super::tls::POLL_INTERVAL;
 use super::{WebhookServer, dump_ca, unquote};
 use crate::admission::{Call, Reviewer, Verdict};
+use crate::listening;
 use crate::metrics::{AdmissionResult, Metrics};
-
-/// How many connections are served at once; more wait.
-const MAX_CONNECTIONS: usize = 64;
 
 /// How long a client may take to finish its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long a client may take to send a request's headers.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// The largest review body served: an object and its old version, each
 /// at most what etcd stores (1.5 MiB), with room to spare.
 const MAX_BODY: usize = 8 * 1024 * 1024;
-
-/// How long open connections get to finish when the operator exits.
-const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 /// What the requests need.
 struct Served {
@@ -79,7 +69,20 @@ pub(crate) fn serve(
         reviewer,
         metrics,
     });
-    tasks.spawn(accept(listener, acceptor, served, stop.clone()));
+    let serving = stop.clone();
+    tasks.spawn(listening::accept(
+        listener,
+        stop.clone(),
+        "webhook",
+        move |stream| {
+            connection(
+                stream,
+                acceptor.clone(),
+                Arc::clone(&served),
+                serving.clone(),
+            )
+        },
+    ));
     tasks.spawn(async move {
         let mut poll = tokio::time::interval(POLL_INTERVAL);
         loop {
@@ -101,71 +104,27 @@ pub(crate) fn serve(
     Ok(())
 }
 
-/// Accepts connections until `stop`, at most [`MAX_CONNECTIONS`] at once.
-async fn accept(
-    listener: tokio::net::TcpListener,
+/// Serves one connection: a TLS handshake within [`HANDSHAKE_TIMEOUT`],
+/// then its requests until it ends or `stop`.
+async fn connection(
+    stream: tokio::net::TcpStream,
     acceptor: TlsAcceptor,
     served: Arc<Served>,
     stop: CancellationToken,
 ) {
-    let connections = TaskTracker::new();
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    loop {
-        let slot = tokio::select! {
-            () = stop.cancelled() => break,
-            slot = Arc::clone(&slots).acquire_owned() => match slot {
-                Ok(slot) => slot,
-                Err(_closed) => break,
-            },
-        };
-        let stream = tokio::select! {
-            () = stop.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(error) => {
-                    tracing::debug!(%error, "a webhook connection failed");
-                    continue;
-                }
-            },
-        };
-        let (acceptor, served, stop) = (acceptor.clone(), Arc::clone(&served), stop.clone());
-        connections.spawn(async move {
-            let _slot = slot;
-            let stream =
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                    Ok(Ok(stream)) => stream,
-                    Ok(Err(error)) => {
-                        tracing::debug!(%error, "a webhook client's TLS handshake failed");
-                        return;
-                    }
-                    Err(_elapsed) => return,
-                };
-            let service = hyper::service::service_fn(move |request| {
-                let served = Arc::clone(&served);
-                async move { Ok::<_, Infallible>(respond(&served, request).await) }
-            });
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service);
-            let mut connection = std::pin::pin!(connection);
-            tokio::select! {
-                _ = connection.as_mut() => {}
-                () = stop.cancelled() => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(CLOSE_GRACE, connection).await;
-                }
-            }
-        });
-    }
-    drop(listener);
-    connections.close();
-    if tokio::time::timeout(CLOSE_GRACE * 2, connections.wait())
-        .await
-        .is_err()
-    {
-        tracing::debug!("webhook connections did not close in time");
-    }
+    let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) => {
+            tracing::debug!(%error, "a webhook client's TLS handshake failed");
+            return;
+        }
+        Err(_elapsed) => return,
+    };
+    let service = hyper::service::service_fn(move |request| {
+        let served = Arc::clone(&served);
+        async move { Ok::<_, Infallible>(respond(&served, request).await) }
+    });
+    listening::serve_connection(stream, service, &stop).await;
 }
 
 /// The webhook id of a path under `root`: `Ok(None)` for the root itself
