@@ -588,6 +588,42 @@ pub async fn s5(setup: &Setup) -> anyhow::Result<Metrics> {
     Ok(m)
 }
 
+/// Starts a replica of the operator (`timer-nofin`) for each of
+/// `identities`, electing on `lease` (and sharding over `shards` slots),
+/// each signalling to a file of its own and logging to `<identity>.log`;
+/// `Ok(None)` for operators without an election.
+fn start_replicas(
+    setup: &Setup,
+    emulator: &Emulator,
+    lease: &str,
+    identities: &[String],
+    shards: Option<u32>,
+) -> anyhow::Result<Option<Vec<(String, Process, Tail)>>> {
+    let mut replicas = Vec::new();
+    for identity in identities {
+        let tail = Tail::start(&setup.dir.join(format!("signals-{identity}.txt")))?;
+        let peer = Peer {
+            lease: lease.into(),
+            identity: identity.clone(),
+            shards,
+        };
+        let log = setup.dir.join(format!("{identity}.log"));
+        let Some(process) = setup.programs.start_replica(
+            setup.operator,
+            Mode::TimerNoFinalizers,
+            &emulator.kubeconfig,
+            tail.path(),
+            &log,
+            &peer,
+        )?
+        else {
+            return Ok(None);
+        };
+        replicas.push((identity.clone(), process, tail));
+    }
+    Ok(Some(replicas))
+}
+
 /// The Lease S6's replicas shard the objects by.
 pub const S6_LEASE: &str = "kopf-bench-shards";
 
@@ -611,29 +647,12 @@ pub async fn s6(setup: &Setup, replicas: usize) -> anyhow::Result<Option<Metrics
     let driver = Driver::new(&emulator.url)?;
     let names = names(setup.n);
     driver.create_all(&names).await?;
-    let mut running = Vec::new();
-    for replica in 0..replicas {
-        let identity = format!("replica-{replica}");
-        let tail = Tail::start(&setup.dir.join(format!("signals-{identity}.txt")))?;
-        let peer = Peer {
-            lease: S6_LEASE.into(),
-            identity: identity.clone(),
-            shards: Some(S6_SHARDS),
-        };
-        let log = setup.dir.join(format!("{identity}.log"));
-        let Some(process) = setup.programs.start_replica(
-            setup.operator,
-            Mode::TimerNoFinalizers,
-            &emulator.kubeconfig,
-            tail.path(),
-            &log,
-            &peer,
-        )?
-        else {
-            return Ok(None);
-        };
-        running.push((identity, process, tail));
-    }
+    let identities: Vec<String> = (0..replicas).map(|r| format!("replica-{r}")).collect();
+    let Some(mut running) =
+        start_replicas(setup, &emulator, S6_LEASE, &identities, Some(S6_SHARDS))?
+    else {
+        return Ok(None);
+    };
 
     // Settled: every slot held by a replica, balanced, every object ticking.
     let deadline = tokio::time::Instant::now() + timeout_for(setup.n) + Duration::from_secs(60);
@@ -807,28 +826,10 @@ pub async fn s7(setup: &Setup, stop: Stop) -> anyhow::Result<Option<Metrics>> {
     let driver = Driver::new(&emulator.url)?;
     let names = names(setup.n);
     driver.create_all(&names).await?;
-    let mut replicas = Vec::new();
-    for identity in S7_REPLICAS {
-        let tail = Tail::start(&setup.dir.join(format!("signals-{identity}.txt")))?;
-        let peer = Peer {
-            lease: S7_LEASE.into(),
-            identity: identity.into(),
-            shards: None,
-        };
-        let log = setup.dir.join(format!("{identity}.log"));
-        let Some(process) = setup.programs.start_replica(
-            setup.operator,
-            Mode::TimerNoFinalizers,
-            &emulator.kubeconfig,
-            tail.path(),
-            &log,
-            &peer,
-        )?
-        else {
-            return Ok(None);
-        };
-        replicas.push((identity, process, tail));
-    }
+    let identities = S7_REPLICAS.map(String::from);
+    let Some(mut replicas) = start_replicas(setup, &emulator, S7_LEASE, &identities, None)? else {
+        return Ok(None);
+    };
     let log_of = |identity: &str| {
         let log =
             std::fs::read_to_string(setup.dir.join(format!("{identity}.log"))).unwrap_or_default();
@@ -849,7 +850,7 @@ pub async fn s7(setup: &Setup, stop: Stop) -> anyhow::Result<Option<Metrics>> {
         }
         let holder = driver.lease_holder(S7_LEASE).await?;
         let leading = replicas.iter().position(|(identity, _, tail)| {
-            holder.as_deref() == Some(*identity)
+            holder.as_deref() == Some(identity.as_str())
                 && tail.with(|s| s.count(&names, |x| !x.ticks.is_empty())) == names.len()
         });
         if let Some(leading) = leading {
@@ -878,7 +879,7 @@ pub async fn s7(setup: &Setup, stop: Stop) -> anyhow::Result<Option<Metrics>> {
         if let Some(status) = replicas[follower].1.exited() {
             bail!(
                 "the follower exited ({status}); its log ends:\n    {}",
-                log_of(replicas[follower].0)
+                log_of(&replicas[follower].0)
             );
         }
         if tokio::time::Instant::now() > deadline {

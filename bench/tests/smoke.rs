@@ -102,26 +102,37 @@ fn every_scenario_runs_at_small_n_and_s5_leaks_nothing() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
-#[test]
-fn s7_fails_over_after_sigkill_and_sigterm_without_overlap() {
+/// A `--smoke` run of `scenario` alone: its results and what the runner
+/// printed.
+fn smoke_of(scenario: &str) -> (Vec<Value>, String) {
     let runner = PathBuf::from(env!("CARGO_BIN_EXE_kopf-bench"));
     let bin_dir = runner.parent().expect("a directory").to_path_buf();
     assert!(emulator_binary(&bin_dir).exists());
-    let out = std::env::temp_dir().join(format!("kopf-bench-smoke-s7-{}", std::process::id()));
+    let out = std::env::temp_dir().join(format!(
+        "kopf-bench-smoke-{scenario}-{}",
+        std::process::id()
+    ));
     let output = Command::new(&runner)
-        .args(["--smoke", "--scenarios", "s7", "--no-build", "--out"])
+        .args(["--smoke", "--scenarios", scenario, "--no-build", "--out"])
         .arg(&out)
         .output()
         .expect("the runner starts");
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr);
     println!("{stdout}\n{stderr}");
     assert!(output.status.success(), "the runner failed: {stderr}");
-    let results: Vec<Value> = std::fs::read_to_string(out.join("results.jsonl"))
+    let results = std::fs::read_to_string(out.join("results.jsonl"))
         .expect("results.jsonl")
         .lines()
         .map(|l| serde_json::from_str(l).expect("a JSON line"))
         .collect();
+    let _ = std::fs::remove_dir_all(&out);
+    (results, stdout)
+}
+
+#[test]
+fn s7_fails_over_after_sigkill_and_sigterm_without_overlap() {
+    let (results, stdout) = smoke_of("s7");
     // The bare watcher has no election: only kopf-rs runs S7.
     assert_eq!(results.len(), 2, "{stdout}");
     for r in &results {
@@ -145,29 +156,11 @@ fn s7_fails_over_after_sigkill_and_sigterm_without_overlap() {
         .find(|r| r["variant"] == "sigterm")
         .expect("SIGTERM");
     assert_eq!(term["metrics"]["old_leader_exit_code"], 0.0, "{term}");
-    let _ = std::fs::remove_dir_all(&out);
 }
 
 #[test]
 fn s6_spreads_the_timers_over_the_replicas_each_object_in_one() {
-    let runner = PathBuf::from(env!("CARGO_BIN_EXE_kopf-bench"));
-    let bin_dir = runner.parent().expect("a directory").to_path_buf();
-    assert!(emulator_binary(&bin_dir).exists());
-    let out = std::env::temp_dir().join(format!("kopf-bench-smoke-s6-{}", std::process::id()));
-    let output = Command::new(&runner)
-        .args(["--smoke", "--scenarios", "s6", "--no-build", "--out"])
-        .arg(&out)
-        .output()
-        .expect("the runner starts");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    println!("{stdout}\n{stderr}");
-    assert!(output.status.success(), "the runner failed: {stderr}");
-    let results: Vec<Value> = std::fs::read_to_string(out.join("results.jsonl"))
-        .expect("results.jsonl")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
+    let (results, stdout) = smoke_of("s6");
     // The bare watcher has no election: only kopf-rs runs S6, K = 1, 2, 3.
     let variants: Vec<&str> = results
         .iter()
@@ -180,5 +173,4 @@ fn s6_spreads_the_timers_over_the_replicas_each_object_in_one() {
         assert_eq!(r["metrics"]["seconds_both_ticking"], 0.0, "{r}");
         assert!(r["metrics"]["slots_spread"].as_f64() <= Some(1.0), "{r}");
     }
-    let _ = std::fs::remove_dir_all(&out);
 }
