@@ -272,6 +272,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     );
     std::fs::write(out.join("summary.md"), format!("{header}{summary}"))?;
     report::plot(&results, &operators, &out.join("plot.svg"))?;
+    report::plot_replicas(&results, &out.join("replicas.svg"))?;
     println!("\n{header}{summary}");
     println!("results: {}", out.display());
     let s5_clean = results

@@ -619,6 +619,140 @@ pub fn plot(results: &[RunResult], operators: &[Operator], path: &Path) -> anyho
     Ok(())
 }
 
+/// Draws S6 and S7 of kopf-rs, if they ran, to `path`: the CPU of the
+/// busiest replica and of all of them against K, beside the single
+/// replica's CPU divided by K; and the time from the leader's stop to
+/// the first tick on the new leader, after SIGKILL and SIGTERM, beside
+/// their targets. `Ok(false)` when neither ran.
+pub fn plot_replicas(results: &[RunResult], path: &Path) -> anyhow::Result<bool> {
+    let median = |scenario: &'static str, variant: &'static str, key: &'static str| {
+        let f = fig(scenario, variant, key, "");
+        let ns: BTreeSet<usize> = results.iter().map(|r| r.n).collect();
+        let n = ns.into_iter().next_back()?;
+        median_range(&values(results, &f, Operator::KopfRs, n)).map(|m| m.0)
+    };
+    let ks = [(1.0, "k1"), (2.0, "k2"), (3.0, "k3")];
+    let busiest: Vec<(f64, f64)> = ks
+        .iter()
+        .filter_map(|&(k, v)| Some((k, median("S6", v, "busiest_replica_cpu_s")?)))
+        .collect();
+    let total: Vec<(f64, f64)> = ks
+        .iter()
+        .filter_map(|&(k, v)| Some((k, median("S6", v, "total_cpu_s")?)))
+        .collect();
+    let stops: Vec<(&str, f64, f64)> = [(Stop::Kill, "SIGKILL"), (Stop::Term, "SIGTERM")]
+        .into_iter()
+        .filter_map(|(stop, label)| {
+            let took = median("S7", stop.variant(), "stop_to_first_tick_s")?;
+            Some((label, took, stop.target_s()))
+        })
+        .collect();
+    if busiest.is_empty() && stops.is_empty() {
+        return Ok(false);
+    }
+    let err = |e: &dyn std::fmt::Display| anyhow::anyhow!("{e}");
+    let root = SVGBackend::new(path, (1200, 450)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let (left, right) = root.split_horizontally(600);
+
+    let single = busiest.first().map_or(0.0, |p| p.1);
+    let ideal: Vec<(f64, f64)> = ks.iter().map(|&(k, _)| (k, single / k)).collect();
+    let y_max = busiest
+        .iter()
+        .chain(&total)
+        .map(|p| p.1)
+        .fold(1e-6, f64::max)
+        * 1.2;
+    let mut chart = ChartBuilder::on(&left)
+        .caption(
+            "S6: operator CPU in the window against K",
+            ("sans-serif", 18),
+        )
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0.5..3.5, 0.0..y_max)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc("K (replicas)")
+        .y_desc("CPU (s)")
+        .x_labels(3)
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .draw()
+        .map_err(|e| err(&e))?;
+    for (points, label, color) in [
+        (&busiest, "busiest replica", RGBColor(200, 60, 20)),
+        (&total, "all replicas", RGBColor(40, 110, 200)),
+        (&ideal, "single replica / K", RGBColor(140, 140, 140)),
+    ] {
+        chart
+            .draw_series(LineSeries::new(
+                points.iter().copied(),
+                color.stroke_width(2),
+            ))
+            .map_err(|e| err(&e))?
+            .label(label)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled())))
+            .map_err(|e| err(&e))?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(|e| err(&e))?;
+
+    let y_max = stops.iter().map(|s| s.1.max(s.2)).fold(1.0, f64::max) * 1.2;
+    let mut chart = ChartBuilder::on(&right)
+        .caption(
+            "S7: stop → first tick on the new leader",
+            ("sans-serif", 18),
+        )
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0.0..2.0, 0.0..y_max)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
+        .y_desc("seconds")
+        .draw()
+        .map_err(|e| err(&e))?;
+    for (i, (label, took, target)) in stops.iter().enumerate() {
+        let x = i as f64;
+        let color = RGBColor(40, 150, 60);
+        chart
+            .draw_series([Rectangle::new(
+                [(x + 0.25, 0.0), (x + 0.75, *took)],
+                color.filled(),
+            )])
+            .map_err(|e| err(&e))?;
+        chart
+            .draw_series([PathElement::new(
+                vec![(x + 0.15, *target), (x + 0.85, *target)],
+                RGBColor(200, 60, 20).stroke_width(2),
+            )])
+            .map_err(|e| err(&e))?;
+        chart
+            .draw_series([Text::new(
+                format!("{label}: {took:.2} s (target {target:.0} s)"),
+                (x + 0.1, took + y_max * 0.04),
+                ("sans-serif", 14),
+            )])
+            .map_err(|e| err(&e))?;
+    }
+    root.present().map_err(|e| err(&e))?;
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -672,5 +806,45 @@ mod tests {
             checked.contains("| S5 leaked timers = 0 | 1000 | 0 | 0 | yes |"),
             "{checked}"
         );
+    }
+
+    fn s6(variant: &'static str, busiest: f64) -> RunResult {
+        RunResult {
+            scenario: "S6",
+            variant,
+            operator: Operator::KopfRs,
+            n: 30_000,
+            run: 1,
+            ok: true,
+            error: None,
+            metrics: [
+                ("busiest_replica_cpu_s".to_string(), busiest),
+                ("total_cpu_s".to_string(), busiest * 2.5),
+            ]
+            .into(),
+        }
+    }
+
+    #[test]
+    fn s6_is_checked_against_the_single_replica_and_drawn() {
+        let results = vec![s6("k1", 3.0), s6("k2", 1.5), s6("k3", 1.4)];
+        let checked = targets(&results);
+        assert!(
+            checked.contains("| S6 busiest replica's CPU ≤ 1.3 × single-replica CPU / 2, K = 2 | 30000 | 1.50 | 1.95 (k1 × 0.65) | yes |"),
+            "{checked}"
+        );
+        assert!(
+            checked.contains("| S6 busiest replica's CPU ≤ 1.3 × single-replica CPU / 3, K = 3 | 30000 | 1.40 | 1.30 (k1 × 0.43) | **no** |"),
+            "{checked}"
+        );
+        let path = std::env::temp_dir().join(format!("replicas-{}.svg", std::process::id()));
+        assert!(plot_replicas(&results, &path).expect("drawn"));
+        let svg = std::fs::read_to_string(&path).expect("an SVG");
+        assert!(
+            svg.contains("operator CPU in the window against K"),
+            "{svg}"
+        );
+        let _ = std::fs::remove_file(&path);
+        assert!(!plot_replicas(&[], &path).expect("nothing to draw"));
     }
 }
