@@ -9,10 +9,18 @@
 //! POST   /_emulator/faults/resume-watches   let silenced watch streams carry on
 //! POST   /_emulator/faults/fail           {"n": 5, "status": 503, "verb": "watch",
 //!                                          "path_contains": "configmaps", "retry_after": 1}
+//! POST   /_emulator/faults/latency        {"ms": 300}: delay every request (0: none)
 //! POST   /_emulator/faults/clear          remove every failure rule and latency, resume watches
+//! POST   /_emulator/restart               {"down_ms": 500}: restart keeping the state
 //! GET    /_emulator/requests/counts       {"counts": [{"agent": "…", "verb": "list", "count": 3}]}
 //! DELETE /_emulator/requests/counts       reset the counts
 //! ```
+//!
+//! `restart` answers first, then closes every connection and watch, refuses
+//! new connections for `down_ms` (the port is closed), and serves the same
+//! port again with the store, watch history, resourceVersions, fault rules
+//! and counts kept, as an API server restarting in front of its etcd does
+//! (see [`Emulator::restart_with_downtime`](crate::Emulator::restart_with_downtime)).
 //!
 //! No Kubernetes API path starts with `/_emulator/`. Admin requests are
 //! neither recorded nor counted, and faults do not apply to them.
@@ -49,6 +57,21 @@ struct FailBody {
     retry_after: Option<u32>,
 }
 
+/// The body of `POST /_emulator/faults/latency`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LatencyBody {
+    ms: u64,
+}
+
+/// The body of `POST /_emulator/restart`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RestartBody {
+    #[serde(default)]
+    down_ms: u64,
+}
+
 /// Serves one admin request (`path` starts with [`PREFIX`]).
 pub(crate) fn serve(
     shared: &Arc<Shared>,
@@ -80,6 +103,36 @@ pub(crate) fn serve(
         (&Method::POST, "faults/clear") => {
             faults.clear();
             ok()
+        }
+        (&Method::POST, "faults/latency") => match serde_json::from_slice::<LatencyBody>(body) {
+            Ok(b) => {
+                faults.set_latency(std::time::Duration::from_millis(b.ms));
+                ok()
+            }
+            Err(e) => error_response(&ApiError::bad_request(format!(
+                "expected {{\"ms\": MILLISECONDS}} (0 removes the latency): {e}"
+            ))),
+        },
+        (&Method::POST, "restart") => {
+            let parsed = if body.is_empty() {
+                Ok(RestartBody { down_ms: 0 })
+            } else {
+                serde_json::from_slice::<RestartBody>(body)
+            };
+            match (parsed, &shared.restarts) {
+                (Ok(b), Some(restarts)) => {
+                    let _ = restarts.send(std::time::Duration::from_millis(b.down_ms));
+                    ok()
+                }
+                (Ok(_), None) => error_response(&ApiError::new(
+                    503,
+                    "ServiceUnavailable",
+                    "this emulator cannot restart itself (it was not started by `EmulatorBuilder::start`)",
+                )),
+                (Err(e), _) => error_response(&ApiError::bad_request(format!(
+                    "expected {{\"down_ms\": MILLISECONDS}} or no body: {e}"
+                ))),
+            }
         }
         (&Method::POST, "faults/fail") => match serde_json::from_slice::<FailBody>(body) {
             Ok(b) => {

@@ -31,6 +31,40 @@ enum Preload {
     File(PathBuf),
 }
 
+/// How long a restart asked for through the admin endpoint waits, so that
+/// the admin request's own answer is sent before every connection closes.
+const ADMIN_RESTART_GRACE: Duration = Duration::from_millis(50);
+
+/// Stops the server generation `running` holds, resets the store to
+/// `reset` if given, keeps the port closed for `down`, then serves `addr`
+/// again.
+async fn restart_server(
+    running: &tokio::sync::Mutex<Option<Running>>,
+    shared: &Arc<Shared>,
+    addr: SocketAddr,
+    reset: Option<&[Value]>,
+    down: Duration,
+) {
+    let mut running = running.lock().await;
+    if let Some(r) = running.take() {
+        r.stop().await;
+    }
+    if let Some(objects) = reset {
+        let mut store = shared.store();
+        store.reset();
+        if let Err(e) = preload::apply(&mut store, objects) {
+            tracing::warn!(error = %e, "emulator: re-applying preloads after restart failed");
+        }
+    }
+    if !down.is_zero() {
+        tokio::time::sleep(down).await;
+    }
+    match server::bind(addr, REBIND_RETRIES).await {
+        Ok(listener) => *running = Some(server::spawn(listener, shared.clone())),
+        Err(e) => tracing::error!(error = %e, "emulator: cannot re-bind after restart"),
+    }
+}
+
 /// Configures and starts an [`Emulator`].
 #[derive(Debug, Clone)]
 #[must_use = "call .start().await to run the emulator"]
@@ -211,8 +245,29 @@ impl EmulatorBuilder {
         shared.connection_limits = self.connection_limits;
         shared.set_token(self.token);
         shared.admission.set_services(self.webhook_services);
+        let (restarts, mut restart_requests) = tokio::sync::mpsc::unbounded_channel();
+        shared.restarts = Some(restarts);
         let shared = Arc::new(shared);
-        let running = server::spawn(listener, shared.clone());
+        let running = Arc::new(tokio::sync::Mutex::new(Some(server::spawn(
+            listener,
+            shared.clone(),
+        ))));
+        // Restarts asked for through the admin endpoint. The loop holds the
+        // shared state weakly: it ends when the emulator is gone (the
+        // sender lives in the shared state).
+        let weak = Arc::downgrade(&shared);
+        let restarting = Arc::downgrade(&running);
+        tokio::spawn(async move {
+            while let Some(down) = restart_requests.recv().await {
+                // Let the admin request's answer go out before its
+                // connection is closed with the others.
+                tokio::time::sleep(ADMIN_RESTART_GRACE).await;
+                let (Some(shared), Some(running)) = (weak.upgrade(), restarting.upgrade()) else {
+                    return;
+                };
+                restart_server(&running, &shared, addr, None, down).await;
+            }
+        });
         tracing::debug!(%addr, "emulator: listening");
         Ok(Emulator {
             faults: Faults {
@@ -221,7 +276,7 @@ impl EmulatorBuilder {
             shared,
             addr,
             objects,
-            running: tokio::sync::Mutex::new(Some(running)),
+            running,
         })
     }
 }
@@ -238,7 +293,7 @@ pub struct Emulator {
     faults: Faults,
     addr: SocketAddr,
     objects: Vec<Value>,
-    running: tokio::sync::Mutex<Option<Running>>,
+    running: Arc<tokio::sync::Mutex<Option<Running>>>,
 }
 
 impl Emulator {
@@ -329,21 +384,26 @@ impl Emulator {
     /// resourceVersion keeps growing, so old versions get `410 Gone`), then the
     /// builder's CRDs and preloads are created again, as at start.
     pub async fn restart(&self, keep_state: bool) {
-        let mut running = self.running.lock().await;
-        if let Some(r) = running.take() {
-            r.stop().await;
-        }
-        if !keep_state {
-            let mut store = self.shared.store();
-            store.reset();
-            if let Err(e) = preload::apply(&mut store, &self.objects) {
-                tracing::warn!(error = %e, "emulator: re-applying preloads after restart failed");
-            }
-        }
-        match server::bind(self.addr, REBIND_RETRIES).await {
-            Ok(listener) => *running = Some(server::spawn(listener, self.shared.clone())),
-            Err(e) => tracing::error!(error = %e, "emulator: cannot re-bind after restart"),
-        }
+        let reset = (!keep_state).then_some(self.objects.as_slice());
+        restart_server(
+            &self.running,
+            &self.shared,
+            self.addr,
+            reset,
+            Duration::ZERO,
+        )
+        .await;
+    }
+
+    /// Restarts the server as a process restart that keeps its storage
+    /// would (an API server in front of a kept etcd): every connection and
+    /// watch is closed, new connections are refused for `down`, then the
+    /// same port is served again. Objects, watch history, resourceVersions,
+    /// fault rules and request counts are kept, so clients resume their
+    /// watches where they were. `POST /_emulator/restart` does the same from
+    /// another process.
+    pub async fn restart_with_downtime(&self, down: Duration) {
+        restart_server(&self.running, &self.shared, self.addr, None, down).await;
     }
 
     /// Stops the server and waits for every connection to close.
@@ -356,7 +416,11 @@ impl Emulator {
 
 impl Drop for Emulator {
     fn drop(&mut self) {
-        if let Some(r) = self.running.get_mut().as_ref() {
+        // Locked only while a restart is under way, which then serves on
+        // until the runtime ends.
+        if let Ok(running) = self.running.try_lock()
+            && let Some(r) = running.as_ref()
+        {
             r.signal_stop();
         }
     }

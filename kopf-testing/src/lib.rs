@@ -9,7 +9,8 @@
 //! status subresource. Faults can be injected through [`Faults`] (failures,
 //! latency, requests held until released, dropped watches, compaction), or
 //! from other processes through the admin endpoints under `/_emulator/`
-//! (fault injection and request counts per User-Agent). A bearer token can
+//! (fault injection, request counts per User-Agent, and a restart that keeps
+//! the state: [`Emulator::restart_with_downtime`]). A bearer token can
 //! be required ([`EmulatorBuilder::require_token`], `401` without it) and
 //! rotated ([`Emulator::set_token`]); every request is recorded
 //! ([`Emulator::requests`]). Stored webhook configurations are called on

@@ -28,6 +28,9 @@ pub(crate) struct Shared {
     token: RwLock<Option<String>>,
     /// The admission chain's state.
     pub(crate) admission: Admission,
+    /// Asks the running emulator to restart, keeping its state, with the
+    /// port closed for the given time (`POST /_emulator/restart`).
+    pub(crate) restarts: Option<tokio::sync::mpsc::UnboundedSender<std::time::Duration>>,
 }
 
 impl Shared {
@@ -44,6 +47,7 @@ impl Shared {
             port,
             connection_limits: ConnectionLimits::default(),
             token: RwLock::new(None),
+            restarts: None,
         }
     }
 

@@ -177,3 +177,121 @@ async fn watches_are_silenced_and_resumed_from_another_process() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn latency_is_set_and_removed_from_another_process() {
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let addr = emulator.addr();
+    let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+    let set = raw_request(
+        addr,
+        "POST",
+        "/_emulator/faults/latency",
+        &[],
+        b"{\"ms\": 400}",
+    )
+    .await;
+    assert_eq!(set.status, 200);
+    let started = std::time::Instant::now();
+    api.list(&ListParams::default()).await.expect("listed");
+    let slow = started.elapsed();
+    assert!(slow >= std::time::Duration::from_millis(400), "{slow:?}");
+    let removed = raw_request(
+        addr,
+        "POST",
+        "/_emulator/faults/latency",
+        &[],
+        b"{\"ms\": 0}",
+    )
+    .await;
+    assert_eq!(removed.status, 200);
+    let bad = raw_request(
+        addr,
+        "POST",
+        "/_emulator/faults/latency",
+        &[],
+        b"{\"s\": 1}",
+    )
+    .await;
+    bad.assert_status_object(400);
+}
+
+#[tokio::test]
+async fn a_restart_from_another_process_keeps_the_state_and_refuses_connections_meanwhile() {
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let addr = emulator.addr();
+    let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+    let before = api
+        .create(&PostParams::default(), &cm("kept"))
+        .await
+        .expect("created");
+    let version = api
+        .list(&ListParams::default())
+        .await
+        .expect("listed")
+        .metadata
+        .resource_version
+        .expect("a list version");
+    let mut events = api
+        .watch(&WatchParams::default(), &version)
+        .await
+        .expect("a watch")
+        .boxed();
+    let restart = raw_request(
+        addr,
+        "POST",
+        "/_emulator/restart",
+        &[],
+        b"{\"down_ms\": 3000}",
+    )
+    .await;
+    assert_eq!(restart.status, 200, "the answer comes before the restart");
+    within("the watch closed by the restart", async {
+        loop {
+            match events.next().await {
+                None | Some(Err(_)) => break,
+                Some(Ok(_)) => {}
+            }
+        }
+    })
+    .await;
+    let refused = tokio::net::TcpStream::connect(addr).await;
+    assert!(refused.is_err(), "connections are refused while down");
+    within("the server back on the same port", async {
+        while api.list(&ListParams::default()).await.is_err() {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let after = api.get("kept").await.expect("the object is kept");
+    assert_eq!(after.metadata.uid, before.metadata.uid);
+    assert_eq!(
+        after.metadata.resource_version,
+        before.metadata.resource_version
+    );
+    // The history is kept: a watch resumes from before the restart and
+    // sees what happened since, without 410 Gone.
+    api.create(&PostParams::default(), &cm("later"))
+        .await
+        .expect("created after the restart");
+    let mut resumed = api
+        .watch(&WatchParams::default(), &version)
+        .await
+        .expect("a watch from before the restart")
+        .boxed();
+    within("the newer object on the resumed watch", async {
+        loop {
+            match resumed.try_next().await {
+                Ok(Some(WatchEvent::Added(cm))) if cm.metadata.name.as_deref() == Some("later") => {
+                    break;
+                }
+                Ok(Some(WatchEvent::Error(e))) => panic!("the watch failed: {e:?}"),
+                Ok(Some(_)) => {}
+                other => panic!("the watch ended: {other:?}"),
+            }
+        }
+    })
+    .await;
+    let bad = raw_request(addr, "POST", "/_emulator/restart", &[], b"{\"down\": 1}").await;
+    bad.assert_status_object(400);
+}
