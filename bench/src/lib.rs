@@ -59,6 +59,7 @@
 //! - [`operators`] — how each operator under test is started.
 //! - [`scenarios`] — S1–S5 and S7.
 //! - [`report`] — JSON lines, the summary table and the plot.
+//! - [`soak`] — `kopf-bench soak`: a chaos soak checking Kopf's promises.
 
 pub mod cluster;
 pub mod operators;
@@ -66,4 +67,5 @@ pub mod procfs;
 pub mod report;
 pub mod scenarios;
 pub mod signals;
+pub mod soak;
 pub mod stats;

@@ -5,6 +5,7 @@
 //! ```text
 //! cargo run --release -p kopf-bench -- --n 100,1000 --runs 3
 //! cargo run -p kopf-bench -- --smoke          # seconds; no Kopf, tiny N
+//! cargo run --release -p kopf-bench -- soak --minutes 30 --seed 7   # see kopf_bench::soak
 //! ```
 //! Results go to `target/bench/<time>/`: `results.jsonl`, `summary.md`,
 //! `plot.svg`, and each job's logs and signal files.
@@ -284,6 +285,10 @@ async fn run(args: Args) -> anyhow::Result<bool> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("soak") {
+        return kopf_bench::soak::main(argv.into_iter().skip(1).collect()).await;
+    }
     match run(Args::parse()).await {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {
