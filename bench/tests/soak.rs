@@ -1,0 +1,183 @@
+//! Short seeded soaks (`kopf-bench soak`): a clean one reports no
+//! violation, and each promise the soak operator breaks on purpose
+//! (`KOPF_SOAK_BREAK`) is reported as the violation of its invariant.
+//! Debug builds, a small population; the clean soak is the CI soak.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use serde_json::Value;
+
+/// The emulator binary beside this package's binaries, built (or brought up
+/// to date) first: a stale binary from an older checkout would test old code.
+fn emulator_binary(bin_dir: &Path) -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let ok = Command::new(cargo)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .args([
+            "build",
+            "-p",
+            "kopf-testing",
+            "--features",
+            "cli",
+            "--bin",
+            "kube-emulator",
+        ])
+        .status()
+        .expect("cargo runs")
+        .success();
+    assert!(ok, "building kube-emulator failed");
+    bin_dir.join("kube-emulator")
+}
+
+/// Runs a soak; its summary.
+fn soak(label: &str, args: &[&str]) -> Value {
+    let runner = PathBuf::from(env!("CARGO_BIN_EXE_kopf-bench"));
+    let bin_dir = runner.parent().expect("a directory").to_path_buf();
+    assert!(emulator_binary(&bin_dir).exists());
+    // The soak finds its operator beside itself.
+    assert_eq!(
+        Path::new(env!("CARGO_BIN_EXE_soak-operator")).parent(),
+        Some(bin_dir.as_path())
+    );
+    let out = std::env::temp_dir().join(format!("kopf-soak-{label}-{}", std::process::id()));
+    let started = Instant::now();
+    let output = Command::new(&runner)
+        .args(["soak", "--no-build", "--seed", "3", "--out"])
+        .arg(&out)
+        .args(args)
+        .output()
+        .expect("the runner starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("{stdout}\n{stderr}\n{label}: took {:?}", started.elapsed());
+    let summary: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("summary.json"))
+            .unwrap_or_else(|e| panic!("{label}: no summary.json ({e}): {stderr}")),
+    )
+    .expect("summary.json is JSON");
+    let violations = summary["violations"].as_u64().expect("a count");
+    assert_eq!(
+        output.status.success(),
+        violations == 0,
+        "{label}: the exit status says whether there were violations"
+    );
+    if violations > 0 {
+        let report = std::fs::read_to_string(out.join("violations.txt")).expect("violations.txt");
+        assert!(
+            report.starts_with("== "),
+            "{label}: each violation is written with what led to it"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&out);
+    summary
+}
+
+#[test]
+fn a_clean_soak_under_every_fault_keeps_every_promise() {
+    let summary = soak(
+        "clean",
+        &[
+            "--minutes",
+            "1",
+            "--population",
+            "12",
+            "--chaos-every",
+            "2.5",
+        ],
+    );
+    assert_eq!(summary["violations"], 0, "{summary:#}");
+    assert!(
+        summary["churned"]["deleted"].as_u64().unwrap_or(0) > 20,
+        "{summary:#}"
+    );
+    let faults: u64 = summary["faults"]
+        .as_object()
+        .expect("faults by kind")
+        .values()
+        .filter_map(Value::as_u64)
+        .sum();
+    assert!(faults >= 10, "{summary:#}");
+    assert!(summary["operator_processes"].as_u64().unwrap_or(0) >= 1);
+    for kind in ["create", "update", "field", "delete", "tick", "dbeat"] {
+        assert!(
+            summary["records"][kind].as_u64().unwrap_or(0) > 0,
+            "no {kind} records: {summary:#}"
+        );
+    }
+}
+
+/// A short soak of an operator broken on purpose reports the invariant.
+fn caught(broken: &str, invariant: &str) {
+    assert_eq!(kopf_bench::soak::Break::invariant(broken), Some(invariant));
+    let summary = soak(
+        broken,
+        &[
+            "--minutes",
+            "0.3",
+            "--population",
+            "8",
+            "--chaos-every",
+            "4",
+            "--stop-bound",
+            "8",
+            "--break",
+            broken,
+        ],
+    );
+    assert!(
+        summary["by_invariant"][invariant].as_u64().unwrap_or(0) > 0,
+        "breaking {broken} must be reported as {invariant}: {summary:#}"
+    );
+}
+
+#[test]
+fn a_create_handler_run_twice_is_caught() {
+    caught("create-twice", "create-once");
+}
+
+#[test]
+fn an_update_handler_run_twice_is_caught() {
+    caught("update-twice", "update-once");
+}
+
+#[test]
+fn a_skipped_delete_handler_is_caught() {
+    caught("delete-skipped", "delete-ran");
+}
+
+#[test]
+fn a_daemon_ignoring_its_stop_flag_is_caught() {
+    caught("daemon-ignores-stop", "stop-bound");
+}
+
+#[test]
+fn a_second_copy_of_a_daemon_is_caught() {
+    caught("daemon-twice", "one-copy");
+}
+
+#[test]
+fn a_finalizer_never_released_is_caught() {
+    caught("finalizer-stuck", "finalizer-left");
+}
+
+#[test]
+fn a_finalizer_kept_by_a_no_finalizers_handler_is_caught() {
+    caught("no-finalizers-ignored", "no-finalizers");
+}
+
+#[test]
+fn leaked_tasks_are_caught() {
+    caught("leak-tasks", "baseline-tasks");
+}
+
+#[test]
+fn leaked_memory_is_caught() {
+    caught("leak-memory", "baseline-rss");
+}
+
+#[test]
+fn a_panic_is_caught() {
+    caught("panic", "no-panic");
+}
