@@ -746,17 +746,14 @@ impl Operator {
                         lease: lease.clone(),
                     });
                 }
-                if moved {
-                    // What the watches saw goes stale; the next term lists anew.
-                    indexes.reset();
-                } else {
-                    // Released once paused, not competed for again.
-                    ward.stop();
-                }
-                ward.paused();
                 if !moved {
+                    // Released now that it is paused, not competed for again.
+                    ward.stop_paused();
                     break;
                 }
+                // What the watches saw goes stale; the next term lists anew.
+                indexes.reset();
+                ward.paused();
             }
             let exit_timeout = settings.queueing.exit_timeout;
             // A start-up that failed cleans nothing up (as a failed start-up handler).

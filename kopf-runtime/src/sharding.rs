@@ -255,6 +255,7 @@ impl Ward {
     }
 
     /// The operator has paused what it served: the slots given up may go.
+    /// (The electors still leading are not told: they lead on.)
     pub(crate) fn paused(&self) {
         for seat in &self.seats {
             if matches!(
@@ -278,9 +279,15 @@ impl Ward {
             .min()
     }
 
-    /// Stops competing: each Lease held is released once paused.
-    pub(crate) fn stop(&self) {
+    /// Stops competing, once the operator has paused what it served:
+    /// each Lease held is released. Every elector is told of the pause,
+    /// whatever its role now: one still leading leaves it only on seeing
+    /// the stop, and then finds the pause already told.
+    pub(crate) fn stop_paused(&self) {
         self.stop.cancel();
+        for seat in &self.seats {
+            seat.paused.notify_one();
+        }
     }
 }
 
