@@ -61,6 +61,7 @@
 //! - [`report`] — JSON lines, the summary table and the plot.
 //! - [`soak`] — `kopf-bench soak`: a chaos soak checking Kopf's promises.
 
+pub mod building;
 pub mod cluster;
 pub mod operators;
 pub mod procfs;

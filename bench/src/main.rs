@@ -11,15 +11,15 @@
 //! `plot.svg`, and each job's logs and signal files.
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
 use kopf_bench::operators::{self, Mode, Operator, Programs};
-use kopf_bench::report;
 use kopf_bench::scenarios::{self, RunResult, Setup, Stop};
+use kopf_bench::{building, report};
 
 /// Benchmarks kopf-rs against Kopf 1.45 and a bare kube-runtime watcher (BENCHMARKS.md).
 #[derive(Debug, Parser)]
@@ -73,37 +73,6 @@ struct Args {
     no_build: bool,
 }
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."))
-}
-
-/// Builds the operators and the emulator in this binary's profile.
-fn build(release: bool) -> anyhow::Result<()> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(workspace_root()).args([
-        "build",
-        "--quiet",
-        "-p",
-        "kopf-bench",
-        "--bins",
-        "-p",
-        "kopf-testing",
-        "--features",
-        "kopf-testing/cli",
-    ]);
-    if release {
-        cmd.arg("--release");
-    }
-    if !cmd.status().context("cannot run cargo")?.success() {
-        bail!("building the benchmark binaries failed");
-    }
-    Ok(())
-}
-
 async fn run(args: Args) -> anyhow::Result<bool> {
     let release = !cfg!(debug_assertions);
     let mut operators: Vec<Operator> = Vec::new();
@@ -137,11 +106,11 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         println!("# debug build: figures are not representative; use --release");
     }
     if !args.no_build {
-        build(release)?;
+        building::build(release, &[])?;
     }
     let exe = std::env::current_exe()?;
     let bin_dir = exe.parent().context("no directory")?.to_path_buf();
-    let root = workspace_root();
+    let root = building::workspace_root();
     let venv = if operators.contains(&Operator::Kopf) {
         let venv = args
             .venv

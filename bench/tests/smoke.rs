@@ -2,7 +2,7 @@
 //! and that S5 leaks nothing. Not a measurement (debug build, N = 20, one run)
 //! and without the Kopf peer (no Python or pip needed).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -10,23 +10,8 @@ use serde_json::Value;
 
 /// The emulator binary beside this package's binaries, built (or brought up
 /// to date) first: a stale binary from an older checkout would test old code.
-fn emulator_binary(bin_dir: &std::path::Path) -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let ok = Command::new(cargo)
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-        .args([
-            "build",
-            "-p",
-            "kopf-testing",
-            "--features",
-            "cli",
-            "--bin",
-            "kube-emulator",
-        ])
-        .status()
-        .expect("cargo runs")
-        .success();
-    assert!(ok, "building kube-emulator failed");
+fn emulator_binary(bin_dir: &Path) -> PathBuf {
+    kopf_bench::building::build(false, &["kopf-rs-operator"]).expect("kube-emulator builds");
     bin_dir.join("kube-emulator")
 }
 

@@ -12,22 +12,7 @@ use serde_json::Value;
 /// The emulator binary beside this package's binaries, built (or brought up
 /// to date) first: a stale binary from an older checkout would test old code.
 fn emulator_binary(bin_dir: &Path) -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let ok = Command::new(cargo)
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-        .args([
-            "build",
-            "-p",
-            "kopf-testing",
-            "--features",
-            "cli",
-            "--bin",
-            "kube-emulator",
-        ])
-        .status()
-        .expect("cargo runs")
-        .success();
-    assert!(ok, "building kube-emulator failed");
+    kopf_bench::building::build(false, &["soak-operator"]).expect("kube-emulator builds");
     bin_dir.join("kube-emulator")
 }
 

@@ -579,39 +579,6 @@ impl Summary {
     }
 }
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."))
-}
-
-fn build(release: bool) -> anyhow::Result<()> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(workspace_root()).args([
-        "build",
-        "--quiet",
-        "-p",
-        "kopf-bench",
-        "--bin",
-        "soak-operator",
-        "-p",
-        "kopf-testing",
-        "--features",
-        "kopf-testing/cli",
-        "--bin",
-        "kube-emulator",
-    ]);
-    if release {
-        cmd.arg("--release");
-    }
-    if !cmd.status().context("cannot run cargo")?.success() {
-        bail!("building soak-operator and kube-emulator failed");
-    }
-    Ok(())
-}
-
 /// Polls `f` every 100 ms until it is `Some`, up to `limit`.
 async fn wait_for<T>(limit: Duration, mut f: impl AsyncFnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + limit;
@@ -633,7 +600,7 @@ async fn wait_for<T>(limit: Duration, mut f: impl AsyncFnMut() -> Option<T>) -> 
 pub async fn run(config: Config) -> anyhow::Result<Summary> {
     let release = !cfg!(debug_assertions);
     if !config.no_build {
-        build(release)?;
+        crate::building::build(release, &["soak-operator"])?;
     }
     if let Some(b) = &config.broken
         && Break::parse(b).is_none()
@@ -647,7 +614,7 @@ pub async fn run(config: Config) -> anyhow::Result<Summary> {
         .map(|d| d.as_secs())
         .unwrap_or(0);
     let out = config.out.clone().unwrap_or_else(|| {
-        workspace_root()
+        crate::building::workspace_root()
             .join("target")
             .join("soak")
             .join(stamp.to_string())
