@@ -1503,6 +1503,12 @@ impl ServeResource {
             Some(echoes) => watcher.with_echoes(echoes),
             None => watcher,
         };
+        // Other replicas' objects are skipped undecoded, unless an index
+        // needs every object.
+        let watcher = match self.slots {
+            Some(slots) if indexer.is_none() => watcher.with_slots(slots),
+            _ => watcher,
+        };
         let watcher = match &self.health {
             Some(health) => {
                 health.set_queue_depth(queue.workers_reader());
@@ -1528,7 +1534,8 @@ impl ServeResource {
                 // Before the event is queued: its handlers see the index with it.
                 Box::pin(indexer.observe(&event)).await;
             }
-            // Another replica's slot: indexed as every object, not handled.
+            // Another replica's slot (with indexes, the watch sends them
+            // all): indexed as every object, not handled.
             if let (Some(slots), Some(uid)) = (self.slots, event.uid())
                 && !slots.serve(uid)
             {

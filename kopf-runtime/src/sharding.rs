@@ -26,8 +26,11 @@
 //!   before its Lease may expire for the others, as a leader steps down.
 //!
 //! # Caveats
-//! - All replicas watch every object; the objects of other replicas' slots
-//!   are skipped after decoding.
+//! - All replicas watch every object. The objects of other replicas' slots
+//!   are skipped by the watch before they are decoded (their UID is read
+//!   from the text), and cost a scan of their text; with an index on the
+//!   resource, which holds every object, they are decoded and indexed, and
+//!   skipped by the handling.
 //! - A change of the slots a replica holds pauses every object it serves
 //!   and serves the new set from a fresh listing, as a change of leadership
 //!   does: slots move only when replicas join or leave.
@@ -80,11 +83,12 @@ pub(crate) struct Slots {
 
 impl Slots {
     /// None of `shards`.
-    fn none(shards: u32) -> Self {
+    pub(crate) fn none(shards: u32) -> Self {
         Self { shards, held: 0 }
     }
 
-    fn with(mut self, slot: u32) -> Self {
+    /// These and `slot`.
+    pub(crate) fn with(mut self, slot: u32) -> Self {
         self.held |= 1 << slot;
         self
     }

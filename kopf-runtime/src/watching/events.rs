@@ -2,8 +2,10 @@
 //!
 //! An event's object is decoded into a JSON body only when it is needed: the
 //! caller may first look at the object's UID and `resourceVersion` and skip
-//! the rest (see [`Echoes`](crate::echoes::Echoes)), which costs a scan of
-//! the text instead of building a tree of allocations.
+//! the rest (the operator's own patches, see
+//! [`Echoes`](crate::echoes::Echoes), and the objects of other replicas'
+//! shard slots), which costs a scan of the text instead of building a tree
+//! of allocations.
 //!
 //! Lines are read the way API servers write them, `{"type":"…","object":…}`,
 //! without a pass over the object just to find where it ends; any other
@@ -27,8 +29,13 @@ use crate::decoding::{self, Undecodable};
 pub(super) enum Event {
     /// `ADDED` or `MODIFIED`.
     Applied(Value),
-    /// `ADDED` or `MODIFIED`, skipped by the caller: the object's version.
-    Skipped(String),
+    /// `ADDED`, `MODIFIED` or `DELETED`, skipped by the caller.
+    Skipped {
+        /// Which of them.
+        change: Change,
+        /// The object's version.
+        version: String,
+    },
     /// `DELETED`.
     Deleted(Value),
     /// `BOOKMARK`: the version to resume from.
@@ -44,6 +51,28 @@ pub(super) enum Event {
         /// Why it does not decode.
         reason: Undecodable,
     },
+}
+
+/// The type of an event about an object, as offered for skipping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Change {
+    /// `ADDED`.
+    Added,
+    /// `MODIFIED`.
+    Modified,
+    /// `DELETED`.
+    Deleted,
+}
+
+impl Change {
+    fn of(kind: &str) -> Option<Self> {
+        match kind {
+            "ADDED" => Some(Self::Added),
+            "MODIFIED" => Some(Self::Modified),
+            "DELETED" => Some(Self::Deleted),
+            _ => None,
+        }
+    }
 }
 
 /// A line as sent: the type, and the object still as text.
@@ -70,9 +99,9 @@ struct HeadMeta<'a> {
     resource_version: Option<Cow<'a, str>>,
 }
 
-/// Decodes one line. For `MODIFIED` events (the operator's own patches come
-/// back as those), `skip` (if given) sees the object's UID and
-/// `resourceVersion` first; if it says so, the body is not decoded.
+/// Decodes one line. For `ADDED`, `MODIFIED` and `DELETED` events, `skip`
+/// (if given) sees the type, the object's UID and its `resourceVersion`
+/// first; if it says so, the body is not decoded.
 /// Objects nest at most `max_depth` levels.
 /// `Ok(None)` is a truncated last line, which a broken stream may leave: the
 /// watch resumes from the last complete event.
@@ -80,7 +109,7 @@ struct HeadMeta<'a> {
 /// # Errors
 /// A line that is no watch event: a `Status` the server sent instead
 /// ([`kube::Error::Api`]), or anything else ([`kube::Error::SerdeError`]).
-pub(super) fn decode<F: FnMut(&str, &str) -> bool + ?Sized>(
+pub(super) fn decode<F: FnMut(Change, &str, &str) -> bool + ?Sized>(
     line: &str,
     max_depth: usize,
     mut skip: Option<&mut F>,
@@ -104,6 +133,11 @@ pub(super) fn decode<F: FnMut(&str, &str) -> bool + ?Sized>(
         }
     };
     decode_object(&parsed.kind, parsed.object.get(), max_depth, skip).map(Some)
+}
+
+/// The UID of an object (as text), read without decoding the object.
+pub(super) fn uid_of(object: &str) -> Option<Cow<'_, str>> {
+    serde_json::from_str::<Head<'_>>(object).ok()?.metadata.uid
 }
 
 /// Whether a line of an `ADDED` or `MODIFIED` event is an `ADDED` one.
@@ -140,7 +174,7 @@ fn split(line: &str) -> Option<(&str, &str)> {
 }
 
 /// Decodes an event of type `kind` from its object's text.
-fn decode_object<F: FnMut(&str, &str) -> bool + ?Sized>(
+fn decode_object<F: FnMut(Change, &str, &str) -> bool + ?Sized>(
     kind: &str,
     object: &str,
     max_depth: usize,
@@ -154,19 +188,18 @@ fn decode_object<F: FnMut(&str, &str) -> bool + ?Sized>(
             reason,
         },
     };
+    if let (Some(change), Some(skip)) = (Change::of(kind), skip)
+        && let Ok(Head { metadata }) = serde_json::from_str::<Head<'_>>(object)
+        && let (Some(uid), Some(version)) = (metadata.uid, metadata.resource_version)
+        && skip(change, &uid, &version)
+    {
+        return Ok(Event::Skipped {
+            change,
+            version: version.into_owned(),
+        });
+    }
     let event = match kind {
-        "ADDED" => body(false, Event::Applied),
-        "MODIFIED" => {
-            if let Some(skip) = skip
-                && let Ok(Head { metadata }) = serde_json::from_str::<Head<'_>>(object)
-                && let (Some(uid), Some(version)) = (metadata.uid, metadata.resource_version)
-                && skip(&uid, &version)
-            {
-                Event::Skipped(version.into_owned())
-            } else {
-                body(false, Event::Applied)
-            }
-        }
+        "ADDED" | "MODIFIED" => body(false, Event::Applied),
         "DELETED" => body(true, Event::Deleted),
         "BOOKMARK" => {
             let head: Head<'_> = serde_json::from_str(object).map_err(kube::Error::SerdeError)?;
@@ -193,8 +226,10 @@ fn decode_object<F: FnMut(&str, &str) -> bool + ?Sized>(
 mod tests {
     use super::*;
 
+    type Skip = fn(Change, &str, &str) -> bool;
+
     fn plain(line: &str) -> Event {
-        decode(line, 1000, None::<&mut fn(&str, &str) -> bool>)
+        decode(line, 1000, None::<&mut Skip>)
             .expect("decodes")
             .expect("complete")
     }
@@ -238,7 +273,7 @@ mod tests {
             r#"{"type":"ADDED","object":{"a":1},"object":{"a":2}}"#,
             r#"{"type":"ADDED","object":{"a":1},"type":"DELETED"}"#,
         ] {
-            let result = decode(line, 1000, None::<&mut fn(&str, &str) -> bool>);
+            let result = decode(line, 1000, None::<&mut Skip>);
             assert!(
                 matches!(result, Err(kube::Error::SerdeError(_))),
                 "{line}: {result:?}"
@@ -250,48 +285,74 @@ mod tests {
     fn a_skipped_object_is_not_decoded_and_gives_its_version() {
         let line = r#"{"type":"MODIFIED","object":{"metadata":{"uid":"u\u0031","resourceVersion":"7"},"spec":{}}}"#;
         let mut seen = Vec::new();
-        let mut skip = |uid: &str, version: &str| {
-            seen.push((uid.to_owned(), version.to_owned()));
+        let mut skip = |change: Change, uid: &str, version: &str| {
+            seen.push((change, uid.to_owned(), version.to_owned()));
             true
         };
         let event = decode(line, 1000, Some(&mut skip)).expect("decodes");
-        assert!(matches!(event, Some(Event::Skipped(v)) if v == "7"));
+        assert!(matches!(
+            event,
+            Some(Event::Skipped { change: Change::Modified, version }) if version == "7"
+        ));
         assert_eq!(
             seen,
-            [("u1".to_owned(), "7".to_owned())],
+            [(Change::Modified, "u1".to_owned(), "7".to_owned())],
             "escapes are undone"
         );
     }
 
     #[test]
-    fn only_applied_objects_with_an_identity_are_offered_for_skipping() {
-        let mut offered = 0;
-        let mut skip = |_: &str, _: &str| {
-            offered += 1;
-            true
+    fn objects_with_an_identity_are_offered_for_skipping_with_their_change() {
+        let mut offered = Vec::new();
+        let mut skip = |change: Change, _: &str, _: &str| {
+            offered.push(change);
+            change != Change::Modified
         };
         let deleted =
             r#"{"type":"DELETED","object":{"metadata":{"uid":"u","resourceVersion":"7"}}}"#;
         assert!(matches!(
             decode(deleted, 1000, Some(&mut skip)),
-            Ok(Some(Event::Deleted(_)))
+            Ok(Some(Event::Skipped {
+                change: Change::Deleted,
+                ..
+            }))
         ));
         let added = r#"{"type":"ADDED","object":{"metadata":{"uid":"u","resourceVersion":"7"}}}"#;
         assert!(matches!(
             decode(added, 1000, Some(&mut skip)),
+            Ok(Some(Event::Skipped {
+                change: Change::Added,
+                ..
+            }))
+        ));
+        let modified =
+            r#"{"type":"MODIFIED","object":{"metadata":{"uid":"u","resourceVersion":"7"}}}"#;
+        assert!(matches!(
+            decode(modified, 1000, Some(&mut skip)),
             Ok(Some(Event::Applied(_)))
         ));
+        // Without a UID and a version, nothing is offered.
         let nameless = r#"{"type":"MODIFIED","object":{"metadata":{"resourceVersion":"7"}}}"#;
         assert!(matches!(
             decode(nameless, 1000, Some(&mut skip)),
             Ok(Some(Event::Applied(_)))
         ));
-        let odd = r#"{"type":"MODIFIED","object":{"metadata":{"uid":5,"resourceVersion":"7"}}}"#;
+        let odd = r#"{"type":"DELETED","object":{"metadata":{"uid":5,"resourceVersion":"7"}}}"#;
         assert!(matches!(
             decode(odd, 1000, Some(&mut skip)),
-            Ok(Some(Event::Applied(_)))
+            Ok(Some(Event::Deleted(_)))
         ));
-        assert_eq!(offered, 0);
+        assert_eq!(offered, [Change::Deleted, Change::Added, Change::Modified]);
+    }
+
+    #[test]
+    fn the_uid_of_an_object_is_read_without_decoding_it() {
+        assert_eq!(
+            uid_of(r#"{"spec":{"x":[1,2]},"metadata":{"name":"a","uid":"u\u0031"}}"#).as_deref(),
+            Some("u1")
+        );
+        assert_eq!(uid_of(r#"{"metadata":{"name":"a"}}"#), None);
+        assert_eq!(uid_of("not json"), None);
     }
 
     #[test]
@@ -303,7 +364,7 @@ mod tests {
         );
         for (kind, deleted) in [("ADDED", false), ("MODIFIED", false), ("DELETED", true)] {
             let line = format!(r#"{{"type":"{kind}","object":{deep}}}"#);
-            let event = decode(&line, 100, None::<&mut fn(&str, &str) -> bool>);
+            let event = decode(&line, 100, None::<&mut Skip>);
             let Ok(Some(Event::Undecodable {
                 deleted: d,
                 identity: Some(identity),
@@ -318,24 +379,21 @@ mod tests {
         }
         // Within the limit, deeper than serde_json's own: decoded.
         let line = format!(r#"{{"type":"ADDED","object":{deep}}}"#);
-        let event = decode(&line, 1000, None::<&mut fn(&str, &str) -> bool>);
+        let event = decode(&line, 1000, None::<&mut Skip>);
         assert!(matches!(event, Ok(Some(Event::Applied(_)))), "{event:?}");
     }
 
     #[test]
     fn a_truncated_line_is_no_event() {
         let line = r#"{"type":"ADDED","object":{"metadata":{"uid":"u""#;
-        assert!(matches!(
-            decode(line, 1000, None::<&mut fn(&str, &str) -> bool>),
-            Ok(None)
-        ));
+        assert!(matches!(decode(line, 1000, None::<&mut Skip>), Ok(None)));
     }
 
     #[test]
     fn a_status_instead_of_an_event_is_an_api_error() {
         let line = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"forbidden","reason":"Forbidden","code":403}"#;
         assert!(
-            matches!(decode(line, 1000, None::<&mut fn(&str, &str) -> bool>), Err(kube::Error::Api(s)) if s.code == 403)
+            matches!(decode(line, 1000, None::<&mut Skip>), Err(kube::Error::Api(s)) if s.code == 403)
         );
     }
 
@@ -346,7 +404,7 @@ mod tests {
             r#"{"type":"RENAMED","object":{}}"#,
             r#"{"type":"BOOKMARK","object":{"metadata":{}}}"#,
         ] {
-            let result = decode(line, 1000, None::<&mut fn(&str, &str) -> bool>);
+            let result = decode(line, 1000, None::<&mut Skip>);
             assert!(
                 matches!(result, Err(kube::Error::SerdeError(_))),
                 "{line}: {result:?}"

@@ -4,10 +4,10 @@
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use super::events::{Event, decode};
+use super::events::{Change, Event, decode};
 use crate::proptests::{config, json, object};
 
-type Skip = fn(&str, &str) -> bool;
+type Skip = fn(Change, &str, &str) -> bool;
 
 fn plain(line: &str) -> Result<Option<Event>, kube::Error> {
     decode(line, 1000, None::<&mut Skip>)
@@ -77,7 +77,7 @@ proptest! {
             format!("{prefix}{value}{suffix}"),
         ] {
             let _ = plain(&line);
-            let mut skip = |_: &str, _: &str| true;
+            let mut skip = |_: Change, _: &str, _: &str| true;
             let _ = decode(&line, 2, Some(&mut skip));
         }
     }
@@ -98,31 +98,44 @@ proptest! {
     }
 
     #[test]
-    fn modified_events_are_skipped_by_version_when_asked(
+    fn events_are_skipped_by_identity_when_asked(
         object in watched_object(),
+        kind in proptest::sample::select(vec![
+            ("ADDED", Change::Added),
+            ("MODIFIED", Change::Modified),
+            ("DELETED", Change::Deleted),
+        ]),
         form in any::<u8>(),
         wanted in any::<bool>(),
     ) {
-        let line = line("MODIFIED", &object, form);
+        let (kind, change) = kind;
+        let line = line(kind, &object, form);
         let uid = object.pointer("/metadata/uid").and_then(Value::as_str);
         let version = object.pointer("/metadata/resourceVersion").and_then(Value::as_str);
         let mut seen = None;
-        let mut skip = |u: &str, v: &str| {
-            seen = Some((u.to_owned(), v.to_owned()));
+        let mut skip = |c: Change, u: &str, v: &str| {
+            seen = Some((c, u.to_owned(), v.to_owned()));
             wanted
         };
         let event = decode(&line, 1000, Some(&mut skip))
             .map_err(|e| TestCaseError::fail(format!("{line}: {e}")))?;
+        let decoded = |event: Option<Event>| match event {
+            Some(Event::Applied(body)) => change != Change::Deleted && body == object,
+            Some(Event::Deleted(body)) => change == Change::Deleted && body == object,
+            _ => false,
+        };
         match (uid, version) {
             (Some(uid), Some(version)) => {
-                prop_assert_eq!(seen, Some((uid.to_owned(), version.to_owned())));
+                prop_assert_eq!(seen, Some((change, uid.to_owned(), version.to_owned())));
                 match event {
-                    Some(Event::Skipped(v)) if wanted => prop_assert_eq!(v, version),
-                    Some(Event::Applied(body)) if !wanted => prop_assert_eq!(body, object),
+                    Some(Event::Skipped { change: c, version: v }) if wanted => {
+                        prop_assert_eq!((c, v.as_str()), (change, version));
+                    }
+                    other if !wanted => prop_assert!(decoded(other), "{}", line),
                     other => prop_assert!(false, "{:?} for {}", other, line),
                 }
             }
-            _ => prop_assert!(matches!(event, Some(Event::Applied(body)) if body == object)),
+            _ => prop_assert!(decoded(event), "{}", line),
         }
     }
 

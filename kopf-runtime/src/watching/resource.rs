@@ -17,6 +17,7 @@ use crate::fields::meta_str;
 use crate::health::{ResourceHealth, ScopeMonitor};
 use crate::namespaces::NamespaceSelector;
 use crate::settings::WatchingSettings;
+use crate::sharding::Slots;
 
 /// Watches one resource in the served namespaces; see the
 /// [module docs](super) for the scoping and the guarantees.
@@ -28,6 +29,7 @@ pub struct ResourceWatcher {
     selector: NamespaceSelector,
     settings: WatchingSettings,
     echoes: Option<Echoes>,
+    slots: Option<Slots>,
     health: Option<Arc<ResourceHealth>>,
 }
 
@@ -69,6 +71,7 @@ impl ResourceWatcher {
             selector,
             settings,
             echoes: None,
+            slots: None,
             health: None,
         }
     }
@@ -103,6 +106,15 @@ impl ResourceWatcher {
         self
     }
 
+    /// Serves only the objects of the shard `slots`: the others are skipped
+    /// as their events come, undecoded and untracked, as if they did not
+    /// exist. (Not for resources with indexes, which hold every object.)
+    #[must_use]
+    pub(crate) fn with_slots(mut self, slots: Slots) -> Self {
+        self.slots = Some(slots);
+        self
+    }
+
     /// Watch until `cancel` fires or `tx`'s receiver is dropped; per-namespace
     /// watches are stopped and awaited before this returns.
     ///
@@ -121,6 +133,7 @@ impl ResourceWatcher {
             let scope = format!("{} (cluster-wide)", self.resource.plural);
             let watch = ScopeWatch::new(api, &self.resource, scope, self.settings.clone(), filter)
                 .with_echoes(self.echoes.clone())
+                .with_slots(self.slots)
                 .with_monitor(self.monitor("cluster-wide"));
             self.settled();
             watch.run(tx, cancel, None).await;
@@ -175,6 +188,7 @@ impl ResourceWatcher {
         let scope = format!("{} in {ns}", self.resource.plural);
         ScopeWatch::new(api, &self.resource, scope, self.settings.clone(), None)
             .with_echoes(self.echoes.clone())
+            .with_slots(self.slots)
             .with_monitor(self.monitor(&format!("in {ns}")))
     }
 

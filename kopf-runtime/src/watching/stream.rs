@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::events::{self, Event};
+use super::events::{self, Change, Event};
 use super::tracker::{ObjectTracker, WatchInput};
 use super::{ObjectEvent, WatchError};
 use crate::decoding;
@@ -22,6 +22,7 @@ use crate::metrics::{RestartReason, WatchEventType};
 use crate::namespaces::NamespaceSelector;
 use crate::retrying::{Backoff, ErrorClass, classify, classify_status};
 use crate::settings::WatchingSettings;
+use crate::sharding::Slots;
 
 /// The receiver is gone: nobody listens any more, stop quietly.
 struct Closed;
@@ -54,6 +55,9 @@ pub(super) struct ScopeWatch {
     tracker: ObjectTracker,
     /// The operator's own patches to recognise, if the consumer keeps them.
     echoes: Option<Echoes>,
+    /// The shard slots served, if not all: other objects are skipped
+    /// undecoded, as if they did not exist.
+    slots: Option<Slots>,
     /// Where the loop reports what it receives, for probes and metrics.
     monitor: Option<ScopeMonitor>,
     out: Vec<ObjectEvent>,
@@ -78,6 +82,7 @@ impl ScopeWatch {
             kind: resource.kind.clone(),
             tracker: ObjectTracker::new(resource.clone()),
             echoes: None,
+            slots: None,
             monitor: None,
             out: Vec::new(),
         }
@@ -93,6 +98,13 @@ impl ScopeWatch {
     /// skipped: they only advance the object's version.
     pub(super) fn with_echoes(mut self, echoes: Option<Echoes>) -> Self {
         self.echoes = echoes;
+        self
+    }
+
+    /// Serves only the objects of `slots`, if given: the others are not
+    /// decoded, tracked or sent.
+    pub(super) fn with_slots(mut self, slots: Option<Slots>) -> Self {
+        self.slots = slots;
         self
     }
 
@@ -216,6 +228,12 @@ impl ScopeWatch {
             let page: Page<'_> = serde_json::from_str(&text)
                 .map_err(|e| WatchError::List(kube::Error::SerdeError(e)))?;
             for item in page.items {
+                if let Some(slots) = self.slots
+                    && let Some(uid) = events::uid_of(item.get())
+                    && !slots.serve(&uid)
+                {
+                    continue;
+                }
                 let input = match decoding::body(item.get(), self.settings.max_depth) {
                     Ok(obj) => WatchInput::Listed(obj),
                     Err(reason) => match self.undecodable(item.get(), false, &reason) {
@@ -373,13 +391,17 @@ impl ScopeWatch {
                 }
                 Ok(Some(Ok(line))) => line,
             };
-            // The operator's own patch, expected back: the object is known.
-            let echoes = self.echoes.as_ref();
+            let (echoes, slots) = (self.echoes.as_ref(), self.slots);
             let tracker = &mut self.tracker;
-            let mut skip = |uid: &str, version: &str| {
-                echoes.is_some_and(|e| e.take(uid, version)) && tracker.advance(uid, version)
+            let mut skip = |change: Change, uid: &str, version: &str| {
+                // Another replica's object: never tracked here.
+                slots.is_some_and(|slots| !slots.serve(uid))
+                    // The operator's own patch, expected back: the object is known.
+                    || (change == Change::Modified
+                        && echoes.is_some_and(|e| e.take(uid, version))
+                        && tracker.advance(uid, version))
             };
-            let skip = echoes.is_some().then_some(&mut skip);
+            let skip = (echoes.is_some() || slots.is_some()).then_some(&mut skip);
             let event = match events::decode(&line, self.settings.max_depth, skip) {
                 Ok(Some(event)) => event,
                 // A truncated last line: resume from the last whole event.
@@ -400,7 +422,7 @@ impl ScopeWatch {
                     remember_version(rv, &obj);
                     WatchInput::Applied(obj)
                 }
-                Event::Skipped(version) => {
+                Event::Skipped { version, .. } => {
                     *rv = version;
                     continue;
                 }
@@ -458,7 +480,12 @@ fn event_type(event: &Event, line: &str) -> WatchEventType {
         }
     };
     match event {
-        Event::Applied(_) | Event::Skipped(_) => applied(),
+        Event::Applied(_) => applied(),
+        Event::Skipped { change, .. } => match change {
+            Change::Added => WatchEventType::Added,
+            Change::Modified => WatchEventType::Modified,
+            Change::Deleted => WatchEventType::Deleted,
+        },
         Event::Undecodable { deleted: false, .. } => applied(),
         Event::Deleted(_) | Event::Undecodable { deleted: true, .. } => WatchEventType::Deleted,
         Event::Bookmark(_) => WatchEventType::Bookmark,

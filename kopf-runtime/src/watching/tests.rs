@@ -15,6 +15,7 @@ use crate::fields::meta_str;
 use crate::mock_api::{self, Recorded, Reply, example, list};
 use crate::namespaces::NamespaceSelector;
 use crate::settings::WatchingSettings;
+use crate::sharding::Slots;
 
 /// Every wait in these tests is bounded by this (virtual) time.
 const LIMIT: Duration = Duration::from_secs(3600);
@@ -46,12 +47,12 @@ impl Running {
         selector: NamespaceSelector,
         handler: impl Fn(&Recorded) -> Reply + Send + Sync + 'static,
     ) -> Self {
-        Self::start_with(selector, None, handler)
+        Self::start_with(selector, |watcher| watcher, handler)
     }
 
     fn start_with(
         selector: NamespaceSelector,
-        echoes: Option<Echoes>,
+        configure: impl FnOnce(ResourceWatcher) -> ResourceWatcher,
         handler: impl Fn(&Recorded) -> Reply + Send + Sync + 'static,
     ) -> Self {
         let (client, log) = mock_api::client(handler);
@@ -62,10 +63,7 @@ impl Running {
             selector,
             WatchingSettings::default(),
         );
-        let watcher = match echoes {
-            Some(echoes) => watcher.with_echoes(echoes),
-            None => watcher,
-        };
+        let watcher = configure(watcher);
         let (tx, rx) = mpsc::channel(16);
         let cancel = CancellationToken::new();
         let tasks = TaskTracker::new();
@@ -182,8 +180,10 @@ async fn expected_echoes_are_skipped_and_their_versions_count_as_seen() {
     echoes.expect("u2", "30");
     let lists = AtomicUsize::new(0);
     let watches = AtomicUsize::new(0);
-    let mut running =
-        Running::start_with(NamespaceSelector::all(), Some(echoes.clone()), move |r| {
+    let mut running = Running::start_with(
+        NamespaceSelector::all(),
+        |w| w.with_echoes(echoes.clone()),
+        move |r| {
             if is_watch(r) {
                 match watches.fetch_add(1, Ordering::SeqCst) {
                     0 => Reply::Events(vec![
@@ -214,7 +214,8 @@ async fn expected_echoes_are_skipped_and_their_versions_count_as_seen() {
                     ),
                 }
             }
-        });
+        },
+    );
     assert_eq!(running.next(3).await, ["+u1(New)", "+u2(New)", "synced:2"]);
     assert_eq!(
         running.next(1).await,
@@ -232,6 +233,52 @@ async fn expected_echoes_are_skipped_and_their_versions_count_as_seen() {
         "resumed after the skipped event: {watches:?}"
     );
     assert!(echoes.is_empty(), "both expectations are used up");
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn objects_of_other_slots_are_skipped_and_their_versions_followed() {
+    // Of two slots, "ours" is in the one served and "theirs" in the other.
+    let slots = Slots::none(2).with(1);
+    assert!(slots.serve("ours") && !slots.serve("theirs"));
+    let watches = AtomicUsize::new(0);
+    let mut running = Running::start_with(
+        NamespaceSelector::all(),
+        |w| w.with_slots(slots),
+        move |r| {
+            if !is_watch(r) {
+                return list(
+                    vec![
+                        example("ns", "a", "ours", "10"),
+                        example("ns", "b", "theirs", "10"),
+                    ],
+                    "10",
+                );
+            }
+            match watches.fetch_add(1, Ordering::SeqCst) {
+                0 => Reply::Events(vec![
+                    mock_api::event("MODIFIED", example("ns", "a", "ours", "11")),
+                    mock_api::event("ADDED", example("ns", "c", "theirs", "12")),
+                    mock_api::event("MODIFIED", example("ns", "c", "theirs", "13")),
+                    mock_api::event("DELETED", example("ns", "c", "theirs", "14")),
+                ]),
+                _ => Reply::EventsThenHang(vec![mock_api::event(
+                    "DELETED",
+                    example("ns", "a", "ours", "15"),
+                )]),
+            }
+        },
+    );
+    assert_eq!(
+        running.next(4).await,
+        ["+ours(New)", "synced:1", "+ours(Changed)", "-ours(Event)"],
+        "nothing of the other slot is sent"
+    );
+    let watches = running.requests(is_watch);
+    assert!(
+        watches[1].contains("resourceVersion=14"),
+        "resumed after the skipped events: {watches:?}"
+    );
     running.stop().await;
 }
 
