@@ -241,12 +241,17 @@ enum Attempt {
 pub(crate) struct Quota {
     target: AtomicUsize,
     held: AtomicUsize,
+    /// Told when the target rises: the electors waiting try at once.
+    raised: Notify,
 }
 
 impl Quota {
     /// Sets how many this replica may hold.
     pub(crate) fn aim(&self, target: usize) {
-        self.target.store(target, Ordering::Release);
+        let before = self.target.swap(target, Ordering::AcqRel);
+        if target > before {
+            self.raised.notify_waiters();
+        }
     }
 
     /// How many this replica holds.
@@ -359,9 +364,19 @@ impl Elector {
         }
     }
 
-    /// Tries every `retry_period` until the Lease is held (`true`) or `stop`.
+    /// Tries every `retry_period`, and at once when the quota rises, until
+    /// the Lease is held (`true`) or `stop`.
     async fn acquire(&mut self, stop: &CancellationToken) -> bool {
+        let quota = self.quota.clone();
         loop {
+            // Before the try, so that a rise during it is not missed.
+            let raised = quota.as_ref().map(|quota| quota.raised.notified());
+            let raised = async {
+                match raised {
+                    Some(raised) => raised.await,
+                    None => std::future::pending().await,
+                }
+            };
             match self.try_acquire_or_renew().await {
                 Ok(Attempt::Held | Attempt::Requested) => return true,
                 Ok(Attempt::Taken) => {}
@@ -372,6 +387,7 @@ impl Elector {
             tokio::select! {
                 () = stop.cancelled() => return false,
                 () = tokio::time::sleep(self.jittered()) => {}
+                () = raised => {}
             }
         }
     }
@@ -832,6 +848,44 @@ mod tests {
             .await
             .expect("released once paused");
             stop.cancel();
+            done.await.expect("ends");
+        }
+
+        #[tokio::test]
+        async fn a_raised_quota_is_tried_at_once() {
+            let emulator = Emulator::start().await.expect("emulator starts");
+            let quota = Arc::new(Quota::default());
+            // A retry period far longer than the test waits.
+            let slow = ElectionSettings {
+                lease_duration: Duration::from_secs(300),
+                renew_deadline: Duration::from_secs(200),
+                retry_period: Duration::from_secs(100),
+                ..ElectionSettings::new("a", 0)
+            };
+            let elector = Elector::new(emulator.client(), "default", "op", slow)
+                .with_quota(Arc::clone(&quota));
+            let (mut roles, paused) = (elector.roles(), elector.paused());
+            let stop = CancellationToken::new();
+            let done = tokio::spawn(elector.run(stop.clone()));
+            tokio::time::timeout(PATIENCE, async {
+                while !emulator
+                    .requests()
+                    .iter()
+                    .any(|r| r.verb == "get" && r.path.ends_with("/leases/op"))
+                {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await
+            .expect("it tries once");
+            quota.aim(0);
+            quota.aim(1);
+            tokio::time::timeout(PATIENCE, roles.wait_for(|r| *r == Role::Leader))
+                .await
+                .expect("led at once, not a retry period later")
+                .expect("runs");
+            stop.cancel();
+            paused.notify_one();
             done.await.expect("ends");
         }
 
