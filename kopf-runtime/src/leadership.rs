@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use futures::FutureExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Api;
@@ -223,6 +224,32 @@ fn parse_request(text: &str) -> Option<(i64, &str)> {
     Some((priority.parse().ok()?, identity))
 }
 
+/// Why a term of leadership ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// The replica stops, or yields the Lease to its quota: it pauses and
+    /// releases.
+    Released,
+    /// A candidate of a higher priority asked for the Lease: it pauses,
+    /// releases, and leaves the Lease to that candidate for a while.
+    Asked,
+    /// The Lease could not be renewed in time.
+    SteppedDown {
+        /// When the Lease may be another replica's, at the earliest.
+        others_may_lead_at: Instant,
+    },
+}
+
+impl Ending {
+    /// The role it leaves the replica in until the Lease is let go.
+    fn role(self) -> Role {
+        match self {
+            Ending::Released | Ending::Asked => Role::HandingOver,
+            Ending::SteppedDown { others_may_lead_at } => Role::SteppedDown { others_may_lead_at },
+        }
+    }
+}
+
 /// What one attempt to acquire or renew found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Attempt {
@@ -259,8 +286,16 @@ impl Quota {
         self.held.load(Ordering::Acquire)
     }
 
-    fn may_take(&self) -> bool {
-        self.held() < self.target.load(Ordering::Acquire)
+    /// Counts one more held if fewer than the target are: whether it did.
+    /// (Of electors trying at once, only as many as the target allows
+    /// pass.)
+    fn reserve(&self) -> bool {
+        let target = self.target.load(Ordering::Acquire);
+        self.held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                (held < target).then_some(held + 1)
+            })
+            .is_ok()
     }
 }
 
@@ -275,6 +310,8 @@ pub(crate) struct Elector {
     paused: Arc<Notify>,
     /// What the replica may hold of Leases like this one, if limited.
     quota: Option<Arc<Quota>>,
+    /// Whether this elector's Lease is counted as held in the quota.
+    counted: bool,
     /// Notified to give the Lease up while leading (as a handover).
     yielding: Arc<Notify>,
 }
@@ -295,6 +332,7 @@ impl Elector {
             role: watch::Sender::new(Role::Candidate),
             paused: Arc::new(Notify::new()),
             quota: None,
+            counted: false,
             yielding: Arc::new(Notify::new()),
         }
     }
@@ -332,29 +370,29 @@ impl Elector {
             if !self.acquire(&stop).await {
                 return;
             }
-            if let Some(quota) = &self.quota {
-                quota.held.fetch_add(1, Ordering::AcqRel);
-            }
+            // A pause told for an earlier term is no pause of this one.
+            let _ = self.paused.notified().now_or_never();
             self.role.send_replace(Role::Leader);
             tracing::info!(lease = %self.name, identity = %self.settings.identity, "Became the leader.");
             let ending = self.renew(&stop).await;
-            if let Some(quota) = &self.quota {
-                quota.held.fetch_sub(1, Ordering::AcqRel);
-            }
-            self.role.send_replace(ending);
+            self.count_out();
+            self.role.send_replace(ending.role());
             // Nothing may act on another replica's behalf: wait for the work
             // to pause before the Lease can go to anyone else.
             self.paused.notified().await;
             match ending {
-                Role::SteppedDown { .. } => {
+                Ending::SteppedDown { .. } => {
                     tracing::warn!(lease = %self.name, "Could not renew the lease in time; stepped down.");
                 }
-                _ => self.release().await,
+                Ending::Released | Ending::Asked => self.release().await,
             }
             if stop.is_cancelled() {
                 return;
             }
-            if ending == Role::HandingOver {
+            // A Lease yielded to the quota is not taken back while the quota
+            // is full, and goes on being watched: the elector sees at once
+            // when it is free again or no longer renewed.
+            if ending == Ending::Asked {
                 // Leave the Lease to the one who asked.
                 tokio::select! {
                     () = stop.cancelled() => return,
@@ -393,19 +431,19 @@ impl Elector {
     }
 
     /// Renews every `retry_period` while leading: the role it ends in.
-    async fn renew(&mut self, stop: &CancellationToken) -> Role {
+    async fn renew(&mut self, stop: &CancellationToken) -> Ending {
         // A renewal is written before it is answered: the others count the
         // lease from their sight of it, which is no sooner.
         let mut renewing = Instant::now();
         loop {
             tokio::select! {
-                () = stop.cancelled() => return Role::HandingOver,
-                () = self.yielding.notified() => return Role::HandingOver,
+                () = stop.cancelled() => return Ending::Released,
+                () = self.yielding.notified() => return Ending::Released,
                 () = tokio::time::sleep(self.settings.retry_period) => {}
             }
             let deadline = renewing + self.settings.renew_deadline;
             let expiry = renewing + self.settings.lease_duration;
-            let stepped_down = |others_may_lead_at| Role::SteppedDown { others_may_lead_at };
+            let stepped_down = |others_may_lead_at| Ending::SteppedDown { others_may_lead_at };
             loop {
                 let attempt_began = Instant::now();
                 let attempt = tokio::time::timeout_at(deadline, self.try_acquire_or_renew()).await;
@@ -415,7 +453,7 @@ impl Elector {
                         renewing = attempt_began;
                         break;
                     }
-                    Ok(Ok(Attempt::Requested)) => return Role::HandingOver,
+                    Ok(Ok(Attempt::Requested)) => return Ending::Asked,
                     // Another replica holds it already.
                     Ok(Ok(Attempt::Taken)) => return stepped_down(Instant::now()),
                     Ok(Err(error)) => {
@@ -437,11 +475,12 @@ impl Elector {
         let me = self.settings.identity.clone();
         let now = MicroTime(jiff::Timestamp::now());
         let Some(mut lease) = self.api.get_opt(&self.name).await? else {
-            if self.quota.as_ref().is_some_and(|quota| !quota.may_take()) {
+            let Some(fresh) = self.count_in(false) else {
                 return Ok(Attempt::Taken);
-            }
+            };
             let lease = self.lease_for_me(None, now);
-            let created = self.api.create(&PostParams::default(), &lease).await?;
+            let created = self.api.create(&PostParams::default(), &lease).await;
+            let created = self.counted_unless_failed(fresh, created)?;
             self.observe(&created);
             return Ok(Attempt::Held);
         };
@@ -454,6 +493,7 @@ impl Elector {
             if let Some((priority, _)) = request
                 && priority > self.settings.priority
             {
+                self.count_in(true);
                 return Ok(Attempt::Requested);
             }
         } else if !record.holder.is_empty() && !expired {
@@ -467,19 +507,55 @@ impl Elector {
             // Reserved for the one who asked, while the request is fresh.
             return Ok(Attempt::Taken);
         }
-        if record.holder != me
-            && let Some(quota) = &self.quota
-            && !quota.may_take()
-        {
+        let Some(fresh) = self.count_in(record.holder == me) else {
             return Ok(Attempt::Taken);
-        }
+        };
         let mine = self.lease_for_me(Some(&lease), now);
         let replaced = self
             .api
             .replace(&self.name, &PostParams::default(), &mine)
-            .await?;
+            .await;
+        let replaced = self.counted_unless_failed(fresh, replaced)?;
         self.observe(&replaced);
         Ok(Attempt::Held)
+    }
+
+    /// Counts the Lease about to be written as held in the quota, if there
+    /// is one and it is not counted yet: `None` if the replica holds its
+    /// share already, else whether it was counted just now. A Lease that
+    /// still names this replica (`mine`) is counted whatever the share:
+    /// the surplus is yielded after.
+    fn count_in(&mut self, mine: bool) -> Option<bool> {
+        let Some(quota) = self.quota.as_ref().filter(|_| !self.counted) else {
+            return Some(false);
+        };
+        if mine {
+            quota.held.fetch_add(1, Ordering::AcqRel);
+        } else if !quota.reserve() {
+            return None;
+        }
+        self.counted = true;
+        Some(true)
+    }
+
+    /// Un-counts the Lease if the write that was to take it failed.
+    fn counted_unless_failed<T>(
+        &mut self,
+        fresh: bool,
+        written: Result<T, kube::Error>,
+    ) -> Result<T, kube::Error> {
+        if fresh && written.is_err() {
+            self.count_out();
+        }
+        written
+    }
+
+    /// The Lease is no longer held: it leaves the quota's count.
+    fn count_out(&mut self) {
+        if let Some(quota) = self.quota.as_ref().filter(|_| self.counted) {
+            quota.held.fetch_sub(1, Ordering::AcqRel);
+        }
+        self.counted = false;
     }
 
     /// Asks the holder to hand over, if this replica outranks it and has
@@ -829,6 +905,8 @@ mod tests {
                 .expect("led within the quota")
                 .expect("runs");
             assert_eq!(quota.held(), 1);
+            // As the members' count does: a lower share, then the surplus yielded.
+            quota.aim(0);
             yielding.notify_one();
             tokio::time::timeout(PATIENCE, roles.wait_for(|r| *r == Role::HandingOver))
                 .await
@@ -847,6 +925,25 @@ mod tests {
             })
             .await
             .expect("released once paused");
+            // Watched on, not taken back while the share is full.
+            let gets = || {
+                emulator
+                    .requests()
+                    .iter()
+                    .filter(|r| r.verb == "get" && r.path.ends_with("/leases/op"))
+                    .count()
+            };
+            let released_at = gets();
+            tokio::time::timeout(PATIENCE, async {
+                while gets() < released_at + 3 {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await
+            .expect("it tries on");
+            assert_eq!(*roles.borrow(), Role::Candidate);
+            let lease = api.get("op").await.expect("the lease exists");
+            assert_eq!(holder(&lease), None, "not taken back");
             stop.cancel();
             done.await.expect("ends");
         }
@@ -887,6 +984,70 @@ mod tests {
             stop.cancel();
             paused.notify_one();
             done.await.expect("ends");
+        }
+
+        #[tokio::test]
+        async fn electors_sharing_a_quota_take_no_more_than_it_at_once() {
+            let emulator = Emulator::start().await.expect("emulator starts");
+            let quota = Arc::new(Quota::default());
+            let stop = CancellationToken::new();
+            let mut electors = Vec::new();
+            for name in ["op-0", "op-1", "op-2"] {
+                let elector = Elector::new(emulator.client(), "default", name, settings("a", 0))
+                    .with_quota(Arc::clone(&quota));
+                let (roles, paused) = (elector.roles(), elector.paused());
+                let done = tokio::spawn(elector.run(stop.clone()));
+                electors.push((name, roles, paused, done));
+            }
+            let tries = |name: &str| {
+                emulator
+                    .requests()
+                    .iter()
+                    .filter(|r| r.verb == "get" && r.path.ends_with(&format!("/leases/{name}")))
+                    .count()
+            };
+            let tried_by_all = || electors.iter().all(|(name, ..)| tries(name) > 0);
+            tokio::time::timeout(PATIENCE, async {
+                while !tried_by_all() {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await
+            .expect("they try");
+            // All three are woken by the rise at once, and race.
+            quota.aim(2);
+            let leading = || {
+                electors
+                    .iter()
+                    .filter(|(_, roles, ..)| *roles.borrow() == Role::Leader)
+                    .count()
+            };
+            tokio::time::timeout(PATIENCE, async {
+                while leading() < 2 {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await
+            .expect("two lead");
+            // The third keeps trying, in vain.
+            let (third, ..) = electors
+                .iter()
+                .find(|(_, roles, ..)| *roles.borrow() == Role::Candidate)
+                .expect("one is left");
+            let before = tries(third);
+            tokio::time::timeout(PATIENCE, async {
+                while tries(third) < before + 3 {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await
+            .expect("it tries again");
+            assert_eq!((leading(), quota.held()), (2, 2));
+            stop.cancel();
+            for (_, _, paused, done) in electors {
+                paused.notify_one();
+                done.await.expect("ends");
+            }
         }
 
         #[tokio::test]

@@ -225,9 +225,13 @@ impl Ward {
     /// Waits until some slot is held: those held then. With shards, the
     /// slots held must also have stayed the same for `settle`, so that
     /// slots taken one after another are served in one term.
+    ///
+    /// It is called between terms, when nothing is served: a slot given up
+    /// meanwhile is let go at once.
     pub(crate) async fn hold_some(&mut self, settle: Duration) -> Slots {
         let mut held = self.held();
         loop {
+            self.paused();
             if held.len() == 0 {
                 self.moved_from(held).await;
                 held = self.held();
@@ -471,6 +475,43 @@ mod tests {
         assert!(one.loses_to(none) && !none.loses_to(one));
         assert!(Slots::none(1).with(0).is_all() && !one.is_all());
         assert_eq!(one.with(3).len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slot_given_up_between_terms_is_let_go_at_once() {
+        use futures::FutureExt;
+
+        let (leading, handing_over) = (
+            watch::Sender::new(Role::Leader),
+            watch::Sender::new(Role::Leader),
+        );
+        let seat = |roles: &watch::Sender<Role>| Seat {
+            roles: roles.subscribe(),
+            paused: Arc::new(Notify::new()),
+            yielding: Arc::new(Notify::new()),
+        };
+        let mut ward = Ward {
+            seats: vec![seat(&leading), seat(&handing_over)],
+            shards: 2,
+            stop: CancellationToken::new(),
+        };
+        let paused: Vec<Arc<Notify>> = ward.seats.iter().map(|s| Arc::clone(&s.paused)).collect();
+        let settle = Duration::from_secs(1);
+        // The second slot is given up while the next term waits to settle.
+        let giving_up = async {
+            tokio::time::sleep(settle / 2).await;
+            handing_over.send_replace(Role::HandingOver);
+        };
+        let (held, ()) = tokio::join!(ward.hold_some(settle), giving_up);
+        assert_eq!(held, Slots::none(2).with(0));
+        assert!(
+            paused[1].notified().now_or_never().is_some(),
+            "told that nothing of its slot is served"
+        );
+        assert!(
+            paused[0].notified().now_or_never().is_none(),
+            "the slot still led is not"
+        );
     }
 
     #[test]
