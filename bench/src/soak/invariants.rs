@@ -72,9 +72,11 @@ impl Persisted {
     /// Reads an object as stored.
     pub fn of(cm: &ConfigMap) -> Persisted {
         let annotations = cm.metadata.annotations.clone().unwrap_or_default();
+        // As the operator reads it: anything but a JSON object is absent.
         let diff_base = annotations
             .get(DIFF_BASE)
             .and_then(|s| serde_json::from_str::<Value>(s).ok())
+            .filter(Value::is_object)
             .map(|essence| data_pair(&essence["data"]));
         let done = |id: &str| {
             annotations
@@ -460,5 +462,10 @@ mod tests {
         assert!(p.updated(&("1".into(), "1".into())));
         assert!(p.updated(&("2".into(), "1".into())), "by its progress");
         assert!(!p.updated(&("3".into(), "1".into())));
+        // A diff-base the operator would not read is none.
+        for garbage in ["[]", "42", "{not json"] {
+            cm.metadata.annotations = Some([(DIFF_BASE.to_string(), garbage.to_string())].into());
+            assert_eq!(Persisted::of(&cm).diff_base, None, "{garbage}");
+        }
     }
 }
