@@ -1,6 +1,7 @@
-//! Short seeded soaks (`kopf-bench soak`): a clean one reports no
-//! violation, and each promise the soak operator breaks on purpose
-//! (`KOPF_SOAK_BREAK`) is reported as the violation of its invariant.
+//! Short seeded soaks (`kopf-bench soak`): a clean one, poisoned objects
+//! among its churn, reports no violation, and each promise the soak
+//! operator breaks on purpose (`KOPF_SOAK_BREAK`) is reported as the
+//! violation of its invariant.
 //! Debug builds, a small population; the clean soak is the CI soak.
 
 use std::path::{Path, PathBuf};
@@ -89,6 +90,12 @@ fn a_clean_soak_under_every_fault_keeps_every_promise() {
         assert!(
             summary["records"][kind].as_u64().unwrap_or(0) > 0,
             "no {kind} records: {summary:#}"
+        );
+    }
+    for kind in ["deep", "garbled", "deepened"] {
+        assert!(
+            summary["churned"]["poisoned"][kind].as_u64().unwrap_or(0) > 0,
+            "no {kind} poisoned objects among the churn: {summary:#}"
         );
     }
 }
