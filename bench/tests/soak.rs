@@ -125,7 +125,7 @@ fn caught(broken: &str, invariant: &str) {
 }
 
 /// Each promise broken on purpose, and the invariant that must report it.
-const BROKEN: [(&str, &str); 10] = [
+const BROKEN: [(&str, &str); 12] = [
     ("create-twice", "create-once"),
     ("update-twice", "update-once"),
     ("delete-skipped", "delete-ran"),
@@ -136,6 +136,8 @@ const BROKEN: [(&str, &str); 10] = [
     ("leak-tasks", "baseline-tasks"),
     ("leak-memory", "baseline-rss"),
     ("panic", "no-panic"),
+    ("poison-decoded", "poison-skipped"),
+    ("garbage-skipped", "garbage-ignored"),
 ];
 
 /// The broken soaks run at once: each mostly waits (its churn, faults and

@@ -100,6 +100,9 @@ fn registry(broken: Break) -> Result<Registry, String> {
     let b = Registry::builder()
         .on_create(cms(), "create", move |kw: Kwargs| async move {
             let (uid, name) = ids(&kw);
+            if broken == Break::GarbageSkipped && poison::garbled(&kw.body) {
+                return Ok(());
+            }
             write(
                 "create",
                 &uid,
@@ -227,7 +230,10 @@ async fn main() -> ExitCode {
     };
     let args = Args::parse();
     let mut settings = OperatorSettings::default();
-    settings.watching.max_depth = poison::MAX_DEPTH;
+    // Broken: the poisoned objects decode, and are handled.
+    if broken != Break::PoisonDecoded {
+        settings.watching.max_depth = poison::MAX_DEPTH;
+    }
     let stats = tokio::spawn(stats());
     let result = Runner::new()
         .args(args)

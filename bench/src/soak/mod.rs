@@ -141,10 +141,16 @@ pub enum Break {
     LeakMemory,
     /// The field handler panics on `data.f = 1` (`no-panic`).
     Panic,
+    /// The operator decodes objects as deep as its default `max_depth`
+    /// lets it, the poisoned ones too (`poison-skipped`).
+    PoisonDecoded,
+    /// The create handler does nothing for objects whose diff-base is
+    /// malformed (`garbage-ignored`).
+    GarbageSkipped,
 }
 
 impl Break {
-    const ALL: [(&'static str, Break, &'static str); 10] = [
+    const ALL: [(&'static str, Break, &'static str); 12] = [
         ("create-twice", Break::CreateTwice, "create-once"),
         ("update-twice", Break::UpdateTwice, "update-once"),
         ("delete-skipped", Break::DeleteSkipped, "delete-ran"),
@@ -163,6 +169,8 @@ impl Break {
         ("leak-tasks", Break::LeakTasks, "baseline-tasks"),
         ("leak-memory", Break::LeakMemory, "baseline-rss"),
         ("panic", Break::Panic, "no-panic"),
+        ("poison-decoded", Break::PoisonDecoded, "poison-skipped"),
+        ("garbage-skipped", Break::GarbageSkipped, "garbage-ignored"),
     ];
 
     /// Parses a `KOPF_SOAK_BREAK` value.
