@@ -1,6 +1,7 @@
-//! Short seeded soaks (`kopf-bench soak`): a clean one reports no
-//! violation, and each promise the soak operator breaks on purpose
-//! (`KOPF_SOAK_BREAK`) is reported as the violation of its invariant.
+//! Short seeded soaks (`kopf-bench soak`): a clean one, poisoned objects
+//! among its churn, reports no violation, and each promise the soak
+//! operator breaks on purpose (`KOPF_SOAK_BREAK`) is reported as the
+//! violation of its invariant.
 //! Debug builds, a small population; the clean soak is the CI soak.
 
 use std::path::{Path, PathBuf};
@@ -91,6 +92,12 @@ fn a_clean_soak_under_every_fault_keeps_every_promise() {
             "no {kind} records: {summary:#}"
         );
     }
+    for kind in ["deep", "garbled", "deepened"] {
+        assert!(
+            summary["churned"]["poisoned"][kind].as_u64().unwrap_or(0) > 0,
+            "no {kind} poisoned objects among the churn: {summary:#}"
+        );
+    }
 }
 
 /// A short soak of an operator broken on purpose reports the invariant.
@@ -118,7 +125,7 @@ fn caught(broken: &str, invariant: &str) {
 }
 
 /// Each promise broken on purpose, and the invariant that must report it.
-const BROKEN: [(&str, &str); 10] = [
+const BROKEN: [(&str, &str); 12] = [
     ("create-twice", "create-once"),
     ("update-twice", "update-once"),
     ("delete-skipped", "delete-ran"),
@@ -129,6 +136,8 @@ const BROKEN: [(&str, &str); 10] = [
     ("leak-tasks", "baseline-tasks"),
     ("leak-memory", "baseline-rss"),
     ("panic", "no-panic"),
+    ("poison-decoded", "poison-skipped"),
+    ("garbage-skipped", "garbage-ignored"),
 ];
 
 /// The broken soaks run at once: each mostly waits (its churn, faults and

@@ -1,7 +1,11 @@
 //! The operator under `kopf-bench soak`: create, update, field and delete
 //! handlers, timers and daemons on ConfigMaps labelled `soak`, with
 //! finalizers (`soak-fin=yes`) and without (`soak-fin=no`), each recording
-//! its calls (`kopf_bench::soak::records`) for the soak's invariant checks.
+//! its calls (`kopf_bench::soak::records`) for the soak's invariant checks,
+//! and whether the body it got held a poisoned object's nesting (`p=1`).
+//! It decodes objects nested at most `kopf_bench::soak::poison::MAX_DEPTH`
+//! levels deep (`settings.watching.max_depth`), so that the soak's
+//! poisoned objects are past it.
 //!
 //! ```text
 //! KOPF_SOAK_RECORDS=records.txt soak-operator --standalone -n default --kubeconfig KC
@@ -12,12 +16,26 @@
 //! test can see the soak report it (`kopf_bench::soak::Break` lists them).
 
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use kopf_bench::soak::Break;
-use kopf_bench::soak::records::write;
-use kopf_runtime::{Args, Error, Kwargs, PRESENT, Registry, ResourceRef, Runner};
+use kopf_bench::soak::records;
+use kopf_bench::soak::{Break, poison};
+use kopf_runtime::settings::OperatorSettings;
+use kopf_runtime::{Args, Error, Kwargs, LiveBody, PRESENT, Registry, ResourceRef, Runner};
+use serde_json::Value;
+
+/// Records a call on `body`, marked `p=1` if it holds a poisoned nesting.
+fn write(kind: &str, uid: &str, name: &str, body: &Value, extra: &[(&str, String)]) {
+    if poison::in_body(body) {
+        let mut extra = extra.to_vec();
+        extra.push(("p", "1".to_string()));
+        records::write(kind, uid, name, &extra);
+    } else {
+        records::write(kind, uid, name, extra);
+    }
+}
 
 /// `data.<key>` of the object, or `-`.
 fn data(kw: &Kwargs, key: &str) -> String {
@@ -45,19 +63,25 @@ fn instance() -> String {
 /// A daemon's body: beats every second until its stop flag is set.
 async fn beat(kw: Kwargs, broken: Break) {
     let (uid, name) = ids(&kw);
-    let inst = instance();
-    write("dstart", &uid, &name, &[("i", inst.clone())]);
     let stopped = kw.stopped.clone().unwrap_or_default();
+    // The object as it is now, as the daemon sees it.
+    let (start, live) = (Arc::clone(&kw.body), kw.live.clone());
+    let body = move || {
+        live.as_ref()
+            .map_or_else(|| Arc::clone(&start), LiveBody::get)
+    };
+    let inst = instance();
+    write("dstart", &uid, &name, &body(), &[("i", inst.clone())]);
     if broken == Break::DaemonTwice {
         // A second copy of the task for the same object, stopped with it.
-        let (uid, name, stopped) = (uid.clone(), name.clone(), stopped.clone());
+        let (uid, name, stopped, body) = (uid.clone(), name.clone(), stopped.clone(), body.clone());
         tokio::spawn(async move {
             let inst = instance();
-            write("dstart", &uid, &name, &[("i", inst.clone())]);
+            write("dstart", &uid, &name, &body(), &[("i", inst.clone())]);
             while !stopped.wait(Duration::from_secs(1)).await {
-                write("dbeat", &uid, &name, &[("i", inst.clone())]);
+                write("dbeat", &uid, &name, &body(), &[("i", inst.clone())]);
             }
-            write("dstop", &uid, &name, &[("i", inst)]);
+            write("dstop", &uid, &name, &body(), &[("i", inst)]);
         });
     }
     loop {
@@ -66,9 +90,9 @@ async fn beat(kw: Kwargs, broken: Break) {
         } else if stopped.wait(Duration::from_secs(1)).await {
             break;
         }
-        write("dbeat", &uid, &name, &[("i", inst.clone())]);
+        write("dbeat", &uid, &name, &body(), &[("i", inst.clone())]);
     }
-    write("dstop", &uid, &name, &[("i", inst)]);
+    write("dstop", &uid, &name, &body(), &[("i", inst)]);
 }
 
 fn registry(broken: Break) -> Result<Registry, String> {
@@ -76,10 +100,14 @@ fn registry(broken: Break) -> Result<Registry, String> {
     let b = Registry::builder()
         .on_create(cms(), "create", move |kw: Kwargs| async move {
             let (uid, name) = ids(&kw);
+            if broken == Break::GarbageSkipped && poison::garbled(&kw.body) {
+                return Ok(());
+            }
             write(
                 "create",
                 &uid,
                 &name,
+                &kw.body,
                 &[("v", data(&kw, "v")), ("f", data(&kw, "f"))],
             );
             match broken {
@@ -105,6 +133,7 @@ fn registry(broken: Break) -> Result<Registry, String> {
                 "update",
                 &uid,
                 &name,
+                &kw.body,
                 &[("v", data(&kw, "v")), ("f", data(&kw, "f"))],
             );
             if broken == Break::UpdateTwice && kw.retry == 0 {
@@ -116,7 +145,7 @@ fn registry(broken: Break) -> Result<Registry, String> {
         .on_field(cms(), "field", "data.f", move |kw: Kwargs| async move {
             let (uid, name) = ids(&kw);
             let f = data(&kw, "f");
-            write("field", &uid, &name, &[("f", f.clone())]);
+            write("field", &uid, &name, &kw.body, &[("f", f.clone())]);
             if broken == Break::Panic && f == "1" {
                 panic!("broken on purpose: the field handler panics");
             }
@@ -134,13 +163,13 @@ fn registry(broken: Break) -> Result<Registry, String> {
                 }
                 _ => {}
             }
-            write("delete", &uid, &name, &[]);
+            write("delete", &uid, &name, &kw.body, &[]);
             Ok(())
         })
         .label("soak-fin", "yes")
         .timer(cms(), "tick", |kw: Kwargs| async move {
             let (uid, name) = ids(&kw);
-            write("tick", &uid, &name, &[]);
+            write("tick", &uid, &name, &kw.body, &[]);
         })
         .interval(Duration::from_secs(1))
         .label("soak-fin", "yes")
@@ -148,7 +177,7 @@ fn registry(broken: Break) -> Result<Registry, String> {
         .label("soak-fin", "yes")
         .timer(cms(), "tick-nofin", |kw: Kwargs| async move {
             let (uid, name) = ids(&kw);
-            write("tick", &uid, &name, &[]);
+            write("tick", &uid, &name, &kw.body, &[]);
         })
         .interval(Duration::from_secs(1))
         .label("soak-fin", "no");
@@ -173,7 +202,7 @@ async fn stats() {
         let tasks = tokio::runtime::Handle::current()
             .metrics()
             .num_alive_tasks();
-        write("stat", "", "", &[("tasks", tasks.to_string())]);
+        records::write("stat", "", "", &[("tasks", tasks.to_string())]);
     }
 }
 
@@ -200,8 +229,18 @@ async fn main() -> ExitCode {
         }
     };
     let args = Args::parse();
+    let mut settings = OperatorSettings::default();
+    // Broken: the poisoned objects decode, and are handled.
+    if broken != Break::PoisonDecoded {
+        settings.watching.max_depth = poison::MAX_DEPTH;
+    }
     let stats = tokio::spawn(stats());
-    let result = Runner::new().args(args).registry(registry).run().await;
+    let result = Runner::new()
+        .args(args)
+        .settings(settings)
+        .registry(registry)
+        .run()
+        .await;
     stats.abort();
     match result {
         Ok(()) => ExitCode::SUCCESS,

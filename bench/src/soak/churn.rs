@@ -1,37 +1,133 @@
-//! The clients' side: objects created, changed and deleted at a steady rate.
+//! The clients' side: objects created, changed and deleted at a steady
+//! rate, poisoned ones among them ([`poison`](super::poison)).
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+
+use serde_json::{Map, json};
 
 use super::Soak;
 use super::client::Deleted;
 use super::invariants::{FINALIZER, Obj};
+use super::poison::{self, Poison};
 
-/// Creates one object (half of them with finalizers).
+/// Every how many creations one is nested too deep, and one garbled.
+const POISON_EVERY: u64 = 8;
+
+/// Creates one object (with finalizers or not), poisoned or not.
 ///
 /// # Errors
 /// If the emulator keeps failing.
-pub async fn create(soak: &Soak, fin: bool) -> anyhow::Result<()> {
+pub async fn create(
+    soak: &Soak,
+    fin: bool,
+    poison: Option<Poison>,
+    rng: &mut fastrand::Rng,
+) -> anyhow::Result<()> {
     let name = {
         let mut state = soak.lock();
         state.serial += 1;
         format!("soak-{:06}", state.serial)
     };
-    let uid = soak.client.create(&name, fin).await?;
+    let (annotations, fields) = match poison {
+        None => (BTreeMap::new(), Map::new()),
+        Some(Poison::Deep) => (
+            BTreeMap::new(),
+            Map::from_iter([(poison::FIELD.to_string(), poison::deep())]),
+        ),
+        Some(Poison::Garbled) => (poison::garbage(rng), Map::new()),
+    };
+    let uid = soak.client.create(&name, fin, annotations, fields).await?;
     let mut state = soak.lock();
-    state.objects.insert(
-        uid.clone(),
-        Obj {
-            name: name.clone(),
-            fin,
-            delete_at: None,
-            held: false,
-            gone: false,
-            blocked: false,
-        },
-    );
+    state
+        .objects
+        .insert(uid.clone(), Obj::new(name.clone(), fin, poison));
     state.live.insert(name.clone(), (uid.clone(), 0, 0));
     state.churned.created += 1;
-    state.event(Some(&uid), format!("created {name} (finalizers: {fin})"));
+    let what = match poison {
+        None => "",
+        Some(Poison::Deep) => ", nested too deep",
+        Some(Poison::Garbled) => ", with malformed Kopf annotations",
+    };
+    match poison {
+        None => {}
+        Some(Poison::Deep) => state.churned.poisoned.deep += 1,
+        Some(Poison::Garbled) => state.churned.poisoned.garbled += 1,
+    }
+    state.event(
+        Some(&uid),
+        format!("created {name} (finalizers: {fin}{what})"),
+    );
+    Ok(())
+}
+
+/// Makes a served object too deep to decode (`deep`) or decodable again.
+///
+/// # Errors
+/// If the emulator keeps failing.
+async fn nest(soak: &Soak, name: &str, deep: bool) -> anyhow::Result<()> {
+    let _one = soak.nesting.lock().await;
+    nest_now(soak, name, deep).await
+}
+
+/// [`nest`], under `soak.nesting`.
+async fn nest_now(soak: &Soak, name: &str, deep: bool) -> anyhow::Result<()> {
+    let uid = {
+        let state = soak.lock();
+        let Some((uid, _, _)) = state.live.get(name) else {
+            return Ok(());
+        };
+        uid.clone()
+    };
+    let value = if deep { poison::deep() } else { json!(null) };
+    let found = soak
+        .client
+        .merge(name, &json!({ poison::FIELD: value }))
+        .await?;
+    let mut state = soak.lock();
+    if let Some(obj) = state.objects.get_mut(&uid) {
+        obj.deep = deep;
+    }
+    if deep {
+        state.churned.poisoned.deepened += 1;
+    }
+    state.event(
+        Some(&uid),
+        format!(
+            "{} {name}{}",
+            if deep {
+                "nested too deep"
+            } else {
+                "made decodable"
+            },
+            if found { "" } else { " (gone)" }
+        ),
+    );
+    Ok(())
+}
+
+/// Makes every object made too deep by a change decodable again.
+///
+/// # Errors
+/// If the emulator keeps failing.
+pub async fn cure_all(soak: &Soak) -> anyhow::Result<()> {
+    let names: Vec<String> = {
+        let state = soak.lock();
+        state
+            .live
+            .iter()
+            .filter(|(_, (uid, _, _))| {
+                state
+                    .objects
+                    .get(uid)
+                    .is_some_and(|obj| obj.deep && obj.poison != Some(Poison::Deep))
+            })
+            .map(|(name, _)| name.clone())
+            .collect()
+    };
+    for name in names {
+        nest(soak, &name, false).await?;
+    }
     Ok(())
 }
 
@@ -40,6 +136,21 @@ pub async fn create(soak: &Soak, fin: bool) -> anyhow::Result<()> {
 /// # Errors
 /// If the emulator keeps failing.
 pub async fn delete(soak: &Soak, name: &str) -> anyhow::Result<()> {
+    // Not while the object is being made too deep: see below.
+    let _one = soak.nesting.lock().await;
+    // The operator cannot release a finalizer from an object it cannot
+    // decode: its owner makes it decodable again first.
+    let cure = {
+        let state = soak.lock();
+        state
+            .live
+            .get(name)
+            .and_then(|(uid, _, _)| state.objects.get(uid))
+            .is_some_and(|obj| obj.deep && obj.fin && obj.poison != Some(Poison::Deep))
+    };
+    if cure {
+        nest_now(soak, name, false).await?;
+    }
     let uid = {
         let mut state = soak.lock();
         let Some((uid, _, _)) = state.live.remove(name) else {
@@ -95,7 +206,10 @@ async fn change(soak: &Soak, name: &str, field: bool) -> anyhow::Result<()> {
 }
 
 /// Churns until `until`: about `rate` operations a second, keeping about
-/// `population` objects alive.
+/// `population` objects alive. One creation in [`POISON_EVERY`] is nested
+/// too deep, one garbled; one change in 20 of a served object makes it too
+/// deep, and such an object is made decodable again at about a third of
+/// the operations on it.
 ///
 /// # Errors
 /// If the emulator keeps failing.
@@ -111,12 +225,32 @@ pub async fn run(soak: &Soak, until: Instant, mut rng: fastrand::Rng) -> anyhow:
         let roll = rng.f64();
         let grow = names.len() < soak.config.population;
         if names.is_empty() || (grow && roll < 0.5) {
-            create(soak, rng.bool()).await?;
+            let serial = soak.lock().serial + 1;
+            let poison = match serial % POISON_EVERY {
+                3 => Some(Poison::Deep),
+                7 => Some(Poison::Garbled),
+                _ => None,
+            };
+            let fin = rng.bool();
+            create(soak, fin, poison, &mut rng).await?;
         } else {
             let name = &names[rng.usize(..names.len())];
-            match rng.u8(..10) {
-                0..=3 => change(soak, name, false).await?,
-                4..=6 => change(soak, name, true).await?,
+            let (deepened, served) = {
+                let state = soak.lock();
+                let obj = state
+                    .live
+                    .get(name)
+                    .and_then(|(uid, _, _)| state.objects.get(uid));
+                let servable = obj.is_some_and(|obj| obj.poison != Some(Poison::Deep));
+                let deep = obj.is_some_and(|obj| obj.deep);
+                (servable && deep, servable && !deep)
+            };
+            match rng.u8(..20) {
+                0..=5 if deepened => nest(soak, name, false).await?,
+                0..=7 => change(soak, name, false).await?,
+                8..=12 => change(soak, name, true).await?,
+                13 if served => nest(soak, name, true).await?,
+                13 => change(soak, name, true).await?,
                 _ => delete(soak, name).await?,
             }
         }

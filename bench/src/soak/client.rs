@@ -2,13 +2,16 @@
 //! faults the soak injects (429, 5xx, a restarting server), since they hit
 //! the runner's requests as much as the operator's.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+};
 use kube::{Api, Client};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 /// The User-Agent of the soak runner's requests.
 pub const AGENT: &str = "kopf-soak-driver";
@@ -22,6 +25,7 @@ pub struct Soaker {
     client: Client,
     /// The ConfigMaps of `default`.
     pub api: Api<ConfigMap>,
+    untyped: Api<DynamicObject>,
 }
 
 /// Whether a failure is one the soak's faults cause, to be retried.
@@ -57,7 +61,16 @@ impl Soaker {
         ));
         let client = Client::try_from(config)?;
         let api = Api::namespaced(client.clone(), "default");
-        Ok(Soaker { client, api })
+        let untyped = Api::namespaced_with(
+            client.clone(),
+            "default",
+            &ApiResource::erase::<ConfigMap>(&()),
+        );
+        Ok(Soaker {
+            client,
+            api,
+            untyped,
+        })
     }
 
     async fn retried<T, F, Fut>(&self, what: &str, f: F) -> anyhow::Result<T>
@@ -135,29 +148,41 @@ impl Soaker {
             .sum())
     }
 
-    /// Creates `name` with its labels and `data.v = data.f = 0`; its UID.
+    /// Creates `name` with its labels, `data.v = data.f = 0`, these
+    /// annotations and these other top-level fields; its UID.
     ///
     /// # Errors
     /// If it keeps failing (a conflict after a lost answer finds the object).
-    pub async fn create(&self, name: &str, fin: bool) -> anyhow::Result<String> {
-        let mut cm = ConfigMap::default();
-        cm.metadata.name = Some(name.into());
-        cm.metadata.labels = Some(
-            [
-                ("soak".to_string(), "yes".to_string()),
-                (
-                    "soak-fin".to_string(),
-                    if fin { "yes" } else { "no" }.to_string(),
-                ),
-            ]
-            .into(),
-        );
-        cm.data = Some([("v".into(), "0".into()), ("f".into(), "0".into())].into());
+    pub async fn create(
+        &self,
+        name: &str,
+        fin: bool,
+        annotations: BTreeMap<String, String>,
+        fields: Map<String, Value>,
+    ) -> anyhow::Result<String> {
+        let mut body = json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "labels": {"soak": "yes", "soak-fin": if fin { "yes" } else { "no" }},
+            },
+            "data": {"v": "0", "f": "0"},
+        });
+        if !annotations.is_empty() {
+            body["metadata"]["annotations"] = json!(annotations);
+        }
+        if let Some(map) = body.as_object_mut() {
+            map.extend(fields);
+        }
+        // Untyped: a ConfigMap has no room for the fields a poisoned one
+        // carries.
+        let cm: DynamicObject = serde_json::from_value(body)?;
         let created = self
             .retried(&format!("creating {name}"), || async {
-                match self.api.create(&PostParams::default(), &cm).await {
+                match self.untyped.create(&PostParams::default(), &cm).await {
                     // An earlier attempt got through, its answer lost.
-                    Err(kube::Error::Api(s)) if s.code == 409 => self.api.get(name).await,
+                    Err(kube::Error::Api(s)) if s.code == 409 => self.untyped.get(name).await,
                     other => other,
                 }
             })
@@ -173,11 +198,19 @@ impl Soaker {
     /// # Errors
     /// If it keeps failing.
     pub async fn set(&self, name: &str, key: &str, value: u64) -> anyhow::Result<bool> {
-        let patch = json!({"data": {key: value.to_string()}});
+        self.merge(name, &json!({"data": {key: value.to_string()}}))
+            .await
+    }
+
+    /// Merge-patches `name`; false if the object is gone.
+    ///
+    /// # Errors
+    /// If it keeps failing.
+    pub async fn merge(&self, name: &str, patch: &Value) -> anyhow::Result<bool> {
         self.retried(&format!("patching {name}"), || async {
             match self
                 .api
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(name, &PatchParams::default(), &Patch::Merge(patch))
                 .await
             {
                 Ok(_) => Ok(true),

@@ -16,6 +16,15 @@
 //! restarts) in force when the thing began: a deletion during a watch gap
 //! is noticed only once the watch comes back, and no operator acts while it
 //! is down.
+//!
+//! Poisoned objects ([`poison`](super::poison)) are told apart by what the
+//! operator's handlers got: each record says whether its body held the
+//! poisoned nesting (`p=1`), which the operator must never decode. An
+//! object created too deep has no record at all, and is never patched by
+//! the operator (no finalizer, no Kopf annotation). One made too deep by a
+//! change may have records meanwhile, of its last state that decoded (a
+//! handler already at work, its timers and daemons going on), never of
+//! the deep one.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -23,6 +32,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::poison::Poison;
 use super::records::Record;
 
 /// The finalizer of the operator under test (Kopf's default).
@@ -72,9 +82,11 @@ impl Persisted {
     /// Reads an object as stored.
     pub fn of(cm: &ConfigMap) -> Persisted {
         let annotations = cm.metadata.annotations.clone().unwrap_or_default();
+        // As the operator reads it: anything but a JSON object is absent.
         let diff_base = annotations
             .get(DIFF_BASE)
             .and_then(|s| serde_json::from_str::<Value>(s).ok())
+            .filter(Value::is_object)
             .map(|essence| data_pair(&essence["data"]));
         let done = |id: &str| {
             annotations
@@ -149,6 +161,30 @@ pub struct Obj {
     pub gone: bool,
     /// Whether a blocked deletion was reported already.
     pub blocked: bool,
+    /// How it was poisoned at its creation, if it was.
+    pub poison: Option<Poison>,
+    /// Whether it is nested past the operator's limit now (from its
+    /// creation on for [`Poison::Deep`], or made so by a change).
+    pub deep: bool,
+    /// Whether it was seen stored with a diff-base the operator wrote.
+    pub handled: bool,
+}
+
+impl Obj {
+    /// An object just created.
+    pub fn new(name: String, fin: bool, poison: Option<Poison>) -> Obj {
+        Obj {
+            name,
+            fin,
+            delete_at: None,
+            held: false,
+            gone: false,
+            blocked: false,
+            poison,
+            deep: poison == Some(Poison::Deep),
+            handled: false,
+        }
+    }
 }
 
 /// Reads the records as they come and checks them.
@@ -186,6 +222,11 @@ pub struct Context<'a> {
 }
 
 impl Checker {
+    /// Whether a create handler's run was recorded for `uid`.
+    pub fn created(&self, uid: &str) -> bool {
+        self.creates.contains_key(uid)
+    }
+
     /// Checks one record; returns what it breaks.
     pub fn add(&mut self, r: Record, cx: &Context<'_>) -> Vec<Violation> {
         let mut out = Vec::new();
@@ -198,6 +239,32 @@ impl Checker {
             })
         };
         *self.counts.entry(r.kind.clone()).or_default() += 1;
+        if matches!(
+            r.kind.as_str(),
+            "create" | "update" | "field" | "delete" | "tick" | "dstart" | "dbeat" | "dstop"
+        ) {
+            if r.get("p") == Some("1") {
+                violation(
+                    "poison-skipped",
+                    format!(
+                        "the {} of {} got a body nested past the operator's max_depth",
+                        r.kind, r.name
+                    ),
+                );
+            } else if cx
+                .objects
+                .get(&r.uid)
+                .is_some_and(|obj| obj.poison == Some(Poison::Deep))
+            {
+                violation(
+                    "poison-skipped",
+                    format!(
+                        "the {} of {} ran, though the object never decoded",
+                        r.kind, r.name
+                    ),
+                );
+            }
+        }
         let mut excused = |prev: u32, persisted: &dyn Fn(&Persisted) -> bool| {
             let excused = prev != r.pid
                 && cx
@@ -339,14 +406,7 @@ mod tests {
     }
 
     fn obj(name: &str) -> Obj {
-        Obj {
-            name: name.into(),
-            fin: true,
-            delete_at: None,
-            held: false,
-            gone: false,
-            blocked: false,
-        }
+        Obj::new(name.into(), true, None)
     }
 
     #[test]
@@ -436,6 +496,40 @@ mod tests {
     }
 
     #[test]
+    fn a_handler_or_task_on_a_poisoned_state_is_reported() {
+        let objects = HashMap::from([
+            (
+                "d".to_string(),
+                Obj::new("deep".into(), false, Some(Poison::Deep)),
+            ),
+            ("n".to_string(), obj("deepened")),
+        ]);
+        let kills = HashMap::new();
+        let cx = Context {
+            objects: &objects,
+            windows: &[],
+            kills: &kills,
+            bound: 1,
+        };
+        let mut checker = Checker::default();
+        let mut found = |line: &str| -> Vec<&'static str> {
+            checker
+                .add(rec(line), &cx)
+                .into_iter()
+                .map(|v| v.invariant)
+                .collect()
+        };
+        // A deepened object's last state that decoded goes on being served.
+        assert!(found("tick n deepened 1 10").is_empty());
+        assert!(found("update n deepened 1 20 v=1 f=0").is_empty());
+        // Never its deep state; never anything of one created deep.
+        assert_eq!(found("dbeat n deepened 1 30 i=x p=1"), ["poison-skipped"]);
+        assert_eq!(found("tick d deep 1 40"), ["poison-skipped"]);
+        assert_eq!(found("create d deep 1 50 v=0 f=0 p=1"), ["poison-skipped"]);
+        assert!(found("stat - - 1 60 tasks=3").is_empty());
+    }
+
+    #[test]
     fn the_stored_handling_is_read_from_annotations() {
         let mut cm = ConfigMap {
             data: Some([("v".into(), "2".into()), ("f".into(), "1".into())].into()),
@@ -460,5 +554,10 @@ mod tests {
         assert!(p.updated(&("1".into(), "1".into())));
         assert!(p.updated(&("2".into(), "1".into())), "by its progress");
         assert!(!p.updated(&("3".into(), "1".into())));
+        // A diff-base the operator would not read is none.
+        for garbage in ["[]", "42", "{not json"] {
+            cm.metadata.annotations = Some([(DIFF_BASE.to_string(), garbage.to_string())].into());
+            assert_eq!(Persisted::of(&cm).diff_base, None, "{garbage}");
+        }
     }
 }

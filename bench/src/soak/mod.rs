@@ -8,12 +8,15 @@
 //! (`soak-operator`: create, update, field and delete handlers, timers and
 //! daemons, with finalizers and without, on ConfigMaps in `default`). The
 //! runner creates, changes and deletes objects at a steady rate
-//! ([`churn`]); meanwhile it injects faults one at a time at random moments
-//! ([`chaos`]): dropped watches, 410 compaction, deletions during a watch
-//! gap, 429 with Retry-After, 500 and 503, latency spikes, an emulator
-//! restart that keeps its state, and the operator SIGKILLed or SIGTERMed
-//! and started again. The seed fixes the sequence of operations and faults,
-//! not their interleaving with the operator.
+//! ([`churn`]), poisoned ones among them ([`poison`]: nested past the
+//! operator's `max_depth` from their creation or after a change, or with
+//! malformed Kopf annotations); meanwhile it injects faults one at a time
+//! at random moments ([`chaos`]): dropped watches, 410 compaction,
+//! deletions during a watch gap, 429 with Retry-After, 500 and 503,
+//! latency spikes, an emulator restart that keeps its state, and the
+//! operator SIGKILLed or SIGTERMed and started again. The seed fixes the
+//! sequence of operations and faults, not their interleaving with the
+//! operator.
 //!
 //! # Invariants
 //!
@@ -43,12 +46,31 @@
 //!   of a fresh operator with no objects (tasks within
 //!   [`TASK_SLACK`], RSS within [`RSS_SLACK`]);
 //! - `sigterm-exit`: the operator exits within 20 s of a SIGTERM;
-//!   `no-panic`: no panic text in its output.
+//!   `no-panic`: no panic text in its output;
+//! - `poison-skipped`: no handler or task ever gets an object's state
+//!   nested past the operator's `max_depth`; an object created so deep has
+//!   no handler call and no task at all, and the operator never patches it
+//!   (so it never holds the finalizer, and its deletion goes through at
+//!   once); one made so deep by a change keeps its timers and daemons on
+//!   its last state that decoded, and its deletion stops them
+//!   (`stop-bound`);
+//! - `garbage-ignored`: an object created with malformed Kopf annotations
+//!   (diff-base, progress records) is handled as a fresh one: once a
+//!   diff-base of the operator's is stored on it, its create handler ran.
 //!
-//! It prints a summary (objects churned, faults by kind, restarts,
-//! violations) and writes `summary.json`, `events.log` (what the runner did)
-//! and `violations.txt` (each violation with the records and events that
-//! led to it) to `--out`. It exits non-zero on any violation.
+//! Poisoned objects never hold back the others: every check of the
+//! others holds with them among the churn. `caught-up` passes over the
+//! objects that never decode. The operator cannot release the finalizer of
+//! an object it cannot decode, so the runner makes one made too deep by a
+//! change decodable again before deleting it if its handlers keep
+//! finalizers, as its owner would have to; without finalizers, it is
+//! deleted as it is.
+//!
+//! It prints a summary (objects churned, poisoned ones by kind, faults by
+//! kind, restarts, violations) and writes `summary.json`, `events.log`
+//! (what the runner did) and `violations.txt` (each violation with the
+//! records and events that led to it) to `--out`. It exits non-zero on any
+//! violation.
 //!
 //! `--break <what>` (hidden, for the tests) sets `KOPF_SOAK_BREAK` for the
 //! operator, which then breaks one promise on purpose ([`Break`]).
@@ -57,6 +79,7 @@ pub mod chaos;
 pub mod churn;
 pub mod client;
 pub mod invariants;
+pub mod poison;
 pub mod records;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -68,12 +91,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
+use k8s_openapi::api::core::v1::ConfigMap;
 use serde::Serialize;
 
 use crate::cluster::Emulator;
 use crate::procfs;
 use client::Soaker;
 use invariants::{Checker, FINALIZER, Obj, Persisted, Violation, Window, calm_after};
+use poison::Poison;
 use records::{Record, now_ns};
 
 /// Alive tasks a drained operator may have beyond a fresh one's (pooled
@@ -83,6 +108,9 @@ pub const TASK_SLACK: usize = 6;
 /// RSS a drained operator may have beyond a fresh one's, bytes: the
 /// allocator keeps some of what the churn used.
 pub const RSS_SLACK: u64 = 24 << 20;
+
+/// The prefix of Kopf's annotations (diff-base, progress).
+const KOPF_PREFIX: &str = "kopf.zalando.org/";
 
 /// How long a SIGTERMed operator may take to exit.
 const TERM_GRACE: Duration = Duration::from_secs(20);
@@ -113,10 +141,16 @@ pub enum Break {
     LeakMemory,
     /// The field handler panics on `data.f = 1` (`no-panic`).
     Panic,
+    /// The operator decodes objects as deep as its default `max_depth`
+    /// lets it, the poisoned ones too (`poison-skipped`).
+    PoisonDecoded,
+    /// The create handler does nothing for objects whose diff-base is
+    /// malformed (`garbage-ignored`).
+    GarbageSkipped,
 }
 
 impl Break {
-    const ALL: [(&'static str, Break, &'static str); 10] = [
+    const ALL: [(&'static str, Break, &'static str); 12] = [
         ("create-twice", Break::CreateTwice, "create-once"),
         ("update-twice", Break::UpdateTwice, "update-once"),
         ("delete-skipped", Break::DeleteSkipped, "delete-ran"),
@@ -135,6 +169,8 @@ impl Break {
         ("leak-tasks", Break::LeakTasks, "baseline-tasks"),
         ("leak-memory", Break::LeakMemory, "baseline-rss"),
         ("panic", Break::Panic, "no-panic"),
+        ("poison-decoded", Break::PoisonDecoded, "poison-skipped"),
+        ("garbage-skipped", Break::GarbageSkipped, "garbage-ignored"),
     ];
 
     /// Parses a `KOPF_SOAK_BREAK` value.
@@ -202,6 +238,19 @@ pub struct Churned {
     pub updated: u64,
     /// Deleted.
     pub deleted: u64,
+    /// Poisoned, by kind.
+    pub poisoned: Poisoned,
+}
+
+/// Poisoned objects churned ([`poison`]), by kind.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Poisoned {
+    /// Created nested past the operator's `max_depth`.
+    pub deep: u64,
+    /// Created with malformed Kopf annotations.
+    pub garbled: u64,
+    /// Made too deep by a change (and later decodable again).
+    pub deepened: u64,
 }
 
 /// A line of `events.log`.
@@ -340,6 +389,9 @@ pub struct Soak {
     pub client: Soaker,
     state: Mutex<State>,
     operators: tokio::sync::Mutex<Operators>,
+    /// Held while an object is deleted or its nesting changed: a deletion
+    /// must know whether its object is too deep to decode.
+    nesting: tokio::sync::Mutex<()>,
 }
 
 impl Soak {
@@ -456,6 +508,27 @@ impl Soak {
                 .iter()
                 .flatten()
                 .any(|f| f == FINALIZER);
+            if obj.poison == Some(Poison::Deep)
+                && (finalized
+                    || cm
+                        .metadata
+                        .annotations
+                        .iter()
+                        .flatten()
+                        .any(|(k, _)| k.starts_with(KOPF_PREFIX)))
+            {
+                found.push((
+                    "poison-skipped",
+                    uid.to_string(),
+                    format!(
+                        "{} never decoded, yet the operator patched it: finalizers {:?}, annotations {:?}",
+                        obj.name,
+                        cm.metadata.finalizers.clone().unwrap_or_default(),
+                        cm.metadata.annotations.clone().unwrap_or_default().keys().collect::<Vec<_>>()
+                    ),
+                ));
+            }
+            obj.handled |= Persisted::of(cm).diff_base.is_some();
             if !obj.fin && finalized {
                 found.push((
                     "no-finalizers",
@@ -546,6 +619,11 @@ impl Summary {
         s.push_str(&format!(
             "objects: {} created, {} changes, {} deleted\n",
             self.churned.created, self.churned.updated, self.churned.deleted
+        ));
+        let p = &self.churned.poisoned;
+        s.push_str(&format!(
+            "poisoned: {} nested too deep, {} with malformed Kopf annotations, {} made too deep by a change\n",
+            p.deep, p.garbled, p.deepened
         ));
         let total: u64 = self.faults.values().sum();
         s.push_str(&format!("faults: {total}"));
@@ -639,6 +717,7 @@ pub async fn run(config: Config) -> anyhow::Result<Summary> {
         client,
         state: Mutex::new(State::default()),
         operators: tokio::sync::Mutex::new(operators),
+        nesting: tokio::sync::Mutex::new(()),
     };
     let result = soak_with(&soak, &records_path).await;
     // Stop whatever still runs, even after an error.
@@ -723,8 +802,8 @@ async fn soak_with(
     Ok(ends)
 }
 
-/// What is checked once every record is in: the delete handlers, and the
-/// operators' output.
+/// What is checked once every record is in: the delete handlers, the
+/// create handlers of the garbled objects, and the operators' output.
 async fn final_checks(soak: &Soak) {
     let logs = soak.operators.lock().await.logs.clone();
     let mut state = soak.lock();
@@ -739,6 +818,23 @@ async fn final_checks(soak: &Soak) {
             "delete-ran",
             &uid,
             format!("{name} was deleted holding the finalizer, and its delete handler never ran"),
+        );
+    }
+    let trusted: Vec<(String, String)> = state
+        .objects
+        .iter()
+        .filter(|(uid, obj)| {
+            obj.poison == Some(Poison::Garbled) && obj.handled && !state.checker.created(uid)
+        })
+        .map(|(uid, obj)| (uid.clone(), obj.name.clone()))
+        .collect();
+    for (uid, name) in trusted {
+        state.violation(
+            "garbage-ignored",
+            &uid,
+            format!(
+                "{name} was created with malformed Kopf annotations and handled, but its create handler never ran"
+            ),
         );
     }
     for log in logs {
@@ -885,29 +981,39 @@ async fn main_phase(soak: &Soak, first: u32) -> anyhow::Result<((usize, f64), (u
         .admin("faults/clear", serde_json::json!({}))
         .await?;
     soak.lock().event(None, "churn and faults stopped".into());
+    churn::cure_all(soak).await?;
 
-    // Caught up: every live object's diff-base is its state now.
+    // Caught up: every live object's diff-base is its state now (but for
+    // those that never decode).
+    let never: HashSet<String> = soak
+        .lock()
+        .objects
+        .iter()
+        .filter(|(_, obj)| obj.poison == Some(Poison::Deep))
+        .map(|(uid, _)| uid.clone())
+        .collect();
+    let behind = |cm: &ConfigMap| {
+        let p = Persisted::of(cm);
+        cm.metadata.deletion_timestamp.is_none()
+            && !cm
+                .metadata
+                .uid
+                .as_ref()
+                .is_some_and(|uid| never.contains(uid))
+            && p.diff_base.as_ref() != Some(&p.current)
+    };
     let limit = Duration::from_secs(config.stop_bound * 3);
-    let behind = wait_for(limit, async || {
+    let caught_up = wait_for(limit, async || {
         let stored = soak.client.list().await.ok()?;
-        let behind: Vec<_> = stored
-            .iter()
-            .filter(|cm| cm.metadata.deletion_timestamp.is_none())
-            .filter(|cm| {
-                let p = Persisted::of(cm);
-                p.diff_base.as_ref() != Some(&p.current)
-            })
-            .collect();
-        behind.is_empty().then_some(())
+        (!stored.iter().any(behind)).then_some(())
     })
     .await;
-    if behind.is_none() {
+    if caught_up.is_none() {
         let stored = soak.client.list().await?;
         let mut state = soak.lock();
         for cm in &stored {
             let p = Persisted::of(cm);
-            if cm.metadata.deletion_timestamp.is_none() && p.diff_base.as_ref() != Some(&p.current)
-            {
+            if behind(cm) {
                 let uid = cm.metadata.uid.clone().unwrap_or_default();
                 state.violation(
                     "caught-up",

@@ -13,7 +13,8 @@
 //! `data.f` as the handler saw them), `field` (`f=`), `delete`, `tick`
 //! (a timer), `dstart`/`dbeat`/`dstop` (a daemon, `i=` its instance, random
 //! per call), `stat` (`tasks=`: the operator's alive tokio tasks, every
-//! second).
+//! second). A handler's or task's record ends in `p=1` if the body it got
+//! held a poisoned object's nesting (see the soak's `poison` module).
 
 use std::fs::File;
 use std::io::Write as _;
