@@ -12,9 +12,13 @@
 //! Lease (`NAME-member-IDENTITY`, labelled [`PEERING_LABEL`]), and takes
 //! free or expired slots while it holds fewer than `ceil(S / live
 //! members)` ([`Quota`]). A member is live while its Lease changes within
-//! the lease duration, judged on the local monotonic clock as for any
-//! Lease. A replica holding more than its share yields the surplus: each
-//! such slot pauses, then is released.
+//! the lease duration less a retry period, judged on the local monotonic
+//! clock as for any Lease: a little early, so that when a replica dies,
+//! the others' share has risen by the time its slots' Leases expire. (A
+//! member judged gone too early costs nothing but balance: the slots it
+//! renews stay its own, and a free slot taken beyond a share is yielded
+//! again at the next count.) A replica holding more than its share yields
+//! the surplus: each such slot pauses, then is released.
 //!
 //! [`Ward`] is what the operator sees of it: the slots held ([`Slots`]),
 //! when they change, and when a slot given up may be another replica's.
@@ -382,8 +386,9 @@ impl Membership {
         Ok(())
     }
 
-    /// How many members renewed their Lease within the lease duration, as
-    /// this replica has seen them change; itself included.
+    /// How many members renewed their Lease within the lease duration less
+    /// a retry period, as this replica has seen them change; itself
+    /// included.
     async fn live_members(&mut self) -> Result<usize, kube::Error> {
         let selector = format!("{PEERING_LABEL}={}", self.peering);
         let leases = self
@@ -405,10 +410,11 @@ impl Membership {
             seen.insert(name, (version, since));
         }
         self.observed = seen;
+        let window = self.lease_duration.saturating_sub(self.retry_period);
         let live = self
             .observed
             .iter()
-            .filter(|(name, (_, since))| **name == self.me || now < *since + self.lease_duration)
+            .filter(|(name, (_, since))| **name == self.me || now < *since + window)
             .count();
         Ok(live.max(1))
     }
