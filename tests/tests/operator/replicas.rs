@@ -227,6 +227,72 @@ async fn tasks_that_outlive_the_lease_end_the_run() {
     );
 }
 
+/// As a process (`outliving-replica`): the run ends with exit code 3 and
+/// a message saying why, before another replica may take the Lease.
+#[tokio::test]
+async fn a_process_whose_tasks_outlive_the_lease_exits_with_code_3() {
+    let emulator = Emulator::start().await.expect("emulator starts");
+    new_configmap(&emulator, "cm").await;
+    let kubeconfig =
+        std::env::temp_dir().join(format!("kopf-outliving-{}.kubeconfig", std::process::id()));
+    emulator
+        .write_kubeconfig(&kubeconfig)
+        .expect("the kubeconfig is written");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_outliving-replica"))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["-n", "default", "--peering", "op", "--identity", "a"])
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("outliving-replica starts");
+    // The logs go to stdout: read on, in the background, to the end.
+    let stdout = child.stdout.take().expect("piped");
+    let (started_tx, started) = tokio::sync::oneshot::channel();
+    let reading = tokio::spawn(async move {
+        let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+        let (mut output, mut started_tx) = (String::new(), Some(started_tx));
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains("outliving: started")
+                && let Some(started) = started_tx.take()
+            {
+                let _ = started.send(());
+            }
+            output.push_str(&line);
+            output.push('\n');
+        }
+        output
+    });
+    tokio::time::timeout(Duration::from_secs(60), started)
+        .await
+        .expect("the daemon starts")
+        .expect("outliving-replica runs until its daemon starts");
+    // Its renewals fail from now on.
+    emulator.faults().fail_next(
+        usize::MAX / 2,
+        FailRule::status(500).path_contains("/leases"),
+    );
+    let failed = std::time::Instant::now();
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .expect("it exits")
+        .expect("its status");
+    let took = failed.elapsed();
+    let _ = std::fs::remove_file(&kubeconfig);
+    let output = reading.await.expect("its output is read");
+    assert_eq!(status.code(), Some(3), "{output}");
+    assert!(
+        output.contains("two replicas never act on one object"),
+        "{output}"
+    );
+    // Not before the renewals could fail for the renew deadline (1 s), and
+    // no later than the Lease could be another's (1.5 s after the last
+    // renewal), with the time to reach the deadline's end.
+    assert!(took <= Duration::from_secs(5), "{took:?}");
+}
+
 /// A 0.1 s timer on ConfigMaps recording which replica ticked which name.
 fn ticking_names(me: &'static str, calls: &Calls) -> Registry {
     let calls = calls.clone();
