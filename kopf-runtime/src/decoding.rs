@@ -32,6 +32,7 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// The default of [`WatchingSettings::max_depth`](crate::settings::WatchingSettings::max_depth).
@@ -185,12 +186,18 @@ struct HeadMeta<'a> {
     namespace: Option<Cow<'a, str>>,
     #[serde(borrow, default, rename = "resourceVersion")]
     resource_version: Option<Cow<'a, str>>,
+    /// Read as text, so that a malformed one spoils only itself.
+    #[serde(borrow, default, rename = "deletionTimestamp")]
+    deletion_timestamp: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    finalizers: Option<&'a RawValue>,
 }
 
 /// The identity of an object (`apiVersion`, `kind`, and `metadata` with
-/// `uid`, `name`, `namespace` and `resourceVersion`) as a body, whatever
-/// the rest of its text holds; `None` if even those are missing or of the
-/// wrong types.
+/// `uid`, `name`, `namespace` and `resourceVersion`, and
+/// `deletionTimestamp` and `finalizers` when well-formed) as a body,
+/// whatever the rest of its text holds; `None` if even the first are
+/// missing or of the wrong types.
 pub(crate) fn identity(text: &str) -> Option<Value> {
     let head: Head<'_> = serde_json::from_str(text).ok()?;
     let mut metadata = Map::new();
@@ -201,6 +208,16 @@ pub(crate) fn identity(text: &str) -> Option<Value> {
     }
     if let Some(version) = head.metadata.resource_version {
         metadata.insert("resourceVersion".into(), version.into());
+    }
+    let deletion = head.metadata.deletion_timestamp;
+    if let Some(Ok(since)) = deletion.map(|raw| serde_json::from_str::<String>(raw.get())) {
+        metadata.insert("deletionTimestamp".into(), since.into());
+    }
+    let finalizers = head.metadata.finalizers;
+    if let Some(Ok(finalizers)) =
+        finalizers.map(|raw| serde_json::from_str::<Vec<String>>(raw.get()))
+    {
+        metadata.insert("finalizers".into(), finalizers.into());
     }
     let mut object = Map::new();
     if let Some(api_version) = head.api_version {
@@ -342,6 +359,29 @@ mod tests {
         assert!(identity(nameless).is_none());
         let numeric = r#"{"metadata":{"uid":5,"name":"a"}}"#;
         assert!(identity(numeric).is_none());
+    }
+
+    #[test]
+    fn the_identity_says_whether_a_deletion_waits_on_finalizers() {
+        let deleting = r#"{"metadata":{"name":"a","uid":"u","finalizers":["x/y"],
+            "deletionTimestamp":"2026-01-01T00:00:00Z"},"spec":{"k":[]}}"#;
+        let identity = identity(deleting).expect("an identity");
+        assert_eq!(
+            identity["metadata"]["finalizers"],
+            serde_json::json!(["x/y"])
+        );
+        assert_eq!(
+            identity["metadata"]["deletionTimestamp"],
+            "2026-01-01T00:00:00Z"
+        );
+        // Malformed ones are left out, and spoil nothing else.
+        let odd = r#"{"metadata":{"name":"a","uid":"u","finalizers":[1,{}],
+            "deletionTimestamp":{"no":"time"}}}"#;
+        let identity = self::identity(odd).expect("an identity");
+        assert_eq!(
+            identity["metadata"],
+            serde_json::json!({"name": "a", "uid": "u"})
+        );
     }
 
     #[test]

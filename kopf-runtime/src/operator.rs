@@ -8,7 +8,7 @@
 //! and again whenever the cluster's custom resource definitions change (see
 //! `scanning`).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -1524,8 +1524,10 @@ impl ServeResource {
         let watch = tokio::spawn(watcher.run(tx, stop.clone()));
         let mut synced = false;
         // The UIDs of the objects reported as undecodable, until a later
-        // state of theirs decodes or they are deleted.
-        let mut undecodable = HashSet::new();
+        // state of theirs decodes or they are deleted, and whether their
+        // deletion waiting on the operator's finalizer was reported.
+        let mut undecodable: HashMap<String, bool> = HashMap::new();
+        let finalizer = self.settings.persistence.finalizer.clone();
         // The UIDs of the live objects, when they may have daemons or
         // timers: to stop them if the resource stops being served.
         let mut live: HashSet<String> = HashSet::new();
@@ -1564,10 +1566,13 @@ impl ServeResource {
             }
             match &event {
                 ObjectEvent::Undecodable { object, reason, .. } => {
-                    if let Some(uid) = event.uid()
-                        && undecodable.insert(uid.to_owned())
-                    {
-                        report_undecodable(reporter.as_ref(), object, reason);
+                    if let Some(uid) = event.uid() {
+                        let held = held_for_deletion(object, &finalizer);
+                        let reported = undecodable.insert(uid.to_owned(), held);
+                        if reported.is_none_or(|was_held| held && !was_held) {
+                            let finalizer = held.then_some(finalizer.as_str());
+                            report_undecodable(reporter.as_ref(), object, reason, finalizer);
+                        }
                     }
                 }
                 ObjectEvent::Synced { count } => {
@@ -1643,19 +1648,40 @@ async fn pause_tasks(
     }
 }
 
-/// Reports an object that does not decode, once while it stays so: a
+/// Whether the deletion of `object` (an identity) waits on `finalizer`.
+fn held_for_deletion(object: &Value, finalizer: &str) -> bool {
+    let metadata = &object["metadata"];
+    !metadata["deletionTimestamp"].is_null()
+        && metadata["finalizers"]
+            .as_array()
+            .is_some_and(|all| all.iter().any(|f| f == finalizer))
+}
+
+/// Reports an object that does not decode, once while it stays so, and
+/// once more if its deletion then waits on the operator's `finalizer`: a
 /// warning and a Kubernetes Event on it. Nothing handles it meanwhile; its
 /// daemons and timers, if an earlier state started them, go on with that
-/// state until it decodes again or is deleted.
-fn report_undecodable(poster: Option<&EventPoster>, object: &Value, reason: &str) {
+/// state until it decodes again or is deleted. The finalizer stays until
+/// the handlers it holds the object for can run on a state that decodes.
+fn report_undecodable(
+    poster: Option<&EventPoster>,
+    object: &Value,
+    reason: &str,
+    finalizer: Option<&str>,
+) {
     let name = object_name(object);
-    tracing::warn!(object = %name, %reason, "skipping an object that cannot be decoded");
+    let message = match finalizer {
+        None => format!("The operator cannot decode this object and skips it: {reason}"),
+        Some(finalizer) => format!(
+            "The operator cannot decode this object, whose deletion waits for its \
+             finalizer {finalizer}: {reason}. The finalizer stays until its handlers can \
+             run: make the object decodable again, or remove the finalizer by hand \
+             (its handlers then never run)."
+        ),
+    };
+    tracing::warn!(object = %name, %reason, finalizer, "skipping an object that cannot be decoded");
     if let Some(poster) = poster {
-        poster.warn(
-            ObjectReference::from_body(object),
-            "Undecodable",
-            &format!("The operator cannot decode this object and skips it: {reason}"),
-        );
+        poster.warn(ObjectReference::from_body(object), "Undecodable", &message);
     }
 }
 

@@ -353,3 +353,94 @@ async fn objects_deeper_than_serde_jsons_own_limit_are_served() {
     assert!(operator.is_running(), "never a crash");
     operator.stop().await;
 }
+
+/// An object poisoned while it holds the operator's finalizer: its
+/// deletion waits for the finalizer, which is reported with how to go on,
+/// and goes through, with its handler, once the object decodes again.
+#[tokio::test]
+async fn a_poisoned_objects_deletion_waits_for_its_finalizer_and_says_so() {
+    let (logs, _guard) = capture_logs();
+    let emulator = Emulator::builder()
+        .crd("example.com", "v1", "widgets", "Widget", true)
+        .start()
+        .await
+        .expect("emulator starts");
+    let calls = Calls::default();
+    let deleted = calls.clone();
+    let registry = Registry::builder()
+        .on_delete(
+            ResourceRef::dynamic("example.com", "v1", "widgets"),
+            "delete",
+            move |kw: Kwargs| {
+                let calls = deleted.clone();
+                async move {
+                    calls.push("delete", json!(kw.name()));
+                    Ok::<_, Error>(())
+                }
+            },
+        )
+        .build()
+        .expect("a valid registry");
+    let mut settings = test_settings();
+    settings.watching.max_depth = MAX_DEPTH;
+    settings.posting.enabled = true;
+    let finalizer = settings.persistence.finalizer.clone();
+    let operator = Running::start_with(&emulator, registry, settings);
+    create_good(&emulator, "held").await;
+    let api = raw_api(&emulator, &widgets(), "default");
+    let finalizers = |object: Option<kube::api::DynamicObject>| {
+        object
+            .and_then(|o| o.metadata.finalizers)
+            .unwrap_or_default()
+    };
+    eventually("the operator's finalizer", || async {
+        let held = finalizers(api.get_opt("held").await.expect("read"));
+        held.contains(&finalizer).then_some(())
+    })
+    .await;
+
+    api.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": nested(MAX_DEPTH + 20)})),
+    )
+    .await
+    .expect("patched");
+    reported(&logs, "held").await;
+    api.delete("held", &DeleteParams::default())
+        .await
+        .expect("deleted");
+    let told = eventually("the Event about the deletion held back", || async {
+        events_about(&emulator, "held", "Undecodable")
+            .await
+            .into_iter()
+            .filter_map(|e| e.message)
+            .find(|m| m.contains("remove the finalizer by hand"))
+    })
+    .await;
+    assert!(told.contains(&finalizer), "{told}");
+    assert!(told.contains("levels deep"), "{told}");
+    let stored = api.get("held").await.expect("still stored");
+    assert!(stored.metadata.deletion_timestamp.is_some());
+    assert!(calls.named("delete").is_empty(), "no handler on it");
+
+    // Decodable again: its delete handler runs, and the finalizer goes.
+    api.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"a": null, "size": 1}})),
+    )
+    .await
+    .expect("patched");
+    calls.wait_for("delete", 1).await;
+    eventually("the deletion to go through", || async {
+        api.get_opt("held")
+            .await
+            .expect("read")
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(operator.is_running(), "never a crash");
+    operator.stop().await;
+}
