@@ -36,6 +36,15 @@ fn widgets() -> ApiResource {
     }
 }
 
+/// An emulator serving the widgets.
+async fn widget_emulator() -> Emulator {
+    Emulator::builder()
+        .crd("example.com", "v1", "widgets", "Widget", true)
+        .start()
+        .await
+        .expect("emulator starts")
+}
+
 /// A value nesting `levels` objects.
 fn nested(levels: usize) -> Value {
     (0..levels).fold(json!("bottom"), |inner, _| json!({ "a": inner }))
@@ -156,11 +165,7 @@ async fn events_about(emulator: &Emulator, name: &str, reason: &str) -> Vec<Even
 #[tokio::test]
 async fn poisoned_objects_are_reported_once_and_never_hold_back_the_others() {
     let (logs, _guard) = capture_logs();
-    let emulator = Emulator::builder()
-        .crd("example.com", "v1", "widgets", "Widget", true)
-        .start()
-        .await
-        .expect("emulator starts");
+    let emulator = widget_emulator().await;
     // Present at start: in the operator's first listing, among good ones.
     create(
         &emulator,
@@ -267,11 +272,7 @@ async fn poisoned_objects_are_reported_once_and_never_hold_back_the_others() {
 
 #[tokio::test]
 async fn objects_deeper_than_serde_jsons_own_limit_are_served() {
-    let emulator = Emulator::builder()
-        .crd("example.com", "v1", "widgets", "Widget", true)
-        .start()
-        .await
-        .expect("emulator starts");
+    let emulator = widget_emulator().await;
     let calls = Calls::default();
     let (c, u) = (calls.clone(), calls.clone());
     // Change handlers too: the diff-base, as deep as the object, is read
@@ -360,11 +361,7 @@ async fn objects_deeper_than_serde_jsons_own_limit_are_served() {
 #[tokio::test]
 async fn a_poisoned_objects_deletion_waits_for_its_finalizer_and_says_so() {
     let (logs, _guard) = capture_logs();
-    let emulator = Emulator::builder()
-        .crd("example.com", "v1", "widgets", "Widget", true)
-        .start()
-        .await
-        .expect("emulator starts");
+    let emulator = widget_emulator().await;
     let calls = Calls::default();
     let deleted = calls.clone();
     let registry = Registry::builder()
