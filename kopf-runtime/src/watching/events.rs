@@ -64,6 +64,22 @@ pub(super) enum Change {
     Deleted,
 }
 
+/// Which changes the caller looks at before their objects are decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Offered {
+    /// `MODIFIED` only (the operator's own patches come back as those):
+    /// the others are decoded without a look.
+    Modified,
+    /// `ADDED`, `MODIFIED` and `DELETED`.
+    All,
+}
+
+impl Offered {
+    fn includes(self, change: Change) -> bool {
+        self == Offered::All || change == Change::Modified
+    }
+}
+
 impl Change {
     fn of(kind: &str) -> Option<Self> {
         match kind {
@@ -99,9 +115,9 @@ struct HeadMeta<'a> {
     resource_version: Option<Cow<'a, str>>,
 }
 
-/// Decodes one line. For `ADDED`, `MODIFIED` and `DELETED` events, `skip`
-/// (if given) sees the type, the object's UID and its `resourceVersion`
-/// first; if it says so, the body is not decoded.
+/// Decodes one line. For the events of the changes `Offered`, `skip` (if
+/// given) sees the type, the object's UID and its `resourceVersion` first;
+/// if it says so, the body is not decoded.
 /// Objects nest at most `max_depth` levels.
 /// `Ok(None)` is a truncated last line, which a broken stream may leave: the
 /// watch resumes from the last complete event.
@@ -112,12 +128,17 @@ struct HeadMeta<'a> {
 pub(super) fn decode<F: FnMut(Change, &str, &str) -> bool + ?Sized>(
     line: &str,
     max_depth: usize,
-    mut skip: Option<&mut F>,
+    mut skip: Option<(Offered, &mut F)>,
 ) -> Result<Option<Event>, kube::Error> {
     // An object that does not decode from the split may have been split
     // wrongly: the whole line is decoded to tell.
     if let Some((kind, object)) = split(line)
-        && let Ok(event) = decode_object(kind, object, max_depth, skip.as_deref_mut())
+        && let Ok(event) = decode_object(
+            kind,
+            object,
+            max_depth,
+            skip.as_mut().map(|(offered, skip)| (*offered, &mut **skip)),
+        )
         && !matches!(event, Event::Undecodable { .. })
     {
         return Ok(Some(event));
@@ -178,7 +199,7 @@ fn decode_object<F: FnMut(Change, &str, &str) -> bool + ?Sized>(
     kind: &str,
     object: &str,
     max_depth: usize,
-    skip: Option<&mut F>,
+    skip: Option<(Offered, &mut F)>,
 ) -> Result<Event, kube::Error> {
     let body = |deleted: bool, event: fn(Value) -> Event| match decoding::body(object, max_depth) {
         Ok(body) => event(body),
@@ -188,7 +209,8 @@ fn decode_object<F: FnMut(Change, &str, &str) -> bool + ?Sized>(
             reason,
         },
     };
-    if let (Some(change), Some(skip)) = (Change::of(kind), skip)
+    if let (Some(change), Some((offered, skip))) = (Change::of(kind), skip)
+        && offered.includes(change)
         && let Ok(Head { metadata }) = serde_json::from_str::<Head<'_>>(object)
         && let (Some(uid), Some(version)) = (metadata.uid, metadata.resource_version)
         && skip(change, &uid, &version)
@@ -229,7 +251,7 @@ mod tests {
     type Skip = fn(Change, &str, &str) -> bool;
 
     fn plain(line: &str) -> Event {
-        decode(line, 1000, None::<&mut Skip>)
+        decode(line, 1000, None::<(Offered, &mut Skip)>)
             .expect("decodes")
             .expect("complete")
     }
@@ -273,7 +295,7 @@ mod tests {
             r#"{"type":"ADDED","object":{"a":1},"object":{"a":2}}"#,
             r#"{"type":"ADDED","object":{"a":1},"type":"DELETED"}"#,
         ] {
-            let result = decode(line, 1000, None::<&mut Skip>);
+            let result = decode(line, 1000, None::<(Offered, &mut Skip)>);
             assert!(
                 matches!(result, Err(kube::Error::SerdeError(_))),
                 "{line}: {result:?}"
@@ -289,7 +311,7 @@ mod tests {
             seen.push((change, uid.to_owned(), version.to_owned()));
             true
         };
-        let event = decode(line, 1000, Some(&mut skip)).expect("decodes");
+        let event = decode(line, 1000, Some((Offered::All, &mut skip))).expect("decodes");
         assert!(matches!(
             event,
             Some(Event::Skipped { change: Change::Modified, version }) if version == "7"
@@ -311,7 +333,7 @@ mod tests {
         let deleted =
             r#"{"type":"DELETED","object":{"metadata":{"uid":"u","resourceVersion":"7"}}}"#;
         assert!(matches!(
-            decode(deleted, 1000, Some(&mut skip)),
+            decode(deleted, 1000, Some((Offered::All, &mut skip))),
             Ok(Some(Event::Skipped {
                 change: Change::Deleted,
                 ..
@@ -319,7 +341,7 @@ mod tests {
         ));
         let added = r#"{"type":"ADDED","object":{"metadata":{"uid":"u","resourceVersion":"7"}}}"#;
         assert!(matches!(
-            decode(added, 1000, Some(&mut skip)),
+            decode(added, 1000, Some((Offered::All, &mut skip))),
             Ok(Some(Event::Skipped {
                 change: Change::Added,
                 ..
@@ -328,21 +350,42 @@ mod tests {
         let modified =
             r#"{"type":"MODIFIED","object":{"metadata":{"uid":"u","resourceVersion":"7"}}}"#;
         assert!(matches!(
-            decode(modified, 1000, Some(&mut skip)),
+            decode(modified, 1000, Some((Offered::All, &mut skip))),
             Ok(Some(Event::Applied(_)))
         ));
         // Without a UID and a version, nothing is offered.
         let nameless = r#"{"type":"MODIFIED","object":{"metadata":{"resourceVersion":"7"}}}"#;
         assert!(matches!(
-            decode(nameless, 1000, Some(&mut skip)),
+            decode(nameless, 1000, Some((Offered::All, &mut skip))),
             Ok(Some(Event::Applied(_)))
         ));
         let odd = r#"{"type":"DELETED","object":{"metadata":{"uid":5,"resourceVersion":"7"}}}"#;
         assert!(matches!(
-            decode(odd, 1000, Some(&mut skip)),
+            decode(odd, 1000, Some((Offered::All, &mut skip))),
             Ok(Some(Event::Deleted(_)))
         ));
         assert_eq!(offered, [Change::Deleted, Change::Added, Change::Modified]);
+    }
+
+    #[test]
+    fn only_modified_events_are_offered_unless_all_are_asked_for() {
+        let mut offered = 0;
+        let mut skip = |_: Change, _: &str, _: &str| {
+            offered += 1;
+            true
+        };
+        let added = r#"{"type":"ADDED","object":{"metadata":{"uid":"u","resourceVersion":"7"}}}"#;
+        assert!(matches!(
+            decode(added, 1000, Some((Offered::Modified, &mut skip))),
+            Ok(Some(Event::Applied(_)))
+        ));
+        let deleted =
+            r#"{"type":"DELETED","object":{"metadata":{"uid":"u","resourceVersion":"7"}}}"#;
+        assert!(matches!(
+            decode(deleted, 1000, Some((Offered::Modified, &mut skip))),
+            Ok(Some(Event::Deleted(_)))
+        ));
+        assert_eq!(offered, 0);
     }
 
     #[test]
@@ -364,7 +407,7 @@ mod tests {
         );
         for (kind, deleted) in [("ADDED", false), ("MODIFIED", false), ("DELETED", true)] {
             let line = format!(r#"{{"type":"{kind}","object":{deep}}}"#);
-            let event = decode(&line, 100, None::<&mut Skip>);
+            let event = decode(&line, 100, None::<(Offered, &mut Skip)>);
             let Ok(Some(Event::Undecodable {
                 deleted: d,
                 identity: Some(identity),
@@ -379,21 +422,24 @@ mod tests {
         }
         // Within the limit, deeper than serde_json's own: decoded.
         let line = format!(r#"{{"type":"ADDED","object":{deep}}}"#);
-        let event = decode(&line, 1000, None::<&mut Skip>);
+        let event = decode(&line, 1000, None::<(Offered, &mut Skip)>);
         assert!(matches!(event, Ok(Some(Event::Applied(_)))), "{event:?}");
     }
 
     #[test]
     fn a_truncated_line_is_no_event() {
         let line = r#"{"type":"ADDED","object":{"metadata":{"uid":"u""#;
-        assert!(matches!(decode(line, 1000, None::<&mut Skip>), Ok(None)));
+        assert!(matches!(
+            decode(line, 1000, None::<(Offered, &mut Skip)>),
+            Ok(None)
+        ));
     }
 
     #[test]
     fn a_status_instead_of_an_event_is_an_api_error() {
         let line = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"forbidden","reason":"Forbidden","code":403}"#;
         assert!(
-            matches!(decode(line, 1000, None::<&mut Skip>), Err(kube::Error::Api(s)) if s.code == 403)
+            matches!(decode(line, 1000, None::<(Offered, &mut Skip)>), Err(kube::Error::Api(s)) if s.code == 403)
         );
     }
 
@@ -404,7 +450,7 @@ mod tests {
             r#"{"type":"RENAMED","object":{}}"#,
             r#"{"type":"BOOKMARK","object":{"metadata":{}}}"#,
         ] {
-            let result = decode(line, 1000, None::<&mut Skip>);
+            let result = decode(line, 1000, None::<(Offered, &mut Skip)>);
             assert!(
                 matches!(result, Err(kube::Error::SerdeError(_))),
                 "{line}: {result:?}"

@@ -4,13 +4,13 @@
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use super::events::{Change, Event, decode};
+use super::events::{Change, Event, Offered, decode};
 use crate::proptests::{config, json, object};
 
 type Skip = fn(Change, &str, &str) -> bool;
 
 fn plain(line: &str) -> Result<Option<Event>, kube::Error> {
-    decode(line, 1000, None::<&mut Skip>)
+    decode(line, 1000, None::<(Offered, &mut Skip)>)
 }
 
 /// Objects as watches carry them: metadata (maybe partial) and anything else.
@@ -78,7 +78,7 @@ proptest! {
         ] {
             let _ = plain(&line);
             let mut skip = |_: Change, _: &str, _: &str| true;
-            let _ = decode(&line, 2, Some(&mut skip));
+            let _ = decode(&line, 2, Some((Offered::All, &mut skip)));
         }
     }
 
@@ -117,7 +117,7 @@ proptest! {
             seen = Some((c, u.to_owned(), v.to_owned()));
             wanted
         };
-        let event = decode(&line, 1000, Some(&mut skip))
+        let event = decode(&line, 1000, Some((Offered::All, &mut skip)))
             .map_err(|e| TestCaseError::fail(format!("{line}: {e}")))?;
         let decoded = |event: Option<Event>| match event {
             Some(Event::Applied(body)) => change != Change::Deleted && body == object,
@@ -186,7 +186,7 @@ proptest! {
         object["deep"] = (0..levels).fold(json!(1), |inner, _| json!([inner]));
         let line = line(kind, &object, form);
         let max_depth = levels / 2;
-        let event = decode(&line, max_depth, None::<&mut Skip>)
+        let event = decode(&line, max_depth, None::<(Offered, &mut Skip)>)
             .map_err(|e| TestCaseError::fail(format!("{line}: {e}")))?;
         let Some(Event::Undecodable { deleted, identity, .. }) = event else {
             return Err(TestCaseError::fail(format!("{event:?} for {line}")));

@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::events::{self, Change, Event};
+use super::events::{self, Change, Event, Offered};
 use super::tracker::{ObjectTracker, WatchInput};
 use super::{ObjectEvent, WatchError};
 use crate::decoding;
@@ -401,7 +401,12 @@ impl ScopeWatch {
                         && echoes.is_some_and(|e| e.take(uid, version))
                         && tracker.advance(uid, version))
             };
-            let skip = (echoes.is_some() || slots.is_some()).then_some(&mut skip);
+            let offered = match (slots, echoes) {
+                (Some(_), _) => Some(Offered::All),
+                (None, Some(_)) => Some(Offered::Modified),
+                (None, None) => None,
+            };
+            let skip = offered.map(|offered| (offered, &mut skip));
             let event = match events::decode(&line, self.settings.max_depth, skip) {
                 Ok(Some(event)) => event,
                 // A truncated last line: resume from the last whole event.
