@@ -2,6 +2,7 @@
 //! another process, over plain HTTP.
 
 use crate::common::{api_error, raw_request, within};
+use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kopf_testing::{Emulator, FailRule};
@@ -9,6 +10,28 @@ use kube::Api;
 use kube::api::{ListParams, PostParams, WatchEvent, WatchParams};
 use kube::runtime::watcher;
 use serde_json::json;
+
+/// The ConfigMaps' version now, and a watch from it.
+async fn watch_from_now(
+    api: &Api<ConfigMap>,
+) -> (
+    String,
+    BoxStream<'static, kube::Result<WatchEvent<ConfigMap>>>,
+) {
+    let version = api
+        .list(&ListParams::default())
+        .await
+        .expect("listed")
+        .metadata
+        .resource_version
+        .expect("a list version");
+    let events = api
+        .watch(&WatchParams::default(), &version)
+        .await
+        .expect("a watch connects")
+        .boxed();
+    (version, events)
+}
 
 fn cm(name: &str) -> ConfigMap {
     let mut cm = ConfigMap::default();
@@ -151,18 +174,7 @@ async fn watches_are_silenced_and_resumed_from_another_process() {
     let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
     let silence = raw_request(addr, "POST", "/_emulator/faults/silence-watches", &[], b"").await;
     assert_eq!(silence.status, 200);
-    let version = api
-        .list(&ListParams::default())
-        .await
-        .expect("listed")
-        .metadata
-        .resource_version
-        .expect("a list version");
-    let mut events = api
-        .watch(&WatchParams::default(), &version)
-        .await
-        .expect("a silenced watch still connects")
-        .boxed();
+    let (_, mut events) = watch_from_now(&api).await;
     api.create(&PostParams::default(), &cm("during"))
         .await
         .expect("created");
@@ -225,18 +237,7 @@ async fn a_restart_from_another_process_keeps_the_state_and_refuses_connections_
         .create(&PostParams::default(), &cm("kept"))
         .await
         .expect("created");
-    let version = api
-        .list(&ListParams::default())
-        .await
-        .expect("listed")
-        .metadata
-        .resource_version
-        .expect("a list version");
-    let mut events = api
-        .watch(&WatchParams::default(), &version)
-        .await
-        .expect("a watch")
-        .boxed();
+    let (version, mut events) = watch_from_now(&api).await;
     let restart = raw_request(
         addr,
         "POST",
