@@ -78,15 +78,21 @@ fn data_pair(data: &Value) -> (String, String) {
     (s("v"), s("f"))
 }
 
+/// A diff-base annotation's text as the operator reads it: anything but a
+/// JSON object is no diff-base.
+pub fn diff_base(text: &str) -> Option<Value> {
+    serde_json::from_str::<Value>(text)
+        .ok()
+        .filter(Value::is_object)
+}
+
 impl Persisted {
     /// Reads an object as stored.
     pub fn of(cm: &ConfigMap) -> Persisted {
         let annotations = cm.metadata.annotations.clone().unwrap_or_default();
-        // As the operator reads it: anything but a JSON object is absent.
         let diff_base = annotations
             .get(DIFF_BASE)
-            .and_then(|s| serde_json::from_str::<Value>(s).ok())
-            .filter(Value::is_object)
+            .and_then(|text| diff_base(text))
             .map(|essence| data_pair(&essence["data"]));
         let done = |id: &str| {
             annotations

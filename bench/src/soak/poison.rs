@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use super::invariants::DIFF_BASE;
+use super::invariants::{DIFF_BASE, diff_base};
 
 /// The soak operator's `settings.watching.max_depth`: low enough that an
 /// object nested past it stays within what the emulator stores (512
@@ -85,7 +85,7 @@ pub fn in_body(body: &Value) -> bool {
 pub fn garbled(body: &Value) -> bool {
     body["metadata"]["annotations"][DIFF_BASE]
         .as_str()
-        .is_some_and(|text| !serde_json::from_str::<Value>(text).is_ok_and(|v| v.is_object()))
+        .is_some_and(|text| diff_base(text).is_none())
 }
 
 #[cfg(test)]
