@@ -744,6 +744,16 @@ mod tests {
             }
         }
 
+        /// How often the Lease `name` was read: an elector's tries.
+        fn tries(emulator: &Emulator, name: &str) -> usize {
+            let path = format!("/leases/{name}");
+            emulator
+                .requests()
+                .iter()
+                .filter(|r| r.verb == "get" && r.path.ends_with(&path))
+                .count()
+        }
+
         /// A running elector: its roles, what pauses it, and what stops it.
         struct Replica {
             roles: watch::Receiver<Role>,
@@ -883,12 +893,7 @@ mod tests {
             let api: Api<Lease> = Api::namespaced(emulator.client(), "default");
             tokio::time::timeout(PATIENCE, async {
                 loop {
-                    let tries = emulator
-                        .requests()
-                        .iter()
-                        .filter(|r| r.verb == "get" && r.path.ends_with("/leases/op"))
-                        .count();
-                    if tries >= 5 {
+                    if tries(&emulator, "op") >= 5 {
                         return;
                     }
                     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -926,13 +931,7 @@ mod tests {
             .await
             .expect("released once paused");
             // Watched on, not taken back while the share is full.
-            let gets = || {
-                emulator
-                    .requests()
-                    .iter()
-                    .filter(|r| r.verb == "get" && r.path.ends_with("/leases/op"))
-                    .count()
-            };
+            let gets = || tries(&emulator, "op");
             let released_at = gets();
             tokio::time::timeout(PATIENCE, async {
                 while gets() < released_at + 3 {
@@ -965,11 +964,7 @@ mod tests {
             let stop = CancellationToken::new();
             let done = tokio::spawn(elector.run(stop.clone()));
             tokio::time::timeout(PATIENCE, async {
-                while !emulator
-                    .requests()
-                    .iter()
-                    .any(|r| r.verb == "get" && r.path.ends_with("/leases/op"))
-                {
+                while tries(&emulator, "op") == 0 {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             })
@@ -999,13 +994,7 @@ mod tests {
                 let done = tokio::spawn(elector.run(stop.clone()));
                 electors.push((name, roles, paused, done));
             }
-            let tries = |name: &str| {
-                emulator
-                    .requests()
-                    .iter()
-                    .filter(|r| r.verb == "get" && r.path.ends_with(&format!("/leases/{name}")))
-                    .count()
-            };
+            let tries = |name: &str| tries(&emulator, name);
             let tried_by_all = || electors.iter().all(|(name, ..)| tries(name) > 0);
             tokio::time::timeout(PATIENCE, async {
                 while !tried_by_all() {
