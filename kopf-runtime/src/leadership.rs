@@ -37,6 +37,7 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::fencing::{Fence, Held, Tenure};
 use crate::settings::PeeringSettings;
 
 /// The annotation with the holder's priority.
@@ -55,23 +56,25 @@ pub(crate) struct NotLeading {
 }
 
 /// `client` for what one term of leadership does: once `over` is
-/// cancelled, it refuses every write (anything but `GET`, `HEAD` and
-/// `OPTIONS`) with [`NotLeading`], so that a handler still finishing after
-/// its replica stepped down changes nothing.
+/// cancelled, or while `fence` holds work back, it refuses every write
+/// (anything but `GET`, `HEAD` and `OPTIONS`) with [`NotLeading`], so that
+/// a handler still finishing after its replica stepped down, or resumed
+/// after a pause past its Lease, changes nothing.
 pub(crate) fn term_client(
     client: kube::Client,
     over: &CancellationToken,
+    fence: Fence,
     lease: &str,
 ) -> kube::Client {
     let namespace = client.default_namespace().to_owned();
     let over = over.clone();
     let lease = lease.to_owned();
     let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
-        let refused = over.is_cancelled()
-            && !matches!(
-                *request.method(),
-                http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
-            );
+        let writes = !matches!(
+            *request.method(),
+            http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
+        );
+        let refused = writes && (over.is_cancelled() || !fence.allows_now(Held::Write));
         let refusal = refused.then(|| NotLeading {
             lease: lease.clone(),
         });
@@ -314,6 +317,10 @@ pub(crate) struct Elector {
     counted: bool,
     /// Notified to give the Lease up while leading (as a handover).
     yielding: Arc<Notify>,
+    /// Until when the Lease is held, on this process's clock.
+    tenure: Arc<Tenure>,
+    /// When the last successful write of the Lease began.
+    renewed: Option<Instant>,
 }
 
 impl Elector {
@@ -334,7 +341,16 @@ impl Elector {
             quota: None,
             counted: false,
             yielding: Arc::new(Notify::new()),
+            tenure: Arc::default(),
+            renewed: None,
         }
+    }
+
+    /// Until when the Lease is held, as the work it covers must read it:
+    /// the start of the last successful renewal plus the renew deadline,
+    /// and nothing once the elector stepped down or released it.
+    pub(crate) fn tenure(&self) -> Arc<Tenure> {
+        Arc::clone(&self.tenure)
     }
 
     /// Takes the Lease only while `quota` allows.
@@ -376,6 +392,9 @@ impl Elector {
             tracing::info!(lease = %self.name, identity = %self.settings.identity, "Became the leader.");
             let ending = self.renew(&stop).await;
             self.count_out();
+            if let Ending::SteppedDown { .. } = ending {
+                self.tenure.revoke();
+            }
             self.role.send_replace(ending.role());
             // Nothing may act on another replica's behalf: wait for the work
             // to pause before the Lease can go to anyone else.
@@ -386,6 +405,7 @@ impl Elector {
                 }
                 Ending::Released | Ending::Asked => self.release().await,
             }
+            self.tenure.revoke();
             if stop.is_cancelled() {
                 return;
             }
@@ -434,7 +454,7 @@ impl Elector {
     async fn renew(&mut self, stop: &CancellationToken) -> Ending {
         // A renewal is written before it is answered: the others count the
         // lease from their sight of it, which is no sooner.
-        let mut renewing = Instant::now();
+        let mut renewing = self.renewed.unwrap_or_else(Instant::now);
         loop {
             tokio::select! {
                 () = stop.cancelled() => return Ending::Released,
@@ -470,8 +490,20 @@ impl Elector {
         }
     }
 
-    /// client-go's `tryAcquireOrRenew`, with handover requests.
+    /// client-go's `tryAcquireOrRenew`, with handover requests; a Lease held
+    /// is held until the attempt's start plus the renew deadline.
     async fn try_acquire_or_renew(&mut self) -> Result<Attempt, kube::Error> {
+        let began = Instant::now();
+        let attempt = self.try_acquire_or_renew_once().await;
+        if let Ok(Attempt::Held) = attempt {
+            self.renewed = Some(began);
+            self.tenure.grant(began + self.settings.renew_deadline);
+        }
+        attempt
+    }
+
+    /// One attempt of [`Self::try_acquire_or_renew`].
+    async fn try_acquire_or_renew_once(&mut self) -> Result<Attempt, kube::Error> {
         let me = self.settings.identity.clone();
         let now = MicroTime(jiff::Timestamp::now());
         let Some(mut lease) = self.api.get_opt(&self.name).await? else {
@@ -1046,7 +1078,10 @@ mod tests {
 
             let emulator = Emulator::start().await.expect("emulator starts");
             let over = CancellationToken::new();
-            let client = term_client(emulator.client(), &over, "default/op");
+            let tenure = Arc::new(Tenure::default());
+            tenure.grant(Instant::now() + Duration::from_secs(3600));
+            let fence = Fence::new(vec![tenure], None, Duration::from_secs(1));
+            let client = term_client(emulator.client(), &over, fence.clone(), "default/op");
             let api: Api<ConfigMap> = Api::namespaced(client, "default");
             let cm = ConfigMap {
                 metadata: ObjectMeta {
@@ -1071,6 +1106,41 @@ mod tests {
             );
             let read = api.get("cm").await.expect("reads still go through");
             assert_eq!(read.data, None, "nothing written");
+            assert_eq!(fence.held_back(), vec![], "a term over is not a fence");
+        }
+
+        /// A replica resumed after a pause past its Lease writes nothing,
+        /// even before its elector has seen that it lost the Lease.
+        #[tokio::test]
+        async fn a_terms_client_refuses_writes_once_its_lease_lapsed() {
+            use k8s_openapi::api::core::v1::ConfigMap;
+
+            let emulator = Emulator::start().await.expect("emulator starts");
+            let tenure = Arc::new(Tenure::default());
+            tenure.grant(Instant::now() + Duration::from_secs(3600));
+            let fence = Fence::new(vec![Arc::clone(&tenure)], None, Duration::from_secs(1));
+            let over = CancellationToken::new();
+            let client = term_client(emulator.client(), &over, fence.clone(), "default/op");
+            let api: Api<ConfigMap> = Api::namespaced(client, "default");
+            let cm = |name: &str| ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    ..ObjectMeta::default()
+                },
+                ..ConfigMap::default()
+            };
+            api.create(&PostParams::default(), &cm("held"))
+                .await
+                .expect("written while the Lease is held");
+            tenure.grant(Instant::now());
+            let error = api
+                .create(&PostParams::default(), &cm("lapsed"))
+                .await
+                .expect_err("refused once the Lease lapsed");
+            let message = format!("{error}: {:?}", std::error::Error::source(&error));
+            assert!(message.contains("no longer leads"), "{message}");
+            assert!(api.get_opt("lapsed").await.expect("reads").is_none());
+            assert_eq!(fence.held_back(), vec![(Held::Write, 1)]);
         }
 
         #[tokio::test]

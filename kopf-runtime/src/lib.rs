@@ -725,6 +725,7 @@ mod echoes;
 mod endpoints;
 mod errors;
 mod execution;
+mod fencing;
 mod fields;
 mod filters;
 mod finalizers;

@@ -198,6 +198,11 @@ struct RestartLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FencedLabels {
+    what: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AdmissionLabels {
     webhook: String,
     result: &'static str,
@@ -272,6 +277,7 @@ pub(crate) struct Metrics {
     watch_events: Family<EventLabels, Counter>,
     watch_restarts: Family<RestartLabels, Counter>,
     admission: Family<AdmissionLabels, Counter>,
+    fenced: Family<FencedLabels, Counter>,
     api: ApiMetricsLayer,
 }
 
@@ -331,6 +337,12 @@ impl Metrics {
             "Admission requests by webhook id (empty: none in the path) and result: allowed, denied, or error (no review)",
             admission.clone(),
         );
+        let fenced = Family::<FencedLabels, Counter>::default();
+        registry.register(
+            "kopf_fenced",
+            "Work held back because this replica's Lease had lapsed on its own clock, by what: event, timer, daemon, write",
+            fenced.clone(),
+        );
         registry.register(
             "kopf_api_requests",
             "Requests to the Kubernetes API by verb and status code (error: no answer), as answered after the client's own retries",
@@ -351,8 +363,15 @@ impl Metrics {
             watch_events,
             watch_restarts,
             admission,
+            fenced,
             api,
         }
+    }
+
+    /// The `kopf_fenced_total` counters of `whats`, resolved (and scraped
+    /// at zero) now.
+    pub(crate) fn fenced<const N: usize>(&self, whats: [&'static str; N]) -> [Counter; N] {
+        whats.map(|what| self.fenced.get_or_create_owned(&FencedLabels { what }))
     }
 
     /// Resolves the admission series of the webhook `ids`, so that they

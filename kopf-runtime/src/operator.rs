@@ -24,6 +24,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::admission::Reviewer;
 use crate::endpoints::{EndpointState, Endpoints};
+use crate::fencing::{self, Fence, Held};
 use crate::fields::object_name;
 use crate::handlers::{Handler, HandlerKind};
 use crate::health::{Health, Phase, Registered, ResourceHealth};
@@ -38,7 +39,7 @@ use crate::peering::Peering;
 use crate::posting::{self, EventPoster, ObjectReference};
 use crate::probing::Probes;
 use crate::processing::{ResourceHandlers, ResourceProcessor, Work};
-use crate::queueing::{ProcessFn, Queue, QueueSettings};
+use crate::queueing::{ProcessFn, Processed, Queue, QueueSettings};
 use crate::registry::Registry;
 use crate::resources::Discovered;
 use crate::retrying::{Backoff, ErrorClass, classify};
@@ -662,7 +663,17 @@ impl Operator {
                 } else if let Some(health) = &health {
                     health.enter(Phase::Discovering);
                 }
-                let spawner = Arc::new(Spawner::with_counters(
+                // What the term starts waits for its Leases to be held on
+                // this process's clock.
+                let fence = match (&election, slots) {
+                    (Some((ward, _)), Some(held)) => Some(Fence::new(
+                        ward.tenures(held),
+                        metrics.as_deref().map(fencing::counters),
+                        settings.peering.retry_period,
+                    )),
+                    _ => None,
+                };
+                let spawner = Spawner::with_counters(
                     tokio::runtime::Handle::current(),
                     Arc::clone(&observer) as Arc<dyn crate::spawning::Observer>,
                     SpawnerSettings {
@@ -672,16 +683,23 @@ impl Operator {
                             .default_cancellation_timeout,
                     },
                     Arc::clone(&self.task_counters.0),
-                ));
+                );
+                let spawner = Arc::new(match &fence {
+                    Some(fence) => spawner.fenced(fence.clone()),
+                    None => spawner,
+                });
                 // What the term writes is refused once it is over.
                 let over = CancellationToken::new();
                 let watching = root.child_token();
                 let serving = TaskTracker::new();
                 let context = ServeContext {
-                    client: match &election {
-                        Some((_, lease)) => leadership::term_client(client.clone(), &over, lease),
-                        None => client.clone(),
+                    client: match (&election, &fence) {
+                        (Some((_, lease)), Some(fence)) => {
+                            leadership::term_client(client.clone(), &over, fence.clone(), lease)
+                        }
+                        _ => client.clone(),
                     },
+                    fence: fence.clone(),
                     settings: Arc::clone(&settings),
                     poster: poster.clone(),
                     namespaces: self.namespaces.clone(),
@@ -741,6 +759,9 @@ impl Operator {
                 let Some((ward, lease)) = &election else {
                     break;
                 };
+                if let Some(fence) = &fence {
+                    fence.report(lease);
+                }
                 if !paused {
                     return Err(OperatorError::LeaseOutlived {
                         lease: lease.clone(),
@@ -859,6 +880,8 @@ struct ServeContext {
     memo: MemoBase,
     /// The shard slots whose objects are served, if not all.
     slots: Option<Slots>,
+    /// What holds work back once the term's Leases lapse, with a Lease.
+    fence: Option<Fence>,
 }
 
 /// The resources served, kept in step with the cluster's (Kopf's resource
@@ -1340,6 +1363,7 @@ impl Resources {
             gate: context.indexes.gate(&handlers),
             health: health.as_ref().map(|h| Arc::clone(h.resource())),
             slots: context.slots,
+            fence: context.fence.clone(),
         };
         context.tasks.spawn(serve.run(
             stop.clone(),
@@ -1416,6 +1440,8 @@ struct ServeResource {
     health: Option<Arc<ResourceHealth>>,
     /// The shard slots whose objects are served, if not all.
     slots: Option<Slots>,
+    /// What holds the processing back once the term's Leases lapse.
+    fence: Option<Fence>,
 }
 
 impl ServeResource {
@@ -1460,10 +1486,12 @@ impl ServeResource {
         let measures_latency = latency.is_some();
         // Handlers post Events with `kopf_runtime::posting::{info, warn, …}`
         // through the poster in scope.
+        let fence = self.fence;
         let process: ProcessFn<String, Work> = Arc::new(move |uid, work| {
             let processor = Arc::clone(&processor);
             let poster = poster.clone();
             let gate = gate.clone();
+            let fence = fence.clone();
             if let (Some(latency), Some(queued_at)) = (&latency, work.queued_at) {
                 latency.observe(queued_at.elapsed().as_secs_f64());
             }
@@ -1471,6 +1499,16 @@ impl ServeResource {
                 if let Some(gate) = gate {
                     // Boxed: only the start-up waits, every call's future stays small.
                     Box::pin(gate.wait(work.event.object().map(|o| &**o))).await;
+                }
+                // The Lease lapsed (the process was paused?): tried again
+                // once renewed; the term ends first if it is not.
+                if let Some(fence) = &fence
+                    && !fence.allows_now(Held::Event)
+                {
+                    return Processed {
+                        expect_version: None,
+                        retry_after: Some(fence.retry()),
+                    };
                 }
                 let processing = processor.process(uid, work);
                 match poster {

@@ -21,6 +21,30 @@ pub(crate) const DEV_PRIORITY: i64 = 666;
 /// wait, with their probes, metrics, start-up and clean-up handlers
 /// running. The timings are [`settings.peering`](crate::settings::PeeringSettings).
 ///
+/// # Guarantees
+/// - A replica acts only while its Lease is valid on its own monotonic
+///   clock: from the start of its last successful renewal until the renew
+///   deadline has passed. Before every queued event is processed, every
+///   timer tick and every daemon call, and on every write through the
+///   operator's client (results, progress, finalizers, patches, the
+///   handlers' `client`), the clock is read and the Lease checked; with
+///   `--shards`, every slot the replica serves. Work found too late is
+///   held back, counted in `kopf_fenced_total{what}` (`event`, `timer`,
+///   `daemon`, `write`), and reported in one warning per term.
+/// - So a replica paused for longer than its Lease (`SIGSTOP`, a frozen
+///   VM, a starved node) acts on nothing when it resumes, even before its
+///   elector has seen that another replica leads; it then steps down, and,
+///   if its tasks were running when the Lease may have passed to another
+///   replica, exits with code 3.
+///
+/// # Caveats
+/// - A handler already running when the pause began goes on when the
+///   process resumes: nothing can stop its code between two statements,
+///   but every write it makes through the operator is refused. Its other
+///   side effects (another system's API) are not fenced.
+/// - The check rests on the replicas' clocks running at the same rate, as
+///   client-go's election does, not on them agreeing on the time.
+///
 /// ```
 /// use kopf_runtime::Peering;
 ///

@@ -53,6 +53,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::fencing::Tenure;
 use crate::leadership::{ElectionSettings, Elector, Quota, Role, lease_seconds};
 
 /// The most slots objects can be spread over.
@@ -97,6 +98,11 @@ impl Slots {
         self
     }
 
+    /// Whether `slot` is one of them.
+    pub(crate) fn has(self, slot: u32) -> bool {
+        self.held & (1 << slot) != 0
+    }
+
     /// How many are held.
     pub(crate) fn len(self) -> u32 {
         self.held.count_ones()
@@ -104,7 +110,7 @@ impl Slots {
 
     /// Whether the object with `uid` is in one of them.
     pub(crate) fn serve(self, uid: &str) -> bool {
-        self.held & (1 << slot_of(uid, self.shards)) != 0
+        self.has(slot_of(uid, self.shards))
     }
 
     /// Whether they are every slot there is (nothing to filter).
@@ -123,6 +129,18 @@ struct Seat {
     roles: watch::Receiver<Role>,
     paused: Arc<Notify>,
     yielding: Arc<Notify>,
+    tenure: Arc<Tenure>,
+}
+
+impl Seat {
+    fn of(elector: &Elector) -> Self {
+        Self {
+            roles: elector.roles(),
+            paused: elector.paused(),
+            yielding: elector.yielding(),
+            tenure: elector.tenure(),
+        }
+    }
 }
 
 /// The Leases this replica competes for, and the slots it holds: see the
@@ -160,11 +178,7 @@ impl Ward {
         } = seating;
         if shards <= 1 {
             let elector = Elector::new(client.clone(), namespace, name, settings);
-            let seat = Seat {
-                roles: elector.roles(),
-                paused: elector.paused(),
-                yielding: elector.yielding(),
-            };
+            let seat = Seat::of(&elector);
             tasks.spawn(elector.run(stop.clone()));
             return Self {
                 seats: vec![seat],
@@ -178,11 +192,7 @@ impl Ward {
                 let lease = format!("{name}-shard-{slot}-of-{shards}");
                 let elector = Elector::new(client.clone(), namespace, &lease, settings.clone())
                     .with_quota(Arc::clone(&quota));
-                let seat = Seat {
-                    roles: elector.roles(),
-                    paused: elector.paused(),
-                    yielding: elector.yielding(),
-                };
+                let seat = Seat::of(&elector);
                 tasks.spawn(elector.run(stop.clone()));
                 seat
             })
@@ -224,6 +234,16 @@ impl Ward {
             .fold(Slots::none(self.shards), |slots, (_, slot)| {
                 slots.with(slot)
             })
+    }
+
+    /// How long each of `slots` is held, on this process's clock.
+    pub(crate) fn tenures(&self, slots: Slots) -> Vec<Arc<Tenure>> {
+        self.seats
+            .iter()
+            .zip(0..)
+            .filter(|(_, slot)| slots.has(*slot))
+            .map(|(seat, _)| Arc::clone(&seat.tenure))
+            .collect()
     }
 
     /// Waits until some slot is held: those held then. With shards, the
@@ -495,6 +515,7 @@ mod tests {
             roles: roles.subscribe(),
             paused: Arc::new(Notify::new()),
             yielding: Arc::new(Notify::new()),
+            tenure: Arc::default(),
         };
         let mut ward = Ward {
             seats: vec![seat(&leading), seat(&handing_over)],

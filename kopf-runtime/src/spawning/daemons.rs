@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use super::runner::Run;
 use super::task::Verdict;
+use crate::fencing::Held;
 
 /// Run a daemon until it finishes, gives up, or is stopped.
 pub(crate) async fn run(run: Run) {
@@ -27,6 +28,13 @@ pub(crate) async fn run(run: Run) {
     let started = Instant::now();
     let mut retry = 0;
     loop {
+        // The Lease lapsed (the process was paused?): no call until it is
+        // renewed; the term ends first if it is not.
+        while let Some(recheck) = run.held_back(Held::Daemon, Instant::now()) {
+            if run.flag.wait(recheck).await {
+                return;
+            }
+        }
         let outcome = run.call(retry, started).await;
         if run.flag.is_set() {
             run.report(retry, outcome, Verdict::Stopped);
@@ -93,6 +101,38 @@ mod tests {
                 }
             }),
         )
+    }
+
+    /// A daemon of a term whose Lease lapsed (a process resumed after a
+    /// pause) is not called until the Lease is renewed, nor at all if the
+    /// term ends first.
+    #[tokio::test(start_paused = true)]
+    async fn a_fenced_daemon_is_not_called_while_its_lease_is_lapsed() {
+        use crate::fencing::{Fence, Held, Tenure};
+
+        let tenure = Arc::new(Tenure::default());
+        let fence = Fence::new(vec![Arc::clone(&tenure)], None, secs(2));
+        let (spawner, _) = spawner();
+        let spawner = spawner.fenced(fence.clone());
+        let calls = Calls::new();
+        let spec = until_stopped(&calls).build();
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(secs(3)).await;
+        assert_eq!(calls.count(), 0, "held back");
+        tenure.grant(tokio::time::Instant::now() + secs(10));
+        tokio::time::sleep(secs(2)).await;
+        assert_eq!(calls.times(), [secs(4)], "called once renewed");
+        assert_eq!(fence.held_back(), vec![(Held::Daemon, 2)]);
+
+        // A term whose Lease lapsed for good ends: the daemon is stopped
+        // without a call.
+        tenure.revoke();
+        let spec = until_stopped(&calls).build();
+        spawner.ensure("u2", &spec, &body(1));
+        tokio::time::sleep(secs(1)).await;
+        assert!(spawner.stop("u2", "d", StopReason::LeadershipLost));
+        spawner.wait_stopped("u2").await;
+        assert_eq!(calls.count(), 1, "u2 never called");
     }
 
     #[tokio::test(start_paused = true)]

@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::watch;
@@ -14,6 +15,7 @@ use tokio::time::Instant;
 use super::observing::{Observer, OutcomeReport};
 use super::spawner::Liveness;
 use super::task::{TaskContext, TaskOutcome, TaskSpec, Verdict};
+use crate::fencing::{Fence, Held};
 use crate::stopping::StopFlag;
 
 /// Everything a runner loop (daemon or timer) needs.
@@ -29,9 +31,19 @@ pub(crate) struct Run {
     /// start time is derived from its monotonic one without another
     /// system-clock read per tick.
     pub(crate) epoch: (jiff::Timestamp, Instant),
+    /// What a call must pass first, in a term of leadership.
+    pub(crate) fence: Option<Fence>,
 }
 
 impl Run {
+    /// Whether a call of `what` is held back at `now`, and if so, how soon
+    /// to try again: only in a term of leadership whose Lease has lapsed
+    /// on this process's clock (see [`fencing`](crate::fencing)).
+    pub(crate) fn held_back(&self, what: Held, now: Instant) -> Option<Duration> {
+        let fence = self.fence.as_ref()?;
+        (!fence.allows(what, now)).then(|| fence.retry())
+    }
+
     /// Call the handler once; a panic becomes [`TaskOutcome::Error`].
     pub(crate) async fn call(&self, retry: u32, started_at: Instant) -> TaskOutcome {
         let (wall, mono) = self.epoch;

@@ -23,6 +23,7 @@ use super::observing::{AbandonedReport, Observer};
 use super::runner::Run;
 use super::task::{TaskKind, TaskSpec};
 use super::{daemons, timers};
+use crate::fencing::Fence;
 use crate::stopping::{StopFlag, StopReason};
 
 /// Limits that replace Kopf's "wait forever" when a handler sets neither
@@ -269,6 +270,9 @@ struct Inner {
     settings: SpawnerSettings,
     settled: Notify,
     generations: AtomicU64,
+    /// What the tasks read before each call, when they serve a term of
+    /// leadership.
+    fence: Option<Fence>,
 }
 
 impl Inner {
@@ -527,8 +531,19 @@ impl Spawner {
                 settings,
                 settled: Notify::new(),
                 generations: AtomicU64::new(0),
+                fence: None,
             }),
         }
+    }
+
+    /// Its tasks call their handlers only while `fence` allows (see
+    /// [`fencing`](crate::fencing)).
+    #[must_use]
+    pub(crate) fn fenced(mut self, fence: Fence) -> Self {
+        Arc::get_mut(&mut self.inner)
+            .expect("invariant: a spawner is fenced before it is shared")
+            .fence = Some(fence);
+        self
     }
 
     /// Spawn the task of `spec` for object `uid` unless it is running, being
@@ -609,6 +624,7 @@ impl Spawner {
                 inner: Arc::downgrade(inner),
             }),
             epoch: (jiff::Timestamp::now(), Instant::now()),
+            fence: inner.fence.clone(),
         };
         // Spawned under the lock: if the task ends at once on another worker,
         // its settling waits for the lock and finds its entry.

@@ -33,6 +33,7 @@ use tokio::time::Instant;
 
 use super::runner::Run;
 use super::task::Verdict;
+use crate::fencing::Held;
 use crate::stopping::{StopFlag, deadline_after};
 
 /// Run a timer until it is stopped.
@@ -70,6 +71,12 @@ pub(crate) async fn run(mut run: Run) {
             return;
         }
         let begun = Instant::now();
+        if let Some(recheck) = run.held_back(Held::Timer, begun) {
+            // The Lease lapsed (the process was paused?): no tick until it
+            // is renewed; the term ends first if it is not.
+            tick = deadline_after(begun, recheck);
+            continue;
+        }
         let first = *started.get_or_insert(begun);
         let outcome = Box::pin(run.call(retry, first)).await;
         if flag.is_set() {
@@ -276,6 +283,37 @@ mod tests {
             let first = seen.iter().find(|(u, ..)| u == uid).expect("seen");
             assert_eq!(first.1, *n, "{uid} kept its value: {seen:?}");
         }
+    }
+
+    /// A process resumed after a pause past its Lease finds its timers
+    /// overdue: they hold their ticks back, whatever runs first, and tick
+    /// again once the Lease is renewed.
+    #[tokio::test(start_paused = true)]
+    async fn a_fenced_timer_holds_its_ticks_back_while_its_lease_is_lapsed() {
+        use crate::fencing::{Fence, Held, Tenure};
+
+        let tenure = Arc::new(Tenure::default());
+        tenure.grant(tokio::time::Instant::now() + millis(3500));
+        let fence = Fence::new(vec![Arc::clone(&tenure)], None, secs(2));
+        let (spawner, _) = spawner();
+        let spawner = spawner.fenced(fence.clone());
+        let calls = Calls::new();
+        let spec = timer(&calls, secs(1), secs(0), ok()).build();
+        spawner.ensure("u1", &spec, &body(1));
+        tokio::time::sleep(millis(2500)).await;
+        // The pause: the clock jumps past the Lease, the tick due at 3 s
+        // runs at 7.5 s.
+        tokio::time::advance(secs(5)).await;
+        tokio::time::sleep(millis(500)).await;
+        assert_eq!(calls.times(), [secs(0), secs(1), secs(2)], "none after");
+        tenure.grant(tokio::time::Instant::now() + secs(10));
+        tokio::time::sleep(secs(2)).await;
+        assert_eq!(
+            calls.times(),
+            [secs(0), secs(1), secs(2), millis(9500)],
+            "ticks again once renewed"
+        );
+        assert_eq!(fence.held_back(), vec![(Held::Timer, 1)]);
     }
 
     #[tokio::test(start_paused = true)]
