@@ -16,7 +16,11 @@
 //! - with `--shards 8`, three replicas share the slots within one and
 //!   each object ticks in one replica; a replica killed with SIGKILL has
 //!   its slots taken by the others, balanced again, once its Leases
-//!   expire.
+//!   expire;
+//! - a replica paused (`SIGSTOP`) past its Lease while another takes over,
+//!   then resumed (`SIGCONT`), acts on nothing after the resume: its
+//!   overdue timers find the Lease lapsed on its own clock; with and
+//!   without `--shards`.
 
 mod support;
 
@@ -195,10 +199,15 @@ struct Replicas(BTreeMap<String, Example>);
 
 impl Replicas {
     fn start(cluster: &Cluster, identities: &[&str]) -> Self {
+        Self::start_with(cluster, identities, &[])
+    }
+
+    /// Starts `identities`, each with `extra` options.
+    fn start_with(cluster: &Cluster, identities: &[&str], extra: &[&str]) -> Self {
         Self(
             identities
                 .iter()
-                .map(|id| ((*id).to_owned(), cluster.replica(id, &[])))
+                .map(|id| ((*id).to_owned(), cluster.replica(id, extra)))
                 .collect(),
         )
     }
@@ -541,4 +550,87 @@ async fn shards_spread_the_objects_and_a_killed_replicas_slots_move() {
             .all(|who| who.len() == 1 && !who.contains("c")),
         "each object ticks in one replica left: {by_uid:?}"
     );
+}
+
+/// What a replica logs at the end of a term in which its Lease lapsed on
+/// its own clock and work was held back.
+const HELD_BACK: &str = "the Lease lapsed on this replica's clock";
+
+/// Pauses a replica serving objects (`SIGSTOP`) until the others have
+/// ticked every object, then resumes it (`SIGCONT`), `runs` times: the
+/// resumed replica must tick nothing after the moment it was paused. It
+/// finds its Lease lapsed, holds its overdue ticks back, and exits with
+/// code 3 (the tasks of its term were running when the Lease passed to
+/// another replica); it is started again for the next run.
+async fn a_paused_replica_acts_on_nothing_once_resumed(
+    identities: &[&str],
+    extra: &[&str],
+    runs: usize,
+) {
+    let cluster = Cluster::start(10).await;
+    let mut replicas = Replicas::start_with(&cluster, identities, extra);
+    replicas.wait_started().await;
+    for run in 0..runs {
+        // Every object ticks, and the victim serves some of them.
+        let since = Timestamp::now();
+        let serving = eventually(|| async {
+            let by_uid = tickers(&replicas.ticks(), since);
+            (by_uid.len() == cluster.uids.len()).then_some(by_uid)
+        });
+        let by_uid = serving
+            .await
+            .unwrap_or_else(|| panic!("run {run}: not every object ticked:\n{}", replicas.dump()));
+        let victim = by_uid
+            .values()
+            .flatten()
+            .next()
+            .cloned()
+            .expect("a replica ticks");
+        replicas.get(&victim).signal("STOP");
+        let stopped = Timestamp::now();
+        // The others take its objects over.
+        let taken = eventually(|| async {
+            let others: Vec<Tick> = replicas
+                .ticks()
+                .into_iter()
+                .filter(|t| t.replica != victim)
+                .collect();
+            (tickers(&others, stopped).len() == cluster.uids.len()).then_some(())
+        });
+        let taken = taken.await;
+        replicas.get(&victim).signal("CONT");
+        taken.unwrap_or_else(|| {
+            panic!(
+                "run {run}: {victim}'s objects were not taken over:\n{}",
+                replicas.dump()
+            )
+        });
+        let paused = replicas.0.remove(&victim).expect("the victim runs");
+        let (status, output) = paused.wait_exit().await;
+        let late: Vec<Tick> = ticks(&output)
+            .into_iter()
+            .filter(|t| t.at >= stopped)
+            .collect();
+        assert!(
+            late.is_empty(),
+            "run {run}: {victim} acted after its pause: {late:?}\n{output}"
+        );
+        assert!(output.contains(HELD_BACK), "run {run}: {output}");
+        assert_eq!(status.code(), Some(3), "run {run}: {output}");
+        println!("run {run}: {victim} paused, resumed, held its ticks back and exited");
+        let again = cluster.replica(&victim, extra);
+        replicas.0.insert(victim, again);
+        replicas.wait_started().await;
+    }
+    replicas.assert_running();
+}
+
+#[tokio::test]
+async fn a_leader_paused_past_its_lease_acts_on_nothing_once_resumed() {
+    a_paused_replica_acts_on_nothing_once_resumed(&["a", "b"], &[], 3).await;
+}
+
+#[tokio::test]
+async fn a_sharded_replica_paused_past_its_leases_acts_on_nothing_once_resumed() {
+    a_paused_replica_acts_on_nothing_once_resumed(&["a", "b", "c"], &["--shards", "8"], 2).await;
 }
