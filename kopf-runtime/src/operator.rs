@@ -775,6 +775,7 @@ impl Operator {
                 // What the watches saw goes stale; the next term lists anew.
                 indexes.reset();
                 ward.paused();
+                tracing::info!(%lease, "paused: competing for the Lease again");
             }
             let exit_timeout = settings.queueing.exit_timeout;
             // A start-up that failed cleans nothing up (as a failed start-up handler).
