@@ -57,6 +57,7 @@
 //! - [`stats`] — medians, ranges, percentiles.
 //! - [`cluster`] — the emulator process, its admin endpoints and the driver client.
 //! - [`operators`] — how each operator under test is started.
+//! - [`peers`] — what the Rust peers (bare watcher, `Controller`) share.
 //! - [`scenarios`] — S1–S5 and S7.
 //! - [`report`] — JSON lines, the summary table and the plot.
 //! - [`soak`] — `kopf-bench soak`: a chaos soak checking Kopf's promises.
@@ -64,6 +65,7 @@
 pub mod building;
 pub mod cluster;
 pub mod operators;
+pub mod peers;
 pub mod procfs;
 pub mod report;
 pub mod scenarios;

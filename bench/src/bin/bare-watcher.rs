@@ -19,64 +19,16 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
+use kopf_bench::peers::{self, PeerArgs, PeerMode};
 use kopf_bench::signals;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio::task::{JoinHandle, JoinSet};
 
 const MARK: &str = "kopf-bench/handled";
 const FINALIZER: &str = "kopf-bench/finalizer";
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Mode {
-    Create,
-    Event,
-    Timer { finalizers: bool },
-}
-
-struct Args {
-    mode: Mode,
-    kubeconfig: String,
-    namespace: String,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut argv = std::env::args().skip(1);
-    let mode = match argv.next().as_deref() {
-        Some("create") => Mode::Create,
-        Some("event") => Mode::Event,
-        Some("timer") => Mode::Timer { finalizers: true },
-        Some("timer-nofin") => Mode::Timer { finalizers: false },
-        other => {
-            return Err(format!(
-                "unknown mode {other:?}: expected create, event, timer or timer-nofin"
-            ));
-        }
-    };
-    let (mut kubeconfig, mut namespace) = (None, "default".to_string());
-    while let Some(arg) = argv.next() {
-        match arg.as_str() {
-            "--kubeconfig" => kubeconfig = argv.next(),
-            "-n" | "--namespace" => namespace = argv.next().ok_or("-n needs a value")?,
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
-    Ok(Args {
-        mode,
-        kubeconfig: kubeconfig.ok_or("--kubeconfig FILE is required")?,
-        namespace,
-    })
-}
-
-async fn client(path: &str) -> Result<Client, String> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| e.to_string())?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    Client::try_from(config).map_err(|e| e.to_string())
-}
 
 /// The per-object timer tasks, keyed by UID, and the patches in flight.
 struct Timers {
@@ -92,8 +44,8 @@ impl Timers {
     }
 }
 
-async fn run(args: Args) -> Result<(), String> {
-    let client = client(&args.kubeconfig).await?;
+async fn run(args: PeerArgs) -> Result<(), String> {
+    let client = args.client().await?;
     let api: Api<ConfigMap> = Api::namespaced(client, &args.namespace);
     let mut events =
         std::pin::pin!(watcher(api.clone(), watcher::Config::default()).default_backoff());
@@ -125,12 +77,12 @@ async fn run(args: Args) -> Result<(), String> {
         };
         match (args.mode, event) {
             (
-                Mode::Event,
+                PeerMode::Event,
                 watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o),
             ) => {
                 signals::signal("event", &o.name_any());
             }
-            (Mode::Create, watcher::Event::Apply(o) | watcher::Event::InitApply(o))
+            (PeerMode::Create, watcher::Event::Apply(o) | watcher::Event::InitApply(o))
                 if !o.annotations().contains_key(MARK)
                     && o.metadata.deletion_timestamp.is_none() =>
             {
@@ -142,8 +94,8 @@ async fn run(args: Args) -> Result<(), String> {
                     json!({"metadata": {"annotations": {MARK: "1"}}}),
                 );
             }
-            (Mode::Timer { .. }, watcher::Event::Init) => timers.listed = Some(HashSet::new()),
-            (Mode::Timer { .. }, watcher::Event::InitDone) => {
+            (PeerMode::Timer { .. }, watcher::Event::Init) => timers.listed = Some(HashSet::new()),
+            (PeerMode::Timer { .. }, watcher::Event::InitDone) => {
                 // Objects that vanished while the watch was down count as deleted.
                 if let Some(listed) = timers.listed.take() {
                     let gone: Vec<String> = timers
@@ -158,7 +110,7 @@ async fn run(args: Args) -> Result<(), String> {
                 }
             }
             (
-                Mode::Timer { finalizers },
+                PeerMode::Timer { finalizers },
                 watcher::Event::Apply(o) | watcher::Event::InitApply(o),
             ) => {
                 let uid = o.uid().unwrap_or_default();
@@ -198,7 +150,7 @@ async fn run(args: Args) -> Result<(), String> {
                     }));
                 }
             }
-            (Mode::Timer { .. }, watcher::Event::Delete(o)) => {
+            (PeerMode::Timer { .. }, watcher::Event::Delete(o)) => {
                 timers.stop(&o.uid().unwrap_or_default())
             }
             _ => {}
@@ -207,51 +159,5 @@ async fn run(args: Args) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("bare-watcher: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("bare-watcher: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let result = runtime.block_on(async {
-        let flusher = tokio::spawn(signals::flush_periodically());
-        let result = tokio::select! {
-            r = run(args) => r,
-            _ = shutdown() => Ok(()),
-        };
-        flusher.abort();
-        result
-    });
-    signals::flush();
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bare-watcher: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-async fn shutdown() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
-        }
-        _ => std::future::pending().await,
-    }
+    peers::main("bare-watcher", run)
 }
