@@ -36,10 +36,15 @@ struct Args {
     /// run), kopf-rs only, run only when named.
     #[arg(long, value_delimiter = ',', default_value = "s1,s2,s3,s4,s5")]
     scenarios: Vec<String>,
-    /// Operators, comma-separated: kopf-rs, bare, kopf, kopf-rs-metrics
-    /// (kopf-rs serving its probes and metrics), and baseline, which
-    /// `--baseline` adds by itself.
-    #[arg(long, value_delimiter = ',', default_value = "kopf-rs,bare,kopf")]
+    /// Operators, comma-separated: kopf-rs, bare, controller
+    /// (kube-runtime's `Controller`), kopf, kopf-rs-metrics (kopf-rs
+    /// serving its probes and metrics), and baseline, which `--baseline`
+    /// adds by itself.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "kopf-rs,bare,controller,kopf"
+    )]
     operators: Vec<String>,
     /// Another build of `kopf-rs-operator` (e.g. of the commit before a
     /// change, built with `cargo build --release -p kopf-bench` in its own
@@ -79,7 +84,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     for name in &args.operators {
         let op = Operator::parse(name).with_context(|| {
             format!(
-                "unknown operator {name:?}: expected kopf-rs, bare, kopf, baseline or kopf-rs-metrics"
+                "unknown operator {name:?}: expected kopf-rs, bare, controller, kopf, baseline or kopf-rs-metrics"
             )
         })?;
         operators.push(op);

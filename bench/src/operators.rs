@@ -1,5 +1,6 @@
 //! The operators under test and how to start them: kopf-rs, Kopf (Python, in
-//! a virtual environment the runner creates) and the bare kube-runtime watcher.
+//! a virtual environment the runner creates), the bare kube-runtime watcher
+//! and kube-runtime's `Controller`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -29,13 +30,19 @@ pub enum Operator {
     /// `--metrics`): what they cost.
     #[serde(rename = "kopf-rs-metrics")]
     KopfRsMetrics,
+    /// `controller-operator`: kube-runtime's `Controller`, what a Rust
+    /// user writes instead (a reconcile that requeues after the interval
+    /// stands for the timer).
+    #[serde(rename = "controller")]
+    Controller,
 }
 
 impl Operator {
     /// All of them, in table order.
-    pub const ALL: [Operator; 5] = [
+    pub const ALL: [Operator; 6] = [
         Operator::KopfRs,
         Operator::Bare,
+        Operator::Controller,
         Operator::Kopf,
         Operator::Baseline,
         Operator::KopfRsMetrics,
@@ -49,6 +56,7 @@ impl Operator {
             Operator::Kopf => "kopf",
             Operator::Baseline => "baseline",
             Operator::KopfRsMetrics => "kopf-rs-metrics",
+            Operator::Controller => "controller",
         }
     }
 
@@ -107,7 +115,8 @@ impl Mode {
 /// Where the operators' programs are.
 #[derive(Debug, Clone)]
 pub struct Programs {
-    /// The directory of `kopf-rs-operator`, `bare-watcher` and `kube-emulator`.
+    /// The directory of `kopf-rs-operator`, `bare-watcher`,
+    /// `controller-operator` and `kube-emulator`.
     pub bin_dir: PathBuf,
     /// The virtual environment holding Kopf, if Kopf runs.
     pub venv: Option<PathBuf>,
@@ -201,8 +210,12 @@ impl Programs {
                 }
                 cmd
             }
-            Operator::Bare => {
-                let mut cmd = Command::new(self.bin_dir.join("bare-watcher"));
+            Operator::Bare | Operator::Controller => {
+                let program = match operator {
+                    Operator::Bare => "bare-watcher",
+                    _ => "controller-operator",
+                };
+                let mut cmd = Command::new(self.bin_dir.join(program));
                 cmd.arg(mode.arg())
                     .arg("--kubeconfig")
                     .arg(kubeconfig)

@@ -62,8 +62,10 @@ fn every_scenario_runs_at_small_n_and_s5_leaks_nothing() {
         ("S5", ""),
     ];
     for (scenario, variant) in scenarios {
-        let bare = find(scenario, variant, "bare");
-        assert_eq!(bare["ok"], true, "bare {scenario} {variant}: {bare}");
+        for peer in ["bare", "controller"] {
+            let result = find(scenario, variant, peer);
+            assert_eq!(result["ok"], true, "{peer} {scenario} {variant}: {result}");
+        }
         let ours = find(scenario, variant, "kopf-rs");
         let timers_pending = ours["error"]
             .as_str()
