@@ -15,6 +15,7 @@ use crate::admission;
 use crate::discovery;
 use crate::failures::ApiError;
 use crate::limits;
+use crate::options;
 use crate::patching::{self, PatchKind};
 use crate::recording::RecordedRequest;
 use crate::resources::ResourceDef;
@@ -346,7 +347,7 @@ where
         }
         (Method::DELETE, Some(name)) => {
             let (_, body) = read_body(req).await?;
-            let options = delete_options(&body)?;
+            let options = options::delete_options(&body)?;
             if admission::applies(shared, &def) {
                 // Existence and preconditions first, as the API server.
                 let old = shared.store().delete(&def, ns, name, &options, true)?;
@@ -374,8 +375,9 @@ where
             Err(ApiError::method_not_allowed())
         }
         (Method::DELETE, None) => {
+            options::list_options(query)?;
             let (_, body) = read_body(req).await?;
-            let options = delete_options(&body)?;
+            let options = options::delete_options(&body)?;
             let selectors = selectors(&def, query)?;
             if admission::applies(shared, &def) {
                 let deleted = admitted_delete_collection(
@@ -593,13 +595,6 @@ fn deleted_status(def: &ResourceDef, obj: &Value) -> Value {
     })
 }
 
-fn delete_options(body: &[u8]) -> Result<Value, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(json!({}));
-    }
-    decode_json(body, "the DeleteOptions body")
-}
-
 fn selectors(def: &ResourceDef, query: &Query) -> Result<Selectors, ApiError> {
     let selectors = Selectors {
         labels: LabelSelector::parse(&query.label_selector)
@@ -705,20 +700,13 @@ fn list(
     ns: Option<&str>,
     query: &Query,
 ) -> Result<Response<Body>, ApiError> {
+    options::list_options(query)?;
     let selectors = selectors(def, query)?;
     let exact = match (
         query.resource_version_match.as_deref(),
         query.resource_version.as_deref(),
     ) {
         (Some("Exact"), Some(rv)) => Some(parse_rv(rv)?),
-        (Some("Exact" | "NotOlderThan"), None) => {
-            return Err(ApiError::invalid(
-                "",
-                "ListOptions",
-                "",
-                "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
-            ));
-        }
         _ => None,
     };
     let page = {
@@ -750,6 +738,7 @@ fn watch(
     route: &ObjectPath,
     query: &Query,
 ) -> Result<Response<Body>, ApiError> {
+    options::watch_options(query)?;
     let selectors = selectors(&def, query)?;
     let from = match query.resource_version.as_deref() {
         _ if query.send_initial_events => None,

@@ -175,6 +175,7 @@ mod history;
 mod kubectl;
 mod limits;
 mod objects;
+mod options;
 mod patching;
 mod preload;
 mod protobuf;

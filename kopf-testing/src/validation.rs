@@ -684,30 +684,32 @@ fn strategic_directives(patch: &Value, path: &str) -> Result<(), ApiError> {
 }
 
 /// Checks the query parameters a client sent: numbers that are not numbers
-/// get 400, a `dryRun` other than `All` 422 (as the API server validates
-/// its options). `options` names the options kind of the verb
-/// (`CreateOptions`, `PatchOptions`, ...), if it has one.
+/// get 400; for a write, a `fieldManager` over 128 bytes or with
+/// unprintable characters and a `dryRun` other than `All` get 422 (as the
+/// API server validates its options). `options` names the options kind of
+/// the verb (`CreateOptions`, `PatchOptions`, ...), if it has one.
 pub fn query(query: &Query, options: Option<&str>) -> Result<(), ApiError> {
     if let Some((param, value)) = query.malformed.first() {
         return Err(ApiError::bad_request(format!(
             "invalid value {value:?} for the query parameter {param}: must be a non-negative integer"
         )));
     }
-    if let Some(options) = options
-        && let Some(bad) = query.dry_run_values.iter().find(|v| *v != "All")
-    {
-        return Err(invalid(
-            "meta.k8s.io",
-            &format!("{options}.meta.k8s.io"),
-            "",
-            &[FieldError {
-                field: "dryRun".into(),
-                reason: "FieldValueNotSupported",
-                detail: format!("Unsupported value: [\"{bad}\"]: supported values: \"All\""),
-            }],
+    let Some(options) = options else {
+        return Ok(());
+    };
+    let mut errors = Vec::new();
+    if options != "DeleteOptions" {
+        errors.extend(crate::options::field_manager_errors(
+            query.field_manager.as_deref().unwrap_or(""),
         ));
     }
-    Ok(())
+    let dry_run: Vec<&str> = query.dry_run_values.iter().map(String::as_str).collect();
+    errors.extend(crate::options::dry_run_errors(&dry_run));
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(crate::options::invalid(options, &errors))
+    }
 }
 
 /// 504 for a resourceVersion newer than the store's (as the API server's

@@ -580,7 +580,7 @@ async fn malformed_limits_and_dry_runs_are_refused() {
     resp.assert_status_object(422);
     assert_eq!(
         causes(&resp),
-        ["dryRun: Unsupported value: [\"Bogus\"]: supported values: \"All\""]
+        ["dryRun: Unsupported value: []string{\"Bogus\"}: supported values: \"All\""]
     );
     let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
     assert!(
