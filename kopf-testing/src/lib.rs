@@ -192,6 +192,7 @@ mod proptests;
 mod server;
 mod shared;
 mod store;
+mod updates;
 mod validation;
 mod watching;
 

@@ -22,6 +22,7 @@ use crate::objects::{self, meta_mut};
 use crate::patching::{self, PatchKind};
 use crate::resources::{self, ResourceDef, StoreKey};
 use crate::selectors::Selectors;
+use crate::updates;
 
 /// Capacity of each resource's broadcast channel; a watcher lagging further
 /// behind gets its stream closed and resumes from history.
@@ -766,10 +767,14 @@ impl Store {
         if !new.is_object() {
             return Err(ApiError::bad_request("the object must be a JSON object"));
         }
-        if let Some(rv) = objects::resource_version(&new)
-            && rv != old_rv
-        {
-            return Err(ApiError::stale(&def.group, &def.plural, &name));
+        match objects::resource_version(&new) {
+            Some(rv) if rv != old_rv => {
+                return Err(ApiError::stale(&def.group, &def.plural, &name));
+            }
+            None if !updates::allows_unconditional_update(def) => {
+                return Err(updates::resource_version_required(def, &name));
+            }
+            _ => {}
         }
         // A UID in the body is a precondition (as kubelets use it in status
         // patches): the object must still be the same instance.
@@ -829,6 +834,9 @@ impl Store {
         }
         if def.group.is_empty() && def.plural == "secrets" {
             objects::fold_string_data(&mut new);
+        }
+        if target == Target::Main {
+            updates::check(def, old, &new)?;
         }
         // Immutable and server-owned metadata.
         let old_meta = old.get("metadata").cloned().unwrap_or_else(|| json!({}));

@@ -10,5 +10,6 @@ mod admission;
 mod api;
 mod limits;
 mod options;
+mod updates;
 mod validation;
 mod watch;
