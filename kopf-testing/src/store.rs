@@ -803,12 +803,20 @@ impl Store {
                     }
                 }
             }
-            for field in ["labels", "annotations"] {
-                let value = new.get("metadata").and_then(|m| m.get(field)).cloned();
+            // A custom resource's status write keeps all of its metadata (the
+            // API server's status strategy copies the stored object and sets
+            // only `status`); the built-ins' take labels and annotations.
+            let kept: &[&str] = if self.is_custom(def) {
+                &[]
+            } else {
+                &["labels", "annotations"]
+            };
+            for field in kept {
+                let value = new.get("metadata").and_then(|m| m.get(*field)).cloned();
                 let meta = meta_mut(&mut merged);
                 match value {
-                    Some(v) => meta.insert(field.into(), v),
-                    None => meta.remove(field),
+                    Some(v) => meta.insert((*field).into(), v),
+                    None => meta.remove(*field),
                 };
             }
             new = merged;

@@ -1,7 +1,7 @@
 //! What an update may change, refused over real HTTP as the API server
 //! refuses it: the data of immutable ConfigMaps and Secrets, a Secret's
 //! type, deletion metadata, a custom resource without a resourceVersion, a
-//! CRD's scope.
+//! CRD's scope; and what a custom resource's status write keeps.
 
 use crate::common::{RawResponse, raw_request, within};
 use kopf_testing::Emulator;
@@ -220,6 +220,33 @@ async fn a_custom_resource_update_needs_a_resource_version() {
     )
     .await;
     assert_eq!(resp.status, 200, "{:?}", resp.json());
+}
+
+#[tokio::test]
+async fn a_custom_resource_status_write_keeps_its_metadata() {
+    let emulator = emulator().await;
+    let mut widget = created(
+        &emulator,
+        WIDGETS,
+        json!({"metadata": {"name": "w", "labels": {"a": "1"}}, "spec": {"size": 1}}),
+    )
+    .await;
+    widget["metadata"]["labels"] = json!({"a": "2", "b": "3"});
+    widget["metadata"]["annotations"] = json!({"x": "y"});
+    widget["status"] = json!({"phase": "Ready"});
+    let resp = send(
+        &emulator,
+        "PUT",
+        &format!("{WIDGETS}/w/status"),
+        "application/json",
+        &widget,
+    )
+    .await;
+    assert_eq!(resp.status, 200, "{:?}", resp.json());
+    let stored = get(&emulator, &format!("{WIDGETS}/w")).await;
+    assert_eq!(stored["status"]["phase"], "Ready");
+    assert_eq!(stored["metadata"]["labels"], json!({"a": "1"}));
+    assert!(stored["metadata"].get("annotations").is_none(), "{stored}");
 }
 
 #[tokio::test]
