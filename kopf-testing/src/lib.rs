@@ -174,6 +174,7 @@ mod handlers;
 mod history;
 mod kubectl;
 mod limits;
+mod names;
 mod objects;
 mod options;
 mod patching;

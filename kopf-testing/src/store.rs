@@ -17,6 +17,7 @@ use crate::conversion;
 use crate::events::{EventType, WatchEvent};
 use crate::failures::ApiError;
 use crate::history::{DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_BYTES, History};
+use crate::names;
 use crate::objects::{self, meta_mut};
 #[cfg(test)]
 use crate::patching::{self, PatchKind};
@@ -478,9 +479,18 @@ impl Store {
                     "metadata.name: Required value: name or generateName is required",
                 ));
             }
-            name = format!("{prefix}{}", objects::random_suffix());
+            name = names::generate(prefix);
         }
-        validate_name(def, &name)?;
+        let generate_name = objects::meta_str(&body, "generateName").unwrap_or("");
+        let name_errors = names::errors(def, &name, generate_name);
+        if !name_errors.is_empty() {
+            return Err(crate::validation::invalid(
+                &def.group,
+                &def.kind,
+                &name,
+                &name_errors,
+            ));
+        }
         if def.namespaced {
             let ns_obj = self.object(
                 &StoreKey {
@@ -1188,32 +1198,6 @@ fn with_rv(obj: &Value, rv: u64) -> Value {
     let mut new = obj.clone();
     meta_mut(&mut new).insert("resourceVersion".into(), rv.to_string().into());
     new
-}
-
-fn validate_name(def: &ResourceDef, name: &str) -> Result<(), ApiError> {
-    let (ok, rule) = if def.group.is_empty() && def.plural == "namespaces" {
-        (
-            objects::is_dns_label(name),
-            "a lowercase RFC 1123 label (a-z, 0-9, '-', at most 63 characters)",
-        )
-    } else {
-        (
-            objects::is_dns_subdomain(name),
-            "a lowercase RFC 1123 subdomain (a-z, 0-9, '-', '.', at most 253 characters)",
-        )
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(
-            &def.group,
-            &def.kind,
-            name,
-            format!(
-                "metadata.name: Invalid value: {name:?}: must be {rule}, starting and ending with a letter or digit"
-            ),
-        ))
-    }
 }
 
 fn crd_status(crd: &Value) -> Value {

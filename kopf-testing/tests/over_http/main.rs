@@ -9,6 +9,7 @@ mod admin;
 mod admission;
 mod api;
 mod limits;
+mod names;
 mod options;
 mod updates;
 mod validation;
