@@ -1,6 +1,6 @@
 //! Names as the API server makes and checks them, over real HTTP: services
-//! named as DNS-1035 labels, and long `generateName` prefixes cut rather
-//! than refused.
+//! named as DNS-1035 labels, long `generateName` prefixes cut rather than
+//! refused, and CRD groups that are domains.
 
 use crate::common::{RawResponse, raw_request, within};
 use kopf_testing::Emulator;
@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 const CMS: &str = "/api/v1/namespaces/default/configmaps";
 const SERVICES: &str = "/api/v1/namespaces/default/services";
+const CRDS: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
 
 async fn emulator() -> Emulator {
     within("the emulator to start", Emulator::start())
@@ -114,4 +115,30 @@ async fn long_generate_names_are_cut() {
             "c".repeat(254)
         )]
     );
+}
+
+fn crd(group: &str) -> Value {
+    json!({
+        "metadata": {"name": format!("things.{group}")},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": "things", "singular": "thing", "kind": "Thing"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}],
+        },
+    })
+}
+
+#[tokio::test]
+async fn crd_groups_are_domains_with_a_dot() {
+    let emulator = emulator().await;
+    let resp = post(&emulator, CRDS, &crd("things")).await;
+    resp.assert_status_object(422);
+    assert_eq!(
+        causes(&resp),
+        ["spec.group: Invalid value: \"things\": should be a domain with at least one dot"]
+    );
+    let resp = post(&emulator, CRDS, &crd("example.com")).await;
+    assert_eq!(resp.status, 201, "{:?}", resp.json());
 }
