@@ -425,7 +425,10 @@ async fn patch_object(
             Ok(base) => base,
             Err(e) if e.code == 404 && kind == PatchKind::Apply && w.target == Target::Main => {
                 let mut body = patch.clone();
-                crate::objects::meta_mut(&mut body).insert("name".into(), w.name.into());
+                let meta = crate::objects::meta_mut(&mut body);
+                meta.insert("name".into(), w.name.into());
+                // Applied to an object that is not there: no version to match.
+                meta.remove("resourceVersion");
                 validation::body_matches_request(w.def, w.ns, &body)?;
                 if admitted {
                     let options = admission::options("CreateOptions", w.query, None);

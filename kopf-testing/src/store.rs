@@ -515,6 +515,19 @@ impl Store {
                 Some(_) => {}
             }
         }
+        // As the API server's storage (not its dry run): a version is the
+        // store's to give, and the failure is no `Status` of its own.
+        if !dry_run
+            && objects::resource_version(&body)
+                .and_then(|rv| rv.parse::<u64>().ok())
+                .is_some_and(|rv| rv != 0)
+        {
+            return Err(ApiError::new(
+                500,
+                "",
+                "resourceVersion should not be set on objects to be created",
+            ));
+        }
         let key = def.store_key();
         if self.object(&key, path_ns, &name).is_some() {
             return Err(ApiError::already_exists(&def.group, &def.plural, &name));

@@ -588,3 +588,30 @@ async fn malformed_limits_and_dry_runs_are_refused() {
         "nothing was created"
     );
 }
+
+#[tokio::test]
+async fn a_resource_version_on_create_is_refused_by_the_storage() {
+    let emulator = emulator().await;
+    let body = json!({"metadata": {"name": "a", "resourceVersion": "12"}});
+    let resp = post(&emulator, CMS, body.clone()).await;
+    // As the API server: its storage's error, with no reason of its own.
+    assert_eq!(resp.status, 500, "{:?}", resp.json());
+    let status = resp.json();
+    assert_eq!(
+        (&status["kind"], &status["code"]),
+        (&json!("Status"), &json!(500))
+    );
+    assert!(status.get("reason").is_none(), "{status}");
+    assert_eq!(
+        message(&resp),
+        "resourceVersion should not be set on objects to be created"
+    );
+    let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+    assert!(
+        api.get_opt("a").await.expect("get").is_none(),
+        "nothing was created"
+    );
+    // A dry run does not reach the storage.
+    let resp = post(&emulator, &format!("{CMS}?dryRun=All"), body).await;
+    assert_eq!(resp.status, 201, "{:?}", resp.json());
+}
