@@ -338,6 +338,55 @@ async fn patches_may_not_change_kind_or_namespace() {
 }
 
 #[tokio::test]
+async fn patches_may_not_rename_objects() {
+    let emulator = emulator().await;
+    create_cm(&emulator, "a").await;
+    let path = format!("{CMS}/a");
+    let rename = json!([{"op": "replace", "path": "/metadata/name", "value": "b"}]);
+    let resp = send(
+        &emulator,
+        "PATCH",
+        &path,
+        "application/json-patch+json",
+        &rename,
+    )
+    .await;
+    resp.assert_status_object(400);
+    assert_eq!(resp.json()["reason"], "BadRequest");
+    assert_eq!(
+        message(&resp),
+        "the name of the object (b) does not match the name on the URL (a)"
+    );
+    let unname = json!([{"op": "remove", "path": "/metadata/name"}]);
+    let resp = send(
+        &emulator,
+        "PATCH",
+        &path,
+        "application/json-patch+json",
+        &unname,
+    )
+    .await;
+    resp.assert_status_object(400);
+    assert_eq!(
+        message(&resp),
+        "the name of the object (a based on URL) was undeterminable: name must be provided"
+    );
+    let moved = json!({"metadata": {"namespace": "kube-system"}});
+    let resp = send(
+        &emulator,
+        "PATCH",
+        &path,
+        "application/merge-patch+json",
+        &moved,
+    )
+    .await;
+    assert_eq!(
+        message(&resp),
+        "the namespace of the object (kube-system) does not match the namespace on the URL (default)"
+    );
+}
+
+#[tokio::test]
 async fn json_patches_of_more_than_10000_operations_are_too_large() {
     let emulator = emulator().await;
     create_cm(&emulator, "a").await;
