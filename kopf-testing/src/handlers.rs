@@ -57,6 +57,7 @@ where
         req.headers()
             .get(header::AUTHORIZATION)
             .map(HeaderValue::as_bytes),
+        &path,
     );
 
     let latency = shared.faults.latency();

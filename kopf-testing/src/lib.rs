@@ -11,8 +11,9 @@
 //! from other processes through the admin endpoints under `/_emulator/`
 //! (fault injection, request counts per User-Agent, and a restart that keeps
 //! the state: [`Emulator::restart_with_downtime`]). A bearer token can
-//! be required ([`EmulatorBuilder::require_token`], `401` without it) and
-//! rotated ([`Emulator::set_token`]); every request is recorded
+//! be required ([`EmulatorBuilder::require_token`], `401` without it, but
+//! for `/version`, `/healthz`, `/livez` and `/readyz`, open to anonymous
+//! requests) and rotated ([`Emulator::set_token`]); every request is recorded
 //! ([`Emulator::requests`]). Stored webhook configurations are called on
 //! every write, as the API server calls them (see Admission webhooks
 //! below). Requests the HTTP layer refuses (a URI over

@@ -8,6 +8,7 @@ mod common;
 mod admin;
 mod admission;
 mod api;
+mod auth;
 mod limits;
 mod names;
 mod options;
