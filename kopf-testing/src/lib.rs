@@ -23,7 +23,10 @@
 //! # What is validated
 //! Requests are checked as the API server checks them, before anything is
 //! stored, and refused with its codes and `Status` bodies:
-//! - object metadata: names (and CRD names), `metadata` fields of the right JSON types (400),
+//! - object metadata: names (each resource's rule: RFC 1123 subdomains,
+//!   labels for namespaces, DNS-1035 labels for services; `generateName`
+//!   prefixes cut to 58 characters) and CRD names and groups, `metadata`
+//!   fields of the right JSON types (400),
 //!   label keys and values, annotation keys and their 256 KiB total, finalizer
 //!   names (qualified names) and owner references (`apiVersion`, `kind`,
 //!   `name`, `uid`, one controller) (422 `Invalid`, a cause per field);
@@ -31,12 +34,21 @@
 //!   base64 and `stringData` of strings (400), their keys (422);
 //! - bodies against the URL: `apiVersion`, `kind`, `metadata.namespace` and,
 //!   for server-side apply, `metadata.name` (400); a patch may not change the
-//!   kind, apiVersion or namespace (400);
+//!   kind, apiVersion, name or namespace (400);
 //! - preconditions: `metadata.resourceVersion` (a string or a number) and
-//!   `metadata.uid` in an update or patch (409);
+//!   `metadata.uid` in an update or patch (409); a `resourceVersion` is
+//!   required to update custom resources, CRDs, Leases and webhook
+//!   configurations, and refused on create (500, as the API server's
+//!   storage refuses it);
+//! - updates against the stored object: the data of `immutable` ConfigMaps
+//!   and Secrets, a Secret's `type`, a CRD's `scope`, and deletion metadata
+//!   an update may not set (422);
 //! - patches: at most 10,000 JSON patch operations (413), only `replace`,
 //!   `merge` and `delete` as `$patch` directives (400), server-side apply
 //!   with a `fieldManager` (422);
+//! - options: `DeleteOptions` bodies as the API server's decoder reads them
+//!   and `propagationPolicy` (422), `resourceVersionMatch` (422), a
+//!   `fieldManager` of at most 128 bytes (422);
 //! - query parameters: `limit` and `timeoutSeconds` integers (400; a watch's
 //!   `timeoutSeconds=0` means no timeout, as when unset), `dryRun` only `All`
 //!   (422), continue tokens only as handed out (400), resourceVersions not
