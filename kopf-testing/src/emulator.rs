@@ -177,9 +177,11 @@ impl EmulatorBuilder {
         self
     }
 
-    /// Requires `Authorization: Bearer <token>` on every API request (the
-    /// `/_emulator/` endpoints excepted); others are answered `401
-    /// Unauthorized`. [`Emulator::client`] and [`Emulator::kubeconfig`]
+    /// Requires `Authorization: Bearer <token>` (the scheme in any case) on
+    /// every API request; others are answered `401 Unauthorized`. The
+    /// `/_emulator/` endpoints are open, and so are `/version`, `/healthz`,
+    /// `/livez` and `/readyz` to a request with no bearer token, as a
+    /// cluster lets anyone read them (a wrong token is still refused). [`Emulator::client`] and [`Emulator::kubeconfig`]
     /// carry the token, and [`Emulator::set_token`] changes it (a rotation).
     pub fn require_token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());

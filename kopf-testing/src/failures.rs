@@ -199,6 +199,13 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
+        // An error the API server did not classify has no reason (as Go
+        // omits an empty one).
+        if self.reason.is_empty()
+            && let Some(map) = status.as_object_mut()
+        {
+            map.remove("reason");
+        }
         if let (Some(details), Some(map)) = (&self.details, status.as_object_mut()) {
             map.insert("details".into(), details.clone());
         }

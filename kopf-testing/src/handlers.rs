@@ -15,6 +15,7 @@ use crate::admission;
 use crate::discovery;
 use crate::failures::ApiError;
 use crate::limits;
+use crate::options;
 use crate::patching::{self, PatchKind};
 use crate::recording::RecordedRequest;
 use crate::resources::ResourceDef;
@@ -56,6 +57,7 @@ where
         req.headers()
             .get(header::AUTHORIZATION)
             .map(HeaderValue::as_bytes),
+        &path,
     );
 
     let latency = shared.faults.latency();
@@ -346,7 +348,7 @@ where
         }
         (Method::DELETE, Some(name)) => {
             let (_, body) = read_body(req).await?;
-            let options = delete_options(&body)?;
+            let options = options::delete_options(&body)?;
             if admission::applies(shared, &def) {
                 // Existence and preconditions first, as the API server.
                 let old = shared.store().delete(&def, ns, name, &options, true)?;
@@ -374,8 +376,9 @@ where
             Err(ApiError::method_not_allowed())
         }
         (Method::DELETE, None) => {
+            options::list_options(query)?;
             let (_, body) = read_body(req).await?;
-            let options = delete_options(&body)?;
+            let options = options::delete_options(&body)?;
             let selectors = selectors(&def, query)?;
             if admission::applies(shared, &def) {
                 let deleted = admitted_delete_collection(
@@ -423,7 +426,10 @@ async fn patch_object(
             Ok(base) => base,
             Err(e) if e.code == 404 && kind == PatchKind::Apply && w.target == Target::Main => {
                 let mut body = patch.clone();
-                crate::objects::meta_mut(&mut body).insert("name".into(), w.name.into());
+                let meta = crate::objects::meta_mut(&mut body);
+                meta.insert("name".into(), w.name.into());
+                // Applied to an object that is not there: no version to match.
+                meta.remove("resourceVersion");
                 validation::body_matches_request(w.def, w.ns, &body)?;
                 if admitted {
                     let options = admission::options("CreateOptions", w.query, None);
@@ -593,13 +599,6 @@ fn deleted_status(def: &ResourceDef, obj: &Value) -> Value {
     })
 }
 
-fn delete_options(body: &[u8]) -> Result<Value, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(json!({}));
-    }
-    decode_json(body, "the DeleteOptions body")
-}
-
 fn selectors(def: &ResourceDef, query: &Query) -> Result<Selectors, ApiError> {
     let selectors = Selectors {
         labels: LabelSelector::parse(&query.label_selector)
@@ -705,20 +704,13 @@ fn list(
     ns: Option<&str>,
     query: &Query,
 ) -> Result<Response<Body>, ApiError> {
+    options::list_options(query)?;
     let selectors = selectors(def, query)?;
     let exact = match (
         query.resource_version_match.as_deref(),
         query.resource_version.as_deref(),
     ) {
         (Some("Exact"), Some(rv)) => Some(parse_rv(rv)?),
-        (Some("Exact" | "NotOlderThan"), None) => {
-            return Err(ApiError::invalid(
-                "",
-                "ListOptions",
-                "",
-                "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
-            ));
-        }
         _ => None,
     };
     let page = {
@@ -750,6 +742,7 @@ fn watch(
     route: &ObjectPath,
     query: &Query,
 ) -> Result<Response<Body>, ApiError> {
+    options::watch_options(query)?;
     let selectors = selectors(&def, query)?;
     let from = match query.resource_version.as_deref() {
         _ if query.send_initial_events => None,

@@ -11,8 +11,9 @@
 //! from other processes through the admin endpoints under `/_emulator/`
 //! (fault injection, request counts per User-Agent, and a restart that keeps
 //! the state: [`Emulator::restart_with_downtime`]). A bearer token can
-//! be required ([`EmulatorBuilder::require_token`], `401` without it) and
-//! rotated ([`Emulator::set_token`]); every request is recorded
+//! be required ([`EmulatorBuilder::require_token`], `401` without it, but
+//! for `/version`, `/healthz`, `/livez` and `/readyz`, open to anonymous
+//! requests) and rotated ([`Emulator::set_token`]); every request is recorded
 //! ([`Emulator::requests`]). Stored webhook configurations are called on
 //! every write, as the API server calls them (see Admission webhooks
 //! below). Requests the HTTP layer refuses (a URI over
@@ -22,7 +23,10 @@
 //! # What is validated
 //! Requests are checked as the API server checks them, before anything is
 //! stored, and refused with its codes and `Status` bodies:
-//! - object metadata: names (and CRD names), `metadata` fields of the right JSON types (400),
+//! - object metadata: names (each resource's rule: RFC 1123 subdomains,
+//!   labels for namespaces, DNS-1035 labels for services; `generateName`
+//!   prefixes cut to 58 characters) and CRD names and groups, `metadata`
+//!   fields of the right JSON types (400),
 //!   label keys and values, annotation keys and their 256 KiB total, finalizer
 //!   names (qualified names) and owner references (`apiVersion`, `kind`,
 //!   `name`, `uid`, one controller) (422 `Invalid`, a cause per field);
@@ -30,12 +34,21 @@
 //!   base64 and `stringData` of strings (400), their keys (422);
 //! - bodies against the URL: `apiVersion`, `kind`, `metadata.namespace` and,
 //!   for server-side apply, `metadata.name` (400); a patch may not change the
-//!   kind, apiVersion or namespace (400);
+//!   kind, apiVersion, name or namespace (400);
 //! - preconditions: `metadata.resourceVersion` (a string or a number) and
-//!   `metadata.uid` in an update or patch (409);
+//!   `metadata.uid` in an update or patch (409); a `resourceVersion` is
+//!   required to update custom resources, CRDs, Leases and webhook
+//!   configurations, and refused on create (500, as the API server's
+//!   storage refuses it);
+//! - updates against the stored object: the data of `immutable` ConfigMaps
+//!   and Secrets, a Secret's `type`, a CRD's `scope`, and deletion metadata
+//!   an update may not set (422);
 //! - patches: at most 10,000 JSON patch operations (413), only `replace`,
 //!   `merge` and `delete` as `$patch` directives (400), server-side apply
 //!   with a `fieldManager` (422);
+//! - options: `DeleteOptions` bodies as the API server's decoder reads them
+//!   and `propagationPolicy` (422), `resourceVersionMatch` (422), a
+//!   `fieldManager` of at most 128 bytes (422);
 //! - query parameters: `limit` and `timeoutSeconds` integers (400; a watch's
 //!   `timeoutSeconds=0` means no timeout, as when unset), `dryRun` only `All`
 //!   (422), continue tokens only as handed out (400), resourceVersions not
@@ -174,7 +187,9 @@ mod handlers;
 mod history;
 mod kubectl;
 mod limits;
+mod names;
 mod objects;
+mod options;
 mod patching;
 mod preload;
 mod protobuf;
@@ -191,6 +206,7 @@ mod proptests;
 mod server;
 mod shared;
 mod store;
+mod updates;
 mod validation;
 mod watching;
 

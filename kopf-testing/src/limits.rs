@@ -272,7 +272,8 @@ pub fn yaml_options(len: usize) -> serde_saphyr::Options {
 const API_APPROVED: &str = "api-approved.kubernetes.io";
 
 /// Why a CRD may not claim its group: a group served built-in (its resources
-/// would replace the built-in API), or a protected `*.k8s.io` /
+/// would replace the built-in API), a group that is not a domain with a dot
+/// (`validateCustomResourceDefinitionSpec`), or a protected `*.k8s.io` /
 /// `*.kubernetes.io` group without the approval annotation (as the API server).
 /// The message names the field, for [`ApiError::invalid`].
 pub fn check_crd_group(crd: &Value, builtin_groups: &[&str]) -> Result<(), String> {
@@ -282,6 +283,17 @@ pub fn check_crd_group(crd: &Value, builtin_groups: &[&str]) -> Result<(), Strin
         .unwrap_or("");
     if group.is_empty() {
         return Err("spec.group: Required value: the core group \"\" is served built-in; pick a group of your own such as example.com".into());
+    }
+    if !crate::objects::is_dns_subdomain(group) {
+        return Err(format!(
+            "spec.group: Invalid value: {group:?}: {}",
+            crate::names::DNS1123_SUBDOMAIN_RULE
+        ));
+    }
+    if !group.contains('.') {
+        return Err(format!(
+            "spec.group: Invalid value: {group:?}: should be a domain with at least one dot"
+        ));
     }
     if builtin_groups.contains(&group) {
         return Err(format!(

@@ -8,6 +8,20 @@ use crate::recording::Recorder;
 use crate::server::ConnectionLimits;
 use crate::store::Store;
 
+/// The paths anyone may read, authenticated or not (the API server's
+/// `system:public-info-viewer` role).
+const PUBLIC_INFO_PATHS: [&str; 5] = ["/healthz", "/livez", "/readyz", "/version", "/version/"];
+
+/// The token of an `Authorization` header, as the API server's bearer
+/// authenticator reads it: the scheme `Bearer` in any case, the token up to
+/// the next space; `None` when there is no bearer token (anonymous).
+fn bearer_token(header: &[u8]) -> Option<&[u8]> {
+    let mut parts = header.trim_ascii().splitn(3, |b| *b == b' ');
+    let scheme = parts.next()?;
+    let token = parts.next()?;
+    (scheme.eq_ignore_ascii_case(b"bearer") && !token.is_empty()).then_some(token)
+}
+
 /// Everything the handlers need.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -64,15 +78,20 @@ impl Shared {
         *self.token.write().unwrap_or_else(PoisonError::into_inner) = token;
     }
 
-    /// Whether a request with this `Authorization` header may be served.
-    pub(crate) fn authorized(&self, authorization: Option<&[u8]>) -> bool {
+    /// Whether a request for `path` with this `Authorization` header may be
+    /// served: with the required bearer token, or anonymously (no bearer
+    /// token at all) for what a cluster lets anyone read
+    /// (`system:public-info-viewer`). A wrong token is refused everywhere,
+    /// as the API server does not fall back to anonymous for it.
+    pub(crate) fn authorized(&self, authorization: Option<&[u8]>, path: &str) -> bool {
         let token = self.token.read().unwrap_or_else(PoisonError::into_inner);
         let Some(token) = token.as_deref() else {
             return true;
         };
-        authorization
-            .and_then(|value| value.strip_prefix(b"Bearer "))
-            .is_some_and(|given| given == token.as_bytes())
+        match authorization.and_then(bearer_token) {
+            Some(given) => given == token.as_bytes(),
+            None => PUBLIC_INFO_PATHS.contains(&path),
+        }
     }
 
     /// Locks the store (a panic in another request does not poison it for good).
@@ -100,5 +119,32 @@ impl Shared {
     /// A receiver of whether watch streams are silenced.
     pub(crate) fn watch_silence(&self) -> tokio::sync::watch::Receiver<bool> {
         self.watch_silence.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_tokens_are_read_as_the_api_server_reads_them() {
+        assert_eq!(bearer_token(b"Bearer abc"), Some(&b"abc"[..]));
+        assert_eq!(bearer_token(b"bearer abc"), Some(&b"abc"[..]));
+        assert_eq!(bearer_token(b"  BEARER abc extra "), Some(&b"abc"[..]));
+        assert_eq!(bearer_token(b"Bearer "), None);
+        assert_eq!(bearer_token(b"Bearer  abc"), None);
+        assert_eq!(bearer_token(b"Basic abc"), None);
+    }
+
+    #[test]
+    fn public_information_needs_no_token() {
+        let shared = Shared::new(Store::new(10), 0);
+        shared.set_token(Some("t".into()));
+        assert!(shared.authorized(None, "/version"));
+        assert!(shared.authorized(Some(b"Basic x"), "/healthz"));
+        assert!(!shared.authorized(Some(b"Bearer wrong"), "/healthz"));
+        assert!(!shared.authorized(None, "/api"));
+        assert!(!shared.authorized(None, "/healthz/ping"));
+        assert!(shared.authorized(Some(b"bearer t"), "/api"));
     }
 }

@@ -17,11 +17,13 @@ use crate::conversion;
 use crate::events::{EventType, WatchEvent};
 use crate::failures::ApiError;
 use crate::history::{DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_BYTES, History};
+use crate::names;
 use crate::objects::{self, meta_mut};
 #[cfg(test)]
 use crate::patching::{self, PatchKind};
 use crate::resources::{self, ResourceDef, StoreKey};
 use crate::selectors::Selectors;
+use crate::updates;
 
 /// Capacity of each resource's broadcast channel; a watcher lagging further
 /// behind gets its stream closed and resumes from history.
@@ -477,9 +479,18 @@ impl Store {
                     "metadata.name: Required value: name or generateName is required",
                 ));
             }
-            name = format!("{prefix}{}", objects::random_suffix());
+            name = names::generate(prefix);
         }
-        validate_name(def, &name)?;
+        let generate_name = objects::meta_str(&body, "generateName").unwrap_or("");
+        let name_errors = names::errors(def, &name, generate_name);
+        if !name_errors.is_empty() {
+            return Err(crate::validation::invalid(
+                &def.group,
+                &def.kind,
+                &name,
+                &name_errors,
+            ));
+        }
         if def.namespaced {
             let ns_obj = self.object(
                 &StoreKey {
@@ -503,6 +514,19 @@ impl Store {
                 }
                 Some(_) => {}
             }
+        }
+        // As the API server's storage (not its dry run): a version is the
+        // store's to give, and the failure is no `Status` of its own.
+        if !dry_run
+            && objects::resource_version(&body)
+                .and_then(|rv| rv.parse::<u64>().ok())
+                .is_some_and(|rv| rv != 0)
+        {
+            return Err(ApiError::new(
+                500,
+                "",
+                "resourceVersion should not be set on objects to be created",
+            ));
         }
         let key = def.store_key();
         if self.object(&key, path_ns, &name).is_some() {
@@ -766,10 +790,14 @@ impl Store {
         if !new.is_object() {
             return Err(ApiError::bad_request("the object must be a JSON object"));
         }
-        if let Some(rv) = objects::resource_version(&new)
-            && rv != old_rv
-        {
-            return Err(ApiError::stale(&def.group, &def.plural, &name));
+        match objects::resource_version(&new) {
+            Some(rv) if rv != old_rv => {
+                return Err(ApiError::stale(&def.group, &def.plural, &name));
+            }
+            None if !updates::allows_unconditional_update(def) => {
+                return Err(updates::resource_version_required(def, &name));
+            }
+            _ => {}
         }
         // A UID in the body is a precondition (as kubelets use it in status
         // patches): the object must still be the same instance.
@@ -798,12 +826,20 @@ impl Store {
                     }
                 }
             }
-            for field in ["labels", "annotations"] {
-                let value = new.get("metadata").and_then(|m| m.get(field)).cloned();
+            // A custom resource's status write keeps all of its metadata (the
+            // API server's status strategy copies the stored object and sets
+            // only `status`); the built-ins' take labels and annotations.
+            let kept: &[&str] = if self.is_custom(def) {
+                &[]
+            } else {
+                &["labels", "annotations"]
+            };
+            for field in kept {
+                let value = new.get("metadata").and_then(|m| m.get(*field)).cloned();
                 let meta = meta_mut(&mut merged);
                 match value {
-                    Some(v) => meta.insert(field.into(), v),
-                    None => meta.remove(field),
+                    Some(v) => meta.insert((*field).into(), v),
+                    None => meta.remove(*field),
                 };
             }
             new = merged;
@@ -829,6 +865,9 @@ impl Store {
         }
         if def.group.is_empty() && def.plural == "secrets" {
             objects::fold_string_data(&mut new);
+        }
+        if target == Target::Main {
+            updates::check(def, old, &new)?;
         }
         // Immutable and server-owned metadata.
         let old_meta = old.get("metadata").cloned().unwrap_or_else(|| json!({}));
@@ -1172,32 +1211,6 @@ fn with_rv(obj: &Value, rv: u64) -> Value {
     let mut new = obj.clone();
     meta_mut(&mut new).insert("resourceVersion".into(), rv.to_string().into());
     new
-}
-
-fn validate_name(def: &ResourceDef, name: &str) -> Result<(), ApiError> {
-    let (ok, rule) = if def.group.is_empty() && def.plural == "namespaces" {
-        (
-            objects::is_dns_label(name),
-            "a lowercase RFC 1123 label (a-z, 0-9, '-', at most 63 characters)",
-        )
-    } else {
-        (
-            objects::is_dns_subdomain(name),
-            "a lowercase RFC 1123 subdomain (a-z, 0-9, '-', '.', at most 253 characters)",
-        )
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(
-            &def.group,
-            &def.kind,
-            name,
-            format!(
-                "metadata.name: Invalid value: {name:?}: must be {rule}, starting and ending with a letter or digit"
-            ),
-        ))
-    }
 }
 
 fn crd_status(crd: &Value) -> Value {

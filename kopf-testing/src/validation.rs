@@ -544,9 +544,30 @@ pub fn body_matches_request(
     Ok(())
 }
 
-/// Checks that a patch left the object's `apiVersion`, `kind` and namespace
-/// as they were (the API server refuses to move or retype an object).
+/// Checks that a patch left the object's `apiVersion`, `kind`, name and
+/// namespace as they were (the API server refuses to move, rename or
+/// retype an object; the name and namespace as `checkName` does).
 pub fn patched(def: &ResourceDef, old: &Value, new: &Value) -> Result<(), ApiError> {
+    let url_name = objects::name(old);
+    match new.pointer("/metadata/name") {
+        None | Some(Value::Null) => {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({url_name} based on URL) was undeterminable: name must be provided"
+            )));
+        }
+        Some(Value::String(name)) if name.is_empty() => {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({url_name} based on URL) was undeterminable: name must be provided"
+            )));
+        }
+        Some(Value::String(name)) if name != url_name => {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({name}) does not match the name on the URL ({url_name})"
+            )));
+        }
+        Some(Value::String(_)) => {}
+        Some(other) => return Err(wrong_type(def, "metadata.name", "a string", other)),
+    }
     let field = |v: &Value, f: &str| v.get(f).cloned().unwrap_or(Value::Null);
     for f in ["apiVersion", "kind"] {
         let (before, after) = (field(old, f), field(new, f));
@@ -566,7 +587,7 @@ pub fn patched(def: &ResourceDef, old: &Value, new: &Value) -> Result<(), ApiErr
         match new.pointer("/metadata/namespace") {
             Some(Value::String(after)) if after != before => {
                 return Err(ApiError::bad_request(format!(
-                    "the namespace of the object ({after}) does not match the namespace on the request ({before})"
+                    "the namespace of the object ({after}) does not match the namespace on the URL ({before})"
                 )));
             }
             Some(Value::String(_)) | None | Some(Value::Null) => {}
@@ -684,30 +705,32 @@ fn strategic_directives(patch: &Value, path: &str) -> Result<(), ApiError> {
 }
 
 /// Checks the query parameters a client sent: numbers that are not numbers
-/// get 400, a `dryRun` other than `All` 422 (as the API server validates
-/// its options). `options` names the options kind of the verb
-/// (`CreateOptions`, `PatchOptions`, ...), if it has one.
+/// get 400; for a write, a `fieldManager` over 128 bytes or with
+/// unprintable characters and a `dryRun` other than `All` get 422 (as the
+/// API server validates its options). `options` names the options kind of
+/// the verb (`CreateOptions`, `PatchOptions`, ...), if it has one.
 pub fn query(query: &Query, options: Option<&str>) -> Result<(), ApiError> {
     if let Some((param, value)) = query.malformed.first() {
         return Err(ApiError::bad_request(format!(
             "invalid value {value:?} for the query parameter {param}: must be a non-negative integer"
         )));
     }
-    if let Some(options) = options
-        && let Some(bad) = query.dry_run_values.iter().find(|v| *v != "All")
-    {
-        return Err(invalid(
-            "meta.k8s.io",
-            &format!("{options}.meta.k8s.io"),
-            "",
-            &[FieldError {
-                field: "dryRun".into(),
-                reason: "FieldValueNotSupported",
-                detail: format!("Unsupported value: [\"{bad}\"]: supported values: \"All\""),
-            }],
+    let Some(options) = options else {
+        return Ok(());
+    };
+    let mut errors = Vec::new();
+    if options != "DeleteOptions" {
+        errors.extend(crate::options::field_manager_errors(
+            query.field_manager.as_deref().unwrap_or(""),
         ));
     }
-    Ok(())
+    let dry_run: Vec<&str> = query.dry_run_values.iter().map(String::as_str).collect();
+    errors.extend(crate::options::dry_run_errors(&dry_run));
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(crate::options::invalid(options, &errors))
+    }
 }
 
 /// 504 for a resourceVersion newer than the store's (as the API server's
@@ -953,13 +976,23 @@ mod tests {
     #[test]
     fn patches_may_not_move_or_retype_objects() {
         let cm = def("configmaps");
-        let old = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "a"}});
+        let old = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "a"}});
         assert_eq!(patched(&cm, &old, &old), Ok(()));
+        let mut renamed = old.clone();
+        renamed["metadata"]["name"] = "y".into();
+        let err = patched(&cm, &old, &renamed).unwrap_err();
+        assert_eq!(
+            (err.code, err.message.as_str()),
+            (
+                400,
+                "the name of the object (y) does not match the name on the URL (x)"
+            )
+        );
         let mut moved = old.clone();
         moved["metadata"]["namespace"] = "b".into();
         assert_eq!(
             patched(&cm, &old, &moved).unwrap_err().message,
-            "the namespace of the object (b) does not match the namespace on the request (a)"
+            "the namespace of the object (b) does not match the namespace on the URL (a)"
         );
         let mut retyped = old.clone();
         retyped["kind"] = "Secret".into();

@@ -338,6 +338,55 @@ async fn patches_may_not_change_kind_or_namespace() {
 }
 
 #[tokio::test]
+async fn patches_may_not_rename_objects() {
+    let emulator = emulator().await;
+    create_cm(&emulator, "a").await;
+    let path = format!("{CMS}/a");
+    let rename = json!([{"op": "replace", "path": "/metadata/name", "value": "b"}]);
+    let resp = send(
+        &emulator,
+        "PATCH",
+        &path,
+        "application/json-patch+json",
+        &rename,
+    )
+    .await;
+    resp.assert_status_object(400);
+    assert_eq!(resp.json()["reason"], "BadRequest");
+    assert_eq!(
+        message(&resp),
+        "the name of the object (b) does not match the name on the URL (a)"
+    );
+    let unname = json!([{"op": "remove", "path": "/metadata/name"}]);
+    let resp = send(
+        &emulator,
+        "PATCH",
+        &path,
+        "application/json-patch+json",
+        &unname,
+    )
+    .await;
+    resp.assert_status_object(400);
+    assert_eq!(
+        message(&resp),
+        "the name of the object (a based on URL) was undeterminable: name must be provided"
+    );
+    let moved = json!({"metadata": {"namespace": "kube-system"}});
+    let resp = send(
+        &emulator,
+        "PATCH",
+        &path,
+        "application/merge-patch+json",
+        &moved,
+    )
+    .await;
+    assert_eq!(
+        message(&resp),
+        "the namespace of the object (kube-system) does not match the namespace on the URL (default)"
+    );
+}
+
+#[tokio::test]
 async fn json_patches_of_more_than_10000_operations_are_too_large() {
     let emulator = emulator().await;
     create_cm(&emulator, "a").await;
@@ -580,11 +629,38 @@ async fn malformed_limits_and_dry_runs_are_refused() {
     resp.assert_status_object(422);
     assert_eq!(
         causes(&resp),
-        ["dryRun: Unsupported value: [\"Bogus\"]: supported values: \"All\""]
+        ["dryRun: Unsupported value: []string{\"Bogus\"}: supported values: \"All\""]
     );
     let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
     assert!(
         api.get_opt("a").await.expect("get").is_none(),
         "nothing was created"
     );
+}
+
+#[tokio::test]
+async fn a_resource_version_on_create_is_refused_by_the_storage() {
+    let emulator = emulator().await;
+    let body = json!({"metadata": {"name": "a", "resourceVersion": "12"}});
+    let resp = post(&emulator, CMS, body.clone()).await;
+    // As the API server: its storage's error, with no reason of its own.
+    assert_eq!(resp.status, 500, "{:?}", resp.json());
+    let status = resp.json();
+    assert_eq!(
+        (&status["kind"], &status["code"]),
+        (&json!("Status"), &json!(500))
+    );
+    assert!(status.get("reason").is_none(), "{status}");
+    assert_eq!(
+        message(&resp),
+        "resourceVersion should not be set on objects to be created"
+    );
+    let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
+    assert!(
+        api.get_opt("a").await.expect("get").is_none(),
+        "nothing was created"
+    );
+    // A dry run does not reach the storage.
+    let resp = post(&emulator, &format!("{CMS}?dryRun=All"), body).await;
+    assert_eq!(resp.status, 201, "{:?}", resp.json());
 }
