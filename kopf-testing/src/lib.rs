@@ -61,7 +61,9 @@
 //!   version of the same resource: a CRD's other versions, Events in
 //!   either group, sent in the rule's version);
 //! - mutating webhooks first, one at a time (configurations in name order,
-//!   webhooks as listed), their `JSONPatch`es applied; then the emulator's
+//!   webhooks as listed), their `JSONPatch`es applied within the limits
+//!   of a client's JSON patch (a patch that does not apply or goes over a
+//!   limit answers `500`, whatever the failure policy); then the emulator's
 //!   validation; then the validating webhooks, concurrently, on the object
 //!   as it would be stored; an update or patch whose object changed
 //!   meanwhile goes through them again;

@@ -20,6 +20,7 @@
 mod calling;
 mod config;
 mod matching;
+mod mutation;
 mod review;
 mod writes;
 
@@ -405,7 +406,8 @@ fn on_failure(hook: &Webhook, failure: Failure) -> Option<ApiError> {
 /// returns it patched.
 ///
 /// # Errors
-/// A denial, a failed call under `Fail`, a patch that does not apply.
+/// A denial, a failed call under `Fail`, a patch that does not apply
+/// (whatever the failure policy).
 pub(crate) async fn mutate(
     shared: &Shared,
     request: &Request<'_>,
@@ -440,16 +442,13 @@ pub(crate) async fn mutate(
                 hook.name
             )));
         };
-        let internal =
-            |e: json_patch::PatchError| ApiError::internal(format!("Internal error occurred: {e}"));
         if as_def.version == request.def.version {
-            json_patch::patch(current, &patch).map_err(internal)?;
+            mutation::apply(current, &patch)?;
         } else {
             let mut view = crate::conversion::present(current, &as_def.api_version()).into_owned();
-            json_patch::patch(&mut view, &patch).map_err(internal)?;
+            mutation::apply(&mut view, &patch)?;
             *current = crate::conversion::present(&view, &request.def.api_version()).into_owned();
         }
-        crate::limits::check_object(current, "the object as a mutating webhook patched it")?;
     }
     Ok(object)
 }

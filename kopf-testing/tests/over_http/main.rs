@@ -8,6 +8,7 @@ mod common;
 mod admin;
 mod admission;
 mod api;
+mod hostile_webhooks;
 mod limits;
 mod validation;
 mod watch;

@@ -1,0 +1,63 @@
+//! The admission chain under hostile webhooks: patches built to exhaust
+//! the stack or memory, webhooks slow enough to hold a request forever,
+//! floods of warnings, and patches touching what a webhook may not change.
+//! Each is answered as the API server answers it, and the emulator lives.
+
+use crate::admission::{cm, mutating};
+use crate::common::webhooks::{Hook, Pki, Reply, review, webhook};
+use crate::common::{api_error, raw_request};
+use base64::Engine;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kopf_testing::Emulator;
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+
+/// A mutating webhook answering every review with the JSON Patch `ops`.
+async fn patching(ops: Value) -> (Pki, Hook) {
+    let pki = Pki::new(&["127.0.0.1"]);
+    let patch = base64::engine::general_purpose::STANDARD.encode(ops.to_string());
+    let hook = Hook::start(&pki, move |r: &Value| {
+        Reply::Json(review(
+            r,
+            json!({"allowed": true, "patchType": "JSONPatch", "patch": patch}),
+        ))
+    })
+    .await;
+    (pki, hook)
+}
+
+#[tokio::test]
+async fn a_patch_doubling_the_depth_is_an_internal_error_and_the_emulator_lives() {
+    let emulator = Emulator::start().await.unwrap();
+    let client = emulator.client();
+    // Each copy puts `/x` into its own innermost object: 15 copies would
+    // nest the object 65,536 levels deep.
+    let mut ops = vec![json!({"op": "add", "path": "/x", "value": {"b": {}}})];
+    ops.extend((1..=15).map(
+        |i| json!({"op": "copy", "from": "/x", "path": format!("/x{}", "/b".repeat(1 << i))}),
+    ));
+    let (pki, hook) = patching(Value::Array(ops)).await;
+    let mut deepen = webhook("deepen.example.com", &hook.url("/m"), &pki);
+    // A failed patch is an error whatever the failure policy.
+    deepen["failurePolicy"] = json!("Ignore");
+    mutating(&client, "deepen", vec![deepen]).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+
+    let status = api_error(
+        cms.create(&PostParams::default(), &cm("deep", json!({})))
+            .await,
+    );
+    assert_eq!(
+        (status.code, status.reason.as_str()),
+        (500, "InternalError")
+    );
+    assert!(
+        status.message.starts_with("Internal error occurred: ")
+            && status.message.contains("deeper than"),
+        "{}",
+        status.message
+    );
+    assert!(cms.get_opt("deep").await.unwrap().is_none());
+    let resp = raw_request(emulator.addr(), "GET", "/version", &[], b"").await;
+    assert_eq!(resp.status, 200, "the emulator still answers");
+}
