@@ -76,7 +76,7 @@
 //! - a denial answers the webhook's `status.code` (400 when none is 400 or
 //!   more) and `admission webhook "NAME" denied the request: MESSAGE`; a
 //!   call that fails (unreachable, TLS, timeout, an HTTP error, an answer
-//!   that is not a valid review) answers `500` `Internal error occurred:
+//!   over 6 MiB or that is not a valid review) answers `500` `Internal error occurred:
 //!   failed calling webhook "NAME": ...` under `failurePolicy: Fail` (the
 //!   default) and is passed over under `Ignore`; every webhook's
 //!   `warnings` go out as `Warning: 299 - "TEXT"` headers, denials
