@@ -72,7 +72,9 @@
 //!   `clientConfig.service`, which the emulator reaches at the address
 //!   given by [`EmulatorBuilder::webhook_service`] (`kube-emulator
 //!   --webhook-service`); each call bounded by `timeoutSeconds` (10,
-//!   at most 30);
+//!   at most 30) and by what is left of the request's one deadline
+//!   ([`EmulatorBuilder::request_timeout`], 60 s), past which the request
+//!   is answered `504 Timeout`;
 //! - a denial answers the webhook's `status.code` (400 when none is 400 or
 //!   more) and `admission webhook "NAME" denied the request: MESSAGE`; a
 //!   call that fails (unreachable, TLS, timeout, an HTTP error, an answer

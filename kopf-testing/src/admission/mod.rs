@@ -19,6 +19,7 @@
 
 mod calling;
 mod config;
+pub(crate) mod deadline;
 mod matching;
 mod mutation;
 mod review;
@@ -80,6 +81,8 @@ pub(crate) struct Admission {
     cache: Mutex<Option<(u64, Arc<[Webhook]>)>>,
     /// Where the Services that configurations name are served.
     services: HashMap<ServiceKey, SocketAddr>,
+    /// How long a request may take, its webhook calls together.
+    pub(crate) request_timeout: std::time::Duration,
 }
 
 impl Admission {
@@ -89,6 +92,7 @@ impl Admission {
             tracker,
             cache: Mutex::new(None),
             services: HashMap::new(),
+            request_timeout: deadline::DEFAULT_REQUEST_TIMEOUT,
         }
     }
 
@@ -271,6 +275,9 @@ enum Failure {
     Call(String),
     /// The request is refused whatever the policy.
     Refused(ApiError),
+    /// The request's deadline passed: it is answered `504`, whatever the
+    /// policy, without the warnings gathered.
+    Deadline,
 }
 
 /// Calls one webhook with the objects seen through `as_def`'s version.
@@ -334,11 +341,15 @@ async fn call(
         options: &request.options,
     };
     let body = review.to_bytes();
-    let timeout = format!("timeout={}s", hook.timeout.as_secs());
+    let (timeout, capped) = deadline::cap(hook.timeout);
+    if timeout.is_zero() {
+        return Err(Failure::Deadline);
+    }
+    let timeout_query = format!("timeout={}s", deadline::query_seconds(timeout));
     let destination = match &hook.endpoint {
         Endpoint::Url(url) => {
             let sep = if url.contains('?') { '&' } else { '?' };
-            Destination::from_url(&format!("{url}{sep}{timeout}"))
+            Destination::from_url(&format!("{url}{sep}{timeout_query}"))
         }
         Endpoint::Service {
             namespace,
@@ -354,7 +365,7 @@ async fn call(
             };
             let host = format!("{name}.{namespace}.svc");
             let sep = if path.contains('?') { '&' } else { '?' };
-            Destination::from_url(&format!("https://{host}:{port}{path}{sep}{timeout}")).map(
+            Destination::from_url(&format!("https://{host}:{port}{path}{sep}{timeout_query}")).map(
                 |mut to| {
                     to.connect = addr.to_string();
                     to
@@ -364,7 +375,7 @@ async fn call(
     };
     let destination =
         destination.map_err(|e| Failure::Call(format!("failed to call webhook: {e}")))?;
-    let result = calling::post(&destination, &hook.ca_bundle, body, hook.timeout).await;
+    let result = calling::post(&destination, &hook.ca_bundle, body, timeout).await;
     shared.recorder.record(RecordedRequest {
         method: "POST".into(),
         path: destination.url.clone(),
@@ -382,7 +393,10 @@ async fn call(
             Err(_) => 0,
         },
     });
-    let (_, answer) = result.map_err(|e| Failure::Call(format!("failed to call webhook: {e}")))?;
+    let (_, answer) = result.map_err(|e| match e {
+        calling::WebhookCallError::Timeout { .. } if capped => Failure::Deadline,
+        e => Failure::Call(format!("failed to call webhook: {e}")),
+    })?;
     review::verify(&uid, hook.mutating, &answer).map_err(Failure::Call)
 }
 
@@ -391,6 +405,7 @@ async fn call(
 fn on_failure(hook: &Webhook, failure: Failure) -> Option<ApiError> {
     match failure {
         Failure::Refused(err) => Some(err),
+        Failure::Deadline => Some(deadline::exceeded()),
         Failure::Call(reason) if hook.failure_policy == FailurePolicy::Ignore => {
             tracing::warn!(
                 webhook = hook.name,
@@ -424,6 +439,10 @@ pub(crate) async fn mutate(
         let as_def = other.as_deref().unwrap_or(request.def);
         let verdict = match call(shared, hook, request, as_def, object.as_ref(), old).await {
             Ok(verdict) => verdict,
+            Err(Failure::Deadline) => {
+                warnings.clear();
+                return Err(deadline::exceeded());
+            }
             Err(failure) => match on_failure(hook, failure) {
                 Some(err) => return Err(err),
                 None => continue,
@@ -481,6 +500,10 @@ pub(crate) async fn validate(
         call(shared, hook, request, as_def, object, old)
     });
     let results = futures::future::join_all(calls).await;
+    if results.iter().any(|r| matches!(r, Err(Failure::Deadline))) {
+        warnings.clear();
+        return Err(deadline::exceeded());
+    }
     let mut refusal = None;
     for ((hook, _), result) in selected.iter().zip(results) {
         let err = match result {

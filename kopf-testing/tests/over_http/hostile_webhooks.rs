@@ -3,9 +3,11 @@
 //! floods of warnings, and patches touching what a webhook may not change.
 //! Each is answered as the API server answers it, and the emulator lives.
 
+use std::time::{Duration, Instant};
+
 use crate::admission::{cm, mutating};
 use crate::common::webhooks::{Hook, Pki, Reply, review, webhook};
-use crate::common::{api_error, raw_request};
+use crate::common::{api_error, raw_request, within};
 use base64::Engine;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kopf_testing::Emulator;
@@ -60,4 +62,72 @@ async fn a_patch_doubling_the_depth_is_an_internal_error_and_the_emulator_lives(
     assert!(cms.get_opt("deep").await.unwrap().is_none());
     let resp = raw_request(emulator.addr(), "GET", "/version", &[], b"").await;
     assert_eq!(resp.status, 200, "the emulator still answers");
+}
+
+#[tokio::test]
+async fn slow_webhooks_share_one_deadline_for_the_request() {
+    let emulator = Emulator::builder()
+        .request_timeout(Duration::from_secs(3))
+        .start()
+        .await
+        .unwrap();
+    let client = emulator.client();
+    let pki = Pki::new(&["127.0.0.1"]);
+    let slow = Hook::start(&pki, |r: &Value| {
+        Reply::After(
+            Duration::from_secs(60),
+            review(r, json!({"allowed": true, "warnings": ["slow"]})),
+        )
+    })
+    .await;
+    // Three webhooks of 2 s each, failing open: 6 s one after the other,
+    // over the request's 3 s.
+    let hooks = (0..3)
+        .map(|i| {
+            let mut hook = webhook(&format!("slow{i}.example.com"), &slow.url("/m"), &pki);
+            hook["timeoutSeconds"] = json!(2);
+            hook["failurePolicy"] = json!("Ignore");
+            hook
+        })
+        .collect();
+    mutating(&client, "slow", hooks).await;
+
+    let started = Instant::now();
+    let body = br#"{"metadata":{"name":"s"}}"#;
+    let resp = within(
+        "a request to slow webhooks",
+        raw_request(
+            emulator.addr(),
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            &[("Content-Type", "application/json")],
+            body,
+        ),
+    )
+    .await;
+    let took = started.elapsed();
+    assert_eq!(resp.status, 504, "{}", String::from_utf8_lossy(&resp.body));
+    let status = resp.json();
+    assert_eq!(status["reason"], "Timeout");
+    assert_eq!(
+        status["message"],
+        "Timeout: request did not complete within the allotted timeout"
+    );
+    assert!(resp.header("warning").is_none(), "{:?}", resp.headers);
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_secs(5),
+        "took {took:?}"
+    );
+    // The second call was told what was left; the third never made.
+    let calls: Vec<String> = emulator
+        .requests()
+        .into_iter()
+        .filter(|r| r.verb == "admission")
+        .map(|r| r.path)
+        .collect();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert!(calls[0].ends_with("?timeout=2s"), "{calls:?}");
+    assert!(calls[1].ends_with("?timeout=1s"), "{calls:?}");
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    assert!(cms.get_opt("s").await.unwrap().is_none());
 }
