@@ -82,7 +82,9 @@
 //!   failed calling webhook "NAME": ...` under `failurePolicy: Fail` (the
 //!   default) and is passed over under `Ignore`; every webhook's
 //!   `warnings` go out as `Warning: 299 - "TEXT"` headers, denials
-//!   included;
+//!   included, as the API server caps them (each text once; past 4,096
+//!   characters in all, each cut to 256 and those past 4,096 more
+//!   dropped; texts with control characters never sent);
 //! - `?dryRun=All` is sent as `dryRun: true`, and refused with `400`
 //!   before the call by a webhook whose `sideEffects` is `Some` or
 //!   `Unknown`.

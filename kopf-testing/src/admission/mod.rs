@@ -23,6 +23,7 @@ pub(crate) mod deadline;
 mod matching;
 mod mutation;
 mod review;
+mod warnings;
 mod writes;
 
 use std::collections::HashMap;
@@ -34,6 +35,7 @@ use serde_json::Value;
 
 pub use calling::{WebhookCallError, call_webhook};
 pub(crate) use matching::Operation;
+pub(crate) use warnings::warning_headers;
 pub(crate) use writes::{admit_delete, create, options, subresource};
 
 use crate::failures::ApiError;
@@ -518,14 +520,4 @@ pub(crate) async fn validate(
         }
     }
     refusal.map_or(Ok(()), Err)
-}
-
-/// The `Warning` header values for a response, each text once.
-pub(crate) fn warning_headers(warnings: &[String]) -> Vec<String> {
-    let mut seen = std::collections::HashSet::new();
-    warnings
-        .iter()
-        .filter(|w| seen.insert(w.as_str()))
-        .map(|w| review::warning_header(w))
-        .collect()
 }

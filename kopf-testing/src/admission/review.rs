@@ -302,25 +302,6 @@ pub(crate) fn call_failed(webhook: &str, reason: &str) -> ApiError {
     failure
 }
 
-/// A `Warning` header value: `299 - "text"`, the text escaped as a quoted
-/// string and stripped of control characters, as the API server does.
-pub(crate) fn warning_header(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 8);
-    out.push_str("299 - \"");
-    for c in text.chars() {
-        match c {
-            '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if c.is_control() => out.push(' '),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -428,10 +409,5 @@ mod tests {
                 .unwrap_err()
                 .starts_with("received undecodable patch")
         );
-    }
-
-    #[test]
-    fn warnings_become_quoted_header_values() {
-        assert_eq!(warning_header("say \"hi\"\n"), "299 - \"say \\\"hi\\\" \"");
     }
 }

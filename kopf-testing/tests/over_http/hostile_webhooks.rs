@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::admission::{cm, mutating};
+use crate::admission::{cm, mutating, validating};
 use crate::common::webhooks::{Hook, Pki, Reply, review, webhook};
 use crate::common::{api_error, raw_request, within};
 use base64::Engine;
@@ -130,4 +130,48 @@ async fn slow_webhooks_share_one_deadline_for_the_request() {
     assert!(calls[1].ends_with("?timeout=1s"), "{calls:?}");
     let cms: Api<ConfigMap> = Api::namespaced(client, "default");
     assert!(cms.get_opt("s").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_flood_of_warnings_is_cut_as_the_api_server_cuts_it() {
+    let emulator = Emulator::start().await.unwrap();
+    let client = emulator.client();
+    let pki = Pki::new(&["127.0.0.1"]);
+    // 40 warnings of 300 characters, twice over, and one with a newline.
+    let mut warnings: Vec<String> = (0..40)
+        .map(|i| format!("{i:03}{}", "w".repeat(297)))
+        .collect();
+    warnings.extend(warnings.clone());
+    warnings.insert(0, "two\nlines".into());
+    let hook = Hook::start(&pki, move |r: &Value| {
+        Reply::Json(review(r, json!({"allowed": true, "warnings": warnings})))
+    })
+    .await;
+    validating(
+        &client,
+        "warn",
+        vec![webhook("warn.example.com", &hook.url("/w"), &pki)],
+    )
+    .await;
+    let resp = raw_request(
+        emulator.addr(),
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        &[("Content-Type", "application/json")],
+        br#"{"metadata":{"name":"w"}}"#,
+    )
+    .await;
+    assert_eq!(resp.status, 201);
+    let headers: Vec<&str> = resp
+        .headers
+        .iter()
+        .filter(|(k, _)| k == "warning")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    // 13 warnings fit in 4,096 characters; the 14th cuts them all to 256,
+    // and two more of 256 reach 4,096: the rest are dropped.
+    assert_eq!(headers.len(), 16, "{headers:?}");
+    for (i, header) in headers.iter().enumerate() {
+        assert_eq!(*header, format!("299 - \"{i:03}{}\"", "w".repeat(253)));
+    }
 }
