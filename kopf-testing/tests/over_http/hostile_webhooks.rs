@@ -1,12 +1,13 @@
 //! The admission chain under hostile webhooks: patches built to exhaust
 //! the stack or memory, webhooks slow enough to hold a request forever,
-//! floods of warnings, and patches touching what a webhook may not change.
+//! floods of warnings, and patches touching what a webhook may not change;
+//! and what webhooks see of a write, as the API server shows it to them.
 //! Each is answered as the API server answers it, and the emulator lives.
 
 use std::time::{Duration, Instant};
 
 use crate::admission::{cm, mutating, validating};
-use crate::common::webhooks::{Hook, Pki, Reply, review, webhook};
+use crate::common::webhooks::{Hook, Pki, Reply, allow, review, webhook};
 use crate::common::{api_error, raw_request, within};
 use base64::Engine;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -174,4 +175,57 @@ async fn a_flood_of_warnings_is_cut_as_the_api_server_cuts_it() {
     for (i, header) in headers.iter().enumerate() {
         assert_eq!(*header, format!("299 - \"{i:03}{}\"", "w".repeat(253)));
     }
+}
+
+#[tokio::test]
+async fn a_dry_run_create_is_given_a_name_uid_and_time_that_webhooks_see() {
+    let emulator = Emulator::start().await.unwrap();
+    let client = emulator.client();
+    let pki = Pki::new(&["127.0.0.1"]);
+    let hook = Hook::start(&pki, allow).await;
+    validating(
+        &client,
+        "see",
+        vec![webhook("see.example.com", &hook.url("/v"), &pki)],
+    )
+    .await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let generated: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"generateName": "gen-"}})).unwrap();
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+
+    let created = cms.create(&dry, &generated).await.expect("a dry run");
+    let meta = &created.metadata;
+    let name = meta.name.clone().expect("a generated name");
+    assert!(name.starts_with("gen-") && name.len() > 4, "{name}");
+    assert!(meta.uid.as_ref().is_some_and(|u| !u.is_empty()), "{meta:?}");
+    assert!(meta.creation_timestamp.is_some(), "{meta:?}");
+    assert!(meta.resource_version.is_none(), "{meta:?}");
+    assert!(cms.get_opt(&name).await.unwrap().is_none());
+    let seen = hook.requests("/v").pop().unwrap();
+    assert_eq!(seen["name"], name.as_str());
+    assert_eq!(seen["object"]["metadata"]["name"], name.as_str());
+    assert_eq!(
+        seen["object"]["metadata"]["uid"],
+        meta.uid.as_deref().unwrap()
+    );
+    assert!(seen["object"]["metadata"]["creationTimestamp"].is_string());
+
+    // For real, the object stored is the one webhooks saw.
+    let created = cms
+        .create(&PostParams::default(), &generated)
+        .await
+        .unwrap();
+    let seen = hook.requests("/v").pop().unwrap();
+    assert_eq!(
+        seen["object"]["metadata"]["uid"],
+        created.metadata.uid.as_deref().unwrap()
+    );
+    assert_eq!(
+        seen["object"]["metadata"]["name"],
+        created.metadata.name.as_deref().unwrap()
+    );
 }
