@@ -432,6 +432,9 @@ pub(crate) async fn mutate(
     old: Option<&Value>,
     warnings: &mut Vec<String>,
 ) -> Result<Option<Value>, ApiError> {
+    if let Some(object) = object.as_mut() {
+        mutation::type_meta(object, request.def);
+    }
     let hooks = webhooks(shared);
     let matcher = Matcher::new(shared, request);
     for hook in hooks.iter().filter(|h| h.mutating) {

@@ -9,12 +9,34 @@ use serde_json::Value;
 
 use crate::failures::ApiError;
 use crate::limits;
+use crate::resources::ResourceDef;
 use crate::validation::MAX_JSON_PATCH_OPERATIONS;
 
 /// The failure of a webhook patch that does not apply, as the API server's
 /// `apierrors.NewInternalError`.
 fn internal(message: impl std::fmt::Display) -> ApiError {
     ApiError::internal(format!("Internal error occurred: {message}"))
+}
+
+/// Sets the `apiVersion` and `kind` of `def` on `object` where they are
+/// missing, as decoding a body into the request's type does: webhooks see
+/// them whether the client sent them or not.
+pub(super) fn type_meta(object: &mut Value, def: &ResourceDef) {
+    let Some(map) = object.as_object_mut() else {
+        return;
+    };
+    for (field, value) in [
+        ("apiVersion", def.api_version()),
+        ("kind", def.kind.clone()),
+    ] {
+        if map
+            .get(field)
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            map.insert(field.into(), value.into());
+        }
+    }
 }
 
 /// Applies `patch` to `view` (the object in the version the webhook saw),

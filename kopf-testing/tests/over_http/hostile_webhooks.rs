@@ -229,3 +229,43 @@ async fn a_dry_run_create_is_given_a_name_uid_and_time_that_webhooks_see() {
         created.metadata.name.as_deref().unwrap()
     );
 }
+
+#[tokio::test]
+async fn webhooks_see_the_kind_and_api_version_a_client_left_out() {
+    let emulator = Emulator::start().await.unwrap();
+    let client = emulator.client();
+    let pki = Pki::new(&["127.0.0.1"]);
+    let hook = Hook::start(&pki, allow).await;
+    mutating(
+        &client,
+        "see",
+        vec![webhook("see.example.com", &hook.url("/m"), &pki)],
+    )
+    .await;
+    let path = "/api/v1/namespaces/default/configmaps";
+    let json = [("Content-Type", "application/json")];
+    let created = raw_request(
+        emulator.addr(),
+        "POST",
+        path,
+        &json,
+        br#"{"metadata":{"name":"t"}}"#,
+    )
+    .await;
+    assert_eq!(created.status, 201);
+    let put = raw_request(
+        emulator.addr(),
+        "PUT",
+        &format!("{path}/t"),
+        &json,
+        br#"{"metadata":{"name":"t"},"data":{"a":"b"}}"#,
+    )
+    .await;
+    assert_eq!(put.status, 200, "{}", String::from_utf8_lossy(&put.body));
+    let seen = hook.requests("/m");
+    assert_eq!(seen.len(), 2);
+    for review in seen {
+        assert_eq!(review["object"]["kind"], "ConfigMap", "{review}");
+        assert_eq!(review["object"]["apiVersion"], "v1", "{review}");
+    }
+}
