@@ -63,8 +63,11 @@
 //! - mutating webhooks first, one at a time (configurations in name order,
 //!   webhooks as listed), their `JSONPatch`es applied within the limits
 //!   of a client's JSON patch (a patch that does not apply or goes over a
-//!   limit answers `500`, whatever the failure policy); then the emulator's
-//!   validation; then the validating webhooks, concurrently, on the object
+//!   limit answers `500`, whatever the failure policy, as one changing
+//!   `kind` or `apiVersion` does; on an update, one changing the namespace
+//!   answers `400`, the name or a `deletionTimestamp` `422`); then the
+//!   emulator's validation; then the validating webhooks, concurrently,
+//!   on the object
 //!   as it would be stored; an update or patch whose object changed
 //!   meanwhile goes through them again;
 //! - the server certificate verified against `clientConfig.caBundle` for

@@ -435,6 +435,8 @@ pub(crate) async fn mutate(
     if let Some(object) = object.as_mut() {
         mutation::type_meta(object, request.def);
     }
+    // An update's object as the client sent it, once a webhook patches it.
+    let mut sent = None;
     let hooks = webhooks(shared);
     let matcher = Matcher::new(shared, request);
     for hook in hooks.iter().filter(|h| h.mutating) {
@@ -466,13 +468,22 @@ pub(crate) async fn mutate(
                 hook.name
             )));
         };
+        if request.operation == Operation::Update && sent.is_none() {
+            sent = Some(current.clone());
+        }
         if as_def.version == request.def.version {
-            mutation::apply(current, &patch)?;
+            mutation::apply(current, &patch, as_def)?;
         } else {
             let mut view = crate::conversion::present(current, &as_def.api_version()).into_owned();
-            mutation::apply(&mut view, &patch)?;
+            mutation::apply(&mut view, &patch, as_def)?;
             *current = crate::conversion::present(&view, &request.def.api_version()).into_owned();
         }
+    }
+    if let (Some(sent), Some(after), Some(old)) = (&sent, &object, old)
+        && sent != after
+    {
+        let request_id = (request.name, request.namespace);
+        mutation::check_update(request.def, request_id, sent, after, old)?;
     }
     Ok(object)
 }

@@ -12,7 +12,7 @@ use crate::common::{api_error, raw_request, within};
 use base64::Engine;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kopf_testing::Emulator;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 /// A mutating webhook answering every review with the JSON Patch `ops`.
@@ -268,4 +268,71 @@ async fn webhooks_see_the_kind_and_api_version_a_client_left_out() {
         assert_eq!(review["object"]["kind"], "ConfigMap", "{review}");
         assert_eq!(review["object"]["apiVersion"], "v1", "{review}");
     }
+}
+
+#[tokio::test]
+async fn an_update_a_webhook_moves_renames_deletes_or_retypes_is_refused() {
+    let emulator = Emulator::start().await.unwrap();
+    let client = emulator.client();
+    let pki = Pki::new(&["127.0.0.1"]);
+    // Patches what `data.try` names.
+    let hook = Hook::start(&pki, |r: &Value| {
+        let op = match r["object"]["data"]["try"].as_str() {
+            Some("namespace") => json!({"op": "replace", "path": "/metadata/namespace", "value": "kube-system"}),
+            Some("name") => json!({"op": "replace", "path": "/metadata/name", "value": "renamed"}),
+            Some("deletion") => json!({"op": "add", "path": "/metadata/deletionTimestamp", "value": "2026-01-02T03:04:05Z"}),
+            Some("kind") => json!({"op": "replace", "path": "/kind", "value": "Secret"}),
+            _ => return allow(r),
+        };
+        let patch = base64::engine::general_purpose::STANDARD.encode(json!([op]).to_string());
+        Reply::Json(review(
+            r,
+            json!({"allowed": true, "patchType": "JSONPatch", "patch": patch}),
+        ))
+    })
+    .await;
+    mutating(
+        &client,
+        "meddle",
+        vec![webhook("meddle.example.com", &hook.url("/m"), &pki)],
+    )
+    .await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    cms.create(&PostParams::default(), &cm("t", json!({})))
+        .await
+        .unwrap();
+
+    for (attempt, code, message) in [
+        (
+            "namespace",
+            400,
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ),
+        (
+            "name",
+            422,
+            "ConfigMap \"renamed\" is invalid: metadata.name: Invalid value: \"renamed\": field is immutable",
+        ),
+        (
+            "deletion",
+            422,
+            "ConfigMap \"t\" is invalid: metadata.deletionTimestamp: Invalid value: 2026-01-02 03:04:05 +0000 UTC: field is immutable",
+        ),
+        ("kind", 500, ""),
+    ] {
+        let patch = Patch::Merge(json!({"data": {"try": attempt}}));
+        let status = api_error(cms.patch("t", &PatchParams::default(), &patch).await);
+        assert_eq!(status.code, code, "{attempt}: {status:?}");
+        if !message.is_empty() {
+            assert_eq!(status.message, message, "{attempt}");
+        } else {
+            assert_eq!(status.reason, "InternalError", "{attempt}");
+        }
+    }
+    let stored = cms.get("t").await.unwrap();
+    assert!(
+        stored.data.is_none_or(|d| d.is_empty()),
+        "nothing was stored"
+    );
+    assert!(stored.metadata.deletion_timestamp.is_none());
 }
