@@ -10,7 +10,8 @@
 //! defaulting; then the validating webhooks, all at once; then the store.
 //! A denial answers the webhook's code and message; a failed call answers
 //! `500` under `failurePolicy: Fail` and is passed over under `Ignore`;
-//! every webhook's warnings go out as `Warning` headers. Writes to the
+//! every webhook's warnings go out as `Warning` headers. All the calls of
+//! a request share its one deadline ([`deadline`]). Writes to the
 //! configurations themselves are never sent to webhooks.
 //!
 //! With no configuration stored, a write costs one atomic load: the store
