@@ -78,6 +78,7 @@ pub struct EmulatorBuilder {
     connection_limits: ConnectionLimits,
     token: Option<String>,
     webhook_services: HashMap<ServiceKey, SocketAddr>,
+    request_timeout: Duration,
 }
 
 impl Default for EmulatorBuilder {
@@ -92,6 +93,7 @@ impl Default for EmulatorBuilder {
             connection_limits: ConnectionLimits::default(),
             token: None,
             webhook_services: HashMap::new(),
+            request_timeout: crate::admission::deadline::DEFAULT_REQUEST_TIMEOUT,
         }
     }
 }
@@ -188,6 +190,16 @@ impl EmulatorBuilder {
         self
     }
 
+    /// Gives each request this long (60 s by default, the API server's
+    /// `--request-timeout`) for its admission webhooks together: each call
+    /// is bounded by its `timeoutSeconds` and by what is left of this, and a
+    /// request still calling webhooks when it runs out is answered `504
+    /// Timeout`, as the API server answers it.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
     /// Serves the admission webhooks that configurations reach through the
     /// Service `namespace/name` on `port` (`clientConfig.service`, port 443
     /// when unset) at `addr`, as the emulator resolves no Service DNS. The
@@ -247,6 +259,7 @@ impl EmulatorBuilder {
         shared.connection_limits = self.connection_limits;
         shared.set_token(self.token);
         shared.admission.set_services(self.webhook_services);
+        shared.admission.request_timeout = self.request_timeout;
         let (restarts, mut restart_requests) = tokio::sync::mpsc::unbounded_channel();
         shared.restarts = Some(restarts);
         let shared = Arc::new(shared);

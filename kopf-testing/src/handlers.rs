@@ -35,6 +35,7 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
+    let deadline = tokio::time::Instant::now() + shared.admission.request_timeout;
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     if path.starts_with(admin::PREFIX) {
@@ -79,7 +80,12 @@ where
                 Some(err) => error_response(&err),
                 None => {
                     let req = Request::from_parts(parts, Full::new(bytes));
-                    match serve(&shared, &method, route, &query, req, &mut warnings).await {
+                    match admission::deadline::scope(
+                        deadline,
+                        serve(&shared, &method, route, &query, req, &mut warnings),
+                    )
+                    .await
+                    {
                         Ok(resp) => resp,
                         Err(err) => error_response(&err),
                     }
@@ -89,7 +95,12 @@ where
     } else {
         match shared.faults.take(verb, &path, None) {
             Some(err) => error_response(&err),
-            None => match serve(&shared, &method, route, &query, req, &mut warnings).await {
+            None => match admission::deadline::scope(
+                deadline,
+                serve(&shared, &method, route, &query, req, &mut warnings),
+            )
+            .await
+            {
                 Ok(resp) => resp,
                 Err(err) => error_response(&err),
             },

@@ -74,8 +74,13 @@
 //!   version of the same resource: a CRD's other versions, Events in
 //!   either group, sent in the rule's version);
 //! - mutating webhooks first, one at a time (configurations in name order,
-//!   webhooks as listed), their `JSONPatch`es applied; then the emulator's
-//!   validation; then the validating webhooks, concurrently, on the object
+//!   webhooks as listed), their `JSONPatch`es applied within the limits
+//!   of a client's JSON patch (a patch that does not apply or goes over a
+//!   limit answers `500`, whatever the failure policy, as one changing
+//!   `kind` or `apiVersion` does; on an update, one changing the namespace
+//!   answers `400`, the name or a `deletionTimestamp` `422`); then the
+//!   emulator's validation; then the validating webhooks, concurrently,
+//!   on the object
 //!   as it would be stored; an update or patch whose object changed
 //!   meanwhile goes through them again;
 //! - the server certificate verified against `clientConfig.caBundle` for
@@ -83,15 +88,19 @@
 //!   `clientConfig.service`, which the emulator reaches at the address
 //!   given by [`EmulatorBuilder::webhook_service`] (`kube-emulator
 //!   --webhook-service`); each call bounded by `timeoutSeconds` (10,
-//!   at most 30);
+//!   at most 30) and by what is left of the request's one deadline
+//!   ([`EmulatorBuilder::request_timeout`], 60 s), past which the request
+//!   is answered `504 Timeout`;
 //! - a denial answers the webhook's `status.code` (400 when none is 400 or
 //!   more) and `admission webhook "NAME" denied the request: MESSAGE`; a
 //!   call that fails (unreachable, TLS, timeout, an HTTP error, an answer
-//!   that is not a valid review) answers `500` `Internal error occurred:
+//!   over 6 MiB or that is not a valid review) answers `500` `Internal error occurred:
 //!   failed calling webhook "NAME": ...` under `failurePolicy: Fail` (the
 //!   default) and is passed over under `Ignore`; every webhook's
 //!   `warnings` go out as `Warning: 299 - "TEXT"` headers, denials
-//!   included;
+//!   included, as the API server caps them (each text once; past 4,096
+//!   characters in all, each cut to 256 and those past 4,096 more
+//!   dropped; texts with control characters never sent);
 //! - `?dryRun=All` is sent as `dryRun: true`, and refused with `400`
 //!   before the call by a webhook whose `sideEffects` is `Some` or
 //!   `Unknown`.

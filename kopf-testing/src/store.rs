@@ -450,8 +450,31 @@ impl Store {
         &mut self,
         def: &ResourceDef,
         ns: Option<&str>,
+        body: Value,
+        dry_run: bool,
+    ) -> Result<Arc<Value>, ApiError> {
+        self.insert_new(def, ns, body, dry_run, false)
+    }
+
+    /// Creates an object a dry-run [`Store::create`] prepared, keeping the
+    /// UID and creation time it was given (which webhooks saw).
+    pub(crate) fn create_prepared(
+        &mut self,
+        def: &ResourceDef,
+        ns: Option<&str>,
+        prepared: Value,
+        dry_run: bool,
+    ) -> Result<Arc<Value>, ApiError> {
+        self.insert_new(def, ns, prepared, dry_run, true)
+    }
+
+    fn insert_new(
+        &mut self,
+        def: &ResourceDef,
+        ns: Option<&str>,
         mut body: Value,
         dry_run: bool,
+        prepared: bool,
     ) -> Result<Arc<Value>, ApiError> {
         if !body.is_object() {
             return Err(ApiError::bad_request(
@@ -558,10 +581,8 @@ impl Store {
         {
             map.remove("status");
         }
-        if dry_run {
-            return Ok(Arc::new(body));
-        }
-        let rv = self.next_rv();
+        // As the API server's `BeforeCreate`, dry run or not: the name
+        // generated, a UID and creation time given (kept when `prepared`).
         let meta = meta_mut(&mut body);
         meta.insert("name".into(), name.clone().into());
         if def.namespaced {
@@ -569,13 +590,28 @@ impl Store {
         } else {
             meta.remove("namespace");
         }
-        meta.insert("uid".into(), objects::new_uid().into());
-        meta.insert("creationTimestamp".into(), objects::now().into());
-        meta.insert("resourceVersion".into(), rv.to_string().into());
+        for (field, new) in [
+            ("uid", objects::new_uid as fn() -> String),
+            ("creationTimestamp", objects::now),
+        ] {
+            let kept = meta
+                .get(field)
+                .and_then(Value::as_str)
+                .filter(|v| prepared && !v.is_empty());
+            if kept.is_none() {
+                meta.insert(field.into(), new().into());
+            }
+        }
         meta.insert("generation".into(), 1.into());
+        meta.remove("resourceVersion");
         meta.remove("deletionTimestamp");
         meta.remove("deletionGracePeriodSeconds");
         meta.remove("selfLink");
+        if dry_run {
+            return Ok(Arc::new(body));
+        }
+        let rv = self.next_rv();
+        meta_mut(&mut body).insert("resourceVersion".into(), rv.to_string().into());
         let obj = Arc::new(body);
         self.resource(&key)
             .objects

@@ -16,9 +16,12 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::Value;
 
-/// The largest webhook answer read (an AdmissionReview with a patch of an
-/// object at the 3 MiB limit fits with room to spare).
-const RESPONSE_LIMIT: usize = 16 * 1024 * 1024;
+/// The largest webhook answer read: twice the largest body, so that an
+/// AdmissionReview whose patch replaces a whole object at the 3 MiB limit
+/// (4 MiB in base64) fits. The API server reads an answer whole
+/// (client-go's rest client sets no limit); the emulator bounds it as it
+/// bounds a client's body, and answers more as a failed call.
+const RESPONSE_LIMIT: usize = 2 * crate::limits::BODY_LIMIT;
 
 /// Why a webhook could not be called, or answered nothing usable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -10,7 +10,8 @@
 //! defaulting; then the validating webhooks, all at once; then the store.
 //! A denial answers the webhook's code and message; a failed call answers
 //! `500` under `failurePolicy: Fail` and is passed over under `Ignore`;
-//! every webhook's warnings go out as `Warning` headers. Writes to the
+//! every webhook's warnings go out as `Warning` headers. All the calls of
+//! a request share its one deadline ([`deadline`]). Writes to the
 //! configurations themselves are never sent to webhooks.
 //!
 //! With no configuration stored, a write costs one atomic load: the store
@@ -19,8 +20,11 @@
 
 mod calling;
 mod config;
+pub(crate) mod deadline;
 mod matching;
+mod mutation;
 mod review;
+mod warnings;
 mod writes;
 
 use std::collections::HashMap;
@@ -32,6 +36,7 @@ use serde_json::Value;
 
 pub use calling::{WebhookCallError, call_webhook};
 pub(crate) use matching::Operation;
+pub(crate) use warnings::warning_headers;
 pub(crate) use writes::{admit_delete, create, options, subresource};
 
 use crate::failures::ApiError;
@@ -79,6 +84,8 @@ pub(crate) struct Admission {
     cache: Mutex<Option<(u64, Arc<[Webhook]>)>>,
     /// Where the Services that configurations name are served.
     services: HashMap<ServiceKey, SocketAddr>,
+    /// How long a request may take, its webhook calls together.
+    pub(crate) request_timeout: std::time::Duration,
 }
 
 impl Admission {
@@ -88,6 +95,7 @@ impl Admission {
             tracker,
             cache: Mutex::new(None),
             services: HashMap::new(),
+            request_timeout: deadline::DEFAULT_REQUEST_TIMEOUT,
         }
     }
 
@@ -270,6 +278,9 @@ enum Failure {
     Call(String),
     /// The request is refused whatever the policy.
     Refused(ApiError),
+    /// The request's deadline passed: it is answered `504`, whatever the
+    /// policy, without the warnings gathered.
+    Deadline,
 }
 
 /// Calls one webhook with the objects seen through `as_def`'s version.
@@ -333,11 +344,15 @@ async fn call(
         options: &request.options,
     };
     let body = review.to_bytes();
-    let timeout = format!("timeout={}s", hook.timeout.as_secs());
+    let (timeout, capped) = deadline::cap(hook.timeout);
+    if timeout.is_zero() {
+        return Err(Failure::Deadline);
+    }
+    let timeout_query = format!("timeout={}s", deadline::query_seconds(timeout));
     let destination = match &hook.endpoint {
         Endpoint::Url(url) => {
             let sep = if url.contains('?') { '&' } else { '?' };
-            Destination::from_url(&format!("{url}{sep}{timeout}"))
+            Destination::from_url(&format!("{url}{sep}{timeout_query}"))
         }
         Endpoint::Service {
             namespace,
@@ -353,7 +368,7 @@ async fn call(
             };
             let host = format!("{name}.{namespace}.svc");
             let sep = if path.contains('?') { '&' } else { '?' };
-            Destination::from_url(&format!("https://{host}:{port}{path}{sep}{timeout}")).map(
+            Destination::from_url(&format!("https://{host}:{port}{path}{sep}{timeout_query}")).map(
                 |mut to| {
                     to.connect = addr.to_string();
                     to
@@ -363,7 +378,7 @@ async fn call(
     };
     let destination =
         destination.map_err(|e| Failure::Call(format!("failed to call webhook: {e}")))?;
-    let result = calling::post(&destination, &hook.ca_bundle, body, hook.timeout).await;
+    let result = calling::post(&destination, &hook.ca_bundle, body, timeout).await;
     shared.recorder.record(RecordedRequest {
         method: "POST".into(),
         path: destination.url.clone(),
@@ -381,7 +396,10 @@ async fn call(
             Err(_) => 0,
         },
     });
-    let (_, answer) = result.map_err(|e| Failure::Call(format!("failed to call webhook: {e}")))?;
+    let (_, answer) = result.map_err(|e| match e {
+        calling::WebhookCallError::Timeout { .. } if capped => Failure::Deadline,
+        e => Failure::Call(format!("failed to call webhook: {e}")),
+    })?;
     review::verify(&uid, hook.mutating, &answer).map_err(Failure::Call)
 }
 
@@ -390,6 +408,7 @@ async fn call(
 fn on_failure(hook: &Webhook, failure: Failure) -> Option<ApiError> {
     match failure {
         Failure::Refused(err) => Some(err),
+        Failure::Deadline => Some(deadline::exceeded()),
         Failure::Call(reason) if hook.failure_policy == FailurePolicy::Ignore => {
             tracing::warn!(
                 webhook = hook.name,
@@ -405,7 +424,8 @@ fn on_failure(hook: &Webhook, failure: Failure) -> Option<ApiError> {
 /// returns it patched.
 ///
 /// # Errors
-/// A denial, a failed call under `Fail`, a patch that does not apply.
+/// A denial, a failed call under `Fail`, a patch that does not apply
+/// (whatever the failure policy).
 pub(crate) async fn mutate(
     shared: &Shared,
     request: &Request<'_>,
@@ -413,6 +433,11 @@ pub(crate) async fn mutate(
     old: Option<&Value>,
     warnings: &mut Vec<String>,
 ) -> Result<Option<Value>, ApiError> {
+    if let Some(object) = object.as_mut() {
+        mutation::type_meta(object, request.def);
+    }
+    // An update's object as the client sent it, once a webhook patches it.
+    let mut sent = None;
     let hooks = webhooks(shared);
     let matcher = Matcher::new(shared, request);
     for hook in hooks.iter().filter(|h| h.mutating) {
@@ -422,6 +447,10 @@ pub(crate) async fn mutate(
         let as_def = other.as_deref().unwrap_or(request.def);
         let verdict = match call(shared, hook, request, as_def, object.as_ref(), old).await {
             Ok(verdict) => verdict,
+            Err(Failure::Deadline) => {
+                warnings.clear();
+                return Err(deadline::exceeded());
+            }
             Err(failure) => match on_failure(hook, failure) {
                 Some(err) => return Err(err),
                 None => continue,
@@ -440,16 +469,22 @@ pub(crate) async fn mutate(
                 hook.name
             )));
         };
-        let internal =
-            |e: json_patch::PatchError| ApiError::internal(format!("Internal error occurred: {e}"));
+        if request.operation == Operation::Update && sent.is_none() {
+            sent = Some(current.clone());
+        }
         if as_def.version == request.def.version {
-            json_patch::patch(current, &patch).map_err(internal)?;
+            mutation::apply(current, &patch, as_def)?;
         } else {
             let mut view = crate::conversion::present(current, &as_def.api_version()).into_owned();
-            json_patch::patch(&mut view, &patch).map_err(internal)?;
+            mutation::apply(&mut view, &patch, as_def)?;
             *current = crate::conversion::present(&view, &request.def.api_version()).into_owned();
         }
-        crate::limits::check_object(current, "the object as a mutating webhook patched it")?;
+    }
+    if let (Some(sent), Some(after), Some(old)) = (&sent, &object, old)
+        && sent != after
+    {
+        let request_id = (request.name, request.namespace);
+        mutation::check_update(request.def, request_id, sent, after, old)?;
     }
     Ok(object)
 }
@@ -482,6 +517,10 @@ pub(crate) async fn validate(
         call(shared, hook, request, as_def, object, old)
     });
     let results = futures::future::join_all(calls).await;
+    if results.iter().any(|r| matches!(r, Err(Failure::Deadline))) {
+        warnings.clear();
+        return Err(deadline::exceeded());
+    }
     let mut refusal = None;
     for ((hook, _), result) in selected.iter().zip(results) {
         let err = match result {
@@ -496,14 +535,4 @@ pub(crate) async fn validate(
         }
     }
     refusal.map_or(Ok(()), Err)
-}
-
-/// The `Warning` header values for a response, each text once.
-pub(crate) fn warning_headers(warnings: &[String]) -> Vec<String> {
-    let mut seen = std::collections::HashSet::new();
-    warnings
-        .iter()
-        .filter(|w| seen.insert(w.as_str()))
-        .map(|w| review::warning_header(w))
-        .collect()
 }

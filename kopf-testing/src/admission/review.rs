@@ -1,8 +1,10 @@
 //! The `admission.k8s.io/v1` AdmissionReview: the request the API server
 //! sends, and how it reads (and refuses) a webhook's response.
 
+use std::borrow::Cow;
+
 use base64::Engine;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::failures::ApiError;
@@ -94,55 +96,114 @@ pub(crate) struct Verdict {
     /// Whether the request is allowed.
     pub(crate) allowed: bool,
     /// `response.status`, for a denial.
-    pub(crate) status: Option<Value>,
+    pub(crate) status: Option<Status>,
     /// A JSON Patch (mutating webhooks), decoded.
     pub(crate) patch: Option<json_patch::Patch>,
     /// `response.warnings`.
     pub(crate) warnings: Vec<String>,
 }
 
+/// An AdmissionReview as a webhook answers it: only the fields the API
+/// server reads, strings borrowed from the answer where they can be, and
+/// everything else skipped unread (never held as a whole JSON value).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Answer<'a> {
+    #[serde(default, borrow)]
+    api_version: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    response: Option<Response<'a>>,
+}
+
+/// An AdmissionResponse.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Response<'a> {
+    #[serde(default, borrow)]
+    uid: Option<Cow<'a, str>>,
+    #[serde(default)]
+    allowed: Option<bool>,
+    #[serde(default)]
+    status: Option<Status>,
+    #[serde(default, borrow)]
+    patch: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    patch_type: Option<Cow<'a, str>>,
+    #[serde(default)]
+    warnings: Option<Vec<Option<String>>>,
+}
+
+/// The `metav1.Status` of a denial, as the API server reads it.
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+pub(crate) struct Status {
+    #[serde(default)]
+    code: Option<i32>,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    details: Option<StatusDetails>,
+}
+
+/// `metav1.StatusDetails`: what a denial's `details` may carry through.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StatusDetails {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    uid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    causes: Option<Vec<StatusCause>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    retry_after_seconds: Option<i32>,
+}
+
+/// `metav1.StatusCause`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+struct StatusCause {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    field: Option<String>,
+}
+
 /// Reads a webhook's answer as the API server's `VerifyAdmissionResponse`
 /// does; the error is the reason of a failed call (which `failurePolicy`
 /// decides about), worded as the API server's.
 pub(crate) fn verify(uid: &str, mutating: bool, body: &[u8]) -> Result<Verdict, String> {
-    let review: Value = serde_json::from_slice(body).map_err(|e| {
+    let review: Answer<'_> = serde_json::from_slice(body).map_err(|e| {
         format!("failed to call webhook: the response is not an AdmissionReview in JSON: {e}")
     })?;
     let invalid = |why: String| format!("received invalid webhook response: {why}");
-    let api_version = review
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let kind = review.get("kind").and_then(Value::as_str).unwrap_or("");
+    let api_version = review.api_version.as_deref().unwrap_or("");
+    let kind = review.kind.as_deref().unwrap_or("");
     if api_version != "admission.k8s.io/v1" || kind != "AdmissionReview" {
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
         return Err(invalid(format!(
             "expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got {group}/{version}, Kind={kind}"
         )));
     }
-    let Some(response) = review.get("response").filter(|r| r.is_object()) else {
+    let Some(response) = review.response else {
         return Err(invalid("webhook response was absent".into()));
     };
-    let got = response.get("uid").and_then(Value::as_str).unwrap_or("");
+    let got = response.uid.as_deref().unwrap_or("");
     if got != uid {
         return Err(invalid(format!(
             "expected response.uid={uid:?}, got {got:?}"
         )));
     }
-    let allowed = response
-        .get("allowed")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let warnings = response
-        .get("warnings")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .map(str::to_string)
-        .collect();
-    let patch_b64 = response.get("patch").and_then(Value::as_str).unwrap_or("");
-    let patch_type = response.get("patchType").and_then(Value::as_str);
+    let patch_b64 = response.patch.as_deref().unwrap_or("");
+    let patch_type = response.patch_type.as_deref();
     let mut patch = None;
     if !patch_b64.is_empty() || patch_type.is_some() {
         match patch_type {
@@ -175,10 +236,15 @@ pub(crate) fn verify(uid: &str, mutating: bool, body: &[u8]) -> Result<Verdict, 
         }
     }
     Ok(Verdict {
-        allowed,
-        status: response.get("status").filter(|s| s.is_object()).cloned(),
+        allowed: response.allowed.unwrap_or(false),
+        status: response.status,
         patch,
-        warnings,
+        warnings: response
+            .warnings
+            .into_iter()
+            .flatten()
+            .map(Option::unwrap_or_default)
+            .collect(),
     })
 }
 
@@ -201,32 +267,30 @@ const REASONS: [&str; 12] = [
 
 /// The failure a denial answers, as the API server's `ToStatusErr`: the
 /// webhook's code (400 if it gives none below 400) and message.
-pub(crate) fn denial(webhook: &str, status: Option<&Value>) -> ApiError {
-    let field = |key: &str| {
-        status
-            .and_then(|s| s.get(key))
-            .and_then(Value::as_str)
-            .unwrap_or("")
-    };
+pub(crate) fn denial(webhook: &str, status: Option<&Status>) -> ApiError {
+    let status = status.cloned().unwrap_or_default();
     let code = status
-        .and_then(|s| s.get("code"))
-        .and_then(Value::as_u64)
+        .code
         .and_then(|c| u16::try_from(c).ok())
         .filter(|c| (400..600).contains(c))
         .unwrap_or(400);
+    let (message, reason) = (
+        status.message.as_deref().unwrap_or(""),
+        status.reason.as_deref().unwrap_or(""),
+    );
     let denied = format!("admission webhook {webhook:?} denied the request");
-    let message = match (field("message"), field("reason")) {
+    let text = match (message, reason) {
         ("", "") => format!("{denied} without explanation"),
         ("", reason) => format!("{denied}: {reason}"),
         (message, _) => format!("{denied}: {message}"),
     };
     let reason = REASONS
         .iter()
-        .find(|r| **r == field("reason"))
+        .find(|r| **r == reason)
         .copied()
         .unwrap_or("");
-    let mut err = ApiError::new(code, reason, message);
-    err.details = status.and_then(|s| s.get("details")).cloned();
+    let mut err = ApiError::new(code, reason, text);
+    err.details = status.details.and_then(|d| serde_json::to_value(d).ok());
     err
 }
 
@@ -236,25 +300,6 @@ pub(crate) fn call_failed(webhook: &str, reason: &str) -> ApiError {
     let mut failure = ApiError::internal(format!("Internal error occurred: {err}"));
     failure.details = Some(serde_json::json!({"causes": [{"message": err}]}));
     failure
-}
-
-/// A `Warning` header value: `299 - "text"`, the text escaped as a quoted
-/// string and stripped of control characters, as the API server does.
-pub(crate) fn warning_header(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 8);
-    out.push_str("299 - \"");
-    for c in text.chars() {
-        match c {
-            '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if c.is_control() => out.push(' '),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 #[cfg(test)]
@@ -273,22 +318,23 @@ mod tests {
 
     #[test]
     fn a_denial_reads_as_the_api_servers() {
+        let status = |v: Value| serde_json::from_value::<Status>(v).unwrap();
         let e = denial(
             "w.example.com",
-            Some(&json!({"code": 403, "message": "no thanks"})),
+            Some(&status(json!({"code": 403, "message": "no thanks"}))),
         );
         assert_eq!(e.code, 403);
         assert_eq!(
             e.message,
             "admission webhook \"w.example.com\" denied the request: no thanks"
         );
-        let e = denial("w", Some(&json!({"code": 200})));
+        let e = denial("w", Some(&status(json!({"code": 200}))));
         assert_eq!(e.code, 400);
         assert_eq!(
             e.message,
             "admission webhook \"w\" denied the request without explanation"
         );
-        let e = denial("w", Some(&json!({"reason": "Forbidden"})));
+        let e = denial("w", Some(&status(json!({"reason": "Forbidden"}))));
         assert_eq!((e.code, e.reason), (400, "Forbidden"));
         assert_eq!(
             e.message,
@@ -363,10 +409,5 @@ mod tests {
                 .unwrap_err()
                 .starts_with("received undecodable patch")
         );
-    }
-
-    #[test]
-    fn warnings_become_quoted_header_values() {
-        assert_eq!(warning_header("say \"hi\"\n"), "299 - \"say \\\"hi\\\" \"");
     }
 }

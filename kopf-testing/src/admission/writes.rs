@@ -79,14 +79,17 @@ pub(crate) async fn create(
         let generated = format!("{prefix}{}", objects::random_suffix());
         meta_mut(&mut object).insert("name".into(), generated.into());
     }
-    let prepared = shared.store().create(def, ns, object.clone(), true)?;
-    let name = objects::name(&object).to_string();
+    let prepared = shared.store().create(def, ns, object, true)?;
+    let name = objects::name(&prepared).to_string();
     let request = Request {
         name: &name,
         ..request
     };
     validate(shared, &request, Some(&prepared), None, warnings).await?;
-    shared.store().create(def, ns, object, dry_run)
+    // Stored as validated: the name, UID and creation time webhooks saw.
+    shared
+        .store()
+        .create_prepared(def, ns, (*prepared).clone(), dry_run)
 }
 
 /// Runs the chain for deleting `old` (one object, or each object of a

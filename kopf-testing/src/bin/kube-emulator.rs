@@ -55,6 +55,10 @@ struct Args {
     /// longest is closed, and when all are busy a newcomer gets 503 [default: 1024].
     #[arg(long, value_name = "N")]
     max_connections: Option<usize>,
+    /// Give each request this long for its admission webhooks together;
+    /// past it the request gets 504 (the API server's flag) [default: 60].
+    #[arg(long, value_name = "SECONDS")]
+    request_timeout: Option<u64>,
     /// Serve the admission webhooks a configuration reaches through a
     /// Service at a local address (the emulator resolves no Service DNS):
     /// `NAMESPACE/NAME:PORT=HOST:PORT`; certificates are verified for
@@ -156,6 +160,9 @@ async fn run(args: Args) -> Result<(), String> {
     }
     if let Some(n) = args.max_connections {
         builder = builder.max_connections(n);
+    }
+    if let Some(secs) = args.request_timeout {
+        builder = builder.request_timeout(Duration::from_secs(secs));
     }
     for spec in &args.crd {
         let crd = parse_crd(spec)?;
@@ -299,6 +306,8 @@ mod tests {
             "10",
             "--max-connections",
             "64",
+            "--request-timeout",
+            "15",
         ])
         .unwrap();
         assert_eq!(args.history_bytes, Some(1_048_576));
@@ -306,5 +315,6 @@ mod tests {
         assert_eq!(args.header_read_timeout, Some(5));
         assert_eq!(args.idle_timeout, Some(10));
         assert_eq!(args.max_connections, Some(64));
+        assert_eq!(args.request_timeout, Some(15));
     }
 }

@@ -19,11 +19,11 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-fn cm(name: &str, data: Value) -> ConfigMap {
+pub(crate) fn cm(name: &str, data: Value) -> ConfigMap {
     serde_json::from_value(json!({"metadata": {"name": name}, "data": data})).expect("a ConfigMap")
 }
 
-async fn validating(client: &Client, name: &str, webhooks: Vec<Value>) {
+pub(crate) async fn validating(client: &Client, name: &str, webhooks: Vec<Value>) {
     let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     let config = configuration("ValidatingWebhookConfiguration", name, webhooks);
     let config = serde_json::from_value(config).expect("a configuration");
@@ -32,7 +32,7 @@ async fn validating(client: &Client, name: &str, webhooks: Vec<Value>) {
         .expect("create the validating configuration");
 }
 
-async fn mutating(client: &Client, name: &str, webhooks: Vec<Value>) {
+pub(crate) async fn mutating(client: &Client, name: &str, webhooks: Vec<Value>) {
     let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let config = configuration("MutatingWebhookConfiguration", name, webhooks);
     let config = serde_json::from_value(config).expect("a configuration");

@@ -9,6 +9,7 @@ mod admin;
 mod admission;
 mod api;
 mod auth;
+mod hostile_webhooks;
 mod limits;
 mod names;
 mod options;
