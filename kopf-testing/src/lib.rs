@@ -134,6 +134,10 @@
 //!   most 100,000 requests and 32 MiB, paths and queries cut at 1 KiB; the
 //!   counts per User-Agent keep at most 1,000 (agent, verb) pairs, agents cut
 //!   at 1 KiB, later agents counted together as `(other agents)`.
+//! - Fault rules: at most 1,000 set at once ([`MAX_FAULT_RULES`]), their
+//!   path and body fragments at most 16 KiB each ([`MAX_FRAGMENT_BYTES`]);
+//!   more is refused (`400` on the admin endpoint, an error from
+//!   [`Faults::try_fail_next`]). Bodies are searched in linear time.
 //! - Connections: once a request's first byte arrives, its headers must
 //!   follow within 30 s ([`EmulatorBuilder::header_read_timeout`]) and its
 //!   body within 60 s (408); a connection with no request in flight is
@@ -199,7 +203,7 @@ pub use emulator::{DEFAULT_HISTORY_LIMIT, Emulator, EmulatorBuilder};
 pub use endpoints::http_get;
 pub use error::EmulatorError;
 pub use failures::ApiError;
-pub use faults::{FailRule, Faults, HeldRequests};
+pub use faults::{FailRule, Faults, HeldRequests, MAX_FAULT_RULES, MAX_FRAGMENT_BYTES};
 pub use kubectl::kubectl;
 pub use recording::RecordedRequest;
 #[cfg(feature = "runner")]
