@@ -126,10 +126,7 @@ impl FailRule {
                 .as_deref()
                 .is_none_or(|p| path.contains(p))
             && self.body_contains.as_deref().is_none_or(|fragment| {
-                body.is_some_and(|body| {
-                    body.windows(fragment.len().max(1))
-                        .any(|w| w == fragment.as_bytes())
-                })
+                body.is_some_and(|body| memchr::memmem::find(body, fragment.as_bytes()).is_some())
             })
     }
 }

@@ -9,5 +9,6 @@ mod admin;
 mod admission;
 mod api;
 mod limits;
+mod stalls;
 mod validation;
 mod watch;
