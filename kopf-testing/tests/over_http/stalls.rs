@@ -4,8 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::raw_request;
+use crate::common::{raw_request, within};
 use kopf_testing::{Emulator, FailRule, MAX_FRAGMENT_BYTES};
+use tokio::io::{AsyncBufReadExt, BufReader};
 
 const CMS: &str = "/api/v1/namespaces/default/configmaps";
 
@@ -32,4 +33,52 @@ async fn a_body_rule_searches_bodies_in_linear_time() {
         took < Duration::from_secs(3),
         "three 3 MiB bodies took {took:?} to check against one rule"
     );
+}
+
+#[tokio::test]
+async fn sigterm_stops_the_binary_during_a_restart_from_another_process() {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-emulator"))
+        .args(["--port", "0"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kube-emulator starts");
+    let stdout = child.stdout.take().expect("its stdout");
+    let line = within("the listening line", async {
+        BufReader::new(stdout).lines().next_line().await
+    })
+    .await
+    .expect("stdout is readable")
+    .expect("a listening line");
+    let addr: std::net::SocketAddr = line
+        .strip_prefix("listening on http://")
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
+    // Down for ten minutes: the restart is under way when the signal comes.
+    let restart = raw_request(
+        addr,
+        "POST",
+        "/_emulator/restart",
+        &[],
+        b"{\"down_ms\": 600000}",
+    )
+    .await;
+    assert_eq!(restart.status, 200);
+    within("the port closed by the restart", async {
+        while tokio::net::TcpStream::connect(addr).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let pid = child.id().expect("a running child").to_string();
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    let status = within("the emulator to exit on SIGTERM", child.wait())
+        .await
+        .expect("the exit status");
+    assert!(status.success(), "{status:?}");
 }
