@@ -20,6 +20,7 @@ use crate::recording::RecordedRequest;
 use crate::resources::ResourceDef;
 use crate::routing::{self, ObjectPath, Query, Route};
 use crate::selectors::{FieldSelector, LabelSelector, Selectors};
+use crate::server::ConnectionCloser;
 use crate::shared::Shared;
 use crate::store::Target;
 use crate::validation;
@@ -288,7 +289,13 @@ where
             };
             Ok(object_response(200, &def, &obj))
         }
-        (Method::GET, None) if query.watch => watch(shared, def, &route, query),
+        (Method::GET, None) if query.watch => {
+            let connection = req
+                .extensions()
+                .get::<ConnectionCloser>()
+                .map(|c| c.0.clone());
+            watch(shared, def, &route, query, connection)
+        }
         (Method::GET, None) => list(shared, &def, ns, query),
         (Method::POST, None) => {
             let (ct, body) = read_body(req).await?;
@@ -749,6 +756,7 @@ fn watch(
     def: Arc<ResourceDef>,
     route: &ObjectPath,
     query: &Query,
+    connection: Option<tokio_util::sync::CancellationToken>,
 ) -> Result<Response<Body>, ApiError> {
     let selectors = selectors(&def, query)?;
     let from = match query.resource_version.as_deref() {
@@ -771,7 +779,7 @@ fn watch(
         if let Some(from) = from {
             not_in_future(from, store.current_rv())?;
         }
-        store.subscribe(&def, route.namespace.as_deref(), from)
+        store.subscribe(&def, route.namespace.as_deref(), from, connection)
     };
     let body = match subscribed {
         Ok(sub) => watching::stream(shared.clone(), def, filter, sub, opts),

@@ -160,6 +160,11 @@ impl Drop for InFlight {
     }
 }
 
+/// Closes the connection a request came over (in the request's
+/// extensions): a watch whose client stopped reading is cut off with it.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnectionCloser(pub(crate) CancellationToken);
+
 /// A response body that keeps its request counted as in flight.
 struct TrackedBody {
     inner: Body,
@@ -418,9 +423,11 @@ async fn serve_connection(
     limits: ConnectionLimits,
 ) {
     let service_conn = conn.clone();
-    let service = service_fn(move |req| {
+    let service = service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
         let shared = shared.clone();
         let in_flight = InFlight::new(service_conn.clone());
+        req.extensions_mut()
+            .insert(ConnectionCloser(service_conn.close.clone()));
         async move {
             let resp = handlers::handle(shared, req).await;
             Ok::<_, Infallible>(resp.map(|inner| TrackedBody {

@@ -2,7 +2,7 @@
 //! resourceVersion counter, per-resource watch history and fan-out channels.
 //!
 //! All methods are synchronous and run under one lock held by the caller;
-//! watch events are serialized once here and broadcast to watchers.
+//! watch events are serialized once here and fanned out to watchers.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
@@ -10,22 +10,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
 
 use crate::admission;
 use crate::conversion;
 use crate::events::{EventType, WatchEvent};
 use crate::failures::ApiError;
+use crate::fanout::{self, Fanout};
 use crate::history::{DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_BYTES, History};
 use crate::objects::{self, meta_mut};
 #[cfg(test)]
 use crate::patching::{self, PatchKind};
 use crate::resources::{self, ResourceDef, StoreKey};
 use crate::selectors::Selectors;
-
-/// Capacity of each resource's broadcast channel; a watcher lagging further
-/// behind gets its stream closed and resumes from history.
-const WATCH_BUFFER: usize = 16_384;
 
 /// The namespaces every emulator starts with.
 pub const INITIAL_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
@@ -67,7 +64,7 @@ pub struct Subscription {
     /// What to send first.
     pub start: WatchStart,
     /// Live events after the start.
-    pub rx: broadcast::Receiver<Arc<WatchEvent>>,
+    pub rx: fanout::Receiver,
     /// The resourceVersion the start is consistent with.
     pub rv: u64,
 }
@@ -77,16 +74,18 @@ struct Resource {
     objects: BTreeMap<(String, String), Arc<Value>>,
     history: History,
     floor: u64,
-    tx: broadcast::Sender<Arc<WatchEvent>>,
+    watchers: Fanout,
 }
 
 impl Resource {
+    /// An empty resource; it allocates nothing until it holds objects,
+    /// events or watchers.
     fn new(floor: u64) -> Self {
         Self {
             objects: BTreeMap::new(),
             history: History::default(),
             floor,
-            tx: broadcast::channel(WATCH_BUFFER).0,
+            watchers: Fanout::default(),
         }
     }
 }
@@ -103,6 +102,8 @@ pub struct Store {
     history_age: Duration,
     /// The bytes of history kept now, over every resource.
     history_used: usize,
+    /// The most bytes of events a watcher may fall behind by.
+    watch_bytes: usize,
     defs: Vec<Arc<ResourceDef>>,
     resources: HashMap<StoreKey, Resource>,
     /// Counts the webhook configurations for the admission chain.
@@ -123,6 +124,7 @@ impl Store {
             history_bytes: DEFAULT_HISTORY_BYTES,
             history_age: DEFAULT_HISTORY_AGE,
             history_used: 0,
+            watch_bytes: DEFAULT_HISTORY_BYTES.min(fanout::WATCH_QUEUE_BYTES),
             defs: Vec::new(),
             resources: HashMap::new(),
             admission: Arc::default(),
@@ -149,9 +151,11 @@ impl Store {
     }
 
     /// Bounds the watch history by bytes (over every resource) and by age,
-    /// besides the count per resource given to [`new`](Self::new).
+    /// besides the count per resource given to [`new`](Self::new); no
+    /// watcher may fall behind by more bytes than the history keeps.
     pub fn set_history_bounds(&mut self, bytes: usize, age: Duration) {
         self.history_bytes = bytes;
+        self.watch_bytes = bytes.min(fanout::WATCH_QUEUE_BYTES);
         self.history_age = age;
         self.trim_history();
     }
@@ -264,9 +268,11 @@ impl Store {
         old: Option<Arc<Value>>,
     ) {
         let limit = self.history_limit;
+        let watch_bytes = self.watch_bytes;
         let event = Arc::new(WatchEvent::new(self.rv, kind, object, old));
         let res = self.resource(key);
         let mut used = res.history.push(event.clone());
+        res.watchers.send(&event, used, watch_bytes);
         let mut freed = 0;
         while res.history.len() > limit {
             if let Some((rv, weight)) = res.history.pop_front() {
@@ -274,7 +280,6 @@ impl Store {
                 freed += weight;
             }
         }
-        let _ = res.tx.send(event);
         used += self.history_used;
         self.history_used = used - freed;
         self.trim_history();
@@ -588,7 +593,7 @@ impl Store {
             .entry(key)
             .or_insert_with(|| Resource::new(floor));
         if unserved {
-            resource.tx = broadcast::channel(WATCH_BUFFER).0;
+            resource.watchers.close();
         }
     }
 
@@ -1112,12 +1117,15 @@ impl Store {
             .collect())
     }
 
-    /// Starts a watch: from the current state (`from` = None) or after a resourceVersion.
+    /// Starts a watch: from the current state (`from` = None) or after a
+    /// resourceVersion; `connection` is closed should the watcher fall too
+    /// far behind.
     pub fn subscribe(
         &mut self,
         def: &ResourceDef,
         ns: Option<&str>,
         from: Option<u64>,
+        connection: Option<CancellationToken>,
     ) -> Result<Subscription, ApiError> {
         if ns.is_some() && !def.namespaced {
             Self::scope_ns(def, ns)?;
@@ -1125,7 +1133,6 @@ impl Store {
         let rv = self.rv;
         self.trim_history();
         let res = self.resource(&def.store_key());
-        let rx = res.tx.subscribe();
         let start = match from {
             None => WatchStart::Snapshot(match ns {
                 Some(ns) => res
@@ -1144,6 +1151,7 @@ impl Store {
             }
             Some(after) => WatchStart::History(res.history.after(after)),
         };
+        let rx = res.watchers.subscribe(connection);
         Ok(Subscription { start, rx, rv })
     }
 }
@@ -1543,7 +1551,7 @@ mod tests {
         crd["spec"]["versions"] = json!([crd["spec"]["versions"][0].clone(), v2]);
         store.create(&crd_def, None, crd.clone(), false).unwrap();
         let v1 = store.find_def("example.com", "v1", "widgets").unwrap();
-        let mut watch = store.subscribe(&v1, None, None).unwrap();
+        let mut watch = store.subscribe(&v1, None, None, None).unwrap();
         let both = crd["spec"]["versions"].clone();
         crd["spec"]["versions"][1]["served"] = true.into();
         crd["spec"]["versions"][0]["served"] = false.into();
@@ -1560,13 +1568,13 @@ mod tests {
             .unwrap();
         assert!(store.find_def("example.com", "v1", "widgets").is_none());
         assert!(store.find_def("example.com", "v2", "widgets").is_some());
-        assert!(matches!(
-            watch.rx.try_recv(),
-            Err(broadcast::error::TryRecvError::Closed)
-        ));
+        assert_eq!(
+            watch.rx.try_recv().map(|e| e.is_some()),
+            Err(fanout::Ended::Closed)
+        );
         // Serving it again is no removal: watches go on.
         let v2 = store.find_def("example.com", "v2", "widgets").unwrap();
-        let mut watch = store.subscribe(&v2, None, None).unwrap();
+        let mut watch = store.subscribe(&v2, None, None, None).unwrap();
         store
             .patch(
                 &crd_def,
@@ -1579,10 +1587,7 @@ mod tests {
             )
             .unwrap();
         assert!(store.find_def("example.com", "v1", "widgets").is_some());
-        assert!(!matches!(
-            watch.rx.try_recv(),
-            Err(broadcast::error::TryRecvError::Closed)
-        ));
+        assert!(watch.rx.try_recv().is_ok());
     }
 
     #[test]
@@ -1656,20 +1661,29 @@ mod tests {
             store.create(&def, Some("default"), cm(n), false).unwrap();
         }
         let rv = store.current_rv();
-        let sub = store.subscribe(&def, None, Some(rv - 1)).unwrap();
+        let sub = store.subscribe(&def, None, Some(rv - 1), None).unwrap();
         match sub.start {
             WatchStart::History(evs) => assert_eq!(evs.len(), 1),
             WatchStart::Snapshot(_) => panic!("expected history"),
         }
         assert_eq!(
-            store.subscribe(&def, None, Some(rv - 3)).unwrap_err().code,
+            store
+                .subscribe(&def, None, Some(rv - 3), None)
+                .unwrap_err()
+                .code,
             410
         );
         store.compact();
-        assert_eq!(store.subscribe(&def, None, Some(rv)).unwrap_err().code, 410);
+        assert_eq!(
+            store
+                .subscribe(&def, None, Some(rv), None)
+                .unwrap_err()
+                .code,
+            410
+        );
         assert!(
             store
-                .subscribe(&def, None, Some(store.current_rv()))
+                .subscribe(&def, None, Some(store.current_rv()), None)
                 .is_ok()
         );
     }
@@ -1789,12 +1803,15 @@ mod tests {
         assert!(kept > 0, "the newest events stay");
         // Resuming from before the dropped events is 410 Gone; from now is fine.
         assert_eq!(
-            store.subscribe(&def, None, Some(first)).unwrap_err().code,
+            store
+                .subscribe(&def, None, Some(first), None)
+                .unwrap_err()
+                .code,
             410
         );
         assert!(
             store
-                .subscribe(&def, None, Some(store.current_rv()))
+                .subscribe(&def, None, Some(store.current_rv()), None)
                 .is_ok()
         );
     }
@@ -1813,10 +1830,13 @@ mod tests {
             .create(&def, Some("default"), cm("new"), false)
             .unwrap();
         assert_eq!(
-            store.subscribe(&def, None, Some(old - 1)).unwrap_err().code,
+            store
+                .subscribe(&def, None, Some(old - 1), None)
+                .unwrap_err()
+                .code,
             410
         );
-        let sub = store.subscribe(&def, None, Some(old)).unwrap();
+        let sub = store.subscribe(&def, None, Some(old), None).unwrap();
         match sub.start {
             WatchStart::History(evs) => assert_eq!(evs.len(), 1),
             WatchStart::Snapshot(_) => panic!("expected history"),
@@ -1825,9 +1845,12 @@ mod tests {
         // a watcher that saw the last event still resumes.
         tokio::time::advance(Duration::from_secs(61)).await;
         let now = store.current_rv();
-        assert!(store.subscribe(&def, None, Some(now)).is_ok());
+        assert!(store.subscribe(&def, None, Some(now), None).is_ok());
         assert_eq!(
-            store.subscribe(&def, None, Some(old)).unwrap_err().code,
+            store
+                .subscribe(&def, None, Some(old), None)
+                .unwrap_err()
+                .code,
             410
         );
         assert_eq!(store.history_used, 0);

@@ -3,8 +3,9 @@
 //! A stream starts with either synthetic ADDED events (current state) or the
 //! recorded events after the requested resourceVersion, then follows the live
 //! broadcast. Selectors are applied per watcher: an object that starts or stops
-//! matching is sent as ADDED or DELETED. A watcher lagging behind the broadcast
-//! buffer has its stream closed, so the client resumes from its last version.
+//! matching is sent as ADDED or DELETED. A watcher falling too far behind
+//! has its stream closed (see [`crate::fanout`]), so the client resumes from
+//! its last version.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -13,12 +14,12 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use serde_json::Value;
-use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
 use tokio::time::{Instant, Interval};
 
 use crate::conversion;
 use crate::events::{self, EventType, WatchEvent};
 use crate::failures::ApiError;
+use crate::fanout;
 use crate::objects;
 use crate::resources::ResourceDef;
 use crate::selectors::Selectors;
@@ -104,7 +105,7 @@ pub struct WatchOptions {
 struct WatchStream {
     shared: Arc<Shared>,
     pending: VecDeque<Bytes>,
-    rx: broadcast::Receiver<Arc<WatchEvent>>,
+    rx: fanout::Receiver,
     filter: Filter,
     def: Arc<ResourceDef>,
     epoch: tokio::sync::watch::Receiver<u64>,
@@ -137,8 +138,8 @@ impl WatchStream {
     fn drain(&mut self, buf: &mut BytesMut, limit: usize) -> bool {
         while buf.len() < limit {
             match self.rx.try_recv() {
-                Ok(ev) => self.push(buf, &ev),
-                Err(TryRecvError::Empty) => return true,
+                Ok(Some(ev)) => self.push(buf, &ev),
+                Ok(None) => return true,
                 Err(_) => return false,
             }
         }
@@ -184,9 +185,8 @@ impl WatchStream {
                     }
                     _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => return None,
                     ev = self.rx.recv() => {
-                        let ev = match ev {
-                            Ok(ev) => ev,
-                            Err(RecvError::Lagged(_) | RecvError::Closed) => return None,
+                        let Ok(ev) = ev else {
+                            return None;
                         };
                         let mut buf = BytesMut::new();
                         self.push(&mut buf, &ev);
