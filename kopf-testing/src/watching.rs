@@ -1,14 +1,15 @@
 //! Watch streams: newline-delimited JSON events over a chunked response.
 //!
 //! A stream starts with either synthetic ADDED events (current state) or the
-//! recorded events after the requested resourceVersion, then follows the live
-//! broadcast. Selectors are applied per watcher: an object that starts or stops
+//! recorded events after the requested resourceVersion, each serialized as
+//! the client reads (the stream holds the objects and events, shared with
+//! the store, not a serialized copy), then follows the live events.
+//! Selectors are applied per watcher: an object that starts or stops
 //! matching is sent as ADDED or DELETED. A watcher falling too far behind
-//! has its stream closed (see [`crate::fanout`]), so the client resumes from
-//! its last version.
+//! has its stream closed (see [`crate::fanout`]), so the client resumes
+//! from its last version.
 
 use std::borrow::Cow;
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -102,9 +103,38 @@ pub struct WatchOptions {
     pub send_initial_events: bool,
 }
 
+/// What a stream sends before the live events, serialized as it is sent.
+enum Backlog {
+    /// The current objects as ADDED events, then the initial-events-end
+    /// BOOKMARK at this resourceVersion, if asked for.
+    Snapshot {
+        objects: std::vec::IntoIter<Arc<Value>>,
+        end_bookmark: Option<u64>,
+    },
+    /// The recorded events after the requested resourceVersion.
+    History(std::vec::IntoIter<Arc<WatchEvent>>),
+}
+
+impl Backlog {
+    /// The next line to send, if any is left.
+    fn next_line(&mut self, filter: &Filter, kind: &str) -> Option<Bytes> {
+        match self {
+            Self::Snapshot {
+                objects,
+                end_bookmark,
+            } => objects.find_map(|o| filter.initial(&o)).or_else(|| {
+                end_bookmark
+                    .take()
+                    .map(|rv| events::bookmark(&filter.api_version, kind, rv, true))
+            }),
+            Self::History(evs) => evs.find_map(|ev| filter.apply(&ev)),
+        }
+    }
+}
+
 struct WatchStream {
     shared: Arc<Shared>,
-    pending: VecDeque<Bytes>,
+    backlog: Backlog,
     rx: fanout::Receiver,
     filter: Filter,
     def: Arc<ResourceDef>,
@@ -118,19 +148,16 @@ struct WatchStream {
 }
 
 impl WatchStream {
+    /// The next chunk of the backlog, if any is left.
     fn take_pending(&mut self) -> Option<Bytes> {
-        if self.pending.is_empty() {
-            return None;
-        }
         let mut buf = BytesMut::new();
-        while let Some(line) = self.pending.front() {
-            if !buf.is_empty() && buf.len() + line.len() > CHUNK {
-                break;
+        while buf.len() < CHUNK {
+            match self.backlog.next_line(&self.filter, &self.def.kind) {
+                Some(line) => buf.extend_from_slice(&line),
+                None => break,
             }
-            buf.extend_from_slice(line);
-            self.pending.pop_front();
         }
-        Some(buf.freeze())
+        (!buf.is_empty()).then(|| buf.freeze())
     }
 
     /// Moves every event already queued for this watcher into `buf`;
@@ -229,27 +256,16 @@ pub fn stream(
     sub: Subscription,
     opts: WatchOptions,
 ) -> WatchBody {
-    let mut pending = VecDeque::new();
-    let mut last_rv = sub.rv;
-    match &sub.start {
-        WatchStart::Snapshot(objs) => {
-            pending.extend(objs.iter().filter_map(|o| filter.initial(o)));
-            if opts.send_initial_events {
-                pending.push_back(events::bookmark(
-                    &filter.api_version,
-                    &def.kind,
-                    sub.rv,
-                    true,
-                ));
-            }
-        }
-        WatchStart::History(evs) => {
-            for ev in evs {
-                last_rv = last_rv.max(ev.rv);
-                pending.extend(filter.apply(ev));
-            }
-        }
-    }
+    // Recorded events are all at or before the subscription's version,
+    // live ones after it.
+    let last_rv = sub.rv;
+    let backlog = match sub.start {
+        WatchStart::Snapshot(objs) => Backlog::Snapshot {
+            objects: objs.into_iter(),
+            end_bookmark: opts.send_initial_events.then_some(sub.rv),
+        },
+        WatchStart::History(evs) => Backlog::History(evs.into_iter()),
+    };
     let ticker = opts.bookmarks.then(|| {
         let mut t = tokio::time::interval_at(Instant::now() + BOOKMARK_INTERVAL, BOOKMARK_INTERVAL);
         t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -259,7 +275,7 @@ pub fn stream(
     let silence = shared.watch_silence();
     let state = WatchStream {
         shared,
-        pending,
+        backlog,
         rx: sub.rx,
         filter,
         def,
