@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use bytes::Bytes;
-use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http::{HeaderValue, Method, Request, Response, header};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use serde_json::{Value, json};
 
@@ -17,7 +17,11 @@ use crate::failures::ApiError;
 use crate::limits;
 use crate::patching::{self, PatchKind};
 use crate::recording::RecordedRequest;
+
 use crate::resources::ResourceDef;
+use crate::responses::{
+    bytes_response, error_response, json_response, list_response, object_response,
+};
 use crate::routing::{self, ObjectPath, Query, Route};
 use crate::selectors::{FieldSelector, LabelSelector, Selectors};
 use crate::server::ConnectionCloser;
@@ -108,33 +112,6 @@ where
         status: response.status().as_u16(),
     });
     response
-}
-
-/// A JSON response.
-pub fn json_response(code: u16, body: &Value) -> Response<Body> {
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
-    bytes_response(code, Bytes::from(bytes))
-}
-
-fn bytes_response(code: u16, bytes: Bytes) -> Response<Body> {
-    let mut resp = Response::new(Body::from(bytes));
-    *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    resp
-}
-
-/// A `Status` response for a failure (with `Retry-After` when set).
-pub fn error_response(err: &ApiError) -> Response<Body> {
-    let mut resp = json_response(err.code, &err.to_status());
-    if let Some(secs) = err.retry_after
-        && let Ok(v) = HeaderValue::from_str(&secs.to_string())
-    {
-        resp.headers_mut().insert(header::RETRY_AFTER, v);
-    }
-    resp
 }
 
 async fn read_body<B>(req: Request<B>) -> Result<(Option<String>, Bytes), ApiError>
@@ -390,13 +367,13 @@ where
                 )
                 .await?;
                 let rv = shared.store().current_rv();
-                return Ok(list_response(&def, &deleted, rv, None, None));
+                return Ok(list_response(&def, deleted, rv, None, None));
             }
             let deleted = shared
                 .store()
                 .delete_collection(&def, ns, &selectors, dry)?;
             let rv = shared.store().current_rv();
-            Ok(list_response(&def, &deleted, rv, None, None))
+            Ok(list_response(&def, deleted, rv, None, None))
         }
         _ => Err(ApiError::method_not_allowed()),
     }
@@ -656,48 +633,6 @@ fn discover(
     Ok(json_response(200, &doc))
 }
 
-fn object_response(code: u16, def: &ResourceDef, obj: &Value) -> Response<Body> {
-    let mut buf = Vec::with_capacity(512);
-    write_object(&mut buf, def, obj);
-    bytes_response(code, Bytes::from(buf))
-}
-
-/// Serializes an object as seen through `def`'s version.
-fn write_object(buf: &mut Vec<u8>, def: &ResourceDef, obj: &Value) {
-    let view = crate::conversion::present(obj, &def.api_version());
-    if serde_json::to_writer(&mut *buf, &*view).is_err() {
-        buf.extend_from_slice(b"null");
-    }
-}
-
-fn list_response(
-    def: &ResourceDef,
-    items: &[Arc<Value>],
-    rv: u64,
-    continue_token: Option<String>,
-    remaining: Option<usize>,
-) -> Response<Body> {
-    let mut metadata = json!({"resourceVersion": rv.to_string()});
-    if let Some(token) = continue_token {
-        metadata["continue"] = token.into();
-    }
-    if let Some(n) = remaining {
-        metadata["remainingItemCount"] = n.into();
-    }
-    let head = json!({"kind": format!("{}List", def.kind), "apiVersion": def.api_version(), "metadata": metadata});
-    let mut buf = serde_json::to_vec(&head).unwrap_or_default();
-    buf.pop(); // the closing brace
-    buf.extend_from_slice(b",\"items\":[");
-    for (i, item) in items.iter().enumerate() {
-        if i > 0 {
-            buf.push(b',');
-        }
-        write_object(&mut buf, def, item);
-    }
-    buf.extend_from_slice(b"]}");
-    bytes_response(200, Bytes::from(buf))
-}
-
 fn parse_rv(rv: &str) -> Result<u64, ApiError> {
     rv.parse().map_err(|_| {
         ApiError::bad_request(format!(
@@ -744,7 +679,7 @@ fn list(
     };
     Ok(list_response(
         def,
-        &page.items,
+        page.items,
         page.rv,
         page.continue_token,
         page.remaining,

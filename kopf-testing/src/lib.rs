@@ -190,6 +190,7 @@ mod protobuf;
 mod recording;
 mod refusals;
 mod resources;
+mod responses;
 mod routing;
 #[cfg(feature = "runner")]
 pub mod runner;

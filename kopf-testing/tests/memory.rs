@@ -2,8 +2,9 @@
 //! without end: large objects created and deleted over and over (the watch
 //! history kept every one), many distinct, long User-Agents (each one was
 //! counted under its own key), a watcher that never reads (it kept every
-//! event sent since it stalled), and many CRDs (each preallocated a queue
-//! of events).
+//! event sent since it stalled), many CRDs (each preallocated a queue of
+//! events), and lists and watches that are never read (each was
+//! serialized whole up front).
 //!
 //! A test binary of its own: it reads the resident set size of its process,
 //! which other tests running alongside would disturb; its tests take turns.
@@ -98,18 +99,20 @@ async fn memory_stays_bounded_under_big_objects_and_many_user_agents() {
     assert_eq!(resp.status, 200);
 }
 
-/// Opens a watch of the ConfigMaps over a socket with a small receive
-/// buffer, and never reads it.
-async fn stalled_watch(em: &Emulator) -> tokio::net::TcpStream {
+/// Sends a GET of `path` over a socket with a small receive buffer, and
+/// never reads the answer.
+async fn stalled_get(em: &Emulator, path: &str) -> tokio::net::TcpStream {
     let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
     socket.set_recv_buffer_size(4096).expect("a small buffer");
     let mut stream = socket.connect(em.addr()).await.expect("connects");
-    let head = format!(
-        "GET {CMS}?watch=true HTTP/1.1\r\nHost: {}\r\n\r\n",
-        em.addr()
-    );
+    let head = format!("GET {path} HTTP/1.1\r\nHost: {}\r\n\r\n", em.addr());
     stream.write_all(head.as_bytes()).await.expect("sent");
     stream
+}
+
+/// Opens a watch of the ConfigMaps that is never read.
+async fn stalled_watch(em: &Emulator) -> tokio::net::TcpStream {
+    stalled_get(em, &format!("{CMS}?watch=true")).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -190,4 +193,42 @@ async fn crds_cost_no_memory_before_they_have_objects_or_watchers() {
         before / MIB,
         after / MIB
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_and_watches_that_are_never_read_hold_no_serialized_collection() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let em = Emulator::start().await.expect("the emulator starts");
+    let json = [("Content-Type", "application/json")];
+    let value = "x".repeat(MIB - 1024);
+    for i in 0..40 {
+        let body = format!(r#"{{"metadata":{{"name":"big{i}"}},"data":{{"v":"{value}"}}}}"#);
+        let created = raw_request(em.addr(), "POST", CMS, &json, body.as_bytes()).await;
+        assert_eq!(created.status, 201);
+    }
+    em.clear_requests();
+    let before = rss();
+    // 40 MiB of ConfigMaps, listed and watched five times each by clients
+    // that do not read: serialized up front, that was 400 MiB.
+    let mut stalled = Vec::new();
+    for _ in 0..5 {
+        stalled.push(stalled_watch(&em).await);
+        stalled.push(stalled_get(&em, CMS).await);
+    }
+    within("the lists and watches to be answered", async {
+        while em.requests().len() < 10 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let after = rss();
+    let growth = after.saturating_sub(before);
+    assert!(
+        growth < 100 * MIB,
+        "the process grew by {} MiB (from {} MiB to {} MiB)",
+        growth / MIB,
+        before / MIB,
+        after / MIB
+    );
+    drop(stalled);
 }
