@@ -1,7 +1,12 @@
 //! Watch events: each change is serialized once into a newline-terminated JSON
 //! line and shared (as `Arc`) by the history and every watcher.
+//!
+//! The line is serialized by the first watcher that sends it, not when the
+//! change is made under the store's lock: serializing large objects there
+//! stalled every other client, and an event no watcher sends is never
+//! serialized at all.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use serde_json::{Value, json};
@@ -39,21 +44,30 @@ pub struct WatchEvent {
     pub object: Arc<Value>,
     /// The object before the change (MODIFIED only), for selector transitions.
     pub old: Option<Arc<Value>>,
-    /// The serialized line `{"type":..,"object":..}\n`.
-    pub line: Bytes,
+    /// About the bytes of the serialized line (escapes not counted).
+    pub size: usize,
+    /// The serialized line, once a watcher needed it.
+    line: OnceLock<Bytes>,
 }
 
 impl WatchEvent {
-    /// Builds an event and serializes it once.
+    /// Builds an event; its line is serialized when first needed.
     pub fn new(rv: u64, kind: EventType, object: Arc<Value>, old: Option<Arc<Value>>) -> Self {
-        let line = line(kind.as_str(), &object);
+        let size = crate::limits::value_size(&object, usize::MAX).unwrap_or(usize::MAX);
         Self {
             rv,
             kind,
             object,
             old,
-            line,
+            size: size.saturating_add(32),
+            line: OnceLock::new(),
         }
+    }
+
+    /// The serialized line `{"type":..,"object":..}\n`.
+    pub fn line(&self) -> &Bytes {
+        self.line
+            .get_or_init(|| line(self.kind.as_str(), &self.object))
     }
 }
 
@@ -94,7 +108,7 @@ mod tests {
     #[test]
     fn lines_are_newline_terminated_json() {
         let ev = WatchEvent::new(5, EventType::Added, Arc::new(json!({"a": 1})), None);
-        let text = std::str::from_utf8(&ev.line).unwrap();
+        let text = std::str::from_utf8(ev.line()).unwrap();
         assert!(text.ends_with('\n'));
         let v: Value = serde_json::from_str(text.trim_end()).unwrap();
         assert_eq!(v, json!({"type": "ADDED", "object": {"a": 1}}));

@@ -20,10 +20,11 @@ pub const DEFAULT_HISTORY_AGE: Duration = Duration::from_secs(5 * 60);
 /// How many bytes of watch events are kept by default, over all resources.
 pub const DEFAULT_HISTORY_BYTES: usize = 128 * 1024 * 1024;
 
-/// About the memory an event holds: its serialized line, and the object
-/// itself (which, once deleted or replaced, only the history keeps alive).
+/// About the memory an event holds: its serialized line (once a watcher
+/// sent it), and the object itself (which, once deleted or replaced, only
+/// the history keeps alive).
 pub fn weight(event: &WatchEvent) -> usize {
-    2 * event.line.len() + 128
+    event.size.saturating_mul(2).saturating_add(128)
 }
 
 #[derive(Debug)]

@@ -74,7 +74,7 @@ impl Filter {
             }
         };
         if kind == ev.kind && same_version {
-            Some(ev.line.clone())
+            Some(ev.line().clone())
         } else {
             Some(events::line(kind.as_str(), &view))
         }
@@ -339,7 +339,7 @@ mod tests {
         let outside = WatchEvent::new(4, EventType::Modified, obj("a", "y"), Some(obj("a", "z")));
         assert!(f.apply(&outside).is_none());
         let inside = WatchEvent::new(5, EventType::Modified, obj("a", "x"), Some(obj("a", "x")));
-        assert_eq!(f.apply(&inside).unwrap(), inside.line);
+        assert_eq!(&f.apply(&inside).unwrap(), inside.line());
     }
 
     #[test]

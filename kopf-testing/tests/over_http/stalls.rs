@@ -82,3 +82,52 @@ async fn sigterm_stops_the_binary_during_a_restart_from_another_process() {
         .expect("the exit status");
     assert!(status.success(), "{status:?}");
 }
+
+/// The slowest answer to `probe` while `work` runs (at least one probe).
+async fn slowest_answer_during<W>(emulator: &Emulator, probe: &str, work: W) -> Duration
+where
+    W: std::future::Future<Output = ()> + Send + 'static,
+{
+    let work = tokio::spawn(work);
+    let mut slowest = Duration::ZERO;
+    loop {
+        let started = Instant::now();
+        let resp = raw_request(emulator.addr(), "GET", probe, &[], b"").await;
+        assert_eq!(resp.status, 200);
+        slowest = slowest.max(started.elapsed());
+        if work.is_finished() {
+            break;
+        }
+    }
+    work.await.expect("the work ends");
+    slowest
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_namespace_of_large_objects_stalls_no_other_client() {
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let addr = emulator.addr();
+    let json = [("Content-Type", "application/json")];
+    let ns = br#"{"metadata":{"name":"bulky"}}"#;
+    let created = raw_request(addr, "POST", "/api/v1/namespaces", &json, ns).await;
+    assert_eq!(created.status, 201);
+    let value = "x".repeat(900 * 1024);
+    for i in 0..40 {
+        let body = format!(r#"{{"metadata":{{"name":"big{i}"}},"data":{{"v":"{value}"}}}}"#);
+        let path = "/api/v1/namespaces/bulky/configmaps";
+        let created = raw_request(addr, "POST", path, &json, body.as_bytes()).await;
+        assert_eq!(created.status, 201);
+    }
+    let probe = br#"{"metadata":{"name":"probe"}}"#;
+    let created = raw_request(addr, "POST", CMS, &json, probe).await;
+    assert_eq!(created.status, 201);
+    let delete = async move {
+        let resp = raw_request(addr, "DELETE", "/api/v1/namespaces/bulky", &[], b"").await;
+        assert_eq!(resp.status, 200);
+    };
+    let slowest = slowest_answer_during(&emulator, &format!("{CMS}/probe"), delete).await;
+    assert!(
+        slowest < Duration::from_millis(250),
+        "another client waited {slowest:?} while a namespace of 36 MiB was deleted"
+    );
+}
