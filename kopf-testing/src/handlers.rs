@@ -369,9 +369,17 @@ where
                 let rv = shared.store().current_rv();
                 return Ok(list_response(&def, deleted, rv, None, None));
             }
-            let deleted = shared
-                .store()
-                .delete_collection(&def, ns, &selectors, dry)?;
+            let matched = list_matching(shared, &def, ns, &selectors)?;
+            if dry {
+                let rv = shared.store().current_rv();
+                return Ok(list_response(&def, matched, rv, None, None));
+            }
+            // In chunks, each under the lock alone, as the API server
+            // deletes a collection one object at a time.
+            let mut deleted = Vec::with_capacity(matched.len());
+            for chunk in matched.chunks(DELETE_CHUNK) {
+                deleted.extend(shared.store().delete_listed(&def, chunk));
+            }
             let rv = shared.store().current_rv();
             Ok(list_response(&def, deleted, rv, None, None))
         }
@@ -519,7 +527,7 @@ async fn admitted_delete_collection(
     query: &Query,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<Arc<Value>>, ApiError> {
-    let items = shared.store().delete_collection(def, ns, selectors, true)?;
+    let items = list_matching(shared, def, ns, selectors)?;
     let mut deleted = Vec::with_capacity(items.len());
     for item in items {
         let review_options = admission::options("DeleteOptions", query, Some(options));
@@ -540,6 +548,21 @@ async fn admitted_delete_collection(
         }
     }
     Ok(deleted)
+}
+
+/// How many objects a deletecollection deletes per hold of the store's lock.
+const DELETE_CHUNK: usize = 64;
+
+/// Every object of a collection matching `selectors` (matched without the
+/// store's lock).
+fn list_matching(
+    shared: &Arc<Shared>,
+    def: &ResourceDef,
+    ns: Option<&str>,
+    selectors: &Selectors,
+) -> Result<Vec<Arc<Value>>, ApiError> {
+    let snapshot = shared.store().list_snapshot(def, ns, None, None)?;
+    Ok(snapshot.page(selectors, None).items)
 }
 
 /// The options kind the API server validates a verb's query parameters as.
@@ -663,20 +686,14 @@ fn list(
         }
         _ => None,
     };
-    let page = {
+    let snapshot = {
         let store = shared.store();
         if let Some(rv) = query.resource_version.as_deref() {
             not_in_future(parse_rv(rv)?, store.current_rv())?;
         }
-        store.list(
-            def,
-            ns,
-            &selectors,
-            query.limit,
-            query.continue_token.as_deref(),
-            exact,
-        )?
+        store.list_snapshot(def, ns, query.continue_token.as_deref(), exact)?
     };
+    let page = snapshot.page(&selectors, query.limit);
     Ok(list_response(
         def,
         page.items,

@@ -183,6 +183,7 @@ mod handlers;
 mod history;
 mod kubectl;
 mod limits;
+mod listing;
 mod objects;
 mod patching;
 mod preload;

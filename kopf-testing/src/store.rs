@@ -18,11 +18,11 @@ use crate::events::{EventType, WatchEvent};
 use crate::failures::ApiError;
 use crate::fanout::{self, Fanout};
 use crate::history::{DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_BYTES, History};
+use crate::listing::{ListSnapshot, decode_continue};
 use crate::objects::{self, meta_mut};
 #[cfg(test)]
 use crate::patching::{self, PatchKind};
 use crate::resources::{self, ResourceDef, StoreKey};
-use crate::selectors::Selectors;
 
 /// The namespaces every emulator starts with.
 pub const INITIAL_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
@@ -34,19 +34,6 @@ pub enum Target {
     Main,
     /// The `/status` subresource.
     Status,
-}
-
-/// One page of a list.
-#[derive(Debug)]
-pub struct ListPage {
-    /// Matching objects of this page.
-    pub items: Vec<Arc<Value>>,
-    /// The list's resourceVersion.
-    pub rv: u64,
-    /// Token for the next page.
-    pub continue_token: Option<String>,
-    /// Objects left after this page.
-    pub remaining: Option<usize>,
 }
 
 /// Where a watch starts.
@@ -339,16 +326,16 @@ impl Store {
             .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))
     }
 
-    /// Lists objects matching selectors, one page at a time.
-    pub fn list(
+    /// The objects a list (or its page after `continue_token`) may
+    /// return, to be matched and paged without the lock
+    /// ([`ListSnapshot::page`]).
+    pub fn list_snapshot(
         &self,
         def: &ResourceDef,
         ns: Option<&str>,
-        selectors: &Selectors,
-        limit: Option<usize>,
         continue_token: Option<&str>,
         exact_rv: Option<u64>,
-    ) -> Result<ListPage, ApiError> {
+    ) -> Result<ListSnapshot, ApiError> {
         if ns.is_some() && !def.namespaced {
             Self::scope_ns(def, ns)?;
         }
@@ -368,11 +355,10 @@ impl Store {
                     return Err(expired_continue());
                 }
             }
-            return Ok(ListPage {
-                items: Vec::new(),
+            return Ok(ListSnapshot {
+                objects: Vec::new(),
                 rv: self.rv,
-                continue_token: None,
-                remaining: None,
+                api_version: def.api_version(),
             });
         };
         // Every page of a list reports the version of its first page: a watch
@@ -396,31 +382,14 @@ impl Store {
             (None, Some(ns)) => res.objects.range((ns.to_string(), String::new())..),
             (None, None) => res.objects.range::<(String, String), _>(..),
         };
-        let mut items = Vec::new();
-        let mut continue_token = None;
-        let mut remaining = None;
-        let api_version = def.api_version();
-        let mut iter = range
+        let objects = range
             .take_while(|((ons, _), _)| ns.is_none_or(|ns| ons == ns))
-            .filter(|(_, obj)| {
-                selectors.is_empty() || selectors.matches(&conversion::present(obj, &api_version))
-            });
-        for (k, obj) in iter.by_ref() {
-            items.push(obj.clone());
-            if limit.is_some_and(|l| items.len() >= l) {
-                let rest = iter.count();
-                if rest > 0 {
-                    continue_token = Some(encode_continue(snapshot, k));
-                    remaining = Some(rest);
-                }
-                break;
-            }
-        }
-        Ok(ListPage {
-            items,
+            .map(|(_, obj)| obj.clone())
+            .collect();
+        Ok(ListSnapshot {
+            objects,
             rv: snapshot,
-            continue_token,
-            remaining,
+            api_version: def.api_version(),
         })
     }
 
@@ -1097,24 +1066,18 @@ impl Store {
         }
     }
 
-    /// Deletes every matching object of a collection; returns the results.
-    pub fn delete_collection(
-        &mut self,
-        def: &ResourceDef,
-        ns: Option<&str>,
-        selectors: &Selectors,
-        dry_run: bool,
-    ) -> Result<Vec<Arc<Value>>, ApiError> {
-        let page = self.list(def, ns, selectors, None, None, None)?;
-        if dry_run {
-            return Ok(page.items);
-        }
+    /// Deletes each of `listed` that is still stored as listed (the same
+    /// UID); returns the results.
+    pub fn delete_listed(&mut self, def: &ResourceDef, listed: &[Arc<Value>]) -> Vec<Arc<Value>> {
         let key = def.store_key();
-        Ok(page
-            .items
+        listed
             .iter()
-            .map(|obj| self.delete_object(&key, obj))
-            .collect())
+            .filter_map(|item| {
+                let current = self.object(&key, objects::namespace(item), objects::name(item))?;
+                let same = objects::meta_str(&current, "uid") == objects::meta_str(item, "uid");
+                same.then(|| self.delete_object(&key, &current))
+            })
+            .collect()
     }
 
     /// Starts a watch: from the current state (`from` = None) or after a
@@ -1230,17 +1193,6 @@ fn crd_status(crd: &Value) -> Value {
     })
 }
 
-fn encode_continue(rv: u64, after: &(String, String)) -> String {
-    objects::hex(format!("{rv}|{}|{}", after.0, after.1).as_bytes())
-}
-
-fn decode_continue(token: &str) -> Option<(u64, (String, String))> {
-    let text = String::from_utf8(objects::unhex(token)?).ok()?;
-    let mut parts = text.splitn(3, '|');
-    let rv = parts.next()?.parse().ok()?;
-    Some((rv, (parts.next()?.to_string(), parts.next()?.to_string())))
-}
-
 fn expired_continue() -> ApiError {
     ApiError::expired(
         "The provided continue parameter is too old to display a consistent list result. \
@@ -1251,7 +1203,20 @@ fn expired_continue() -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::selectors::LabelSelector;
+    use crate::selectors::{LabelSelector, Selectors};
+
+    fn list(
+        store: &Store,
+        def: &ResourceDef,
+        ns: Option<&str>,
+        selectors: &Selectors,
+        limit: Option<usize>,
+        continue_token: Option<&str>,
+        exact_rv: Option<u64>,
+    ) -> Result<crate::listing::ListPage, ApiError> {
+        let snapshot = store.list_snapshot(def, ns, continue_token, exact_rv)?;
+        Ok(snapshot.page(selectors, limit))
+    }
 
     fn cm_def(store: &Store) -> Arc<ResourceDef> {
         store.find_def("", "v1", "configmaps").unwrap()
@@ -1265,9 +1230,7 @@ mod tests {
     fn starts_with_initial_namespaces() {
         let store = Store::new(100);
         let ns = store.find_def("", "v1", "namespaces").unwrap();
-        let page = store
-            .list(&ns, None, &Selectors::default(), None, None, None)
-            .unwrap();
+        let page = list(&store, &ns, None, &Selectors::default(), None, None, None).unwrap();
         assert_eq!(page.items.len(), 3);
         assert_eq!(store.current_rv(), 4);
     }
@@ -1600,14 +1563,19 @@ mod tests {
             store.create(&def, Some("default"), cm(n), false).unwrap();
         }
         let all = Selectors::default();
-        let p1 = store
-            .list(&def, Some("default"), &all, Some(2), None, None)
-            .unwrap();
+        let p1 = list(&store, &def, Some("default"), &all, Some(2), None, None).unwrap();
         store.create(&def, Some("default"), cm("d"), false).unwrap();
         let token = p1.continue_token.unwrap();
-        let p2 = store
-            .list(&def, Some("default"), &all, Some(2), Some(&token), None)
-            .unwrap();
+        let p2 = list(
+            &store,
+            &def,
+            Some("default"),
+            &all,
+            Some(2),
+            Some(&token),
+            None,
+        )
+        .unwrap();
         assert_eq!(p2.rv, p1.rv);
         assert!(store.current_rv() > p1.rv);
     }
@@ -1620,23 +1588,35 @@ mod tests {
             store.create(&def, Some("default"), cm(n), false).unwrap();
         }
         let all = Selectors::default();
-        let p1 = store
-            .list(&def, Some("default"), &all, Some(2), None, None)
-            .unwrap();
+        let p1 = list(&store, &def, Some("default"), &all, Some(2), None, None).unwrap();
         assert_eq!(p1.items.len(), 2);
         assert_eq!(p1.remaining, Some(1));
         let token = p1.continue_token.unwrap();
-        let p2 = store
-            .list(&def, Some("default"), &all, Some(2), Some(&token), None)
-            .unwrap();
+        let p2 = list(
+            &store,
+            &def,
+            Some("default"),
+            &all,
+            Some(2),
+            Some(&token),
+            None,
+        )
+        .unwrap();
         assert_eq!(p2.items.len(), 1);
         assert!(p2.continue_token.is_none());
         store.compact();
         assert_eq!(
-            store
-                .list(&def, Some("default"), &all, Some(2), Some(&token), None)
-                .unwrap_err()
-                .code,
+            list(
+                &store,
+                &def,
+                Some("default"),
+                &all,
+                Some(2),
+                Some(&token),
+                None
+            )
+            .unwrap_err()
+            .code,
             410
         );
         let sel = Selectors {
@@ -1644,8 +1624,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            store
-                .list(&def, None, &sel, None, None, None)
+            list(&store, &def, None, &sel, None, None, None)
                 .unwrap()
                 .items
                 .len(),
@@ -1736,8 +1715,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            store
-                .list(&core, Some("default"), &sel, None, None, None)
+            list(&store, &core, Some("default"), &sel, None, None, None)
                 .unwrap()
                 .items
                 .len(),

@@ -131,3 +131,39 @@ async fn deleting_a_namespace_of_large_objects_stalls_no_other_client() {
         "another client waited {slowest:?} while a namespace of 36 MiB was deleted"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_with_huge_selectors_stall_no_other_client() {
+    let mut yaml = String::new();
+    for i in 0..2000 {
+        yaml.push_str(&format!(
+            "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c{i}\n  namespace: default\n  labels:\n    app: v{i}\n"
+        ));
+    }
+    yaml.push_str(
+        "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: probe\n  namespace: default\n",
+    );
+    let emulator = Emulator::builder()
+        .preload_yaml(&yaml)
+        .start()
+        .await
+        .expect("emulator starts");
+    let addr = emulator.addr();
+    // 7,000 values, none of them any object's: each object is compared
+    // with every one.
+    let values: Vec<String> = (0..7000).map(|i| format!("w{i}")).collect();
+    let labels = format!("{CMS}?labelSelector=app%20notin%20({})", values.join(","));
+    let names: Vec<String> = (0..2500).map(|i| format!("metadata.name!=n{i}")).collect();
+    let fields = format!("{CMS}?fieldSelector={}", names.join(","));
+    let lists = async move {
+        for path in [&labels, &fields, &labels, &fields] {
+            let resp = raw_request(addr, "GET", path, &[], b"").await;
+            assert_eq!(resp.status, 200, "{}", String::from_utf8_lossy(&resp.body));
+        }
+    };
+    let slowest = slowest_answer_during(&emulator, &format!("{CMS}/probe"), lists).await;
+    assert!(
+        slowest < Duration::from_millis(250),
+        "another client waited {slowest:?} while 2,000 objects were matched against huge selectors"
+    );
+}
