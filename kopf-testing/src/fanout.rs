@@ -4,18 +4,19 @@
 //! A watcher whose client does not read falls behind; once its queue is
 //! over either bound, the queue is emptied at once (so that no slow reader
 //! keeps events alive past the history's bounds) and the watcher is ended,
-//! its connection closed, as the API server's cacher closes the watchers
-//! that cannot keep up ("Forcing ... watcher close due to
-//! unresponsiveness"). Its client resumes from its last resourceVersion.
+//! as the API server's cacher closes the watchers that cannot keep up
+//! ("Forcing ... watcher close due to unresponsiveness"): its stream ends
+//! cleanly if its client reads on, else its connection is closed. Its
+//! client resumes from its last resourceVersion.
 //! A resource with no watcher holds nothing.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 
 use crate::events::WatchEvent;
+use crate::server::ConnectionCloser;
 
 /// The most events a watcher may fall behind by.
 pub const WATCH_QUEUE_EVENTS: usize = 16_384;
@@ -46,7 +47,7 @@ struct Slot {
     queue: Mutex<Queue>,
     ready: Notify,
     /// Closes the watcher's connection, if it came over one.
-    connection: Option<CancellationToken>,
+    connection: Option<ConnectionCloser>,
 }
 
 impl Slot {
@@ -75,7 +76,7 @@ pub struct Fanout {
 impl Fanout {
     /// A new watcher of the events sent from now on; `connection` closes
     /// its connection should it fall behind too far.
-    pub fn subscribe(&mut self, connection: Option<CancellationToken>) -> Receiver {
+    pub fn subscribe(&mut self, connection: Option<ConnectionCloser>) -> Receiver {
         self.slots.retain(|slot| Arc::strong_count(slot) > 1);
         let slot = Arc::new(Slot {
             queue: Mutex::default(),
@@ -102,7 +103,7 @@ impl Fanout {
                 drop(queue);
                 slot.end(Ended::Lagged);
                 if let Some(connection) = &slot.connection {
-                    connection.cancel();
+                    connection.close_if_stalled();
                 }
                 return false;
             }
@@ -194,15 +195,13 @@ mod tests {
     #[test]
     fn a_watcher_behind_by_more_than_its_bytes_is_emptied_and_ended() {
         let mut fanout = Fanout::default();
-        let connection = CancellationToken::new();
-        let mut slow = fanout.subscribe(Some(connection.clone()));
+        let mut slow = fanout.subscribe(None);
         let mut quick = fanout.subscribe(None);
         for rv in 1..=10 {
             fanout.send(&event(rv), 30, 100);
             assert_eq!(quick.try_recv().map(|e| e.map(|e| e.rv)), Ok(Some(rv)));
         }
         assert_eq!(slow.try_recv().map(|e| e.is_some()), Err(Ended::Lagged));
-        assert!(connection.is_cancelled(), "its connection is closed");
         assert!(slow.slot.queue().events.is_empty(), "nothing kept for it");
         assert_eq!(fanout.slots.len(), 1, "the sender forgets it");
     }

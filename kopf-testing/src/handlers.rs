@@ -267,10 +267,7 @@ where
             Ok(object_response(200, &def, &obj))
         }
         (Method::GET, None) if query.watch => {
-            let connection = req
-                .extensions()
-                .get::<ConnectionCloser>()
-                .map(|c| c.0.clone());
+            let connection = req.extensions().get::<ConnectionCloser>().cloned();
             watch(shared, def, &route, query, connection)
         }
         (Method::GET, None) => list(shared, &def, ns, query),
@@ -708,7 +705,7 @@ fn watch(
     def: Arc<ResourceDef>,
     route: &ObjectPath,
     query: &Query,
-    connection: Option<tokio_util::sync::CancellationToken>,
+    connection: Option<ConnectionCloser>,
 ) -> Result<Response<Body>, ApiError> {
     let selectors = selectors(&def, query)?;
     let from = match query.resource_version.as_deref() {

@@ -132,9 +132,9 @@
 //!   ([`EmulatorBuilder::history_age`], 5 minutes); resuming a watch from
 //!   before the oldest kept event is `410 Gone`. A watcher may fall behind
 //!   by at most 16,384 events and by at most the history's byte bound (or
-//!   64 MiB, if less): one that does not read longer is cut off, its
-//!   connection closed, as the API server closes watchers that cannot keep
-//!   up; its client resumes. The request log keeps at
+//!   64 MiB, if less): further behind, its stream ends (or, if its client
+//!   does not read the end within a second, its connection is closed), as
+//!   the API server closes watchers that cannot keep up; its client resumes. The request log keeps at
 //!   most 100,000 requests and 32 MiB, paths and queries cut at 1 KiB; the
 //!   counts per User-Agent keep at most 1,000 (agent, verb) pairs, agents cut
 //!   at 1 KiB, later agents counted together as `(other agents)`.

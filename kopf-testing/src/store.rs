@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 use crate::admission;
 use crate::conversion;
@@ -1088,7 +1087,7 @@ impl Store {
         def: &ResourceDef,
         ns: Option<&str>,
         from: Option<u64>,
-        connection: Option<CancellationToken>,
+        connection: Option<crate::server::ConnectionCloser>,
     ) -> Result<Subscription, ApiError> {
         if ns.is_some() && !def.namespaced {
             Self::scope_ns(def, ns)?;

@@ -167,3 +167,51 @@ async fn lists_with_huge_selectors_stall_no_other_client() {
         "another client waited {slowest:?} while 2,000 objects were matched against huge selectors"
     );
 }
+
+#[tokio::test]
+async fn a_watch_that_falls_behind_while_its_client_reads_ends_cleanly() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    // A watcher may fall behind by the history's bytes: 4 MiB here.
+    let emulator = Emulator::builder()
+        .history_bytes(4 * 1024 * 1024)
+        .start()
+        .await
+        .expect("emulator starts");
+    let mut watch = tokio::net::TcpStream::connect(emulator.addr())
+        .await
+        .expect("connects");
+    let head = format!(
+        "GET {CMS}?watch=true HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        emulator.addr()
+    );
+    watch.write_all(head.as_bytes()).await.expect("sent");
+    within("the watch to be served", async {
+        while emulator.requests().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    // Silenced, the stream takes nothing: five events of 500 KiB objects
+    // (about 1 MiB each, with their lines) put it too far behind.
+    emulator.faults().silence_watches();
+    let json = [("Content-Type", "application/json")];
+    let value = "x".repeat(500 * 1024);
+    for i in 0..5 {
+        let body = format!(r#"{{"metadata":{{"name":"big{i}"}},"data":{{"v":"{value}"}}}}"#);
+        let created = raw_request(emulator.addr(), "POST", CMS, &json, body.as_bytes()).await;
+        assert_eq!(created.status, 201);
+    }
+    emulator.faults().resume_watches();
+    // The client reads on: it gets the end of the stream (the last chunk),
+    // not a connection cut off, and resumes as after a watch timeout.
+    let mut answer = Vec::new();
+    within("the end of the watch", watch.read_to_end(&mut answer))
+        .await
+        .expect("read to the end");
+    assert!(
+        answer.ends_with(b"\r\n0\r\n\r\n"),
+        "the watch was cut off: {:?}",
+        String::from_utf8_lossy(&answer[answer.len().saturating_sub(64)..])
+    );
+}
