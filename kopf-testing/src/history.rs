@@ -54,11 +54,11 @@ impl History {
         weight
     }
 
-    /// Drops the oldest event; returns its resourceVersion and weight.
-    pub fn pop_front(&mut self) -> Option<(u64, usize)> {
+    /// Takes the oldest event out; returns it and its weight.
+    pub fn pop_front(&mut self) -> Option<(Arc<WatchEvent>, usize)> {
         let entry = self.entries.pop_front()?;
         self.bytes -= entry.weight;
-        Some((entry.event.rv, entry.weight))
+        Some((entry.event, entry.weight))
     }
 
     /// The resourceVersion and time of the oldest event.
@@ -72,15 +72,8 @@ impl History {
     }
 
     /// The weight of every kept event.
-    #[cfg(test)]
     pub fn bytes(&self) -> usize {
         self.bytes
-    }
-
-    /// Forgets every event; returns the weight freed.
-    pub fn clear(&mut self) -> usize {
-        self.entries.clear();
-        std::mem::take(&mut self.bytes)
     }
 
     /// The events after a resourceVersion, oldest first.

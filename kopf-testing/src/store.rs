@@ -55,8 +55,9 @@ pub struct Subscription {
     pub rv: u64,
 }
 
+/// The objects, history and watchers of one resource.
 #[derive(Debug)]
-struct Resource {
+pub struct Resource {
     objects: BTreeMap<(String, String), Arc<Value>>,
     history: History,
     floor: u64,
@@ -74,6 +75,25 @@ impl Resource {
             watchers: Fanout::default(),
         }
     }
+}
+
+/// What the store let go of under its lock: large objects and events are
+/// freed once the lock is released ([`Store::take_released`]), so that
+/// freeing them holds up no other client.
+#[derive(Debug)]
+#[expect(
+    dead_code,
+    reason = "held only to be dropped once the lock is released"
+)]
+pub(crate) enum Released {
+    /// An event dropped from the history.
+    Event(Arc<WatchEvent>),
+    /// An object removed from the store.
+    Object(Arc<Value>),
+    /// A whole history (compacted).
+    History(History),
+    /// A whole resource (its CRD deleted, or the store reset).
+    Resource(Resource),
 }
 
 /// All state of one emulated cluster.
@@ -94,6 +114,8 @@ pub struct Store {
     resources: HashMap<StoreKey, Resource>,
     /// Counts the webhook configurations for the admission chain.
     admission: Arc<admission::Tracker>,
+    /// What to free once the lock is released.
+    released: Vec<Released>,
 }
 
 fn key_of(ns: &str, name: &str) -> (String, String) {
@@ -114,6 +136,7 @@ impl Store {
             defs: Vec::new(),
             resources: HashMap::new(),
             admission: Arc::default(),
+            released: Vec::new(),
         };
         store.reset();
         store
@@ -121,8 +144,11 @@ impl Store {
 
     /// Wipes every object, CRD and all history; the resourceVersion keeps growing.
     pub fn reset(&mut self) {
-        // Dropping the resources drops their senders: open watches end.
-        self.resources.clear();
+        // Their watches end now; their objects are freed after the lock.
+        for (_, mut res) in self.resources.drain() {
+            res.watchers.close();
+            self.released.push(Released::Resource(res));
+        }
         self.admission.changed(0);
         self.history_used = 0;
         self.defs = resources::builtins().into_iter().map(Arc::new).collect();
@@ -153,9 +179,10 @@ impl Store {
         if let Some(cutoff) = cutoff {
             for res in self.resources.values_mut() {
                 while res.history.front().is_some_and(|(_, at)| at < cutoff) {
-                    if let Some((rv, weight)) = res.history.pop_front() {
-                        res.floor = rv;
+                    if let Some((event, weight)) = res.history.pop_front() {
+                        res.floor = event.rv;
                         self.history_used -= weight;
+                        self.released.push(Released::Event(event));
                     }
                 }
             }
@@ -169,11 +196,18 @@ impl Store {
             let Some((_, res)) = oldest else {
                 break;
             };
-            if let Some((rv, weight)) = res.history.pop_front() {
-                res.floor = rv;
+            if let Some((event, weight)) = res.history.pop_front() {
+                res.floor = event.rv;
                 self.history_used -= weight;
+                self.released.push(Released::Event(event));
             }
         }
+    }
+
+    /// What the store let go of since last asked, to be dropped once the
+    /// lock is released.
+    pub(crate) fn take_released(&mut self) -> Vec<Released> {
+        std::mem::take(&mut self.released)
     }
 
     /// What tells the admission chain that webhook configurations changed.
@@ -225,7 +259,8 @@ impl Store {
         self.rv += 1;
         self.base_floor = self.rv;
         for res in self.resources.values_mut() {
-            res.history.clear();
+            let history = std::mem::take(&mut res.history);
+            self.released.push(Released::History(history));
             res.floor = self.rv;
         }
         self.history_used = 0;
@@ -260,12 +295,15 @@ impl Store {
         let mut used = res.history.push(event.clone());
         res.watchers.send(&event, used, watch_bytes);
         let mut freed = 0;
+        let mut dropped = Vec::new();
         while res.history.len() > limit {
-            if let Some((rv, weight)) = res.history.pop_front() {
-                res.floor = rv;
+            if let Some((event, weight)) = res.history.pop_front() {
+                res.floor = event.rv;
                 freed += weight;
+                dropped.push(Released::Event(event));
             }
         }
+        self.released.append(&mut dropped);
         used += self.history_used;
         self.history_used = used - freed;
         self.trim_history();
@@ -587,7 +625,9 @@ impl Store {
             }
         }
         if let Some(mut res) = self.resources.remove(&key) {
-            self.history_used -= res.history.clear();
+            self.history_used -= res.history.bytes();
+            res.watchers.close();
+            self.released.push(Released::Resource(res));
         }
         self.defs.retain(|d| d.store_key() != key);
     }
@@ -886,7 +926,9 @@ impl Store {
 
     /// Finally removes an object (its rv already bumped) and cascades.
     fn remove(&mut self, key: &StoreKey, ns: &str, name: &str, last: Arc<Value>) {
-        self.resource(key).objects.remove(&key_of(ns, name));
+        if let Some(gone) = self.resource(key).objects.remove(&key_of(ns, name)) {
+            self.released.push(Released::Object(gone));
+        }
         self.emit(key, EventType::Deleted, last.clone(), None);
         if key.group == "apiextensions.k8s.io" && key.plural == "customresourcedefinitions" {
             self.unregister_crd(&last);
@@ -1035,9 +1077,11 @@ impl Store {
             for obj in self.namespace_objects(&key, ns) {
                 let rv = self.next_rv();
                 let gone = Arc::new(with_rv(&obj, rv));
-                self.resource(&key)
+                let removed = self
+                    .resource(&key)
                     .objects
                     .remove(&key_of(ns, objects::name(&obj)));
+                self.released.extend(removed.map(Released::Object));
                 self.emit(&key, EventType::Deleted, gone, None);
             }
         }
