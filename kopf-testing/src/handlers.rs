@@ -26,7 +26,7 @@ use crate::routing::{self, ObjectPath, Query, Route};
 use crate::selectors::{FieldSelector, LabelSelector, Selectors};
 use crate::server::ConnectionCloser;
 use crate::shared::Shared;
-use crate::store::Target;
+use crate::store::{Deletion, Target};
 use crate::validation;
 use crate::watching::{self, Filter, WatchOptions};
 
@@ -375,7 +375,8 @@ where
             // deletes a collection one object at a time.
             let mut deleted = Vec::with_capacity(matched.len());
             for chunk in matched.chunks(DELETE_CHUNK) {
-                deleted.extend(shared.store().delete_listed(&def, chunk));
+                let done = shared.store().delete_listed(&def, chunk);
+                deleted.extend(done.into_iter().map(Deletion::into_object));
             }
             let rv = shared.store().current_rv();
             Ok(list_response(&def, deleted, rv, None, None))

@@ -96,6 +96,33 @@ pub(crate) enum Released {
     Resource(Resource),
 }
 
+/// What a deletion did to an object.
+#[derive(Debug)]
+pub enum Deletion {
+    /// Marked for deletion (it has finalizers), or already marked: as it is
+    /// stored now.
+    Kept(Arc<Value>),
+    /// Removed: its last state, and the resourceVersion of its removal.
+    Removed {
+        /// The object as it was stored before.
+        last: Arc<Value>,
+        /// The removal's resourceVersion.
+        rv: u64,
+    },
+}
+
+impl Deletion {
+    /// The object as the API answers a deletion with it (a removed one
+    /// stamped with the removal's resourceVersion; a copy, best made
+    /// outside the store's lock).
+    pub fn into_object(self) -> Arc<Value> {
+        match self {
+            Self::Kept(obj) => obj,
+            Self::Removed { last, rv } => Arc::new(with_rv(&last, rv)),
+        }
+    }
+}
+
 /// All state of one emulated cluster.
 #[derive(Debug)]
 pub struct Store {
@@ -288,9 +315,20 @@ impl Store {
         object: Arc<Value>,
         old: Option<Arc<Value>>,
     ) {
+        self.emit_event(key, WatchEvent::new(self.rv, kind, object, old));
+    }
+
+    /// Emits the removal of an object whose last state was `last`, at the
+    /// current resourceVersion (watchers see it stamped with it; the copy is
+    /// made outside the lock).
+    fn emit_removal(&mut self, key: &StoreKey, last: Arc<Value>) {
+        self.emit_event(key, WatchEvent::removed(self.rv, last));
+    }
+
+    fn emit_event(&mut self, key: &StoreKey, event: WatchEvent) {
         let limit = self.history_limit;
         let watch_bytes = self.watch_bytes;
-        let event = Arc::new(WatchEvent::new(self.rv, kind, object, old));
+        let event = Arc::new(event);
         let res = self.resource(key);
         let mut used = res.history.push(event.clone());
         res.watchers.send(&event, used, watch_bytes);
@@ -620,8 +658,7 @@ impl Store {
             let objs: Vec<Arc<Value>> = res.objects.values().cloned().collect();
             for obj in objs {
                 self.next_rv();
-                let gone = Arc::new(with_rv(&obj, self.rv));
-                self.emit(&key, EventType::Deleted, gone, None);
+                self.emit_removal(&key, obj);
             }
         }
         if let Some(mut res) = self.resources.remove(&key) {
@@ -924,12 +961,13 @@ impl Store {
         Ok(obj)
     }
 
-    /// Finally removes an object (its rv already bumped) and cascades.
+    /// Finally removes an object (the resourceVersion already bumped for
+    /// it; `last` is its last state, stamped with it or not) and cascades.
     fn remove(&mut self, key: &StoreKey, ns: &str, name: &str, last: Arc<Value>) {
         if let Some(gone) = self.resource(key).objects.remove(&key_of(ns, name)) {
             self.released.push(Released::Object(gone));
         }
-        self.emit(key, EventType::Deleted, last.clone(), None);
+        self.emit_removal(key, last.clone());
         if key.group == "apiextensions.k8s.io" && key.plural == "customresourcedefinitions" {
             self.unregister_crd(&last);
         }
@@ -991,15 +1029,15 @@ impl Store {
         if dry_run {
             return Ok(old);
         }
-        Ok(self.delete_object(&def.store_key(), &old))
+        Ok(self.delete_object(&def.store_key(), &old).into_object())
     }
 
-    fn delete_object(&mut self, key: &StoreKey, old: &Arc<Value>) -> Arc<Value> {
+    fn delete_object(&mut self, key: &StoreKey, old: &Arc<Value>) -> Deletion {
         let name = objects::name(old).to_string();
         let ns = objects::namespace(old).to_string();
         let is_namespace = key.group.is_empty() && key.plural == "namespaces";
         if objects::is_deleting(old) {
-            return old.clone();
+            return Deletion::Kept(old.clone());
         }
         let mut keep = !objects::finalizers(old).is_empty();
         if is_namespace {
@@ -1021,11 +1059,13 @@ impl Store {
                 .objects
                 .insert(key_of(&ns, &name), obj.clone());
             self.emit(key, EventType::Modified, obj.clone(), Some(old.clone()));
-            obj
+            Deletion::Kept(obj)
         } else {
-            let obj = Arc::new(with_rv(old, rv));
-            self.remove(key, &ns, &name, obj.clone());
-            obj
+            self.remove(key, &ns, &name, old.clone());
+            Deletion::Removed {
+                last: old.clone(),
+                rv,
+            }
         }
     }
 
@@ -1037,8 +1077,7 @@ impl Store {
         for key in keys {
             let objs = self.namespace_objects(&key, ns);
             for obj in objs {
-                let after = self.delete_object(&key, &obj);
-                if self.object(&key, ns, objects::name(&after)).is_some() {
+                if let Deletion::Kept(_) = self.delete_object(&key, &obj) {
                     remaining = true;
                 }
             }
@@ -1075,14 +1114,13 @@ impl Store {
     fn purge_namespace(&mut self, ns: &str) {
         for key in self.namespaced_keys() {
             for obj in self.namespace_objects(&key, ns) {
-                let rv = self.next_rv();
-                let gone = Arc::new(with_rv(&obj, rv));
+                self.next_rv();
                 let removed = self
                     .resource(&key)
                     .objects
                     .remove(&key_of(ns, objects::name(&obj)));
                 self.released.extend(removed.map(Released::Object));
-                self.emit(&key, EventType::Deleted, gone, None);
+                self.emit_removal(&key, obj);
             }
         }
     }
@@ -1103,15 +1141,14 @@ impl Store {
             .iter()
             .all(|k| self.namespace_objects(k, ns).is_empty());
         if empty {
-            let rv = self.next_rv();
-            let gone = Arc::new(with_rv(&ns_obj, rv));
-            self.remove(&ns_key, "", ns, gone);
+            self.next_rv();
+            self.remove(&ns_key, "", ns, ns_obj);
         }
     }
 
     /// Deletes each of `listed` that is still stored as listed (the same
-    /// UID); returns the results.
-    pub fn delete_listed(&mut self, def: &ResourceDef, listed: &[Arc<Value>]) -> Vec<Arc<Value>> {
+    /// UID); returns what became of each.
+    pub fn delete_listed(&mut self, def: &ResourceDef, listed: &[Arc<Value>]) -> Vec<Deletion> {
         let key = def.store_key();
         listed
             .iter()

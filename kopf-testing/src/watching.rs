@@ -76,7 +76,7 @@ impl Filter {
         if kind == ev.kind && same_version {
             Some(ev.line().clone())
         } else {
-            Some(events::line(kind.as_str(), &view))
+            Some(events::line(kind.as_str(), &ev.restamped(view)))
         }
     }
 
