@@ -35,7 +35,7 @@ use serde_json::json;
 
 use crate::failures::ApiError;
 use crate::faults::{FailRule, Faults};
-use crate::handlers::{error_response, json_response};
+use crate::responses::{error_response, json_response};
 use crate::shared::Shared;
 
 /// The path prefix of the admin endpoints.

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 use crate::admission::ServiceKey;
 use crate::error::EmulatorError;
@@ -37,15 +38,20 @@ const ADMIN_RESTART_GRACE: Duration = Duration::from_millis(50);
 
 /// Stops the server generation `running` holds, resets the store to
 /// `reset` if given, keeps the port closed for `down`, then serves `addr`
-/// again.
+/// again, unless the emulator is shut down (`stopped`) meanwhile: then the
+/// port stays closed and the restart ends at once.
 async fn restart_server(
     running: &tokio::sync::Mutex<Option<Running>>,
+    stopped: &CancellationToken,
     shared: &Arc<Shared>,
     addr: SocketAddr,
     reset: Option<&[Value]>,
     down: Duration,
 ) {
-    let mut running = running.lock().await;
+    let mut running = tokio::select! {
+        _ = stopped.cancelled() => return,
+        running = running.lock() => running,
+    };
     if let Some(r) = running.take() {
         r.stop().await;
     }
@@ -56,12 +62,18 @@ async fn restart_server(
             tracing::warn!(error = %e, "emulator: re-applying preloads after restart failed");
         }
     }
-    if !down.is_zero() {
-        tokio::time::sleep(down).await;
-    }
-    match server::bind(addr, REBIND_RETRIES).await {
-        Ok(listener) => *running = Some(server::spawn(listener, shared.clone())),
-        Err(e) => tracing::error!(error = %e, "emulator: cannot re-bind after restart"),
+    let rebound = stopped
+        .run_until_cancelled(async {
+            if !down.is_zero() {
+                tokio::time::sleep(down).await;
+            }
+            server::bind(addr, REBIND_RETRIES).await
+        })
+        .await;
+    match rebound {
+        None => {}
+        Some(Ok(listener)) => *running = Some(server::spawn(listener, shared.clone())),
+        Some(Err(e)) => tracing::error!(error = %e, "emulator: cannot re-bind after restart"),
     }
 }
 
@@ -270,17 +282,21 @@ impl EmulatorBuilder {
         // Restarts asked for through the admin endpoint. The loop holds the
         // shared state weakly: it ends when the emulator is gone (the
         // sender lives in the shared state).
+        // Shutting down ends the loop, and a restart under way.
         let weak = Arc::downgrade(&shared);
         let restarting = Arc::downgrade(&running);
+        let stopped = CancellationToken::new();
+        let stopping = stopped.clone();
         tokio::spawn(async move {
-            while let Some(down) = restart_requests.recv().await {
+            while let Some(Some(down)) = stopping.run_until_cancelled(restart_requests.recv()).await
+            {
                 // Let the admin request's answer go out before its
                 // connection is closed with the others.
                 tokio::time::sleep(ADMIN_RESTART_GRACE).await;
                 let (Some(shared), Some(running)) = (weak.upgrade(), restarting.upgrade()) else {
                     return;
                 };
-                restart_server(&running, &shared, addr, None, down).await;
+                restart_server(&running, &stopping, &shared, addr, None, down).await;
             }
         });
         tracing::debug!(%addr, "emulator: listening");
@@ -292,6 +308,7 @@ impl EmulatorBuilder {
             addr,
             objects,
             running,
+            stopped,
         })
     }
 }
@@ -309,6 +326,9 @@ pub struct Emulator {
     addr: SocketAddr,
     objects: Vec<Value>,
     running: Arc<tokio::sync::Mutex<Option<Running>>>,
+    /// Cancelled on shutdown: ends restarts under way, so that no restart
+    /// keeps the emulator from stopping.
+    stopped: CancellationToken,
 }
 
 impl Emulator {
@@ -402,6 +422,7 @@ impl Emulator {
         let reset = (!keep_state).then_some(self.objects.as_slice());
         restart_server(
             &self.running,
+            &self.stopped,
             &self.shared,
             self.addr,
             reset,
@@ -418,11 +439,21 @@ impl Emulator {
     /// watches where they were. `POST /_emulator/restart` does the same from
     /// another process.
     pub async fn restart_with_downtime(&self, down: Duration) {
-        restart_server(&self.running, &self.shared, self.addr, None, down).await;
+        restart_server(
+            &self.running,
+            &self.stopped,
+            &self.shared,
+            self.addr,
+            None,
+            down,
+        )
+        .await;
     }
 
-    /// Stops the server and waits for every connection to close.
+    /// Stops the server and waits for every connection to close; a
+    /// restart under way ends without serving again.
     pub async fn shutdown(self) {
+        self.stopped.cancel();
         if let Some(r) = self.running.lock().await.take() {
             r.stop().await;
         }
@@ -431,8 +462,9 @@ impl Emulator {
 
 impl Drop for Emulator {
     fn drop(&mut self) {
-        // Locked only while a restart is under way, which then serves on
-        // until the runtime ends.
+        self.stopped.cancel();
+        // Locked only while a restart is under way, which ends on the
+        // cancellation above without serving again.
         if let Ok(running) = self.running.try_lock()
             && let Some(r) = running.as_ref()
         {

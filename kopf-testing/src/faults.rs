@@ -10,6 +10,13 @@ use tokio::sync::watch;
 use crate::failures::ApiError;
 use crate::shared::Shared;
 
+/// The most failure rules set at once; a rule is used up once it has
+/// failed its `n` requests, or removed by [`Faults::clear`].
+pub const MAX_FAULT_RULES: usize = 1_000;
+
+/// The longest `path_contains` or `body_contains` fragment of a rule.
+pub const MAX_FRAGMENT_BYTES: usize = 16 * 1024;
+
 /// Which requests a [`Faults::fail_next`] rule fails, and how.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FailRule {
@@ -83,17 +90,31 @@ impl FailRule {
     }
 
     /// Why the rule cannot be answered, if its status is not an HTTP error
-    /// status (400-599).
+    /// status (400-599) or a fragment is longer than [`MAX_FRAGMENT_BYTES`].
     pub fn check(&self) -> Result<(), String> {
-        if (400..=599).contains(&self.status) {
-            Ok(())
-        } else {
-            Err(format!(
+        if !(400..=599).contains(&self.status) {
+            return Err(format!(
                 "a fault rule's status must be an HTTP error status (400-599), not {}; \
                  use 429, 500 or 503 for retryable failures",
                 self.status
-            ))
+            ));
         }
+        let fragments = [
+            ("path_contains", &self.path_contains),
+            ("body_contains", &self.body_contains),
+        ];
+        for (field, fragment) in fragments {
+            if let Some(fragment) = fragment
+                && fragment.len() > MAX_FRAGMENT_BYTES
+            {
+                return Err(format!(
+                    "a fault rule's {field} may be at most {MAX_FRAGMENT_BYTES} bytes, not {}; \
+                     match a shorter, distinctive part of the request",
+                    fragment.len()
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Whether the rule fails this request; `body` is `None` when it was
@@ -105,10 +126,7 @@ impl FailRule {
                 .as_deref()
                 .is_none_or(|p| path.contains(p))
             && self.body_contains.as_deref().is_none_or(|fragment| {
-                body.is_some_and(|body| {
-                    body.windows(fragment.len().max(1))
-                        .any(|w| w == fragment.as_bytes())
-                })
+                body.is_some_and(|body| memchr::memmem::find(body, fragment.as_bytes()).is_some())
             })
     }
 }
@@ -272,19 +290,29 @@ impl Faults {
         }
     }
 
-    /// As [`Faults::fail_next`], refusing a rule whose status is not an HTTP
-    /// error status (400-599) with a message saying so.
+    /// As [`Faults::fail_next`], refusing with a message saying why a rule
+    /// whose status is not an HTTP error status (400-599), whose fragment
+    /// is longer than [`MAX_FRAGMENT_BYTES`], or that would make more than
+    /// [`MAX_FAULT_RULES`] rules.
     pub fn try_fail_next(&self, n: usize, rule: FailRule) -> Result<(), String> {
         rule.check()?;
         if n == 0 {
             return Ok(());
         }
-        self.shared
+        let mut rules = self
+            .shared
             .faults
             .rules
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push((n, rule));
+            .unwrap_or_else(PoisonError::into_inner);
+        if rules.len() >= MAX_FAULT_RULES {
+            return Err(format!(
+                "at most {MAX_FAULT_RULES} fault rules may be set at once; \
+                 remove them with `Faults::clear` (POST /_emulator/faults/clear) \
+                 or give one rule a larger `n`"
+            ));
+        }
+        rules.push((n, rule));
         Ok(())
     }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use bytes::Bytes;
-use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http::{HeaderValue, Method, Request, Response, header};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use serde_json::{Value, json};
 
@@ -18,11 +18,16 @@ use crate::limits;
 use crate::options;
 use crate::patching::{self, PatchKind};
 use crate::recording::RecordedRequest;
+
 use crate::resources::ResourceDef;
+use crate::responses::{
+    bytes_response, error_response, json_response, list_response, object_response,
+};
 use crate::routing::{self, ObjectPath, Query, Route};
 use crate::selectors::{FieldSelector, LabelSelector, Selectors};
+use crate::server::ConnectionCloser;
 use crate::shared::Shared;
-use crate::store::Target;
+use crate::store::{Deletion, Target};
 use crate::validation;
 use crate::watching::{self, Filter, WatchOptions};
 
@@ -120,33 +125,6 @@ where
         status: response.status().as_u16(),
     });
     response
-}
-
-/// A JSON response.
-pub fn json_response(code: u16, body: &Value) -> Response<Body> {
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
-    bytes_response(code, Bytes::from(bytes))
-}
-
-fn bytes_response(code: u16, bytes: Bytes) -> Response<Body> {
-    let mut resp = Response::new(Body::from(bytes));
-    *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    resp
-}
-
-/// A `Status` response for a failure (with `Retry-After` when set).
-pub fn error_response(err: &ApiError) -> Response<Body> {
-    let mut resp = json_response(err.code, &err.to_status());
-    if let Some(secs) = err.retry_after
-        && let Ok(v) = HeaderValue::from_str(&secs.to_string())
-    {
-        resp.headers_mut().insert(header::RETRY_AFTER, v);
-    }
-    resp
 }
 
 async fn read_body<B>(req: Request<B>) -> Result<(Option<String>, Bytes), ApiError>
@@ -301,7 +279,10 @@ where
             };
             Ok(object_response(200, &def, &obj))
         }
-        (Method::GET, None) if query.watch => watch(shared, def, &route, query),
+        (Method::GET, None) if query.watch => {
+            let connection = req.extensions().get::<ConnectionCloser>().cloned();
+            watch(shared, def, &route, query, connection)
+        }
         (Method::GET, None) => list(shared, &def, ns, query),
         (Method::POST, None) => {
             let (ct, body) = read_body(req).await?;
@@ -397,13 +378,22 @@ where
                 )
                 .await?;
                 let rv = shared.store().current_rv();
-                return Ok(list_response(&def, &deleted, rv, None, None));
+                return Ok(list_response(&def, deleted, rv, None, None));
             }
-            let deleted = shared
-                .store()
-                .delete_collection(&def, ns, &selectors, dry)?;
+            let matched = list_matching(shared, &def, ns, &selectors)?;
+            if dry {
+                let rv = shared.store().current_rv();
+                return Ok(list_response(&def, matched, rv, None, None));
+            }
+            // In chunks, each under the lock alone, as the API server
+            // deletes a collection one object at a time.
+            let mut deleted = Vec::with_capacity(matched.len());
+            for chunk in matched.chunks(DELETE_CHUNK) {
+                let done = shared.store().delete_listed(&def, chunk);
+                deleted.extend(done.into_iter().map(Deletion::into_object));
+            }
             let rv = shared.store().current_rv();
-            Ok(list_response(&def, &deleted, rv, None, None))
+            Ok(list_response(&def, deleted, rv, None, None))
         }
         _ => Err(ApiError::method_not_allowed()),
     }
@@ -552,7 +542,7 @@ async fn admitted_delete_collection(
     query: &Query,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<Arc<Value>>, ApiError> {
-    let items = shared.store().delete_collection(def, ns, selectors, true)?;
+    let items = list_matching(shared, def, ns, selectors)?;
     let mut deleted = Vec::with_capacity(items.len());
     for item in items {
         let review_options = admission::options("DeleteOptions", query, Some(options));
@@ -573,6 +563,21 @@ async fn admitted_delete_collection(
         }
     }
     Ok(deleted)
+}
+
+/// How many objects a deletecollection deletes per hold of the store's lock.
+const DELETE_CHUNK: usize = 64;
+
+/// Every object of a collection matching `selectors` (matched without the
+/// store's lock).
+fn list_matching(
+    shared: &Arc<Shared>,
+    def: &ResourceDef,
+    ns: Option<&str>,
+    selectors: &Selectors,
+) -> Result<Vec<Arc<Value>>, ApiError> {
+    let snapshot = shared.store().list_snapshot(def, ns, None, None)?;
+    Ok(snapshot.page(selectors, None).items)
 }
 
 /// The options kind the API server validates a verb's query parameters as.
@@ -659,48 +664,6 @@ fn discover(
     Ok(json_response(200, &doc))
 }
 
-fn object_response(code: u16, def: &ResourceDef, obj: &Value) -> Response<Body> {
-    let mut buf = Vec::with_capacity(512);
-    write_object(&mut buf, def, obj);
-    bytes_response(code, Bytes::from(buf))
-}
-
-/// Serializes an object as seen through `def`'s version.
-fn write_object(buf: &mut Vec<u8>, def: &ResourceDef, obj: &Value) {
-    let view = crate::conversion::present(obj, &def.api_version());
-    if serde_json::to_writer(&mut *buf, &*view).is_err() {
-        buf.extend_from_slice(b"null");
-    }
-}
-
-fn list_response(
-    def: &ResourceDef,
-    items: &[Arc<Value>],
-    rv: u64,
-    continue_token: Option<String>,
-    remaining: Option<usize>,
-) -> Response<Body> {
-    let mut metadata = json!({"resourceVersion": rv.to_string()});
-    if let Some(token) = continue_token {
-        metadata["continue"] = token.into();
-    }
-    if let Some(n) = remaining {
-        metadata["remainingItemCount"] = n.into();
-    }
-    let head = json!({"kind": format!("{}List", def.kind), "apiVersion": def.api_version(), "metadata": metadata});
-    let mut buf = serde_json::to_vec(&head).unwrap_or_default();
-    buf.pop(); // the closing brace
-    buf.extend_from_slice(b",\"items\":[");
-    for (i, item) in items.iter().enumerate() {
-        if i > 0 {
-            buf.push(b',');
-        }
-        write_object(&mut buf, def, item);
-    }
-    buf.extend_from_slice(b"]}");
-    bytes_response(200, Bytes::from(buf))
-}
-
 fn parse_rv(rv: &str) -> Result<u64, ApiError> {
     rv.parse().map_err(|_| {
         ApiError::bad_request(format!(
@@ -724,23 +687,17 @@ fn list(
         (Some("Exact"), Some(rv)) => Some(parse_rv(rv)?),
         _ => None,
     };
-    let page = {
+    let snapshot = {
         let store = shared.store();
         if let Some(rv) = query.resource_version.as_deref() {
             not_in_future(parse_rv(rv)?, store.current_rv())?;
         }
-        store.list(
-            def,
-            ns,
-            &selectors,
-            query.limit,
-            query.continue_token.as_deref(),
-            exact,
-        )?
+        store.list_snapshot(def, ns, query.continue_token.as_deref(), exact)?
     };
+    let page = snapshot.page(&selectors, query.limit);
     Ok(list_response(
         def,
-        &page.items,
+        page.items,
         page.rv,
         page.continue_token,
         page.remaining,
@@ -752,6 +709,7 @@ fn watch(
     def: Arc<ResourceDef>,
     route: &ObjectPath,
     query: &Query,
+    connection: Option<ConnectionCloser>,
 ) -> Result<Response<Body>, ApiError> {
     options::watch_options(query)?;
     let selectors = selectors(&def, query)?;
@@ -775,7 +733,7 @@ fn watch(
         if let Some(from) = from {
             not_in_future(from, store.current_rv())?;
         }
-        store.subscribe(&def, route.namespace.as_deref(), from)
+        store.subscribe(&def, route.namespace.as_deref(), from, connection)
     };
     let body = match subscribed {
         Ok(sub) => watching::stream(shared.clone(), def, filter, sub, opts),

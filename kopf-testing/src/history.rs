@@ -20,10 +20,11 @@ pub const DEFAULT_HISTORY_AGE: Duration = Duration::from_secs(5 * 60);
 /// How many bytes of watch events are kept by default, over all resources.
 pub const DEFAULT_HISTORY_BYTES: usize = 128 * 1024 * 1024;
 
-/// About the memory an event holds: its serialized line, and the object
-/// itself (which, once deleted or replaced, only the history keeps alive).
+/// About the memory an event holds: its serialized line (once a watcher
+/// sent it), and the object itself (which, once deleted or replaced, only
+/// the history keeps alive).
 pub fn weight(event: &WatchEvent) -> usize {
-    2 * event.line.len() + 128
+    event.size.saturating_mul(2).saturating_add(128)
 }
 
 #[derive(Debug)]
@@ -53,11 +54,11 @@ impl History {
         weight
     }
 
-    /// Drops the oldest event; returns its resourceVersion and weight.
-    pub fn pop_front(&mut self) -> Option<(u64, usize)> {
+    /// Takes the oldest event out; returns it and its weight.
+    pub fn pop_front(&mut self) -> Option<(Arc<WatchEvent>, usize)> {
         let entry = self.entries.pop_front()?;
         self.bytes -= entry.weight;
-        Some((entry.event.rv, entry.weight))
+        Some((entry.event, entry.weight))
     }
 
     /// The resourceVersion and time of the oldest event.
@@ -71,15 +72,8 @@ impl History {
     }
 
     /// The weight of every kept event.
-    #[cfg(test)]
     pub fn bytes(&self) -> usize {
         self.bytes
-    }
-
-    /// Forgets every event; returns the weight freed.
-    pub fn clear(&mut self) -> usize {
-        self.entries.clear();
-        std::mem::take(&mut self.bytes)
     }
 
     /// The events after a resourceVersion, oldest first.

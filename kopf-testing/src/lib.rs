@@ -152,10 +152,18 @@
 //!   ([`EmulatorBuilder::history_limit`]), by bytes over every resource
 //!   ([`EmulatorBuilder::history_bytes`], 128 MiB) and by age
 //!   ([`EmulatorBuilder::history_age`], 5 minutes); resuming a watch from
-//!   before the oldest kept event is `410 Gone`. The request log keeps at
+//!   before the oldest kept event is `410 Gone`. A watcher may fall behind
+//!   by at most 16,384 events and by at most the history's byte bound (or
+//!   64 MiB, if less): further behind, its stream ends (or, if its client
+//!   does not read the end within a second, its connection is closed), as
+//!   the API server closes watchers that cannot keep up; its client resumes. The request log keeps at
 //!   most 100,000 requests and 32 MiB, paths and queries cut at 1 KiB; the
 //!   counts per User-Agent keep at most 1,000 (agent, verb) pairs, agents cut
 //!   at 1 KiB, later agents counted together as `(other agents)`.
+//! - Fault rules: at most 1,000 set at once ([`MAX_FAULT_RULES`]), their
+//!   path and body fragments at most 16 KiB each ([`MAX_FRAGMENT_BYTES`]);
+//!   more is refused (`400` on the admin endpoint, an error from
+//!   [`Faults::try_fail_next`]). Bodies are searched in linear time.
 //! - Connections: once a request's first byte arrives, its headers must
 //!   follow within 30 s ([`EmulatorBuilder::header_read_timeout`]) and its
 //!   body within 60 s (408); a connection with no request in flight is
@@ -191,11 +199,13 @@ mod endpoints;
 mod error;
 mod events;
 mod failures;
+mod fanout;
 mod faults;
 mod handlers;
 mod history;
 mod kubectl;
 mod limits;
+mod listing;
 mod names;
 mod objects;
 mod options;
@@ -205,6 +215,7 @@ mod protobuf;
 mod recording;
 mod refusals;
 mod resources;
+mod responses;
 mod routing;
 #[cfg(feature = "runner")]
 pub mod runner;
@@ -224,7 +235,7 @@ pub use emulator::{DEFAULT_HISTORY_LIMIT, Emulator, EmulatorBuilder};
 pub use endpoints::http_get;
 pub use error::EmulatorError;
 pub use failures::ApiError;
-pub use faults::{FailRule, Faults, HeldRequests};
+pub use faults::{FailRule, Faults, HeldRequests, MAX_FAULT_RULES, MAX_FRAGMENT_BYTES};
 pub use kubectl::kubectl;
 pub use recording::RecordedRequest;
 #[cfg(feature = "runner")]

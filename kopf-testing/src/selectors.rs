@@ -5,6 +5,8 @@
 //! Field selectors accept `path=v`, `path==v`, `path!=v` on dotted paths such as
 //! `metadata.name` and `metadata.namespace`.
 
+use std::collections::BTreeSet;
+
 use serde_json::Value;
 
 /// Why a selector could not be parsed.
@@ -49,8 +51,8 @@ pub enum SelectorError {
 enum LabelOp {
     Eq(String),
     NotEq(String),
-    In(Vec<String>),
-    NotIn(Vec<String>),
+    In(BTreeSet<String>),
+    NotIn(BTreeSet<String>),
     Exists,
     NotExists,
     Gt(i64),
@@ -94,7 +96,7 @@ fn split_top_level(s: &str) -> Result<Vec<&str>, SelectorError> {
         .collect())
 }
 
-fn parse_set(req: &str, rest: &str) -> Result<Vec<String>, SelectorError> {
+fn parse_set(req: &str, rest: &str) -> Result<BTreeSet<String>, SelectorError> {
     let rest = rest.trim();
     let inner = rest
         .strip_prefix('(')
@@ -227,7 +229,7 @@ impl LabelSelector {
                 if key.is_empty() {
                     return Err(SelectorError::EmptyKey(expr.to_string()));
                 }
-                let values = || -> Result<Vec<String>, SelectorError> {
+                let values = || -> Result<BTreeSet<String>, SelectorError> {
                     let values = expr.get("values").and_then(Value::as_array);
                     values
                         .into_iter()
@@ -261,8 +263,8 @@ impl LabelSelector {
             match op {
                 LabelOp::Eq(v) => value == Some(v.as_str()),
                 LabelOp::NotEq(v) => value != Some(v.as_str()),
-                LabelOp::In(vs) => value.is_some_and(|x| vs.iter().any(|v| v == x)),
-                LabelOp::NotIn(vs) => value.is_none_or(|x| !vs.iter().any(|v| v == x)),
+                LabelOp::In(vs) => value.is_some_and(|x| vs.contains(x)),
+                LabelOp::NotIn(vs) => value.is_none_or(|x| !vs.contains(x)),
                 LabelOp::Exists => value.is_some(),
                 LabelOp::NotExists => value.is_none(),
                 LabelOp::Gt(n) => value
@@ -335,12 +337,16 @@ impl FieldSelector {
             for seg in path {
                 cur = cur.and_then(|c| c.get(seg));
             }
-            let actual = match cur {
-                Some(Value::String(s)) => s.clone(),
-                Some(Value::Null) | None => String::new(),
-                Some(other) => other.to_string(),
+            let same = match cur {
+                Some(Value::String(s)) => s == expected,
+                Some(Value::Null) | None => expected.is_empty(),
+                Some(other) => {
+                    // Numbers and booleans compare as their JSON text.
+                    let text = other.to_string();
+                    text == *expected
+                }
             };
-            (actual == *expected) == *equal
+            same == *equal
         })
     }
 }

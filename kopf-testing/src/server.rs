@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -81,6 +81,14 @@ struct Connection {
     last_active: Mutex<Instant>,
     /// When the first byte of a request not yet in flight arrived.
     head_since: Mutex<Option<Instant>>,
+    /// When to close the connection unless its requests in flight end
+    /// first (a watch that fell too far behind).
+    stalled_until: Mutex<Option<Instant>>,
+    /// Wakes the connection's task when `stalled_until` is set.
+    stall: tokio::sync::Notify,
+    /// Whether the last write to the socket could not go on (the client
+    /// does not read).
+    write_blocked: AtomicBool,
     /// Closes the connection.
     close: CancellationToken,
 }
@@ -91,8 +99,44 @@ impl Connection {
             in_flight: AtomicUsize::new(0),
             last_active: Mutex::new(Instant::now()),
             head_since: Mutex::new(None),
+            stalled_until: Mutex::new(None),
+            stall: tokio::sync::Notify::new(),
+            write_blocked: AtomicBool::new(false),
             close,
         }
+    }
+
+    /// Whether a response stalled past its grace: one is still in flight,
+    /// or its end still waits for the client to read. Forgets a stall the
+    /// client read past.
+    fn stalled(&self, now: Instant) -> bool {
+        let mut until = self
+            .stalled_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if until.is_none_or(|d| d > now) {
+            return false;
+        }
+        let stalled = self.in_flight.load(Ordering::Acquire) > 0
+            || self.write_blocked.load(Ordering::Acquire);
+        if !stalled {
+            *until = None;
+        }
+        stalled
+    }
+
+    /// Notes whether a write to the socket went on.
+    fn note_write<T>(&self, polled: &Poll<std::io::Result<T>>) {
+        self.write_blocked
+            .store(polled.is_pending(), Ordering::Release);
+    }
+
+    /// When the connection is to be closed for a stalled response, if it is.
+    fn stalled_until(&self) -> Option<Instant> {
+        *self
+            .stalled_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Bytes arrived: with no request in flight they begin one.
@@ -160,6 +204,30 @@ impl Drop for InFlight {
     }
 }
 
+/// How long a watch that fell too far behind has to take the end of its
+/// stream before its connection is closed.
+const STALL_GRACE: Duration = Duration::from_secs(1);
+
+/// Closes the connection a request came over (in the request's
+/// extensions) when its client stopped reading.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnectionCloser(Arc<Connection>);
+
+impl ConnectionCloser {
+    /// Closes the connection unless, within a grace period, the response
+    /// in flight ends and its client reads on: a watch that fell too far
+    /// behind ends cleanly for a client still reading, and a client that
+    /// stopped reading is cut off.
+    pub(crate) fn close_if_stalled(&self) {
+        *self
+            .0
+            .stalled_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now() + STALL_GRACE);
+        self.0.stall.notify_one();
+    }
+}
+
 /// A response body that keeps its request counted as in flight.
 struct TrackedBody {
     inner: Body,
@@ -222,7 +290,10 @@ impl AsyncWrite for WatchedStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.conn.note_write(&polled);
+        polled
     }
 
     fn poll_write_vectored(
@@ -230,7 +301,10 @@ impl AsyncWrite for WatchedStream {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.conn.note_write(&polled);
+        polled
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -418,9 +492,11 @@ async fn serve_connection(
     limits: ConnectionLimits,
 ) {
     let service_conn = conn.clone();
-    let service = service_fn(move |req| {
+    let service = service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
         let shared = shared.clone();
         let in_flight = InFlight::new(service_conn.clone());
+        req.extensions_mut()
+            .insert(ConnectionCloser(service_conn.clone()));
         async move {
             let resp = handlers::handle(shared, req).await;
             Ok::<_, Infallible>(resp.map(|inner| TrackedBody {
@@ -444,7 +520,9 @@ async fn serve_connection(
         let next_look = Instant::now() + limits.header_read_timeout;
         let deadline = conn
             .deadline(&limits)
-            .map_or(next_look, |d| d.min(next_look));
+            .into_iter()
+            .chain(conn.stalled_until())
+            .fold(next_look, Instant::min);
         tokio::select! {
             result = &mut http => {
                 if let Err(e) = result {
@@ -453,9 +531,15 @@ async fn serve_connection(
                 return;
             }
             _ = conn.close.cancelled() => return,
+            _ = conn.stall.notified() => {}
             _ = tokio::time::sleep_until(deadline) => {
-                if conn.deadline(&limits).is_some_and(|d| d <= Instant::now()) {
+                let now = Instant::now();
+                if conn.deadline(&limits).is_some_and(|d| d <= now) {
                     tracing::trace!("emulator: closing an idle or stalled connection");
+                    return;
+                }
+                if conn.stalled(now) {
+                    tracing::debug!("emulator: closing a watch that stopped reading");
                     return;
                 }
             }

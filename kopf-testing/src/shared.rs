@@ -1,5 +1,6 @@
 //! State shared by the server tasks, the request handlers and the handles.
 
+use std::ops::{Deref, DerefMut};
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
 
 use crate::admission::Admission;
@@ -94,9 +95,12 @@ impl Shared {
         }
     }
 
-    /// Locks the store (a panic in another request does not poison it for good).
-    pub(crate) fn store(&self) -> MutexGuard<'_, Store> {
-        self.store.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Locks the store (a panic in another request does not poison it for
+    /// good); what the store let go of meanwhile is freed once unlocked.
+    pub(crate) fn store(&self) -> StoreGuard<'_> {
+        StoreGuard(Some(
+            self.store.lock().unwrap_or_else(PoisonError::into_inner),
+        ))
     }
 
     /// Ends every open watch stream.
@@ -119,6 +123,35 @@ impl Shared {
     /// A receiver of whether watch streams are silenced.
     pub(crate) fn watch_silence(&self) -> tokio::sync::watch::Receiver<bool> {
         self.watch_silence.subscribe()
+    }
+}
+
+/// The locked store; unlocking frees what the store let go of meanwhile
+/// (objects, events, whole resources), after the lock is released.
+#[derive(Debug)]
+pub(crate) struct StoreGuard<'a>(Option<MutexGuard<'a, Store>>);
+
+impl Deref for StoreGuard<'_> {
+    type Target = Store;
+
+    fn deref(&self) -> &Store {
+        self.0.as_ref().expect("invariant: held until dropped")
+    }
+}
+
+impl DerefMut for StoreGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Store {
+        self.0.as_mut().expect("invariant: held until dropped")
+    }
+}
+
+impl Drop for StoreGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(mut store) = self.0.take() {
+            let released = store.take_released();
+            drop(store);
+            drop(released);
+        }
     }
 }
 

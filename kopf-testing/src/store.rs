@@ -2,7 +2,7 @@
 //! resourceVersion counter, per-resource watch history and fan-out channels.
 //!
 //! All methods are synchronous and run under one lock held by the caller;
-//! watch events are serialized once here and broadcast to watchers.
+//! watch events are serialized once here and fanned out to watchers.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
@@ -10,24 +10,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::sync::broadcast;
 
 use crate::admission;
 use crate::conversion;
 use crate::events::{EventType, WatchEvent};
 use crate::failures::ApiError;
+use crate::fanout::{self, Fanout};
 use crate::history::{DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_BYTES, History};
+use crate::listing::{ListSnapshot, decode_continue};
 use crate::names;
 use crate::objects::{self, meta_mut};
 #[cfg(test)]
 use crate::patching::{self, PatchKind};
 use crate::resources::{self, ResourceDef, StoreKey};
-use crate::selectors::Selectors;
 use crate::updates;
-
-/// Capacity of each resource's broadcast channel; a watcher lagging further
-/// behind gets its stream closed and resumes from history.
-const WATCH_BUFFER: usize = 16_384;
 
 /// The namespaces every emulator starts with.
 pub const INITIAL_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
@@ -39,19 +35,6 @@ pub enum Target {
     Main,
     /// The `/status` subresource.
     Status,
-}
-
-/// One page of a list.
-#[derive(Debug)]
-pub struct ListPage {
-    /// Matching objects of this page.
-    pub items: Vec<Arc<Value>>,
-    /// The list's resourceVersion.
-    pub rv: u64,
-    /// Token for the next page.
-    pub continue_token: Option<String>,
-    /// Objects left after this page.
-    pub remaining: Option<usize>,
 }
 
 /// Where a watch starts.
@@ -69,26 +52,75 @@ pub struct Subscription {
     /// What to send first.
     pub start: WatchStart,
     /// Live events after the start.
-    pub rx: broadcast::Receiver<Arc<WatchEvent>>,
+    pub rx: fanout::Receiver,
     /// The resourceVersion the start is consistent with.
     pub rv: u64,
 }
 
+/// The objects, history and watchers of one resource.
 #[derive(Debug)]
-struct Resource {
+pub struct Resource {
     objects: BTreeMap<(String, String), Arc<Value>>,
     history: History,
     floor: u64,
-    tx: broadcast::Sender<Arc<WatchEvent>>,
+    watchers: Fanout,
 }
 
 impl Resource {
+    /// An empty resource; it allocates nothing until it holds objects,
+    /// events or watchers.
     fn new(floor: u64) -> Self {
         Self {
             objects: BTreeMap::new(),
             history: History::default(),
             floor,
-            tx: broadcast::channel(WATCH_BUFFER).0,
+            watchers: Fanout::default(),
+        }
+    }
+}
+
+/// What the store let go of under its lock: large objects and events are
+/// freed once the lock is released ([`Store::take_released`]), so that
+/// freeing them holds up no other client.
+#[derive(Debug)]
+#[expect(
+    dead_code,
+    reason = "held only to be dropped once the lock is released"
+)]
+pub(crate) enum Released {
+    /// An event dropped from the history.
+    Event(Arc<WatchEvent>),
+    /// An object removed from the store.
+    Object(Arc<Value>),
+    /// A whole history (compacted).
+    History(History),
+    /// A whole resource (its CRD deleted, or the store reset).
+    Resource(Resource),
+}
+
+/// What a deletion did to an object.
+#[derive(Debug)]
+pub enum Deletion {
+    /// Marked for deletion (it has finalizers), or already marked: as it is
+    /// stored now.
+    Kept(Arc<Value>),
+    /// Removed: its last state, and the resourceVersion of its removal.
+    Removed {
+        /// The object as it was stored before.
+        last: Arc<Value>,
+        /// The removal's resourceVersion.
+        rv: u64,
+    },
+}
+
+impl Deletion {
+    /// The object as the API answers a deletion with it (a removed one
+    /// stamped with the removal's resourceVersion; a copy, best made
+    /// outside the store's lock).
+    pub fn into_object(self) -> Arc<Value> {
+        match self {
+            Self::Kept(obj) => obj,
+            Self::Removed { last, rv } => Arc::new(with_rv(&last, rv)),
         }
     }
 }
@@ -105,10 +137,14 @@ pub struct Store {
     history_age: Duration,
     /// The bytes of history kept now, over every resource.
     history_used: usize,
+    /// The most bytes of events a watcher may fall behind by.
+    watch_bytes: usize,
     defs: Vec<Arc<ResourceDef>>,
     resources: HashMap<StoreKey, Resource>,
     /// Counts the webhook configurations for the admission chain.
     admission: Arc<admission::Tracker>,
+    /// What to free once the lock is released.
+    released: Vec<Released>,
 }
 
 fn key_of(ns: &str, name: &str) -> (String, String) {
@@ -125,9 +161,11 @@ impl Store {
             history_bytes: DEFAULT_HISTORY_BYTES,
             history_age: DEFAULT_HISTORY_AGE,
             history_used: 0,
+            watch_bytes: DEFAULT_HISTORY_BYTES.min(fanout::WATCH_QUEUE_BYTES),
             defs: Vec::new(),
             resources: HashMap::new(),
             admission: Arc::default(),
+            released: Vec::new(),
         };
         store.reset();
         store
@@ -135,8 +173,11 @@ impl Store {
 
     /// Wipes every object, CRD and all history; the resourceVersion keeps growing.
     pub fn reset(&mut self) {
-        // Dropping the resources drops their senders: open watches end.
-        self.resources.clear();
+        // Their watches end now; their objects are freed after the lock.
+        for (_, mut res) in self.resources.drain() {
+            res.watchers.close();
+            self.released.push(Released::Resource(res));
+        }
         self.admission.changed(0);
         self.history_used = 0;
         self.defs = resources::builtins().into_iter().map(Arc::new).collect();
@@ -151,9 +192,11 @@ impl Store {
     }
 
     /// Bounds the watch history by bytes (over every resource) and by age,
-    /// besides the count per resource given to [`new`](Self::new).
+    /// besides the count per resource given to [`new`](Self::new); no
+    /// watcher may fall behind by more bytes than the history keeps.
     pub fn set_history_bounds(&mut self, bytes: usize, age: Duration) {
         self.history_bytes = bytes;
+        self.watch_bytes = bytes.min(fanout::WATCH_QUEUE_BYTES);
         self.history_age = age;
         self.trim_history();
     }
@@ -165,9 +208,10 @@ impl Store {
         if let Some(cutoff) = cutoff {
             for res in self.resources.values_mut() {
                 while res.history.front().is_some_and(|(_, at)| at < cutoff) {
-                    if let Some((rv, weight)) = res.history.pop_front() {
-                        res.floor = rv;
+                    if let Some((event, weight)) = res.history.pop_front() {
+                        res.floor = event.rv;
                         self.history_used -= weight;
+                        self.released.push(Released::Event(event));
                     }
                 }
             }
@@ -181,11 +225,18 @@ impl Store {
             let Some((_, res)) = oldest else {
                 break;
             };
-            if let Some((rv, weight)) = res.history.pop_front() {
-                res.floor = rv;
+            if let Some((event, weight)) = res.history.pop_front() {
+                res.floor = event.rv;
                 self.history_used -= weight;
+                self.released.push(Released::Event(event));
             }
         }
+    }
+
+    /// What the store let go of since last asked, to be dropped once the
+    /// lock is released.
+    pub(crate) fn take_released(&mut self) -> Vec<Released> {
+        std::mem::take(&mut self.released)
     }
 
     /// What tells the admission chain that webhook configurations changed.
@@ -237,7 +288,8 @@ impl Store {
         self.rv += 1;
         self.base_floor = self.rv;
         for res in self.resources.values_mut() {
-            res.history.clear();
+            let history = std::mem::take(&mut res.history);
+            self.released.push(Released::History(history));
             res.floor = self.rv;
         }
         self.history_used = 0;
@@ -265,18 +317,33 @@ impl Store {
         object: Arc<Value>,
         old: Option<Arc<Value>>,
     ) {
+        self.emit_event(key, WatchEvent::new(self.rv, kind, object, old));
+    }
+
+    /// Emits the removal of an object whose last state was `last`, at the
+    /// current resourceVersion (watchers see it stamped with it; the copy is
+    /// made outside the lock).
+    fn emit_removal(&mut self, key: &StoreKey, last: Arc<Value>) {
+        self.emit_event(key, WatchEvent::removed(self.rv, last));
+    }
+
+    fn emit_event(&mut self, key: &StoreKey, event: WatchEvent) {
         let limit = self.history_limit;
-        let event = Arc::new(WatchEvent::new(self.rv, kind, object, old));
+        let watch_bytes = self.watch_bytes;
+        let event = Arc::new(event);
         let res = self.resource(key);
         let mut used = res.history.push(event.clone());
+        res.watchers.send(&event, used, watch_bytes);
         let mut freed = 0;
+        let mut dropped = Vec::new();
         while res.history.len() > limit {
-            if let Some((rv, weight)) = res.history.pop_front() {
-                res.floor = rv;
+            if let Some((event, weight)) = res.history.pop_front() {
+                res.floor = event.rv;
                 freed += weight;
+                dropped.push(Released::Event(event));
             }
         }
-        let _ = res.tx.send(event);
+        self.released.append(&mut dropped);
         used += self.history_used;
         self.history_used = used - freed;
         self.trim_history();
@@ -336,16 +403,16 @@ impl Store {
             .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))
     }
 
-    /// Lists objects matching selectors, one page at a time.
-    pub fn list(
+    /// The objects a list (or its page after `continue_token`) may
+    /// return, to be matched and paged without the lock
+    /// ([`ListSnapshot::page`]).
+    pub fn list_snapshot(
         &self,
         def: &ResourceDef,
         ns: Option<&str>,
-        selectors: &Selectors,
-        limit: Option<usize>,
         continue_token: Option<&str>,
         exact_rv: Option<u64>,
-    ) -> Result<ListPage, ApiError> {
+    ) -> Result<ListSnapshot, ApiError> {
         if ns.is_some() && !def.namespaced {
             Self::scope_ns(def, ns)?;
         }
@@ -365,11 +432,10 @@ impl Store {
                     return Err(expired_continue());
                 }
             }
-            return Ok(ListPage {
-                items: Vec::new(),
+            return Ok(ListSnapshot {
+                objects: Vec::new(),
                 rv: self.rv,
-                continue_token: None,
-                remaining: None,
+                api_version: def.api_version(),
             });
         };
         // Every page of a list reports the version of its first page: a watch
@@ -393,31 +459,14 @@ impl Store {
             (None, Some(ns)) => res.objects.range((ns.to_string(), String::new())..),
             (None, None) => res.objects.range::<(String, String), _>(..),
         };
-        let mut items = Vec::new();
-        let mut continue_token = None;
-        let mut remaining = None;
-        let api_version = def.api_version();
-        let mut iter = range
+        let objects = range
             .take_while(|((ons, _), _)| ns.is_none_or(|ns| ons == ns))
-            .filter(|(_, obj)| {
-                selectors.is_empty() || selectors.matches(&conversion::present(obj, &api_version))
-            });
-        for (k, obj) in iter.by_ref() {
-            items.push(obj.clone());
-            if limit.is_some_and(|l| items.len() >= l) {
-                let rest = iter.count();
-                if rest > 0 {
-                    continue_token = Some(encode_continue(snapshot, k));
-                    remaining = Some(rest);
-                }
-                break;
-            }
-        }
-        Ok(ListPage {
-            items,
+            .map(|(_, obj)| obj.clone())
+            .collect();
+        Ok(ListSnapshot {
+            objects,
             rv: snapshot,
-            continue_token,
-            remaining,
+            api_version: def.api_version(),
         })
     }
 
@@ -648,7 +697,7 @@ impl Store {
             .entry(key)
             .or_insert_with(|| Resource::new(floor));
         if unserved {
-            resource.tx = broadcast::channel(WATCH_BUFFER).0;
+            resource.watchers.close();
         }
     }
 
@@ -669,12 +718,13 @@ impl Store {
             let objs: Vec<Arc<Value>> = res.objects.values().cloned().collect();
             for obj in objs {
                 self.next_rv();
-                let gone = Arc::new(with_rv(&obj, self.rv));
-                self.emit(&key, EventType::Deleted, gone, None);
+                self.emit_removal(&key, obj);
             }
         }
         if let Some(mut res) = self.resources.remove(&key) {
-            self.history_used -= res.history.clear();
+            self.history_used -= res.history.bytes();
+            res.watchers.close();
+            self.released.push(Released::Resource(res));
         }
         self.defs.retain(|d| d.store_key() != key);
     }
@@ -986,10 +1036,13 @@ impl Store {
         Ok(obj)
     }
 
-    /// Finally removes an object (its rv already bumped) and cascades.
+    /// Finally removes an object (the resourceVersion already bumped for
+    /// it; `last` is its last state, stamped with it or not) and cascades.
     fn remove(&mut self, key: &StoreKey, ns: &str, name: &str, last: Arc<Value>) {
-        self.resource(key).objects.remove(&key_of(ns, name));
-        self.emit(key, EventType::Deleted, last.clone(), None);
+        if let Some(gone) = self.resource(key).objects.remove(&key_of(ns, name)) {
+            self.released.push(Released::Object(gone));
+        }
+        self.emit_removal(key, last.clone());
         if key.group == "apiextensions.k8s.io" && key.plural == "customresourcedefinitions" {
             self.unregister_crd(&last);
         }
@@ -1051,15 +1104,15 @@ impl Store {
         if dry_run {
             return Ok(old);
         }
-        Ok(self.delete_object(&def.store_key(), &old))
+        Ok(self.delete_object(&def.store_key(), &old).into_object())
     }
 
-    fn delete_object(&mut self, key: &StoreKey, old: &Arc<Value>) -> Arc<Value> {
+    fn delete_object(&mut self, key: &StoreKey, old: &Arc<Value>) -> Deletion {
         let name = objects::name(old).to_string();
         let ns = objects::namespace(old).to_string();
         let is_namespace = key.group.is_empty() && key.plural == "namespaces";
         if objects::is_deleting(old) {
-            return old.clone();
+            return Deletion::Kept(old.clone());
         }
         let mut keep = !objects::finalizers(old).is_empty();
         if is_namespace {
@@ -1081,11 +1134,13 @@ impl Store {
                 .objects
                 .insert(key_of(&ns, &name), obj.clone());
             self.emit(key, EventType::Modified, obj.clone(), Some(old.clone()));
-            obj
+            Deletion::Kept(obj)
         } else {
-            let obj = Arc::new(with_rv(old, rv));
-            self.remove(key, &ns, &name, obj.clone());
-            obj
+            self.remove(key, &ns, &name, old.clone());
+            Deletion::Removed {
+                last: old.clone(),
+                rv,
+            }
         }
     }
 
@@ -1097,8 +1152,7 @@ impl Store {
         for key in keys {
             let objs = self.namespace_objects(&key, ns);
             for obj in objs {
-                let after = self.delete_object(&key, &obj);
-                if self.object(&key, ns, objects::name(&after)).is_some() {
+                if let Deletion::Kept(_) = self.delete_object(&key, &obj) {
                     remaining = true;
                 }
             }
@@ -1135,12 +1189,13 @@ impl Store {
     fn purge_namespace(&mut self, ns: &str) {
         for key in self.namespaced_keys() {
             for obj in self.namespace_objects(&key, ns) {
-                let rv = self.next_rv();
-                let gone = Arc::new(with_rv(&obj, rv));
-                self.resource(&key)
+                self.next_rv();
+                let removed = self
+                    .resource(&key)
                     .objects
                     .remove(&key_of(ns, objects::name(&obj)));
-                self.emit(&key, EventType::Deleted, gone, None);
+                self.released.extend(removed.map(Released::Object));
+                self.emit_removal(&key, obj);
             }
         }
     }
@@ -1161,38 +1216,34 @@ impl Store {
             .iter()
             .all(|k| self.namespace_objects(k, ns).is_empty());
         if empty {
-            let rv = self.next_rv();
-            let gone = Arc::new(with_rv(&ns_obj, rv));
-            self.remove(&ns_key, "", ns, gone);
+            self.next_rv();
+            self.remove(&ns_key, "", ns, ns_obj);
         }
     }
 
-    /// Deletes every matching object of a collection; returns the results.
-    pub fn delete_collection(
-        &mut self,
-        def: &ResourceDef,
-        ns: Option<&str>,
-        selectors: &Selectors,
-        dry_run: bool,
-    ) -> Result<Vec<Arc<Value>>, ApiError> {
-        let page = self.list(def, ns, selectors, None, None, None)?;
-        if dry_run {
-            return Ok(page.items);
-        }
+    /// Deletes each of `listed` that is still stored as listed (the same
+    /// UID); returns what became of each.
+    pub fn delete_listed(&mut self, def: &ResourceDef, listed: &[Arc<Value>]) -> Vec<Deletion> {
         let key = def.store_key();
-        Ok(page
-            .items
+        listed
             .iter()
-            .map(|obj| self.delete_object(&key, obj))
-            .collect())
+            .filter_map(|item| {
+                let current = self.object(&key, objects::namespace(item), objects::name(item))?;
+                let same = objects::meta_str(&current, "uid") == objects::meta_str(item, "uid");
+                same.then(|| self.delete_object(&key, &current))
+            })
+            .collect()
     }
 
-    /// Starts a watch: from the current state (`from` = None) or after a resourceVersion.
+    /// Starts a watch: from the current state (`from` = None) or after a
+    /// resourceVersion; `connection` is closed should the watcher fall too
+    /// far behind.
     pub fn subscribe(
         &mut self,
         def: &ResourceDef,
         ns: Option<&str>,
         from: Option<u64>,
+        connection: Option<crate::server::ConnectionCloser>,
     ) -> Result<Subscription, ApiError> {
         if ns.is_some() && !def.namespaced {
             Self::scope_ns(def, ns)?;
@@ -1200,7 +1251,6 @@ impl Store {
         let rv = self.rv;
         self.trim_history();
         let res = self.resource(&def.store_key());
-        let rx = res.tx.subscribe();
         let start = match from {
             None => WatchStart::Snapshot(match ns {
                 Some(ns) => res
@@ -1219,6 +1269,7 @@ impl Store {
             }
             Some(after) => WatchStart::History(res.history.after(after)),
         };
+        let rx = res.watchers.subscribe(connection);
         Ok(Subscription { start, rx, rv })
     }
 }
@@ -1271,17 +1322,6 @@ fn crd_status(crd: &Value) -> Value {
     })
 }
 
-fn encode_continue(rv: u64, after: &(String, String)) -> String {
-    objects::hex(format!("{rv}|{}|{}", after.0, after.1).as_bytes())
-}
-
-fn decode_continue(token: &str) -> Option<(u64, (String, String))> {
-    let text = String::from_utf8(objects::unhex(token)?).ok()?;
-    let mut parts = text.splitn(3, '|');
-    let rv = parts.next()?.parse().ok()?;
-    Some((rv, (parts.next()?.to_string(), parts.next()?.to_string())))
-}
-
 fn expired_continue() -> ApiError {
     ApiError::expired(
         "The provided continue parameter is too old to display a consistent list result. \
@@ -1292,7 +1332,20 @@ fn expired_continue() -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::selectors::LabelSelector;
+    use crate::selectors::{LabelSelector, Selectors};
+
+    fn list(
+        store: &Store,
+        def: &ResourceDef,
+        ns: Option<&str>,
+        selectors: &Selectors,
+        limit: Option<usize>,
+        continue_token: Option<&str>,
+        exact_rv: Option<u64>,
+    ) -> Result<crate::listing::ListPage, ApiError> {
+        let snapshot = store.list_snapshot(def, ns, continue_token, exact_rv)?;
+        Ok(snapshot.page(selectors, limit))
+    }
 
     fn cm_def(store: &Store) -> Arc<ResourceDef> {
         store.find_def("", "v1", "configmaps").unwrap()
@@ -1306,9 +1359,7 @@ mod tests {
     fn starts_with_initial_namespaces() {
         let store = Store::new(100);
         let ns = store.find_def("", "v1", "namespaces").unwrap();
-        let page = store
-            .list(&ns, None, &Selectors::default(), None, None, None)
-            .unwrap();
+        let page = list(&store, &ns, None, &Selectors::default(), None, None, None).unwrap();
         assert_eq!(page.items.len(), 3);
         assert_eq!(store.current_rv(), 4);
     }
@@ -1592,7 +1643,7 @@ mod tests {
         crd["spec"]["versions"] = json!([crd["spec"]["versions"][0].clone(), v2]);
         store.create(&crd_def, None, crd.clone(), false).unwrap();
         let v1 = store.find_def("example.com", "v1", "widgets").unwrap();
-        let mut watch = store.subscribe(&v1, None, None).unwrap();
+        let mut watch = store.subscribe(&v1, None, None, None).unwrap();
         let both = crd["spec"]["versions"].clone();
         crd["spec"]["versions"][1]["served"] = true.into();
         crd["spec"]["versions"][0]["served"] = false.into();
@@ -1609,13 +1660,13 @@ mod tests {
             .unwrap();
         assert!(store.find_def("example.com", "v1", "widgets").is_none());
         assert!(store.find_def("example.com", "v2", "widgets").is_some());
-        assert!(matches!(
-            watch.rx.try_recv(),
-            Err(broadcast::error::TryRecvError::Closed)
-        ));
+        assert_eq!(
+            watch.rx.try_recv().map(|e| e.is_some()),
+            Err(fanout::Ended::Closed)
+        );
         // Serving it again is no removal: watches go on.
         let v2 = store.find_def("example.com", "v2", "widgets").unwrap();
-        let mut watch = store.subscribe(&v2, None, None).unwrap();
+        let mut watch = store.subscribe(&v2, None, None, None).unwrap();
         store
             .patch(
                 &crd_def,
@@ -1628,10 +1679,7 @@ mod tests {
             )
             .unwrap();
         assert!(store.find_def("example.com", "v1", "widgets").is_some());
-        assert!(!matches!(
-            watch.rx.try_recv(),
-            Err(broadcast::error::TryRecvError::Closed)
-        ));
+        assert!(watch.rx.try_recv().is_ok());
     }
 
     #[test]
@@ -1644,14 +1692,19 @@ mod tests {
             store.create(&def, Some("default"), cm(n), false).unwrap();
         }
         let all = Selectors::default();
-        let p1 = store
-            .list(&def, Some("default"), &all, Some(2), None, None)
-            .unwrap();
+        let p1 = list(&store, &def, Some("default"), &all, Some(2), None, None).unwrap();
         store.create(&def, Some("default"), cm("d"), false).unwrap();
         let token = p1.continue_token.unwrap();
-        let p2 = store
-            .list(&def, Some("default"), &all, Some(2), Some(&token), None)
-            .unwrap();
+        let p2 = list(
+            &store,
+            &def,
+            Some("default"),
+            &all,
+            Some(2),
+            Some(&token),
+            None,
+        )
+        .unwrap();
         assert_eq!(p2.rv, p1.rv);
         assert!(store.current_rv() > p1.rv);
     }
@@ -1664,23 +1717,35 @@ mod tests {
             store.create(&def, Some("default"), cm(n), false).unwrap();
         }
         let all = Selectors::default();
-        let p1 = store
-            .list(&def, Some("default"), &all, Some(2), None, None)
-            .unwrap();
+        let p1 = list(&store, &def, Some("default"), &all, Some(2), None, None).unwrap();
         assert_eq!(p1.items.len(), 2);
         assert_eq!(p1.remaining, Some(1));
         let token = p1.continue_token.unwrap();
-        let p2 = store
-            .list(&def, Some("default"), &all, Some(2), Some(&token), None)
-            .unwrap();
+        let p2 = list(
+            &store,
+            &def,
+            Some("default"),
+            &all,
+            Some(2),
+            Some(&token),
+            None,
+        )
+        .unwrap();
         assert_eq!(p2.items.len(), 1);
         assert!(p2.continue_token.is_none());
         store.compact();
         assert_eq!(
-            store
-                .list(&def, Some("default"), &all, Some(2), Some(&token), None)
-                .unwrap_err()
-                .code,
+            list(
+                &store,
+                &def,
+                Some("default"),
+                &all,
+                Some(2),
+                Some(&token),
+                None
+            )
+            .unwrap_err()
+            .code,
             410
         );
         let sel = Selectors {
@@ -1688,8 +1753,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            store
-                .list(&def, None, &sel, None, None, None)
+            list(&store, &def, None, &sel, None, None, None)
                 .unwrap()
                 .items
                 .len(),
@@ -1705,20 +1769,29 @@ mod tests {
             store.create(&def, Some("default"), cm(n), false).unwrap();
         }
         let rv = store.current_rv();
-        let sub = store.subscribe(&def, None, Some(rv - 1)).unwrap();
+        let sub = store.subscribe(&def, None, Some(rv - 1), None).unwrap();
         match sub.start {
             WatchStart::History(evs) => assert_eq!(evs.len(), 1),
             WatchStart::Snapshot(_) => panic!("expected history"),
         }
         assert_eq!(
-            store.subscribe(&def, None, Some(rv - 3)).unwrap_err().code,
+            store
+                .subscribe(&def, None, Some(rv - 3), None)
+                .unwrap_err()
+                .code,
             410
         );
         store.compact();
-        assert_eq!(store.subscribe(&def, None, Some(rv)).unwrap_err().code, 410);
+        assert_eq!(
+            store
+                .subscribe(&def, None, Some(rv), None)
+                .unwrap_err()
+                .code,
+            410
+        );
         assert!(
             store
-                .subscribe(&def, None, Some(store.current_rv()))
+                .subscribe(&def, None, Some(store.current_rv()), None)
                 .is_ok()
         );
     }
@@ -1771,8 +1844,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            store
-                .list(&core, Some("default"), &sel, None, None, None)
+            list(&store, &core, Some("default"), &sel, None, None, None)
                 .unwrap()
                 .items
                 .len(),
@@ -1838,12 +1910,15 @@ mod tests {
         assert!(kept > 0, "the newest events stay");
         // Resuming from before the dropped events is 410 Gone; from now is fine.
         assert_eq!(
-            store.subscribe(&def, None, Some(first)).unwrap_err().code,
+            store
+                .subscribe(&def, None, Some(first), None)
+                .unwrap_err()
+                .code,
             410
         );
         assert!(
             store
-                .subscribe(&def, None, Some(store.current_rv()))
+                .subscribe(&def, None, Some(store.current_rv()), None)
                 .is_ok()
         );
     }
@@ -1862,10 +1937,13 @@ mod tests {
             .create(&def, Some("default"), cm("new"), false)
             .unwrap();
         assert_eq!(
-            store.subscribe(&def, None, Some(old - 1)).unwrap_err().code,
+            store
+                .subscribe(&def, None, Some(old - 1), None)
+                .unwrap_err()
+                .code,
             410
         );
-        let sub = store.subscribe(&def, None, Some(old)).unwrap();
+        let sub = store.subscribe(&def, None, Some(old), None).unwrap();
         match sub.start {
             WatchStart::History(evs) => assert_eq!(evs.len(), 1),
             WatchStart::Snapshot(_) => panic!("expected history"),
@@ -1874,9 +1952,12 @@ mod tests {
         // a watcher that saw the last event still resumes.
         tokio::time::advance(Duration::from_secs(61)).await;
         let now = store.current_rv();
-        assert!(store.subscribe(&def, None, Some(now)).is_ok());
+        assert!(store.subscribe(&def, None, Some(now), None).is_ok());
         assert_eq!(
-            store.subscribe(&def, None, Some(old)).unwrap_err().code,
+            store
+                .subscribe(&def, None, Some(old), None)
+                .unwrap_err()
+                .code,
             410
         );
         assert_eq!(store.history_used, 0);

@@ -1,24 +1,26 @@
 //! Watch streams: newline-delimited JSON events over a chunked response.
 //!
 //! A stream starts with either synthetic ADDED events (current state) or the
-//! recorded events after the requested resourceVersion, then follows the live
-//! broadcast. Selectors are applied per watcher: an object that starts or stops
-//! matching is sent as ADDED or DELETED. A watcher lagging behind the broadcast
-//! buffer has its stream closed, so the client resumes from its last version.
+//! recorded events after the requested resourceVersion, each serialized as
+//! the client reads (the stream holds the objects and events, shared with
+//! the store, not a serialized copy), then follows the live events.
+//! Selectors are applied per watcher: an object that starts or stops
+//! matching is sent as ADDED or DELETED. A watcher falling too far behind
+//! has its stream closed (see [`crate::fanout`]), so the client resumes
+//! from its last version.
 
 use std::borrow::Cow;
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use serde_json::Value;
-use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
 use tokio::time::{Instant, Interval};
 
 use crate::conversion;
 use crate::events::{self, EventType, WatchEvent};
 use crate::failures::ApiError;
+use crate::fanout;
 use crate::objects;
 use crate::resources::ResourceDef;
 use crate::selectors::Selectors;
@@ -72,9 +74,9 @@ impl Filter {
             }
         };
         if kind == ev.kind && same_version {
-            Some(ev.line.clone())
+            Some(ev.line().clone())
         } else {
-            Some(events::line(kind.as_str(), &view))
+            Some(events::line(kind.as_str(), &ev.restamped(view)))
         }
     }
 
@@ -101,10 +103,39 @@ pub struct WatchOptions {
     pub send_initial_events: bool,
 }
 
+/// What a stream sends before the live events, serialized as it is sent.
+enum Backlog {
+    /// The current objects as ADDED events, then the initial-events-end
+    /// BOOKMARK at this resourceVersion, if asked for.
+    Snapshot {
+        objects: std::vec::IntoIter<Arc<Value>>,
+        end_bookmark: Option<u64>,
+    },
+    /// The recorded events after the requested resourceVersion.
+    History(std::vec::IntoIter<Arc<WatchEvent>>),
+}
+
+impl Backlog {
+    /// The next line to send, if any is left.
+    fn next_line(&mut self, filter: &Filter, kind: &str) -> Option<Bytes> {
+        match self {
+            Self::Snapshot {
+                objects,
+                end_bookmark,
+            } => objects.find_map(|o| filter.initial(&o)).or_else(|| {
+                end_bookmark
+                    .take()
+                    .map(|rv| events::bookmark(&filter.api_version, kind, rv, true))
+            }),
+            Self::History(evs) => evs.find_map(|ev| filter.apply(&ev)),
+        }
+    }
+}
+
 struct WatchStream {
     shared: Arc<Shared>,
-    pending: VecDeque<Bytes>,
-    rx: broadcast::Receiver<Arc<WatchEvent>>,
+    backlog: Backlog,
+    rx: fanout::Receiver,
     filter: Filter,
     def: Arc<ResourceDef>,
     epoch: tokio::sync::watch::Receiver<u64>,
@@ -117,19 +148,16 @@ struct WatchStream {
 }
 
 impl WatchStream {
+    /// The next chunk of the backlog, if any is left.
     fn take_pending(&mut self) -> Option<Bytes> {
-        if self.pending.is_empty() {
-            return None;
-        }
         let mut buf = BytesMut::new();
-        while let Some(line) = self.pending.front() {
-            if !buf.is_empty() && buf.len() + line.len() > CHUNK {
-                break;
+        while buf.len() < CHUNK {
+            match self.backlog.next_line(&self.filter, &self.def.kind) {
+                Some(line) => buf.extend_from_slice(&line),
+                None => break,
             }
-            buf.extend_from_slice(line);
-            self.pending.pop_front();
         }
-        Some(buf.freeze())
+        (!buf.is_empty()).then(|| buf.freeze())
     }
 
     /// Moves every event already queued for this watcher into `buf`;
@@ -137,8 +165,8 @@ impl WatchStream {
     fn drain(&mut self, buf: &mut BytesMut, limit: usize) -> bool {
         while buf.len() < limit {
             match self.rx.try_recv() {
-                Ok(ev) => self.push(buf, &ev),
-                Err(TryRecvError::Empty) => return true,
+                Ok(Some(ev)) => self.push(buf, &ev),
+                Ok(None) => return true,
                 Err(_) => return false,
             }
         }
@@ -184,9 +212,8 @@ impl WatchStream {
                     }
                     _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => return None,
                     ev = self.rx.recv() => {
-                        let ev = match ev {
-                            Ok(ev) => ev,
-                            Err(RecvError::Lagged(_) | RecvError::Closed) => return None,
+                        let Ok(ev) = ev else {
+                            return None;
                         };
                         let mut buf = BytesMut::new();
                         self.push(&mut buf, &ev);
@@ -229,27 +256,16 @@ pub fn stream(
     sub: Subscription,
     opts: WatchOptions,
 ) -> WatchBody {
-    let mut pending = VecDeque::new();
-    let mut last_rv = sub.rv;
-    match &sub.start {
-        WatchStart::Snapshot(objs) => {
-            pending.extend(objs.iter().filter_map(|o| filter.initial(o)));
-            if opts.send_initial_events {
-                pending.push_back(events::bookmark(
-                    &filter.api_version,
-                    &def.kind,
-                    sub.rv,
-                    true,
-                ));
-            }
-        }
-        WatchStart::History(evs) => {
-            for ev in evs {
-                last_rv = last_rv.max(ev.rv);
-                pending.extend(filter.apply(ev));
-            }
-        }
-    }
+    // Recorded events are all at or before the subscription's version,
+    // live ones after it.
+    let last_rv = sub.rv;
+    let backlog = match sub.start {
+        WatchStart::Snapshot(objs) => Backlog::Snapshot {
+            objects: objs.into_iter(),
+            end_bookmark: opts.send_initial_events.then_some(sub.rv),
+        },
+        WatchStart::History(evs) => Backlog::History(evs.into_iter()),
+    };
     let ticker = opts.bookmarks.then(|| {
         let mut t = tokio::time::interval_at(Instant::now() + BOOKMARK_INTERVAL, BOOKMARK_INTERVAL);
         t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -259,7 +275,7 @@ pub fn stream(
     let silence = shared.watch_silence();
     let state = WatchStream {
         shared,
-        pending,
+        backlog,
         rx: sub.rx,
         filter,
         def,
@@ -323,7 +339,7 @@ mod tests {
         let outside = WatchEvent::new(4, EventType::Modified, obj("a", "y"), Some(obj("a", "z")));
         assert!(f.apply(&outside).is_none());
         let inside = WatchEvent::new(5, EventType::Modified, obj("a", "x"), Some(obj("a", "x")));
-        assert_eq!(f.apply(&inside).unwrap(), inside.line);
+        assert_eq!(&f.apply(&inside).unwrap(), inside.line());
     }
 
     #[test]

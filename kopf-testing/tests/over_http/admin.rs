@@ -296,3 +296,54 @@ async fn a_restart_from_another_process_keeps_the_state_and_refuses_connections_
     let bad = raw_request(addr, "POST", "/_emulator/restart", &[], b"{\"down\": 1}").await;
     bad.assert_status_object(400);
 }
+
+#[tokio::test]
+async fn fault_rules_are_bounded_in_number_and_fragment_size() {
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let addr = emulator.addr();
+    for i in 0..kopf_testing::MAX_FAULT_RULES {
+        let rule = FailRule::status(500).path_contains(&format!("/never-{i}"));
+        emulator
+            .faults()
+            .try_fail_next(1, rule)
+            .expect("a rule under the bound");
+    }
+    let one_more = json!({"n": 1, "status": 500, "path_contains": "/never"}).to_string();
+    let refused = raw_request(
+        addr,
+        "POST",
+        "/_emulator/faults/fail",
+        &[],
+        one_more.as_bytes(),
+    )
+    .await;
+    refused.assert_status_object(400);
+    let message = refused.json()["message"].as_str().unwrap_or("").to_string();
+    assert!(message.contains("at most 1000 fault rules"), "{message}");
+    let why = emulator
+        .faults()
+        .try_fail_next(1, FailRule::status(500))
+        .expect_err("refused in the Rust API too");
+    assert!(why.contains("at most 1000 fault rules"), "{why}");
+    // Cleared, they may be set again.
+    raw_request(addr, "POST", "/_emulator/faults/clear", &[], b"").await;
+    let added = raw_request(
+        addr,
+        "POST",
+        "/_emulator/faults/fail",
+        &[],
+        one_more.as_bytes(),
+    )
+    .await;
+    assert_eq!(added.status, 200);
+
+    let long = "x".repeat(kopf_testing::MAX_FRAGMENT_BYTES + 1);
+    let body = json!({"n": 1, "status": 500, "body_contains": long}).to_string();
+    let refused = raw_request(addr, "POST", "/_emulator/faults/fail", &[], body.as_bytes()).await;
+    refused.assert_status_object(400);
+    let message = refused.json()["message"].as_str().unwrap_or("").to_string();
+    assert!(
+        message.contains("body_contains may be at most"),
+        "{message}"
+    );
+}

@@ -1,0 +1,84 @@
+//! Lists in two steps: the objects a list may return are taken from the
+//! store under its lock (a snapshot of shared objects), then matched
+//! against the selectors and cut into a page without the lock, so that a
+//! list with a huge selector holds up no other client.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::conversion;
+use crate::objects;
+use crate::selectors::Selectors;
+
+/// One page of a list.
+#[derive(Debug)]
+pub struct ListPage {
+    /// Matching objects of this page.
+    pub items: Vec<Arc<Value>>,
+    /// The list's resourceVersion.
+    pub rv: u64,
+    /// Token for the next page.
+    pub continue_token: Option<String>,
+    /// Objects left after this page.
+    pub remaining: Option<usize>,
+}
+
+/// The objects a list may return, in key order, before its selectors.
+#[derive(Debug)]
+pub struct ListSnapshot {
+    /// The candidates, in (namespace, name) order.
+    pub(crate) objects: Vec<Arc<Value>>,
+    /// The resourceVersion every page of the list reports.
+    pub(crate) rv: u64,
+    /// The version the selectors see the objects in.
+    pub(crate) api_version: String,
+}
+
+impl ListSnapshot {
+    /// The objects that match `selectors`, at most `limit` of them, with
+    /// a continue token and a count of the rest if some are left.
+    pub fn page(self, selectors: &Selectors, limit: Option<usize>) -> ListPage {
+        let api_version = self.api_version;
+        let mut items = Vec::new();
+        let mut continue_token = None;
+        let mut remaining = None;
+        let mut matching = self.objects.into_iter().filter(|obj| {
+            selectors.is_empty() || selectors.matches(&conversion::present(obj, &api_version))
+        });
+        while let Some(obj) = matching.next() {
+            let last = (
+                objects::namespace(&obj).to_owned(),
+                objects::name(&obj).to_owned(),
+            );
+            items.push(obj);
+            if limit.is_some_and(|l| items.len() >= l) {
+                let rest = matching.count();
+                if rest > 0 {
+                    continue_token = Some(encode_continue(self.rv, &last));
+                    remaining = Some(rest);
+                }
+                break;
+            }
+        }
+        ListPage {
+            items,
+            rv: self.rv,
+            continue_token,
+            remaining,
+        }
+    }
+}
+
+/// A continue token: the list's version and the last key sent.
+pub fn encode_continue(rv: u64, after: &(String, String)) -> String {
+    objects::hex(format!("{rv}|{}|{}", after.0, after.1).as_bytes())
+}
+
+/// The version and last key of a continue token, if it decodes.
+pub fn decode_continue(token: &str) -> Option<(u64, (String, String))> {
+    let text = String::from_utf8(objects::unhex(token)?).ok()?;
+    let mut parts = text.splitn(3, '|');
+    let rv = parts.next()?.parse().ok()?;
+    Some((rv, (parts.next()?.to_string(), parts.next()?.to_string())))
+}
