@@ -35,7 +35,7 @@ pub struct ByRef;
 pub struct ByValue;
 
 macro_rules! kwarg_traits {
-    ($($(#[$doc:meta])* $trait:ident, $msg:tt, $note:tt;)*) => {$(
+    ($($(#[$doc:meta])* $trait:ident $(+ $json:ident)?, $msg:tt, $note:tt;)*) => {$(
         $(#[$doc])*
         #[diagnostic::on_unimplemented(message = $msg, label = "not an accepted type for this parameter", note = $note)]
         pub trait $trait<'a, M>: Sized + 'a {
@@ -46,34 +46,45 @@ macro_rules! kwarg_traits {
             /// Lends (or moves) the parameter value out of the storage.
             fn get(storage: &'a mut Self::Storage) -> Self;
         }
+        $(
+            #[doc = concat!("What [`", stringify!($trait), "`] deserializes into: any `DeserializeOwned` type.")]
+            ///
+            /// The impls of the parameter's trait require this one rather than
+            /// `DeserializeOwned`, so that a type that does not deserialize
+            /// is reported with the parameter's message.
+            #[diagnostic::on_unimplemented(message = $msg, label = "not an accepted type for this parameter", note = $note)]
+            pub trait $json: DeserializeOwned + Send + 'static {}
+            #[diagnostic::do_not_recommend]
+            impl<T: DeserializeOwned + Send + 'static> $json for T {}
+        )?
     )*};
 }
 
 kwarg_traits! {
     /// `body`.
-    BodyArg, "`{Self}` cannot be injected as `body`", "`body` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (e.g. the resource type, `serde_json::Value`)";
+    BodyArg + BodyJson, "`{Self}` cannot be injected as `body`", "`body` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (e.g. the resource type, `serde_json::Value`)";
     /// `spec`.
-    SpecArg, "`{Self}` cannot be injected as `spec`", "`spec` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (e.g. the CRD's spec type, `serde_json::Value`)";
+    SpecArg + SpecJson, "`{Self}` cannot be injected as `spec`", "`spec` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (e.g. the CRD's spec type, `serde_json::Value`)";
     /// `status`.
-    StatusArg, "`{Self}` cannot be injected as `status`", "`status` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (an absent status is an empty object)";
+    StatusArg + StatusJson, "`{Self}` cannot be injected as `status`", "`status` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (an absent status is an empty object)";
     /// `meta`.
-    MetaArg, "`{Self}` cannot be injected as `meta`", "`meta` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (e.g. `ObjectMeta`, `serde_json::Value`)";
+    MetaArg + MetaJson, "`{Self}` cannot be injected as `meta`", "`meta` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (e.g. `ObjectMeta`, `serde_json::Value`)";
     /// `labels`.
-    LabelsArg, "`{Self}` cannot be injected as `labels`", "`labels` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (e.g. `BTreeMap<String, String>`)";
+    LabelsArg + LabelsJson, "`{Self}` cannot be injected as `labels`", "`labels` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (e.g. `BTreeMap<String, String>`)";
     /// `annotations`.
-    AnnotationsArg, "`{Self}` cannot be injected as `annotations`", "`annotations` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (e.g. `BTreeMap<String, String>`)";
+    AnnotationsArg + AnnotationsJson, "`{Self}` cannot be injected as `annotations`", "`annotations` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (e.g. `BTreeMap<String, String>`)";
     /// `old`.
-    OldArg, "`{Self}` cannot be injected as `old`", "`old` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (take an `Option`: there is no `old` on creation)";
+    OldArg + OldJson, "`{Self}` cannot be injected as `old`", "`old` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (take an `Option`: there is no `old` on creation)";
     /// `new`.
-    NewArg, "`{Self}` cannot be injected as `new`", "`new` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (take an `Option`: there is no `new` on deletion)";
+    NewArg + NewJson, "`{Self}` cannot be injected as `new`", "`new` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (take an `Option`: there is no `new` on deletion)";
     /// `param`.
-    ParamArg, "`{Self}` cannot be injected as `param`", "`param` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (take an `Option` if the `param` option may be unset)";
+    ParamArg + ParamJson, "`{Self}` cannot be injected as `param`", "`param` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (take an `Option` if the `param` option may be unset)";
     /// `event`.
-    EventArg, "`{Self}` cannot be injected as `event`", "`event` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (e.g. `serde_json::Value`)";
+    EventArg + EventJson, "`{Self}` cannot be injected as `event`", "`event` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (e.g. `serde_json::Value`)";
     /// `userinfo`.
-    UserinfoArg, "`{Self}` cannot be injected as `userinfo`", "`userinfo` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (e.g. `serde_json::Value`)";
+    UserinfoArg + UserinfoJson, "`{Self}` cannot be injected as `userinfo`", "`userinfo` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (e.g. `serde_json::Value`)";
     /// `sslpeer`.
-    SslpeerArg, "`{Self}` cannot be injected as `sslpeer`", "`sslpeer` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (e.g. `serde_json::Value`)";
+    SslpeerArg + SslpeerJson, "`{Self}` cannot be injected as `sslpeer`", "`sslpeer` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (e.g. `serde_json::Value`)";
     /// `uid`.
     UidArg, "`{Self}` cannot be injected as `uid`", "`uid` accepts `&str`, `String`, `Option<&str>` or `Option<String>`";
     /// `name`.
@@ -150,9 +161,9 @@ fn deserialize<T: DeserializeOwned>(kwarg: &'static str, value: &Value) -> Resul
 const TAKEN: &str = "invariant: each parameter is moved out of its storage once";
 
 macro_rules! json_kwarg {
-    ($($trait:ident, $kw:literal, |$k:ident| $source:expr;)*) => {$(
+    ($($trait:ident, $json:ident, $kw:literal, |$k:ident| $source:expr;)*) => {$(
         #[diagnostic::do_not_recommend]
-        impl<'a, T: DeserializeOwned + Send + Sync + 'static> $trait<'a, ByRef> for &'a T {
+        impl<'a, T: $json + Sync> $trait<'a, ByRef> for &'a T {
             type Storage = T;
             fn load($k: &Kwargs) -> Result<T, KwargError> {
                 deserialize($kw, $source)
@@ -162,7 +173,7 @@ macro_rules! json_kwarg {
             }
         }
         #[diagnostic::do_not_recommend]
-        impl<'a, T: DeserializeOwned + Send + Sync + 'static> $trait<'a, ByRef> for Option<&'a T> {
+        impl<'a, T: $json + Sync> $trait<'a, ByRef> for Option<&'a T> {
             type Storage = Option<T>;
             fn load($k: &Kwargs) -> Result<Option<T>, KwargError> {
                 deserialize($kw, $source)
@@ -172,7 +183,7 @@ macro_rules! json_kwarg {
             }
         }
         #[diagnostic::do_not_recommend]
-        impl<'a, T: DeserializeOwned + Send + 'static> $trait<'a, ByValue> for T {
+        impl<'a, T: $json> $trait<'a, ByValue> for T {
             type Storage = Option<T>;
             fn load($k: &Kwargs) -> Result<Option<T>, KwargError> {
                 deserialize($kw, $source).map(Some)
@@ -185,18 +196,18 @@ macro_rules! json_kwarg {
 }
 
 json_kwarg! {
-    BodyArg, "body", |kw| &kw.body;
-    SpecArg, "spec", |kw| kw.body.get("spec").unwrap_or(&EMPTY_OBJECT);
-    StatusArg, "status", |kw| kw.body.get("status").unwrap_or(&EMPTY_OBJECT);
-    MetaArg, "meta", |kw| kw.body.get("metadata").unwrap_or(&EMPTY_OBJECT);
-    LabelsArg, "labels", |kw| kw.meta().get("labels").unwrap_or(&EMPTY_OBJECT);
-    AnnotationsArg, "annotations", |kw| kw.meta().get("annotations").unwrap_or(&EMPTY_OBJECT);
-    OldArg, "old", |kw| kw.old.as_deref().unwrap_or(&NULL);
-    NewArg, "new", |kw| kw.new.as_deref().unwrap_or(&NULL);
-    ParamArg, "param", |kw| kw.param.as_ref().unwrap_or(&NULL);
-    EventArg, "event", |kw| kw.event.as_deref().unwrap_or(&NULL);
-    UserinfoArg, "userinfo", |kw| kw.admission.as_ref().map_or(&NULL, |a| &a.userinfo);
-    SslpeerArg, "sslpeer", |kw| kw.admission.as_ref().map_or(&EMPTY_OBJECT, |a| &a.sslpeer);
+    BodyArg, BodyJson, "body", |kw| &kw.body;
+    SpecArg, SpecJson, "spec", |kw| kw.body.get("spec").unwrap_or(&EMPTY_OBJECT);
+    StatusArg, StatusJson, "status", |kw| kw.body.get("status").unwrap_or(&EMPTY_OBJECT);
+    MetaArg, MetaJson, "meta", |kw| kw.body.get("metadata").unwrap_or(&EMPTY_OBJECT);
+    LabelsArg, LabelsJson, "labels", |kw| kw.meta().get("labels").unwrap_or(&EMPTY_OBJECT);
+    AnnotationsArg, AnnotationsJson, "annotations", |kw| kw.meta().get("annotations").unwrap_or(&EMPTY_OBJECT);
+    OldArg, OldJson, "old", |kw| kw.old.as_deref().unwrap_or(&NULL);
+    NewArg, NewJson, "new", |kw| kw.new.as_deref().unwrap_or(&NULL);
+    ParamArg, ParamJson, "param", |kw| kw.param.as_ref().unwrap_or(&NULL);
+    EventArg, EventJson, "event", |kw| kw.event.as_deref().unwrap_or(&NULL);
+    UserinfoArg, UserinfoJson, "userinfo", |kw| kw.admission.as_ref().map_or(&NULL, |a| &a.userinfo);
+    SslpeerArg, SslpeerJson, "sslpeer", |kw| kw.admission.as_ref().map_or(&EMPTY_OBJECT, |a| &a.sslpeer);
 }
 
 macro_rules! str_kwarg {

@@ -127,7 +127,7 @@
 //! written `r#type`. A parameter written as a reference (`&T`, `Option<&T>`)
 //! borrows, others are owned. Unknown names, names not available to the kind,
 //! and types not accepted for a name are compile errors pointing at the
-//! parameter and saying what the name accepts.
+//! parameter and saying what the name accepts (see [`params`]).
 //! `T: DeserializeOwned` below is any type that deserializes from the JSON
 //! value (`serde_json::Value`, the resource type, its spec, …); where it is
 //! `Option<T>` or `Option<&T>`, a `null` or absent value is `None`.
@@ -718,6 +718,7 @@
 //! | [`Timestamp`] | the `started` parameter |
 //! | [`Result`], [`Error`] | what handlers return, and how they fail (temporarily, permanently, regularly) |
 //! | [`Outcome`], [`HandlerError`], [`KwargError`], [`IntoOutcome`] | what a call yields ([`Handler::call`]), and how return types become it |
+//! | the [`params`] module: [`params::OldArg`], [`params::SpecArg`], … | the traits that inject each parameter, which the compiler names when a type is not accepted |
 //! | the [`posting`] module: [`posting::info`], [`posting::warn`], [`posting::exception`], [`posting::event`], with [`posting::EventType`] and [`posting::ObjectReference`] | Kubernetes Events about objects, from handlers |
 
 mod admission;
@@ -749,6 +750,7 @@ mod metrics;
 mod mock_api;
 mod namespaces;
 mod operator;
+pub mod params;
 mod patching;
 mod peering;
 pub mod posting;
