@@ -23,7 +23,7 @@ async fn create_fn(spec: &KopfExampleSpec) -> kopf::Result<Value> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    kopf::Runner::new()
+    kopf_examples::runner()
         .on_emulator(|client| async move {
             kopf_examples::create(client, &kopf_examples::demo_object()).await;
         })

@@ -65,7 +65,7 @@ async fn instant_failure_with_traceback() -> kopf::Result<()> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    kopf::Runner::new()
+    kopf_examples::runner()
         .on_emulator(|client| async move {
             kopf_examples::create(client, &kopf_examples::demo_object()).await;
         })

@@ -86,6 +86,6 @@ async fn demo(client: kube::Client) {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    kopf::Runner::new().on_emulator(demo).run().await?;
+    kopf_examples::runner().on_emulator(demo).run().await?;
     Ok(())
 }

@@ -119,7 +119,7 @@ async fn main() -> anyhow::Result<()> {
     if let Some(identity) = &args.identity {
         let _ = IDENTITY.set(identity.clone());
     }
-    kopf::Runner::new().args(args).run().await?;
+    kopf_examples::runner().args(args).run().await?;
     Ok(())
 }
 
@@ -208,10 +208,7 @@ async fn demo() -> anyhow::Result<()> {
         )
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
-    let emulator = kopf_testing::Emulator::builder()
-        .crd("kopf.dev", "v1", "kopfexamples", "KopfExample", true)
-        .start()
-        .await?;
+    let emulator = kopf_examples::emulator().start().await?;
     tracing::info!(
         url = %emulator.url(),
         "running against an in-process Kubernetes API emulator (--emulator), not a cluster"

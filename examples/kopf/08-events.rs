@@ -25,7 +25,7 @@ async fn normal_event_fn(event: &Value) {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    kopf::Runner::new()
+    kopf_examples::runner()
         .on_emulator(|client| async move {
             kopf_examples::create(client, &kopf_examples::demo_object()).await;
         })

@@ -102,10 +102,7 @@ async fn main() -> anyhow::Result<()> {
     // Start the operator, in a task of its own.
     println!("Starting the main app.");
     let (client, emulator) = if emulated {
-        let emulator = kopf_testing::Emulator::builder()
-            .crd("kopf.dev", "v1", "kopfexamples", "KopfExample", true)
-            .start()
-            .await?;
+        let emulator = kopf_examples::emulator().start().await?;
         (emulator.client(), Some(emulator))
     } else {
         (kube::Client::try_default().await?, None)

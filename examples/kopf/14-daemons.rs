@@ -94,7 +94,7 @@ async fn background_async(
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    kopf::Runner::new()
+    kopf_examples::runner()
         .on_emulator(|client| async move {
             kopf_examples::create(client, &kopf_examples::demo_object()).await;
         })

@@ -29,7 +29,7 @@ async fn every_few_seconds_async(spec: &KopfExampleSpec, logger: &kopf::Logger) 
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    kopf::Runner::new()
+    kopf_examples::runner()
         .on_emulator(|client| async move {
             kopf_examples::create(client, &kopf_examples::demo_object()).await;
         })

@@ -3,15 +3,20 @@
 //! (Kopf's `examples/obj.yaml`), which the examples create under
 //! `--emulator`.
 //!
-//! A handler that names the [`KopfExample`] type makes `--emulator`
-//! register its CRD (`kopfexamples.kopf.dev`, namespaced, with a status
-//! subresource) in the emulator at start.
+//! [`runner`] registers the CRD as Kopf declares it ([`crd`]:
+//! `kopfexamples.kopf.dev`, namespaced, with a status subresource, the short
+//! names `kopfexes`, `kopfex`, `kexes` and `kex`, and the printer columns
+//! `Duration`, `Children` and `Message`) in the emulator under `--emulator`,
+//! so that `kubectl get kex` works as in Kopf's READMEs.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, CustomResourceValidation, JSONSchemaProps,
+};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::{CustomResource, ResourceExt};
+use kube::{CustomResource, CustomResourceExt, ResourceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -23,8 +28,16 @@ use serde_json::Value;
     version = "v1",
     kind = "KopfExample",
     plural = "kopfexamples",
+    singular = "kopfexample",
     namespaced,
     status = "Value",
+    shortname = "kopfexes",
+    shortname = "kopfex",
+    shortname = "kexes",
+    shortname = "kex",
+    printcolumn = r#"{"name": "Duration", "type": "string", "priority": 0, "jsonPath": ".spec.duration", "description": "For how long the pod should sleep."}"#,
+    printcolumn = r#"{"name": "Children", "type": "string", "priority": 0, "jsonPath": ".status.create_fn.children", "description": "The children pods created."}"#,
+    printcolumn = r#"{"name": "Message", "type": "string", "priority": 0, "jsonPath": ".status.create_fn.message", "description": "As returned from the handler (sometimes)."}"#,
     schema = "disabled"
 )]
 pub struct KopfExampleSpec {
@@ -40,6 +53,47 @@ pub struct KopfExampleSpec {
     /// Any other field.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
+}
+
+/// Kopf's `examples/crd.yaml`: the derived CRD with the schema Kopf
+/// declares (`spec` and `status` are objects that keep unknown fields).
+pub fn crd() -> CustomResourceDefinition {
+    let mut crd = KopfExample::crd();
+    let keep_unknown = || JSONSchemaProps {
+        type_: Some("object".into()),
+        x_kubernetes_preserve_unknown_fields: Some(true),
+        ..JSONSchemaProps::default()
+    };
+    let schema = JSONSchemaProps {
+        type_: Some("object".into()),
+        properties: Some(
+            [
+                ("spec".to_owned(), keep_unknown()),
+                ("status".to_owned(), keep_unknown()),
+            ]
+            .into(),
+        ),
+        ..JSONSchemaProps::default()
+    };
+    for version in &mut crd.spec.versions {
+        version.schema = Some(CustomResourceValidation {
+            open_api_v3_schema: Some(schema.clone()),
+        });
+    }
+    crd
+}
+
+/// The examples' runner: with `--emulator`, Kopf's CRD ([`crd`]) is
+/// registered, as `kubectl apply -f crd.yaml` does in Kopf's READMEs.
+pub fn runner() -> kopf_runtime::Runner {
+    kopf_runtime::Runner::new().emulator_crd(crd())
+}
+
+/// An emulator with Kopf's CRD ([`crd`]) registered, for the examples that
+/// start one of their own.
+pub fn emulator() -> kopf_testing::EmulatorBuilder {
+    let crd = serde_json::to_value(crd()).expect("invariant: a CRD serializes to JSON");
+    kopf_testing::Emulator::builder().crd_manifest(crd)
 }
 
 /// The namespace of the demo objects.
@@ -130,4 +184,51 @@ pub async fn wait_handled(client: kube::Client, name: &str, patience: Duration) 
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tracing::warn!(%name, "the operator has not handled the demo object in time");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_crd_declares_what_kopfs_crd_yaml_declares() {
+        let crd = serde_json::to_value(crd()).expect("a CRD serializes");
+        assert_eq!(crd["metadata"]["name"], "kopfexamples.kopf.dev");
+        assert_eq!(crd["spec"]["scope"], "Namespaced");
+        let names = &crd["spec"]["names"];
+        assert_eq!(names["singular"], "kopfexample");
+        assert_eq!(
+            names["shortNames"],
+            serde_json::json!(["kopfexes", "kopfex", "kexes", "kex"])
+        );
+        let version = &crd["spec"]["versions"][0];
+        assert_eq!(version["name"], "v1");
+        assert_eq!(version["subresources"]["status"], serde_json::json!({}));
+        let columns: Vec<(&str, &str)> = version["additionalPrinterColumns"]
+            .as_array()
+            .expect("printer columns")
+            .iter()
+            .map(|c| {
+                (
+                    c["name"].as_str().unwrap_or_default(),
+                    c["jsonPath"].as_str().unwrap_or_default(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            columns,
+            [
+                ("Duration", ".spec.duration"),
+                ("Children", ".status.create_fn.children"),
+                ("Message", ".status.create_fn.message"),
+            ]
+        );
+        let schema = &version["schema"]["openAPIV3Schema"];
+        for part in ["spec", "status"] {
+            assert_eq!(
+                schema["properties"][part]["x-kubernetes-preserve-unknown-fields"], true,
+                "{part} keeps unknown fields"
+            );
+        }
+    }
 }

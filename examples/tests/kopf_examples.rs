@@ -26,6 +26,32 @@ async fn minimal_notices_the_creation_and_sets_the_status() {
     assert!(status.success(), "{status}: {output}");
 }
 
+/// Kopf's READMEs list the demo objects with `kubectl get kex`: the CRD
+/// under `--emulator` is Kopf's `crd.yaml`, with its short names.
+#[tokio::test]
+async fn kubectl_gets_the_demo_objects_by_their_short_names() {
+    let mut example = Example::start(env!("CARGO_BIN_EXE_minimal"), &[]);
+    let api = examples_api(example.client().await);
+    example
+        .wait_object(&api, DEMO_NAME, "the demo object", |o| o.is_some())
+        .await;
+    for name in ["kex", "kexes", "kopfex", "kopfexes"] {
+        let (status, output) = example
+            .kubectl(&["get", name, "-n", "default", "-o", "name"])
+            .await;
+        assert!(status.success(), "kubectl get {name}: {status}: {output}");
+        assert!(
+            output.contains("kopfexample.kopf.dev/kopf-example-1"),
+            "kubectl get {name}: {output}"
+        );
+    }
+    let (status, output) = example.kubectl(&["get", "kex", "-n", "default"]).await;
+    assert!(status.success(), "{status}: {output}");
+    assert!(output.contains(DEMO_NAME), "{output}");
+    let (status, output) = example.terminate().await;
+    assert!(status.success(), "{status}: {output}");
+}
+
 /// `02-children`: a Pod is created as the object's child, and its UID is
 /// in the object's status.
 #[tokio::test]

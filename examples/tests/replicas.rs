@@ -105,8 +105,7 @@ struct Cluster {
 impl Cluster {
     /// Starts the emulator with `objects` demo objects.
     async fn start(objects: usize) -> Self {
-        let emulator = Emulator::builder()
-            .crd("kopf.dev", "v1", "kopfexamples", "KopfExample", true)
+        let emulator = kopf_examples::emulator()
             .start()
             .await
             .expect("the emulator starts");

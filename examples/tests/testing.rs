@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use kopf_examples::{DEMO_NAME, KopfExample, demo_object, examples_api};
 use kopf_runtime as kopf;
-use kopf_testing::{Emulator, KopfRunner};
+use kopf_testing::KopfRunner;
 use kube::api::{DeleteParams, PostParams};
 
 #[kopf::on_create(KopfExample)]
@@ -27,7 +27,7 @@ async fn create_fn(logger: &kopf::Logger) {
 
 /// The emulator with Kopf's demo CRD, as `kubectl apply -f crd.yaml`.
 fn emulator() -> kopf_testing::EmulatorBuilder {
-    Emulator::builder().crd("kopf.dev", "v1", "kopfexamples", "KopfExample", true)
+    kopf_examples::emulator()
 }
 
 #[tokio::test]

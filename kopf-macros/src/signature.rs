@@ -43,6 +43,30 @@ fn is_index_type(ty: &Type) -> bool {
     }
 }
 
+/// Whether a parameter borrows its value: `&T`, or `Option<&T>` by the last
+/// segment of its path (`Option`, `std::option::Option`). The runtime's
+/// injection traits have one impl per mode, so that a blanket `T` never
+/// overlaps an `Option<&T>`.
+fn borrows(ty: &Type) -> bool {
+    match ty {
+        Type::Reference(_) => true,
+        Type::Path(p) if p.qself.is_none() => p.path.segments.last().is_some_and(|last| {
+            let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+                return false;
+            };
+            last.ident == "Option"
+                && args.args.len() == 1
+                && matches!(
+                    args.args.first(),
+                    Some(syn::GenericArgument::Type(Type::Reference(_)))
+                )
+        }),
+        Type::Paren(inner) => borrows(&inner.elem),
+        Type::Group(inner) => borrows(&inner.elem),
+        _ => false,
+    }
+}
+
 /// Why a parameter is available to few kinds, where it is not obvious.
 fn why_only(name: &str) -> &'static str {
     match name {
@@ -121,7 +145,7 @@ pub(crate) fn validate(kind: Kind, item: &ItemFn, errors: &mut Errors) -> Signat
             );
             continue;
         }
-        let by_ref = matches!(ty, Type::Reference(_));
+        let by_ref = borrows(&ty);
         let known = KWARGS.iter().find(|(kwarg, _)| *kwarg == name);
         match known {
             Some((kwarg, trait_name)) if allowed.contains(kwarg) => params.push(Param {
@@ -187,5 +211,35 @@ pub(crate) fn validate(kind: Kind, item: &ItemFn, errors: &mut Errors) -> Signat
         is_async: sig.asyncness.is_some(),
         params,
         output_span,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::borrows;
+
+    #[test]
+    fn references_and_optional_references_borrow() {
+        for ty in [
+            "&str",
+            "&Value",
+            "&mut OperatorSettings",
+            "Option<&str>",
+            "Option<&'a Value>",
+            "std::option::Option<&Spec>",
+        ] {
+            let ty: syn::Type = syn::parse_str(ty).expect("a type");
+            assert!(borrows(&ty), "{}", quote::quote!(#ty));
+        }
+        for ty in [
+            "Value",
+            "Option<Value>",
+            "Option<String>",
+            "Vec<&str>",
+            "Result<&str, ()>",
+        ] {
+            let ty: syn::Type = syn::parse_str(ty).expect("a type");
+            assert!(!borrows(&ty), "{}", quote::quote!(#ty));
+        }
     }
 }

@@ -3,9 +3,11 @@
 //! For a handler parameter `spec: &MySpec`, the macro emits
 //! `<&MySpec as SpecArg<'_, ByRef>>::load(&kwargs)` to extract an owned
 //! `Storage` (here `MySpec`) before the call, then `get(&mut storage)` to lend
-//! it to the fn. Parameters written as references use [`ByRef`], all others
-//! [`ByValue`]. A type not accepted for a parameter fails to compile with the
-//! trait's `on_unimplemented` message, spanned on the parameter's type.
+//! it to the fn. Parameters that borrow (`&T`, `Option<&T>`) use [`ByRef`],
+//! all others [`ByValue`]: the two impls of one name never overlap, where
+//! a blanket `T` and an `Option<&T>` of one mode would. A type not accepted
+//! for a parameter fails to compile with the trait's `on_unimplemented`
+//! message, spanned on the parameter's type.
 //!
 //! Extraction never panics on cluster data: a body that does not deserialize
 //! into the requested type yields [`KwargError::Deserialize`].
@@ -24,15 +26,16 @@ use crate::kwargs::{
 };
 use crate::settings::{OperatorSettings, StartupSettings};
 
-/// Marks a parameter written as a reference (`&T`, `&str`).
+/// Marks a parameter that borrows: written as a reference (`&T`, `&str`)
+/// or an optional one (`Option<&T>`, `Option<&str>`).
 #[derive(Debug)]
 pub struct ByRef;
-/// Marks a parameter written as an owned type (`T`, `String`, `Option<&str>`).
+/// Marks a parameter written as an owned type (`T`, `String`, `Option<T>`).
 #[derive(Debug)]
 pub struct ByValue;
 
 macro_rules! kwarg_traits {
-    ($($(#[$doc:meta])* $trait:ident, $msg:tt, $note:tt;)*) => {$(
+    ($($(#[$doc:meta])* $trait:ident $(+ $json:ident)?, $msg:tt, $note:tt;)*) => {$(
         $(#[$doc])*
         #[diagnostic::on_unimplemented(message = $msg, label = "not an accepted type for this parameter", note = $note)]
         pub trait $trait<'a, M>: Sized + 'a {
@@ -43,34 +46,45 @@ macro_rules! kwarg_traits {
             /// Lends (or moves) the parameter value out of the storage.
             fn get(storage: &'a mut Self::Storage) -> Self;
         }
+        $(
+            #[doc = concat!("What [`", stringify!($trait), "`] deserializes into: any `DeserializeOwned` type.")]
+            ///
+            /// The impls of the parameter's trait require this one rather than
+            /// `DeserializeOwned`, so that a type that does not deserialize
+            /// is reported with the parameter's message.
+            #[diagnostic::on_unimplemented(message = $msg, label = "not an accepted type for this parameter", note = $note)]
+            pub trait $json: DeserializeOwned + Send + 'static {}
+            #[diagnostic::do_not_recommend]
+            impl<T: DeserializeOwned + Send + 'static> $json for T {}
+        )?
     )*};
 }
 
 kwarg_traits! {
     /// `body`.
-    BodyArg, "`{Self}` cannot be injected as `body`", "`body` accepts `&T` or `T` for any `T: serde::de::DeserializeOwned` (e.g. the resource type, `serde_json::Value`)";
+    BodyArg + BodyJson, "`{Self}` cannot be injected as `body`", "`body` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (e.g. the resource type, `serde_json::Value`)";
     /// `spec`.
-    SpecArg, "`{Self}` cannot be injected as `spec`", "`spec` accepts `&T` or `T` for any `T: serde::de::DeserializeOwned` (e.g. the CRD's spec type, `serde_json::Value`)";
+    SpecArg + SpecJson, "`{Self}` cannot be injected as `spec`", "`spec` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (e.g. the CRD's spec type, `serde_json::Value`)";
     /// `status`.
-    StatusArg, "`{Self}` cannot be injected as `status`", "`status` accepts `&T` or `T` for any `T: serde::de::DeserializeOwned` (an absent status is an empty object)";
+    StatusArg + StatusJson, "`{Self}` cannot be injected as `status`", "`status` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (an absent status is an empty object)";
     /// `meta`.
-    MetaArg, "`{Self}` cannot be injected as `meta`", "`meta` accepts `&T` or `T` for any `T: serde::de::DeserializeOwned` (e.g. `ObjectMeta`, `serde_json::Value`)";
+    MetaArg + MetaJson, "`{Self}` cannot be injected as `meta`", "`meta` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (e.g. `ObjectMeta`, `serde_json::Value`)";
     /// `labels`.
-    LabelsArg, "`{Self}` cannot be injected as `labels`", "`labels` accepts `&T` or `T` for any `T: serde::de::DeserializeOwned` (e.g. `BTreeMap<String, String>`)";
+    LabelsArg + LabelsJson, "`{Self}` cannot be injected as `labels`", "`labels` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (e.g. `BTreeMap<String, String>`)";
     /// `annotations`.
-    AnnotationsArg, "`{Self}` cannot be injected as `annotations`", "`annotations` accepts `&T` or `T` for any `T: serde::de::DeserializeOwned` (e.g. `BTreeMap<String, String>`)";
+    AnnotationsArg + AnnotationsJson, "`{Self}` cannot be injected as `annotations`", "`annotations` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (e.g. `BTreeMap<String, String>`)";
     /// `old`.
-    OldArg, "`{Self}` cannot be injected as `old`", "`old` accepts `&T` or `T` for any `T: serde::de::DeserializeOwned` (use `Option<T>`: it is absent on creation)";
+    OldArg + OldJson, "`{Self}` cannot be injected as `old`", "`old` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (take an `Option`: there is no `old` on creation)";
     /// `new`.
-    NewArg, "`{Self}` cannot be injected as `new`", "`new` accepts `&T` or `T` for any `T: serde::de::DeserializeOwned` (use `Option<T>`: it is absent on deletion)";
+    NewArg + NewJson, "`{Self}` cannot be injected as `new`", "`new` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (take an `Option`: there is no `new` on deletion)";
     /// `param`.
-    ParamArg, "`{Self}` cannot be injected as `param`", "`param` accepts `&T` or `T` for any `T: serde::de::DeserializeOwned` (use `Option<T>` if the option may be unset)";
+    ParamArg + ParamJson, "`{Self}` cannot be injected as `param`", "`param` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (take an `Option` if the `param` option may be unset)";
     /// `event`.
-    EventArg, "`{Self}` cannot be injected as `event`", "`event` accepts `&T` or `T` for any `T: serde::de::DeserializeOwned` (e.g. `serde_json::Value`)";
+    EventArg + EventJson, "`{Self}` cannot be injected as `event`", "`event` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (e.g. `serde_json::Value`)";
     /// `userinfo`.
-    UserinfoArg, "`{Self}` cannot be injected as `userinfo`", "`userinfo` accepts `&T` or `T` for any `T: serde::de::DeserializeOwned` (e.g. `serde_json::Value`)";
+    UserinfoArg + UserinfoJson, "`{Self}` cannot be injected as `userinfo`", "`userinfo` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (e.g. `serde_json::Value`)";
     /// `sslpeer`.
-    SslpeerArg, "`{Self}` cannot be injected as `sslpeer`", "`sslpeer` accepts `&T` or `T` for any `T: serde::de::DeserializeOwned` (e.g. `serde_json::Value`)";
+    SslpeerArg + SslpeerJson, "`{Self}` cannot be injected as `sslpeer`", "`sslpeer` accepts `&T`, `T`, `Option<T>` or `Option<&T>` for any `T: serde::de::DeserializeOwned` (e.g. `serde_json::Value`)";
     /// `uid`.
     UidArg, "`{Self}` cannot be injected as `uid`", "`uid` accepts `&str`, `String`, `Option<&str>` or `Option<String>`";
     /// `name`.
@@ -147,9 +161,9 @@ fn deserialize<T: DeserializeOwned>(kwarg: &'static str, value: &Value) -> Resul
 const TAKEN: &str = "invariant: each parameter is moved out of its storage once";
 
 macro_rules! json_kwarg {
-    ($($trait:ident, $kw:literal, |$k:ident| $source:expr;)*) => {$(
+    ($($trait:ident, $json:ident, $kw:literal, |$k:ident| $source:expr;)*) => {$(
         #[diagnostic::do_not_recommend]
-        impl<'a, T: DeserializeOwned + Send + Sync + 'static> $trait<'a, ByRef> for &'a T {
+        impl<'a, T: $json + Sync> $trait<'a, ByRef> for &'a T {
             type Storage = T;
             fn load($k: &Kwargs) -> Result<T, KwargError> {
                 deserialize($kw, $source)
@@ -159,7 +173,17 @@ macro_rules! json_kwarg {
             }
         }
         #[diagnostic::do_not_recommend]
-        impl<'a, T: DeserializeOwned + Send + 'static> $trait<'a, ByValue> for T {
+        impl<'a, T: $json + Sync> $trait<'a, ByRef> for Option<&'a T> {
+            type Storage = Option<T>;
+            fn load($k: &Kwargs) -> Result<Option<T>, KwargError> {
+                deserialize($kw, $source)
+            }
+            fn get(storage: &'a mut Option<T>) -> Self {
+                storage.as_ref()
+            }
+        }
+        #[diagnostic::do_not_recommend]
+        impl<'a, T: $json> $trait<'a, ByValue> for T {
             type Storage = Option<T>;
             fn load($k: &Kwargs) -> Result<Option<T>, KwargError> {
                 deserialize($kw, $source).map(Some)
@@ -172,18 +196,18 @@ macro_rules! json_kwarg {
 }
 
 json_kwarg! {
-    BodyArg, "body", |kw| &kw.body;
-    SpecArg, "spec", |kw| kw.body.get("spec").unwrap_or(&EMPTY_OBJECT);
-    StatusArg, "status", |kw| kw.body.get("status").unwrap_or(&EMPTY_OBJECT);
-    MetaArg, "meta", |kw| kw.body.get("metadata").unwrap_or(&EMPTY_OBJECT);
-    LabelsArg, "labels", |kw| kw.meta().get("labels").unwrap_or(&EMPTY_OBJECT);
-    AnnotationsArg, "annotations", |kw| kw.meta().get("annotations").unwrap_or(&EMPTY_OBJECT);
-    OldArg, "old", |kw| kw.old.as_deref().unwrap_or(&NULL);
-    NewArg, "new", |kw| kw.new.as_deref().unwrap_or(&NULL);
-    ParamArg, "param", |kw| kw.param.as_ref().unwrap_or(&NULL);
-    EventArg, "event", |kw| kw.event.as_deref().unwrap_or(&NULL);
-    UserinfoArg, "userinfo", |kw| kw.admission.as_ref().map_or(&NULL, |a| &a.userinfo);
-    SslpeerArg, "sslpeer", |kw| kw.admission.as_ref().map_or(&EMPTY_OBJECT, |a| &a.sslpeer);
+    BodyArg, BodyJson, "body", |kw| &kw.body;
+    SpecArg, SpecJson, "spec", |kw| kw.body.get("spec").unwrap_or(&EMPTY_OBJECT);
+    StatusArg, StatusJson, "status", |kw| kw.body.get("status").unwrap_or(&EMPTY_OBJECT);
+    MetaArg, MetaJson, "meta", |kw| kw.body.get("metadata").unwrap_or(&EMPTY_OBJECT);
+    LabelsArg, LabelsJson, "labels", |kw| kw.meta().get("labels").unwrap_or(&EMPTY_OBJECT);
+    AnnotationsArg, AnnotationsJson, "annotations", |kw| kw.meta().get("annotations").unwrap_or(&EMPTY_OBJECT);
+    OldArg, OldJson, "old", |kw| kw.old.as_deref().unwrap_or(&NULL);
+    NewArg, NewJson, "new", |kw| kw.new.as_deref().unwrap_or(&NULL);
+    ParamArg, ParamJson, "param", |kw| kw.param.as_ref().unwrap_or(&NULL);
+    EventArg, EventJson, "event", |kw| kw.event.as_deref().unwrap_or(&NULL);
+    UserinfoArg, UserinfoJson, "userinfo", |kw| kw.admission.as_ref().map_or(&NULL, |a| &a.userinfo);
+    SslpeerArg, SslpeerJson, "sslpeer", |kw| kw.admission.as_ref().map_or(&EMPTY_OBJECT, |a| &a.sslpeer);
 }
 
 macro_rules! str_kwarg {
@@ -209,7 +233,7 @@ macro_rules! str_kwarg {
             }
         }
         #[diagnostic::do_not_recommend]
-        impl<'a> $trait<'a, ByValue> for Option<&'a str> {
+        impl<'a> $trait<'a, ByRef> for Option<&'a str> {
             type Storage = Option<String>;
             fn load($k: &Kwargs) -> Result<Option<String>, KwargError> {
                 Ok($source.map(str::to_owned))
@@ -313,7 +337,6 @@ copy_kwarg! {
     ReasonArg, Option<Reason>, |kw| Ok(kw.reason);
     TypeArg, Option<EventType>, |kw| Ok(kw.event_type);
     TypeArg, Option<String>, |kw| Ok(kw.event_type.map(|t| t.as_str().to_owned()));
-    TypeArg, Option<&'static str>, |kw| Ok(kw.event_type.map(|t| t.as_str()));
     OperationArg, Operation, |kw| admission(kw, "operation").map(|a| a.operation);
     OperationArg, String, |kw| admission(kw, "operation").map(|a| a.operation.as_str().to_owned());
     DryrunArg, bool, |kw| admission(kw, "dryrun").map(|a| a.dryrun);
@@ -327,6 +350,17 @@ impl<'a> OperationArg<'a, ByRef> for &'a str {
     }
     fn get(storage: &'a mut &'static str) -> Self {
         storage
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl<'a> TypeArg<'a, ByRef> for Option<&'a str> {
+    type Storage = Option<&'static str>;
+    fn load(kwargs: &Kwargs) -> Result<Option<&'static str>, KwargError> {
+        Ok(kwargs.event_type.map(|t| t.as_str()))
+    }
+    fn get(storage: &'a mut Option<&'static str>) -> Self {
+        *storage
     }
 }
 
@@ -442,6 +476,32 @@ mod tests {
     }
 
     #[test]
+    fn optional_references_borrow_what_optional_values_own() {
+        let mut kw = Kwargs::new(json!({"spec": {"size": 3}}));
+        kw.new = Some(std::sync::Arc::new(json!({"size": 4})));
+        let mut storage = <Option<&Spec> as OldArg<'_, ByRef>>::load(&kw).expect("absent");
+        assert_eq!(
+            <Option<&Spec> as OldArg<'_, ByRef>>::get(&mut storage),
+            None
+        );
+        let mut storage = <Option<&Spec> as NewArg<'_, ByRef>>::load(&kw).expect("present");
+        assert_eq!(
+            <Option<&Spec> as NewArg<'_, ByRef>>::get(&mut storage),
+            Some(&Spec { size: 4 })
+        );
+        let mut storage = <Option<&Value> as SpecArg<'_, ByRef>>::load(&kw).expect("a spec");
+        assert_eq!(
+            <Option<&Value> as SpecArg<'_, ByRef>>::get(&mut storage),
+            Some(&json!({"size": 3}))
+        );
+        let error = <Option<&Spec> as BodyArg<'_, ByRef>>::load(&kw).expect_err("no `size`");
+        assert!(
+            matches!(error, KwargError::Deserialize { kwarg: "body", .. }),
+            "{error:?}"
+        );
+    }
+
+    #[test]
     fn names_are_missing_or_optional() {
         let kw = Kwargs::new(json!({"metadata": {"name": "n"}}));
         let mut s = <&str as NameArg<'_, ByRef>>::load(&kw).expect("has a name");
@@ -450,11 +510,8 @@ mod tests {
             <&str as NamespaceArg<'_, ByRef>>::load(&kw),
             Err(KwargError::Missing { kwarg: "namespace" })
         );
-        let mut s = <Option<&str> as NamespaceArg<'_, ByValue>>::load(&kw).expect("optional");
-        assert_eq!(
-            <Option<&str> as NamespaceArg<'_, ByValue>>::get(&mut s),
-            None
-        );
+        let mut s = <Option<&str> as NamespaceArg<'_, ByRef>>::load(&kw).expect("optional");
+        assert_eq!(<Option<&str> as NamespaceArg<'_, ByRef>>::get(&mut s), None);
     }
 
     #[test]

@@ -124,17 +124,21 @@
 //!
 //! A handler takes any subset of the parameters available to its kind, in any
 //! order, by name. A leading `_` is ignored (`_name` is `name`); `type` is
-//! written `r#type`. A parameter written as a reference (`&T`) borrows, others
-//! are owned. Unknown names, names not available to the kind, and types not
-//! accepted for a name are compile errors pointing at the parameter.
+//! written `r#type`. A parameter written as a reference (`&T`, `Option<&T>`)
+//! borrows, others are owned. Unknown names, names not available to the kind,
+//! and types not accepted for a name are compile errors pointing at the
+//! parameter and saying what the name accepts (see [`params`]).
+//! `T: DeserializeOwned` below is any type that deserializes from the JSON
+//! value (`serde_json::Value`, the resource type, its spec, …); where it is
+//! `Option<T>` or `Option<&T>`, a `null` or absent value is `None`.
 //!
 //! | name | accepted types | kinds |
 //! |------|----------------|-------|
-//! | `body`, `spec`, `status`, `meta`, `labels`, `annotations` | `&T` or `T` for any `T: DeserializeOwned` (the resource type, the CRD's spec, `ObjectMeta`, `BTreeMap<String, String>`, `serde_json::Value`, …) | resource kinds |
+//! | `body`, `spec`, `status`, `meta`, `labels`, `annotations` | `&T`, `T`, `Option<T>`, `Option<&T>` for any `T: DeserializeOwned` (the resource type, the CRD's spec, `ObjectMeta`, `BTreeMap<String, String>`, `serde_json::Value`, …) | resource kinds |
 //! | `uid`, `name`, `namespace` | `&str`, `String`, `Option<&str>`, `Option<String>` | resource kinds |
 //! | `logger` | `&Logger`, `Logger` | all |
 //! | `memo` | `&Memo`, `Memo`: the object's, or the operator's for activities (see [`Memo`]) | all |
-//! | `param` | `&T`/`T`, `T: DeserializeOwned` (the `param` option) | all |
+//! | `param` | `&T`, `T`, `Option<T>`, `Option<&T>`, `T: DeserializeOwned` (the `param` option; `None` when unset) | all |
 //! | `client` | `&kube::Client`, `kube::Client` | all but `on_login` |
 //! | `patch` | `&Patch`, `Patch` | change, event, timer, daemon, webhook kinds (a mutating webhook's patch is its answer) |
 //! | `retry` | `u32`, `u64`, `usize` | change kinds, timers, daemons, activities |
@@ -142,8 +146,8 @@
 //! | `runtime` | `Duration` | as `retry` |
 //! | `reason` | `Reason`, `Option<Reason>` | change kinds |
 //! | `diff` | `&Diff`, `Diff` | change kinds, webhooks |
-//! | `old`, `new` | `&T`/`T`, `T: DeserializeOwned` (use `Option<T>`) | change kinds, webhooks |
-//! | `event` | `&T`/`T`, `T: DeserializeOwned` | `on_event` |
+//! | `old`, `new` | `&T`, `T`, `Option<T>`, `Option<&T>`, `T: DeserializeOwned` (take an `Option`: no `old` on creation, no `new` on deletion) | change kinds, webhooks |
+//! | `event` | `&T`, `T`, `Option<T>`, `Option<&T>`, `T: DeserializeOwned` | `on_event` |
 //! | `r#type` | `Option<EventType>`, `Option<&str>`, `Option<String>` | `on_event` |
 //! | `stopped` | `&Stopped`, `Stopped` | `timer`, `daemon` |
 //! | `live` | `&LiveBody`, `LiveBody` (`mut live: LiveBody` to await changes) | `timer`, `daemon` |
@@ -151,10 +155,10 @@
 //! | `operation` | `Operation`, `&str`, `String` | webhooks |
 //! | `dryrun` | `bool` | webhooks |
 //! | `warnings` | `&Warnings`, `Warnings` | webhooks |
-//! | `userinfo` | `&T`/`T`, `T: DeserializeOwned` | webhooks |
+//! | `userinfo` | `&T`, `T`, `Option<T>`, `Option<&T>`, `T: DeserializeOwned` | webhooks |
 //! | `subresource` | as `name` | webhooks |
 //! | `headers` | `&BTreeMap<String, String>`, `BTreeMap<String, String>` (names in lowercase) | webhooks |
-//! | `sslpeer` | `&T`/`T`, `T: DeserializeOwned` (an empty object: clients give no certificate) | webhooks |
+//! | `sslpeer` | `&T`, `T`, `Option<T>`, `Option<&T>`, `T: DeserializeOwned` (an empty object: clients give no certificate) | webhooks |
 //! | `settings` | `&mut OperatorSettings` (to change them), `&OperatorSettings` (see [`settings::StartupSettings`]) | `on_startup` |
 //! | *index id* | `&Index<T>`, `Index<T>` (`T` is `serde_json::Value` unless given) | all but `index`, `on_startup`, `on_cleanup`, `on_login` |
 //!
@@ -714,6 +718,7 @@
 //! | [`Timestamp`] | the `started` parameter |
 //! | [`Result`], [`Error`] | what handlers return, and how they fail (temporarily, permanently, regularly) |
 //! | [`Outcome`], [`HandlerError`], [`KwargError`], [`IntoOutcome`] | what a call yields ([`Handler::call`]), and how return types become it |
+//! | the [`params`] module: [`params::OldArg`], [`params::SpecArg`], … | the traits that inject each parameter, which the compiler names when a type is not accepted |
 //! | the [`posting`] module: [`posting::info`], [`posting::warn`], [`posting::exception`], [`posting::event`], with [`posting::EventType`] and [`posting::ObjectReference`] | Kubernetes Events about objects, from handlers |
 
 mod admission;
@@ -745,6 +750,7 @@ mod metrics;
 mod mock_api;
 mod namespaces;
 mod operator;
+pub mod params;
 mod patching;
 mod peering;
 pub mod posting;

@@ -16,6 +16,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use clap::Parser;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
 use crate::cli::{self, Args, CliError};
 use crate::endpoints::{EndpointError, Endpoints};
@@ -93,6 +94,7 @@ pub struct Runner {
     settings: OperatorSettings,
     registry: Option<Registry>,
     on_emulator: Option<Setup>,
+    emulator_crds: Vec<CustomResourceDefinition>,
 }
 
 impl std::fmt::Debug for Runner {
@@ -117,6 +119,7 @@ impl Runner {
             settings: OperatorSettings::default(),
             registry: None,
             on_emulator: None,
+            emulator_crds: Vec::new(),
         }
     }
 
@@ -146,6 +149,15 @@ impl Runner {
         Fut: Future<Output = ()> + Send + 'static,
     {
         self.on_emulator = Some(Box::new(move |client| Box::pin(setup(client))));
+        self
+    }
+
+    /// With `--emulator`, registers this CRD (e.g. `MyResource::crd()` of
+    /// `kube::CustomResourceExt`) as it is declared, with its short names,
+    /// printer columns and schema, as `kubectl apply -f crd.yaml` would;
+    /// the handlers' other custom resources get a minimal CRD each.
+    pub fn emulator_crd(mut self, crd: CustomResourceDefinition) -> Self {
+        self.emulator_crds.push(crd);
         self
     }
 
@@ -180,7 +192,7 @@ impl Runner {
         let client = if args.emulator {
             #[cfg(feature = "emulator")]
             {
-                let emulator = start_emulator(&registry).await?;
+                let emulator = start_emulator(&registry, &self.emulator_crds).await?;
                 let url = emulator
                     .url()
                     .parse()
@@ -324,10 +336,14 @@ async fn bind_webhooks(
     Ok(Some(server))
 }
 
-/// Starts the emulator with a CRD for every custom resource the handlers
-/// serve (built-in kinds are already there).
+/// Starts the emulator with the given CRDs, and a minimal CRD for every
+/// other custom resource the handlers serve (built-in kinds are already
+/// there).
 #[cfg(feature = "emulator")]
-async fn start_emulator(registry: &Registry) -> Result<kopf_testing::Emulator, RunError> {
+async fn start_emulator(
+    registry: &Registry,
+    crds: &[CustomResourceDefinition],
+) -> Result<kopf_testing::Emulator, RunError> {
     const BUILT_IN_GROUPS: [&str; 4] = [
         "",
         "events.k8s.io",
@@ -335,6 +351,11 @@ async fn start_emulator(registry: &Registry) -> Result<kopf_testing::Emulator, R
         "apiextensions.k8s.io",
     ];
     let mut builder = kopf_testing::Emulator::builder();
+    for crd in crds {
+        let manifest = serde_json::to_value(crd)
+            .map_err(|error| RunError::Emulator(format!("an unserializable CRD: {error}")))?;
+        builder = builder.crd_manifest(manifest);
+    }
     for resource in registry.resources() {
         let Some(group) = resource.group() else {
             tracing::debug!(%resource, "no CRD is registered in the emulator for a resource without a group");
@@ -350,6 +371,12 @@ async fn start_emulator(registry: &Registry) -> Result<kopf_testing::Emulator, R
             );
             continue;
         };
+        let declared = crds
+            .iter()
+            .any(|crd| crd.spec.group == api.group && crd.spec.names.plural == api.plural);
+        if declared {
+            continue;
+        }
         builder = builder.crd(
             &api.group,
             &api.version,

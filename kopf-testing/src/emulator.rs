@@ -133,6 +133,15 @@ impl EmulatorBuilder {
         self
     }
 
+    /// Registers a CRD given whole, as its manifest (e.g. a
+    /// `CustomResourceExt::crd()` serialized): with its short names,
+    /// categories, printer columns and schema, exactly as creating it
+    /// through the API would. An invalid one fails [`start`](Self::start).
+    pub fn crd_manifest(mut self, crd: Value) -> Self {
+        self.crds.push(crd);
+        self
+    }
+
     /// Creates the objects of a multi-document YAML at start (CRDs and namespaces
     /// first; missing namespaces are created).
     pub fn preload_yaml(mut self, yaml: &str) -> Self {

@@ -122,18 +122,56 @@ impl Example {
         .await;
     }
 
-    /// A client of the example's emulator (its URL is in the output).
-    pub async fn client(&mut self) -> kube::Client {
+    /// The URL of the example's emulator, once it is in the output.
+    pub async fn url(&mut self) -> String {
         const MARK: &str = "url=http://";
         self.wait_for(MARK).await;
         let output = self.output();
         let start = output.find(MARK).expect("the mark is there") + "url=".len();
-        let url: String = output[start..]
+        output[start..]
             .chars()
             .take_while(|c| !c.is_whitespace())
-            .collect();
+            .collect()
+    }
+
+    /// A client of the example's emulator (its URL is in the output).
+    pub async fn client(&mut self) -> kube::Client {
+        let url = self.url().await;
         let config = kube::Config::new(url.parse().expect("the emulator's URL"));
         kube::Client::try_from(config).expect("a client of the emulator")
+    }
+
+    /// Runs `kubectl` with `args` against the example's emulator, with a
+    /// cache of its own, under [`PATIENCE`]; its exit status and output.
+    pub async fn kubectl(&mut self, args: &[&str]) -> (ExitStatus, String) {
+        let url = self.url().await;
+        let cache = std::env::temp_dir().join(format!(
+            "kopf-examples-kubectl-{}-{}",
+            self.name,
+            std::process::id()
+        ));
+        let mut command = Command::new(kopf_testing::kubectl());
+        command
+            .arg(format!("--server={url}"))
+            .arg(format!("--cache-dir={}", cache.display()))
+            .arg("--request-timeout=30s")
+            .args(args)
+            .env("KUBECONFIG", cache.join("no-kubeconfig"))
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .stdin(Stdio::null());
+        let run = tokio::task::spawn_blocking(move || command.output());
+        let output = tokio::time::timeout(PATIENCE, run)
+            .await
+            .unwrap_or_else(|_| panic!("kubectl {args:?} took longer than {PATIENCE:?}"))
+            .expect("kubectl's task")
+            .expect("kubectl runs");
+        let _ = std::fs::remove_dir_all(&cache);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        (output.status, text)
     }
 
     /// The probes' answer once the liveness endpoint (its URL in the

@@ -18,7 +18,7 @@ const _: () = {
                 &str,
             > as ::kopf_runtime::__private::NamespaceArg<
                 '_,
-                ::kopf_runtime::__private::ByValue,
+                ::kopf_runtime::__private::ByRef,
             >>::load(&__kopf_kwargs) {
                 ::kopf_runtime::__private::Ok(value) => value,
                 ::kopf_runtime::__private::Err(error) => {
@@ -43,7 +43,7 @@ const _: () = {
                         &str,
                     > as ::kopf_runtime::__private::NamespaceArg<
                         '_,
-                        ::kopf_runtime::__private::ByValue,
+                        ::kopf_runtime::__private::ByRef,
                     >>::get(&mut __kopf_storage_0),
                     <String as ::kopf_runtime::__private::NameArg<
                         '_,

@@ -701,6 +701,65 @@ async fn builder_crds_and_preloaded_objects_are_served() {
     emu.shutdown().await;
 }
 
+#[tokio::test]
+async fn builder_crd_manifests_serve_their_short_names_and_columns() {
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gizmos.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {
+                "plural": "gizmos", "singular": "gizmo", "kind": "Gizmo",
+                "shortNames": ["gz", "giz"], "categories": ["gadgets"],
+            },
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                "additionalPrinterColumns": [{"name": "Size", "type": "string", "jsonPath": ".spec.size"}],
+            }],
+        },
+    });
+    let emu = within(
+        "the emulator to start",
+        Emulator::builder().crd_manifest(crd).start(),
+    )
+    .await
+    .expect("the emulator starts");
+    let served = within(
+        "discovery of example.com/v1",
+        emu.client().list_api_group_resources("example.com/v1"),
+    )
+    .await
+    .expect("example.com/v1 is served");
+    let gizmos = served
+        .resources
+        .iter()
+        .find(|r| r.name == "gizmos")
+        .expect("gizmos are served");
+    assert_eq!(
+        gizmos.short_names.as_deref(),
+        Some(&["gz".to_owned(), "giz".to_owned()][..])
+    );
+    assert_eq!(
+        gizmos.categories.as_deref(),
+        Some(&["gadgets".to_owned()][..])
+    );
+
+    let crds: Api<CustomResourceDefinition> = Api::all(emu.client());
+    let stored = within("get the CRD", crds.get("gizmos.example.com"))
+        .await
+        .expect("the CRD is stored");
+    let columns = stored.spec.versions[0]
+        .additional_printer_columns
+        .clone()
+        .unwrap_or_default();
+    assert_eq!(columns.len(), 1, "the printer columns are kept");
+    assert_eq!(columns[0].json_path, ".spec.size");
+    emu.shutdown().await;
+}
+
 // ---------------------------------------------------------------- CRUD & metadata
 
 #[tokio::test]
