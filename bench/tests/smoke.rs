@@ -36,8 +36,11 @@ fn every_scenario_runs_at_small_n_and_s5_leaks_nothing() {
         stdout.contains("the Kopf peer is skipped (--smoke)"),
         "says that Kopf is skipped"
     );
+    // Three operators in a debug build (kopf-rs, the bare watcher and the
+    // Controller), beside the other tests of this binary: 135 s were seen
+    // on a loaded 2-core machine.
     assert!(
-        elapsed < Duration::from_secs(120),
+        elapsed < Duration::from_secs(200),
         "the smoke run took {elapsed:?}"
     );
 
