@@ -328,6 +328,26 @@ mod tests {
         assert!(err.is_invalid());
     }
 
+    /// As the API server's JSON patch: a missing member of an object
+    /// tests equal to `null` (kube-runtime's finalizer helper adds the
+    /// first finalizer so), a missing parent or another value does not.
+    #[test]
+    fn json_patch_tests_a_missing_member_as_null() {
+        let doc = json!({"metadata": {"name": "a"}});
+        let patch = json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": ["f"]},
+        ]);
+        assert_eq!(
+            apply(PatchKind::Json, &doc, &patch).unwrap(),
+            json!({"metadata": {"name": "a", "finalizers": ["f"]}})
+        );
+        let patch = json!([{"op": "test", "path": "/nope/finalizers", "value": null}]);
+        assert!(apply(PatchKind::Json, &doc, &patch).is_err());
+        let patch = json!([{"op": "test", "path": "/metadata/finalizers", "value": []}]);
+        assert!(apply(PatchKind::Json, &doc, &patch).is_err());
+    }
+
     #[test]
     fn json_patch_bad_path_is_invalid() {
         let patch = json!([{"op": "remove", "path": "/nope/0"}]);
