@@ -169,7 +169,6 @@ async fn metrics_move_as_the_events_did() {
         "kopf_api_request_duration_seconds",
         "kopf_leader",
         "kopf_shard_slots_held",
-        "kopf_fenced",
     ] {
         let help = start.scrape.docs.get(family);
         assert!(

@@ -416,6 +416,17 @@ async fn shards_spread_the_objects_over_the_replicas_and_move_when_one_leaves() 
             .all(|replicas| replicas.len() == 1 && replicas[0] != "c"),
         "each object ticks in one of the replicas left: {settled:?}"
     );
+    // Replicas never paused hold nothing back; the series are there at 0.
+    for replica in [&a, &b] {
+        let metrics = scrape(&replica.urls().metrics).await;
+        for what in ["event", "timer", "daemon", "write"] {
+            assert_eq!(
+                metrics.get("kopf_fenced_total", &[("what", what)]),
+                Some(0.0),
+                "kopf_fenced_total{{what={what:?}}}"
+            );
+        }
+    }
     a.stop().await;
     b.stop().await;
 }
