@@ -127,6 +127,19 @@ pub async fn raw_request(
     .await
 }
 
+/// Sends `body` as JSON with the content type `content_type` (a JSON, merge
+/// or JSON patch type), over [`raw_request`].
+pub async fn send_json(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &serde_json::Value,
+) -> RawResponse {
+    let body = serde_json::to_vec(body).expect("JSON");
+    raw_request(addr, method, path, &[("Content-Type", content_type)], &body).await
+}
+
 /// Sends raw bytes and returns whatever comes back before the server closes.
 pub async fn raw_bytes(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
     within("a raw exchange", async {

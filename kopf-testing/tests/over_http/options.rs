@@ -2,7 +2,7 @@
 //! as the API server refuses them: `DeleteOptions` bodies that do not decode
 //! or do not validate, `resourceVersionMatch` values, and field managers.
 
-use crate::common::{RawResponse, raw_request, within};
+use crate::common::{RawResponse, raw_request, send_json, within};
 use kopf_testing::Emulator;
 use serde_json::{Value, json};
 
@@ -15,15 +15,7 @@ async fn emulator() -> Emulator {
 }
 
 async fn send(emulator: &Emulator, method: &str, path: &str, body: &Value) -> RawResponse {
-    let body = serde_json::to_vec(body).expect("JSON");
-    raw_request(
-        emulator.addr(),
-        method,
-        path,
-        &[("Content-Type", "application/json")],
-        &body,
-    )
-    .await
+    send_json(emulator.addr(), method, path, "application/json", body).await
 }
 
 async fn create_cm(emulator: &Emulator, name: &str) {

@@ -3,7 +3,7 @@
 //! type, deletion metadata, a custom resource without a resourceVersion, a
 //! CRD's scope; and what a custom resource's status write keeps.
 
-use crate::common::{RawResponse, raw_request, within};
+use crate::common::{RawResponse, raw_request, send_json, within};
 use kopf_testing::Emulator;
 use serde_json::{Value, json};
 
@@ -30,15 +30,7 @@ async fn send(
     ct: &str,
     body: &Value,
 ) -> RawResponse {
-    let body = serde_json::to_vec(body).expect("JSON");
-    raw_request(
-        emulator.addr(),
-        method,
-        path,
-        &[("Content-Type", ct)],
-        &body,
-    )
-    .await
+    send_json(emulator.addr(), method, path, ct, body).await
 }
 
 async fn created(emulator: &Emulator, path: &str, body: Value) -> Value {

@@ -3,7 +3,7 @@
 //! URL, oversized or malformed patches, preconditions, crafted continue
 //! tokens and resource versions, and bad query parameters.
 
-use crate::common::{RawResponse, api_error, raw_request, within};
+use crate::common::{RawResponse, api_error, raw_request, send_json, within};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kopf_testing::Emulator;
@@ -28,15 +28,7 @@ async fn send(
     ct: &str,
     body: &Value,
 ) -> RawResponse {
-    let body = serde_json::to_vec(body).expect("JSON");
-    raw_request(
-        emulator.addr(),
-        method,
-        path,
-        &[("Content-Type", ct)],
-        &body,
-    )
-    .await
+    send_json(emulator.addr(), method, path, ct, body).await
 }
 
 async fn post(emulator: &Emulator, path: &str, body: Value) -> RawResponse {
