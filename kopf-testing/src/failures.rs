@@ -243,8 +243,27 @@ fn qualified(group: &str, plural: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// The causes of a `422`, each as `field: message`: what the other
+    /// modules' tests compare.
+    pub(crate) fn causes(err: &ApiError) -> Vec<String> {
+        err.details.as_ref().map_or_else(Vec::new, |d| {
+            d["causes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| {
+                    format!(
+                        "{}: {}",
+                        c["field"].as_str().unwrap_or(""),
+                        c["message"].as_str().unwrap_or("")
+                    )
+                })
+                .collect()
+        })
+    }
 
     #[test]
     fn not_found_renders_as_status() {

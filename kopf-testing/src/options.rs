@@ -329,23 +329,7 @@ fn json_kind(value: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn causes(err: &ApiError) -> Vec<String> {
-        err.details.as_ref().map_or_else(Vec::new, |d| {
-            d["causes"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|c| {
-                    format!(
-                        "{}: {}",
-                        c["field"].as_str().unwrap_or(""),
-                        c["message"].as_str().unwrap_or("")
-                    )
-                })
-                .collect()
-        })
-    }
+    use crate::failures::tests::causes;
 
     #[test]
     fn delete_options_decode_as_go_does() {

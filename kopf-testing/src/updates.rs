@@ -205,6 +205,7 @@ fn crd_spec(old: &Value, new: &Value) -> Vec<FieldError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::failures::tests::causes;
     use serde_json::json;
 
     fn def(group: &str, plural: &str) -> ResourceDef {
@@ -212,23 +213,6 @@ mod tests {
             .into_iter()
             .find(|d| d.group == group && d.plural == plural)
             .expect("a built-in resource")
-    }
-
-    fn causes(err: &ApiError) -> Vec<String> {
-        err.details.as_ref().map_or_else(Vec::new, |d| {
-            d["causes"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|c| {
-                    format!(
-                        "{}: {}",
-                        c["field"].as_str().unwrap_or(""),
-                        c["message"].as_str().unwrap_or("")
-                    )
-                })
-                .collect()
-        })
     }
 
     #[test]

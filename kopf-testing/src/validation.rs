@@ -754,6 +754,7 @@ pub fn too_large_resource_version(requested: u64, current: u64) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::failures::tests::causes;
     use crate::resources;
 
     fn def(plural: &str) -> ResourceDef {
@@ -761,22 +762,6 @@ mod tests {
             .into_iter()
             .find(|d| d.group.is_empty() && d.plural == plural)
             .expect("a built-in resource")
-    }
-
-    fn causes(err: &ApiError) -> Vec<String> {
-        err.details
-            .as_ref()
-            .and_then(|d| d["causes"].as_array().cloned())
-            .unwrap_or_default()
-            .iter()
-            .map(|c| {
-                format!(
-                    "{}: {}",
-                    c["field"].as_str().unwrap_or(""),
-                    c["message"].as_str().unwrap_or("")
-                )
-            })
-            .collect()
     }
 
     #[test]
