@@ -57,6 +57,22 @@ impl RawResponse {
             .map(|(_, v)| v.as_str())
     }
 
+    /// The causes of a `422` `Status` body, each as `field: message`.
+    pub fn causes(&self) -> Vec<String> {
+        self.json()["details"]["causes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                format!(
+                    "{}: {}",
+                    c["field"].as_str().unwrap_or(""),
+                    c["message"].as_str().unwrap_or("")
+                )
+            })
+            .collect()
+    }
+
     /// The body as JSON; fails the test if it is not JSON.
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).unwrap_or_else(|e| {

@@ -28,22 +28,6 @@ async fn post(emulator: &Emulator, path: &str, body: &Value) -> RawResponse {
     .await
 }
 
-fn causes(resp: &RawResponse) -> Vec<String> {
-    resp.json()["details"]["causes"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .map(|c| {
-            format!(
-                "{}: {}",
-                c["field"].as_str().unwrap_or(""),
-                c["message"].as_str().unwrap_or("")
-            )
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn service_names_are_dns_1035_labels() {
     let emulator = emulator().await;
@@ -55,7 +39,7 @@ async fn service_names_are_dns_1035_labels() {
     .await;
     resp.assert_status_object(422);
     assert_eq!(
-        causes(&resp),
+        resp.causes(),
         [
             "metadata.name: Invalid value: \"1st-web\": a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
         ]
@@ -109,7 +93,7 @@ async fn long_generate_names_are_cut() {
     .await;
     resp.assert_status_object(422);
     assert_eq!(
-        causes(&resp),
+        resp.causes(),
         [format!(
             "metadata.generateName: Invalid value: \"{}\": must be no more than 253 characters",
             "c".repeat(254)
@@ -136,7 +120,7 @@ async fn crd_groups_are_domains_with_a_dot() {
     let resp = post(&emulator, CRDS, &crd("things")).await;
     resp.assert_status_object(422);
     assert_eq!(
-        causes(&resp),
+        resp.causes(),
         ["spec.group: Invalid value: \"things\": should be a domain with at least one dot"]
     );
     let resp = post(&emulator, CRDS, &crd("example.com")).await;

@@ -45,22 +45,6 @@ async fn get(emulator: &Emulator, path: &str) -> Value {
     resp.json()
 }
 
-fn causes(resp: &RawResponse) -> Vec<String> {
-    resp.json()["details"]["causes"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .map(|c| {
-            format!(
-                "{}: {}",
-                c["field"].as_str().unwrap_or(""),
-                c["message"].as_str().unwrap_or("")
-            )
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn immutable_config_maps_keep_their_data() {
     let emulator = emulator().await;
@@ -76,7 +60,7 @@ async fn immutable_config_maps_keep_their_data() {
     let resp = send(&emulator, "PUT", &path, "application/json", &changed).await;
     resp.assert_status_object(422);
     assert_eq!(
-        causes(&resp),
+        resp.causes(),
         ["data: Forbidden: field is immutable when `immutable` is set"]
     );
     let thaw = json!({"immutable": false});
@@ -90,7 +74,7 @@ async fn immutable_config_maps_keep_their_data() {
     .await;
     resp.assert_status_object(422);
     assert_eq!(
-        causes(&resp),
+        resp.causes(),
         ["immutable: Forbidden: field is immutable when `immutable` is set"]
     );
     assert_eq!(get(&emulator, &path).await["data"]["k"], "v");
@@ -148,7 +132,7 @@ async fn secrets_keep_their_type_and_immutable_data() {
     .await;
     resp.assert_status_object(422);
     assert_eq!(
-        causes(&resp),
+        resp.causes(),
         ["data: Forbidden: field is immutable when `immutable` is set"]
     );
 }
@@ -168,7 +152,7 @@ async fn an_update_cannot_set_a_deletion_timestamp() {
     .await;
     resp.assert_status_object(422);
     assert_eq!(
-        causes(&resp),
+        resp.causes(),
         [
             "metadata.deletionTimestamp: Invalid value: 2024-05-01 10:00:00 +0000 UTC: field is immutable"
         ]
@@ -250,7 +234,7 @@ async fn a_crd_keeps_its_scope() {
     let resp = send(&emulator, "PUT", &path, "application/json", &crd).await;
     resp.assert_status_object(422);
     assert_eq!(
-        causes(&resp),
+        resp.causes(),
         ["spec.scope: Invalid value: \"Cluster\": field is immutable"]
     );
     assert_eq!(get(&emulator, &path).await["spec"]["scope"], "Namespaced");

@@ -47,22 +47,6 @@ async fn create_cm(emulator: &Emulator, name: &str) -> Value {
 }
 
 /// The causes' `field: message` lines of a 422 answer.
-fn causes(resp: &RawResponse) -> Vec<String> {
-    resp.json()["details"]["causes"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .map(|c| {
-            format!(
-                "{}: {}",
-                c["field"].as_str().unwrap_or(""),
-                c["message"].as_str().unwrap_or("")
-            )
-        })
-        .collect()
-}
-
 fn message(resp: &RawResponse) -> String {
     resp.json()["message"].as_str().unwrap_or("").to_string()
 }
@@ -111,7 +95,7 @@ async fn labels_annotations_finalizers_and_owner_references_follow_the_api_synta
     .await;
     resp.assert_status_object(422);
     assert_eq!(resp.json()["reason"], "Invalid");
-    let causes = causes(&resp);
+    let causes = resp.causes();
     let expect = [
         "metadata.labels: Invalid value: \"-x.example.com/y\": prefix part a lowercase RFC 1123 subdomain",
         "metadata.labels: Invalid value: \"bad key\": name part must consist of alphanumeric characters",
@@ -488,7 +472,7 @@ async fn server_side_apply_needs_a_field_manager_and_the_right_name() {
     .await;
     resp.assert_status_object(422);
     assert_eq!(
-        causes(&resp),
+        resp.causes(),
         ["fieldManager: Required value: is required for apply patch; pass ?fieldManager=NAME"]
     );
     let resp = send(
@@ -620,7 +604,7 @@ async fn malformed_limits_and_dry_runs_are_refused() {
     .await;
     resp.assert_status_object(422);
     assert_eq!(
-        causes(&resp),
+        resp.causes(),
         ["dryRun: Unsupported value: []string{\"Bogus\"}: supported values: \"All\""]
     );
     let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
