@@ -725,6 +725,7 @@ mod admission;
 mod causes;
 mod cli;
 mod decoding;
+mod deploying;
 mod diffbase;
 mod echoes;
 mod endpoints;
@@ -780,6 +781,7 @@ pub use kopf_macros::{
 };
 
 pub use cli::{Args, CliError, LogFormat};
+pub use deploying::{Permission, PermissionError, PermissionScope};
 pub use endpoints::{EndpointError, Endpoints, READINESS_PATH};
 pub use errors::{Error, HandlerError, IntoOutcome, KwargError, Outcome, Result};
 pub use execution::{Lifecycle, Subhandlers};

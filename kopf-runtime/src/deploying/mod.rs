@@ -1,0 +1,9 @@
+//! What an operator needs to run in a cluster, derived from its handlers
+//! and its command line: the RBAC permissions it uses ([`Permission`],
+//! `permissions.rs`), checked at start-up (`check.rs`), and the manifests
+//! that deploy it with exactly those (`manifests/`).
+
+mod permissions;
+
+pub(crate) use permissions::{Named, Plan, required};
+pub use permissions::{Permission, PermissionError, PermissionScope};

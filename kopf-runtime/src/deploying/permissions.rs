@@ -1,0 +1,462 @@
+//! [`Permission`]: one RBAC rule an operator needs, and [`required`], every
+//! permission the handlers of a [`Registry`] and the command line need.
+//!
+//! # Guarantees
+//! - Every request the runtime makes on its own is covered: discovery is
+//!   not listed, since every authenticated user may read it
+//!   (`system:discovery`).
+//! - What handlers do with their own `client` is not known here: it comes
+//!   from `#[kopf::rbac]` and [`Runner::rbac`](crate::Runner::rbac).
+
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+
+use crate::handlers::HandlerKind;
+use crate::namespaces::NamespaceSelector;
+use crate::registry::Registry;
+use crate::resources::{ResourceName, ResourceRef};
+
+/// Where a [`Permission`] applies.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PermissionScope {
+    /// Where the operator serves objects: in each namespace it serves
+    /// (a Role per namespace), or cluster-wide with `-A` or namespace
+    /// patterns (a ClusterRole).
+    Served,
+    /// The whole cluster (a ClusterRole): cluster-scoped resources, or
+    /// namespaced ones in every namespace.
+    Cluster,
+    /// One namespace (a Role there).
+    Namespace(String),
+}
+
+/// One RBAC rule an operator needs: some verbs on a resource (or one of
+/// its subresources) of an API group, optionally only on some object
+/// names, in a [`PermissionScope`], and why.
+///
+/// ```
+/// use kopf_runtime::{Permission, PermissionScope};
+///
+/// let rule = Permission::new("", "configmaps")
+///     .verbs(["get", "create", "patch"])
+///     .why("the create handler keeps a ConfigMap per object");
+/// assert_eq!(rule.scope(), &PermissionScope::Served);
+/// assert_eq!(rule.verb_list(), ["create", "get", "patch"]);
+/// let status = Permission::new("apps", "deployments/status").verbs(["get"]);
+/// assert_eq!((status.resource(), status.subresource()), ("deployments", Some("status")));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Permission {
+    scope: PermissionScope,
+    group: String,
+    resource: String,
+    subresource: Option<String>,
+    names: BTreeSet<String>,
+    verbs: BTreeSet<String>,
+    why: Cow<'static, str>,
+}
+
+impl Permission {
+    /// A permission on `resource` of `group` (`""` for the core group),
+    /// where the operator serves objects ([`PermissionScope::Served`]), with no verb
+    /// yet. `resource` may name a subresource: `"pods/status"`.
+    pub fn new(group: impl Into<String>, resource: impl AsRef<str>) -> Self {
+        let (resource, subresource) = match resource.as_ref().split_once('/') {
+            Some((resource, sub)) => (resource.to_owned(), Some(sub.to_owned())),
+            None => (resource.as_ref().to_owned(), None),
+        };
+        Self {
+            scope: PermissionScope::Served,
+            group: group.into(),
+            resource,
+            subresource,
+            names: BTreeSet::new(),
+            verbs: BTreeSet::new(),
+            why: Cow::Borrowed(""),
+        }
+    }
+
+    /// Adds verbs (`get`, `list`, `watch`, `create`, `update`, `patch`,
+    /// `delete`, `deletecollection`, or `*`).
+    pub fn verbs<I, S>(mut self, verbs: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.verbs.extend(verbs.into_iter().map(Into::into));
+        self
+    }
+
+    /// Only on objects of these names (RBAC's `resourceNames`; they never
+    /// narrow `create`, nor `list`/`watch` without a name).
+    pub fn names<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.names.extend(names.into_iter().map(Into::into));
+        self
+    }
+
+    /// In this scope instead of [`PermissionScope::Served`].
+    pub fn scope(&self) -> &PermissionScope {
+        &self.scope
+    }
+
+    /// In this scope instead of [`PermissionScope::Served`].
+    pub fn in_scope(mut self, scope: PermissionScope) -> Self {
+        self.scope = scope;
+        self
+    }
+
+    /// Cluster-wide ([`PermissionScope::Cluster`]).
+    pub fn cluster(self) -> Self {
+        self.in_scope(PermissionScope::Cluster)
+    }
+
+    /// In one namespace ([`PermissionScope::Namespace`]).
+    pub fn namespace(self, namespace: impl Into<String>) -> Self {
+        self.in_scope(PermissionScope::Namespace(namespace.into()))
+    }
+
+    /// Says why the operator needs it (shown in manifests and reports).
+    pub fn why(mut self, why: impl Into<Cow<'static, str>>) -> Self {
+        self.why = why.into();
+        self
+    }
+
+    /// The API group (`""` for the core group).
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
+    /// The resource's plural name.
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    /// The subresource, if the permission is on one.
+    pub fn subresource(&self) -> Option<&str> {
+        self.subresource.as_deref()
+    }
+
+    /// `resource` or `resource/subresource`, as RBAC rules write it.
+    pub fn rbac_resource(&self) -> String {
+        match &self.subresource {
+            Some(sub) => format!("{}/{sub}", self.resource),
+            None => self.resource.clone(),
+        }
+    }
+
+    /// The object names it is limited to (none: every object).
+    pub fn name_list(&self) -> Vec<&str> {
+        self.names.iter().map(String::as_str).collect()
+    }
+
+    /// The verbs, sorted.
+    pub fn verb_list(&self) -> Vec<&str> {
+        self.verbs.iter().map(String::as_str).collect()
+    }
+
+    /// Why the operator needs it.
+    pub fn reason(&self) -> &str {
+        &self.why
+    }
+
+    /// The same permission in another scope.
+    pub(crate) fn scoped(&self, scope: PermissionScope) -> Self {
+        Self {
+            scope,
+            ..self.clone()
+        }
+    }
+
+    /// What is wrong with it, if anything: no verb, or no resource.
+    pub(crate) fn problem(&self) -> Option<String> {
+        if self.resource.is_empty() {
+            return Some(format!("a permission names no resource ({self})"));
+        }
+        if self.verbs.is_empty() {
+            return Some(format!("a permission names no verb ({self})"));
+        }
+        None
+    }
+}
+
+impl std::fmt::Display for Permission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let verbs = self.verb_list().join(",");
+        write!(f, "{verbs} {}", self.rbac_resource())?;
+        if !self.group.is_empty() {
+            write!(f, ".{}", self.group)?;
+        }
+        if !self.names.is_empty() {
+            write!(f, " named {}", self.name_list().join(","))?;
+        }
+        match &self.scope {
+            PermissionScope::Served => write!(f, " where objects are served"),
+            PermissionScope::Cluster => write!(f, " cluster-wide"),
+            PermissionScope::Namespace(ns) => write!(f, " in namespace {ns}"),
+        }
+    }
+}
+
+/// Why the permissions cannot be derived.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PermissionError {
+    /// A handler's resource is named in a way that gives no API group or
+    /// plural name without discovery.
+    #[error(
+        "the resource `{resource}` names no {missing}: RBAC rules need the API group and the plural name; select it as (group, version, plural), e.g. `\"kopf.dev\", \"v1\", \"kopfexamples\"`, or add its rules with `#[kopf::rbac]`"
+    )]
+    Unnamed {
+        /// The selector as written.
+        resource: String,
+        /// What is missing: `API group` or `plural name`.
+        missing: &'static str,
+    },
+    /// A permission given by `#[kopf::rbac]` or `Runner::rbac` is incomplete.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// What of the command line decides the permissions.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    /// The namespaces served (`-n`, `-A`).
+    pub(crate) namespaces: NamespaceSelector,
+    /// The Lease's namespace and name, with the number of shards, if any.
+    pub(crate) peering: Option<(String, String, u32)>,
+    /// Whether admission webhooks are served.
+    pub(crate) webhooks: bool,
+    /// The name of the managed webhook configurations, if any.
+    pub(crate) webhooks_managed: Option<String>,
+    /// The operator's own namespace: where Events of cluster-scoped
+    /// objects go (the client's default namespace).
+    pub(crate) home: String,
+    /// The permissions declared for what handlers do themselves
+    /// (`#[kopf::rbac]`, `Runner::rbac`).
+    pub(crate) declared: Vec<Permission>,
+}
+
+impl Plan {
+    /// A plan for these namespaces, at `home`, with no peering, webhooks
+    /// or declared permissions.
+    pub(crate) fn new(namespaces: NamespaceSelector, home: impl Into<String>) -> Self {
+        Self {
+            namespaces,
+            peering: None,
+            webhooks: false,
+            webhooks_managed: None,
+            home: home.into(),
+            declared: Vec::new(),
+        }
+    }
+}
+
+/// A resource that rules can name: its group, plural and scope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Named {
+    pub(crate) group: String,
+    pub(crate) plural: String,
+    /// `None` when unknown: treated as namespaced.
+    pub(crate) namespaced: Option<bool>,
+}
+
+impl Named {
+    /// The group and plural of a selector, as written (no discovery): a
+    /// positional name is taken as the plural.
+    pub(crate) fn of(resource: &ResourceRef) -> Result<Self, PermissionError> {
+        let unnamed = |missing| PermissionError::Unnamed {
+            resource: resource.to_string(),
+            missing,
+        };
+        let group = resource.group().ok_or_else(|| unnamed("API group"))?;
+        let plural = match resource.name() {
+            ResourceName::Any(name) | ResourceName::Plural(name) => name.to_string(),
+            _ => return Err(unnamed("plural name")),
+        };
+        Ok(Self {
+            group: group.to_owned(),
+            plural,
+            namespaced: resource.namespaced(),
+        })
+    }
+}
+
+/// Every permission the handlers and the command line need, with
+/// [`PermissionScope::Served`] resolved: each namespace served, or the cluster.
+/// `name` gives the group and plural of each handler's resource
+/// ([`Named::of`] without a cluster, discovery with one).
+pub(crate) fn required(
+    registry: &Registry,
+    plan: &Plan,
+    name: &dyn Fn(&ResourceRef) -> Result<Vec<Named>, PermissionError>,
+) -> Result<Vec<Permission>, PermissionError> {
+    let mut needed = Vec::new();
+    let mut events = false;
+    for resource in registry.resources() {
+        let kinds: BTreeSet<HandlerKind> = registry
+            .handlers()
+            .iter()
+            .filter(|h| h.resource.as_ref() == Some(&resource))
+            .map(|h| h.kind)
+            .collect();
+        let watched = kinds
+            .iter()
+            .any(|k| !matches!(k, HandlerKind::OnValidate | HandlerKind::OnMutate));
+        if !watched {
+            continue;
+        }
+        let changes = kinds.iter().any(|k| k.is_changing());
+        let patches = changes
+            || registry.requires_finalizer(&resource)
+            || kinds.iter().any(|k| {
+                matches!(
+                    k,
+                    HandlerKind::OnEvent | HandlerKind::Timer | HandlerKind::Daemon
+                )
+            });
+        for named in name(&resource)? {
+            let scope = if named.namespaced == Some(false) {
+                PermissionScope::Cluster
+            } else {
+                PermissionScope::Served
+            };
+            needed.push(
+                Permission::new(&named.group, &named.plural)
+                    .verbs(["list", "watch"])
+                    .in_scope(scope.clone())
+                    .why("the handlers' objects are listed and watched"),
+            );
+            if patches {
+                needed.push(
+                    Permission::new(&named.group, &named.plural)
+                        .verbs(["patch"])
+                        .in_scope(scope.clone())
+                        .why("progress, the last handled state, finalizers and handlers' patches are stored on the objects"),
+                );
+            }
+            if changes {
+                needed.push(
+                    Permission::new(&named.group, format!("{}/status", named.plural))
+                        .verbs(["patch"])
+                        .in_scope(scope.clone())
+                        .why("handlers' results go to `status`, through the `status` subresource where the resource has one"),
+                );
+            }
+            events = true;
+            if named.namespaced == Some(false) {
+                needed.push(
+                    Permission::new("", "events")
+                        .verbs(["create"])
+                        .namespace(&plan.home)
+                        .why("Events about cluster-scoped objects are posted in the operator's namespace"),
+                );
+            }
+        }
+    }
+    if events {
+        needed.push(
+            Permission::new("", "events")
+                .verbs(["create"])
+                .why("handlers' outcomes are posted as Events on their objects"),
+        );
+        needed.push(
+            Permission::new("apiextensions.k8s.io", "customresourcedefinitions")
+                .verbs(["list", "watch"])
+                .cluster()
+                .why("resources appearing or changing are noticed by watching the CRDs (else they are re-scanned every 10 s)"),
+        );
+    }
+    if plan.namespaces.exact_names().is_none() && !plan.namespaces.is_cluster_wide()
+        || plan.namespaces.has_exclusions()
+    {
+        needed.push(
+            Permission::new("", "namespaces")
+                .verbs(["list", "watch"])
+                .cluster()
+                .why("namespace patterns are matched against the cluster's namespaces"),
+        );
+    }
+    if let Some((namespace, name, shards)) = &plan.peering {
+        let (namespace, name, shards) = (namespace.as_str(), name.as_str(), *shards);
+        needed.push(
+            Permission::new("coordination.k8s.io", "leases")
+                .verbs(["create"])
+                .namespace(namespace)
+                .why("the peering Lease is created if missing"),
+        );
+        if shards > 1 {
+            needed.push(
+                Permission::new("coordination.k8s.io", "leases")
+                    .verbs(["get", "list", "update", "delete"])
+                    .namespace(namespace)
+                    .why(
+                        "each replica keeps a member Lease and elects on one Lease per shard slot",
+                    ),
+            );
+        } else {
+            needed.push(
+                Permission::new("coordination.k8s.io", "leases")
+                    .verbs(["get", "update"])
+                    .names([name])
+                    .namespace(namespace)
+                    .why("the serving replica is elected on the peering Lease"),
+            );
+        }
+    }
+    if let (true, Some(managed)) = (plan.webhooks, plan.webhooks_managed.as_deref()) {
+        for plural in [
+            "validatingwebhookconfigurations",
+            "mutatingwebhookconfigurations",
+        ] {
+            needed.push(
+                Permission::new("admissionregistration.k8s.io", plural)
+                    .verbs(["create"])
+                    .cluster()
+                    .why("the managed webhook configurations are created if missing"),
+            );
+            needed.push(
+                Permission::new("admissionregistration.k8s.io", plural)
+                    .verbs(["patch"])
+                    .names([managed])
+                    .cluster()
+                    .why("the managed webhook configurations are kept up to date"),
+            );
+        }
+    }
+    for declared in &plan.declared {
+        if let Some(problem) = declared.problem() {
+            return Err(PermissionError::Invalid(problem));
+        }
+        needed.push(declared.clone());
+    }
+    Ok(resolve_scopes(needed, &plan.namespaces))
+}
+
+/// [`PermissionScope::Served`] made concrete: one permission per namespace served
+/// when they are all named, else cluster-wide.
+fn resolve_scopes(needed: Vec<Permission>, namespaces: &NamespaceSelector) -> Vec<Permission> {
+    let exact = namespaces.exact_names();
+    let mut resolved = BTreeSet::new();
+    for permission in needed {
+        match (&permission.scope, &exact) {
+            (PermissionScope::Served, Some(names)) => {
+                resolved.extend(
+                    names
+                        .iter()
+                        .map(|ns| permission.scoped(PermissionScope::Namespace(ns.clone()))),
+                );
+            }
+            (PermissionScope::Served, None) => {
+                resolved.insert(permission.scoped(PermissionScope::Cluster));
+            }
+            _ => {
+                resolved.insert(permission);
+            }
+        }
+    }
+    resolved.into_iter().collect()
+}
