@@ -16,6 +16,7 @@ mod expand;
 mod handler;
 mod kinds;
 mod options;
+mod rbac;
 mod signature;
 mod values;
 
@@ -65,4 +66,12 @@ attributes! {
     on_validate => OnValidate;
     /// Registers a mutating admission handler: `#[on_mutate(Resource, options…)]`. See `kopf_runtime`.
     on_mutate => OnMutate;
+}
+
+/// Declares a permission the handlers need for what they do with their own
+/// client: `#[rbac(groups = "", resources = "configmaps", verbs = "get,create,patch")]`
+/// on any item, as kubebuilder's RBAC markers. See `kopf_runtime`.
+#[proc_macro_attribute]
+pub fn rbac(attr: TokenStream, item: TokenStream) -> TokenStream {
+    rbac::rbac(attr.into(), item.into()).into()
 }

@@ -12,6 +12,7 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer};
 
+use crate::deploying::MissingPermissions;
 use crate::namespaces::{NamespaceSelector, SelectorError};
 use crate::peering::{DEV_PRIORITY, Peering};
 use crate::settings::NetworkingSettings;
@@ -146,6 +147,12 @@ pub struct Args {
     /// The admission webhook server (`--webhook-*`).
     #[command(flatten)]
     pub webhooks: WebhookArgs,
+
+    /// What to do when the API server says, at start-up, that the operator
+    /// lacks permissions it needs (asked with SelfSubjectAccessReviews):
+    /// report them all and exit, or report them and serve anyway.
+    #[arg(long, value_enum, value_name = "WHAT", default_value_t = MissingPermissions::Fail)]
+    pub missing_permissions: MissingPermissions,
 }
 
 impl Args {

@@ -777,11 +777,11 @@ mod webhooks;
 
 pub use kopf_macros::{
     daemon, index, on_cleanup, on_create, on_delete, on_event, on_field, on_login, on_mutate,
-    on_probe, on_resume, on_startup, on_update, on_validate, timer,
+    on_probe, on_resume, on_startup, on_update, on_validate, rbac, timer,
 };
 
 pub use cli::{Args, CliError, LogFormat};
-pub use deploying::{Permission, PermissionError, PermissionScope};
+pub use deploying::{Missing, MissingPermissions, Permission, PermissionError, PermissionScope};
 pub use endpoints::{EndpointError, Endpoints, READINESS_PATH};
 pub use errors::{Error, HandlerError, IntoOutcome, KwargError, Outcome, Result};
 pub use execution::{Lifecycle, Subhandlers};
@@ -877,6 +877,7 @@ pub mod __private {
     pub use ::std::result::Result::{Err, Ok};
     pub use ::std::time::Duration;
 
+    pub use crate::deploying::{RbacRecord, RbacScope};
     pub use crate::errors::{HandlerError, IntoOutcome, Outcome};
     pub use crate::handlers::{ErrorsMode, HandlerKind};
     pub use crate::injection::*;

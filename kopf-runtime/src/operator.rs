@@ -23,6 +23,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
 use crate::admission::Reviewer;
+use crate::deploying::{self, Missing, MissingPermissions, Permission};
 use crate::endpoints::{EndpointState, Endpoints};
 use crate::fencing::{self, Fence, Held};
 use crate::fields::object_name;
@@ -113,6 +114,16 @@ pub enum OperatorError {
         candidates: Vec<String>,
         /// The same selector narrowed to the first candidate's group.
         hint: String,
+    },
+    /// The operator lacks permissions it needs (each one named in the
+    /// message, with how to grant them), so it does not start; see
+    /// [`Operator::missing_permissions`].
+    #[error("{report}")]
+    MissingPermissions {
+        /// Every permission missing.
+        missing: Vec<Missing>,
+        /// The report: each one, and how to grant them.
+        report: String,
     },
     /// The replica cannot compete for its Lease as configured.
     #[error("cannot compete for the Lease {lease}: {problem}")]
@@ -260,6 +271,10 @@ pub struct Operator {
     peering: Option<Peering>,
     /// The admission webhook server, if any.
     webhooks: Option<WebhookServer>,
+    /// What handlers do with their own client (`Runner::rbac`).
+    permissions: Vec<Permission>,
+    /// What to do when permissions are missing at start-up.
+    on_missing: MissingPermissions,
 }
 
 impl std::fmt::Debug for Operator {
@@ -286,6 +301,8 @@ impl Operator {
             client_measured: false,
             peering: None,
             webhooks: None,
+            permissions: Vec::new(),
+            on_missing: MissingPermissions::default(),
         }
     }
 
@@ -382,6 +399,22 @@ impl Operator {
         self
     }
 
+    /// Needs `permission` too, for what handlers do with their own client
+    /// (as `#[kopf::rbac]` declares): the start-up check asks for it.
+    pub fn rbac(mut self, permission: Permission) -> Self {
+        self.permissions.push(permission);
+        self
+    }
+
+    /// What to do when the API server says, at start-up, that the operator
+    /// lacks permissions it needs: fail with
+    /// [`OperatorError::MissingPermissions`] (the default), or warn and
+    /// serve anyway.
+    pub fn missing_permissions(mut self, on_missing: MissingPermissions) -> Self {
+        self.on_missing = on_missing;
+        self
+    }
+
     /// Serves only the namespaces `selector` matches.
     pub fn namespaces(mut self, selector: NamespaceSelector) -> Self {
         self.namespaces = selector;
@@ -411,6 +444,22 @@ impl Operator {
         // `stop` and every caller: the operator's whole run is large code,
         // not worth a copy in each place that awaits it.
         self.run_until_boxed(Box::pin(stop)).await
+    }
+
+    /// What of its configuration decides the permissions it needs.
+    fn plan(&self, client: &Client) -> deploying::Plan {
+        let mut plan = deploying::Plan::new(self.namespaces.clone(), client.default_namespace());
+        plan.peering = self.peering.as_ref().map(Peering::coordinates);
+        plan.webhooks = self.webhooks.is_some();
+        plan.webhooks_managed = self
+            .webhooks
+            .as_ref()
+            .and_then(WebhookServer::managed)
+            .map(|managed| managed.name.clone());
+        plan.events = self.settings.posting.enabled;
+        plan.declared = deploying::declared();
+        plan.declared.extend(self.permissions.iter().cloned());
+        plan
     }
 
     fn run_until_boxed<'a>(
@@ -522,6 +571,16 @@ impl Operator {
             };
             if let Some(vault) = vault {
                 tasks.spawn(vault.authenticate(root.child_token()));
+            }
+            let start_up = deploying::StartUp {
+                registry: &self.registry,
+                plan: self.plan(&client),
+                on_missing: self.on_missing,
+            };
+            tokio::select! {
+                checked = deploying::at_start_up(&client, start_up) => checked
+                    .map_err(|(missing, report)| OperatorError::MissingPermissions { missing, report })?,
+                () = &mut stop => return Ok(()),
             }
             if let Some(state) = &endpoint_state {
                 state.health.enter(Phase::Starting);

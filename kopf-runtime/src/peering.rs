@@ -113,6 +113,12 @@ impl Peering {
         &self.name
     }
 
+    /// The Lease's namespace, name and number of shards, for the
+    /// permissions they need.
+    pub(crate) fn coordinates(&self) -> (String, String, u32) {
+        (self.namespace.clone(), self.name.clone(), self.shards)
+    }
+
     /// The Lease as `namespace/name`, for messages.
     pub(crate) fn lease(&self) -> String {
         format!("{}/{}", self.namespace, self.name)

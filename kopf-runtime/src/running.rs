@@ -221,7 +221,8 @@ impl Runner {
 
         let mut operator = Operator::new(registry)
             .settings(self.settings)
-            .namespaces(namespaces);
+            .namespaces(namespaces)
+            .missing_permissions(args.missing_permissions);
         if let Some(peering) = args.peering() {
             operator = operator.peering(peering);
         }

@@ -3,7 +3,13 @@
 //! `permissions.rs`), checked at start-up (`check.rs`), and the manifests
 //! that deploy it with exactly those (`manifests/`).
 
+mod check;
+mod declared;
 mod permissions;
 
-pub(crate) use permissions::{Named, Plan, declared, required};
+pub use check::{Missing, MissingPermissions};
+pub(crate) use check::{StartUp, at_start_up};
+pub(crate) use declared::declared;
+pub use declared::{RbacRecord, RbacScope};
+pub(crate) use permissions::{Named, Plan, required};
 pub use permissions::{Permission, PermissionError, PermissionScope};

@@ -232,6 +232,8 @@ pub(crate) struct Plan {
     pub(crate) webhooks: bool,
     /// The name of the managed webhook configurations, if any.
     pub(crate) webhooks_managed: Option<String>,
+    /// Whether Events are posted (`settings.posting.enabled`).
+    pub(crate) events: bool,
     /// The operator's own namespace: where Events of cluster-scoped
     /// objects go (the client's default namespace).
     pub(crate) home: String,
@@ -249,6 +251,7 @@ impl Plan {
             peering: None,
             webhooks: false,
             webhooks_managed: None,
+            events: true,
             home: home.into(),
             declared: Vec::new(),
         }
@@ -347,7 +350,7 @@ pub(crate) fn required(
                 );
             }
             events = true;
-            if named.namespaced == Some(false) {
+            if plan.events && named.namespaced == Some(false) {
                 needed.push(
                     Permission::new("", "events")
                         .verbs(["create"])
@@ -357,12 +360,14 @@ pub(crate) fn required(
             }
         }
     }
-    if events {
+    if events && plan.events {
         needed.push(
             Permission::new("", "events")
                 .verbs(["create"])
                 .why("handlers' outcomes are posted as Events on their objects"),
         );
+    }
+    if events {
         needed.push(
             Permission::new("apiextensions.k8s.io", "customresourcedefinitions")
                 .verbs(["list", "watch"])
@@ -461,7 +466,197 @@ fn resolve_scopes(needed: Vec<Permission>, namespaces: &NamespaceSelector) -> Ve
     resolved.into_iter().collect()
 }
 
-/// The permissions declared with `#[kopf::rbac]` in every linked crate.
-pub(crate) fn declared() -> Vec<Permission> {
-    Vec::new()
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+
+    use super::*;
+    use crate::errors::Outcome;
+    use crate::kwargs::Kwargs;
+
+    async fn noop(_: Kwargs) -> Outcome {
+        Outcome::Ok(None)
+    }
+
+    fn configmaps() -> ResourceRef {
+        ResourceRef::of::<ConfigMap>()
+    }
+
+    fn rules(registry: &Registry, plan: &Plan) -> Vec<String> {
+        required(registry, plan, &|r| Named::of(r).map(|n| vec![n]))
+            .expect("permissions")
+            .iter()
+            .map(|p| {
+                let mut text = p.to_string();
+                if let Some(end) = text.find(" (") {
+                    text.truncate(end);
+                }
+                text
+            })
+            .collect()
+    }
+
+    fn plan(patterns: &[&str], all: bool) -> Plan {
+        Plan::new(
+            NamespaceSelector::new(patterns, all).expect("a selector"),
+            "ops",
+        )
+    }
+
+    #[test]
+    fn change_handlers_need_list_watch_patch_status_and_events_in_each_namespace() {
+        let registry = Registry::builder()
+            .on_create(configmaps(), "c", noop)
+            .build()
+            .expect("a registry");
+        let rules = rules(&registry, &plan(&["a", "b"], false));
+        for ns in ["a", "b"] {
+            for expected in [
+                format!("list,watch configmaps in namespace {ns}"),
+                format!("patch configmaps in namespace {ns}"),
+                format!("patch configmaps/status in namespace {ns}"),
+                format!("create events in namespace {ns}"),
+            ] {
+                assert!(rules.contains(&expected), "{expected} in {rules:#?}");
+            }
+        }
+        assert!(
+            rules.contains(
+                &"list,watch customresourcedefinitions.apiextensions.k8s.io cluster-wide"
+                    .to_owned()
+            ),
+            "{rules:#?}"
+        );
+        assert_eq!(rules.len(), 9, "{rules:#?}");
+    }
+
+    #[test]
+    fn all_namespaces_and_patterns_need_cluster_rules_and_patterns_namespaces() {
+        let registry = Registry::builder()
+            .timer(configmaps(), "t", noop)
+            .interval(Duration::from_secs(1))
+            .no_finalizers()
+            .build()
+            .expect("a registry");
+        let everywhere = rules(&registry, &plan(&[], true));
+        assert!(everywhere.contains(&"list,watch configmaps cluster-wide".to_owned()));
+        assert!(everywhere.contains(&"patch configmaps cluster-wide".to_owned()));
+        assert!(
+            !everywhere.iter().any(|r| r.contains("status")),
+            "{everywhere:#?}"
+        );
+        assert!(
+            !everywhere.iter().any(|r| r.contains("namespaces ")),
+            "{everywhere:#?}"
+        );
+        let globbed = rules(&registry, &plan(&["dev-*"], false));
+        assert!(globbed.contains(&"list,watch namespaces cluster-wide".to_owned()));
+        assert!(globbed.contains(&"list,watch configmaps cluster-wide".to_owned()));
+        let excluded = rules(&registry, &plan(&["!kube-*"], true));
+        assert!(excluded.contains(&"list,watch namespaces cluster-wide".to_owned()));
+    }
+
+    #[test]
+    fn cluster_scoped_resources_are_cluster_wide_with_events_at_home() {
+        let registry = Registry::builder()
+            .on_event(ResourceRef::of::<Namespace>(), "e", noop)
+            .build()
+            .expect("a registry");
+        let rules = rules(&registry, &plan(&["a"], false));
+        assert!(
+            rules.contains(&"list,watch namespaces cluster-wide".to_owned()),
+            "{rules:#?}"
+        );
+        assert!(
+            rules.contains(&"create events in namespace ops".to_owned()),
+            "{rules:#?}"
+        );
+    }
+
+    #[test]
+    fn peering_needs_its_lease_and_shards_every_slot() {
+        let registry = Registry::builder()
+            .on_event(configmaps(), "e", noop)
+            .build()
+            .expect("a registry");
+        let mut single = plan(&["a"], false);
+        single.peering = Some(("ops".into(), "op".into(), 1));
+        let rules_1 = rules(&registry, &single);
+        assert!(rules_1.contains(&"create leases.coordination.k8s.io in namespace ops".to_owned()));
+        assert!(rules_1.contains(
+            &"get,update leases.coordination.k8s.io named op in namespace ops".to_owned()
+        ));
+        let mut sharded = single.clone();
+        sharded.peering = Some(("ops".into(), "op".into(), 4));
+        let rules_4 = rules(&registry, &sharded);
+        assert!(
+            rules_4.contains(
+                &"delete,get,list,update leases.coordination.k8s.io in namespace ops".to_owned()
+            ),
+            "{rules_4:#?}"
+        );
+    }
+
+    #[test]
+    fn admission_only_resources_are_not_watched_and_managed_configurations_are_written() {
+        let registry = Registry::builder()
+            .on_validate(configmaps(), "v", noop)
+            .build()
+            .expect("a registry");
+        let mut webhooks = plan(&[], true);
+        webhooks.webhooks = true;
+        webhooks.webhooks_managed = Some("op.example.com".into());
+        let rules = rules(&registry, &webhooks);
+        assert!(
+            !rules.iter().any(|r| r.contains("configmaps")),
+            "{rules:#?}"
+        );
+        assert!(rules.contains(
+            &"patch validatingwebhookconfigurations.admissionregistration.k8s.io named op.example.com cluster-wide".to_owned()
+        ), "{rules:#?}");
+        assert_eq!(rules.len(), 4, "{rules:#?}");
+    }
+
+    #[test]
+    fn declared_permissions_follow_the_served_namespaces_unless_scoped() {
+        let registry = Registry::default();
+        let mut declared = plan(&["a", "b"], false);
+        declared.declared = vec![
+            Permission::new("", "secrets").verbs(["get"]),
+            Permission::new("apps", "deployments")
+                .verbs(["get"])
+                .cluster(),
+            Permission::new("", "pods").verbs(["delete"]).namespace("x"),
+        ];
+        let rules = rules(&registry, &declared);
+        assert_eq!(
+            rules,
+            [
+                "get deployments.apps cluster-wide",
+                "get secrets in namespace a",
+                "get secrets in namespace b",
+                "delete pods in namespace x",
+            ]
+        );
+        declared.declared = vec![Permission::new("", "secrets")];
+        let error = required(&registry, &declared, &|r| Named::of(r).map(|n| vec![n]));
+        assert!(
+            matches!(error, Err(PermissionError::Invalid(_))),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn a_resource_without_group_or_plural_cannot_be_named_offline() {
+        let error = Named::of(&ResourceRef::by_kind("KopfExample")).expect_err("no group");
+        assert!(error.to_string().contains("names no API group"), "{error}");
+        let error = Named::of(&ResourceRef::by_kind("KopfExample").with_group("kopf.dev"))
+            .expect_err("no plural");
+        assert!(
+            error.to_string().contains("names no plural name"),
+            "{error}"
+        );
+    }
 }
