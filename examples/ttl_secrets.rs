@@ -23,6 +23,12 @@ use kube::api::{DeleteParams, PostParams};
 /// The annotation holding a Secret's time to live.
 const TTL: &str = "example.com/ttl";
 
+#[kopf::rbac(
+    groups = "",
+    resources = "secrets",
+    verbs = "delete",
+    why = "expired Secrets are deleted"
+)]
 #[kopf::timer(Secret, interval = 1, no_finalizers, annotations("example.com/ttl" = kopf::PRESENT))]
 async fn expire(
     meta: &ObjectMeta,

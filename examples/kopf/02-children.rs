@@ -20,6 +20,12 @@ use kube::Api;
 use kube::api::PostParams;
 use serde_json::{Value, json};
 
+#[kopf::rbac(
+    groups = "",
+    resources = "pods",
+    verbs = "create",
+    why = "the children Pods are created"
+)]
 #[kopf::on_create(KopfExample)]
 async fn create_fn(
     spec: &KopfExampleSpec,

@@ -45,6 +45,12 @@ fn tasks() -> std::sync::MutexGuard<'static, Tasks> {
     TASKS.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+#[kopf::rbac(
+    groups = "",
+    resources = "pods",
+    verbs = "delete",
+    why = "the Pods are killed after their lifetime"
+)]
 #[kopf::on_resume(Pod)]
 #[kopf::on_create(Pod)]
 async fn pod_in_sight(

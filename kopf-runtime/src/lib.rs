@@ -539,6 +539,41 @@
 //! Handlers declared in a crate the binary does not otherwise use need
 //! [`link!`].
 //!
+//! # Permissions
+//!
+//! An operator knows most of what it needs from the API: it lists and
+//! watches the resources its handlers serve, patches them where it keeps
+//! state (progress, the last handled state, finalizers, results under
+//! `status`), posts Events, elects on Leases with `--peering`, watches
+//! CRDs, and writes its webhook configurations with `--webhook-managed`.
+//! What handlers do with their own `client` it cannot know: declare it with
+//! [`rbac`] on any item (the handler, say), as kubebuilder's RBAC markers
+//! do, or with [`Operator::rbac`] and a [`Permission`].
+//!
+//! ```
+//! use kopf_runtime as kopf;
+//! use k8s_openapi::api::core::v1::Pod;
+//!
+//! #[kopf::rbac(groups = "", resources = "pods", verbs = "delete",
+//!              why = "evicted pods are deleted")]
+//! #[kopf::timer(Pod, interval = 60, no_finalizers)]
+//! async fn evict(client: kube::Client) -> kopf::Result<()> {
+//!     # let _ = client;
+//!     Ok(())
+//! }
+//! # fn main() {}
+//! ```
+//!
+//! `groups` (`""` or `core` for the core group), `resources` (plural
+//! names, `pods/status` for a subresource) and `verbs` are
+//! comma-separated lists; `resource_names = "…"` narrows it to some
+//! objects, `namespace = "…"` or `cluster` sets where it applies (by
+//! default, where the operator serves objects). Before it serves
+//! anything, the operator asks the API server whether it has every one of
+//! these permissions (one `SelfSubjectAccessReview` each) and, if some are
+//! missing, names them all and exits ([`OperatorError::MissingPermissions`]),
+//! or only warns with `--missing-permissions=warn`.
+//!
 //! # What the runtime guarantees
 //!
 //! - **One object, one handling at a time.** The events of an object are
@@ -697,6 +732,8 @@
 //! | [`NamespaceSelector`] | the namespaces to serve, from `-n` patterns and `-A` ([`Operator::namespaces`]) |
 //! | [`Peering`] | the Lease replicas elect a leader on, or shard the objects by, from `--peering`, `--priority`, `--dev` and `--shards` ([`Operator::peering`]) |
 //! | [`OperatorSettings`] and the [`settings`] module | Kopf's settings, grouped and defaulted as in Kopf; [`settings::StartupSettings`], the settings that start-up handlers change |
+//! | [`rbac`], [`Permission`], [`PermissionScope`], [`PermissionError`] | the RBAC permissions an operator needs beyond what it derives from its handlers ([`Operator::rbac`]) |
+//! | [`MissingPermissions`], [`Missing`] | what the start-up check does when permissions are missing, and each one it found ([`Operator::missing_permissions`]) |
 //! | [`RunError`], [`OperatorError`], [`CliError`], [`SelectorError`], [`RegistryError`] | why an operator does not start |
 //! | [`Registry`], [`RegistryBuilder`] | an operator's handlers: from the macros, or built without them |
 //! | [`Handler`], [`HandlerFn`], [`HandlerKind`] | one registered handler, the function behind it, and its kind |
