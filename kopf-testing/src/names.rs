@@ -41,12 +41,16 @@ enum Rule {
     Subdomain,
     Label,
     Dns1035,
+    /// Any path segment (RBAC objects, whose names hold colons such as
+    /// `system:discovery`): `ValidatePathSegmentName`.
+    PathSegment,
 }
 
 fn rule_of(def: &ResourceDef) -> Rule {
     match (def.group.as_str(), def.plural.as_str()) {
         ("", "namespaces") => Rule::Label,
         ("", "services") => Rule::Dns1035,
+        ("rbac.authorization.k8s.io", _) => Rule::PathSegment,
         _ => Rule::Subdomain,
     }
 }
@@ -128,6 +132,16 @@ fn rule_errors(rule: Rule, name: &str) -> Vec<String> {
             }
             if !is_dns1035(name) {
                 errors.push(DNS1035_LABEL_RULE.to_string());
+            }
+        }
+        Rule::PathSegment => {
+            if name == "." || name == ".." {
+                errors.push(format!("may not be '{name}'"));
+            }
+            for bad in ["/", "%"] {
+                if name.contains(bad) {
+                    errors.push(format!("may not contain '{bad}'"));
+                }
             }
         }
     }

@@ -213,8 +213,57 @@ pub fn builtins() -> Vec<ResourceDef> {
             &["crd", "crds"],
             true,
         ),
+        builtin(RBAC_GROUP, "v1", "roles", "Role", true, &[], false),
+        builtin(
+            RBAC_GROUP,
+            "v1",
+            "rolebindings",
+            "RoleBinding",
+            true,
+            &[],
+            false,
+        ),
+        builtin(
+            RBAC_GROUP,
+            "v1",
+            "clusterroles",
+            "ClusterRole",
+            false,
+            &[],
+            false,
+        ),
+        builtin(
+            RBAC_GROUP,
+            "v1",
+            "clusterrolebindings",
+            "ClusterRoleBinding",
+            false,
+            &[],
+            false,
+        ),
+        builtin(
+            "apps",
+            "v1",
+            "deployments",
+            "Deployment",
+            true,
+            &["deploy"],
+            true,
+        ),
+        builtin(
+            "policy",
+            "v1",
+            "poddisruptionbudgets",
+            "PodDisruptionBudget",
+            true,
+            &["pdb"],
+            true,
+        ),
     ]
 }
+
+/// The group of Roles, ClusterRoles and their bindings.
+pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
 /// Why a CRD object cannot be served.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

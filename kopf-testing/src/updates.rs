@@ -27,9 +27,13 @@ const IMMUTABLE_WHEN_SET: &str = "field is immutable when `immutable` is set";
 
 /// Whether an update without a `resourceVersion` overwrites whatever is
 /// stored (`AllowUnconditionalUpdate`): so for the core group's resources,
-/// not for the others the emulator serves nor for custom resources.
+/// RBAC objects, Deployments and PodDisruptionBudgets, not for the others
+/// the emulator serves nor for custom resources.
 pub fn allows_unconditional_update(def: &ResourceDef) -> bool {
-    def.group.is_empty() || def.group == "events.k8s.io"
+    matches!(
+        def.group.as_str(),
+        "" | "events.k8s.io" | "rbac.authorization.k8s.io" | "apps" | "policy"
+    )
 }
 
 /// 422 for an update without a `resourceVersion` where one is required.
