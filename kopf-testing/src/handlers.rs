@@ -17,6 +17,7 @@ use crate::failures::ApiError;
 use crate::limits;
 use crate::options;
 use crate::patching::{self, PatchKind};
+use crate::rbac;
 use crate::recording::RecordedRequest;
 
 use crate::resources::ResourceDef;
@@ -59,12 +60,19 @@ where
     let route = routing::parse_path(&path);
     let query = routing::parse_query(&raw_query);
     let verb = routing::classify(method.as_str(), route.as_ref(), &query);
-    let authorized = shared.authorized(
+    let access = rbac::access(
+        &shared,
+        &method,
+        &path,
+        &query,
         req.headers()
             .get(header::AUTHORIZATION)
             .map(HeaderValue::as_bytes),
-        &path,
     );
+    let mut req = req;
+    if let Ok(Some(user)) = &access {
+        req.extensions_mut().insert(user.clone());
+    }
 
     let latency = shared.faults.latency();
     if !latency.is_zero() {
@@ -73,8 +81,8 @@ where
     shared.faults.held(verb, &path).await;
     // Admission webhooks' warnings, sent as `Warning` headers whatever the outcome.
     let mut warnings = Vec::new();
-    let mut response = if !authorized {
-        error_response(&ApiError::unauthorized())
+    let mut response = if let Err(err) = &access {
+        error_response(err)
     } else if shared.faults.inspects_bodies() {
         // A fault rule looks into bodies: read this one first, then serve
         // the request from what was read.
@@ -127,7 +135,7 @@ where
     response
 }
 
-async fn read_body<B>(req: Request<B>) -> Result<(Option<String>, Bytes), ApiError>
+pub(crate) async fn read_body<B>(req: Request<B>) -> Result<(Option<String>, Bytes), ApiError>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: std::error::Error + Send + Sync + 'static,
@@ -259,6 +267,11 @@ where
         .store()
         .find_def(&route.group, &route.version, &route.plural)
         .ok_or_else(|| ApiError::no_route(&path))?;
+    let token_request = route.subresource.as_deref() == Some("token")
+        && def.extra_subresources().iter().any(|s| s.name == "token");
+    if def.is_review() || token_request {
+        return rbac::reviews::serve(shared, method, &def, &route, req).await;
+    }
     let target = match route.subresource.as_deref() {
         None => Target::Main,
         Some("status") if def.status_subresource => Target::Status,

@@ -212,6 +212,7 @@ mod options;
 mod patching;
 mod preload;
 mod protobuf;
+mod rbac;
 mod recording;
 mod refusals;
 mod resources;
@@ -237,6 +238,8 @@ pub use error::EmulatorError;
 pub use failures::ApiError;
 pub use faults::{FailRule, Faults, HeldRequests, MAX_FAULT_RULES, MAX_FRAGMENT_BYTES};
 pub use kubectl::kubectl;
+pub use rbac::authorizer::{Grant, ObjectRef};
+pub use rbac::usage::{GrantUse, RbacDenial, RbacUsage};
 pub use recording::RecordedRequest;
 #[cfg(feature = "runner")]
 pub use runner::{Finished, KopfRunner, KopfRunnerBuilder, RunnerError, Stop};

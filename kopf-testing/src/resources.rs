@@ -242,6 +242,33 @@ pub fn builtins() -> Vec<ResourceDef> {
             false,
         ),
         builtin(
+            AUTHORIZATION_GROUP,
+            "v1",
+            "selfsubjectaccessreviews",
+            "SelfSubjectAccessReview",
+            false,
+            &[],
+            false,
+        ),
+        builtin(
+            AUTHORIZATION_GROUP,
+            "v1",
+            "selfsubjectrulesreviews",
+            "SelfSubjectRulesReview",
+            false,
+            &[],
+            false,
+        ),
+        builtin(
+            AUTHORIZATION_GROUP,
+            "v1",
+            "subjectaccessreviews",
+            "SubjectAccessReview",
+            false,
+            &[],
+            false,
+        ),
+        builtin(
             "apps",
             "v1",
             "deployments",
@@ -264,6 +291,71 @@ pub fn builtins() -> Vec<ResourceDef> {
 
 /// The group of Roles, ClusterRoles and their bindings.
 pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+
+/// The group of the access reviews.
+pub const AUTHORIZATION_GROUP: &str = "authorization.k8s.io";
+
+/// Every verb of a resource stored and served in full.
+const ALL_VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+/// A subresource served besides `status`, as discovery lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Subresource {
+    /// The subresource's name (`token`).
+    pub name: &'static str,
+    /// The group of the object it answers with.
+    pub group: &'static str,
+    /// The version of the object it answers with.
+    pub version: &'static str,
+    /// The kind of the object it answers with.
+    pub kind: &'static str,
+    /// Its verbs.
+    pub verbs: &'static [&'static str],
+}
+
+/// `serviceaccounts/token`: the TokenRequest API.
+const SERVICE_ACCOUNT_TOKEN: Subresource = Subresource {
+    name: "token",
+    group: "authentication.k8s.io",
+    version: "v1",
+    kind: "TokenRequest",
+    verbs: &["create"],
+};
+
+impl ResourceDef {
+    /// The verbs the resource has, as discovery lists them: the access
+    /// reviews are created and answered, never stored.
+    pub fn verbs(&self) -> &'static [&'static str] {
+        if self.is_review() {
+            &["create"]
+        } else {
+            ALL_VERBS
+        }
+    }
+
+    /// Whether this is an access review, answered at once and not stored.
+    pub fn is_review(&self) -> bool {
+        self.group == AUTHORIZATION_GROUP
+    }
+
+    /// The subresources served besides `status`.
+    pub fn extra_subresources(&self) -> &'static [Subresource] {
+        if self.group.is_empty() && self.plural == "serviceaccounts" {
+            std::slice::from_ref(&SERVICE_ACCOUNT_TOKEN)
+        } else {
+            &[]
+        }
+    }
+}
 
 /// Why a CRD object cannot be served.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -1,0 +1,824 @@
+//! RBAC enforced over real HTTP (`EmulatorBuilder::rbac`), as the API
+//! server's authenticator and RBAC authorizer decide: ServiceAccount tokens
+//! from the TokenRequest API, Roles and ClusterRoles through bindings, the
+//! `403` `Status` bodies, the access reviews, and the record of which rule
+//! allowed what.
+
+use crate::common::{RawResponse, raw_request, send_json, within};
+use k8s_openapi::api::core::v1::Secret;
+use kopf_testing::{Emulator, Grant, ObjectRef};
+use kube::Api;
+use kube::api::ListParams;
+use serde_json::{Value, json};
+
+async fn emulator() -> Emulator {
+    within("the emulator to start", Emulator::builder().rbac().start())
+        .await
+        .expect("the emulator starts")
+}
+
+/// Creates `obj` at `path` as the administrator (no token is required, so
+/// a request without one is `system:admin`).
+async fn admin_create(emulator: &Emulator, path: &str, obj: Value) {
+    let resp = send_json(emulator.addr(), "POST", path, "application/json", &obj).await;
+    assert_eq!(
+        resp.status,
+        201,
+        "{path}: {}",
+        String::from_utf8_lossy(&resp.body)
+    );
+}
+
+/// A ServiceAccount `ns/name` and a token for it.
+async fn service_account(emulator: &Emulator, ns: &str, name: &str) -> String {
+    admin_create(
+        emulator,
+        &format!("/api/v1/namespaces/{ns}/serviceaccounts"),
+        json!({"metadata": {"name": name}}),
+    )
+    .await;
+    emulator
+        .service_account_token(ns, name)
+        .expect("a token for an existing ServiceAccount")
+}
+
+async fn cluster_role(emulator: &Emulator, name: &str, rules: Value) {
+    admin_create(
+        emulator,
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        json!({"metadata": {"name": name}, "rules": rules}),
+    )
+    .await;
+}
+
+async fn role(emulator: &Emulator, ns: &str, name: &str, rules: Value) {
+    admin_create(
+        emulator,
+        &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles"),
+        json!({"metadata": {"name": name}, "rules": rules}),
+    )
+    .await;
+}
+
+fn role_ref(kind: &str, name: &str) -> Value {
+    json!({"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name})
+}
+
+fn sa_subject(ns: &str, name: &str) -> Value {
+    json!({"kind": "ServiceAccount", "name": name, "namespace": ns})
+}
+
+async fn role_binding(emulator: &Emulator, ns: &str, name: &str, role: Value, subjects: Value) {
+    admin_create(
+        emulator,
+        &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings"),
+        json!({"metadata": {"name": name}, "roleRef": role, "subjects": subjects}),
+    )
+    .await;
+}
+
+async fn cluster_role_binding(emulator: &Emulator, name: &str, role: Value, subjects: Value) {
+    admin_create(
+        emulator,
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        json!({"metadata": {"name": name}, "roleRef": role, "subjects": subjects}),
+    )
+    .await;
+}
+
+/// Sends a request with `token`.
+async fn request(
+    emulator: &Emulator,
+    token: &str,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> RawResponse {
+    let auth = format!("Bearer {token}");
+    let body = body
+        .map(|b| serde_json::to_vec(&b).expect("JSON"))
+        .unwrap_or_default();
+    let headers = [
+        ("Authorization", auth.as_str()),
+        ("Content-Type", "application/json"),
+    ];
+    raw_request(emulator.addr(), method, path, &headers, &body).await
+}
+
+async fn status_of(emulator: &Emulator, token: &str, method: &str, path: &str) -> u16 {
+    request(emulator, token, method, path, None).await.status
+}
+
+fn forbidden(message: &str, details: Value) -> Value {
+    json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": "Forbidden", "details": details, "code": 403,
+    })
+}
+
+const OP: &str = "system:serviceaccount:default:op";
+
+#[tokio::test]
+async fn denials_answer_the_api_servers_forbidden_status() {
+    let emulator = emulator().await;
+    let token = service_account(&emulator, "default", "op").await;
+    let cases = [
+        (
+            "/api/v1/secrets",
+            format!(
+                "secrets is forbidden: User \"{OP}\" cannot list resource \"secrets\" in API group \"\" at the cluster scope"
+            ),
+            json!({"kind": "secrets"}),
+        ),
+        (
+            "/api/v1/namespaces/kube-system/secrets",
+            format!(
+                "secrets is forbidden: User \"{OP}\" cannot list resource \"secrets\" in API group \"\" in the namespace \"kube-system\""
+            ),
+            json!({"kind": "secrets"}),
+        ),
+        (
+            "/apis/apps/v1/namespaces/default/deployments/d/status",
+            format!(
+                "deployments.apps \"d\" is forbidden: User \"{OP}\" cannot get resource \"deployments/status\" in API group \"apps\" in the namespace \"default\""
+            ),
+            json!({"name": "d", "group": "apps", "kind": "deployments"}),
+        ),
+        (
+            "/metrics",
+            format!("forbidden: User \"{OP}\" cannot get path \"/metrics\""),
+            json!({}),
+        ),
+    ];
+    for (path, message, details) in cases {
+        let resp = request(&emulator, &token, "GET", path, None).await;
+        resp.assert_status_object(403);
+        assert_eq!(resp.json(), forbidden(&message, details), "{path}");
+    }
+    // Discovery is every authenticated user's.
+    assert_eq!(status_of(&emulator, &token, "GET", "/api/v1").await, 200);
+    assert_eq!(status_of(&emulator, &token, "GET", "/apis").await, 200);
+}
+
+#[tokio::test]
+async fn a_role_binding_grants_a_cluster_role_in_its_namespace_only() {
+    let emulator = emulator().await;
+    let token = service_account(&emulator, "default", "op").await;
+    cluster_role(
+        &emulator,
+        "secret-reader",
+        json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}]),
+    )
+    .await;
+    role_binding(
+        &emulator,
+        "default",
+        "op-reads",
+        role_ref("ClusterRole", "secret-reader"),
+        json!([{"kind": "ServiceAccount", "name": "op"}]),
+    )
+    .await;
+    assert_eq!(
+        status_of(
+            &emulator,
+            &token,
+            "GET",
+            "/api/v1/namespaces/default/secrets"
+        )
+        .await,
+        200
+    );
+    assert_eq!(
+        status_of(
+            &emulator,
+            &token,
+            "GET",
+            "/api/v1/namespaces/default/secrets?watch=1&timeoutSeconds=1"
+        )
+        .await,
+        200
+    );
+    assert_eq!(
+        status_of(
+            &emulator,
+            &token,
+            "GET",
+            "/api/v1/namespaces/kube-system/secrets"
+        )
+        .await,
+        403
+    );
+    assert_eq!(
+        status_of(&emulator, &token, "GET", "/api/v1/secrets").await,
+        403
+    );
+    assert_eq!(
+        status_of(
+            &emulator,
+            &token,
+            "DELETE",
+            "/api/v1/namespaces/default/secrets"
+        )
+        .await,
+        403
+    );
+    // The binding refers to a role that does not exist: said in the reason.
+    role_binding(
+        &emulator,
+        "kube-system",
+        "dangling",
+        role_ref("Role", "nope"),
+        json!([sa_subject("default", "op")]),
+    )
+    .await;
+    let resp = request(
+        &emulator,
+        &token,
+        "GET",
+        "/api/v1/namespaces/kube-system/secrets",
+        None,
+    )
+    .await;
+    assert_eq!(
+        resp.json()["message"],
+        format!(
+            "secrets is forbidden: User \"{OP}\" cannot list resource \"secrets\" in API group \"\" in the namespace \"kube-system\": RBAC: role.rbac.authorization.k8s.io \"nope\" not found"
+        )
+    );
+}
+
+#[tokio::test]
+async fn wildcards_match_as_the_api_server_matches_them() {
+    let emulator = emulator().await;
+    let token = service_account(&emulator, "default", "op").await;
+    cluster_role(
+        &emulator,
+        "statuses",
+        json!([
+            {"apiGroups": ["*"], "resources": ["*/status"], "verbs": ["*"]},
+            {"apiGroups": ["apps"], "resources": ["*"], "verbs": ["list"]},
+            {"apiGroups": [""], "resources": ["configmaps/*"], "verbs": ["*"]},
+        ]),
+    )
+    .await;
+    cluster_role_binding(
+        &emulator,
+        "op-statuses",
+        role_ref("ClusterRole", "statuses"),
+        json!([sa_subject("default", "op")]),
+    )
+    .await;
+    // Allowed, then not found: authorization comes first.
+    assert_eq!(
+        status_of(
+            &emulator,
+            &token,
+            "GET",
+            "/api/v1/namespaces/default/pods/p/status"
+        )
+        .await,
+        404
+    );
+    assert_eq!(
+        status_of(
+            &emulator,
+            &token,
+            "GET",
+            "/apis/apps/v1/namespaces/default/deployments/d/status"
+        )
+        .await,
+        404
+    );
+    assert_eq!(
+        status_of(
+            &emulator,
+            &token,
+            "GET",
+            "/api/v1/namespaces/default/pods/p"
+        )
+        .await,
+        403
+    );
+    assert_eq!(
+        status_of(&emulator, &token, "GET", "/apis/apps/v1/deployments").await,
+        200
+    );
+    assert_eq!(
+        status_of(
+            &emulator,
+            &token,
+            "GET",
+            "/apis/apps/v1/namespaces/default/deployments/d"
+        )
+        .await,
+        403
+    );
+    // `configmaps/*` names no subresource wildcard to the API server.
+    assert_eq!(
+        status_of(
+            &emulator,
+            &token,
+            "GET",
+            "/api/v1/namespaces/default/configmaps"
+        )
+        .await,
+        403
+    );
+}
+
+#[tokio::test]
+async fn resource_names_allow_named_requests_only() {
+    let emulator = emulator().await;
+    let token = service_account(&emulator, "default", "op").await;
+    for name in ["s1", "s2"] {
+        admin_create(
+            &emulator,
+            "/api/v1/namespaces/default/secrets",
+            json!({"metadata": {"name": name}}),
+        )
+        .await;
+    }
+    role(&emulator, "default", "one-secret", json!([{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["s1"], "verbs": ["get", "list", "watch", "create", "delete"]}])).await;
+    role_binding(
+        &emulator,
+        "default",
+        "op-one",
+        role_ref("Role", "one-secret"),
+        json!([sa_subject("default", "op")]),
+    )
+    .await;
+    let base = "/api/v1/namespaces/default/secrets";
+    assert_eq!(
+        status_of(&emulator, &token, "GET", &format!("{base}/s1")).await,
+        200
+    );
+    assert_eq!(
+        status_of(&emulator, &token, "GET", &format!("{base}/s2")).await,
+        403
+    );
+    assert_eq!(status_of(&emulator, &token, "GET", base).await, 403);
+    // A list of that one name is asked of it.
+    assert_eq!(
+        status_of(
+            &emulator,
+            &token,
+            "GET",
+            &format!("{base}?fieldSelector=metadata.name%3Ds1")
+        )
+        .await,
+        200
+    );
+    let created = request(
+        &emulator,
+        &token,
+        "POST",
+        base,
+        Some(json!({"metadata": {"name": "s1"}})),
+    )
+    .await;
+    assert_eq!(created.status, 403, "a create has no name to match");
+    assert_eq!(
+        status_of(&emulator, &token, "DELETE", &format!("{base}/s1")).await,
+        200
+    );
+}
+
+#[tokio::test]
+async fn non_resource_urls_are_granted_by_cluster_role_bindings_only() {
+    let emulator = emulator().await;
+    let bound = service_account(&emulator, "default", "op").await;
+    let local = service_account(&emulator, "default", "local").await;
+    cluster_role(
+        &emulator,
+        "metrics",
+        json!([{"nonResourceURLs": ["/metrics", "/logs/*"], "verbs": ["get"]}]),
+    )
+    .await;
+    cluster_role_binding(
+        &emulator,
+        "op-metrics",
+        role_ref("ClusterRole", "metrics"),
+        json!([sa_subject("default", "op")]),
+    )
+    .await;
+    role_binding(
+        &emulator,
+        "default",
+        "local-metrics",
+        role_ref("ClusterRole", "metrics"),
+        json!([sa_subject("default", "local")]),
+    )
+    .await;
+    // Allowed (then not served).
+    assert_eq!(status_of(&emulator, &bound, "GET", "/metrics").await, 404);
+    assert_eq!(
+        status_of(&emulator, &bound, "GET", "/logs/kubelet.log").await,
+        404
+    );
+    assert_eq!(
+        status_of(&emulator, &bound, "GET", "/metrics/extra").await,
+        403
+    );
+    assert_eq!(status_of(&emulator, &bound, "POST", "/metrics").await, 403);
+    assert_eq!(status_of(&emulator, &local, "GET", "/metrics").await, 403);
+}
+
+#[tokio::test]
+async fn users_and_groups_are_subjects() {
+    let emulator = emulator().await;
+    admin_create(
+        &emulator,
+        "/api/v1/namespaces",
+        json!({"metadata": {"name": "other"}}),
+    )
+    .await;
+    let op = service_account(&emulator, "default", "op").await;
+    let stranger = service_account(&emulator, "other", "op").await;
+    cluster_role(
+        &emulator,
+        "cm-reader",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]),
+    )
+    .await;
+    cluster_role(
+        &emulator,
+        "lease-reader",
+        json!([{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["list"]}]),
+    )
+    .await;
+    cluster_role_binding(
+        &emulator,
+        "default-sas",
+        role_ref("ClusterRole", "cm-reader"),
+        json!([{"kind": "Group", "name": "system:serviceaccounts:default"}]),
+    )
+    .await;
+    cluster_role_binding(
+        &emulator,
+        "op-user",
+        role_ref("ClusterRole", "lease-reader"),
+        json!([{"kind": "User", "name": OP}]),
+    )
+    .await;
+    assert_eq!(
+        status_of(&emulator, &op, "GET", "/api/v1/configmaps").await,
+        200
+    );
+    assert_eq!(
+        status_of(&emulator, &stranger, "GET", "/api/v1/configmaps").await,
+        403
+    );
+    assert_eq!(
+        status_of(&emulator, &op, "GET", "/apis/coordination.k8s.io/v1/leases").await,
+        200
+    );
+    assert_eq!(
+        status_of(
+            &emulator,
+            &stranger,
+            "GET",
+            "/apis/coordination.k8s.io/v1/leases"
+        )
+        .await,
+        403
+    );
+}
+
+fn ssar(attributes: Value) -> Value {
+    json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": attributes})
+}
+
+#[tokio::test]
+async fn self_subject_access_reviews_answer_for_the_caller() {
+    let emulator = emulator().await;
+    let token = service_account(&emulator, "default", "op").await;
+    let path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+    let list_secrets = ssar(
+        json!({"resourceAttributes": {"verb": "list", "resource": "secrets", "namespace": "default"}}),
+    );
+    let resp = request(&emulator, &token, "POST", path, Some(list_secrets.clone())).await;
+    assert_eq!(resp.status, 201, "{}", String::from_utf8_lossy(&resp.body));
+    assert_eq!(resp.json()["status"], json!({"allowed": false}));
+    assert_eq!(
+        resp.json()["spec"],
+        list_secrets["spec"],
+        "the spec is echoed"
+    );
+    role(
+        &emulator,
+        "default",
+        "secrets",
+        json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}]),
+    )
+    .await;
+    role_binding(
+        &emulator,
+        "default",
+        "op",
+        role_ref("Role", "secrets"),
+        json!([sa_subject("default", "op")]),
+    )
+    .await;
+    let resp = request(&emulator, &token, "POST", path, Some(list_secrets)).await;
+    assert_eq!(
+        resp.json()["status"],
+        json!({"allowed": true, "reason": "RBAC: allowed by RoleBinding \"op/default\" of Role \"secrets\" to ServiceAccount \"op/default\""})
+    );
+    let discovery = ssar(json!({"nonResourceAttributes": {"verb": "get", "path": "/apis/apps"}}));
+    let resp = request(&emulator, &token, "POST", path, Some(discovery)).await;
+    assert_eq!(
+        resp.json()["status"],
+        json!({"allowed": true, "reason": "RBAC: allowed by ClusterRoleBinding \"system:discovery\" of ClusterRole \"system:discovery\" to Group \"system:authenticated\""})
+    );
+    let resp = request(&emulator, &token, "POST", path, Some(ssar(json!({})))).await;
+    resp.assert_status_object(422);
+    // The administrator is allowed everything, by no rule.
+    let resp = send_json(
+        emulator.addr(),
+        "POST",
+        path,
+        "application/json",
+        &ssar(json!({"resourceAttributes": {"verb": "delete", "resource": "nodes"}})),
+    )
+    .await;
+    assert_eq!(resp.json()["status"], json!({"allowed": true}));
+}
+
+#[tokio::test]
+async fn subject_access_reviews_need_their_own_permission() {
+    let emulator = emulator().await;
+    let token = service_account(&emulator, "default", "op").await;
+    let path = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+    let sar = |spec: Value| json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec});
+    let about_op = sar(
+        json!({"user": OP, "resourceAttributes": {"verb": "get", "resource": "pods", "namespace": "default"}}),
+    );
+    let resp = request(&emulator, &token, "POST", path, Some(about_op.clone())).await;
+    assert_eq!(
+        resp.json()["message"],
+        format!(
+            "subjectaccessreviews.authorization.k8s.io is forbidden: User \"{OP}\" cannot create resource \"subjectaccessreviews\" in API group \"authorization.k8s.io\" at the cluster scope"
+        )
+    );
+    let resp = send_json(emulator.addr(), "POST", path, "application/json", &about_op).await;
+    assert_eq!(resp.status, 201);
+    assert_eq!(resp.json()["status"], json!({"allowed": false}));
+    let masters = sar(
+        json!({"groups": ["system:masters"], "resourceAttributes": {"verb": "get", "resource": "pods"}}),
+    );
+    let resp = send_json(emulator.addr(), "POST", path, "application/json", &masters).await;
+    assert_eq!(resp.json()["status"], json!({"allowed": true}));
+    let nobody = sar(json!({"resourceAttributes": {"verb": "get", "resource": "pods"}}));
+    let resp = send_json(emulator.addr(), "POST", path, "application/json", &nobody).await;
+    resp.assert_status_object(422);
+    // Allowed to whom RBAC allows creating them.
+    cluster_role(&emulator, "reviewer", json!([{"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}])).await;
+    cluster_role_binding(
+        &emulator,
+        "op-reviews",
+        role_ref("ClusterRole", "reviewer"),
+        json!([sa_subject("default", "op")]),
+    )
+    .await;
+    let resp = request(&emulator, &token, "POST", path, Some(about_op)).await;
+    assert_eq!(resp.status, 201);
+}
+
+#[tokio::test]
+async fn token_requests_mint_tokens_bound_to_their_service_account() {
+    let emulator = emulator().await;
+    admin_create(
+        &emulator,
+        "/api/v1/namespaces/default/serviceaccounts",
+        json!({"metadata": {"name": "op"}}),
+    )
+    .await;
+    let path = "/api/v1/namespaces/default/serviceaccounts/op/token";
+    let resp = send_json(emulator.addr(), "POST", path, "application/json", &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 600}})).await;
+    assert_eq!(resp.status, 201, "{}", String::from_utf8_lossy(&resp.body));
+    let answer = resp.json();
+    assert_eq!(answer["kind"], "TokenRequest");
+    assert_eq!(answer["spec"]["expirationSeconds"], 600);
+    assert!(
+        answer["status"]["expirationTimestamp"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z')),
+        "{answer}"
+    );
+    let token = answer["status"]["token"]
+        .as_str()
+        .expect("a token")
+        .to_string();
+    assert_eq!(status_of(&emulator, &token, "GET", "/api").await, 200);
+    let too_short = send_json(
+        emulator.addr(),
+        "POST",
+        path,
+        "application/json",
+        &json!({"spec": {"expirationSeconds": 60}}),
+    )
+    .await;
+    too_short.assert_status_object(422);
+    let missing = send_json(
+        emulator.addr(),
+        "POST",
+        "/api/v1/namespaces/default/serviceaccounts/nope/token",
+        "application/json",
+        &json!({}),
+    )
+    .await;
+    missing.assert_status_object(404);
+    // Deleted, then recreated under the same name: the token is refused.
+    let deleted = raw_request(
+        emulator.addr(),
+        "DELETE",
+        "/api/v1/namespaces/default/serviceaccounts/op",
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(deleted.status, 200);
+    request(&emulator, &token, "GET", "/api", None)
+        .await
+        .assert_status_object(401);
+    admin_create(
+        &emulator,
+        "/api/v1/namespaces/default/serviceaccounts",
+        json!({"metadata": {"name": "op"}}),
+    )
+    .await;
+    assert_eq!(status_of(&emulator, &token, "GET", "/api").await, 401);
+    assert_eq!(
+        status_of(&emulator, "not-a-token", "GET", "/api").await,
+        401
+    );
+}
+
+#[tokio::test]
+async fn the_usage_record_names_the_rules_used_and_the_denials() {
+    let emulator = emulator().await;
+    service_account(&emulator, "default", "op").await;
+    let client = emulator
+        .client_as_service_account("default", "op")
+        .expect("a client");
+    cluster_role(
+        &emulator,
+        "secret-reader",
+        json!([
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]},
+        ]),
+    )
+    .await;
+    role_binding(
+        &emulator,
+        "default",
+        "op-reads",
+        role_ref("ClusterRole", "secret-reader"),
+        json!([sa_subject("default", "op")]),
+    )
+    .await;
+    let secrets: Api<Secret> = Api::default_namespaced(client.clone());
+    for _ in 0..2 {
+        within("a list", secrets.list(&ListParams::default()))
+            .await
+            .expect("allowed");
+    }
+    let all: Api<Secret> = Api::all(client);
+    within("a list", all.list(&ListParams::default()))
+        .await
+        .expect_err("denied");
+    let usage = emulator.rbac_usage();
+    let grant = usage
+        .grants
+        .iter()
+        .find(|g| g.grant.role.name == "secret-reader")
+        .expect("the rule was used");
+    assert_eq!(grant.user, OP);
+    assert_eq!(
+        grant.grant,
+        Grant {
+            binding: ObjectRef {
+                kind: "RoleBinding".into(),
+                namespace: "default".into(),
+                name: "op-reads".into()
+            },
+            role: ObjectRef {
+                kind: "ClusterRole".into(),
+                namespace: String::new(),
+                name: "secret-reader".into()
+            },
+            rule: 1,
+        }
+    );
+    assert_eq!(grant.count, 2);
+    assert_eq!(usage.denials.len(), 1, "{usage:?}");
+    let denial = &usage.denials[0];
+    assert_eq!(
+        (
+            denial.user.as_str(),
+            denial.verb.as_str(),
+            denial.resource.as_str(),
+            denial.namespace.as_str()
+        ),
+        (OP, "list", "secrets", "")
+    );
+    // The same over the admin endpoint, for another process.
+    let resp = raw_request(emulator.addr(), "GET", "/_emulator/rbac/usage", &[], b"").await;
+    assert_eq!(resp.status, 200);
+    let body = resp.json();
+    let grants = body["grants"].as_array().expect("grants");
+    assert!(
+        grants.contains(&json!({
+            "user": OP,
+            "binding": {"kind": "RoleBinding", "namespace": "default", "name": "op-reads"},
+            "role": {"kind": "ClusterRole", "namespace": "", "name": "secret-reader"},
+            "rule": 1, "count": 2,
+        })),
+        "{body}"
+    );
+    assert_eq!(body["denials"][0]["resource"], "secrets");
+    assert_eq!(body["denials"][0]["count"], 1);
+    let cleared = raw_request(emulator.addr(), "DELETE", "/_emulator/rbac/usage", &[], b"").await;
+    assert_eq!(cleared.status, 200);
+    assert_eq!(emulator.rbac_usage(), Default::default());
+}
+
+#[tokio::test]
+async fn anonymous_requests_get_the_public_information_only() {
+    let emulator = within(
+        "the emulator to start",
+        Emulator::builder().rbac().require_token("adm1n").start(),
+    )
+    .await
+    .expect("the emulator starts");
+    let get = |path: &'static str| raw_request(emulator.addr(), "GET", path, &[], b"");
+    assert_eq!(get("/version").await.status, 200);
+    assert_eq!(get("/healthz").await.status, 200);
+    let resp = get("/api").await;
+    assert_eq!(
+        resp.json()["message"],
+        "forbidden: User \"system:anonymous\" cannot get path \"/api\""
+    );
+    assert_eq!(
+        status_of(&emulator, "adm1n", "GET", "/api/v1/secrets").await,
+        200
+    );
+    assert_eq!(status_of(&emulator, "wrong", "GET", "/version").await, 401);
+    // The administrator's client and the bootstrap roles.
+    let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(emulator.client());
+    let names: Vec<String> = within("a list", roles.list(&ListParams::default()))
+        .await
+        .expect("listed")
+        .items
+        .into_iter()
+        .filter_map(|r| r.metadata.name)
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "system:basic-user",
+            "system:discovery",
+            "system:public-info-viewer"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn without_rbac_everything_is_allowed() {
+    let emulator = within("the emulator to start", Emulator::start())
+        .await
+        .expect("the emulator starts");
+    assert_eq!(
+        raw_request(emulator.addr(), "GET", "/api/v1/secrets", &[], b"")
+            .await
+            .status,
+        200
+    );
+    let review = ssar(json!({"resourceAttributes": {"verb": "list", "resource": "secrets"}}));
+    let resp = send_json(
+        emulator.addr(),
+        "POST",
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        "application/json",
+        &review,
+    )
+    .await;
+    assert_eq!(resp.status, 201);
+    assert_eq!(resp.json()["status"], json!({"allowed": true}));
+    // Tokens can be minted, and are not needed.
+    admin_create(
+        &emulator,
+        "/api/v1/namespaces/default/serviceaccounts",
+        json!({"metadata": {"name": "op"}}),
+    )
+    .await;
+    let token = emulator
+        .service_account_token("default", "op")
+        .expect("minted");
+    assert_eq!(
+        status_of(&emulator, &token, "GET", "/api/v1/secrets").await,
+        200
+    );
+    assert_eq!(emulator.rbac_usage(), Default::default());
+}
