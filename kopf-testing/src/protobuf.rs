@@ -283,6 +283,7 @@ fn schema_of(kind: &str) -> Option<Schema> {
         "SubjectAccessReview" => &[(2, "spec", Shape::Message(ACCESS_SPEC))],
         "SelfSubjectRulesReview" => &[(2, "spec", Shape::Message(RULES_SPEC))],
         "TokenRequest" => &[(2, "spec", Shape::Message(TOKEN_SPEC))],
+        "SelfSubjectReview" => &[],
         _ => return None,
     })
 }

@@ -269,6 +269,15 @@ pub fn builtins() -> Vec<ResourceDef> {
             false,
         ),
         builtin(
+            AUTHENTICATION_GROUP,
+            "v1",
+            "selfsubjectreviews",
+            "SelfSubjectReview",
+            false,
+            &[],
+            false,
+        ),
+        builtin(
             "apps",
             "v1",
             "deployments",
@@ -294,6 +303,9 @@ pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
 /// The group of the access reviews.
 pub const AUTHORIZATION_GROUP: &str = "authorization.k8s.io";
+
+/// The group of `SelfSubjectReview` and `TokenRequest`.
+pub const AUTHENTICATION_GROUP: &str = "authentication.k8s.io";
 
 /// Every verb of a resource stored and served in full.
 const ALL_VERBS: &[&str] = &[
@@ -325,7 +337,7 @@ pub struct Subresource {
 /// `serviceaccounts/token`: the TokenRequest API.
 const SERVICE_ACCOUNT_TOKEN: Subresource = Subresource {
     name: "token",
-    group: "authentication.k8s.io",
+    group: AUTHENTICATION_GROUP,
     version: "v1",
     kind: "TokenRequest",
     verbs: &["create"],
@@ -342,9 +354,10 @@ impl ResourceDef {
         }
     }
 
-    /// Whether this is an access review, answered at once and not stored.
+    /// Whether this is a review (of access, or of who one is), answered
+    /// at once and not stored.
     pub fn is_review(&self) -> bool {
-        self.group == AUTHORIZATION_GROUP
+        self.group == AUTHORIZATION_GROUP || self.group == AUTHENTICATION_GROUP
     }
 
     /// The subresources served besides `status`.

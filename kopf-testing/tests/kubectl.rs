@@ -791,6 +791,13 @@ async fn kubectl_create_token_then_auth_can_i_answers_for_the_service_account() 
             .any(|l| l.starts_with("selfsubjectaccessreviews.authorization.k8s.io ")),
         "{listed}"
     );
+    let out = kubectl_as(&server, &as_op, &["auth", "whoami"]).await;
+    assert!(
+        out.stdout.contains("system:serviceaccount:default:op"),
+        "{}{}",
+        out.stdout,
+        out.stderr
+    );
     // The administrator (no token) may do anything.
     assert_eq!(
         ok(&server, &["auth", "can-i", "delete", "nodes"])

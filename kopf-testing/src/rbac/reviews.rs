@@ -1,6 +1,7 @@
 //! The reviews the API server answers at once, storing nothing:
 //! `SelfSubjectAccessReview`, `SubjectAccessReview` and
-//! `SelfSubjectRulesReview` (`pkg/registry/authorization/`), and
+//! `SelfSubjectRulesReview` (`pkg/registry/authorization/`),
+//! `SelfSubjectReview` (who one is, `kubectl auth whoami`), and
 //! `TokenRequest` (`serviceaccounts/NAME/token`,
 //! `pkg/registry/core/serviceaccount/storage/token.go`).
 
@@ -16,7 +17,7 @@ use serde_json::{Map, Value, json};
 use super::attributes::{Attributes, User};
 use super::authorizer::{Decision, visit_rules};
 use crate::failures::ApiError;
-use crate::resources::{AUTHORIZATION_GROUP, ResourceDef};
+use crate::resources::ResourceDef;
 use crate::responses::json_response;
 use crate::routing::ObjectPath;
 use crate::shared::Shared;
@@ -140,8 +141,14 @@ pub(crate) fn review(
     body: Value,
 ) -> Result<Value, ApiError> {
     let spec = body.get("spec").cloned().unwrap_or_else(|| json!({}));
-    debug_assert_eq!(def.group, AUTHORIZATION_GROUP);
     let status = match def.plural.as_str() {
+        "selfsubjectreviews" => {
+            let mut user_info = json!({"username": user.name, "groups": user.groups});
+            if !user.uid.is_empty() {
+                user_info["uid"] = json!(user.uid);
+            }
+            json!({"userInfo": user_info})
+        }
         "selfsubjectaccessreviews" => {
             let attrs = review_attributes(def, &spec)?;
             access_status(&super::decide(shared, user, &attrs))

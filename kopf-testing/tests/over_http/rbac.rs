@@ -822,3 +822,32 @@ async fn without_rbac_everything_is_allowed() {
     );
     assert_eq!(emulator.rbac_usage(), Default::default());
 }
+
+#[tokio::test]
+async fn self_subject_reviews_say_who_one_is() {
+    let emulator = emulator().await;
+    let token = service_account(&emulator, "default", "op").await;
+    let path = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
+    let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});
+    let resp = request(&emulator, &token, "POST", path, Some(body.clone())).await;
+    assert_eq!(resp.status, 201, "{}", String::from_utf8_lossy(&resp.body));
+    let user = &resp.json()["status"]["userInfo"];
+    assert_eq!(user["username"], OP);
+    assert_eq!(
+        user["groups"],
+        json!([
+            "system:serviceaccounts",
+            "system:serviceaccounts:default",
+            "system:authenticated"
+        ])
+    );
+    assert!(
+        user["uid"].as_str().is_some_and(|u| !u.is_empty()),
+        "{user}"
+    );
+    let resp = send_json(emulator.addr(), "POST", path, "application/json", &body).await;
+    assert_eq!(
+        resp.json()["status"]["userInfo"],
+        json!({"username": "system:admin", "groups": ["system:masters", "system:authenticated"]})
+    );
+}
