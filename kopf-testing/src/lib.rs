@@ -2,7 +2,9 @@
 //! so that tests drive the real kube client, watch streams and JSON.
 //!
 //! It serves discovery, namespaces, Events, Leases, Secrets, ConfigMaps, Pods,
-//! Services, ServiceAccounts and CRDs registered through the API; CRUD with
+//! Services, ServiceAccounts, Roles, ClusterRoles and their bindings,
+//! Deployments and PodDisruptionBudgets (stored, without controllers), the
+//! access reviews, TokenRequests and CRDs registered through the API; CRUD with
 //! `resourceVersion`/`uid`/`generation`, label and field selectors, paging,
 //! watches with resume, bookmarks and `410 Gone`, merge/JSON/strategic/apply
 //! patches, optimistic concurrency, finalizers with `deletionTimestamp` and the
@@ -117,6 +119,29 @@
 //! or review the objects a namespace's deletion removes. Every review
 //! names the user `kubernetes-admin` in `system:masters`.
 //!
+//! # RBAC
+//! Off by default (everyone may do everything). With
+//! [`EmulatorBuilder::rbac`] (`kube-emulator --rbac`) every request is
+//! authenticated and authorized as the API server does it: the emulator's
+//! token (or no token, when none is required) is `system:admin` in
+//! `system:masters`; a token the TokenRequest API minted
+//! (`serviceaccounts/NAME/token`, `kubectl create token`,
+//! [`Emulator::service_account_token`],
+//! [`Emulator::client_as_service_account`]) is its ServiceAccount, while
+//! that ServiceAccount exists; everyone else gets what the stored Roles,
+//! ClusterRoles and bindings grant (the bootstrap `system:discovery`,
+//! `system:basic-user` and `system:public-info-viewer` included), and
+//! `403 Forbidden` with the API server's `Status` otherwise.
+//! `SelfSubjectAccessReview`, `SubjectAccessReview`,
+//! `SelfSubjectRulesReview` and `SelfSubjectReview` are answered (so
+//! `kubectl auth can-i [--list]` and `kubectl auth whoami` work).
+//! [`Emulator::rbac_usage`] (and `GET /_emulator/rbac/usage`) records which
+//! rule of which binding allowed each user's requests, and every denial: a
+//! test can prove an operator's rules are exactly enough.
+//! Not done: impersonation (`--as`), the escalation check on writing
+//! Roles and bindings (`escalate`, `bind`), aggregated ClusterRoles,
+//! `LocalSubjectAccessReview`, `TokenReview`; tokens are opaque, not JWTs.
+//!
 //! # Caveats
 //! - Objects are kept as JSON without schemas: beyond the rules above,
 //!   nothing of a kind's own fields is validated or pruned (CRD schemas are
@@ -124,7 +149,8 @@
 //! - Strategic merge patches are approximated (lists merged by well-known keys,
 //!   `finalizers` unioned); server-side apply is a merge patch without field
 //!   ownership. Protobuf bodies are decoded only for ConfigMap, Secret,
-//!   Namespace and ServiceAccount (what `kubectl create` sends).
+//!   Namespace, ServiceAccount, the RBAC objects, the reviews and
+//!   TokenRequest (what `kubectl create` and `kubectl auth` send).
 //! - Watch history is bounded (see Limits below);
 //!   BOOKMARK events are sent every second to watchers that allow them.
 //! - `core/v1` and `events.k8s.io/v1` Events share one store and convert
@@ -144,7 +170,8 @@
 //!   limit (422); a patched object must still fit in 3 MiB (413).
 //! - CRDs cannot claim a group the emulator serves built-in (core,
 //!   `events.k8s.io`, `coordination.k8s.io`, `admissionregistration.k8s.io`,
-//!   `apiextensions.k8s.io`), nor
+//!   `apiextensions.k8s.io`, `rbac.authorization.k8s.io`,
+//!   `authorization.k8s.io`, `authentication.k8s.io`, `apps`, `policy`), nor
 //!   a `*.k8s.io` / `*.kubernetes.io` group without the
 //!   `api-approved.kubernetes.io` annotation (422). Namespaces have no
 //!   deletecollection (405).
