@@ -246,9 +246,12 @@ impl EmulatorBuilder {
     /// it; without it, reviews answer as an API server allowing
     /// everything, and minted tokens authenticate nobody.
     ///
+    /// Roles, ClusterRoles and bindings are validated (422) and their
+    /// subjects defaulted as the API server does, with or without it.
+    ///
     /// Not done: impersonation, the escalation check on writing Roles and
     /// bindings (the `escalate` and `bind` verbs), aggregated ClusterRoles,
-    /// `LocalSubjectAccessReview`, and RBAC objects are not validated.
+    /// `LocalSubjectAccessReview` and `TokenReview`.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {

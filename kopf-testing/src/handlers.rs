@@ -299,8 +299,9 @@ where
         (Method::GET, None) => list(shared, &def, ns, query),
         (Method::POST, None) => {
             let (ct, body) = read_body(req).await?;
-            let obj = parse_object(ct.as_deref(), &body)?;
+            let mut obj = parse_object(ct.as_deref(), &body)?;
             validation::body_matches_request(&def, ns, &obj)?;
+            rbac::validation::default_subjects(&def, &mut obj);
             if admission::applies(shared, &def) {
                 let options = admission::options("CreateOptions", query, None);
                 let created =
@@ -316,6 +317,7 @@ where
             let mut obj = parse_object(ct.as_deref(), &body)?;
             validation::body_matches_request(&def, ns, &obj)?;
             validation::resource_version_precondition(&def, &mut obj)?;
+            rbac::validation::default_subjects(&def, &mut obj);
             if admission::applies(shared, &def) {
                 let write = Write {
                     def: &def,

@@ -134,16 +134,34 @@ fn rule_errors(rule: Rule, name: &str) -> Vec<String> {
                 errors.push(DNS1035_LABEL_RULE.to_string());
             }
         }
-        Rule::PathSegment => {
-            if name == "." || name == ".." {
-                errors.push(format!("may not be '{name}'"));
-            }
-            for bad in ["/", "%"] {
-                if name.contains(bad) {
-                    errors.push(format!("may not contain '{bad}'"));
-                }
-            }
+        Rule::PathSegment => errors.extend(path_segment_errors(name)),
+    }
+    errors
+}
+
+/// What is wrong with a name used as a path segment
+/// (`path.IsValidPathSegmentName`).
+pub fn path_segment_errors(name: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    if name == "." || name == ".." {
+        errors.push(format!("may not be '{name}'"));
+    }
+    for bad in ["/", "%"] {
+        if name.contains(bad) {
+            errors.push(format!("may not contain '{bad}'"));
         }
+    }
+    errors
+}
+
+/// What is wrong with a ServiceAccount's name (an RFC 1123 subdomain).
+pub fn subdomain_errors(name: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    if name.len() > MAX_SUBDOMAIN {
+        errors.push(format!("must be no more than {MAX_SUBDOMAIN} characters"));
+    }
+    if !is_subdomain(name) {
+        errors.push(DNS1123_SUBDOMAIN_RULE.to_string());
     }
     errors
 }

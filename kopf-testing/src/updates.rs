@@ -71,11 +71,12 @@ pub fn check(def: &ResourceDef, old: &Value, new: &Value) -> Result<(), ApiError
     if def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions" {
         errors.extend(crd_spec(old, new));
     }
+    errors.extend(crate::rbac::validation::update_errors(def, old, new));
     if errors.is_empty() {
         Ok(())
     } else {
         let name = crate::objects::name(old);
-        Err(invalid(&def.group, &def.kind, name, &errors))
+        Err(crate::validation::invalid_object(def, name, &errors))
     }
 }
 

@@ -4,8 +4,9 @@
 //! `403`, `authorizer.rs` decides it from the stored Roles and bindings,
 //! `tokens.rs` holds the ServiceAccount tokens the TokenRequest API mints,
 //! `reviews.rs` answers access reviews and token requests, `usage.rs`
-//! records which rule allowed what and what was denied, and `bootstrap.rs`
-//! holds the roles every user gets.
+//! records which rule allowed what and what was denied, `bootstrap.rs`
+//! holds the roles every user gets, and `validation.rs` checks the RBAC
+//! objects written.
 
 pub(crate) mod attributes;
 pub(crate) mod authorizer;
@@ -13,6 +14,7 @@ pub(crate) mod bootstrap;
 pub(crate) mod reviews;
 pub(crate) mod tokens;
 pub(crate) mod usage;
+pub(crate) mod validation;
 
 use attributes::{Attributes, User, forbidden};
 use authorizer::{Decision, Policy, authorize};

@@ -851,3 +851,57 @@ async fn self_subject_reviews_say_who_one_is() {
         json!({"username": "system:admin", "groups": ["system:masters", "system:authenticated"]})
     );
 }
+
+#[tokio::test]
+async fn rbac_objects_are_validated_and_defaulted_as_the_api_server_does() {
+    let emulator = emulator().await;
+    let roles = "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles";
+    let bad =
+        json!({"metadata": {"name": "bad"}, "rules": [{"apiGroups": [""], "resources": ["pods"]}]});
+    let resp = send_json(emulator.addr(), "POST", roles, "application/json", &bad).await;
+    resp.assert_status_object(422);
+    assert_eq!(
+        resp.json()["message"],
+        "Role.rbac.authorization.k8s.io \"bad\" is invalid: rules[0].verbs: Required value: verbs must contain at least one value"
+    );
+    assert_eq!(
+        resp.causes(),
+        ["rules[0].verbs: Required value: verbs must contain at least one value"]
+    );
+
+    let bindings = "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings";
+    let binding = json!({
+        "metadata": {"name": "b"},
+        "roleRef": role_ref("Role", "r"),
+        "subjects": [{"kind": "Group", "name": "devs"}],
+    });
+    let resp = send_json(
+        emulator.addr(),
+        "POST",
+        bindings,
+        "application/json",
+        &binding,
+    )
+    .await;
+    assert_eq!(resp.status, 201, "{}", String::from_utf8_lossy(&resp.body));
+    assert_eq!(
+        resp.json()["subjects"][0]["apiGroup"],
+        "rbac.authorization.k8s.io",
+        "defaulted"
+    );
+    let mut changed = binding.clone();
+    changed["roleRef"]["name"] = json!("other");
+    let resp = send_json(
+        emulator.addr(),
+        "PUT",
+        &format!("{bindings}/b"),
+        "application/json",
+        &changed,
+    )
+    .await;
+    resp.assert_status_object(422);
+    assert_eq!(
+        resp.json()["message"],
+        "RoleBinding.rbac.authorization.k8s.io \"b\" is invalid: roleRef: Invalid value: rbac.RoleRef{APIGroup:\"rbac.authorization.k8s.io\", Kind:\"Role\", Name:\"other\"}: cannot change roleRef"
+    );
+}
