@@ -69,10 +69,7 @@ where
             .get(header::AUTHORIZATION)
             .map(HeaderValue::as_bytes),
     );
-    let mut req = req;
-    if let Ok(Some(user)) = &access {
-        req.extensions_mut().insert(user.clone());
-    }
+    let user = access.as_ref().ok().cloned().flatten();
 
     let latency = shared.faults.latency();
     if !latency.is_zero() {
@@ -95,7 +92,10 @@ where
                     let req = Request::from_parts(parts, Full::new(bytes));
                     match admission::deadline::scope(
                         deadline,
-                        serve(&shared, &method, route, &query, req, &mut warnings),
+                        rbac::serve_as(
+                            user.clone(),
+                            serve(&shared, &method, route, &query, req, &mut warnings),
+                        ),
                     )
                     .await
                     {
@@ -110,7 +110,10 @@ where
             Some(err) => error_response(&err),
             None => match admission::deadline::scope(
                 deadline,
-                serve(&shared, &method, route, &query, req, &mut warnings),
+                rbac::serve_as(
+                    user.clone(),
+                    serve(&shared, &method, route, &query, req, &mut warnings),
+                ),
             )
             .await
             {

@@ -117,7 +117,8 @@
 //! configurations (a webhook it cannot read is skipped with a logged
 //! warning), trust system roots (a webhook without `caBundle` fails TLS),
 //! or review the objects a namespace's deletion removes. Every review
-//! names the user `kubernetes-admin` in `system:masters`.
+//! names the user `kubernetes-admin` in `system:masters`, or with RBAC
+//! (below) the request's user.
 //!
 //! # RBAC
 //! Off by default (everyone may do everything). With

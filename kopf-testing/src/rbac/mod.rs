@@ -27,6 +27,26 @@ use crate::routing::Query;
 use crate::shared::{Shared, bearer_token};
 use crate::store::Store;
 
+tokio::task_local! {
+    /// Who sends the request being served, when RBAC is enforced.
+    static USER: User;
+}
+
+/// Serves `request` as `user`'s (`None`: without RBAC), for what asks who
+/// sends it (reviews, admission webhooks' `userInfo`), as Go's request
+/// context carries the user.
+pub(crate) async fn serve_as<F: std::future::Future>(user: Option<User>, request: F) -> F::Output {
+    match user {
+        Some(user) => USER.scope(user, request).await,
+        None => request.await,
+    }
+}
+
+/// Who sends the request being served; `None` without RBAC.
+pub(crate) fn current_user() -> Option<User> {
+    USER.try_with(User::clone).ok()
+}
+
 /// The RBAC state of an emulator.
 #[derive(Debug, Default)]
 pub(crate) struct Rbac {

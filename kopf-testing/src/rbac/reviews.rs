@@ -314,11 +314,7 @@ where
     }
     // Without RBAC every request is the administrator's, as with an API
     // server that allows everything.
-    let user = req
-        .extensions()
-        .get::<User>()
-        .cloned()
-        .unwrap_or_else(User::admin);
+    let user = super::current_user().unwrap_or_else(User::admin);
     let (ct, body) = crate::handlers::read_body(req).await?;
     let obj = crate::handlers::parse_object(ct.as_deref(), &body)?;
     let answer = match (

@@ -905,3 +905,72 @@ async fn rbac_objects_are_validated_and_defaulted_as_the_api_server_does() {
         "RoleBinding.rbac.authorization.k8s.io \"b\" is invalid: roleRef: Invalid value: rbac.RoleRef{APIGroup:\"rbac.authorization.k8s.io\", Kind:\"Role\", Name:\"other\"}: cannot change roleRef"
     );
 }
+
+#[tokio::test]
+async fn admission_webhooks_are_told_who_sends_the_request() {
+    use crate::common::webhooks::{Hook, Pki, allow, configuration, webhook};
+
+    let emulator = emulator().await;
+    let token = service_account(&emulator, "default", "op").await;
+    cluster_role(
+        &emulator,
+        "cm-writer",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}]),
+    )
+    .await;
+    cluster_role_binding(
+        &emulator,
+        "op-cms",
+        role_ref("ClusterRole", "cm-writer"),
+        json!([sa_subject("default", "op")]),
+    )
+    .await;
+    let pki = Pki::new(&["127.0.0.1"]);
+    let hook = Hook::start(&pki, allow).await;
+    let config = configuration(
+        "ValidatingWebhookConfiguration",
+        "check",
+        vec![webhook("check.example.com", &hook.url("/v"), &pki)],
+    );
+    admin_create(
+        &emulator,
+        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+        config,
+    )
+    .await;
+    let path = "/api/v1/namespaces/default/configmaps";
+    let created = request(
+        &emulator,
+        &token,
+        "POST",
+        path,
+        Some(json!({"metadata": {"name": "by-op"}})),
+    )
+    .await;
+    assert_eq!(
+        created.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&created.body)
+    );
+    admin_create(&emulator, path, json!({"metadata": {"name": "by-admin"}})).await;
+    let users: Vec<Value> = hook
+        .requests("/v")
+        .iter()
+        .map(|r| r["userInfo"].clone())
+        .collect();
+    assert_eq!(users.len(), 2);
+    assert_eq!(users[0]["username"], OP);
+    assert_eq!(
+        users[0]["groups"],
+        json!([
+            "system:serviceaccounts",
+            "system:serviceaccounts:default",
+            "system:authenticated"
+        ])
+    );
+    assert_eq!(
+        users[1],
+        json!({"username": "system:admin", "groups": ["system:masters", "system:authenticated"]})
+    );
+}
