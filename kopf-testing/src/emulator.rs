@@ -249,9 +249,14 @@ impl EmulatorBuilder {
     /// Roles, ClusterRoles and bindings are validated (422) and their
     /// subjects defaulted as the API server does, with or without it.
     ///
-    /// Not done: impersonation, the escalation check on writing Roles and
-    /// bindings (the `escalate` and `bind` verbs), aggregated ClusterRoles,
-    /// `LocalSubjectAccessReview` and `TokenReview`.
+    /// `Impersonate-User` and `Impersonate-Group` are granted as the API
+    /// server grants them (the `impersonate` verb on `users`,
+    /// `serviceaccounts`, `groups`); [`Emulator::client_as`] acts as any
+    /// user that way.
+    ///
+    /// Not done: the escalation check on writing Roles and bindings (the
+    /// `escalate` and `bind` verbs), aggregated ClusterRoles,
+    /// `LocalSubjectAccessReview`, `TokenReview`, `Impersonate-Extra-*`.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -522,6 +527,31 @@ impl Emulator {
         config.auth_info.token = Some(token.into());
         Ok(kube::Client::try_from(config)
             .expect("invariant: a plain-HTTP config always builds a client"))
+    }
+
+    /// A kube client for this emulator acting as `user` in `groups`
+    /// (`Impersonate-User`, `Impersonate-Group`), as the administrator
+    /// impersonates: with [`EmulatorBuilder::rbac`], its requests are
+    /// authorized as that user's, who needs no credentials of its own
+    /// (`system:authenticated` is added to the groups; a ServiceAccount's
+    /// user name with no groups gets its ServiceAccount groups).
+    ///
+    /// # Caveats
+    /// Must be called inside a Tokio runtime.
+    pub fn client_as(&self, user: &str, groups: &[&str]) -> kube::Client {
+        let uri: http::Uri = self
+            .url()
+            .parse()
+            .expect("invariant: an http://127.0.0.1:PORT URL parses");
+        let mut config = kube::Config::new(uri);
+        config.auth_info.token = self.token().map(Into::into);
+        config.auth_info.impersonate = Some(user.to_string());
+        if !groups.is_empty() {
+            config.auth_info.impersonate_groups =
+                Some(groups.iter().map(|g| g.to_string()).collect());
+        }
+        kube::Client::try_from(config)
+            .expect("invariant: a plain-HTTP config always builds a client")
     }
 
     /// The fault-injection handle.

@@ -60,15 +60,7 @@ where
     let route = routing::parse_path(&path);
     let query = routing::parse_query(&raw_query);
     let verb = routing::classify(method.as_str(), route.as_ref(), &query);
-    let access = rbac::access(
-        &shared,
-        &method,
-        &path,
-        &query,
-        req.headers()
-            .get(header::AUTHORIZATION)
-            .map(HeaderValue::as_bytes),
-    );
+    let access = rbac::access(&shared, &method, &path, &query, req.headers());
     let user = access.as_ref().ok().cloned().flatten();
 
     let latency = shared.faults.latency();

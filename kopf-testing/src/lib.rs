@@ -139,9 +139,11 @@
 //! [`Emulator::rbac_usage`] (and `GET /_emulator/rbac/usage`) records which
 //! rule of which binding allowed each user's requests, and every denial: a
 //! test can prove an operator's rules are exactly enough.
-//! Not done: impersonation (`--as`), the escalation check on writing
-//! Roles and bindings (`escalate`, `bind`), aggregated ClusterRoles,
-//! `LocalSubjectAccessReview`, `TokenReview`; tokens are opaque, not JWTs.
+//! Impersonation is granted as the API server grants it
+//! ([`Emulator::client_as`] acts as any user). Not done: the escalation
+//! check on writing Roles and bindings (`escalate`, `bind`), aggregated
+//! ClusterRoles, `LocalSubjectAccessReview`, `TokenReview`,
+//! `Impersonate-Extra-*`; tokens are opaque, not JWTs.
 //!
 //! # Caveats
 //! - Objects are kept as JSON without schemas: beyond the rules above,

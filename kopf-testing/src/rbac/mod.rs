@@ -3,6 +3,7 @@
 //! server does: `attributes.rs` derives what a request does and words the
 //! `403`, `authorizer.rs` decides it from the stored Roles and bindings,
 //! `tokens.rs` holds the ServiceAccount tokens the TokenRequest API mints,
+//! `impersonation.rs` grants the `Impersonate-*` headers,
 //! `reviews.rs` answers access reviews and token requests, `usage.rs`
 //! records which rule allowed what and what was denied, `bootstrap.rs`
 //! holds the roles every user gets, and `validation.rs` checks the RBAC
@@ -11,6 +12,7 @@
 pub(crate) mod attributes;
 pub(crate) mod authorizer;
 pub(crate) mod bootstrap;
+pub(crate) mod impersonation;
 pub(crate) mod reviews;
 pub(crate) mod tokens;
 pub(crate) mod usage;
@@ -154,15 +156,18 @@ pub(crate) fn authorize_request(
 }
 
 /// Authenticates and authorizes a request: without RBAC, only the token
-/// the emulator may require (`Ok(None)`); with it, who sends the request,
-/// once RBAC allows it.
+/// the emulator may require (`Ok(None)`); with it, who the request acts
+/// as (whom it impersonates, if allowed), once RBAC allows it.
 pub(crate) fn access(
     shared: &Shared,
     method: &Method,
     path: &str,
     query: &Query,
-    authorization: Option<&[u8]>,
+    headers: &http::HeaderMap,
 ) -> Result<Option<User>, ApiError> {
+    let authorization = headers
+        .get(http::header::AUTHORIZATION)
+        .map(http::HeaderValue::as_bytes);
     if !shared.rbac.enabled {
         return if shared.authorized(authorization, path) {
             Ok(None)
@@ -171,6 +176,7 @@ pub(crate) fn access(
         };
     }
     let user = authenticate(shared, authorization)?;
+    let user = impersonation::acting_as(shared, user, headers)?;
     let attrs = Attributes::of_request(method.as_str(), path, query);
     authorize_request(shared, &user, &attrs)?;
     Ok(Some(user))

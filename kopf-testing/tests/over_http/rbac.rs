@@ -974,3 +974,87 @@ async fn admission_webhooks_are_told_who_sends_the_request() {
         json!({"username": "system:admin", "groups": ["system:masters", "system:authenticated"]})
     );
 }
+
+#[tokio::test]
+async fn impersonation_is_granted_by_the_impersonate_verb() {
+    let emulator = emulator().await;
+    let token = service_account(&emulator, "default", "op").await;
+    cluster_role(
+        &emulator,
+        "cm-reader",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]),
+    )
+    .await;
+    cluster_role_binding(
+        &emulator,
+        "devs-read",
+        role_ref("ClusterRole", "cm-reader"),
+        json!([{"kind": "Group", "name": "devs"}]),
+    )
+    .await;
+    // The administrator may act as anyone.
+    let alice: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::all(emulator.client_as("alice", &["devs"]));
+    within("a list", alice.list(&ListParams::default()))
+        .await
+        .expect("allowed to devs");
+    let bob: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::all(emulator.client_as("bob", &[]));
+    let err = within("a list", bob.list(&ListParams::default()))
+        .await
+        .expect_err("bob is no dev");
+    assert!(
+        err.to_string()
+            .contains("User \"bob\" cannot list resource \"configmaps\""),
+        "{err}"
+    );
+    // Others need the `impersonate` verb.
+    let auth = format!("Bearer {token}");
+    let as_alice = [
+        ("Authorization", auth.as_str()),
+        ("Impersonate-User", "alice"),
+    ];
+    let resp = raw_request(emulator.addr(), "GET", "/api/v1/configmaps", &as_alice, b"").await;
+    resp.assert_status_object(403);
+    assert_eq!(
+        resp.json()["message"],
+        format!(
+            "users \"alice\" is forbidden: User \"{OP}\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope"
+        )
+    );
+    cluster_role(&emulator, "impersonator", json!([{"apiGroups": [""], "resources": ["users"], "verbs": ["impersonate"], "resourceNames": ["alice"]}])).await;
+    cluster_role_binding(
+        &emulator,
+        "op-impersonates",
+        role_ref("ClusterRole", "impersonator"),
+        json!([sa_subject("default", "op")]),
+    )
+    .await;
+    let resp = raw_request(emulator.addr(), "GET", "/api/v1/configmaps", &as_alice, b"").await;
+    assert_eq!(resp.status, 403, "alice is in no group");
+    assert!(
+        resp.json()["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("User \"alice\" cannot list")),
+        "{}",
+        resp.json()
+    );
+    let with_group = [
+        ("Authorization", auth.as_str()),
+        ("Impersonate-User", "alice"),
+        ("Impersonate-Group", "devs"),
+    ];
+    let resp = raw_request(
+        emulator.addr(),
+        "GET",
+        "/api/v1/configmaps",
+        &with_group,
+        b"",
+    )
+    .await;
+    assert_eq!(
+        resp.json()["message"],
+        format!(
+            "groups \"devs\" is forbidden: User \"{OP}\" cannot impersonate resource \"groups\" in API group \"\" at the cluster scope"
+        )
+    );
+}
