@@ -529,6 +529,26 @@ impl Emulator {
             .expect("invariant: a plain-HTTP config always builds a client"))
     }
 
+    /// A kubeconfig pointing at this emulator that authenticates as the
+    /// ServiceAccount `namespace/name` (a fresh token, valid for an hour),
+    /// with default namespace `namespace`: for an operator run as its own
+    /// process (write it with `serde_json::to_string`, which kubeconfig
+    /// readers accept as YAML).
+    ///
+    /// # Errors
+    /// `404` if the ServiceAccount does not exist.
+    pub fn kubeconfig_as_service_account(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<kube::config::Kubeconfig, ApiError> {
+        let token = self.service_account_token(namespace, name)?;
+        let mut doc = kubeconfig_json(&self.url(), Some(&token));
+        doc["contexts"][0]["context"]["namespace"] = json!(namespace);
+        Ok(serde_json::from_value(doc)
+            .expect("invariant: the kubeconfig document matches kube's schema"))
+    }
+
     /// A kube client for this emulator acting as `user` in `groups`
     /// (`Impersonate-User`, `Impersonate-Group`), as the administrator
     /// impersonates: with [`EmulatorBuilder::rbac`], its requests are

@@ -678,6 +678,27 @@ async fn the_usage_record_names_the_rules_used_and_the_denials() {
         json!([sa_subject("default", "op")]),
     )
     .await;
+    // A kubeconfig for another process authenticates the same way.
+    let kubeconfig = emulator
+        .kubeconfig_as_service_account("default", "op")
+        .expect("a kubeconfig");
+    let options = kube::config::KubeConfigOptions::default();
+    let config = within(
+        "a config",
+        kube::Config::from_custom_kubeconfig(kubeconfig, &options),
+    )
+    .await
+    .expect("a config");
+    let from_file = kube::Client::try_from(config).expect("a client");
+    let who = within("a review", from_file.request::<Value>(
+        http::Request::post("/apis/authentication.k8s.io/v1/selfsubjectreviews")
+            .body(serde_json::to_vec(&json!({"kind": "SelfSubjectReview", "apiVersion": "authentication.k8s.io/v1"})).expect("JSON"))
+            .expect("a request"),
+    ))
+    .await
+    .expect("answered");
+    assert_eq!(who["status"]["userInfo"]["username"], OP);
+    emulator.clear_rbac_usage();
     let secrets: Api<Secret> = Api::default_namespaced(client.clone());
     for _ in 0..2 {
         within("a list", secrets.list(&ListParams::default()))
