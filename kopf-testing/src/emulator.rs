@@ -254,9 +254,12 @@ impl EmulatorBuilder {
     /// `serviceaccounts`, `groups`); [`Emulator::client_as`] acts as any
     /// user that way.
     ///
-    /// Not done: the escalation check on writing Roles and bindings (the
-    /// `escalate` and `bind` verbs), aggregated ClusterRoles,
-    /// `LocalSubjectAccessReview`, `TokenReview`, `Impersonate-Extra-*`.
+    /// A user other than the administrator may write a Role or ClusterRole
+    /// only with rules it holds (or `escalate` on it), and bind a role only
+    /// if it holds its rules (or `bind` on it), as the API server checks.
+    ///
+    /// Not done: aggregated ClusterRoles, `LocalSubjectAccessReview`,
+    /// `TokenReview`, `Impersonate-Extra-*`.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {

@@ -304,6 +304,7 @@ where
                 return Ok(object_response(201, &def, &created));
             }
             validation::object(&def, &obj)?;
+            rbac::escalation::check(shared, &def, ns, &obj)?;
             let created = shared.store().create(&def, ns, obj, dry)?;
             Ok(object_response(201, &def, &created))
         }
@@ -326,6 +327,7 @@ where
                 return Ok(object_response(200, &def, &updated));
             }
             validation::object(&def, &obj)?;
+            rbac::escalation::check(shared, &def, ns, &obj)?;
             let updated = shared.store().update(&def, ns, name, obj, target, dry)?;
             Ok(object_response(200, &def, &updated))
         }
@@ -450,6 +452,7 @@ async fn patch_object(
                     return Ok((created, true));
                 }
                 validation::object(w.def, &body)?;
+                rbac::escalation::check(shared, w.def, w.ns, &body)?;
                 let created = shared.store().create(w.def, w.ns, body, w.dry)?;
                 return Ok((created, true));
             }
@@ -471,6 +474,7 @@ async fn patch_object(
             continue;
         }
         validation::object(w.def, &new)?;
+        rbac::escalation::check(shared, w.def, w.ns, &new)?;
         let committed = shared
             .store()
             .commit_patch(w.def, w.ns, w.name, &base, new, w.target, w.dry)?;
@@ -527,6 +531,7 @@ async fn admit_and_commit(
         .await?
         .ok_or_else(|| ApiError::internal("invariant: an update has an object"))?;
     validation::object(w.def, &new)?;
+    rbac::escalation::check(shared, w.def, w.ns, &new)?;
     let prepared =
         shared
             .store()

@@ -140,9 +140,9 @@
 //! rule of which binding allowed each user's requests, and every denial: a
 //! test can prove an operator's rules are exactly enough.
 //! Impersonation is granted as the API server grants it
-//! ([`Emulator::client_as`] acts as any user). Not done: the escalation
-//! check on writing Roles and bindings (`escalate`, `bind`), aggregated
-//! ClusterRoles, `LocalSubjectAccessReview`, `TokenReview`,
+//! ([`Emulator::client_as`] acts as any user), and writing Roles and
+//! bindings is checked for escalation (`escalate`, `bind`). Not done:
+//! aggregated ClusterRoles, `LocalSubjectAccessReview`, `TokenReview`,
 //! `Impersonate-Extra-*`; tokens are opaque, not JWTs.
 //!
 //! # Caveats

@@ -4,6 +4,8 @@
 //! `403`, `authorizer.rs` decides it from the stored Roles and bindings,
 //! `tokens.rs` holds the ServiceAccount tokens the TokenRequest API mints,
 //! `impersonation.rs` grants the `Impersonate-*` headers,
+//! `escalation.rs` refuses writes of RBAC objects that grant more than
+//! their writer holds,
 //! `reviews.rs` answers access reviews and token requests, `usage.rs`
 //! records which rule allowed what and what was denied, `bootstrap.rs`
 //! holds the roles every user gets, and `validation.rs` checks the RBAC
@@ -12,6 +14,7 @@
 pub(crate) mod attributes;
 pub(crate) mod authorizer;
 pub(crate) mod bootstrap;
+pub(crate) mod escalation;
 pub(crate) mod impersonation;
 pub(crate) mod reviews;
 pub(crate) mod tokens;

@@ -1079,3 +1079,94 @@ async fn impersonation_is_granted_by_the_impersonate_verb() {
         )
     );
 }
+
+#[tokio::test]
+async fn writing_rbac_objects_grants_no_more_than_the_writer_holds() {
+    let emulator = emulator().await;
+    let token = service_account(&emulator, "default", "op").await;
+    role(&emulator, "default", "rbac-writer", json!([
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
+    ])).await;
+    role_binding(
+        &emulator,
+        "default",
+        "op-writes",
+        role_ref("Role", "rbac-writer"),
+        json!([sa_subject("default", "op")]),
+    )
+    .await;
+    let roles = "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles";
+    let more = json!({"metadata": {"name": "more"}, "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}]});
+    let resp = request(&emulator, &token, "POST", roles, Some(more)).await;
+    resp.assert_status_object(403);
+    assert_eq!(
+        resp.json()["message"],
+        format!(
+            "roles.rbac.authorization.k8s.io \"more\" is forbidden: user \"{OP}\" (groups=[\"system:serviceaccounts\" \"system:serviceaccounts:default\" \"system:authenticated\"]) is attempting to grant RBAC permissions not currently held:\n{{APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"list\" \"watch\"]}}"
+        )
+    );
+    assert_eq!(
+        resp.json()["details"],
+        json!({"name": "more", "group": "rbac.authorization.k8s.io", "kind": "roles"})
+    );
+    let held = json!({"metadata": {"name": "held"}, "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]});
+    assert_eq!(
+        request(&emulator, &token, "POST", roles, Some(held))
+            .await
+            .status,
+        201
+    );
+
+    // Binding a role needs its rules, or `bind` on it.
+    cluster_role(
+        &emulator,
+        "powerful",
+        json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]),
+    )
+    .await;
+    let bindings = "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings";
+    let binding = |name: &str, role: Value| json!({"metadata": {"name": name}, "roleRef": role, "subjects": [sa_subject("default", "op")]});
+    let resp = request(
+        &emulator,
+        &token,
+        "POST",
+        bindings,
+        Some(binding("held", role_ref("Role", "held"))),
+    )
+    .await;
+    assert_eq!(resp.status, 201, "{}", resp.json());
+    let resp = request(
+        &emulator,
+        &token,
+        "POST",
+        bindings,
+        Some(binding("power", role_ref("ClusterRole", "powerful"))),
+    )
+    .await;
+    resp.assert_status_object(403);
+    assert!(
+        resp.json()["message"].as_str().is_some_and(|m| m
+            .starts_with("rolebindings.rbac.authorization.k8s.io \"power\" is forbidden: user")),
+        "{}",
+        resp.json()
+    );
+    role(&emulator, "default", "binder", json!([{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["bind"], "resourceNames": ["powerful"]}])).await;
+    role_binding(
+        &emulator,
+        "default",
+        "op-binds",
+        role_ref("Role", "binder"),
+        json!([sa_subject("default", "op")]),
+    )
+    .await;
+    let resp = request(
+        &emulator,
+        &token,
+        "POST",
+        bindings,
+        Some(binding("power", role_ref("ClusterRole", "powerful"))),
+    )
+    .await;
+    assert_eq!(resp.status, 201, "{}", resp.json());
+}
