@@ -21,7 +21,7 @@ pub struct ResourceDef {
     pub short_names: Vec<String>,
     /// Fields usable in field selectors besides `metadata.name`/`metadata.namespace`.
     pub selectable_fields: Vec<String>,
-    /// Categories (`all` for pods and services, as the CRD says for CRs).
+    /// Categories (`all` for pods, services and deployments, as the CRD says for CRs).
     pub categories: Vec<String>,
     /// Whether `/status` is a separate subresource.
     pub status_subresource: bool,
@@ -84,7 +84,10 @@ fn builtin(
             .iter()
             .map(|s| s.to_string())
             .collect(),
-        categories: if matches!(plural, "pods" | "services") {
+        categories: if matches!(
+            (group, plural),
+            ("", "pods" | "services") | ("apps", "deployments")
+        ) {
             vec!["all".into()]
         } else {
             Vec::new()
