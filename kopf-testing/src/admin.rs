@@ -14,6 +14,21 @@
 //! POST   /_emulator/restart               {"down_ms": 500}: restart keeping the state
 //! GET    /_emulator/requests/counts       {"counts": [{"agent": "…", "verb": "list", "count": 3}]}
 //! DELETE /_emulator/requests/counts       reset the counts
+//! GET    /_emulator/rbac/usage            which rules allowed what, and what was denied
+//! DELETE /_emulator/rbac/usage            forget it
+//! ```
+//!
+//! `rbac/usage` answers [`RbacUsage`](crate::RbacUsage) as JSON:
+//!
+//! ```text
+//! {"grants": [{"user": "system:serviceaccount:ns:op",
+//!              "binding": {"kind": "RoleBinding", "namespace": "ns", "name": "op"},
+//!              "role": {"kind": "ClusterRole", "namespace": "", "name": "op"},
+//!              "rule": 0, "count": 3}],
+//!  "denials": [{"user": "system:serviceaccount:ns:op", "groups": ["system:serviceaccounts", …],
+//!               "verb": "list", "resourceRequest": true, "apiGroup": "", "resource": "secrets",
+//!               "subresource": "", "namespace": "", "name": "", "path": "/api/v1/secrets",
+//!               "count": 1}]}
 //! ```
 //!
 //! `restart` answers first, then closes every connection and watch, refuses
@@ -160,6 +175,14 @@ pub(crate) fn serve(
                 .map(|((agent, verb), count)| json!({"agent": agent, "verb": verb, "count": count}))
                 .collect();
             json_response(200, &json!({ "counts": counts }))
+        }
+        (&Method::GET, "rbac/usage") => match serde_json::to_value(shared.rbac.usage.snapshot()) {
+            Ok(usage) => json_response(200, &usage),
+            Err(e) => error_response(&ApiError::internal(e.to_string())),
+        },
+        (&Method::DELETE, "rbac/usage") => {
+            shared.rbac.usage.clear();
+            ok()
         }
         (&Method::DELETE, "requests/counts") => {
             shared.recorder.clear_counts();

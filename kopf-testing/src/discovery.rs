@@ -13,17 +13,6 @@ pub const MAJOR: &str = "1";
 /// The Kubernetes minor version the emulator claims to be.
 pub const MINOR: &str = "33";
 
-const VERBS: [&str; 8] = [
-    "create",
-    "delete",
-    "deletecollection",
-    "get",
-    "list",
-    "patch",
-    "update",
-    "watch",
-];
-
 /// `/version`.
 pub fn version() -> Value {
     json!({
@@ -146,7 +135,7 @@ pub fn resources(defs: &[Arc<ResourceDef>], group: &str, version: &str) -> Optio
             "singularName": d.singular,
             "namespaced": d.namespaced,
             "kind": d.kind,
-            "verbs": VERBS,
+            "verbs": d.verbs(),
         });
         if !d.short_names.is_empty() {
             r["shortNames"] = json!(d.short_names);
@@ -162,6 +151,17 @@ pub fn resources(defs: &[Arc<ResourceDef>], group: &str, version: &str) -> Optio
                 "namespaced": d.namespaced,
                 "kind": d.kind,
                 "verbs": ["get", "patch", "update"],
+            }));
+        }
+        for sub in d.extra_subresources() {
+            resources.push(json!({
+                "name": format!("{}/{}", d.plural, sub.name),
+                "singularName": "",
+                "namespaced": d.namespaced,
+                "group": sub.group,
+                "version": sub.version,
+                "kind": sub.kind,
+                "verbs": sub.verbs,
             }));
         }
     }
@@ -221,7 +221,7 @@ pub fn aggregated(defs: &[Arc<ResourceDef>], core: bool) -> Value {
                                 "responseKind": gvk,
                                 "scope": if d.namespaced { "Namespaced" } else { "Cluster" },
                                 "singularResource": d.singular,
-                                "verbs": VERBS,
+                                "verbs": d.verbs(),
                             });
                             if !d.short_names.is_empty() {
                                 r["shortNames"] = json!(d.short_names);
@@ -229,8 +229,16 @@ pub fn aggregated(defs: &[Arc<ResourceDef>], core: bool) -> Value {
                             if !d.categories.is_empty() {
                                 r["categories"] = json!(d.categories);
                             }
+                            let mut subresources = Vec::new();
                             if d.status_subresource {
-                                r["subresources"] = json!([{"subresource": "status", "responseKind": gvk, "verbs": ["get", "patch", "update"]}]);
+                                subresources.push(json!({"subresource": "status", "responseKind": gvk, "verbs": ["get", "patch", "update"]}));
+                            }
+                            for sub in d.extra_subresources() {
+                                let kind = json!({"group": sub.group, "version": sub.version, "kind": sub.kind});
+                                subresources.push(json!({"subresource": sub.name, "responseKind": kind, "verbs": sub.verbs}));
+                            }
+                            if !subresources.is_empty() {
+                                r["subresources"] = json!(subresources);
                             }
                             r
                         })

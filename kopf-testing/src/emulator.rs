@@ -11,9 +11,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admission::ServiceKey;
 use crate::error::EmulatorError;
+use crate::failures::ApiError;
 use crate::faults::Faults;
 use crate::history::{DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_BYTES};
 use crate::preload;
+use crate::rbac::usage::RbacUsage;
 use crate::recording::RecordedRequest;
 use crate::resources;
 use crate::server::{self, ConnectionLimits, Running};
@@ -91,6 +93,7 @@ pub struct EmulatorBuilder {
     token: Option<String>,
     webhook_services: HashMap<ServiceKey, SocketAddr>,
     request_timeout: Duration,
+    rbac: bool,
 }
 
 impl Default for EmulatorBuilder {
@@ -106,6 +109,7 @@ impl Default for EmulatorBuilder {
             token: None,
             webhook_services: HashMap::new(),
             request_timeout: crate::admission::deadline::DEFAULT_REQUEST_TIMEOUT,
+            rbac: false,
         }
     }
 }
@@ -211,6 +215,69 @@ impl EmulatorBuilder {
         self
     }
 
+    /// Authenticates and authorizes every request as an API server with
+    /// RBAC does (off by default: everyone may do everything).
+    ///
+    /// - Who: the token the emulator requires ([`require_token`](Self::require_token)),
+    ///   or no token when none is required, is `system:admin` in
+    ///   `system:masters`, allowed everything ([`Emulator::client`] and
+    ///   [`Emulator::kubeconfig`] are that); a token the TokenRequest API
+    ///   minted (`POST /api/v1/namespaces/NS/serviceaccounts/NAME/token`,
+    ///   `kubectl create token`, [`Emulator::service_account_token`]) is
+    ///   `system:serviceaccount:NS:NAME` in `system:serviceaccounts`,
+    ///   `system:serviceaccounts:NS` and `system:authenticated`, until it
+    ///   expires or its ServiceAccount is deleted (or replaced: tokens are
+    ///   bound to its UID); no token while one is required is
+    ///   `system:anonymous` in `system:unauthenticated`; any other token
+    ///   is `401`.
+    /// - What: everyone else gets what the stored Roles, ClusterRoles,
+    ///   RoleBindings and ClusterRoleBindings grant, matched as the API
+    ///   server's RBAC authorizer matches them (verbs, groups, resources
+    ///   with `*` and `*/SUB`, resource names, non-resource URLs), and
+    ///   `403 Forbidden` with its `Status` otherwise. The ClusterRoles
+    ///   every user gets in a cluster (`system:discovery`,
+    ///   `system:basic-user`, `system:public-info-viewer`) and their
+    ///   ClusterRoleBindings are created at start.
+    /// - The record: [`Emulator::rbac_usage`] (and
+    ///   `GET /_emulator/rbac/usage`) tells which rule allowed each
+    ///   user's requests and which requests were denied.
+    ///
+    /// The RBAC, review and TokenRequest APIs are served with or without
+    /// it; without it, reviews answer as an API server allowing
+    /// everything, and minted tokens authenticate nobody.
+    ///
+    /// Roles, ClusterRoles and bindings are validated (422) and their
+    /// subjects defaulted as the API server does, with or without it.
+    ///
+    /// `Impersonate-User` and `Impersonate-Group` are granted as the API
+    /// server grants them (the `impersonate` verb on `users`,
+    /// `serviceaccounts`, `groups`); [`Emulator::client_as`] acts as any
+    /// user that way.
+    ///
+    /// A user other than the administrator may write a Role or ClusterRole
+    /// only with rules it holds (or `escalate` on it), and bind a role only
+    /// if it holds its rules (or `bind` on it), as the API server checks.
+    ///
+    /// Not done: aggregated ClusterRoles, `LocalSubjectAccessReview`,
+    /// `TokenReview`, `Impersonate-Extra-*`.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::Secret;
+    /// let emulator = kopf_testing::Emulator::builder().rbac().start().await?;
+    /// # let sa: k8s_openapi::api::core::v1::ServiceAccount = serde_json::from_value(serde_json::json!({"metadata": {"name": "op"}}))?;
+    /// # kube::Api::<k8s_openapi::api::core::v1::ServiceAccount>::default_namespaced(emulator.client()).create(&Default::default(), &sa).await?;
+    /// let operator = emulator.client_as_service_account("default", "op")?;
+    /// let secrets: kube::Api<Secret> = kube::Api::default_namespaced(operator);
+    /// assert!(secrets.list(&Default::default()).await.is_err(), "403: no Role grants it");
+    /// assert_eq!(emulator.rbac_usage().denials[0].resource, "secrets");
+    /// # Ok(()) }
+    /// ```
+    pub fn rbac(mut self) -> Self {
+        self.rbac = true;
+        self
+    }
+
     /// Gives each request this long (60 s by default, the API server's
     /// `--request-timeout`) for its admission webhooks together: each call
     /// is bounded by its `timeoutSeconds` and by what is left of this, and a
@@ -254,6 +321,9 @@ impl EmulatorBuilder {
     /// If the port cannot be bound, or a preload is unreadable, invalid or rejected.
     pub async fn start(self) -> Result<Emulator, EmulatorError> {
         let mut objects = self.crds.clone();
+        if self.rbac {
+            objects.extend(crate::rbac::bootstrap::objects());
+        }
         for preload in &self.preloads {
             let yaml = match preload {
                 Preload::Yaml(yaml) => yaml.clone(),
@@ -279,6 +349,7 @@ impl EmulatorBuilder {
         let mut shared = Shared::new(store, addr.port());
         shared.connection_limits = self.connection_limits;
         shared.set_token(self.token);
+        shared.rbac.enabled = self.rbac;
         shared.admission.set_services(self.webhook_services);
         shared.admission.request_timeout = self.request_timeout;
         let (restarts, mut restart_requests) = tokio::sync::mpsc::unbounded_channel();
@@ -405,6 +476,105 @@ impl Emulator {
     /// watches already streaming go on.
     pub fn set_token(&self, token: Option<&str>) {
         self.shared.set_token(token.map(str::to_owned));
+    }
+
+    /// What RBAC decided so far: which rule allowed each user's requests
+    /// (how many), and each request denied (see [`EmulatorBuilder::rbac`];
+    /// empty without it).
+    pub fn rbac_usage(&self) -> RbacUsage {
+        self.shared.rbac.usage.snapshot()
+    }
+
+    /// Forgets what [`rbac_usage`](Self::rbac_usage) recorded.
+    pub fn clear_rbac_usage(&self) {
+        self.shared.rbac.usage.clear();
+    }
+
+    /// Mints a token for the ServiceAccount `namespace/name`, as the
+    /// TokenRequest API does (valid for an hour): with
+    /// [`EmulatorBuilder::rbac`], requests with it are that ServiceAccount's.
+    ///
+    /// # Errors
+    /// `404` if the ServiceAccount does not exist.
+    pub fn service_account_token(&self, namespace: &str, name: &str) -> Result<String, ApiError> {
+        let answer = crate::rbac::reviews::token_request(&self.shared, namespace, name, json!({}))?;
+        answer
+            .pointer("/status/token")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| ApiError::internal("the TokenRequest was answered without a token"))
+    }
+
+    /// A kube client for this emulator that authenticates as the
+    /// ServiceAccount `namespace/name` (with a token from
+    /// [`service_account_token`](Self::service_account_token)), with
+    /// default namespace `namespace`.
+    ///
+    /// # Errors
+    /// `404` if the ServiceAccount does not exist.
+    ///
+    /// # Caveats
+    /// Must be called inside a Tokio runtime.
+    pub fn client_as_service_account(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<kube::Client, ApiError> {
+        let token = self.service_account_token(namespace, name)?;
+        let uri: http::Uri = self
+            .url()
+            .parse()
+            .expect("invariant: an http://127.0.0.1:PORT URL parses");
+        let mut config = kube::Config::new(uri);
+        config.default_namespace = namespace.to_string();
+        config.auth_info.token = Some(token.into());
+        Ok(kube::Client::try_from(config)
+            .expect("invariant: a plain-HTTP config always builds a client"))
+    }
+
+    /// A kubeconfig pointing at this emulator that authenticates as the
+    /// ServiceAccount `namespace/name` (a fresh token, valid for an hour),
+    /// with default namespace `namespace`: for an operator run as its own
+    /// process (write it with `serde_json::to_string`, which kubeconfig
+    /// readers accept as YAML).
+    ///
+    /// # Errors
+    /// `404` if the ServiceAccount does not exist.
+    pub fn kubeconfig_as_service_account(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<kube::config::Kubeconfig, ApiError> {
+        let token = self.service_account_token(namespace, name)?;
+        let mut doc = kubeconfig_json(&self.url(), Some(&token));
+        doc["contexts"][0]["context"]["namespace"] = json!(namespace);
+        Ok(serde_json::from_value(doc)
+            .expect("invariant: the kubeconfig document matches kube's schema"))
+    }
+
+    /// A kube client for this emulator acting as `user` in `groups`
+    /// (`Impersonate-User`, `Impersonate-Group`), as the administrator
+    /// impersonates: with [`EmulatorBuilder::rbac`], its requests are
+    /// authorized as that user's, who needs no credentials of its own
+    /// (`system:authenticated` is added to the groups; a ServiceAccount's
+    /// user name with no groups gets its ServiceAccount groups).
+    ///
+    /// # Caveats
+    /// Must be called inside a Tokio runtime.
+    pub fn client_as(&self, user: &str, groups: &[&str]) -> kube::Client {
+        let uri: http::Uri = self
+            .url()
+            .parse()
+            .expect("invariant: an http://127.0.0.1:PORT URL parses");
+        let mut config = kube::Config::new(uri);
+        config.auth_info.token = self.token().map(Into::into);
+        config.auth_info.impersonate = Some(user.to_string());
+        if !groups.is_empty() {
+            config.auth_info.impersonate_groups =
+                Some(groups.iter().map(|g| g.to_string()).collect());
+        }
+        kube::Client::try_from(config)
+            .expect("invariant: a plain-HTTP config always builds a client")
     }
 
     /// The fault-injection handle.

@@ -17,6 +17,7 @@ use crate::failures::ApiError;
 use crate::limits;
 use crate::options;
 use crate::patching::{self, PatchKind};
+use crate::rbac;
 use crate::recording::RecordedRequest;
 
 use crate::resources::ResourceDef;
@@ -59,12 +60,8 @@ where
     let route = routing::parse_path(&path);
     let query = routing::parse_query(&raw_query);
     let verb = routing::classify(method.as_str(), route.as_ref(), &query);
-    let authorized = shared.authorized(
-        req.headers()
-            .get(header::AUTHORIZATION)
-            .map(HeaderValue::as_bytes),
-        &path,
-    );
+    let access = rbac::access(&shared, &method, &path, &query, req.headers());
+    let user = access.as_ref().ok().cloned().flatten();
 
     let latency = shared.faults.latency();
     if !latency.is_zero() {
@@ -73,8 +70,8 @@ where
     shared.faults.held(verb, &path).await;
     // Admission webhooks' warnings, sent as `Warning` headers whatever the outcome.
     let mut warnings = Vec::new();
-    let mut response = if !authorized {
-        error_response(&ApiError::unauthorized())
+    let mut response = if let Err(err) = &access {
+        error_response(err)
     } else if shared.faults.inspects_bodies() {
         // A fault rule looks into bodies: read this one first, then serve
         // the request from what was read.
@@ -87,7 +84,10 @@ where
                     let req = Request::from_parts(parts, Full::new(bytes));
                     match admission::deadline::scope(
                         deadline,
-                        serve(&shared, &method, route, &query, req, &mut warnings),
+                        rbac::serve_as(
+                            user.clone(),
+                            serve(&shared, &method, route, &query, req, &mut warnings),
+                        ),
                     )
                     .await
                     {
@@ -102,7 +102,10 @@ where
             Some(err) => error_response(&err),
             None => match admission::deadline::scope(
                 deadline,
-                serve(&shared, &method, route, &query, req, &mut warnings),
+                rbac::serve_as(
+                    user.clone(),
+                    serve(&shared, &method, route, &query, req, &mut warnings),
+                ),
             )
             .await
             {
@@ -127,7 +130,7 @@ where
     response
 }
 
-async fn read_body<B>(req: Request<B>) -> Result<(Option<String>, Bytes), ApiError>
+pub(crate) async fn read_body<B>(req: Request<B>) -> Result<(Option<String>, Bytes), ApiError>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: std::error::Error + Send + Sync + 'static,
@@ -259,6 +262,11 @@ where
         .store()
         .find_def(&route.group, &route.version, &route.plural)
         .ok_or_else(|| ApiError::no_route(&path))?;
+    let token_request = route.subresource.as_deref() == Some("token")
+        && def.extra_subresources().iter().any(|s| s.name == "token");
+    if def.is_review() || token_request {
+        return rbac::reviews::serve(shared, method, &def, &route, req).await;
+    }
     let target = match route.subresource.as_deref() {
         None => Target::Main,
         Some("status") if def.status_subresource => Target::Status,
@@ -286,8 +294,9 @@ where
         (Method::GET, None) => list(shared, &def, ns, query),
         (Method::POST, None) => {
             let (ct, body) = read_body(req).await?;
-            let obj = parse_object(ct.as_deref(), &body)?;
+            let mut obj = parse_object(ct.as_deref(), &body)?;
             validation::body_matches_request(&def, ns, &obj)?;
+            rbac::validation::default_subjects(&def, &mut obj);
             if admission::applies(shared, &def) {
                 let options = admission::options("CreateOptions", query, None);
                 let created =
@@ -295,6 +304,7 @@ where
                 return Ok(object_response(201, &def, &created));
             }
             validation::object(&def, &obj)?;
+            rbac::escalation::check(shared, &def, ns, &obj)?;
             let created = shared.store().create(&def, ns, obj, dry)?;
             Ok(object_response(201, &def, &created))
         }
@@ -303,6 +313,7 @@ where
             let mut obj = parse_object(ct.as_deref(), &body)?;
             validation::body_matches_request(&def, ns, &obj)?;
             validation::resource_version_precondition(&def, &mut obj)?;
+            rbac::validation::default_subjects(&def, &mut obj);
             if admission::applies(shared, &def) {
                 let write = Write {
                     def: &def,
@@ -316,6 +327,7 @@ where
                 return Ok(object_response(200, &def, &updated));
             }
             validation::object(&def, &obj)?;
+            rbac::escalation::check(shared, &def, ns, &obj)?;
             let updated = shared.store().update(&def, ns, name, obj, target, dry)?;
             Ok(object_response(200, &def, &updated))
         }
@@ -440,6 +452,7 @@ async fn patch_object(
                     return Ok((created, true));
                 }
                 validation::object(w.def, &body)?;
+                rbac::escalation::check(shared, w.def, w.ns, &body)?;
                 let created = shared.store().create(w.def, w.ns, body, w.dry)?;
                 return Ok((created, true));
             }
@@ -461,6 +474,7 @@ async fn patch_object(
             continue;
         }
         validation::object(w.def, &new)?;
+        rbac::escalation::check(shared, w.def, w.ns, &new)?;
         let committed = shared
             .store()
             .commit_patch(w.def, w.ns, w.name, &base, new, w.target, w.dry)?;
@@ -517,6 +531,7 @@ async fn admit_and_commit(
         .await?
         .ok_or_else(|| ApiError::internal("invariant: an update has an object"))?;
     validation::object(w.def, &new)?;
+    rbac::escalation::check(shared, w.def, w.ns, &new)?;
     let prepared =
         shared
             .store()

@@ -2,7 +2,9 @@
 //! so that tests drive the real kube client, watch streams and JSON.
 //!
 //! It serves discovery, namespaces, Events, Leases, Secrets, ConfigMaps, Pods,
-//! Services, ServiceAccounts and CRDs registered through the API; CRUD with
+//! Services, ServiceAccounts, Roles, ClusterRoles and their bindings,
+//! Deployments and PodDisruptionBudgets (stored, without controllers), the
+//! access reviews, TokenRequests and CRDs registered through the API; CRUD with
 //! `resourceVersion`/`uid`/`generation`, label and field selectors, paging,
 //! watches with resume, bookmarks and `410 Gone`, merge/JSON/strategic/apply
 //! patches, optimistic concurrency, finalizers with `deletionTimestamp` and the
@@ -115,7 +117,33 @@
 //! configurations (a webhook it cannot read is skipped with a logged
 //! warning), trust system roots (a webhook without `caBundle` fails TLS),
 //! or review the objects a namespace's deletion removes. Every review
-//! names the user `kubernetes-admin` in `system:masters`.
+//! names the user `kubernetes-admin` in `system:masters`, or with RBAC
+//! (below) the request's user.
+//!
+//! # RBAC
+//! Off by default (everyone may do everything). With
+//! [`EmulatorBuilder::rbac`] (`kube-emulator --rbac`) every request is
+//! authenticated and authorized as the API server does it: the emulator's
+//! token (or no token, when none is required) is `system:admin` in
+//! `system:masters`; a token the TokenRequest API minted
+//! (`serviceaccounts/NAME/token`, `kubectl create token`,
+//! [`Emulator::service_account_token`],
+//! [`Emulator::client_as_service_account`]) is its ServiceAccount, while
+//! that ServiceAccount exists; everyone else gets what the stored Roles,
+//! ClusterRoles and bindings grant (the bootstrap `system:discovery`,
+//! `system:basic-user` and `system:public-info-viewer` included), and
+//! `403 Forbidden` with the API server's `Status` otherwise.
+//! `SelfSubjectAccessReview`, `SubjectAccessReview`,
+//! `SelfSubjectRulesReview` and `SelfSubjectReview` are answered (so
+//! `kubectl auth can-i [--list]` and `kubectl auth whoami` work).
+//! [`Emulator::rbac_usage`] (and `GET /_emulator/rbac/usage`) records which
+//! rule of which binding allowed each user's requests, and every denial: a
+//! test can prove an operator's rules are exactly enough.
+//! Impersonation is granted as the API server grants it
+//! ([`Emulator::client_as`] acts as any user), and writing Roles and
+//! bindings is checked for escalation (`escalate`, `bind`). Not done:
+//! aggregated ClusterRoles, `LocalSubjectAccessReview`, `TokenReview`,
+//! `Impersonate-Extra-*`; tokens are opaque, not JWTs.
 //!
 //! # Caveats
 //! - Objects are kept as JSON without schemas: beyond the rules above,
@@ -124,7 +152,8 @@
 //! - Strategic merge patches are approximated (lists merged by well-known keys,
 //!   `finalizers` unioned); server-side apply is a merge patch without field
 //!   ownership. Protobuf bodies are decoded only for ConfigMap, Secret,
-//!   Namespace and ServiceAccount (what `kubectl create` sends).
+//!   Namespace, ServiceAccount, the RBAC objects, the reviews and
+//!   TokenRequest (what `kubectl create` and `kubectl auth` send).
 //! - Watch history is bounded (see Limits below);
 //!   BOOKMARK events are sent every second to watchers that allow them.
 //! - `core/v1` and `events.k8s.io/v1` Events share one store and convert
@@ -144,7 +173,8 @@
 //!   limit (422); a patched object must still fit in 3 MiB (413).
 //! - CRDs cannot claim a group the emulator serves built-in (core,
 //!   `events.k8s.io`, `coordination.k8s.io`, `admissionregistration.k8s.io`,
-//!   `apiextensions.k8s.io`), nor
+//!   `apiextensions.k8s.io`, `rbac.authorization.k8s.io`,
+//!   `authorization.k8s.io`, `authentication.k8s.io`, `apps`, `policy`), nor
 //!   a `*.k8s.io` / `*.kubernetes.io` group without the
 //!   `api-approved.kubernetes.io` annotation (422). Namespaces have no
 //!   deletecollection (405).
@@ -212,6 +242,7 @@ mod options;
 mod patching;
 mod preload;
 mod protobuf;
+mod rbac;
 mod recording;
 mod refusals;
 mod resources;
@@ -237,6 +268,8 @@ pub use error::EmulatorError;
 pub use failures::ApiError;
 pub use faults::{FailRule, Faults, HeldRequests, MAX_FAULT_RULES, MAX_FRAGMENT_BYTES};
 pub use kubectl::kubectl;
+pub use rbac::authorizer::{Grant, ObjectRef};
+pub use rbac::usage::{GrantUse, RbacDenial, RbacUsage};
 pub use recording::RecordedRequest;
 #[cfg(feature = "runner")]
 pub use runner::{Finished, KopfRunner, KopfRunnerBuilder, RunnerError, Stop};

@@ -41,12 +41,16 @@ enum Rule {
     Subdomain,
     Label,
     Dns1035,
+    /// Any path segment (RBAC objects, whose names hold colons such as
+    /// `system:discovery`): `ValidatePathSegmentName`.
+    PathSegment,
 }
 
 fn rule_of(def: &ResourceDef) -> Rule {
     match (def.group.as_str(), def.plural.as_str()) {
         ("", "namespaces") => Rule::Label,
         ("", "services") => Rule::Dns1035,
+        ("rbac.authorization.k8s.io", _) => Rule::PathSegment,
         _ => Rule::Subdomain,
     }
 }
@@ -130,6 +134,34 @@ fn rule_errors(rule: Rule, name: &str) -> Vec<String> {
                 errors.push(DNS1035_LABEL_RULE.to_string());
             }
         }
+        Rule::PathSegment => errors.extend(path_segment_errors(name)),
+    }
+    errors
+}
+
+/// What is wrong with a name used as a path segment
+/// (`path.IsValidPathSegmentName`).
+pub fn path_segment_errors(name: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    if name == "." || name == ".." {
+        errors.push(format!("may not be '{name}'"));
+    }
+    for bad in ["/", "%"] {
+        if name.contains(bad) {
+            errors.push(format!("may not contain '{bad}'"));
+        }
+    }
+    errors
+}
+
+/// What is wrong with a ServiceAccount's name (an RFC 1123 subdomain).
+pub fn subdomain_errors(name: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    if name.len() > MAX_SUBDOMAIN {
+        errors.push(format!("must be no more than {MAX_SUBDOMAIN} characters"));
+    }
+    if !is_subdomain(name) {
+        errors.push(DNS1123_SUBDOMAIN_RULE.to_string());
     }
     errors
 }

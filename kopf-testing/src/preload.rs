@@ -94,8 +94,10 @@ pub fn apply(store: &mut Store, objects: &[Value]) -> Result<(), EmulatorError> 
         } else {
             None
         };
-        crate::validation::object(&def, obj)
-            .and_then(|()| store.create(&def, ns.as_deref(), obj.clone(), false))
+        let mut obj = obj.clone();
+        crate::rbac::validation::default_subjects(&def, &mut obj);
+        crate::validation::object(&def, &obj)
+            .and_then(|()| store.create(&def, ns.as_deref(), obj, false))
             .map_err(|source| EmulatorError::Rejected {
                 kind: kind.clone(),
                 name: name.clone(),

@@ -1,5 +1,7 @@
 //! Decoding the Kubernetes protobuf encoding of the few built-in kinds that
-//! `kubectl create configmap|secret|namespace|serviceaccount` send, into JSON.
+//! `kubectl create configmap|secret|namespace|serviceaccount` send, and
+//! those `kubectl create role|rolebinding|clusterrole|clusterrolebinding|token`
+//! and `kubectl auth can-i` send, into JSON.
 //!
 //! The body is `k8s\0` followed by a `runtime.Unknown` envelope whose `raw`
 //! field holds the object. Unknown fields are skipped; other kinds are refused
@@ -23,7 +25,7 @@ pub enum ProtobufError {
     Malformed(&'static str),
     /// The kind is not one the emulator decodes.
     #[error(
-        "the emulator decodes protobuf only for ConfigMap, Secret, Namespace and ServiceAccount, not {0:?}; send application/json"
+        "the emulator decodes protobuf only for ConfigMap, Secret, Namespace, ServiceAccount, RBAC objects, access reviews and TokenRequest, not {0:?}; send application/json"
     )]
     Unsupported(String),
 }
@@ -196,6 +198,127 @@ fn name_only(bytes: &[u8], number: u64) -> Result<Value, ProtobufError> {
     Ok(Value::Object(out))
 }
 
+/// How a field of a message is decoded.
+#[derive(Debug, Clone, Copy)]
+enum Shape {
+    /// A string, left out when empty.
+    Text,
+    /// A repeated string.
+    Texts,
+    /// A varint integer.
+    Int,
+    /// A nested message.
+    Message(Schema),
+    /// A repeated nested message.
+    Messages(Schema),
+}
+
+/// A message's fields: number, JSON name and shape; others are skipped.
+type Schema = &'static [(u64, &'static str, Shape)];
+
+const POLICY_RULE: Schema = &[
+    (1, "verbs", Shape::Texts),
+    (2, "apiGroups", Shape::Texts),
+    (3, "resources", Shape::Texts),
+    (4, "resourceNames", Shape::Texts),
+    (5, "nonResourceURLs", Shape::Texts),
+];
+const SUBJECT: Schema = &[
+    (1, "kind", Shape::Text),
+    (2, "apiGroup", Shape::Text),
+    (3, "name", Shape::Text),
+    (4, "namespace", Shape::Text),
+];
+const ROLE_REF: Schema = &[
+    (1, "apiGroup", Shape::Text),
+    (2, "kind", Shape::Text),
+    (3, "name", Shape::Text),
+];
+const RESOURCE_ATTRIBUTES: Schema = &[
+    (1, "namespace", Shape::Text),
+    (2, "verb", Shape::Text),
+    (3, "group", Shape::Text),
+    (4, "version", Shape::Text),
+    (5, "resource", Shape::Text),
+    (6, "subresource", Shape::Text),
+    (7, "name", Shape::Text),
+];
+const NON_RESOURCE_ATTRIBUTES: Schema = &[(1, "path", Shape::Text), (2, "verb", Shape::Text)];
+const SELF_ACCESS_SPEC: Schema = &[
+    (1, "resourceAttributes", Shape::Message(RESOURCE_ATTRIBUTES)),
+    (
+        2,
+        "nonResourceAttributes",
+        Shape::Message(NON_RESOURCE_ATTRIBUTES),
+    ),
+];
+const ACCESS_SPEC: Schema = &[
+    (1, "resourceAttributes", Shape::Message(RESOURCE_ATTRIBUTES)),
+    (
+        2,
+        "nonResourceAttributes",
+        Shape::Message(NON_RESOURCE_ATTRIBUTES),
+    ),
+    (3, "user", Shape::Text),
+    (4, "groups", Shape::Texts),
+    (6, "uid", Shape::Text),
+];
+const RULES_SPEC: Schema = &[(1, "namespace", Shape::Text)];
+const TOKEN_SPEC: Schema = &[
+    (1, "audiences", Shape::Texts),
+    (4, "expirationSeconds", Shape::Int),
+];
+
+/// The fields besides `metadata` of the kinds decoded by schema.
+fn schema_of(kind: &str) -> Option<Schema> {
+    const ROLE: Schema = &[(2, "rules", Shape::Messages(POLICY_RULE))];
+    const BINDING: Schema = &[
+        (2, "subjects", Shape::Messages(SUBJECT)),
+        (3, "roleRef", Shape::Message(ROLE_REF)),
+    ];
+    Some(match kind {
+        "Role" | "ClusterRole" => ROLE,
+        "RoleBinding" | "ClusterRoleBinding" => BINDING,
+        "SelfSubjectAccessReview" => &[(2, "spec", Shape::Message(SELF_ACCESS_SPEC))],
+        "SubjectAccessReview" => &[(2, "spec", Shape::Message(ACCESS_SPEC))],
+        "SelfSubjectRulesReview" => &[(2, "spec", Shape::Message(RULES_SPEC))],
+        "TokenRequest" => &[(2, "spec", Shape::Message(TOKEN_SPEC))],
+        "SelfSubjectReview" => &[],
+        _ => return None,
+    })
+}
+
+/// Decodes the fields of `schema` from `bytes` into `out`.
+fn decode_fields(
+    bytes: &[u8],
+    schema: Schema,
+    out: &mut Map<String, Value>,
+) -> Result<(), ProtobufError> {
+    for (n, f) in fields(bytes)? {
+        let Some((_, name, shape)) = schema.iter().find(|(m, _, _)| *m == n) else {
+            continue;
+        };
+        match (*shape, f) {
+            (Shape::Text, Field::Bytes(b)) => set_text(out, name, b)?,
+            (Shape::Texts, Field::Bytes(b)) => push(out, name, text(b)?.into()),
+            // Two's complement, as protobuf writes a negative int64.
+            (Shape::Int, Field::Varint(v)) => drop(out.insert((*name).into(), (v as i64).into())),
+            (Shape::Message(inner), Field::Bytes(b)) => {
+                let mut nested = Map::new();
+                decode_fields(b, inner, &mut nested)?;
+                out.insert((*name).into(), Value::Object(nested));
+            }
+            (Shape::Messages(inner), Field::Bytes(b)) => {
+                let mut nested = Map::new();
+                decode_fields(b, inner, &mut nested)?;
+                push(out, name, Value::Object(nested));
+            }
+            _ => return Err(ProtobufError::Malformed("a field of the wrong wire type")),
+        }
+    }
+    Ok(())
+}
+
 /// Decodes a protobuf body into a JSON object.
 pub fn decode(body: &[u8]) -> Result<Value, ProtobufError> {
     let envelope = body.strip_prefix(MAGIC).ok_or(ProtobufError::NoMagic)?;
@@ -218,6 +341,15 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtobufError> {
     let mut out = Map::new();
     out.insert("apiVersion".into(), api_version.clone().into());
     out.insert("kind".into(), kind.clone().into());
+    if let Some(schema) = schema_of(&kind) {
+        for (n, f) in fields(raw)? {
+            if let (1, Field::Bytes(b)) = (n, f) {
+                out.insert("metadata".into(), object_meta(b)?);
+            }
+        }
+        decode_fields(raw, schema, &mut out)?;
+        return Ok(Value::Object(out));
+    }
     for (n, f) in fields(raw)? {
         match (kind.as_str(), n, f) {
             (_, 1, Field::Bytes(b)) => drop(out.insert("metadata".into(), object_meta(b)?)),
@@ -336,6 +468,52 @@ mod tests {
         let obj = decode(&envelope("v1", "Secret", &raw)).unwrap();
         assert_eq!(obj["data"]["k"], "dg==");
         assert_eq!(obj["type"], "Opaque");
+    }
+
+    #[test]
+    fn decodes_a_role_binding_and_a_token_request() {
+        let subject = [
+            bytes_field(1, b"ServiceAccount"),
+            bytes_field(3, b"op"),
+            bytes_field(4, b"default"),
+        ]
+        .concat();
+        let role_ref = [
+            bytes_field(1, b"rbac.authorization.k8s.io"),
+            bytes_field(2, b"Role"),
+            bytes_field(3, b"r"),
+        ]
+        .concat();
+        let raw = [
+            bytes_field(1, &bytes_field(1, b"b")),
+            bytes_field(2, &subject),
+            bytes_field(3, &role_ref),
+        ]
+        .concat();
+        let obj = decode(&envelope(
+            "rbac.authorization.k8s.io/v1",
+            "RoleBinding",
+            &raw,
+        ))
+        .unwrap();
+        assert_eq!(
+            obj,
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": "b"},
+                "subjects": [{"kind": "ServiceAccount", "name": "op", "namespace": "default"}],
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"},
+            })
+        );
+        let mut spec = bytes_field(1, b"api");
+        varint(4 << 3, &mut spec);
+        varint(600, &mut spec);
+        let raw = [bytes_field(1, &[]), bytes_field(2, &spec)].concat();
+        let obj = decode(&envelope("authentication.k8s.io/v1", "TokenRequest", &raw)).unwrap();
+        assert_eq!(
+            obj["spec"],
+            json!({"audiences": ["api"], "expirationSeconds": 600})
+        );
     }
 
     #[test]

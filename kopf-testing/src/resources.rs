@@ -21,7 +21,7 @@ pub struct ResourceDef {
     pub short_names: Vec<String>,
     /// Fields usable in field selectors besides `metadata.name`/`metadata.namespace`.
     pub selectable_fields: Vec<String>,
-    /// Categories (`all` for pods and services, as the CRD says for CRs).
+    /// Categories (`all` for pods, services and deployments, as the CRD says for CRs).
     pub categories: Vec<String>,
     /// Whether `/status` is a separate subresource.
     pub status_subresource: bool,
@@ -84,7 +84,10 @@ fn builtin(
             .iter()
             .map(|s| s.to_string())
             .collect(),
-        categories: if matches!(plural, "pods" | "services") {
+        categories: if matches!(
+            (group, plural),
+            ("", "pods" | "services") | ("apps", "deployments")
+        ) {
             vec!["all".into()]
         } else {
             Vec::new()
@@ -213,7 +216,161 @@ pub fn builtins() -> Vec<ResourceDef> {
             &["crd", "crds"],
             true,
         ),
+        builtin(RBAC_GROUP, "v1", "roles", "Role", true, &[], false),
+        builtin(
+            RBAC_GROUP,
+            "v1",
+            "rolebindings",
+            "RoleBinding",
+            true,
+            &[],
+            false,
+        ),
+        builtin(
+            RBAC_GROUP,
+            "v1",
+            "clusterroles",
+            "ClusterRole",
+            false,
+            &[],
+            false,
+        ),
+        builtin(
+            RBAC_GROUP,
+            "v1",
+            "clusterrolebindings",
+            "ClusterRoleBinding",
+            false,
+            &[],
+            false,
+        ),
+        builtin(
+            AUTHORIZATION_GROUP,
+            "v1",
+            "selfsubjectaccessreviews",
+            "SelfSubjectAccessReview",
+            false,
+            &[],
+            false,
+        ),
+        builtin(
+            AUTHORIZATION_GROUP,
+            "v1",
+            "selfsubjectrulesreviews",
+            "SelfSubjectRulesReview",
+            false,
+            &[],
+            false,
+        ),
+        builtin(
+            AUTHORIZATION_GROUP,
+            "v1",
+            "subjectaccessreviews",
+            "SubjectAccessReview",
+            false,
+            &[],
+            false,
+        ),
+        builtin(
+            AUTHENTICATION_GROUP,
+            "v1",
+            "selfsubjectreviews",
+            "SelfSubjectReview",
+            false,
+            &[],
+            false,
+        ),
+        builtin(
+            "apps",
+            "v1",
+            "deployments",
+            "Deployment",
+            true,
+            &["deploy"],
+            true,
+        ),
+        builtin(
+            "policy",
+            "v1",
+            "poddisruptionbudgets",
+            "PodDisruptionBudget",
+            true,
+            &["pdb"],
+            true,
+        ),
     ]
+}
+
+/// The group of Roles, ClusterRoles and their bindings.
+pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+
+/// The group of the access reviews.
+pub const AUTHORIZATION_GROUP: &str = "authorization.k8s.io";
+
+/// The group of `SelfSubjectReview` and `TokenRequest`.
+pub const AUTHENTICATION_GROUP: &str = "authentication.k8s.io";
+
+/// Every verb of a resource stored and served in full.
+const ALL_VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+/// A subresource served besides `status`, as discovery lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Subresource {
+    /// The subresource's name (`token`).
+    pub name: &'static str,
+    /// The group of the object it answers with.
+    pub group: &'static str,
+    /// The version of the object it answers with.
+    pub version: &'static str,
+    /// The kind of the object it answers with.
+    pub kind: &'static str,
+    /// Its verbs.
+    pub verbs: &'static [&'static str],
+}
+
+/// `serviceaccounts/token`: the TokenRequest API.
+const SERVICE_ACCOUNT_TOKEN: Subresource = Subresource {
+    name: "token",
+    group: AUTHENTICATION_GROUP,
+    version: "v1",
+    kind: "TokenRequest",
+    verbs: &["create"],
+};
+
+impl ResourceDef {
+    /// The verbs the resource has, as discovery lists them: the access
+    /// reviews are created and answered, never stored.
+    pub fn verbs(&self) -> &'static [&'static str] {
+        if self.is_review() {
+            &["create"]
+        } else {
+            ALL_VERBS
+        }
+    }
+
+    /// Whether this is a review (of access, or of who one is), answered
+    /// at once and not stored.
+    pub fn is_review(&self) -> bool {
+        self.group == AUTHORIZATION_GROUP || self.group == AUTHENTICATION_GROUP
+    }
+
+    /// The subresources served besides `status`.
+    pub fn extra_subresources(&self) -> &'static [Subresource] {
+        if self.group.is_empty() && self.plural == "serviceaccounts" {
+            std::slice::from_ref(&SERVICE_ACCOUNT_TOKEN)
+        } else {
+            &[]
+        }
+    }
 }
 
 /// Why a CRD object cannot be served.

@@ -5,6 +5,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
 
 use crate::admission::Admission;
 use crate::faults::FaultState;
+use crate::rbac::Rbac;
 use crate::recording::Recorder;
 use crate::server::ConnectionLimits;
 use crate::store::Store;
@@ -16,7 +17,7 @@ const PUBLIC_INFO_PATHS: [&str; 5] = ["/healthz", "/livez", "/readyz", "/version
 /// The token of an `Authorization` header, as the API server's bearer
 /// authenticator reads it: the scheme `Bearer` in any case, the token up to
 /// the next space; `None` when there is no bearer token (anonymous).
-fn bearer_token(header: &[u8]) -> Option<&[u8]> {
+pub(crate) fn bearer_token(header: &[u8]) -> Option<&[u8]> {
     let mut parts = header.trim_ascii().splitn(3, |b| *b == b' ');
     let scheme = parts.next()?;
     let token = parts.next()?;
@@ -43,6 +44,9 @@ pub(crate) struct Shared {
     token: RwLock<Option<String>>,
     /// The admission chain's state.
     pub(crate) admission: Admission,
+    /// Authentication and RBAC, when enforced; minted tokens and the
+    /// record of decisions.
+    pub(crate) rbac: Rbac,
     /// Asks the running emulator to restart, keeping its state, with the
     /// port closed for the given time (`POST /_emulator/restart`).
     pub(crate) restarts: Option<tokio::sync::mpsc::UnboundedSender<std::time::Duration>>,
@@ -62,6 +66,7 @@ impl Shared {
             port,
             connection_limits: ConnectionLimits::default(),
             token: RwLock::new(None),
+            rbac: Rbac::default(),
             restarts: None,
         }
     }

@@ -27,9 +27,13 @@ const IMMUTABLE_WHEN_SET: &str = "field is immutable when `immutable` is set";
 
 /// Whether an update without a `resourceVersion` overwrites whatever is
 /// stored (`AllowUnconditionalUpdate`): so for the core group's resources,
-/// not for the others the emulator serves nor for custom resources.
+/// RBAC objects, Deployments and PodDisruptionBudgets, not for the others
+/// the emulator serves nor for custom resources.
 pub fn allows_unconditional_update(def: &ResourceDef) -> bool {
-    def.group.is_empty() || def.group == "events.k8s.io"
+    matches!(
+        def.group.as_str(),
+        "" | "events.k8s.io" | "rbac.authorization.k8s.io" | "apps" | "policy"
+    )
 }
 
 /// 422 for an update without a `resourceVersion` where one is required.
@@ -67,11 +71,12 @@ pub fn check(def: &ResourceDef, old: &Value, new: &Value) -> Result<(), ApiError
     if def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions" {
         errors.extend(crd_spec(old, new));
     }
+    errors.extend(crate::rbac::validation::update_errors(def, old, new));
     if errors.is_empty() {
         Ok(())
     } else {
         let name = crate::objects::name(old);
-        Err(invalid(&def.group, &def.kind, name, &errors))
+        Err(crate::validation::invalid_object(def, name, &errors))
     }
 }
 

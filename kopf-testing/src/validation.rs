@@ -114,6 +114,19 @@ pub fn invalid(group: &str, kind: &str, name: &str, errors: &[FieldError]) -> Ap
     err
 }
 
+/// 422 for an object, its kind qualified by its group as the API server
+/// names built-in kinds outside the core group
+/// (`Role.rbac.authorization.k8s.io "r" is invalid: ...`).
+pub fn invalid_object(def: &ResourceDef, name: &str, errors: &[FieldError]) -> ApiError {
+    let mut err = invalid(&def.group, &def.kind, name, errors);
+    if def.group == crate::resources::RBAC_GROUP {
+        let unqualified = format!("{} {name:?} is invalid", def.kind);
+        let qualified = format!("{}.{} {name:?} is invalid", def.kind, def.group);
+        err.message = err.message.replacen(&unqualified, &qualified, 1);
+    }
+    err
+}
+
 /// 400 for a body that cannot be read as the resource's kind.
 fn undecodable(def: &ResourceDef, why: impl std::fmt::Display) -> ApiError {
     ApiError::bad_request(format!(
@@ -236,10 +249,11 @@ pub fn object(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
     if def.group.is_empty() && def.plural == "secrets" {
         errors.extend(secret_data(def, obj)?);
     }
+    errors.extend(crate::rbac::validation::errors(def, obj));
     if errors.is_empty() {
         Ok(())
     } else {
-        Err(invalid(&def.group, &def.kind, name, &errors))
+        Err(invalid_object(def, name, &errors))
     }
 }
 

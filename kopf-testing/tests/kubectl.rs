@@ -11,7 +11,9 @@ use std::{
     sync::atomic::{AtomicUsize, Ordering},
 };
 
+use common::webhooks::{Pki, TlsProxy};
 use common::within;
+use serde_json::json;
 use tokio::{
     io::{AsyncBufReadExt, BufReader},
     process::{Child, Command},
@@ -637,8 +639,8 @@ async fn kubectl_server_side_apply_creates_and_updates() {
 
 #[tokio::test]
 async fn kubectl_apply_of_an_invalid_object_is_refused_by_a_webhook() {
-    use common::webhooks::{Hook, Pki, Reply, allow, configuration, review, webhook};
-    use serde_json::{Value, json};
+    use common::webhooks::{Hook, Reply, allow, configuration, review, webhook};
+    use serde_json::Value;
 
     let pki = Pki::new(&["hook.webhooks.svc"]);
     let hook = Hook::start(&pki, |r: &Value| {
@@ -690,4 +692,117 @@ async fn kubectl_apply_of_an_invalid_object_is_refused_by_a_webhook() {
     let out = ok(&server, &["apply", "-f", &valid]).await;
     assert!(out.contains("configmap/app created"), "{out}");
     assert!(hook.requests("/validate").len() >= 2);
+}
+
+/// Runs kubectl with another kubeconfig.
+async fn kubectl_as(server: &Server, kubeconfig: &Path, args: &[&str]) -> Out {
+    let mut cmd = kubectl_cmd(server, args);
+    cmd.env("KUBECONFIG", kubeconfig);
+    let out = within(&format!("kubectl {}", args.join(" ")), cmd.output())
+        .await
+        .expect("run kubectl");
+    Out {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A kubeconfig reaching `server` through a TLS proxy with `token`, as
+/// kubectl sends credentials over TLS only.
+fn kubeconfig_with_token(server: &Server, proxy: &TlsProxy, pki: &Pki, token: &str) -> PathBuf {
+    let doc = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "tls", "cluster": {
+            "server": format!("https://127.0.0.1:{}", proxy.addr.port()),
+            "certificate-authority-data": pki.ca_bundle(),
+        }}],
+        "users": [{"name": "op", "user": {"token": token}}],
+        "contexts": [{"name": "op", "context": {"cluster": "tls", "user": "op", "namespace": "default"}}],
+        "current-context": "op",
+    });
+    PathBuf::from(write(&server.dir, "op-kubeconfig", &doc.to_string()))
+}
+
+#[tokio::test]
+async fn kubectl_create_token_then_auth_can_i_answers_for_the_service_account() {
+    let server = start_server(&["--rbac".into()]).await;
+    let pki = Pki::new(&["127.0.0.1"]);
+    let upstream = std::net::SocketAddr::from(([127, 0, 0, 1], server.port));
+    let proxy = TlsProxy::start(&pki, upstream).await;
+    ok(&server, &["create", "serviceaccount", "op"]).await;
+    let token = ok(&server, &["create", "token", "op"]).await;
+    let as_op = kubeconfig_with_token(&server, &proxy, &pki, token.trim());
+    let can_i = &["auth", "can-i", "list", "secrets", "-n", "default"];
+    let out = kubectl_as(&server, &as_op, can_i).await;
+    assert_eq!(out.stdout.trim(), "no");
+    assert!(!out.ok, "`no` exits non-zero");
+    let out = kubectl_as(&server, &as_op, &["get", "secrets", "-n", "kube-system"]).await;
+    assert!(
+        out.stderr.contains(
+            "Error from server (Forbidden): secrets is forbidden: User \"system:serviceaccount:default:op\" cannot list resource \"secrets\" in API group \"\" in the namespace \"kube-system\""
+        ),
+        "{}",
+        out.stderr
+    );
+
+    ok(
+        &server,
+        &[
+            "create",
+            "role",
+            "secrets",
+            "--verb=list",
+            "--resource=secrets",
+        ],
+    )
+    .await;
+    ok(
+        &server,
+        &[
+            "create",
+            "rolebinding",
+            "op-secrets",
+            "--role=secrets",
+            "--serviceaccount=default:op",
+        ],
+    )
+    .await;
+    let out = kubectl_as(&server, &as_op, can_i).await;
+    assert_eq!(out.stdout.trim(), "yes");
+    assert!(out.ok);
+    let out = kubectl_as(
+        &server,
+        &as_op,
+        &["auth", "can-i", "--list", "-n", "default"],
+    )
+    .await;
+    let listed = out.stdout;
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("secrets ") && l.ends_with("[list]")),
+        "{listed}"
+    );
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("selfsubjectaccessreviews.authorization.k8s.io ")),
+        "{listed}"
+    );
+    let out = kubectl_as(&server, &as_op, &["auth", "whoami"]).await;
+    assert!(
+        out.stdout.contains("system:serviceaccount:default:op"),
+        "{}{}",
+        out.stdout,
+        out.stderr
+    );
+    // The administrator (no token) may do anything.
+    assert_eq!(
+        ok(&server, &["auth", "can-i", "delete", "nodes"])
+            .await
+            .trim(),
+        "yes"
+    );
 }

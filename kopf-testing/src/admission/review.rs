@@ -62,12 +62,21 @@ pub(crate) struct ReviewRequest<'a> {
     pub(crate) options: &'a Value,
 }
 
+/// Who sends the request: with RBAC, its user; without, the administrator
+/// a cluster's kubeconfig names.
 fn user_info<S: serde::Serializer>(_: &(), s: S) -> Result<S::Ok, S::Error> {
-    UserInfo {
-        username: USERNAME,
-        groups: ["system:masters", "system:authenticated"],
+    let Some(user) = crate::rbac::current_user() else {
+        return UserInfo {
+            username: USERNAME,
+            groups: ["system:masters", "system:authenticated"],
+        }
+        .serialize(s);
+    };
+    let mut info = serde_json::json!({"username": user.name, "groups": user.groups});
+    if !user.uid.is_empty() {
+        info["uid"] = user.uid.into();
     }
-    .serialize(s)
+    info.serialize(s)
 }
 
 #[derive(Serialize)]

@@ -72,6 +72,7 @@ pub(crate) async fn create(
         .await?
         .ok_or_else(|| ApiError::internal("invariant: a create has an object"))?;
     validation::object(def, &object)?;
+    crate::rbac::escalation::check(shared, def, ns, &object)?;
     let mut object = object;
     if objects::name(&object).is_empty()
         && let Some(prefix) = objects::meta_str(&object, "generateName").filter(|p| !p.is_empty())

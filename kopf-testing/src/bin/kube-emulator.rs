@@ -11,6 +11,7 @@
 //! history's bounds and the connection timeouts and cap have flags.
 //! `--webhook-service ops/hook:443=127.0.0.1:9443` (repeatable) serves
 //! admission webhooks that configurations reach through a Service.
+//! `--rbac` enforces RBAC (see `EmulatorBuilder::rbac`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -65,6 +66,14 @@ struct Args {
     /// `NAME.NAMESPACE.svc`.
     #[arg(long, value_name = "NS/NAME:PORT=HOST:PORT")]
     webhook_service: Vec<String>,
+    /// Enforce RBAC as an API server does: requests without a token are
+    /// `system:admin` (allowed everything); tokens minted by the
+    /// TokenRequest API (`kubectl create token NAME`) are their
+    /// ServiceAccount's, allowed what the stored Roles, ClusterRoles and
+    /// bindings grant, and `403 Forbidden` otherwise. Which rules allowed
+    /// what, and every denial: `GET /_emulator/rbac/usage`.
+    #[arg(long)]
+    rbac: bool,
     /// Log more (-v: debug, -vv: trace).
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -180,6 +189,9 @@ async fn run(args: Args) -> Result<(), String> {
     for spec in &args.webhook_service {
         let s = parse_service(spec)?;
         builder = builder.webhook_service(s.namespace, s.name, s.port, s.addr);
+    }
+    if args.rbac {
+        builder = builder.rbac();
     }
     let emulator = builder.start().await.map_err(|e| e.to_string())?;
     // The socket listens already; write the kubeconfig before announcing it,

@@ -49,6 +49,64 @@ impl Pki {
     pub fn ca_bundle(&self) -> String {
         base64::engine::general_purpose::STANDARD.encode(&self.ca_pem)
     }
+
+    /// A TLS acceptor serving this PKI's certificate.
+    pub fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key.clone()));
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("protocol versions")
+            .with_no_client_auth()
+            .with_single_cert(vec![self.cert.clone()], key)
+            .expect("server certificate");
+        tokio_rustls::TlsAcceptor::from(Arc::new(config))
+    }
+}
+
+/// A TLS front for a plain-HTTP server (the emulator): kubectl sends
+/// credentials over TLS only. Stops when dropped.
+pub struct TlsProxy {
+    /// Where it listens (127.0.0.1).
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TlsProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl TlsProxy {
+    /// Accepts TLS with `pki`'s certificate and relays each connection to
+    /// `upstream`.
+    pub async fn start(pki: &Pki, upstream: SocketAddr) -> TlsProxy {
+        let acceptor = pki.acceptor();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the TLS proxy");
+        let addr = listener.local_addr().expect("local addr");
+        let task = tokio::spawn(async move {
+            let mut connections = JoinSet::new();
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    continue;
+                };
+                let acceptor = acceptor.clone();
+                connections.spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let Ok(mut plain) = tokio::net::TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+                });
+            }
+        });
+        TlsProxy { addr, task }
+    }
 }
 
 /// What the server answers one review with.
@@ -84,15 +142,7 @@ impl Hook {
         pki: &Pki,
         answer: impl Fn(&Value) -> Reply + Send + Sync + 'static,
     ) -> Hook {
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(pki.key.clone()));
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("protocol versions")
-            .with_no_client_auth()
-            .with_single_cert(vec![pki.cert.clone()], key)
-            .expect("server certificate");
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let acceptor = pki.acceptor();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind the webhook server");

@@ -2158,3 +2158,56 @@ async fn a_uri_too_long_is_answered_with_a_status() {
     let api: Api<ConfigMap> = Api::default_namespaced(emulator.client());
     create_cm(&api, "after").await;
 }
+
+#[tokio::test]
+async fn deployments_and_disruption_budgets_are_stored_built_ins() {
+    use k8s_openapi::api::{apps::v1::Deployment, policy::v1::PodDisruptionBudget};
+
+    let emulator = Emulator::start().await.unwrap();
+    let client = emulator.client();
+    let deployments: Api<Deployment> = Api::default_namespaced(client.clone());
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "op"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "op"}},
+            "template": {"metadata": {"labels": {"app": "op"}}, "spec": {"containers": [{"name": "op", "image": "op"}]}},
+        },
+    }))
+    .expect("a Deployment");
+    within(
+        "a create",
+        deployments.create(&PostParams::default(), &deployment),
+    )
+    .await
+    .expect("stored");
+    let status = json!({"status": {"replicas": 1}});
+    let patched = within(
+        "a status patch",
+        deployments.patch_status("op", &PatchParams::default(), &Patch::Merge(&status)),
+    )
+    .await
+    .expect("the status subresource");
+    assert_eq!(patched.status.and_then(|s| s.replicas), Some(1));
+    let budgets: Api<PodDisruptionBudget> = Api::default_namespaced(client.clone());
+    let budget: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "op"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "op"}}},
+    }))
+    .expect("a PodDisruptionBudget");
+    within("a create", budgets.create(&PostParams::default(), &budget))
+        .await
+        .expect("stored");
+    let resources = within("/apis/apps/v1", client.list_api_group_resources("apps/v1"))
+        .await
+        .expect("served");
+    let served = resources
+        .resources
+        .iter()
+        .find(|r| r.name == "deployments")
+        .expect("deployments");
+    assert_eq!(served.categories.as_deref(), Some(&["all".to_string()][..]));
+    assert_eq!(
+        served.short_names.as_deref(),
+        Some(&["deploy".to_string()][..])
+    );
+}

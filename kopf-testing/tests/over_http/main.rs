@@ -13,6 +13,7 @@ mod hostile_webhooks;
 mod limits;
 mod names;
 mod options;
+mod rbac;
 mod stalls;
 mod updates;
 mod validation;
