@@ -12,6 +12,7 @@ mod kopf_semantics;
 mod lifecycle;
 mod login;
 mod metrics;
+mod permissions;
 mod probes;
 mod replicas;
 mod resources;
