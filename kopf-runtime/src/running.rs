@@ -94,7 +94,7 @@ pub struct Runner {
     settings: OperatorSettings,
     registry: Option<Registry>,
     on_emulator: Option<Setup>,
-    emulator_crds: Vec<CustomResourceDefinition>,
+    crds: Vec<CustomResourceDefinition>,
 }
 
 impl std::fmt::Debug for Runner {
@@ -119,7 +119,7 @@ impl Runner {
             settings: OperatorSettings::default(),
             registry: None,
             on_emulator: None,
-            emulator_crds: Vec::new(),
+            crds: Vec::new(),
         }
     }
 
@@ -152,12 +152,13 @@ impl Runner {
         self
     }
 
-    /// With `--emulator`, registers this CRD (e.g. `MyResource::crd()` of
-    /// `kube::CustomResourceExt`) as it is declared, with its short names,
-    /// printer columns and schema, as `kubectl apply -f crd.yaml` would;
-    /// the handlers' other custom resources get a minimal CRD each.
-    pub fn emulator_crd(mut self, crd: CustomResourceDefinition) -> Self {
-        self.emulator_crds.push(crd);
+    /// Declares a CRD this operator owns (e.g. `MyResource::crd()` of
+    /// `kube::CustomResourceExt`): `--emulator` registers it as it is
+    /// declared, with its short names, printer columns and schema, as
+    /// `kubectl apply -f crd.yaml` would (the handlers' other custom
+    /// resources get a minimal CRD each).
+    pub fn crd(mut self, crd: CustomResourceDefinition) -> Self {
+        self.crds.push(crd);
         self
     }
 
@@ -192,7 +193,7 @@ impl Runner {
         let client = if args.emulator {
             #[cfg(feature = "emulator")]
             {
-                let emulator = start_emulator(&registry, &self.emulator_crds).await?;
+                let emulator = start_emulator(&registry, &self.crds).await?;
                 let url = emulator
                     .url()
                     .parse()
