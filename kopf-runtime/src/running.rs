@@ -19,6 +19,8 @@ use clap::Parser;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
 use crate::cli::{self, Args, CliError};
+use crate::deploying::Permission;
+use crate::deploying::manifests;
 use crate::endpoints::{EndpointError, Endpoints};
 use crate::namespaces::SelectorError;
 use crate::operator::{Operator, OperatorError};
@@ -95,6 +97,7 @@ pub struct Runner {
     registry: Option<Registry>,
     on_emulator: Option<Setup>,
     crds: Vec<CustomResourceDefinition>,
+    rbac: Vec<Permission>,
 }
 
 impl std::fmt::Debug for Runner {
@@ -120,6 +123,7 @@ impl Runner {
             registry: None,
             on_emulator: None,
             crds: Vec::new(),
+            rbac: Vec::new(),
         }
     }
 
@@ -156,20 +160,59 @@ impl Runner {
     /// `kube::CustomResourceExt`): `--emulator` registers it as it is
     /// declared, with its short names, printer columns and schema, as
     /// `kubectl apply -f crd.yaml` would (the handlers' other custom
-    /// resources get a minimal CRD each).
+    /// resources get a minimal CRD each), and `manifests --crds` prints it.
     pub fn crd(mut self, crd: CustomResourceDefinition) -> Self {
         self.crds.push(crd);
         self
     }
 
-    /// Runs until SIGINT or SIGTERM.
+    /// Declares a permission that the handlers need for what they do with
+    /// their own `client`, as `#[kopf::rbac]` does: `manifests` grants it
+    /// beside those the runtime needs.
+    ///
+    /// ```no_run
+    /// use kopf_runtime::{Permission, Runner};
+    ///
+    /// # async fn example() -> Result<(), kopf_runtime::RunError> {
+    /// Runner::new()
+    ///     .rbac(Permission::new("", "configmaps").verbs(["get", "create", "patch"]))
+    ///     .run()
+    ///     .await
+    /// # }
+    /// ```
+    pub fn rbac(mut self, permission: Permission) -> Self {
+        self.rbac.push(permission);
+        self
+    }
+
+    /// Runs until SIGINT or SIGTERM; or, when the process's first
+    /// argument is `manifests` (and no [`Runner::args`] are given), prints
+    /// the manifests that deploy the operator ([`ManifestsArgs`](crate::ManifestsArgs)) and
+    /// returns, contacting nothing; a command line that cannot be deployed
+    /// then ends the process with code 2, a failure to derive the
+    /// permissions with code 1.
     ///
     /// # Errors
     /// See [`run`].
     pub async fn run(self) -> Result<(), RunError> {
         let args = match self.args {
             Some(args) => args,
-            None => Args::parse(),
+            None => {
+                if let Some(argv) = manifests::invoked() {
+                    let registry = match self.registry {
+                        Some(registry) => registry,
+                        None => Registry::from_inventory()?,
+                    };
+                    let owned = manifests::Owned {
+                        registry: &registry,
+                        crds: &self.crds,
+                        rbac: &self.rbac,
+                    };
+                    manifests::main(argv, owned);
+                    return Ok(());
+                }
+                Args::parse()
+            }
         };
         cli::init_logging(&args)?;
         // Log lines are batched while the operator runs, and what waits is

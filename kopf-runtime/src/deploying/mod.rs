@@ -3,7 +3,9 @@
 //! `permissions.rs`), checked at start-up (`check.rs`), and the manifests
 //! that deploy it with exactly those (`manifests/`).
 
+pub(crate) mod manifests;
 mod permissions;
 
+pub use manifests::ManifestsArgs;
 pub(crate) use permissions::{Named, Plan, declared, required};
 pub use permissions::{Permission, PermissionError, PermissionScope};
