@@ -99,6 +99,11 @@ async fn create_demo_secrets(client: kube::Client) {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     kopf::Runner::new()
+        .rbac(
+            kopf::Permission::new("", "secrets")
+                .verbs(["delete"])
+                .why("expired Secrets are deleted"),
+        )
         .on_emulator(create_demo_secrets)
         .run()
         .await?;
