@@ -215,6 +215,12 @@ fn refuse_local_flags(args: &ManifestsArgs) -> Result<(), ManifestError> {
             "--dev",
             "it is for taking the Lease over from a deployment while debugging",
         ),
+        (
+            run.webhooks.ca_dump.is_some(),
+            "--webhook-ca-dump",
+            "the container's root filesystem is read-only, and the managed configurations \
+             carry the CA bundle",
+        ),
     ];
     match refused.into_iter().find(|(given, _, _)| *given) {
         Some((_, flag, why)) => Err(usage(format!(

@@ -57,7 +57,7 @@ Nothing is contacted. Apply with: `my-operator manifests --image IMAGE | kubectl
 The run flags (-n, -A, --peering, --liveness, --webhook-*, …) mean what they mean to the \
 operator and are passed to the container as they are written. Without --liveness, the \
 container gets --liveness=http://0.0.0.0:8080/healthz, so that the pods are probed. \
---emulator, --kubeconfig, --context, --identity and --dev are refused: they mean \
+--emulator, --kubeconfig, --context, --identity, --dev and --webhook-ca-dump are refused: they mean \
 something on a developer's machine only.",
     after_long_help = "Example: my-operator manifests -n shop --image registry.example/op:1.0 | kubectl apply -f -"
 )]

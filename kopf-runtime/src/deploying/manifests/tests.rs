@@ -326,6 +326,15 @@ fn flags_for_a_developers_machine_are_refused_naming_them() {
         ("--context", &["--context", "kind"]),
         ("--identity", &["-P", "p", "--identity", "me"]),
         ("--dev", &["-P", "p", "--dev"]),
+        (
+            "--webhook-ca-dump",
+            &[
+                "--webhook-server",
+                "https://0.0.0.0:9443",
+                "--webhook-ca-dump",
+                "/tmp/ca.pem",
+            ],
+        ),
     ] {
         let mut all = argv.to_vec();
         all.extend(["--image", "x"]);
