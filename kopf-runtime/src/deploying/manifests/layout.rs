@@ -127,19 +127,7 @@ impl Layout {
             .map(|url| endpoint("--metrics", url))
             .transpose()?;
         let webhooks = webhooks(invocation, registry, &name, &namespace)?;
-        let mut ports = vec![("--liveness", liveness.port)];
-        ports.extend(metrics.iter().map(|m| ("--metrics", m.port)));
-        ports.extend(webhooks.iter().map(|w| ("--webhook-server", w.port)));
-        for (i, (flag, port)) in ports.iter().enumerate() {
-            if let Some((other, _)) = ports[..i].iter().find(|(_, p)| p == port) {
-                let shared = *flag == "--metrics" && *other == "--liveness";
-                if !shared {
-                    return Err(usage(format!(
-                        "{flag} and {other} both listen on port {port}: give them different ports"
-                    )));
-                }
-            }
-        }
+        distinct_ports(&liveness, metrics.as_ref(), webhooks.as_ref())?;
 
         let mut warnings = Vec::new();
         if args.replicas > 1 && webhooks.is_some() && run.webhooks.cert.is_none() {
@@ -312,6 +300,29 @@ fn reachable(flag: &str, target: &ListenUrl) -> Result<(), ManifestError> {
         return Err(usage(format!(
             "{flag} listens on port 0, which no probe or Service can name: give a port"
         )));
+    }
+    Ok(())
+}
+
+/// Refuses two servers on one port, which the operator could not bind;
+/// metrics beside the liveness endpoint share its listener.
+fn distinct_ports(
+    liveness: &Endpoint,
+    metrics: Option<&Endpoint>,
+    webhooks: Option<&Webhooks>,
+) -> Result<(), ManifestError> {
+    let mut ports = vec![("--liveness", liveness.port)];
+    ports.extend(metrics.map(|m| ("--metrics", m.port)));
+    ports.extend(webhooks.map(|w| ("--webhook-server", w.port)));
+    for (i, (flag, port)) in ports.iter().enumerate() {
+        if let Some((other, _)) = ports[..i].iter().find(|(_, p)| p == port) {
+            let shared = *flag == "--metrics" && *other == "--liveness";
+            if !shared {
+                return Err(usage(format!(
+                    "{flag} and {other} both listen on port {port}: give them different ports"
+                )));
+            }
+        }
     }
     Ok(())
 }
