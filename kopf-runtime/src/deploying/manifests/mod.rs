@@ -226,11 +226,27 @@ pub(crate) fn main(argv: Vec<OsString>, owned: Owned<'_>) {
             for warning in &rendered.warnings {
                 eprintln!("warning: {warning}");
             }
-            print!("{}", rendered.yaml);
+            write_out(&rendered.yaml);
         }
         Err(error) => {
             eprintln!("error: {error}");
             std::process::exit(error.exit_code());
         }
+    }
+}
+
+/// Writes `yaml` to stdout; a reader that stops early (`| head`) is no
+/// error, any other failure is (exit code 1).
+fn write_out(yaml: &str) {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout
+        .write_all(yaml.as_bytes())
+        .and_then(|()| stdout.flush());
+    if let Err(error) = written
+        && error.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        eprintln!("error: cannot write the manifests: {error}");
+        std::process::exit(1);
     }
 }
