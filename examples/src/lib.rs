@@ -86,7 +86,7 @@ pub fn crd() -> CustomResourceDefinition {
 /// The examples' runner: with `--emulator`, Kopf's CRD ([`crd`]) is
 /// registered, as `kubectl apply -f crd.yaml` does in Kopf's READMEs.
 pub fn runner() -> kopf_runtime::Runner {
-    kopf_runtime::Runner::new().emulator_crd(crd())
+    kopf_runtime::Runner::new().crd(crd())
 }
 
 /// An emulator with Kopf's CRD ([`crd`]) registered, for the examples that

@@ -46,6 +46,7 @@ fn the_help_lists_the_flags() {
         "--priority",
         "--dev",
         "--standalone",
+        "manifests --image",
     ] {
         assert!(help.contains(flag), "{flag} not in:\n{help}");
     }
@@ -64,4 +65,97 @@ fn an_endpoint_address_taken_stops_the_operator_naming_it() {
         )),
         "{stderr}"
     );
+}
+
+/// Runs `ttl_secrets manifests` with `args`: its exit status, stdout and stderr.
+fn manifests(args: &[&str]) -> (std::process::ExitStatus, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_ttl_secrets"))
+        .arg("manifests")
+        .args(args)
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .env_remove("KOPF_RUN_PEERING")
+        .output()
+        .expect("the example runs");
+    (
+        output.status,
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Reads `document` as the API type `K`, and checks that it says nothing
+/// the type does not hold (a misspelled or unknown field).
+fn typed<K>(document: &serde_json::Value) -> K
+where
+    K: serde::de::DeserializeOwned + serde::Serialize,
+{
+    let object: K = serde_json::from_value(document.clone()).expect("fits the API type");
+    let again = serde_json::to_value(&object).expect("serializes");
+    assert_eq!(&again, document, "fields the API type does not hold");
+    object
+}
+
+#[test]
+fn manifests_are_printed_as_api_objects_without_a_cluster() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+
+    let (status, stdout, stderr) = manifests(&["--image", "x", "-A", "-v"]);
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+    let documents: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&stdout).expect("multi-document YAML");
+    let mut kinds = Vec::new();
+    for document in &documents {
+        let kind = document["kind"].as_str().expect("a kind").to_owned();
+        match kind.as_str() {
+            "ServiceAccount" => drop(typed::<ServiceAccount>(document)),
+            "ClusterRole" => {
+                let role = typed::<ClusterRole>(document);
+                let deletes_secrets = role.rules.unwrap_or_default().iter().any(|rule| {
+                    rule.resources.as_deref() == Some(&["secrets".to_owned()][..])
+                        && rule.verbs.contains(&"delete".to_owned())
+                });
+                assert!(deletes_secrets, "Runner::rbac's rule is missing:\n{stdout}");
+            }
+            "ClusterRoleBinding" => drop(typed::<ClusterRoleBinding>(document)),
+            "Role" => drop(typed::<Role>(document)),
+            "RoleBinding" => drop(typed::<RoleBinding>(document)),
+            "Deployment" => {
+                let deployment = typed::<Deployment>(document);
+                let pod = deployment.spec.template.spec.expect("a pod spec");
+                let args = pod.containers[0].args.clone().unwrap_or_default();
+                assert_eq!(args, ["-A", "-v", "--liveness=http://0.0.0.0:8080/healthz"]);
+            }
+            other => panic!("an unexpected {other}:\n{stdout}"),
+        }
+        kinds.push(kind);
+    }
+    assert_eq!(
+        kinds,
+        [
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Deployment"
+        ]
+    );
+}
+
+#[test]
+fn manifests_refuse_what_cannot_be_deployed_with_the_usage_code() {
+    for (args, said) in [
+        (
+            &["--image", "x", "--emulator"][..],
+            "--emulator makes no sense",
+        ),
+        (&["--image", "x", "--replicas", "2"], "add --peering NAME"),
+        (&["-A"], "--image <IMAGE>"),
+    ] {
+        let (status, stdout, stderr) = manifests(args);
+        assert_eq!(status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stdout.is_empty(), "{args:?}: {stdout}");
+        assert!(stderr.contains(said), "{args:?}: {stderr}");
+    }
 }

@@ -49,7 +49,10 @@ pub enum LogFormat {
 
 /// The command-line arguments of an operator (`kopf run`'s options).
 #[derive(Debug, Clone, PartialEq, Eq, clap::Parser)]
-#[command(about = "Run a Kopf-style Kubernetes operator.")]
+#[command(
+    about = "Run a Kopf-style Kubernetes operator.",
+    after_help = "To print the manifests that deploy it instead: `<binary> manifests --image IMAGE [flags]` (see `<binary> manifests --help`)."
+)]
 pub struct Args {
     /// Serve this namespace; repeatable. Globs (`dev-*`), comma-separated
     /// lists and exclusions (`!dev-skip`) as in Kopf.

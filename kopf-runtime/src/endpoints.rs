@@ -64,7 +64,7 @@ const HTTP: Scheme = Scheme {
 };
 
 /// The URL of `endpoint` taken apart; the path defaults to `/`.
-fn target(endpoint: &'static str, url: &str) -> Result<ListenUrl, EndpointError> {
+pub(crate) fn target(endpoint: &'static str, url: &str) -> Result<ListenUrl, EndpointError> {
     let mut target = ListenUrl::parse(url, &HTTP).map_err(|why| EndpointError::InvalidUrl {
         endpoint,
         url: url.to_owned(),

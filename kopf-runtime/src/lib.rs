@@ -818,7 +818,9 @@ pub use kopf_macros::{
 };
 
 pub use cli::{Args, CliError, LogFormat};
-pub use deploying::{Missing, MissingPermissions, Permission, PermissionError, PermissionScope};
+pub use deploying::{
+    ManifestsArgs, Missing, MissingPermissions, Permission, PermissionError, PermissionScope,
+};
 pub use endpoints::{EndpointError, Endpoints, READINESS_PATH};
 pub use errors::{Error, HandlerError, IntoOutcome, KwargError, Outcome, Result};
 pub use execution::{Lifecycle, Subhandlers};

@@ -19,6 +19,8 @@ use clap::Parser;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
 use crate::cli::{self, Args, CliError};
+use crate::deploying::Permission;
+use crate::deploying::manifests;
 use crate::endpoints::{EndpointError, Endpoints};
 use crate::namespaces::SelectorError;
 use crate::operator::{Operator, OperatorError};
@@ -94,7 +96,8 @@ pub struct Runner {
     settings: OperatorSettings,
     registry: Option<Registry>,
     on_emulator: Option<Setup>,
-    emulator_crds: Vec<CustomResourceDefinition>,
+    crds: Vec<CustomResourceDefinition>,
+    rbac: Vec<Permission>,
 }
 
 impl std::fmt::Debug for Runner {
@@ -119,7 +122,8 @@ impl Runner {
             settings: OperatorSettings::default(),
             registry: None,
             on_emulator: None,
-            emulator_crds: Vec::new(),
+            crds: Vec::new(),
+            rbac: Vec::new(),
         }
     }
 
@@ -152,23 +156,64 @@ impl Runner {
         self
     }
 
-    /// With `--emulator`, registers this CRD (e.g. `MyResource::crd()` of
-    /// `kube::CustomResourceExt`) as it is declared, with its short names,
-    /// printer columns and schema, as `kubectl apply -f crd.yaml` would;
-    /// the handlers' other custom resources get a minimal CRD each.
-    pub fn emulator_crd(mut self, crd: CustomResourceDefinition) -> Self {
-        self.emulator_crds.push(crd);
+    /// Declares a CRD this operator owns (e.g. `MyResource::crd()` of
+    /// `kube::CustomResourceExt`): `--emulator` registers it as it is
+    /// declared, with its short names, printer columns and schema, as
+    /// `kubectl apply -f crd.yaml` would (the handlers' other custom
+    /// resources get a minimal CRD each), and `manifests --crds` prints it.
+    pub fn crd(mut self, crd: CustomResourceDefinition) -> Self {
+        self.crds.push(crd);
         self
     }
 
-    /// Runs until SIGINT or SIGTERM.
+    /// Declares a permission that the handlers need for what they do with
+    /// their own `client`, as `#[kopf::rbac]` does: `manifests` grants it
+    /// beside those the runtime needs.
+    ///
+    /// ```no_run
+    /// use kopf_runtime::{Permission, Runner};
+    ///
+    /// # async fn example() -> Result<(), kopf_runtime::RunError> {
+    /// Runner::new()
+    ///     .rbac(Permission::new("", "configmaps").verbs(["get", "create", "patch"]))
+    ///     .run()
+    ///     .await
+    /// # }
+    /// ```
+    pub fn rbac(mut self, permission: Permission) -> Self {
+        self.rbac.push(permission);
+        self
+    }
+
+    /// Runs until SIGINT or SIGTERM; or, when the process's first
+    /// argument is `manifests` (and no [`Runner::args`] are given), prints
+    /// the manifests that deploy the operator ([`ManifestsArgs`](crate::ManifestsArgs)) and
+    /// returns, contacting nothing; a command line that cannot be deployed
+    /// then ends the process with code 2, a failure to derive the
+    /// permissions with code 1.
     ///
     /// # Errors
     /// See [`run`].
     pub async fn run(self) -> Result<(), RunError> {
         let args = match self.args {
             Some(args) => args,
-            None => Args::parse(),
+            None => {
+                if let Some(argv) = manifests::invoked() {
+                    let registry = match self.registry {
+                        Some(registry) => registry,
+                        None => Registry::from_inventory()?,
+                    };
+                    let owned = manifests::Owned {
+                        registry: &registry,
+                        crds: &self.crds,
+                        rbac: &self.rbac,
+                        events: self.settings.posting.enabled,
+                    };
+                    manifests::main(argv, owned);
+                    return Ok(());
+                }
+                Args::parse()
+            }
         };
         cli::init_logging(&args)?;
         // Log lines are batched while the operator runs, and what waits is
@@ -192,7 +237,7 @@ impl Runner {
         let client = if args.emulator {
             #[cfg(feature = "emulator")]
             {
-                let emulator = start_emulator(&registry, &self.emulator_crds).await?;
+                let emulator = start_emulator(&registry, &self.crds).await?;
                 let url = emulator
                     .url()
                     .parse()
@@ -223,6 +268,9 @@ impl Runner {
             .settings(self.settings)
             .namespaces(namespaces)
             .missing_permissions(args.missing_permissions);
+        for permission in self.rbac {
+            operator = operator.rbac(permission);
+        }
         if let Some(peering) = args.peering() {
             operator = operator.peering(peering);
         }

@@ -23,7 +23,7 @@ mod tls;
 pub use args::WebhookArgs;
 pub(crate) use server::serve;
 
-use args::ServiceRef;
+pub(crate) use args::ServiceRef;
 use tls::{CertSource, Certificates};
 
 use crate::listening::{self, ListenUrl, Scheme};
@@ -217,7 +217,7 @@ const HTTPS: Scheme = Scheme {
 };
 
 /// `--webhook-server` taken apart; the path without a trailing `/`.
-fn target(url: &str) -> Result<ListenUrl, WebhookError> {
+pub(crate) fn target(url: &str) -> Result<ListenUrl, WebhookError> {
     let mut target = ListenUrl::parse(url, &HTTPS).map_err(|why| WebhookError::InvalidUrl {
         url: url.to_owned(),
         why,

@@ -5,11 +5,13 @@
 
 mod check;
 mod declared;
+pub(crate) mod manifests;
 mod permissions;
 
 pub use check::{Missing, MissingPermissions};
 pub(crate) use check::{StartUp, at_start_up};
 pub(crate) use declared::declared;
 pub use declared::{RbacRecord, RbacScope};
+pub use manifests::ManifestsArgs;
 pub(crate) use permissions::{Named, Plan, required};
 pub use permissions::{Permission, PermissionError, PermissionScope};
