@@ -113,6 +113,11 @@ async fn configure_peering(settings: &mut kopf::OperatorSettings, memo: &kopf::M
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = kopf::Args::parse();
+    if args.emulator_rbac {
+        anyhow::bail!(
+            "--emulator-rbac is not supported by this example: it runs its replicas on an emulator of its own, as an administrator"
+        );
+    }
     if args.emulator {
         return demo().await;
     }

@@ -98,6 +98,11 @@ async fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::stdout().is_terminal())
         .init();
     let emulated = std::env::args().skip(1).any(|arg| arg == "--emulator");
+    if std::env::args().skip(1).any(|arg| arg == "--emulator-rbac") {
+        anyhow::bail!(
+            "--emulator-rbac is not supported by this example: it starts its emulator itself, as an administrator"
+        );
+    }
 
     // Start the operator, in a task of its own.
     println!("Starting the main app.");

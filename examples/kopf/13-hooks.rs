@@ -162,6 +162,11 @@ async fn create_demo_pods(client: kube::Client) -> anyhow::Result<()> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let mut args = kopf::Args::parse();
+    if args.emulator_rbac {
+        anyhow::bail!(
+            "--emulator-rbac is not supported by this example: it starts its emulator itself, for its login handler to read the kubeconfig of"
+        );
+    }
     let mut emulator = None;
     let mut written = None;
     if args.emulator {

@@ -114,6 +114,12 @@ fn wait_for_something() {
     std::thread::sleep(Duration::from_secs(1));
 }
 
+#[kopf::rbac(
+    groups = "",
+    resources = "pods",
+    verbs = "create",
+    why = "a child Pod is created"
+)]
 #[kopf::on_create(KopfExample)]
 async fn create_pod(
     body: &Value,

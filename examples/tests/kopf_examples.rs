@@ -238,7 +238,7 @@ async fn handlers_run_for_creation_update_field_and_deletion() {
 /// pausing first; once it stops, a waiting replica serves again.
 #[tokio::test]
 async fn peering_serves_from_one_replica_and_hands_over_to_dev() {
-    let example = Example::start(env!("CARGO_BIN_EXE_peering"), &[]);
+    let example = Example::start_unenforced(env!("CARGO_BIN_EXE_peering"), &[]);
     let (status, output) = example.wait_exit().await;
     assert!(status.success(), "{status}: {output}");
     let lines: Vec<&str> = output.lines().collect();
@@ -448,7 +448,7 @@ async fn filtering_runs_only_the_matching_handlers() {
 /// operator greets each object and says good-bye, then stops it and exits.
 #[tokio::test]
 async fn embedded_operator_runs_beside_the_app_and_stops_with_it() {
-    let example = Example::start(env!("CARGO_BIN_EXE_embedded"), &[]);
+    let example = Example::start_unenforced(env!("CARGO_BIN_EXE_embedded"), &[]);
     let (status, output) = example.wait_exit().await;
     assert!(status.success(), "{status}: {output}");
     let printed: Vec<&str> = output
@@ -481,7 +481,8 @@ async fn embedded_operator_runs_beside_the_app_and_stops_with_it() {
 #[tokio::test]
 async fn hooks_run_at_login_start_up_and_clean_up() {
     let liveness = format!("http://127.0.0.1:{}/healthz", support::free_port());
-    let mut example = Example::start(env!("CARGO_BIN_EXE_hooks"), &["--liveness", &liveness]);
+    let mut example =
+        Example::start_unenforced(env!("CARGO_BIN_EXE_hooks"), &["--liveness", &liveness]);
     example.wait_for("Starting retried...").await;
     example
         .wait_for("Handler 'startup_fn_retried' succeeded.")

@@ -135,6 +135,15 @@ pub struct Args {
     #[arg(long)]
     pub emulator: bool,
 
+    /// With `--emulator`: the emulator enforces RBAC, and the operator runs
+    /// as its own ServiceAccount (`default/NAME`, NAME from the binary's
+    /// name, as `manifests` names it), granted exactly the rules that
+    /// `manifests` prints for the same flags; the emulator records which
+    /// rule allowed each request and every request denied
+    /// (`GET /_emulator/rbac/usage`).
+    #[arg(long, requires = "emulator")]
+    pub emulator_rbac: bool,
+
     /// Serve the liveness probe at this URL (e.g.
     /// `http://0.0.0.0:8080/healthz`), running the `on_probe` handlers, and
     /// the readiness probe at `/readyz` beside it.

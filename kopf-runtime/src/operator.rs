@@ -446,9 +446,10 @@ impl Operator {
         self.run_until_boxed(Box::pin(stop)).await
     }
 
-    /// What of its configuration decides the permissions it needs.
-    fn plan(&self, client: &Client) -> deploying::Plan {
-        let mut plan = deploying::Plan::new(self.namespaces.clone(), client.default_namespace());
+    /// What of its configuration decides the permissions it needs, for
+    /// a client whose default namespace is `home`.
+    fn plan(&self, home: &str) -> deploying::Plan {
+        let mut plan = deploying::Plan::new(self.namespaces.clone(), home);
         plan.peering = self.peering.as_ref().map(Peering::coordinates);
         plan.webhooks = self.webhooks.is_some();
         plan.webhooks_managed = self
@@ -460,6 +461,15 @@ impl Operator {
         plan.declared = deploying::declared();
         plan.declared.extend(self.permissions.iter().cloned());
         plan
+    }
+
+    /// Every permission it needs, with a client whose default namespace
+    /// is `home`: what the start-up check asks for.
+    pub(crate) fn permissions_needed(
+        &self,
+        home: &str,
+    ) -> Result<Vec<Permission>, deploying::PermissionError> {
+        deploying::required(&self.registry, &self.plan(home), &deploying::Named::offline)
     }
 
     fn run_until_boxed<'a>(
@@ -574,7 +584,7 @@ impl Operator {
             }
             let start_up = deploying::StartUp {
                 registry: &self.registry,
-                plan: self.plan(&client),
+                plan: self.plan(client.default_namespace()),
                 on_missing: self.on_missing,
             };
             tokio::select! {

@@ -82,7 +82,7 @@ pub enum PatchError {
         attempts: usize,
     },
     /// Any other failure (`400`, `403`, a malformed answer, …).
-    #[error("patching {name} failed")]
+    #[error("patching {name} failed: {source}")]
     Request {
         /// The object's name.
         name: String,

@@ -55,6 +55,12 @@ pub enum RunError {
         "this build has no emulator: enable kopf-runtime's `emulator` feature, or drop --emulator"
     )]
     NoEmulator,
+    /// `--emulator-rbac` without `--emulator` (arguments given to
+    /// [`Runner::args`]).
+    #[error(
+        "--emulator-rbac applies to the embedded emulator: add --emulator, or drop --emulator-rbac"
+    )]
+    EmulatorRbacWithoutEmulator,
     /// The embedded emulator did not start.
     #[error("the embedded emulator did not start: {0}")]
     Emulator(String),
@@ -215,6 +221,9 @@ impl Runner {
                 Args::parse()
             }
         };
+        if args.emulator_rbac && !args.emulator {
+            return Err(RunError::EmulatorRbacWithoutEmulator);
+        }
         cli::init_logging(&args)?;
         // Log lines are batched while the operator runs, and what waits is
         // written out on every way out of here.
@@ -237,7 +246,7 @@ impl Runner {
         let client = if args.emulator {
             #[cfg(feature = "emulator")]
             {
-                let emulator = start_emulator(&registry, &self.crds).await?;
+                let emulator = start_emulator(&registry, &self.crds, args.emulator_rbac).await?;
                 let url = emulator
                     .url()
                     .parse()
@@ -277,6 +286,13 @@ impl Runner {
         if let Some(webhooks) = webhooks {
             operator = operator.webhooks(webhooks);
         }
+        #[cfg(feature = "emulator")]
+        let client = match &_emulator {
+            Some(emulator) if args.emulator_rbac => {
+                run_as_service_account(emulator, &operator, endpoints.as_ref()).await?
+            }
+            _ => client,
+        };
         let operator = match endpoints {
             Some(endpoints) if endpoints.api_metrics().is_some() => {
                 operator.measured_client(client).endpoints(endpoints)
@@ -392,6 +408,7 @@ async fn bind_webhooks(
 async fn start_emulator(
     registry: &Registry,
     crds: &[CustomResourceDefinition],
+    rbac: bool,
 ) -> Result<kopf_testing::Emulator, RunError> {
     const BUILT_IN_GROUPS: [&str; 4] = [
         "",
@@ -400,6 +417,9 @@ async fn start_emulator(
         "apiextensions.k8s.io",
     ];
     let mut builder = kopf_testing::Emulator::builder();
+    if rbac {
+        builder = builder.rbac();
+    }
     for crd in crds {
         let manifest = serde_json::to_value(crd)
             .map_err(|error| RunError::Emulator(format!("an unserializable CRD: {error}")))?;
@@ -438,4 +458,39 @@ async fn start_emulator(
         .start()
         .await
         .map_err(|error| RunError::Emulator(error.to_string()))
+}
+
+/// With `--emulator-rbac`: grants the operator, as the ServiceAccount that
+/// `manifests` names, exactly the rules `manifests` prints, and a client
+/// acting as it.
+#[cfg(feature = "emulator")]
+async fn run_as_service_account(
+    emulator: &kopf_testing::Emulator,
+    operator: &Operator,
+    endpoints: Option<&Endpoints>,
+) -> Result<kube::Client, RunError> {
+    use crate::deploying::emulated;
+
+    let binary = std::env::args().next().unwrap_or_default();
+    let name = crate::deploying::manifests::name_of_binary(&binary);
+    let permissions = operator
+        .permissions_needed(emulated::NAMESPACE)
+        .map_err(|error| RunError::Emulator(error.to_string()))?;
+    let token = emulated::grant(emulator, &name, &permissions)
+        .await
+        .map_err(RunError::Emulator)?;
+    let url = emulator
+        .url()
+        .parse()
+        .map_err(|error: http::uri::InvalidUri| {
+            RunError::Emulator(format!("an unusable URL: {error}"))
+        })?;
+    let mut config = kube::Config::new(url);
+    config.auth_info.token = Some(token.into());
+    tracing::info!(
+        service_account = %format!("{}/{name}", emulated::NAMESPACE),
+        rules = permissions.len(),
+        "the emulator enforces RBAC (--emulator-rbac): running as the operator's ServiceAccount, granted what `manifests` grants"
+    );
+    build_client(config, endpoints)
 }

@@ -19,11 +19,30 @@ pub struct Example {
     name: String,
     child: Child,
     output: Arc<Mutex<String>>,
+    /// Whether its emulator enforces RBAC (`--emulator-rbac`).
+    rbac: bool,
 }
 
 impl Example {
-    /// Starts the example binary at `path` with `--emulator` and `args`.
+    /// Starts the example binary at `path` with `--emulator` and `args`,
+    /// its emulator enforcing RBAC (`--emulator-rbac`): the example runs
+    /// as its own ServiceAccount with the rules `manifests` generates, and
+    /// [`Example::terminate`] checks that none of its requests was denied.
     pub fn start(path: &str, args: &[&str]) -> Self {
+        let args: Vec<&str> = ["--emulator", "--emulator-rbac"]
+            .into_iter()
+            .chain(args.iter().copied())
+            .collect();
+        let mut example = Self::spawn(path, &args, &[]);
+        example.rbac = true;
+        example
+    }
+
+    /// Starts the example binary at `path` with `--emulator` and `args`,
+    /// its emulator not enforcing RBAC: for the examples that start an
+    /// emulator of their own, as an administrator (`06-peering`,
+    /// `12-embedded`, `13-hooks`), which refuse `--emulator-rbac`.
+    pub fn start_unenforced(path: &str, args: &[&str]) -> Self {
         let args: Vec<&str> = std::iter::once("--emulator")
             .chain(args.iter().copied())
             .collect();
@@ -51,6 +70,7 @@ impl Example {
             name: path.rsplit('/').next().unwrap_or(path).to_owned(),
             child,
             output,
+            rbac: false,
         }
     }
 
@@ -122,16 +142,27 @@ impl Example {
         .await;
     }
 
-    /// The URL of the example's emulator, once it is in the output.
+    /// The URL of the example's emulator, once it is in the output (the
+    /// line that says it runs against the emulator).
     pub async fn url(&mut self) -> String {
         const MARK: &str = "url=http://";
-        self.wait_for(MARK).await;
-        let output = self.output();
-        let start = output.find(MARK).expect("the mark is there") + "url=".len();
-        output[start..]
-            .chars()
-            .take_while(|c| !c.is_whitespace())
-            .collect()
+        let output = self.output.clone();
+        self.wait_until("the emulator's URL", move || {
+            let found = output
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .lines()
+                .find(|l| l.contains(MARK) && l.contains("emulator"))
+                .map(|line| {
+                    let start = line.find(MARK).unwrap_or_default() + "url=".len();
+                    line[start..]
+                        .chars()
+                        .take_while(|c| !c.is_whitespace())
+                        .collect::<String>()
+                });
+            async move { found }
+        })
+        .await
     }
 
     /// A client of the example's emulator (its URL is in the output).
@@ -226,10 +257,119 @@ impl Example {
         .await
     }
 
-    /// Sends SIGTERM and waits for the exit; its status.
-    pub async fn terminate(self) -> (ExitStatus, String) {
+    /// Sends SIGTERM and waits for the exit; its status. Under RBAC,
+    /// first fails the test if any request of the example was denied.
+    pub async fn terminate(mut self) -> (ExitStatus, String) {
+        if self.rbac {
+            let denials = self.rbac_usage().await["denials"].clone();
+            assert_eq!(
+                denials,
+                Value::Array(vec![]),
+                "{}: requests denied by the generated RBAC rules; its output:\n{}",
+                self.name,
+                self.output()
+            );
+        }
         self.signal("TERM");
         self.wait_exit().await
+    }
+
+    /// What the emulator's RBAC decided so far (`GET /_emulator/rbac/usage`).
+    pub async fn rbac_usage(&mut self) -> Value {
+        let url = format!("{}/_emulator/rbac/usage", self.url().await);
+        let (status, body) = kopf_testing::http_get(&url)
+            .await
+            .unwrap_or_else(|error| panic!("GET {url}: {error}"));
+        assert_eq!(status, 200, "GET {url}: {body}");
+        serde_json::from_str(&body).expect("the usage is JSON")
+    }
+
+    /// The generated RBAC rules that allowed none of the example's
+    /// requests so far, each as `Kind/namespace/name#index: rule`.
+    pub async fn unused_rules(&mut self) -> Vec<String> {
+        let usage = self.rbac_usage().await;
+        let used: std::collections::BTreeSet<(String, String, String, u64)> = usage["grants"]
+            .as_array()
+            .expect("grants")
+            .iter()
+            .map(|grant| {
+                let role = &grant["role"];
+                let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+                (
+                    text(&role["kind"]),
+                    text(&role["namespace"]),
+                    text(&role["name"]),
+                    grant["rule"].as_u64().expect("a rule index"),
+                )
+            })
+            .collect();
+        let client = self.client().await;
+        let account = self.name.to_lowercase().replace('_', "-");
+        let mut roles: Vec<(String, String, Value)> = Vec::new();
+        let cluster: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(client.clone());
+        if let Some(role) = cluster
+            .get_opt(&account)
+            .await
+            .expect("the ClusterRole is read")
+        {
+            roles.push((
+                "ClusterRole".into(),
+                String::new(),
+                serde_json::to_value(role).expect("JSON"),
+            ));
+        }
+        let namespaced: Api<k8s_openapi::api::rbac::v1::Role> = Api::all(client);
+        for role in namespaced
+            .list(&Default::default())
+            .await
+            .expect("the Roles are listed")
+            .items
+            .into_iter()
+            .filter(|r| r.metadata.name.as_deref() == Some(account.as_str()))
+        {
+            let namespace = role.metadata.namespace.clone().unwrap_or_default();
+            roles.push((
+                "Role".into(),
+                namespace,
+                serde_json::to_value(role).expect("JSON"),
+            ));
+        }
+        assert!(
+            !roles.is_empty(),
+            "{}: no generated role named {account}",
+            self.name
+        );
+        let mut unused = Vec::new();
+        for (kind, namespace, role) in roles {
+            for (index, rule) in role["rules"].as_array().into_iter().flatten().enumerate() {
+                let key = (
+                    kind.clone(),
+                    namespace.clone(),
+                    account.clone(),
+                    index as u64,
+                );
+                if !used.contains(&key) {
+                    unused.push(format!("{kind}/{namespace}/{account}#{index}: {rule}"));
+                }
+            }
+        }
+        unused
+    }
+
+    /// Fails the test unless every generated RBAC rule allowed a request
+    /// of the example, but those that `allowed` names: each a part of the
+    /// rule's text (`"resources":["events"]`) and why it must stay.
+    pub async fn assert_every_rule_used(&mut self, allowed: &[(&str, &str)]) {
+        let unused = self.unused_rules().await;
+        let unexplained: Vec<&String> = unused
+            .iter()
+            .filter(|rule| !allowed.iter().any(|(part, _)| rule.contains(part)))
+            .collect();
+        assert!(
+            unexplained.is_empty(),
+            "{}: generated rules that nothing used: {unexplained:#?}",
+            self.name
+        );
     }
 
     /// Sends the signal `name` (`TERM`, `KILL`, …), and returns at once.

@@ -189,9 +189,11 @@ pub(crate) async fn at_start_up(
     client: &Client,
     start_up: StartUp<'_>,
 ) -> Result<(), (Vec<Missing>, String)> {
-    let needed = match crate::deploying::required(start_up.registry, &start_up.plan, &|resource| {
-        crate::deploying::Named::of(resource).map(|named| vec![named])
-    }) {
+    let needed = match crate::deploying::required(
+        start_up.registry,
+        &start_up.plan,
+        &crate::deploying::Named::offline,
+    ) {
         Ok(needed) => needed,
         Err(error) => {
             tracing::warn!(%error, "cannot check the operator's permissions at start-up");

@@ -5,6 +5,8 @@
 
 mod check;
 mod declared;
+#[cfg(feature = "emulator")]
+pub(crate) mod emulated;
 pub(crate) mod manifests;
 mod permissions;
 

@@ -268,6 +268,11 @@ pub(crate) struct Named {
 }
 
 impl Named {
+    /// [`Named::of`], as the one resource `required` takes.
+    pub(crate) fn offline(resource: &ResourceRef) -> Result<Vec<Self>, PermissionError> {
+        Self::of(resource).map(|named| vec![named])
+    }
+
     /// The group and plural of a selector, as written (no discovery): a
     /// positional name is taken as the plural.
     pub(crate) fn of(resource: &ResourceRef) -> Result<Self, PermissionError> {
@@ -306,12 +311,8 @@ pub(crate) fn required(
             .filter(|h| h.resource.as_ref() == Some(&resource))
             .map(|h| h.kind)
             .collect();
-        let watched = kinds
-            .iter()
-            .any(|k| !matches!(k, HandlerKind::OnValidate | HandlerKind::OnMutate));
-        if !watched {
-            continue;
-        }
+        // Every resource with handlers is served, admission ones
+        // included: its objects are listed and watched.
         let changes = kinds.iter().any(|k| k.is_changing());
         let patches = changes
             || registry.requires_finalizer(&resource)
@@ -341,12 +342,12 @@ pub(crate) fn required(
                         .why("progress, the last handled state, finalizers and handlers' patches are stored on the objects"),
                 );
             }
-            if changes {
+            if patches {
                 needed.push(
                     Permission::new(&named.group, format!("{}/status", named.plural))
                         .verbs(["patch"])
                         .in_scope(scope.clone())
-                        .why("handlers' results go to `status`, through the `status` subresource where the resource has one"),
+                        .why("handlers' results and patches of `status` go through the `status` subresource where the resource has one"),
                 );
             }
             events = true;
@@ -543,10 +544,7 @@ mod tests {
         let everywhere = rules(&registry, &plan(&[], true));
         assert!(everywhere.contains(&"list,watch configmaps cluster-wide".to_owned()));
         assert!(everywhere.contains(&"patch configmaps cluster-wide".to_owned()));
-        assert!(
-            !everywhere.iter().any(|r| r.contains("status")),
-            "{everywhere:#?}"
-        );
+        assert!(everywhere.contains(&"patch configmaps/status cluster-wide".to_owned()));
         assert!(
             !everywhere.iter().any(|r| r.contains("namespaces ")),
             "{everywhere:#?}"
@@ -600,7 +598,7 @@ mod tests {
     }
 
     #[test]
-    fn admission_only_resources_are_not_watched_and_managed_configurations_are_written() {
+    fn admission_only_resources_are_watched_not_patched_and_configurations_written() {
         let registry = Registry::builder()
             .on_validate(configmaps(), "v", noop)
             .build()
@@ -610,13 +608,17 @@ mod tests {
         webhooks.webhooks_managed = Some("op.example.com".into());
         let rules = rules(&registry, &webhooks);
         assert!(
-            !rules.iter().any(|r| r.contains("configmaps")),
+            rules.contains(&"list,watch configmaps cluster-wide".to_owned()),
+            "{rules:#?}"
+        );
+        assert!(
+            !rules.iter().any(|r| r.contains("patch configmaps")),
             "{rules:#?}"
         );
         assert!(rules.contains(
             &"patch validatingwebhookconfigurations.admissionregistration.k8s.io named op.example.com cluster-wide".to_owned()
         ), "{rules:#?}");
-        assert_eq!(rules.len(), 4, "{rules:#?}");
+        assert_eq!(rules.len(), 7, "{rules:#?}");
     }
 
     #[test]

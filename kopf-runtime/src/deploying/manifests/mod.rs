@@ -24,7 +24,9 @@ use crate::deploying::{self, Named, Permission, PermissionError};
 use crate::registry::Registry;
 
 mod layout;
-mod rbac;
+pub(crate) mod rbac;
+
+pub(crate) use layout::name_of_binary;
 mod workload;
 
 #[cfg(test)]

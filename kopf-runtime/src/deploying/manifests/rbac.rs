@@ -25,6 +25,16 @@ pub(crate) fn objects(
     layout: &Layout,
     permissions: &[Permission],
 ) -> Result<Vec<serde_json::Value>, serde_json::Error> {
+    granting(&layout.name, &layout.namespace, permissions)
+}
+
+/// The RBAC objects, named `name`, that grant `permissions` to the
+/// ServiceAccount `name` in `namespace` (see [`objects`]).
+pub(crate) fn granting(
+    name: &str,
+    namespace: &str,
+    permissions: &[Permission],
+) -> Result<Vec<serde_json::Value>, serde_json::Error> {
     let mut scopes: BTreeMap<&PermissionScope, Vec<&Permission>> = BTreeMap::new();
     for permission in permissions {
         scopes
@@ -34,16 +44,16 @@ pub(crate) fn objects(
     }
     let subject = Subject {
         kind: "ServiceAccount".to_owned(),
-        name: layout.name.clone(),
-        namespace: Some(layout.namespace.clone()),
+        name: name.to_owned(),
+        namespace: Some(namespace.to_owned()),
         ..Subject::default()
     };
     let mut objects = Vec::new();
     for (scope, permissions) in scopes {
         let meta = |namespace: Option<&str>, why: Option<String>| ObjectMeta {
-            name: Some(layout.name.clone()),
+            name: Some(name.to_owned()),
             namespace: namespace.map(str::to_owned),
-            labels: Some(super::labels(&layout.name)),
+            labels: Some(super::labels(name)),
             annotations: why.map(|why| [(RULES_ANNOTATION.to_owned(), why)].into()),
             ..ObjectMeta::default()
         };
@@ -58,7 +68,7 @@ pub(crate) fn objects(
                 })?);
                 objects.push(serde_json::to_value(RoleBinding {
                     metadata: meta(namespace, None),
-                    role_ref: role_ref("Role", &layout.name),
+                    role_ref: role_ref("Role", name),
                     subjects: Some(vec![subject.clone()]),
                 })?);
             }
@@ -72,7 +82,7 @@ pub(crate) fn objects(
                 })?);
                 objects.push(serde_json::to_value(ClusterRoleBinding {
                     metadata: meta(None, None),
-                    role_ref: role_ref("ClusterRole", &layout.name),
+                    role_ref: role_ref("ClusterRole", name),
                     subjects: Some(vec![subject.clone()]),
                 })?);
             }
@@ -107,16 +117,22 @@ pub(crate) fn rules<'a>(permissions: impl IntoIterator<Item = &'a Permission>) -
             .or_default()
             .extend(p.verb_list().into_iter().map(str::to_owned));
     }
-    let mut by_verbs: BTreeMap<(&str, Names, BTreeSet<String>), BTreeSet<String>> = BTreeMap::new();
+    // A rule with resourceNames may name one resource only (the API
+    // server refuses it otherwise: "resource names cannot apply to
+    // multiple resources"), so those are never merged.
+    type Alone = Option<String>;
+    let mut by_verbs: BTreeMap<(&str, Names, BTreeSet<String>, Alone), BTreeSet<String>> =
+        BTreeMap::new();
     for ((group, resource, names), verbs) in by_resource {
+        let alone = (!names.is_empty()).then(|| resource.clone());
         by_verbs
-            .entry((group, names, verbs))
+            .entry((group, names, verbs, alone))
             .or_default()
             .insert(resource);
     }
     let mut rules: Vec<PolicyRule> = by_verbs
         .into_iter()
-        .map(|((group, names, verbs), resources)| PolicyRule {
+        .map(|((group, names, verbs, _), resources)| PolicyRule {
             api_groups: Some(vec![group.to_owned()]),
             resources: Some(resources.into_iter().collect()),
             resource_names: (!names.is_empty()).then_some(names),

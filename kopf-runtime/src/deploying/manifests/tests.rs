@@ -207,6 +207,7 @@ fn the_verbs_of_one_resource_and_the_resources_of_one_verb_set_merge() {
         Permission::new("", "configmaps")
             .verbs(["get"])
             .names(["one"]),
+        Permission::new("", "secrets").verbs(["get"]).names(["one"]),
         Permission::new("apps", "deployments").verbs(["get"]),
     ];
     let rules = rules(&permissions);
@@ -225,6 +226,7 @@ fn the_verbs_of_one_resource_and_the_resources_of_one_verb_set_merge() {
         ("", "configmaps", "one", "get"),
         ("", "configmaps,secrets", "", "list,patch,watch"),
         ("", "pods/status", "", "patch"),
+        ("", "secrets", "one", "get"),
         ("apps", "deployments", "", "get"),
     ];
     let expected: Vec<_> = expected
