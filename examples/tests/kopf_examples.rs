@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use kopf_examples::{DEMO_NAME, examples_api};
 use kube::Api;
 use serde_json::{Value, json};
-use support::{Example, at};
+use support::{EVENTS_MAY_BE_UNUSED, Example, STATUS_MAY_BE_UNUSED, at};
 
 /// `01-minimal`: the creation is noticed, and the status has the message.
 #[tokio::test]
@@ -21,6 +21,9 @@ async fn minimal_notices_the_creation_and_sets_the_status() {
         .wait_object(&api, DEMO_NAME, "status.create_fn.message", |o| {
             at(o, "/status/create_fn/message") == Some(&json!("hello world"))
         })
+        .await;
+    example
+        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
         .await;
     let (status, output) = example.terminate().await;
     assert!(status.success(), "{status}: {output}");
@@ -104,6 +107,7 @@ async fn children_creates_an_adopted_pod() {
         ("FIELD", Some("value"))
     );
     assert!(container.args.as_ref().expect("args")[0].contains("sleep 1m"));
+    example.assert_every_rule_used(&[]).await;
     let (status, output) = example.terminate().await;
     assert!(status.success(), "{status}: {output}");
 }
@@ -144,6 +148,9 @@ async fn exceptions_are_retried_or_final_as_declared() {
         3,
         "{output}"
     );
+    example
+        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
+        .await;
     let (status, output) = example.terminate().await;
     assert!(status.success(), "{status}: {output}");
 }
@@ -180,6 +187,9 @@ async fn events_are_posted_about_the_object() {
             ("Warning", "Some message"),
         ]
     );
+    example
+        .assert_every_rule_used(&[STATUS_MAY_BE_UNUSED])
+        .await;
     let (status, output) = example.terminate().await;
     assert!(status.success(), "{status}: {output}");
 }
@@ -229,6 +239,9 @@ async fn handlers_run_for_creation_update_field_and_deletion() {
         "{output}"
     );
     assert!(!output.contains("RESUMED"), "{output}");
+    example
+        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
+        .await;
     let (status, output) = example.terminate().await;
     assert!(status.success(), "{status}: {output}");
 }
@@ -322,6 +335,9 @@ async fn subhandlers_run_one_per_item() {
         .find("Handler 'create_fn' succeeded.")
         .expect("logged");
     assert!(item1 < item2 && item2 < parent, "{output}");
+    example
+        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
+        .await;
     let (status, output) = example.terminate().await;
     assert!(status.success(), "{status}: {output}");
 }
@@ -357,6 +373,9 @@ async fn raw_events_reach_the_spies_and_errors_are_ignored() {
         "{:?}",
         object.metadata.finalizers
     );
+    example
+        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
+        .await;
     let (status, output) = example.terminate().await;
     assert!(status.success(), "{status}: {output}");
 }
@@ -396,6 +415,9 @@ async fn builtins_kills_pods_after_their_lifetime() {
         !output.contains("=== Pod killing happens in 5s. object=kube-system/protected"),
         "{output}"
     );
+    example
+        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
+        .await;
     let (status, output) = example.terminate().await;
     assert!(status.success(), "{status}: {output}");
 }
@@ -440,6 +462,9 @@ async fn filtering_runs_only_the_matching_handlers() {
     ] {
         assert!(!output.contains(line), "{line:?} in:\n{output}");
     }
+    example
+        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
+        .await;
     let (status, output) = example.terminate().await;
     assert!(status.success(), "{status}: {output}");
 }
@@ -581,6 +606,9 @@ async fn daemons_accompany_the_object_until_it_is_deleted() {
         cancelled.len() == 1 && cancelled[0].contains("handler=background_async"),
         "{output}"
     );
+    example
+        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
+        .await;
     let (status, output) = example.terminate().await;
     assert!(status.success(), "{status}: {output}");
 }
@@ -636,6 +664,9 @@ async fn timers_tick_once_the_object_is_idle() {
     example
         .wait_for("stopping the object's daemons and timers")
         .await;
+    example
+        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
+        .await;
     let (status, output) = example.terminate().await;
     assert!(status.success(), "{status}: {output}");
 }
@@ -676,6 +707,9 @@ async fn indexing_follows_the_pods() {
                     "kube-system::etcd"
                 ]))
         })
+        .await;
+    example
+        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
         .await;
     let (status, output) = example.terminate().await;
     assert!(status.success(), "{status}: {output}");
@@ -731,6 +765,9 @@ async fn all_at_once_runs_every_kind_of_handler() {
         .expect("pods are listed");
     assert_eq!(labelled.items.len(), 1, "{:?}", labelled.items);
 
+    example
+        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
+        .await;
     let (status, output) = example.terminate().await;
     assert!(status.success(), "{status}: {output}");
     assert!(output.contains("Cleaning up in 3s..."), "{output}");
@@ -911,6 +948,35 @@ async fn admission_validates_and_mutates_kopfexamples() {
         .expect("the webhooks allow it");
     assert_eq!(created.spec.extra.get("injected"), Some(&json!(123)));
 
+    example
+        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
+        .await;
+    let (status, output) = example.terminate().await;
+    assert!(status.success(), "{status}: {output}");
+}
+
+/// `ttl_secrets` (README's first command): the Secrets expire and are
+/// deleted by the timer, as the operator's own ServiceAccount, whose
+/// rules (with `#[kopf::rbac]`'s delete) are all used.
+#[tokio::test]
+async fn ttl_secrets_deletes_the_expired_secrets_as_its_service_account() {
+    let mut example = Example::start(env!("CARGO_BIN_EXE_ttl_secrets"), &[]);
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(example.client().await, "default");
+    example.wait_for("expired after 3s; deleting").await;
+    example
+        .wait_object(
+            &secrets,
+            "demo-short-lived",
+            "demo-short-lived deleted",
+            |o| o.is_none(),
+        )
+        .await;
+    let forever = secrets.get_opt("demo-forever").await.expect("a read");
+    assert!(forever.is_some(), "a Secret without a TTL stays");
+    example
+        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
+        .await;
     let (status, output) = example.terminate().await;
     assert!(status.success(), "{status}: {output}");
 }

@@ -14,6 +14,23 @@ use serde_json::Value;
 /// How long anything an example does may take before the test fails.
 pub const PATIENCE: Duration = Duration::from_secs(60);
 
+/// Generated rules that a run may leave unused, and why they must stay:
+/// Events are posted only by explicit `posting::*` calls, the runtime's
+/// reports (tasks that will not stop, undecodable objects) and, with
+/// `settings.posting.loggers`, handlers' log lines.
+pub const EVENTS_MAY_BE_UNUSED: (&str, &str) = (
+    r#""resources":["events"]"#,
+    "Events are posted only when a handler posts one or the runtime reports a problem",
+);
+
+/// The `status` subresource is written only when a handler returns a
+/// result or patches `status`; the operator cannot know beforehand
+/// whether its handlers will.
+pub const STATUS_MAY_BE_UNUSED: (&str, &str) = (
+    r#"/status"]"#,
+    "status is written only when a handler returns a result or patches it",
+);
+
 /// A running example binary and what it has written so far.
 pub struct Example {
     name: String,
