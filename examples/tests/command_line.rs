@@ -159,3 +159,82 @@ fn manifests_refuse_what_cannot_be_deployed_with_the_usage_code() {
         assert!(stderr.contains(said), "{args:?}: {stderr}");
     }
 }
+
+/// What `manifests` prints is accepted by the API server as it is:
+/// `kubectl apply --dry-run=server`, then for real, against an emulator
+/// enforcing RBAC, as its administrator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_manifests_apply_with_kubectl_as_they_are() {
+    let output = Command::new(env!("CARGO_BIN_EXE_ttl_secrets"))
+        .args(["manifests", "--image", "example.com/ttl-secrets:1", "-A"])
+        .args(["--peering", "ttl", "--shards", "2", "--replicas", "2"])
+        .args(["--metrics", "http://0.0.0.0:9090/metrics"])
+        .env_remove("KOPF_RUN_PEERING")
+        .output()
+        .expect("the example runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let manifests =
+        std::env::temp_dir().join(format!("kopf-manifests-{}.yaml", std::process::id()));
+    std::fs::write(&manifests, &output.stdout).expect("the manifests are written");
+    let emulator = kopf_testing::Emulator::builder()
+        .rbac()
+        .start()
+        .await
+        .expect("the emulator starts");
+    let kubectl = |args: &[&str]| {
+        let output = Command::new(kopf_testing::kubectl())
+            .arg(format!("--server={}", emulator.url()))
+            .arg("--request-timeout=30s")
+            .args(args)
+            .env("KUBECONFIG", "/nonexistent/kubeconfig")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .output()
+            .expect("kubectl runs");
+        (
+            output.status,
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ),
+        )
+    };
+    let file = manifests.to_string_lossy().into_owned();
+    for dry_run in [true, false] {
+        let mut args = vec!["apply", "-f", file.as_str()];
+        if dry_run {
+            args.push("--dry-run=server");
+        }
+        let (status, text) = tokio::task::block_in_place(|| kubectl(&args));
+        assert!(status.success(), "kubectl {args:?}: {text}");
+        for object in [
+            "serviceaccount/ttl-secrets",
+            "clusterrole.rbac.authorization.k8s.io/ttl-secrets",
+            "clusterrolebinding.rbac.authorization.k8s.io/ttl-secrets",
+            "role.rbac.authorization.k8s.io/ttl-secrets",
+            "rolebinding.rbac.authorization.k8s.io/ttl-secrets",
+            "deployment.apps/ttl-secrets",
+            "poddisruptionbudget.policy/ttl-secrets",
+        ] {
+            assert!(text.contains(object), "{object} not in {text}");
+        }
+    }
+    let (status, text) = tokio::task::block_in_place(|| {
+        kubectl(&[
+            "auth",
+            "can-i",
+            "delete",
+            "secrets",
+            "-n",
+            "default",
+            "--as=system:serviceaccount:default:ttl-secrets",
+        ])
+    });
+    assert!(status.success() && text.trim() == "yes", "{text}");
+    let _ = std::fs::remove_file(&manifests);
+    emulator.shutdown().await;
+}
