@@ -465,6 +465,7 @@ impl Operator {
 
     /// Every permission it needs, with a client whose default namespace
     /// is `home`: what the start-up check asks for.
+    #[cfg(feature = "emulator")]
     pub(crate) fn permissions_needed(
         &self,
         home: &str,

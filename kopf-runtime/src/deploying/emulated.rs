@@ -84,6 +84,9 @@ mod tests {
 
     async fn noop(_: Kwargs) {}
 
+    /// A review the check asks: `(verb, group, resource, name, namespace)`.
+    type Review = (String, String, String, Option<String>, Option<String>);
+
     /// An operator with a bit of everything: change handlers and a timer
     /// in two namespaces, a cluster-scoped resource, sharded peering,
     /// managed webhooks and a declared permission.
@@ -113,10 +116,7 @@ mod tests {
 
     /// What one rule of a role grants, as the reviews the check asks:
     /// `(verb, group, resource, name, namespace)`.
-    fn granted(
-        rule: &Value,
-        namespace: Option<&str>,
-    ) -> BTreeSet<(String, String, String, Option<String>, Option<String>)> {
+    fn granted(rule: &Value, namespace: Option<&str>) -> BTreeSet<Review> {
         let list = |key: &str| -> Vec<String> {
             rule[key]
                 .as_array()
@@ -188,7 +188,7 @@ mod tests {
                 let (missing, report) = at_start_up(&client, start_up)
                     .await
                     .expect_err("a rule is missing");
-                let named: BTreeSet<_> = missing
+                let named: BTreeSet<Review> = missing
                     .iter()
                     .map(|m| {
                         (

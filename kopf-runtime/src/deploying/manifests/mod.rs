@@ -26,6 +26,7 @@ use crate::registry::Registry;
 mod layout;
 pub(crate) mod rbac;
 
+#[cfg(feature = "emulator")]
 pub(crate) use layout::name_of_binary;
 mod workload;
 
