@@ -113,13 +113,8 @@ async fn configure_peering(settings: &mut kopf::OperatorSettings, memo: &kopf::M
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = kopf::Args::parse();
-    if args.emulator_rbac {
-        anyhow::bail!(
-            "--emulator-rbac is not supported by this example: it runs its replicas on an emulator of its own, as an administrator"
-        );
-    }
     if args.emulator {
-        return demo().await;
+        return demo(args.emulator_rbac).await;
     }
     if let Some(identity) = &args.identity {
         let _ = IDENTITY.set(identity.clone());
@@ -204,8 +199,11 @@ async fn leader(client: kube::Client, replicas: &[&Running]) -> anyhow::Result<(
     anyhow::bail!("none of {names:?} took the Lease and served within 60 s")
 }
 
-/// The shells of Kopf's README, played in one process on an emulator.
-async fn demo() -> anyhow::Result<()> {
+/// The shells of Kopf's README, played in one process on an emulator;
+/// with `rbac` (`--emulator-rbac`), the emulator enforces RBAC and the
+/// replicas run as the operator's ServiceAccount, granted what
+/// `manifests` would print for them.
+async fn demo(rbac: bool) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -213,22 +211,39 @@ async fn demo() -> anyhow::Result<()> {
         )
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
-    let emulator = kopf_examples::emulator().start().await?;
+    let mut builder = kopf_examples::emulator();
+    if rbac {
+        builder = builder.rbac();
+    }
+    let emulator = builder.start().await?;
     tracing::info!(
         url = %emulator.url(),
         "running against an in-process Kubernetes API emulator (--emulator), not a cluster"
     );
     let client = emulator.client();
     kopf_examples::create(client.clone(), &kopf_examples::demo_object()).await;
+    let replica_client = || -> anyhow::Result<kube::Client> {
+        Ok(if rbac {
+            emulator.client_as_service_account(kopf_examples::NAMESPACE, "peering")?
+        } else {
+            emulator.client()
+        })
+    };
+    if rbac {
+        kopf::Operator::new(kopf::Registry::from_inventory()?)
+            .peering(kopf::Peering::new(LEASE).namespace(kopf_examples::NAMESPACE))
+            .grant_on_emulator(&emulator, "peering")
+            .await?;
+    }
 
     // Shells A and B: one leads, the other waits.
-    let a = Running::start(emulator.client(), "replica-a", 0)?;
-    let b = Running::start(emulator.client(), "replica-b", 0)?;
+    let a = Running::start(replica_client()?, "replica-a", 0)?;
+    let b = Running::start(replica_client()?, "replica-b", 0)?;
     leader(client.clone(), &[&a, &b]).await?;
 
     // A developer's replica joins with --dev (priority 666): the leader
     // pauses and hands the Lease over.
-    let dev = Running::start(emulator.client(), "replica-dev", 666)?;
+    let dev = Running::start(replica_client()?, "replica-dev", 666)?;
     leader(client.clone(), &[&dev]).await?;
 
     // The developer is done: a waiting replica takes over again.
@@ -237,6 +252,11 @@ async fn demo() -> anyhow::Result<()> {
 
     a.stop().await?;
     b.stop().await?;
+    let denials = emulator.rbac_usage().denials;
+    anyhow::ensure!(
+        denials.is_empty(),
+        "requests of the replicas were denied: {denials:#?}"
+    );
     emulator.shutdown().await;
     println!("Done.");
     Ok(())

@@ -98,16 +98,22 @@ async fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::stdout().is_terminal())
         .init();
     let emulated = std::env::args().skip(1).any(|arg| arg == "--emulator");
-    if std::env::args().skip(1).any(|arg| arg == "--emulator-rbac") {
-        anyhow::bail!(
-            "--emulator-rbac is not supported by this example: it starts its emulator itself, as an administrator"
-        );
+    // As `--emulator-rbac` of `kopf::run()`: the emulator enforces RBAC,
+    // and the operator runs as its own ServiceAccount with the rules
+    // `manifests` would print; the app stays the administrator.
+    let rbac = std::env::args().skip(1).any(|arg| arg == "--emulator-rbac");
+    if rbac && !emulated {
+        anyhow::bail!("--emulator-rbac applies to the emulator: add --emulator");
     }
 
     // Start the operator, in a task of its own.
     println!("Starting the main app.");
     let (client, emulator) = if emulated {
-        let emulator = kopf_examples::emulator().start().await?;
+        let mut builder = kopf_examples::emulator();
+        if rbac {
+            builder = builder.rbac();
+        }
+        let emulator = builder.start().await?;
         (emulator.client(), Some(emulator))
     } else {
         (kube::Client::try_default().await?, None)
@@ -117,15 +123,18 @@ async fn main() -> anyhow::Result<()> {
         create: "Hello, {name}!".into(),
         delete: "Good bye, {name}!".into(),
     });
+    let operator = kopf::Operator::new(registry()?).memo(memo);
+    let operator_client = match &emulator {
+        Some(emulator) if rbac => {
+            operator.grant_on_emulator(emulator, "embedded").await?;
+            emulator.client_as_service_account("default", "embedded")?
+        }
+        _ => client.clone(),
+    };
     let (stop, stopped) = oneshot::channel::<()>();
-    let operator = tokio::spawn(
-        kopf::Operator::new(registry()?)
-            .client(client.clone())
-            .memo(memo)
-            .run_until(async {
-                let _ = stopped.await;
-            }),
-    );
+    let operator = tokio::spawn(operator.client(operator_client).run_until(async {
+        let _ = stopped.await;
+    }));
 
     // The operator is active: run the app's activity.
     let steps = 3;
@@ -142,6 +151,11 @@ async fn main() -> anyhow::Result<()> {
     let _ = stop.send(());
     operator.await??;
     if let Some(emulator) = emulator {
+        let denials = emulator.rbac_usage().denials;
+        anyhow::ensure!(
+            denials.is_empty(),
+            "requests of the operator were denied: {denials:#?}"
+        );
         emulator.shutdown().await;
     }
     Ok(())

@@ -162,22 +162,39 @@ async fn create_demo_pods(client: kube::Client) -> anyhow::Result<()> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let mut args = kopf::Args::parse();
-    if args.emulator_rbac {
-        anyhow::bail!(
-            "--emulator-rbac is not supported by this example: it starts its emulator itself, for its login handler to read the kubeconfig of"
-        );
-    }
     let mut emulator = None;
     let mut written = None;
     if args.emulator {
-        let started = kopf_testing::Emulator::start().await?;
+        let mut builder = kopf_testing::Emulator::builder();
+        if args.emulator_rbac {
+            builder = builder.rbac();
+        }
+        let started = builder.start().await?;
+        println!(
+            "running against an in-process Kubernetes API emulator (--emulator), not a cluster url={}",
+            started.url()
+        );
         let path = std::env::temp_dir().join(format!(
             "kopf-example-hooks-{}.kubeconfig",
             std::process::id()
         ));
-        started.write_kubeconfig(&path)?;
+        if args.emulator_rbac {
+            // As `--emulator-rbac` of `kopf::run()`: the operator logs in
+            // as its own ServiceAccount, granted what `manifests` prints.
+            let mut operator = kopf::Operator::new(kopf::Registry::from_inventory()?)
+                .namespaces(args.namespace_selector()?);
+            if let Some(peering) = args.peering() {
+                operator = operator.peering(peering);
+            }
+            operator.grant_on_emulator(&started, "hooks").await?;
+            let kubeconfig = started.kubeconfig_as_service_account("default", "hooks")?;
+            std::fs::write(&path, serde_json::to_vec(&kubeconfig)?)?;
+        } else {
+            started.write_kubeconfig(&path)?;
+        }
         create_demo_pods(started.client()).await?;
         args.emulator = false;
+        args.emulator_rbac = false;
         args.kubeconfig = Some(path.clone());
         emulator = Some(started);
         written = Some(path);

@@ -251,7 +251,7 @@ async fn handlers_run_for_creation_update_field_and_deletion() {
 /// pausing first; once it stops, a waiting replica serves again.
 #[tokio::test]
 async fn peering_serves_from_one_replica_and_hands_over_to_dev() {
-    let example = Example::start_unenforced(env!("CARGO_BIN_EXE_peering"), &[]);
+    let example = Example::start(env!("CARGO_BIN_EXE_peering"), &[]);
     let (status, output) = example.wait_exit().await;
     assert!(status.success(), "{status}: {output}");
     let lines: Vec<&str> = output.lines().collect();
@@ -473,7 +473,7 @@ async fn filtering_runs_only_the_matching_handlers() {
 /// operator greets each object and says good-bye, then stops it and exits.
 #[tokio::test]
 async fn embedded_operator_runs_beside_the_app_and_stops_with_it() {
-    let example = Example::start_unenforced(env!("CARGO_BIN_EXE_embedded"), &[]);
+    let example = Example::start(env!("CARGO_BIN_EXE_embedded"), &[]);
     let (status, output) = example.wait_exit().await;
     assert!(status.success(), "{status}: {output}");
     let printed: Vec<&str> = output
@@ -506,8 +506,7 @@ async fn embedded_operator_runs_beside_the_app_and_stops_with_it() {
 #[tokio::test]
 async fn hooks_run_at_login_start_up_and_clean_up() {
     let liveness = format!("http://127.0.0.1:{}/healthz", support::free_port());
-    let mut example =
-        Example::start_unenforced(env!("CARGO_BIN_EXE_hooks"), &["--liveness", &liveness]);
+    let mut example = Example::start(env!("CARGO_BIN_EXE_hooks"), &["--liveness", &liveness]);
     example.wait_for("Starting retried...").await;
     example
         .wait_for("Handler 'startup_fn_retried' succeeded.")
@@ -547,6 +546,9 @@ async fn hooks_run_at_login_start_up_and_clean_up() {
         json!({"default": ["demo-1", "demo-2"]})
     );
 
+    example
+        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
+        .await;
     let (status, output) = example.terminate().await;
     assert!(status.success(), "{status}: {output}");
     assert!(output.contains("Cleaning up..."), "{output}");

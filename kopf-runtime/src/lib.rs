@@ -818,6 +818,8 @@ pub use kopf_macros::{
 };
 
 pub use cli::{Args, CliError, LogFormat};
+#[cfg(feature = "emulator")]
+pub use deploying::GrantError;
 pub use deploying::{
     ManifestsArgs, Missing, MissingPermissions, Permission, PermissionError, PermissionScope,
 };

@@ -463,6 +463,31 @@ impl Operator {
         plan
     }
 
+    /// With the `emulator` feature: grants this operator, on `emulator`
+    /// (one that enforces RBAC, `EmulatorBuilder::rbac`), exactly the
+    /// rules that `manifests` prints for it, as the ServiceAccount
+    /// `default/name`, which it creates; then run it with
+    /// `emulator.client_as_service_account("default", name)` (what
+    /// `--emulator --emulator-rbac` does for [`run`](crate::run)).
+    ///
+    /// # Errors
+    /// [`GrantError`](crate::GrantError) when the permissions cannot be
+    /// derived or the objects cannot be created.
+    #[cfg(feature = "emulator")]
+    pub async fn grant_on_emulator(
+        &self,
+        emulator: &kopf_testing::Emulator,
+        name: &str,
+    ) -> Result<(), deploying::GrantError> {
+        let permissions = self
+            .permissions_needed(deploying::emulated::NAMESPACE)
+            .map_err(|error| deploying::GrantError(error.to_string()))?;
+        deploying::emulated::grant(emulator, name, &permissions)
+            .await
+            .map(drop)
+            .map_err(deploying::GrantError)
+    }
+
     /// Every permission it needs, with a client whose default namespace
     /// is `home`: what the start-up check asks for.
     #[cfg(feature = "emulator")]
@@ -583,6 +608,12 @@ impl Operator {
             if let Some(vault) = vault {
                 tasks.spawn(vault.authenticate(root.child_token()));
             }
+            if let Some(state) = &endpoint_state {
+                state.health.enter(Phase::Starting);
+                if let Some(probes) = &state.probes {
+                    probes.connect(client.clone());
+                }
+            }
             let start_up = deploying::StartUp {
                 registry: &self.registry,
                 plan: self.plan(client.default_namespace()),
@@ -592,12 +623,6 @@ impl Operator {
                 checked = deploying::at_start_up(&client, start_up) => checked
                     .map_err(|(missing, report)| OperatorError::MissingPermissions { missing, report })?,
                 () = &mut stop => return Ok(()),
-            }
-            if let Some(state) = &endpoint_state {
-                state.health.enter(Phase::Starting);
-                if let Some(probes) = &state.probes {
-                    probes.connect(client.clone());
-                }
             }
             let start_poster = |posting: &PostingSettings| {
                 posting.enabled.then(|| {

@@ -247,14 +247,7 @@ impl Runner {
             #[cfg(feature = "emulator")]
             {
                 let emulator = start_emulator(&registry, &self.crds, args.emulator_rbac).await?;
-                let url = emulator
-                    .url()
-                    .parse()
-                    .map_err(|error: http::uri::InvalidUri| {
-                        RunError::Emulator(format!("an unusable URL: {error}"))
-                    })?;
-                let mut config = kube::Config::new(url);
-                config.auth_info.token = emulator.token().map(Into::into);
+                let config = emulator_config(&emulator, emulator.token())?;
                 let client = build_client(config, endpoints.as_ref())?;
                 tracing::info!(
                     url = %emulator.url(),
@@ -479,6 +472,21 @@ async fn run_as_service_account(
     let token = emulated::grant(emulator, &name, &permissions)
         .await
         .map_err(RunError::Emulator)?;
+    let config = emulator_config(emulator, Some(token))?;
+    tracing::info!(
+        service_account = %format!("{}/{name}", emulated::NAMESPACE),
+        rules = permissions.len(),
+        "the emulator enforces RBAC (--emulator-rbac): running as the operator's ServiceAccount, granted what `manifests` grants"
+    );
+    build_client(config, endpoints)
+}
+
+/// The client configuration of `emulator`, with a bearer `token`.
+#[cfg(feature = "emulator")]
+fn emulator_config(
+    emulator: &kopf_testing::Emulator,
+    token: Option<String>,
+) -> Result<kube::Config, RunError> {
     let url = emulator
         .url()
         .parse()
@@ -486,11 +494,6 @@ async fn run_as_service_account(
             RunError::Emulator(format!("an unusable URL: {error}"))
         })?;
     let mut config = kube::Config::new(url);
-    config.auth_info.token = Some(token.into());
-    tracing::info!(
-        service_account = %format!("{}/{name}", emulated::NAMESPACE),
-        rules = permissions.len(),
-        "the emulator enforces RBAC (--emulator-rbac): running as the operator's ServiceAccount, granted what `manifests` grants"
-    );
-    build_client(config, endpoints)
+    config.auth_info.token = token.map(Into::into);
+    Ok(config)
 }

@@ -55,17 +55,6 @@ impl Example {
         example
     }
 
-    /// Starts the example binary at `path` with `--emulator` and `args`,
-    /// its emulator not enforcing RBAC: for the examples that start an
-    /// emulator of their own, as an administrator (`06-peering`,
-    /// `12-embedded`, `13-hooks`), which refuse `--emulator-rbac`.
-    pub fn start_unenforced(path: &str, args: &[&str]) -> Self {
-        let args: Vec<&str> = std::iter::once("--emulator")
-            .chain(args.iter().copied())
-            .collect();
-        Self::spawn(path, &args, &[])
-    }
-
     /// Starts the example binary at `path` with `args` (against a cluster
     /// that they name) and the environment variables `env`.
     pub fn spawn(path: &str, args: &[&str], env: &[(&str, &str)]) -> Self {

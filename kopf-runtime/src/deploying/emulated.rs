@@ -10,6 +10,12 @@ use kube::core::ApiResource;
 use crate::deploying::Permission;
 use crate::deploying::manifests::rbac;
 
+/// Why [`Operator::grant_on_emulator`](crate::Operator::grant_on_emulator)
+/// failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot grant the operator its permissions on the emulator: {0}")]
+pub struct GrantError(pub(crate) String);
+
 /// Where the ServiceAccount lives: the emulator's default namespace, as
 /// the operator's client has it.
 pub(crate) const NAMESPACE: &str = "default";

@@ -14,6 +14,8 @@ pub use check::{Missing, MissingPermissions};
 pub(crate) use check::{StartUp, at_start_up};
 pub(crate) use declared::declared;
 pub use declared::{RbacRecord, RbacScope};
+#[cfg(feature = "emulator")]
+pub use emulated::GrantError;
 pub use manifests::ManifestsArgs;
 pub(crate) use permissions::{Named, Plan, required};
 pub use permissions::{Permission, PermissionError, PermissionScope};
