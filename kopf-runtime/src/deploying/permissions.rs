@@ -303,72 +303,21 @@ pub(crate) fn required(
     name: &dyn Fn(&ResourceRef) -> Result<Vec<Named>, PermissionError>,
 ) -> Result<Vec<Permission>, PermissionError> {
     let mut needed = Vec::new();
-    let mut events = false;
+    let mut serves = false;
     for resource in registry.resources() {
-        let kinds: BTreeSet<HandlerKind> = registry
-            .handlers()
-            .iter()
-            .filter(|h| h.resource.as_ref() == Some(&resource))
-            .map(|h| h.kind)
-            .collect();
-        // Every resource with handlers is served, admission ones
-        // included: its objects are listed and watched.
-        let changes = kinds.iter().any(|k| k.is_changing());
-        let patches = changes
-            || registry.requires_finalizer(&resource)
-            || kinds.iter().any(|k| {
-                matches!(
-                    k,
-                    HandlerKind::OnEvent | HandlerKind::Timer | HandlerKind::Daemon
-                )
-            });
         for named in name(&resource)? {
-            let scope = if named.namespaced == Some(false) {
-                PermissionScope::Cluster
-            } else {
-                PermissionScope::Served
-            };
-            needed.push(
-                Permission::new(&named.group, &named.plural)
-                    .verbs(["list", "watch"])
-                    .in_scope(scope.clone())
-                    .why("the handlers' objects are listed and watched"),
-            );
-            if patches {
-                needed.push(
-                    Permission::new(&named.group, &named.plural)
-                        .verbs(["patch"])
-                        .in_scope(scope.clone())
-                        .why("progress, the last handled state, finalizers and handlers' patches are stored on the objects"),
-                );
-            }
-            if patches {
-                needed.push(
-                    Permission::new(&named.group, format!("{}/status", named.plural))
-                        .verbs(["patch"])
-                        .in_scope(scope.clone())
-                        .why("handlers' results and patches of `status` go through the `status` subresource where the resource has one"),
-                );
-            }
-            events = true;
-            if plan.events && named.namespaced == Some(false) {
-                needed.push(
-                    Permission::new("", "events")
-                        .verbs(["create"])
-                        .namespace(&plan.home)
-                        .why("Events about cluster-scoped objects are posted in the operator's namespace"),
-                );
-            }
+            serves = true;
+            needed.extend(serving(registry, &resource, &named, plan));
         }
     }
-    if events && plan.events {
-        needed.push(
-            Permission::new("", "events")
-                .verbs(["create"])
-                .why("handlers' outcomes are posted as Events on their objects"),
-        );
-    }
-    if events {
+    if serves {
+        if plan.events {
+            needed.push(
+                Permission::new("", "events")
+                    .verbs(["create"])
+                    .why("handlers' outcomes are posted as Events on their objects"),
+            );
+        }
         needed.push(
             Permission::new("apiextensions.k8s.io", "customresourcedefinitions")
                 .verbs(["list", "watch"])
@@ -376,8 +325,9 @@ pub(crate) fn required(
                 .why("resources appearing or changing are noticed by watching the CRDs (else they are re-scanned every 10 s)"),
         );
     }
-    if plan.namespaces.exact_names().is_none() && !plan.namespaces.is_cluster_wide()
-        || plan.namespaces.has_exclusions()
+    let namespaces = &plan.namespaces;
+    if namespaces.exact_names().is_none() && !namespaces.is_cluster_wide()
+        || namespaces.has_exclusions()
     {
         needed.push(
             Permission::new("", "namespaces")
@@ -387,51 +337,10 @@ pub(crate) fn required(
         );
     }
     if let Some((namespace, name, shards)) = &plan.peering {
-        let (namespace, name, shards) = (namespace.as_str(), name.as_str(), *shards);
-        needed.push(
-            Permission::new("coordination.k8s.io", "leases")
-                .verbs(["create"])
-                .namespace(namespace)
-                .why("the peering Lease is created if missing"),
-        );
-        if shards > 1 {
-            needed.push(
-                Permission::new("coordination.k8s.io", "leases")
-                    .verbs(["get", "list", "update", "delete"])
-                    .namespace(namespace)
-                    .why(
-                        "each replica keeps a member Lease and elects on one Lease per shard slot",
-                    ),
-            );
-        } else {
-            needed.push(
-                Permission::new("coordination.k8s.io", "leases")
-                    .verbs(["get", "update"])
-                    .names([name])
-                    .namespace(namespace)
-                    .why("the serving replica is elected on the peering Lease"),
-            );
-        }
+        needed.extend(electing(namespace, name, *shards));
     }
     if let (true, Some(managed)) = (plan.webhooks, plan.webhooks_managed.as_deref()) {
-        for plural in [
-            "validatingwebhookconfigurations",
-            "mutatingwebhookconfigurations",
-        ] {
-            needed.push(
-                Permission::new("admissionregistration.k8s.io", plural)
-                    .verbs(["create"])
-                    .cluster()
-                    .why("the managed webhook configurations are created if missing"),
-            );
-            needed.push(
-                Permission::new("admissionregistration.k8s.io", plural)
-                    .verbs(["patch"])
-                    .names([managed])
-                    .cluster()
-                    .why("the managed webhook configurations are kept up to date"),
-            );
-        }
+        needed.extend(configuring(managed));
     }
     for declared in &plan.declared {
         if let Some(problem) = declared.problem() {
@@ -439,7 +348,112 @@ pub(crate) fn required(
         }
         needed.push(declared.clone());
     }
-    Ok(resolve_scopes(needed, &plan.namespaces))
+    Ok(resolve_scopes(needed, namespaces))
+}
+
+/// What serving `resource` (as `named`) needs: every resource with
+/// handlers is listed and watched, admission ones included; where the
+/// operator keeps state or handlers may patch, it is patched, its
+/// `status` subresource too.
+fn serving(
+    registry: &Registry,
+    resource: &ResourceRef,
+    named: &Named,
+    plan: &Plan,
+) -> Vec<Permission> {
+    let kinds: BTreeSet<HandlerKind> = registry
+        .handlers()
+        .iter()
+        .filter(|h| h.resource.as_ref() == Some(resource))
+        .map(|h| h.kind)
+        .collect();
+    let patches = registry.requires_finalizer(resource)
+        || kinds.iter().any(|k| {
+            k.is_changing()
+                || matches!(
+                    k,
+                    HandlerKind::OnEvent | HandlerKind::Timer | HandlerKind::Daemon
+                )
+        });
+    let cluster_scoped = named.namespaced == Some(false);
+    let scope = if cluster_scoped {
+        PermissionScope::Cluster
+    } else {
+        PermissionScope::Served
+    };
+    let mut needed = vec![
+        Permission::new(&named.group, &named.plural)
+            .verbs(["list", "watch"])
+            .in_scope(scope.clone())
+            .why("the handlers' objects are listed and watched"),
+    ];
+    if patches {
+        needed.push(
+            Permission::new(&named.group, &named.plural)
+                .verbs(["patch"])
+                .in_scope(scope.clone())
+                .why("progress, the last handled state, finalizers and handlers' patches are stored on the objects"),
+        );
+        needed.push(
+            Permission::new(&named.group, format!("{}/status", named.plural))
+                .verbs(["patch"])
+                .in_scope(scope)
+                .why("handlers' results and patches of `status` go through the `status` subresource where the resource has one"),
+        );
+    }
+    if plan.events && cluster_scoped {
+        needed.push(
+            Permission::new("", "events")
+                .verbs(["create"])
+                .namespace(&plan.home)
+                .why("Events about cluster-scoped objects are posted in the operator's namespace"),
+        );
+    }
+    needed
+}
+
+/// What electing on the Lease `namespace/name` needs, with `shards` slots.
+fn electing(namespace: &str, name: &str, shards: u32) -> Vec<Permission> {
+    let leases = || Permission::new("coordination.k8s.io", "leases").namespace(namespace);
+    let keeping = if shards > 1 {
+        leases()
+            .verbs(["get", "list", "update", "delete"])
+            .why("each replica keeps a member Lease and elects on one Lease per shard slot")
+    } else {
+        leases()
+            .verbs(["get", "update"])
+            .names([name])
+            .why("the serving replica is elected on the peering Lease")
+    };
+    vec![
+        leases()
+            .verbs(["create"])
+            .why("the peering Lease is created if missing"),
+        keeping,
+    ]
+}
+
+/// What keeping the webhook configurations named `managed` needs.
+fn configuring(managed: &str) -> Vec<Permission> {
+    [
+        "validatingwebhookconfigurations",
+        "mutatingwebhookconfigurations",
+    ]
+    .into_iter()
+    .flat_map(|plural| {
+        [
+            Permission::new("admissionregistration.k8s.io", plural)
+                .verbs(["create"])
+                .cluster()
+                .why("the managed webhook configurations are created if missing"),
+            Permission::new("admissionregistration.k8s.io", plural)
+                .verbs(["patch"])
+                .names([managed])
+                .cluster()
+                .why("the managed webhook configurations are kept up to date"),
+        ]
+    })
+    .collect()
 }
 
 /// [`PermissionScope::Served`] made concrete: one permission per namespace served
