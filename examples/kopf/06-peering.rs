@@ -112,6 +112,11 @@ async fn configure_peering(settings: &mut kopf::OperatorSettings, memo: &kopf::M
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    if std::env::args().nth(1).as_deref() == Some("manifests") {
+        // `peering manifests …`: the runner prints them.
+        kopf_examples::runner().run().await?;
+        return Ok(());
+    }
     let args = kopf::Args::parse();
     if args.emulator {
         return demo(args.emulator_rbac).await;

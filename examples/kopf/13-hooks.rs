@@ -161,6 +161,11 @@ async fn create_demo_pods(client: kube::Client) -> anyhow::Result<()> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    if std::env::args().nth(1).as_deref() == Some("manifests") {
+        // `hooks manifests …`: the runner prints them.
+        kopf::Runner::new().run().await?;
+        return Ok(());
+    }
     let mut args = kopf::Args::parse();
     let mut emulator = None;
     let mut written = None;
