@@ -151,11 +151,9 @@ async fn main() -> anyhow::Result<()> {
     let _ = stop.send(());
     operator.await??;
     if let Some(emulator) = emulator {
-        let denials = emulator.rbac_usage().denials;
-        anyhow::ensure!(
-            denials.is_empty(),
-            "requests of the operator were denied: {denials:#?}"
-        );
+        if rbac {
+            kopf_examples::rbac_report(&emulator, "embedded").await?;
+        }
         emulator.shutdown().await;
     }
     Ok(())

@@ -186,6 +186,64 @@ pub async fn wait_handled(client: kube::Client, name: &str, patience: Duration) 
     tracing::warn!(%name, "the operator has not handled the demo object in time");
 }
 
+/// The line before which an example that runs an emulator of its own
+/// prints, under `--emulator-rbac`, the generated rules nothing used.
+pub const UNUSED_RULES: &str = "unused RBAC rules: ";
+
+/// What an example that runs an emulator of its own does under
+/// `--emulator-rbac` before it ends, as the tests of the others check
+/// from outside: fails if any request was denied, and prints the rules
+/// of the roles named `name` that allowed no request, after
+/// [`UNUSED_RULES`], as a JSON list of `Kind/namespace/name#index: rule`.
+pub async fn rbac_report(emulator: &kopf_testing::Emulator, name: &str) -> anyhow::Result<()> {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, Role};
+
+    let usage = emulator.rbac_usage();
+    anyhow::ensure!(
+        usage.denials.is_empty(),
+        "requests were denied: {:#?}",
+        usage.denials
+    );
+    let used: std::collections::BTreeSet<(String, String, usize)> = usage
+        .grants
+        .iter()
+        .filter(|used| used.grant.role.name == name)
+        .map(|used| {
+            let role = &used.grant.role;
+            (role.kind.clone(), role.namespace.clone(), used.grant.rule)
+        })
+        .collect();
+    let client = emulator.client();
+    let mut roles: Vec<(&str, String, Value)> = Vec::new();
+    if let Some(role) = Api::<ClusterRole>::all(client.clone())
+        .get_opt(name)
+        .await?
+    {
+        roles.push(("ClusterRole", String::new(), serde_json::to_value(role)?));
+    }
+    for role in Api::<Role>::all(client)
+        .list(&Default::default())
+        .await?
+        .items
+    {
+        if role.metadata.name.as_deref() == Some(name) {
+            let namespace = role.metadata.namespace.clone().unwrap_or_default();
+            roles.push(("Role", namespace, serde_json::to_value(role)?));
+        }
+    }
+    let mut unused = Vec::new();
+    for (kind, namespace, role) in roles {
+        let rules = role["rules"].as_array().cloned().unwrap_or_default();
+        for (index, rule) in rules.iter().enumerate() {
+            if !used.contains(&(kind.to_owned(), namespace.clone(), index)) {
+                unused.push(format!("{kind}/{namespace}/{name}#{index}: {rule}"));
+            }
+        }
+    }
+    println!("{UNUSED_RULES}{}", serde_json::to_string(&unused)?);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use kopf_examples::{DEMO_NAME, examples_api};
 use kube::Api;
 use serde_json::{Value, json};
-use support::{EVENTS_MAY_BE_UNUSED, Example, STATUS_MAY_BE_UNUSED, at};
+use support::{EVENTS_MAY_BE_UNUSED, Example, STATUS_MAY_BE_UNUSED, assert_printed_rules_used, at};
 
 /// `01-minimal`: the creation is noticed, and the status has the message.
 #[tokio::test]
@@ -209,6 +209,7 @@ async fn handlers_run_for_creation_update_field_and_deletion() {
     let printed: Vec<&str> = output
         .lines()
         .filter(|l| !l.contains(" INFO ") && !l.contains(" WARN ") && !l.contains(" DEBUG "))
+        .filter(|l| !l.starts_with(kopf_examples::UNUSED_RULES))
         .collect();
     // One handler per step, by id within a kind: the kinds' order is the
     // engine's business, the order within a kind is the ids'.
@@ -254,6 +255,11 @@ async fn peering_serves_from_one_replica_and_hands_over_to_dev() {
     let example = Example::start(env!("CARGO_BIN_EXE_peering"), &[]);
     let (status, output) = example.wait_exit().await;
     assert!(status.success(), "{status}: {output}");
+    assert_printed_rules_used(
+        "peering",
+        &output,
+        &[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED],
+    );
     let lines: Vec<&str> = output.lines().collect();
     let line = |text: &str| {
         lines
@@ -476,9 +482,15 @@ async fn embedded_operator_runs_beside_the_app_and_stops_with_it() {
     let example = Example::start(env!("CARGO_BIN_EXE_embedded"), &[]);
     let (status, output) = example.wait_exit().await;
     assert!(status.success(), "{status}: {output}");
+    assert_printed_rules_used(
+        "embedded",
+        &output,
+        &[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED],
+    );
     let printed: Vec<&str> = output
         .lines()
         .filter(|l| !l.contains(" INFO ") && !l.contains(" WARN ") && !l.contains(" DEBUG "))
+        .filter(|l| !l.starts_with(kopf_examples::UNUSED_RULES))
         .collect();
     assert_eq!(
         printed,

@@ -31,6 +31,26 @@ pub const STATUS_MAY_BE_UNUSED: (&str, &str) = (
     "status is written only when a handler returns a result or patches it",
 );
 
+/// Fails the test unless the output of an example that ran an emulator
+/// of its own lists, as unused (after [`kopf_examples::UNUSED_RULES`]),
+/// only rules that `allowed` names (as
+/// [`Example::assert_every_rule_used`]).
+pub fn assert_printed_rules_used(name: &str, output: &str, allowed: &[(&str, &str)]) {
+    let line = output
+        .lines()
+        .find_map(|line| line.strip_prefix(kopf_examples::UNUSED_RULES))
+        .unwrap_or_else(|| panic!("{name} printed no unused rules; its output:\n{output}"));
+    let unused: Vec<String> = serde_json::from_str(line).expect("a JSON list");
+    let unexplained: Vec<&String> = unused
+        .iter()
+        .filter(|rule| !allowed.iter().any(|(part, _)| rule.contains(part)))
+        .collect();
+    assert!(
+        unexplained.is_empty(),
+        "{name}: generated rules that nothing used: {unexplained:#?}"
+    );
+}
+
 /// A running example binary and what it has written so far.
 pub struct Example {
     name: String,
