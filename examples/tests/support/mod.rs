@@ -41,6 +41,11 @@ pub fn assert_printed_rules_used(name: &str, output: &str, allowed: &[(&str, &st
         .find_map(|line| line.strip_prefix(kopf_examples::UNUSED_RULES))
         .unwrap_or_else(|| panic!("{name} printed no unused rules; its output:\n{output}"));
     let unused: Vec<String> = serde_json::from_str(line).expect("a JSON list");
+    assert_explained(name, &unused, allowed);
+}
+
+/// Fails the test if a rule of `unused` is not one that `allowed` names.
+fn assert_explained(name: &str, unused: &[String], allowed: &[(&str, &str)]) {
     let unexplained: Vec<&String> = unused
         .iter()
         .filter(|rule| !allowed.iter().any(|(part, _)| rule.contains(part)))
@@ -387,15 +392,7 @@ impl Example {
     /// rule's text (`"resources":["events"]`) and why it must stay.
     pub async fn assert_every_rule_used(&mut self, allowed: &[(&str, &str)]) {
         let unused = self.unused_rules().await;
-        let unexplained: Vec<&String> = unused
-            .iter()
-            .filter(|rule| !allowed.iter().any(|(part, _)| rule.contains(part)))
-            .collect();
-        assert!(
-            unexplained.is_empty(),
-            "{}: generated rules that nothing used: {unexplained:#?}",
-            self.name
-        );
+        assert_explained(&self.name, &unused, allowed);
     }
 
     /// Sends the signal `name` (`TERM`, `KILL`, …), and returns at once.
