@@ -23,7 +23,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
 use crate::admission::Reviewer;
-use crate::deploying::{self, Missing, MissingPermissions, Permission};
+use crate::deploying::{Missing, MissingPermissions, Permission};
 use crate::endpoints::{EndpointState, Endpoints};
 use crate::fencing::{self, Fence, Held};
 use crate::fields::object_name;
@@ -55,6 +55,7 @@ use crate::watching::{ObjectEvent, ResourceWatcher, Seen};
 use crate::webhooks::{self, WebhookError, WebhookServer, managed};
 
 mod activities;
+mod permissions;
 
 use activities::Activity;
 
@@ -399,22 +400,6 @@ impl Operator {
         self
     }
 
-    /// Needs `permission` too, for what handlers do with their own client
-    /// (as `#[kopf::rbac]` declares): the start-up check asks for it.
-    pub fn rbac(mut self, permission: Permission) -> Self {
-        self.permissions.push(permission);
-        self
-    }
-
-    /// What to do when the API server says, at start-up, that the operator
-    /// lacks permissions it needs: fail with
-    /// [`OperatorError::MissingPermissions`] (the default), or warn and
-    /// serve anyway.
-    pub fn missing_permissions(mut self, on_missing: MissingPermissions) -> Self {
-        self.on_missing = on_missing;
-        self
-    }
-
     /// Serves only the namespaces `selector` matches.
     pub fn namespaces(mut self, selector: NamespaceSelector) -> Self {
         self.namespaces = selector;
@@ -444,58 +429,6 @@ impl Operator {
         // `stop` and every caller: the operator's whole run is large code,
         // not worth a copy in each place that awaits it.
         self.run_until_boxed(Box::pin(stop)).await
-    }
-
-    /// What of its configuration decides the permissions it needs, for
-    /// a client whose default namespace is `home`.
-    fn plan(&self, home: &str) -> deploying::Plan {
-        let mut plan = deploying::Plan::new(self.namespaces.clone(), home);
-        plan.peering = self.peering.as_ref().map(Peering::coordinates);
-        plan.webhooks = self.webhooks.is_some();
-        plan.webhooks_managed = self
-            .webhooks
-            .as_ref()
-            .and_then(WebhookServer::managed)
-            .map(|managed| managed.name.clone());
-        plan.events = self.settings.posting.enabled;
-        plan.declared = deploying::declared();
-        plan.declared.extend(self.permissions.iter().cloned());
-        plan
-    }
-
-    /// With the `emulator` feature: grants this operator, on `emulator`
-    /// (one that enforces RBAC, `EmulatorBuilder::rbac`), exactly the
-    /// rules that `manifests` prints for it, as the ServiceAccount
-    /// `default/name`, which it creates; then run it with
-    /// `emulator.client_as_service_account("default", name)` (what
-    /// `--emulator --emulator-rbac` does for [`run`](crate::run)).
-    ///
-    /// # Errors
-    /// [`GrantError`](crate::GrantError) when the permissions cannot be
-    /// derived or the objects cannot be created.
-    #[cfg(feature = "emulator")]
-    pub async fn grant_on_emulator(
-        &self,
-        emulator: &kopf_testing::Emulator,
-        name: &str,
-    ) -> Result<(), deploying::GrantError> {
-        let permissions = self
-            .permissions_needed(deploying::emulated::NAMESPACE)
-            .map_err(|error| deploying::GrantError(error.to_string()))?;
-        deploying::emulated::grant(emulator, name, &permissions)
-            .await
-            .map(drop)
-            .map_err(deploying::GrantError)
-    }
-
-    /// Every permission it needs, with a client whose default namespace
-    /// is `home`: what the start-up check asks for.
-    #[cfg(feature = "emulator")]
-    pub(crate) fn permissions_needed(
-        &self,
-        home: &str,
-    ) -> Result<Vec<Permission>, deploying::PermissionError> {
-        deploying::required(&self.registry, &self.plan(home), &deploying::Named::offline)
     }
 
     fn run_until_boxed<'a>(
@@ -614,14 +547,8 @@ impl Operator {
                     probes.connect(client.clone());
                 }
             }
-            let start_up = deploying::StartUp {
-                registry: &self.registry,
-                plan: self.plan(client.default_namespace()),
-                on_missing: self.on_missing,
-            };
             tokio::select! {
-                checked = deploying::at_start_up(&client, start_up) => checked
-                    .map_err(|(missing, report)| OperatorError::MissingPermissions { missing, report })?,
+                checked = self.check_permissions(&client) => checked?,
                 () = &mut stop => return Ok(()),
             }
             let start_poster = |posting: &PostingSettings| {

@@ -466,16 +466,16 @@ async fn run_as_service_account(
 
     let binary = std::env::args().next().unwrap_or_default();
     let name = crate::deploying::manifests::name_of_binary(&binary);
-    let permissions = operator
-        .permissions_needed(emulated::NAMESPACE)
-        .map_err(|error| RunError::Emulator(error.to_string()))?;
-    let token = emulated::grant(emulator, &name, &permissions)
+    operator
+        .grant_on_emulator(emulator, &name)
         .await
-        .map_err(RunError::Emulator)?;
+        .map_err(|error| RunError::Emulator(error.to_string()))?;
+    let token = emulator
+        .service_account_token(emulated::NAMESPACE, &name)
+        .map_err(|error| RunError::Emulator(format!("cannot mint a token of {name}: {error}")))?;
     let config = emulator_config(emulator, Some(token))?;
     tracing::info!(
         service_account = %format!("{}/{name}", emulated::NAMESPACE),
-        rules = permissions.len(),
         "the emulator enforces RBAC (--emulator-rbac): running as the operator's ServiceAccount, granted what `manifests` grants"
     );
     build_client(config, endpoints)

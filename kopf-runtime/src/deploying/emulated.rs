@@ -21,13 +21,12 @@ pub struct GrantError(pub(crate) String);
 pub(crate) const NAMESPACE: &str = "default";
 
 /// Creates the ServiceAccount `NAMESPACE/name` in `emulator` and the RBAC
-/// objects that grant it `permissions`, as an administrator; a token of
-/// the ServiceAccount.
+/// objects that grant it `permissions`, as an administrator.
 pub(crate) async fn grant(
     emulator: &kopf_testing::Emulator,
     name: &str,
     permissions: &[Permission],
-) -> Result<String, String> {
+) -> Result<(), String> {
     let admin = emulator.client();
     let account: ServiceAccount =
         serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
@@ -38,10 +37,7 @@ pub(crate) async fn grant(
         .map_err(|error| format!("cannot create the ServiceAccount {NAMESPACE}/{name}: {error}"))?;
     let objects =
         rbac::granting(name, NAMESPACE, permissions).map_err(|error| error.to_string())?;
-    create_all(&admin, objects).await?;
-    emulator
-        .service_account_token(NAMESPACE, name)
-        .map_err(|error| format!("cannot mint a token of {NAMESPACE}/{name}: {error}"))
+    create_all(&admin, objects).await
 }
 
 /// Creates the RBAC `objects` (roles and bindings, as JSON) with `admin`.
