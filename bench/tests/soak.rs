@@ -3,6 +3,10 @@
 //! operator breaks on purpose (`KOPF_SOAK_BREAK`) is reported as the
 //! violation of its invariant.
 //! Debug builds, a small population; the clean soak is the CI soak.
+//!
+//! They take minutes, so they are not part of the test command: they run
+//! with `cargo test --workspace --all-features --test soak -- --ignored`,
+//! a step of their own in `.ci/run`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -61,6 +65,7 @@ fn soak(label: &str, args: &[&str]) -> Value {
 }
 
 #[test]
+#[ignore = "soak: cargo test --workspace --all-features --test soak -- --ignored"]
 fn a_clean_soak_under_every_fault_keeps_every_promise() {
     let summary = soak(
         "clean",
@@ -143,6 +148,7 @@ const BROKEN: [(&str, &str); 12] = [
 /// The broken soaks run at once: each mostly waits (its churn, faults and
 /// bounds are timed), so together they take as long as the longest.
 #[test]
+#[ignore = "soak: cargo test --workspace --all-features --test soak -- --ignored"]
 fn each_promise_broken_on_purpose_is_caught() {
     std::thread::scope(|scope| {
         let soaks: Vec<_> = BROKEN

@@ -1,6 +1,8 @@
 //! Helpers shared by the workspace integration tests: an operator running
 //! against a fresh emulator, waiting for conditions, and recording calls.
 
+pub mod process;
+
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,4 +1,5 @@
-//! The `peering` example run as several processes, as replicas of one
+//! The `peering` example (built by this package from its source as the
+//! binary `peering-example`) run as several processes, as replicas of one
 //! operator, against one emulator over real HTTP: each process has its own
 //! kubeconfig file, `--identity` and short Lease timings (2 s, 1 s,
 //! 0.25 s, from the example's `PEERING_*` variables), and logs each tick
@@ -22,8 +23,6 @@
 //!   overdue timers find the Lease lapsed on its own clock; with and
 //!   without `--shards`.
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -32,9 +31,9 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::coordination::v1::Lease;
 use kopf_examples::{demo_object, examples_api};
 use kopf_testing::{Emulator, FailRule};
+use kopf_tests::process::{Example, PATIENCE};
 use kube::Api;
 use kube::api::PostParams;
-use support::{Example, PATIENCE};
 
 /// The Lease the replicas elect on.
 const LEASE: &str = "example";
@@ -158,7 +157,7 @@ impl Cluster {
         ]
         .map(|(name, value)| (name, value.as_secs_f64().to_string()));
         let env: Vec<(&str, &str)> = timings.iter().map(|(n, v)| (*n, v.as_str())).collect();
-        Example::spawn(env!("CARGO_BIN_EXE_peering"), &args, &env)
+        Example::spawn(env!("CARGO_BIN_EXE_peering-example"), &args, &env)
     }
 
     /// How many of the 8 shard slots each replica holds now.
