@@ -15,7 +15,8 @@
 //!   login handlers run again, and go on with what they return. Refused
 //!   credentials are never used again, as in Kopf.
 //! - Login handlers retry as other activities do (temporary errors after
-//!   their delay, up to `retries`). When they give no usable credential at
+//!   their delay, up to `retries` attempts and until `timeout` after the
+//!   first). When they give no usable credential at
 //!   start-up, the operator does not start ([`OperatorError::Login`]);
 //!   later, requests fail with a message saying so until a login, retried
 //!   with the operator's networking backoff, succeeds.
@@ -46,8 +47,8 @@ use tower::{BoxError, Layer as _};
 use crate::execution::{self, Resolution};
 use crate::handlers::Handler;
 use crate::kwargs::{Kwargs, Logger, Memo};
-use crate::metrics::{ApiMetricsLayer, HandlerOutcome};
-use crate::retrying::Backoff;
+use crate::metrics::ApiMetricsLayer;
+use crate::retrying::{Backoff, RetryPolicy};
 
 /// What a login handler returns: where the API server is and how to
 /// authenticate to it (Kopf's `kopf.ConnectionInfo`).
@@ -502,29 +503,23 @@ async fn run(handler: &Handler, default_backoff: Duration, memo: &Memo) -> Optio
     let logger = Logger::new(handler.id.clone());
     let started = jiff::Timestamp::now();
     let since = tokio::time::Instant::now();
+    let policy = RetryPolicy::of(&handler.options, default_backoff);
     let mut retry = 0;
     loop {
+        let runtime = since.elapsed();
         let mut kwargs = Kwargs::new(Value::Null);
         kwargs.logger = logger.clone();
         kwargs.memo = memo.clone();
         kwargs.retry = retry;
         kwargs.started = Some(started);
-        kwargs.runtime = since.elapsed();
-        let outcome = execution::invoke(handler, kwargs, handler.options.timeout).await;
-        let backoff = handler.options.backoff.unwrap_or(default_backoff);
-        match execution::resolve(handler, outcome, backoff, &logger) {
+        kwargs.runtime = runtime;
+        let outcome = execution::invoke(handler, kwargs, policy.limit(runtime)).await;
+        let attempt = (retry, since.elapsed());
+        match execution::resolve_attempt(handler, outcome, &policy, attempt, &logger) {
             Resolution::Succeeded(result) => return result,
             Resolution::Ignored | Resolution::Failed { .. } => return None,
             Resolution::Retry { delay, .. } => {
                 retry += 1;
-                if handler.options.retries.is_some_and(|limit| retry >= limit) {
-                    execution::count_given_up(handler, HandlerOutcome::RetriesExhausted);
-                    logger.error(format_args!(
-                        "Handler '{}' has exceeded {retry} retries.",
-                        handler.id
-                    ));
-                    return None;
-                }
                 tokio::time::sleep(delay).await;
             }
         }

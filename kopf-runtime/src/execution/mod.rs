@@ -30,6 +30,7 @@ use crate::handlers::{ErrorsMode, Handler, HandlerKind, KindOptions};
 use crate::kwargs::{Diff, Indexes, Kwargs, Logger, Memo, Patch, Reason};
 use crate::metrics::{HandlerMetrics, HandlerOutcome};
 use crate::progress::{ProgressRecord, ProgressStorage, format_timestamp};
+use crate::retrying::{GiveUp, RetryPolicy};
 
 mod lifecycle;
 mod subhandlers;
@@ -364,36 +365,14 @@ async fn attempt(
     let logger = &cause.logger;
     let name = &handler.id;
 
-    if let Some(timeout) = handler.options.timeout.filter(|t| runtime >= *t) {
-        logger.error(format_args!(
-            "Handler '{name}' has timed out after {}.",
-            seconds(timeout)
-        ));
-        count_given_up(handler, HandlerOutcome::Timeout);
-        return (
-            finish(
-                record,
-                false,
-                Some(format!("timed out after {}", seconds(timeout))),
-            ),
-            None,
-            None,
-        );
-    }
-    if let Some(limit) = handler.options.retries.filter(|limit| retries >= *limit) {
-        logger.error(format_args!(
-            "Handler '{name}' has exceeded {limit} retries."
-        ));
-        count_given_up(handler, HandlerOutcome::RetriesExhausted);
-        return (
-            finish(record, false, Some(format!("exceeded {limit} retries"))),
-            None,
-            None,
-        );
+    let policy = RetryPolicy::of(&handler.options, progression.default_backoff);
+    if let Some(why) = policy.before_attempt(retries, runtime) {
+        let message = give_up(handler, why, None, logger);
+        return (finish(record, false, Some(message)), None, None);
     }
 
     let patch = Patch::new();
-    let limit = handler.options.timeout.map(|t| t.saturating_sub(runtime));
+    let limit = policy.limit(runtime);
     let mut kwargs = Kwargs {
         patch: patch.clone(),
         retry: retries,
@@ -425,11 +404,10 @@ async fn attempt(
         ));
         return (delay_record(record, now, delay, None), None, handler_patch);
     }
-    let backoff = handler
-        .options
-        .backoff
-        .unwrap_or(progression.default_backoff);
-    let (record, result) = match resolve(handler, outcome, backoff, logger) {
+    let failed_at =
+        Duration::try_from(jiff::Timestamp::now().duration_since(started)).unwrap_or(runtime);
+    let attempt = (retries, failed_at);
+    let (record, result) = match resolve_attempt(handler, outcome, &policy, attempt, logger) {
         Resolution::Succeeded(result) => {
             logger.info(format_args!("Handler '{name}' succeeded."));
             (finish(record, true, None), result)
@@ -456,6 +434,51 @@ pub(crate) enum Resolution {
     Retry { delay: Duration, message: String },
     /// Failed for good; `message` says what went wrong.
     Failed { message: String },
+}
+
+/// Resolves the outcome of attempt number `retry` (0-based) of `handler`,
+/// which ended `runtime` after its first attempt started, by its `policy`:
+/// as [`resolve`] does, and a retry that the policy does not allow
+/// ([`RetryPolicy::after_failure`]) is given up ([`give_up`]).
+pub(crate) fn resolve_attempt(
+    handler: &Handler,
+    outcome: Outcome,
+    policy: &RetryPolicy,
+    (retry, runtime): (u32, Duration),
+    logger: &Logger,
+) -> Resolution {
+    match resolve(handler, outcome, policy.backoff, logger) {
+        Resolution::Retry { delay, message } => match policy.after_failure(retry, runtime, delay) {
+            Some(why) => Resolution::Failed {
+                message: give_up(handler, why, Some(&message), logger),
+            },
+            None => Resolution::Retry { delay, message },
+        },
+        resolution => resolution,
+    }
+}
+
+/// Gives `handler` up (see [`RetryPolicy`]): logs why, in the one wording
+/// of every kind of handler, counts it in the handler's metrics (as
+/// `timeout` or `retries_exhausted`), and returns the message of the
+/// failure, with the `last_error` if the handler had one.
+pub(crate) fn give_up(
+    handler: &Handler,
+    why: GiveUp,
+    last_error: Option<&str>,
+    logger: &Logger,
+) -> String {
+    logger.error(format_args!("Handler '{}' has {why}.", handler.id));
+    if let Some(metrics) = &handler.metrics {
+        metrics.count(match why {
+            GiveUp::TimedOut(_) => HandlerOutcome::Timeout,
+            GiveUp::RetriesExhausted(_) => HandlerOutcome::RetriesExhausted,
+        });
+    }
+    match last_error {
+        Some(error) => format!("{why}; the last error: {error}"),
+        None => why.to_string(),
+    }
 }
 
 /// Resolves a handler's outcome, logging a failure once, in Kopf's words.
@@ -564,14 +587,6 @@ pub fn invoke(
             in_flight.finish(HandlerOutcome::of(&outcome, regular));
         }
         outcome
-    }
-}
-
-/// Counts the runtime giving up on a handler between calls (its `timeout`
-/// has passed, or its `retries` are used up), if metrics are on.
-pub(crate) fn count_given_up(handler: &Handler, outcome: HandlerOutcome) {
-    if let Some(metrics) = &handler.metrics {
-        metrics.count(outcome);
     }
 }
 
@@ -858,26 +873,60 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_retry_limit_counts_attempts() {
-        let handler = Handler::on_create(resource(), "r", |_kw: Kwargs| async {
-            Err::<(), _>(Error::regular("nope"))
+    async fn the_retry_limit_counts_attempts_and_the_last_failure_is_final() {
+        let calls = Arc::new(AtomicU32::new(0));
+        let counted = Arc::clone(&calls);
+        let handler = Handler::on_create(resource(), "r", move |_kw: Kwargs| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { Err::<(), _>(Error::regular("nope")) }
         })
         .retries(2)
         .backoff(Duration::from_millis(1));
         let mut body = json!({"metadata": {}});
-        let mut attempts = 0;
-        loop {
-            let (out, patch) = step_one(&handler, body.clone()).await;
-            apply(&mut body, patch);
-            if out.done {
-                assert_eq!(out.failed, 1);
-                break;
-            }
-            attempts += 1;
-            assert!(attempts <= 2, "no more than 2 attempts");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        assert_eq!(attempts, 2);
+        let (out, patch) = step_one(&handler, body.clone()).await;
+        assert!(!out.done, "the first failure is retried");
+        apply(&mut body, patch);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let (out, _) = step_one(&handler, body.clone()).await;
+        assert!(
+            out.done,
+            "the second failure is final, no step without a call"
+        );
+        assert_eq!(out.failed, 1);
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_handler_is_given_up_before_an_attempt_past_its_limits() {
+        let calls = Arc::new(AtomicU32::new(0));
+        let counted = Arc::clone(&calls);
+        let handler = Handler::on_create(resource(), "r", move |_kw: Kwargs| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { Err::<(), _>(Error::regular("nope")) }
+        })
+        .retries(2);
+        // As an older operator (or one with other options) left it.
+        let storage = storage();
+        let mut body = json!({"metadata": {}});
+        let mut patch = json!({});
+        let record = ProgressRecord {
+            retries: Some(2),
+            ..ProgressRecord::default()
+        };
+        storage.store("r", &record, &body, &mut patch);
+        apply(&mut body, patch);
+        let mut patch = json!({});
+        let out = step(
+            &cause(body),
+            &[&handler],
+            std::slice::from_ref(&handler),
+            &progression(storage, Duration::from_secs(60)),
+            &mut patch,
+        )
+        .await;
+        assert!(out.done);
+        assert_eq!(out.failed, 1);
+        assert_eq!(calls.load(Ordering::SeqCst), 0, "not called again");
     }
 
     #[tokio::test]

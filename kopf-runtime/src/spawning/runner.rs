@@ -67,12 +67,6 @@ impl Run {
 
     /// Tell the observer about an outcome (the task's call logged it).
     pub(crate) fn report(&self, retry: u32, outcome: TaskOutcome, verdict: Verdict) {
-        if verdict == Verdict::GaveUp && !matches!(outcome, TaskOutcome::Permanent { .. }) {
-            crate::execution::count_given_up(
-                self.spec.handler(),
-                crate::metrics::HandlerOutcome::RetriesExhausted,
-            );
-        }
         let shared = &self.liveness.shared;
         self.observer.on_outcome(OutcomeReport {
             uid: Arc::clone(&shared.uid),
