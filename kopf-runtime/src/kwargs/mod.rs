@@ -21,9 +21,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::fields::resolve_field;
 use crate::settings::StartupSettings;
 
-pub use diff::{Diff, DiffItem, DiffOp, resolve};
+pub use diff::{Diff, DiffItem, DiffOp};
 pub(crate) use index::ObjectKey;
 pub use index::{Index, IndexError, IndexKey, Indexes, Store};
 pub use live::LiveBody;
@@ -360,7 +361,7 @@ impl Kwargs {
     /// The value at a dot-separated field path of the body (e.g. `spec.size`).
     pub fn field(&self, path: &str) -> Option<&Value> {
         let parts: Vec<&str> = path.split('.').collect();
-        resolve(&self.body, &parts)
+        resolve_field(&self.body, &parts)
     }
 }
 
