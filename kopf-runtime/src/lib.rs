@@ -756,7 +756,7 @@
 //! | [`Result`], [`Error`] | what handlers return, and how they fail (temporarily, permanently, regularly) |
 //! | [`Outcome`], [`HandlerError`], [`KwargError`], [`IntoOutcome`] | what a call yields ([`Handler::call`]), and how return types become it |
 //! | the [`params`] module: [`params::OldArg`], [`params::SpecArg`], … | the traits that inject each parameter, which the compiler names when a type is not accepted |
-//! | the [`posting`] module: [`posting::info`], [`posting::warn`], [`posting::exception`], [`posting::event`], with [`posting::EventType`] and [`posting::ObjectReference`] | Kubernetes Events about objects, from handlers |
+//! | the [`posting`] module: [`posting::info`], [`posting::warn`], [`posting::exception`], [`posting::event`], with [`posting::Severity`] and [`posting::ObjectReference`] | Kubernetes Events about objects, from handlers |
 
 mod admission;
 mod causes;
