@@ -273,9 +273,9 @@ fn digest(value: &Value) -> u64 {
     hasher.finish()
 }
 
-/// What the vault holds.
+/// What the vault holds: credentials, or where logging in is.
 #[derive(Clone)]
-enum State {
+enum LoginState {
     /// The login handlers run (at start, or once no credential is left).
     LoggingIn,
     /// The credentials to use, the first one first; never empty.
@@ -288,7 +288,7 @@ enum State {
 /// (Kopf's vault and authenticator).
 pub(crate) struct Vault {
     handlers: Vec<Handler>,
-    state: watch::Sender<State>,
+    state: watch::Sender<LoginState>,
     /// Digests of the credentials the API server refused.
     refused: Mutex<HashSet<u64>>,
     backoffs: Vec<Duration>,
@@ -311,7 +311,7 @@ impl Vault {
     ) -> Arc<Self> {
         Arc::new(Self {
             handlers,
-            state: watch::Sender::new(State::LoggingIn),
+            state: watch::Sender::new(LoginState::LoggingIn),
             refused: Mutex::new(HashSet::new()),
             backoffs,
             default_backoff,
@@ -352,7 +352,7 @@ impl Vault {
         let mut state = self.state.subscribe();
         loop {
             tokio::select! {
-                changed = state.wait_for(|s| matches!(s, State::LoggingIn)) => {
+                changed = state.wait_for(|s| matches!(s, LoginState::LoggingIn)) => {
                     if changed.is_err() {
                         return;
                     }
@@ -376,16 +376,16 @@ impl Vault {
                 () = tokio::time::sleep(delay) => {}
                 () = stop.cancelled() => return,
             }
-            self.state.send_replace(State::LoggingIn);
+            self.state.send_replace(LoginState::LoggingIn);
         }
     }
 
     fn fill(&self, credentials: Result<Vec<Credential>, LoginError>) {
         self.state.send_replace(match credentials {
-            Ok(credentials) => State::Ready(credentials),
+            Ok(credentials) => LoginState::Ready(credentials),
             Err(LoginError(message)) => {
                 tracing::error!("Authentication has failed: {message}");
-                State::Failed(message)
+                LoginState::Failed(message)
             }
         });
     }
@@ -429,13 +429,13 @@ impl Vault {
         loop {
             let current = state.borrow_and_update().clone();
             match current {
-                State::Ready(credentials) => match credentials.first() {
+                LoginState::Ready(credentials) => match credentials.first() {
                     Some(first) if first.expired() => self.drop_credential(first.id, false),
                     Some(first) => return Ok(first.clone()),
                     None => {}
                 },
-                State::Failed(message) => return Err(LoginError(message)),
-                State::LoggingIn => {}
+                LoginState::Failed(message) => return Err(LoginError(message)),
+                LoginState::LoggingIn => {}
             }
             if state.changed().await.is_err() {
                 return Err(LoginError("the operator is stopping".into()));
@@ -447,7 +447,7 @@ impl Vault {
     /// expired); without credentials, the login handlers run again.
     fn drop_credential(&self, id: u64, refused: bool) {
         self.state.send_if_modified(|state| {
-            let State::Ready(credentials) = state else {
+            let LoginState::Ready(credentials) = state else {
                 return false;
             };
             let Some(position) = credentials.iter().position(|c| c.id == id) else {
@@ -462,7 +462,7 @@ impl Vault {
                 tracing::info!("The API server refused a credential (401 Unauthorized).");
             }
             if credentials.is_empty() {
-                *state = State::LoggingIn;
+                *state = LoginState::LoggingIn;
             }
             true
         });
