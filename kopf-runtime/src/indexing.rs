@@ -43,7 +43,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::execution::{self, Resolution};
+use crate::execution::{self, Disposition};
 use crate::fields::{meta_str, object_name};
 use crate::handlers::{Handler, HandlerKind};
 use crate::kwargs::{Index, Indexes, Kwargs, Logger, MemoBase, ObjectKey};
@@ -381,21 +381,21 @@ impl ResourceIndexer {
                 }
             };
             match resolution {
-                Resolution::Succeeded(Some(result)) => {
+                Disposition::Succeeded(Some(result)) => {
                     index.replace(&key, &result);
                     self.indexed.insert(key.clone());
                     self.failures.remove(&(uid.clone(), position));
                 }
-                Resolution::Succeeded(None) => {
+                Disposition::Succeeded(None) => {
                     self.failures.remove(&(uid.clone(), position));
                 }
-                Resolution::Ignored => {}
-                Resolution::Retry { delay, .. } => {
+                Disposition::Ignored => {}
+                Disposition::Retry { delay, .. } => {
                     index.discard(&key);
                     let failure = failed(Some(Instant::now() + delay));
                     self.failures.insert((uid.clone(), position), failure);
                 }
-                Resolution::Failed { .. } => {
+                Disposition::Failed { .. } => {
                     index.discard(&key);
                     self.failures.insert((uid.clone(), position), failed(None));
                 }

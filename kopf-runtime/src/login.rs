@@ -44,7 +44,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tower::{BoxError, Layer as _};
 
-use crate::execution::{self, Resolution};
+use crate::execution::{self, Disposition};
 use crate::handlers::Handler;
 use crate::kwargs::{Kwargs, Logger, Memo};
 use crate::metrics::ApiMetricsLayer;
@@ -516,9 +516,9 @@ async fn run(handler: &Handler, default_backoff: Duration, memo: &Memo) -> Optio
         let outcome = execution::invoke(handler, kwargs, policy.limit(runtime)).await;
         let attempt = (retry, since.elapsed());
         match execution::resolve_attempt(handler, outcome, &policy, attempt, &logger) {
-            Resolution::Succeeded(result) => return result,
-            Resolution::Ignored | Resolution::Failed { .. } => return None,
-            Resolution::Retry { delay, .. } => {
+            Disposition::Succeeded(result) => return result,
+            Disposition::Ignored | Disposition::Failed { .. } => return None,
+            Disposition::Retry { delay, .. } => {
                 retry += 1;
                 tokio::time::sleep(delay).await;
             }

@@ -408,15 +408,15 @@ async fn attempt(
         Duration::try_from(jiff::Timestamp::now().duration_since(started)).unwrap_or(runtime);
     let attempt = (retries, failed_at);
     let (record, result) = match resolve_attempt(handler, outcome, &policy, attempt, logger) {
-        Resolution::Succeeded(result) => {
+        Disposition::Succeeded(result) => {
             logger.info(format_args!("Handler '{name}' succeeded."));
             (finish(record, true, None), result)
         }
-        Resolution::Ignored => (finish(record, true, None), None),
-        Resolution::Retry { delay, message } => {
+        Disposition::Ignored => (finish(record, true, None), None),
+        Disposition::Retry { delay, message } => {
             (delay_record(record, now, delay, Some(message)), None)
         }
-        Resolution::Failed { message } => (finish(record, false, Some(message)), None),
+        Disposition::Failed { message } => (finish(record, false, Some(message)), None),
     };
     (record, result, handler_patch)
 }
@@ -425,7 +425,7 @@ async fn attempt(
 /// kind and the handler's `errors` mode; the same for change handlers,
 /// daemons and timers.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Resolution {
+pub(crate) enum Disposition {
     /// Success, with the result for `status.<id>`, if any.
     Succeeded(Option<Value>),
     /// A regular error with `errors = ignored`: done, as if it succeeded.
@@ -446,15 +446,17 @@ pub(crate) fn resolve_attempt(
     policy: &RetryPolicy,
     (retry, runtime): (u32, Duration),
     logger: &Logger,
-) -> Resolution {
+) -> Disposition {
     match resolve(handler, outcome, policy.backoff, logger) {
-        Resolution::Retry { delay, message } => match policy.after_failure(retry, runtime, delay) {
-            Some(why) => Resolution::Failed {
-                message: give_up(handler, why, Some(&message), logger),
-            },
-            None => Resolution::Retry { delay, message },
-        },
-        resolution => resolution,
+        Disposition::Retry { delay, message } => {
+            match policy.after_failure(retry, runtime, delay) {
+                Some(why) => Disposition::Failed {
+                    message: give_up(handler, why, Some(&message), logger),
+                },
+                None => Disposition::Retry { delay, message },
+            }
+        }
+        disposition => disposition,
     }
 }
 
@@ -489,44 +491,44 @@ pub(crate) fn resolve(
     outcome: Outcome,
     backoff: Duration,
     logger: &Logger,
-) -> Resolution {
+) -> Disposition {
     let name = &handler.id;
     match outcome {
-        Ok(result) => Resolution::Succeeded(result.filter(|r| !r.is_null())),
+        Ok(result) => Disposition::Succeeded(result.filter(|r| !r.is_null())),
         Err(HandlerError::Temporary { message, delay }) => {
             logger.error(format_args!(
                 "Handler '{name}' failed temporarily: {message}"
             ));
             let delay = delay.unwrap_or(backoff);
-            Resolution::Retry { delay, message }
+            Disposition::Retry { delay, message }
         }
         Err(HandlerError::Permanent { message }) => {
             logger.error(format_args!(
                 "Handler '{name}' failed permanently: {message}"
             ));
-            Resolution::Failed { message }
+            Disposition::Failed { message }
         }
         Err(error) => {
             let message = error.to_string();
-            let (next, resolution) = match handler.options.errors {
-                ErrorsMode::Ignored => ("ignore", Resolution::Ignored),
-                ErrorsMode::Permanent => ("stop", Resolution::Failed { message }),
+            let (next, disposition) = match handler.options.errors {
+                ErrorsMode::Ignored => ("ignore", Disposition::Ignored),
+                ErrorsMode::Permanent => ("stop", Disposition::Failed { message }),
                 ErrorsMode::Temporary => {
                     let delay = backoff;
-                    ("retry", Resolution::Retry { delay, message })
+                    ("retry", Disposition::Retry { delay, message })
                 }
             };
             logger.error(format_args!(
                 "Handler '{name}' failed with an exception. Will {next}: {error}"
             ));
-            resolution
+            disposition
         }
     }
 }
 
-/// A handler call started by [`guard`]: it resolves to the call's output,
+/// A handler call started by [`catch_panics`]: it resolves to the call's output,
 /// or to the message of its panic.
-pub(crate) type Guarded<F> = Map<
+pub(crate) type PanicsCaught<F> = Map<
     Either<CatchUnwind<AssertUnwindSafe<F>>, Ready<std::thread::Result<<F as Future>::Output>>>,
     fn(std::thread::Result<<F as Future>::Output>) -> Result<<F as Future>::Output, String>,
 >;
@@ -534,7 +536,7 @@ pub(crate) type Guarded<F> = Map<
 /// Starts a handler call with its panics caught, whether the call panics
 /// when started or while it runs: the one guard of every handler call
 /// (change handlers, event handlers, daemons, timers).
-pub(crate) fn guard<F: Future>(start: impl FnOnce() -> F) -> Guarded<F> {
+pub(crate) fn catch_panics<F: Future>(start: impl FnOnce() -> F) -> PanicsCaught<F> {
     let started = match std::panic::catch_unwind(AssertUnwindSafe(start)) {
         Ok(future) => Either::Left(AssertUnwindSafe(future).catch_unwind()),
         Err(panic) => Either::Right(futures::future::ready(Err(panic))),
@@ -561,7 +563,7 @@ pub fn invoke(
 ) -> impl Future<Output = Outcome> + Send + use<> {
     let errors = handler.options.errors;
     let in_flight = handler.metrics.clone().map(HandlerMetrics::start);
-    let call = guard(|| handler.call(kwargs));
+    let call = catch_panics(|| handler.call(kwargs));
     async move {
         let outcome = match limit {
             Some(limit) => match tokio::time::timeout(limit, call).await {

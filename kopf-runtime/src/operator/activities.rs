@@ -33,7 +33,7 @@ use kube::Client;
 use tokio::time::Instant;
 
 use crate::errors::HandlerError;
-use crate::execution::{self, Resolution};
+use crate::execution::{self, Disposition};
 use crate::handlers::Handler;
 use crate::kwargs::{Kwargs, Logger, Memo};
 use crate::posting::{self, EventPoster};
@@ -165,13 +165,13 @@ async fn attempt(handler: &Handler, state: &mut Attempts, activity: &Activity<'_
     let attempt = (state.retry, started_at.elapsed());
     state.retry += 1;
     state.ended = match execution::resolve_attempt(handler, outcome, &policy, attempt, &logger) {
-        Resolution::Succeeded(_) => {
+        Disposition::Succeeded(_) => {
             logger.info(format_args!("Handler '{name}' succeeded."));
             Some(Ok(()))
         }
-        Resolution::Ignored => Some(Ok(())),
-        Resolution::Failed { message } => Some(Err(message)),
-        Resolution::Retry { delay, .. } => {
+        Disposition::Ignored => Some(Ok(())),
+        Disposition::Failed { message } => Some(Err(message)),
+        Disposition::Retry { delay, .. } => {
             let now = Instant::now();
             state.due = now.checked_add(delay).unwrap_or(now + FAR);
             None

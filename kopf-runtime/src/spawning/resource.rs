@@ -30,7 +30,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::execution::{self, Resolution};
+use crate::execution::{self, Disposition};
 use crate::fields::ensure_field;
 use crate::fields::{merge_into, object_name};
 use crate::handlers::Handler;
@@ -264,7 +264,7 @@ async fn call(handler: &Handler, env: &TaskEnvironment, mut ctx: TaskContext) ->
     let backoff = handler.options.backoff.unwrap_or(env.default_backoff);
     let resolution = execution::resolve(handler, outcome, backoff, logger);
     let result = match &resolution {
-        Resolution::Succeeded(Some(result)) => Some(result.clone()),
+        Disposition::Succeeded(Some(result)) => Some(result.clone()),
         _ => None,
     };
     if (!patch.is_empty() || result.is_some()) && !stopped.is_set() {
@@ -278,10 +278,10 @@ async fn call(handler: &Handler, env: &TaskEnvironment, mut ctx: TaskContext) ->
         apply(env, (&uid, &stopped), &body, merged, logger).await;
     }
     match resolution {
-        Resolution::Succeeded(result) => TaskOutcome::Ok(result),
-        Resolution::Ignored => TaskOutcome::Ok(None),
-        Resolution::Retry { delay, message } => TaskOutcome::Temporary { delay, message },
-        Resolution::Failed { message } => TaskOutcome::Permanent { message },
+        Disposition::Succeeded(result) => TaskOutcome::Ok(result),
+        Disposition::Ignored => TaskOutcome::Ok(None),
+        Disposition::Retry { delay, message } => TaskOutcome::Temporary { delay, message },
+        Disposition::Failed { message } => TaskOutcome::Permanent { message },
     }
 }
 

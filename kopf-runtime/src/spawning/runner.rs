@@ -1,6 +1,6 @@
 //! One handler call of a running task ([`Run`]): builds the
 //! [`TaskContext`], catches panics (with the guard of every handler call,
-//! [`execution::guard`](crate::execution::guard)), reports outcomes to the
+//! [`execution::catch_panics`](crate::execution::catch_panics)), reports outcomes to the
 //! [`Observer`].
 //! Shared by the daemon and timer loops.
 
@@ -60,7 +60,7 @@ impl Run {
             started_at,
             liveness: Arc::clone(&self.liveness),
         };
-        crate::execution::guard(|| (self.spec.call)(ctx))
+        crate::execution::catch_panics(|| (self.spec.call)(ctx))
             .await
             .unwrap_or_else(|message| TaskOutcome::Error { message })
     }
