@@ -46,7 +46,7 @@ use tokio::time::Instant;
 use crate::execution::{self, Disposition};
 use crate::fields::{meta_str, object_name};
 use crate::handlers::{Handler, HandlerKind};
-use crate::kwargs::{Index, Indexes, Kwargs, Logger, MemoBase, ObjectKey};
+use crate::kwargs::{Attempt, Index, Indexes, Kwargs, Logger, MemoBase, ObjectKey};
 use crate::registry::Registry;
 use crate::watching::{ObjectEvent, Seen};
 
@@ -350,9 +350,11 @@ impl ResourceIndexer {
                     None => continue,
                     Some(at) if at > Instant::now() => continue,
                     Some(_) => {
-                        kwargs.retry = failure.attempts;
-                        kwargs.started = Some(failure.started);
-                        kwargs.runtime = failure.first_failed.elapsed();
+                        kwargs = kwargs.with_attempt(Attempt {
+                            retry: failure.attempts,
+                            started: failure.started,
+                            runtime: failure.first_failed.elapsed(),
+                        });
                     }
                 }
             }

@@ -46,7 +46,7 @@ use tower::{BoxError, Layer as _};
 
 use crate::execution::{self, Disposition};
 use crate::handlers::Handler;
-use crate::kwargs::{Kwargs, Logger, Memo};
+use crate::kwargs::{Attempt, Kwargs, Logger, Memo};
 use crate::metrics::ApiMetricsLayer;
 use crate::retrying::{Backoff, RetryPolicy};
 
@@ -507,12 +507,11 @@ async fn run(handler: &Handler, default_backoff: Duration, memo: &Memo) -> Optio
     let mut retry = 0;
     loop {
         let runtime = since.elapsed();
-        let mut kwargs = Kwargs::new(Value::Null);
-        kwargs.logger = logger.clone();
-        kwargs.memo = memo.clone();
-        kwargs.retry = retry;
-        kwargs.started = Some(started);
-        kwargs.runtime = runtime;
+        let kwargs = Kwargs::of_operator(memo.clone(), logger.clone()).with_attempt(Attempt {
+            retry,
+            started,
+            runtime,
+        });
         let outcome = execution::invoke(handler, kwargs, policy.limit(runtime)).await;
         let attempt = (retry, since.elapsed());
         match execution::resolve_attempt(handler, outcome, &policy, attempt, &logger) {

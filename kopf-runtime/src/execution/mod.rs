@@ -27,7 +27,7 @@ use smallvec::SmallVec;
 use crate::errors::{HandlerError, Outcome};
 use crate::fields::{ensure_field, merge_into};
 use crate::handlers::{ErrorsMode, Handler, HandlerKind, KindOptions};
-use crate::kwargs::{Diff, Indexes, Kwargs, Logger, Memo, Patch, Reason};
+use crate::kwargs::{Attempt, Diff, Indexes, Kwargs, Logger, Memo, Patch, Reason};
 use crate::metrics::{HandlerMetrics, HandlerOutcome};
 use crate::progress::{ProgressRecord, ProgressStorage, format_timestamp};
 use crate::retrying::{GiveUp, RetryPolicy};
@@ -77,17 +77,18 @@ impl CauseContext {
     /// The kwargs for `handler`: field-scoped handlers see their field's
     /// values and the diff reduced to it ([`Handler::scope_kwargs`]).
     pub fn kwargs(&self, handler: &Handler) -> Kwargs {
-        let mut kwargs = Kwargs::of(
+        let kwargs = Kwargs::of(
             Arc::clone(&self.body),
             self.memo.clone(),
             self.logger.clone(),
+        )
+        .with_cluster(self.client.clone(), self.indexes.clone())
+        .with_change(
+            self.reason,
+            self.diff.clone(),
+            self.old.clone(),
+            self.new.clone(),
         );
-        kwargs.reason = Some(self.reason);
-        kwargs.client = self.client.clone();
-        kwargs.indexes = self.indexes.clone();
-        kwargs.diff = self.diff.clone();
-        kwargs.old = self.old.clone();
-        kwargs.new = self.new.clone();
         handler.scope_kwargs(kwargs)
     }
 
@@ -373,13 +374,12 @@ async fn attempt(
 
     let patch = Patch::new();
     let limit = policy.limit(runtime);
-    let mut kwargs = Kwargs {
-        patch: patch.clone(),
+    let mut kwargs = cause.kwargs(handler).with_attempt(Attempt {
         retry: retries,
-        started: Some(started),
+        started,
         runtime,
-        ..cause.kwargs(handler)
-    };
+    });
+    kwargs.patch = patch.clone();
     let subhandlers = Subhandlers::of_parent(handler, cause, &kwargs, progression);
     kwargs.subhandlers = subhandlers.as_ref().map(Subhandlers::erased);
     // Called in a statement of its own: the kwargs are no part of what the

@@ -5,6 +5,7 @@
 //! as Kopf does with its keyword arguments. Which parameters each handler kind
 //! accepts is listed in the crate documentation.
 
+mod building;
 mod diff;
 mod index;
 mod live;
@@ -24,6 +25,7 @@ use serde_json::Value;
 use crate::fields::resolve_field;
 use crate::settings::StartupSettings;
 
+pub(crate) use building::Attempt;
 pub use diff::{Diff, DiffItem, DiffOp};
 pub(crate) use index::ObjectKey;
 pub use index::{Index, IndexError, IndexKey, Indexes, Store};

@@ -35,7 +35,7 @@ use tokio::time::Instant;
 use crate::errors::HandlerError;
 use crate::execution::{self, Disposition};
 use crate::handlers::Handler;
-use crate::kwargs::{Kwargs, Logger, Memo};
+use crate::kwargs::{Attempt, Kwargs, Logger, Memo};
 use crate::posting::{self, EventPoster};
 use crate::retrying::RetryPolicy;
 use crate::settings::{OperatorSettings, StartupSettings};
@@ -142,16 +142,16 @@ async fn attempt(handler: &Handler, state: &mut Attempts, activity: &Activity<'_
         .get_or_insert_with(|| (jiff::Timestamp::now(), Instant::now()));
     let runtime = started_at.elapsed();
     let logger = Logger::new(handler.id.clone());
-    let mut kwargs = Kwargs::new(serde_json::Value::Null);
+    let mut kwargs =
+        Kwargs::of_operator(activity.memo.clone(), logger.clone()).with_attempt(Attempt {
+            retry: state.retry,
+            started,
+            runtime,
+        });
     kwargs.client = Some(activity.client.clone());
-    kwargs.memo = activity.memo.clone();
     if let Settings::Changing(settings) = &activity.settings {
-        kwargs.settings = Some((*settings).clone());
+        kwargs = kwargs.with_settings((*settings).clone());
     }
-    kwargs.logger = logger.clone();
-    kwargs.retry = state.retry;
-    kwargs.started = Some(started);
-    kwargs.runtime = runtime;
     let limit = RetryPolicy::of(&handler.options, Duration::ZERO).limit(runtime);
     let mut outcome = execution::invoke(handler, kwargs, limit).await;
     if let Settings::Changing(settings) = &activity.settings

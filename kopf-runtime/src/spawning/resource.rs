@@ -34,7 +34,7 @@ use crate::execution::{self, Disposition};
 use crate::fields::ensure_field;
 use crate::fields::{merge_into, object_name};
 use crate::handlers::Handler;
-use crate::kwargs::{Indexes, Kwargs, LiveBody, Logger, Memo, Stopped};
+use crate::kwargs::{Attempt, Indexes, Kwargs, LiveBody, Logger, Memo, Stopped};
 use crate::memories::Memories;
 use crate::patching::ResourceTarget;
 use crate::patching::{PatchError, PatchOutcome, PatchTarget, Patcher};
@@ -234,12 +234,11 @@ async fn call(handler: &Handler, env: &TaskEnvironment, mut ctx: TaskContext) ->
         memo: env.memories.memo_of(&ctx.uid),
     });
     let logger = &object.logger;
-    let mut kwargs = Kwargs::of(Arc::clone(&body), object.memo.clone(), logger.clone());
-    kwargs.retry = ctx.retry;
-    kwargs.started = Some(ctx.started);
-    kwargs.runtime = ctx.runtime();
-    kwargs.client = Some(env.client.clone());
-    kwargs.indexes = env.indexes.clone();
+    let attempt = Attempt {
+        retry: ctx.retry,
+        started: ctx.started,
+        runtime: ctx.runtime(),
+    };
     // The call's receiver itself becomes `live`.
     let TaskContext {
         uid,
@@ -248,8 +247,10 @@ async fn call(handler: &Handler, env: &TaskEnvironment, mut ctx: TaskContext) ->
         liveness,
         ..
     } = ctx;
-    kwargs.stopped = Some(Stopped::of(&stopped));
-    kwargs.live = Some(LiveBody::new(receiver));
+    let kwargs = Kwargs::of(Arc::clone(&body), object.memo.clone(), logger.clone())
+        .with_cluster(Some(env.client.clone()), env.indexes.clone())
+        .with_attempt(attempt)
+        .with_task(Stopped::of(&stopped), LiveBody::new(receiver));
     let patch = kwargs.patch.clone();
 
     let invoking = execution::invoke(handler, kwargs, None);
