@@ -359,7 +359,7 @@ impl ResourceIndexer {
                     }
                 }
             }
-            kwargs.client = Some(self.client.clone());
+            kwargs = kwargs.with_cluster(Some(self.client.clone()), Indexes::default());
             let policy = RetryPolicy::of(&handler.options, self.default_backoff);
             let runtime = failure.map_or(Duration::ZERO, |f| f.first_failed.elapsed());
             let outcome = execution::invoke(handler, kwargs, policy.limit(runtime)).await;

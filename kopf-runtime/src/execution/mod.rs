@@ -14,6 +14,8 @@
 //! - A handler running longer than what is left of its `timeout` is
 //!   abandoned and fails permanently.
 //! - `retries` counts attempts: with `retries = 3` the third failure is final.
+//!   When a handler is given up is [`RetryPolicy`]'s rule, the same for
+//!   every kind of handler.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;

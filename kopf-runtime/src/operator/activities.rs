@@ -35,7 +35,7 @@ use tokio::time::Instant;
 use crate::errors::HandlerError;
 use crate::execution::{self, Disposition};
 use crate::handlers::Handler;
-use crate::kwargs::{Attempt, Kwargs, Logger, Memo};
+use crate::kwargs::{Attempt, Indexes, Kwargs, Logger, Memo};
 use crate::posting::{self, EventPoster};
 use crate::retrying::RetryPolicy;
 use crate::settings::{OperatorSettings, StartupSettings};
@@ -142,13 +142,13 @@ async fn attempt(handler: &Handler, state: &mut Attempts, activity: &Activity<'_
         .get_or_insert_with(|| (jiff::Timestamp::now(), Instant::now()));
     let runtime = started_at.elapsed();
     let logger = Logger::new(handler.id.clone());
-    let mut kwargs =
-        Kwargs::of_operator(activity.memo.clone(), logger.clone()).with_attempt(Attempt {
+    let mut kwargs = Kwargs::of_operator(activity.memo.clone(), logger.clone())
+        .with_cluster(Some(activity.client.clone()), Indexes::default())
+        .with_attempt(Attempt {
             retry: state.retry,
             started,
             runtime,
         });
-    kwargs.client = Some(activity.client.clone());
     if let Settings::Changing(settings) = &activity.settings {
         kwargs = kwargs.with_settings((*settings).clone());
     }
