@@ -19,7 +19,7 @@
 
 use kopf_examples::KopfExample;
 use kopf_runtime as kopf;
-use kopf_runtime::posting::{self, EventType};
+use kopf_runtime::posting::{self, Severity};
 use serde_json::Value;
 
 #[kopf::on_create(KopfExample)]
@@ -27,7 +27,7 @@ async fn create_fn(body: &Value) {
     // The all-purpose function for the event creation. Kubernetes takes
     // only `Normal` and `Warning` Events, so Kopf's custom `SomeType` has
     // no equivalent: this one is `Normal`.
-    posting::event(body, EventType::Normal, "SomeReason", "Some message");
+    posting::event(body, Severity::Normal, "SomeReason", "Some message");
 
     // The shortcuts for the conventional events and common cases.
     posting::info(body, "SomeReason", "Some message");

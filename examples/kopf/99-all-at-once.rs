@@ -23,7 +23,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kopf_examples::{DEMO_NAME, KopfExample};
 use kopf_runtime as kopf;
-use kopf_runtime::posting::{self, EventType};
+use kopf_runtime::posting::{self, Severity};
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::{Value, json};
@@ -57,16 +57,11 @@ async fn create_1(body: &Value) -> kopf::Result<Value> {
     let children = create_children(body);
 
     posting::info(body, "AnyReason", "");
-    posting::event(
-        body,
-        EventType::Warning,
-        "SomeReason",
-        "Cannot do something",
-    );
+    posting::event(body, Severity::Warning, "SomeReason", "Cannot do something");
     for child in &children {
         posting::event(
             child,
-            EventType::Normal,
+            Severity::Normal,
             "SomeReason",
             "Created as part of the job1step",
         );

@@ -47,7 +47,7 @@ use crate::errors::HandlerError;
 use crate::execution;
 use crate::fields::object_name;
 use crate::handlers::{Handler, HandlerKind, KindOptions, WebhookOptions};
-use crate::kwargs::{Admission, Diff, Indexes, Kwargs, Logger, MemoBase, Operation, Warnings};
+use crate::kwargs::{Admission, Indexes, Kwargs, Logger, MemoBase, Operation, Warnings};
 use crate::resources::Discovered;
 
 /// Why a request got no review at all (Kopf's `WebhookError`s).
@@ -191,14 +191,8 @@ impl Reviewer {
         let body = Arc::new(body);
         let (old, new) = (old.map(Arc::new), new.map(Arc::new));
         let logger = Logger::new(object_name(&body));
-        let mut kwargs = Kwargs::of(Arc::clone(&body), self.memo.fork(), logger);
-        kwargs.diff = Diff::between_shared(old.clone(), new.clone());
-        kwargs.old = old;
-        kwargs.new = new;
-        kwargs.client = self.client.clone();
-        kwargs.indexes = self.indexes.clone();
         let warnings = Warnings::default();
-        kwargs.admission = Some(Admission {
+        let admission = Admission {
             operation,
             dryrun,
             warnings: warnings.clone(),
@@ -206,7 +200,10 @@ impl Reviewer {
             subresource: subresource.clone(),
             headers: call.headers,
             ..Admission::default()
-        });
+        };
+        let kwargs = Kwargs::of(Arc::clone(&body), self.memo.fork(), logger)
+            .with_cluster(self.client.clone(), self.indexes.clone())
+            .with_admission(admission, old, new);
 
         let mut failures: Vec<(u8, String, u16)> = Vec::new();
         for handler in serving {

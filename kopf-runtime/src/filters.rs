@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::kwargs::{Kwargs, resolve};
+use crate::fields::resolve_field;
+use crate::kwargs::Kwargs;
 
 /// `PRESENT` or `ABSENT`: match on existence rather than on a value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -225,7 +226,7 @@ impl FieldPath {
 
     /// The value at this path in `body`.
     pub fn resolve<'v>(&self, body: &'v Value) -> Option<&'v Value> {
-        resolve(body, &self.parts())
+        resolve_field(body, &self.parts())
     }
 }
 

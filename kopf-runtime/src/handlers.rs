@@ -536,7 +536,7 @@ impl Handler {
             let parts = field.parts();
             let narrow = |value: Option<Arc<Value>>| {
                 value
-                    .and_then(|v| crate::kwargs::resolve(&v, &parts).cloned())
+                    .and_then(|v| crate::fields::resolve_field(&v, &parts).cloned())
                     .map(Arc::new)
             };
             kwargs.old = narrow(kwargs.old.take());

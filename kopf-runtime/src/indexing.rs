@@ -43,11 +43,12 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::execution::{self, Resolution};
+use crate::execution::{self, Disposition};
 use crate::fields::{meta_str, object_name};
 use crate::handlers::{Handler, HandlerKind};
-use crate::kwargs::{Index, Indexes, Kwargs, Logger, MemoBase, ObjectKey};
+use crate::kwargs::{Attempt, Index, Indexes, Kwargs, Logger, MemoBase, ObjectKey};
 use crate::registry::Registry;
+use crate::retrying::RetryPolicy;
 use crate::watching::{ObjectEvent, Seen};
 
 /// The indexes of an operator, and whether each is filled yet.
@@ -350,52 +351,49 @@ impl ResourceIndexer {
                     None => continue,
                     Some(at) if at > Instant::now() => continue,
                     Some(_) => {
-                        kwargs.retry = failure.attempts;
-                        kwargs.started = Some(failure.started);
-                        kwargs.runtime = failure.first_failed.elapsed();
+                        kwargs = kwargs.with_attempt(Attempt {
+                            retry: failure.attempts,
+                            started: failure.started,
+                            runtime: failure.first_failed.elapsed(),
+                        });
                     }
                 }
             }
-            kwargs.client = Some(self.client.clone());
-            let outcome = execution::invoke(handler, kwargs, handler.options.timeout).await;
-            let backoff = handler.options.backoff.unwrap_or(self.default_backoff);
-            let resolution = execution::resolve(handler, outcome, backoff, &logger);
+            kwargs = kwargs.with_cluster(Some(self.client.clone()), Indexes::default());
+            let policy = RetryPolicy::of(&handler.options, self.default_backoff);
+            let runtime = failure.map_or(Duration::ZERO, |f| f.first_failed.elapsed());
+            let outcome = execution::invoke(handler, kwargs, policy.limit(runtime)).await;
+            let attempt = (failure.map_or(0, |f| f.attempts), runtime);
+            let resolution =
+                execution::resolve_attempt(handler, outcome, &policy, attempt, &logger);
             let failed = |retry_at| {
                 let (attempts, started, first_failed) = failure.map_or_else(
                     || (1, jiff::Timestamp::now(), Instant::now()),
                     |f| (f.attempts + 1, f.started, f.first_failed),
                 );
-                let exhausted = handler
-                    .options
-                    .retries
-                    .is_some_and(|limit| attempts >= limit)
-                    || handler
-                        .options
-                        .timeout
-                        .is_some_and(|limit| first_failed.elapsed() >= limit);
                 Failure {
                     attempts,
                     started,
                     first_failed,
-                    retry_at: if exhausted { None } else { retry_at },
+                    retry_at,
                 }
             };
             match resolution {
-                Resolution::Succeeded(Some(result)) => {
+                Disposition::Succeeded(Some(result)) => {
                     index.replace(&key, &result);
                     self.indexed.insert(key.clone());
                     self.failures.remove(&(uid.clone(), position));
                 }
-                Resolution::Succeeded(None) => {
+                Disposition::Succeeded(None) => {
                     self.failures.remove(&(uid.clone(), position));
                 }
-                Resolution::Ignored => {}
-                Resolution::Retry { delay, .. } => {
+                Disposition::Ignored => {}
+                Disposition::Retry { delay, .. } => {
                     index.discard(&key);
                     let failure = failed(Some(Instant::now() + delay));
                     self.failures.insert((uid.clone(), position), failure);
                 }
-                Resolution::Failed { .. } => {
+                Disposition::Failed { .. } => {
                     index.discard(&key);
                     self.failures.insert((uid.clone(), position), failed(None));
                 }
@@ -540,6 +538,29 @@ mod tests {
                 json!(["from start-up", false])
             ],
             "each call's own insertion is not seen by the next"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_index_handler_out_of_retries_leaves_the_object_unindexed() {
+        let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let counted = Arc::clone(&calls);
+        let registry = crate::registry::Registry::builder()
+            .index(pods(), "by_node", move |_kw: Kwargs| {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async { Err::<Value, _>(Error::temporary("down", Duration::from_secs(1))) }
+            })
+            .retries(2);
+        let (_indexes, mut indexer, index) = setup(registry);
+        for _ in 0..4 {
+            indexer.observe(&upserted(&pod("a", "n1"))).await;
+            tokio::time::advance(Duration::from_secs(2)).await;
+        }
+        assert!(index.is_empty());
+        assert_eq!(
+            calls.load(std::sync::atomic::Ordering::SeqCst),
+            2,
+            "the second failure is final"
         );
     }
 

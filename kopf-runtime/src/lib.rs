@@ -84,7 +84,7 @@
 //! | [`Outcome`], [`HandlerError`], [`KwargError`], [`IntoOutcome`] | what a call yields ([`Handler::call`]), and how return types become it |
 //! | the [`guide`] module: [`guide::handlers`], [`guide::parameters`], … | the user's guide, a chapter per module, with examples that compile |
 //! | the [`params`] module: [`params::OldArg`], [`params::SpecArg`], … | the traits that inject each parameter, which the compiler names when a type is not accepted |
-//! | the [`posting`] module: [`posting::info`], [`posting::warn`], [`posting::exception`], [`posting::event`], with [`posting::EventType`] and [`posting::ObjectReference`] | Kubernetes Events about objects, from handlers |
+//! | the [`posting`] module: [`posting::info`], [`posting::warn`], [`posting::exception`], [`posting::event`], with [`posting::Severity`] and [`posting::ObjectReference`] | Kubernetes Events about objects, from handlers |
 
 mod admission;
 mod causes;

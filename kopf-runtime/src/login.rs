@@ -15,7 +15,8 @@
 //!   login handlers run again, and go on with what they return. Refused
 //!   credentials are never used again, as in Kopf.
 //! - Login handlers retry as other activities do (temporary errors after
-//!   their delay, up to `retries`). When they give no usable credential at
+//!   their delay, up to `retries` attempts and until `timeout` after the
+//!   first). When they give no usable credential at
 //!   start-up, the operator does not start ([`OperatorError::Login`]);
 //!   later, requests fail with a message saying so until a login, retried
 //!   with the operator's networking backoff, succeeds.
@@ -43,11 +44,11 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tower::{BoxError, Layer as _};
 
-use crate::execution::{self, Resolution};
+use crate::execution::{self, Disposition};
 use crate::handlers::Handler;
-use crate::kwargs::{Kwargs, Logger, Memo};
-use crate::metrics::{ApiMetricsLayer, HandlerOutcome};
-use crate::retrying::Backoff;
+use crate::kwargs::{Attempt, Kwargs, Logger, Memo};
+use crate::metrics::ApiMetricsLayer;
+use crate::retrying::{Backoff, RetryPolicy};
 
 /// What a login handler returns: where the API server is and how to
 /// authenticate to it (Kopf's `kopf.ConnectionInfo`).
@@ -272,9 +273,9 @@ fn digest(value: &Value) -> u64 {
     hasher.finish()
 }
 
-/// What the vault holds.
+/// What the vault holds: credentials, or where logging in is.
 #[derive(Clone)]
-enum State {
+enum LoginState {
     /// The login handlers run (at start, or once no credential is left).
     LoggingIn,
     /// The credentials to use, the first one first; never empty.
@@ -287,7 +288,7 @@ enum State {
 /// (Kopf's vault and authenticator).
 pub(crate) struct Vault {
     handlers: Vec<Handler>,
-    state: watch::Sender<State>,
+    state: watch::Sender<LoginState>,
     /// Digests of the credentials the API server refused.
     refused: Mutex<HashSet<u64>>,
     backoffs: Vec<Duration>,
@@ -310,7 +311,7 @@ impl Vault {
     ) -> Arc<Self> {
         Arc::new(Self {
             handlers,
-            state: watch::Sender::new(State::LoggingIn),
+            state: watch::Sender::new(LoginState::LoggingIn),
             refused: Mutex::new(HashSet::new()),
             backoffs,
             default_backoff,
@@ -351,7 +352,7 @@ impl Vault {
         let mut state = self.state.subscribe();
         loop {
             tokio::select! {
-                changed = state.wait_for(|s| matches!(s, State::LoggingIn)) => {
+                changed = state.wait_for(|s| matches!(s, LoginState::LoggingIn)) => {
                     if changed.is_err() {
                         return;
                     }
@@ -375,16 +376,16 @@ impl Vault {
                 () = tokio::time::sleep(delay) => {}
                 () = stop.cancelled() => return,
             }
-            self.state.send_replace(State::LoggingIn);
+            self.state.send_replace(LoginState::LoggingIn);
         }
     }
 
     fn fill(&self, credentials: Result<Vec<Credential>, LoginError>) {
         self.state.send_replace(match credentials {
-            Ok(credentials) => State::Ready(credentials),
+            Ok(credentials) => LoginState::Ready(credentials),
             Err(LoginError(message)) => {
                 tracing::error!("Authentication has failed: {message}");
-                State::Failed(message)
+                LoginState::Failed(message)
             }
         });
     }
@@ -428,13 +429,13 @@ impl Vault {
         loop {
             let current = state.borrow_and_update().clone();
             match current {
-                State::Ready(credentials) => match credentials.first() {
+                LoginState::Ready(credentials) => match credentials.first() {
                     Some(first) if first.expired() => self.drop_credential(first.id, false),
                     Some(first) => return Ok(first.clone()),
                     None => {}
                 },
-                State::Failed(message) => return Err(LoginError(message)),
-                State::LoggingIn => {}
+                LoginState::Failed(message) => return Err(LoginError(message)),
+                LoginState::LoggingIn => {}
             }
             if state.changed().await.is_err() {
                 return Err(LoginError("the operator is stopping".into()));
@@ -446,7 +447,7 @@ impl Vault {
     /// expired); without credentials, the login handlers run again.
     fn drop_credential(&self, id: u64, refused: bool) {
         self.state.send_if_modified(|state| {
-            let State::Ready(credentials) = state else {
+            let LoginState::Ready(credentials) = state else {
                 return false;
             };
             let Some(position) = credentials.iter().position(|c| c.id == id) else {
@@ -461,7 +462,7 @@ impl Vault {
                 tracing::info!("The API server refused a credential (401 Unauthorized).");
             }
             if credentials.is_empty() {
-                *state = State::LoggingIn;
+                *state = LoginState::LoggingIn;
             }
             true
         });
@@ -502,29 +503,22 @@ async fn run(handler: &Handler, default_backoff: Duration, memo: &Memo) -> Optio
     let logger = Logger::new(handler.id.clone());
     let started = jiff::Timestamp::now();
     let since = tokio::time::Instant::now();
+    let policy = RetryPolicy::of(&handler.options, default_backoff);
     let mut retry = 0;
     loop {
-        let mut kwargs = Kwargs::new(Value::Null);
-        kwargs.logger = logger.clone();
-        kwargs.memo = memo.clone();
-        kwargs.retry = retry;
-        kwargs.started = Some(started);
-        kwargs.runtime = since.elapsed();
-        let outcome = execution::invoke(handler, kwargs, handler.options.timeout).await;
-        let backoff = handler.options.backoff.unwrap_or(default_backoff);
-        match execution::resolve(handler, outcome, backoff, &logger) {
-            Resolution::Succeeded(result) => return result,
-            Resolution::Ignored | Resolution::Failed { .. } => return None,
-            Resolution::Retry { delay, .. } => {
+        let runtime = since.elapsed();
+        let kwargs = Kwargs::of_operator(memo.clone(), logger.clone()).with_attempt(Attempt {
+            retry,
+            started,
+            runtime,
+        });
+        let outcome = execution::invoke(handler, kwargs, policy.limit(runtime)).await;
+        let attempt = (retry, since.elapsed());
+        match execution::resolve_attempt(handler, outcome, &policy, attempt, &logger) {
+            Disposition::Succeeded(result) => return result,
+            Disposition::Ignored | Disposition::Failed { .. } => return None,
+            Disposition::Retry { delay, .. } => {
                 retry += 1;
-                if handler.options.retries.is_some_and(|limit| retry >= limit) {
-                    execution::count_given_up(handler, HandlerOutcome::RetriesExhausted);
-                    logger.error(format_args!(
-                        "Handler '{}' has exceeded {retry} retries.",
-                        handler.id
-                    ));
-                    return None;
-                }
                 tokio::time::sleep(delay).await;
             }
         }

@@ -61,9 +61,12 @@ pub(crate) enum PostError {
     Stopped,
 }
 
-/// The `type` of an Event.
+/// How serious an Event is: its `type`, `Normal` or `Warning`.
+///
+/// Not [`EventType`](crate::EventType), the `type` of a watch event that
+/// `on_event` handlers receive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum EventType {
+pub enum Severity {
     /// Something ordinary happened.
     Normal,
     /// Something went wrong or needs attention.
@@ -158,7 +161,7 @@ pub(crate) struct QueuedEvent {
     /// Who it is about.
     pub reference: ObjectReference,
     /// `Normal` or `Warning`.
-    pub event_type: EventType,
+    pub severity: Severity,
     /// A short CamelCase reason.
     pub reason: String,
     /// The human-readable message (cut when posted).
@@ -197,7 +200,7 @@ pub(crate) fn event_body(
         "kind": "Event",
         "metadata": {"namespace": namespace, "generateName": settings.event_name_prefix},
         "action": "Action?",
-        "type": event.event_type,
+        "type": event.severity,
         "reason": event.reason,
         "message": truncate_message(&event.message),
         "reportingComponent": settings.reporting_component,
@@ -243,22 +246,22 @@ impl EventPoster {
     pub fn event(
         &self,
         obj: impl Into<ObjectReference>,
-        event_type: EventType,
+        severity: Severity,
         reason: &str,
         message: &str,
     ) {
-        let level = match event_type {
-            EventType::Normal => PostingLevel::Info,
-            EventType::Warning => PostingLevel::Warning,
+        let level = match severity {
+            Severity::Normal => PostingLevel::Info,
+            Severity::Warning => PostingLevel::Warning,
         };
-        self.enqueue(obj.into(), event_type, level, reason, message);
+        self.enqueue(obj.into(), severity, level, reason, message);
     }
 
     /// Queue a `Normal` Event (Kopf's `kopf.info`).
     pub fn info(&self, obj: impl Into<ObjectReference>, reason: &str, message: &str) {
         self.enqueue(
             obj.into(),
-            EventType::Normal,
+            Severity::Normal,
             PostingLevel::Info,
             reason,
             message,
@@ -269,7 +272,7 @@ impl EventPoster {
     pub fn warn(&self, obj: impl Into<ObjectReference>, reason: &str, message: &str) {
         self.enqueue(
             obj.into(),
-            EventType::Warning,
+            Severity::Warning,
             PostingLevel::Warning,
             reason,
             message,
@@ -295,7 +298,7 @@ impl EventPoster {
         let reason = reason.filter(|r| !r.is_empty()).unwrap_or("Error");
         self.enqueue(
             obj.into(),
-            EventType::Warning,
+            Severity::Warning,
             PostingLevel::Error,
             reason,
             &message,
@@ -305,7 +308,7 @@ impl EventPoster {
     fn enqueue(
         &self,
         reference: ObjectReference,
-        event_type: EventType,
+        severity: Severity,
         level: PostingLevel,
         reason: &str,
         message: &str,
@@ -315,7 +318,7 @@ impl EventPoster {
         }
         let event = QueuedEvent {
             reference,
-            event_type,
+            severity,
             reason: reason.to_owned(),
             message: message.to_owned(),
         };
@@ -479,9 +482,9 @@ pub fn exception(
 }
 
 /// Post an Event of any type about `obj` from a handler (Kopf's `kopf.event`).
-pub fn event(obj: impl Into<ObjectReference>, event_type: EventType, reason: &str, message: &str) {
+pub fn event(obj: impl Into<ObjectReference>, severity: Severity, reason: &str, message: &str) {
     let reference = obj.into();
-    with_current(|p| p.event(reference, event_type, reason, message));
+    with_current(|p| p.event(reference, severity, reason, message));
 }
 
 #[cfg(test)]
@@ -542,7 +545,7 @@ mod tests {
     fn event_body_matches_kopf() {
         let event = QueuedEvent {
             reference: ObjectReference::from_body(&pod()),
-            event_type: EventType::Normal,
+            severity: Severity::Normal,
             reason: "Created".into(),
             message: "ok".into(),
         };
@@ -580,11 +583,11 @@ mod tests {
         let error = rx.try_recv().expect("the exception is posted");
         assert_eq!(
             (
-                error.event_type,
+                error.severity,
                 error.reason.as_str(),
                 error.message.as_str()
             ),
-            (EventType::Warning, "Error", "failed: boom")
+            (Severity::Warning, "Error", "failed: boom")
         );
         assert!(rx.try_recv().is_err());
 
@@ -699,7 +702,7 @@ mod tests {
         let (p, mut rx) = poster(PostingSettings::default());
         scope(p, async {
             info(&pod(), "Created", "in scope");
-            event(&pod(), EventType::Warning, "Odd", "typed");
+            event(&pod(), Severity::Warning, "Odd", "typed");
         })
         .await;
         info(&pod(), "Created", "out of scope"); // no poster: dropped quietly
@@ -708,8 +711,8 @@ mod tests {
             Some("in scope")
         );
         assert_eq!(
-            rx.try_recv().map(|e| e.event_type).ok(),
-            Some(EventType::Warning)
+            rx.try_recv().map(|e| e.severity).ok(),
+            Some(Severity::Warning)
         );
         assert!(rx.try_recv().is_err());
     }

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use crate::execution;
 use crate::handlers::Handler;
 use crate::health::Health;
-use crate::kwargs::{Indexes, Kwargs, Logger, Memo};
+use crate::kwargs::{Attempt, Indexes, Kwargs, Logger, Memo};
 
 /// How long the results of the probe handlers are served before they run
 /// again (Kopf's period).
@@ -111,12 +111,14 @@ impl Probes {
 
     async fn run(&self, client: &kube::Client) -> ProbeResults {
         let calls = self.handlers.iter().map(|handler| {
-            let mut kwargs = Kwargs::new(Value::Null);
-            kwargs.client = Some(client.clone());
-            kwargs.logger = Logger::new(handler.id.clone());
-            kwargs.memo = self.memo.clone();
-            kwargs.indexes = self.indexes.clone();
-            kwargs.started = Some(jiff::Timestamp::now());
+            let logger = Logger::new(handler.id.clone());
+            let kwargs = Kwargs::of_operator(self.memo.clone(), logger)
+                .with_cluster(Some(client.clone()), self.indexes.clone())
+                .with_attempt(Attempt {
+                    retry: 0,
+                    started: jiff::Timestamp::now(),
+                    runtime: Duration::ZERO,
+                });
             let limit = handler.options.timeout.unwrap_or(PROBE_TIMEOUT);
             let call = execution::invoke(handler, kwargs, Some(limit));
             async move { (handler.id.as_str(), call.await) }

@@ -530,10 +530,8 @@ impl ResourceProcessor {
             let probe = OnceCell::new();
             let kwargs = || {
                 probe.get_or_init(|| {
-                    let mut kwargs =
-                        Kwargs::of(Arc::clone(body), memory.memo.clone(), logger.clone());
-                    kwargs.indexes = self.handlers.indexes.clone();
-                    kwargs
+                    Kwargs::of(Arc::clone(body), memory.memo.clone(), logger.clone())
+                        .with_cluster(None, self.handlers.indexes.clone())
                 })
             };
             let matches = |h: &Handler| h.filters.is_empty() || h.filters.matches_object(kwargs());
@@ -801,12 +799,9 @@ impl ResourceProcessor {
         let patch = Patch::new();
         for handler in &self.handlers.watching {
             let memo = memo.clone().unwrap_or_else(|| self.memories.fresh_memo());
-            let mut kwargs = Kwargs::of(Arc::clone(body), memo, logger.clone());
-            kwargs.patch = patch.clone();
-            kwargs.event = Some(Arc::clone(&raw));
-            kwargs.event_type = event_type;
-            kwargs.client = Some(self.client.clone());
-            kwargs.indexes = self.handlers.indexes.clone();
+            let kwargs = Kwargs::of(Arc::clone(body), memo, logger.clone())
+                .with_cluster(Some(self.client.clone()), self.handlers.indexes.clone())
+                .with_event(Arc::clone(&raw), event_type, patch.clone());
             if !handler.filters.matches_object(&kwargs) {
                 continue;
             }

@@ -5,10 +5,16 @@
 //! are transient and retried after a backoff; a `retryAfterSeconds` from the
 //! server (in the `Status` details) replaces the configured delay; `410 Gone`
 //! means "re-list"; `404`, `409` and `422` are answers for the caller to act on.
+//!
+//! It also holds when a handler is given up ([`RetryPolicy`]): change
+//! handlers, activities, login handlers, daemons and timers all retry by it.
 
+use std::fmt;
 use std::time::Duration;
 
 use kube::core::Status;
+
+use crate::handlers::Options;
 
 /// What a failed request means for the caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,6 +133,106 @@ impl Backoff {
     }
 }
 
+/// When a handler is given up, from its `retries`, `timeout` and `backoff`
+/// (Kopf's rule, `kopf/_core/actions/execution.py`).
+///
+/// `retry` is the number of attempts made before the one in question
+/// (0 for the first), as handlers see it; `runtime` is the time since the
+/// first attempt started.
+///
+/// # Guarantees
+/// - Before an attempt ([`Self::before_attempt`]): the handler is given up
+///   if `runtime >= timeout`, or else if `retry >= retries`. This catches
+///   the time an operator was down between two attempts.
+/// - After a failure that asks for a retry after `delay`
+///   ([`Self::after_failure`]): the handler is given up if
+///   `runtime + delay >= timeout` (the next attempt would start too late),
+///   or else if `retry + 1 >= retries` (the attempts are used up). So
+///   `retries = 3` makes the third failure final, and no attempt starts at
+///   or after `timeout`.
+/// - Without `retries`, a handler retries forever; without `timeout`,
+///   only `retries` limit it.
+/// - An attempt runs for at most what is left of `timeout`
+///   ([`Self::limit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RetryPolicy {
+    /// How many attempts a handler gets; `None`: no limit.
+    pub(crate) retries: Option<u32>,
+    /// How long after its first attempt no attempt starts; `None`: never.
+    pub(crate) timeout: Option<Duration>,
+    /// The delay before retrying a regular error.
+    pub(crate) backoff: Duration,
+}
+
+/// Why a handler is given up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GiveUp {
+    /// Its `timeout` has passed (or would before the next attempt).
+    TimedOut(Duration),
+    /// Its `retries` are used up.
+    RetriesExhausted(u32),
+}
+
+impl fmt::Display for GiveUp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GiveUp::TimedOut(timeout) => {
+                write!(f, "timed out after {}s", timeout.as_secs_f64())
+            }
+            GiveUp::RetriesExhausted(limit) => write!(f, "exceeded {limit} retries"),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The policy of a handler with `options`; without a `backoff` of its
+    /// own, a regular error is retried after `default_backoff`.
+    pub(crate) fn of(options: &Options, default_backoff: Duration) -> Self {
+        Self {
+            retries: options.retries,
+            timeout: options.timeout,
+            backoff: options.backoff.unwrap_or(default_backoff),
+        }
+    }
+
+    /// Whether attempt number `retry` (0-based), `runtime` after the first
+    /// attempt started, is not made.
+    pub(crate) fn before_attempt(&self, retry: u32, runtime: Duration) -> Option<GiveUp> {
+        if let Some(timeout) = self.timeout.filter(|timeout| runtime >= *timeout) {
+            return Some(GiveUp::TimedOut(timeout));
+        }
+        self.retries
+            .filter(|limit| retry >= *limit)
+            .map(GiveUp::RetriesExhausted)
+    }
+
+    /// Whether attempt number `retry` (0-based), which failed `runtime`
+    /// after the first attempt started and asked for a retry after `delay`,
+    /// is the last.
+    pub(crate) fn after_failure(
+        &self,
+        retry: u32,
+        runtime: Duration,
+        delay: Duration,
+    ) -> Option<GiveUp> {
+        if let Some(timeout) = self
+            .timeout
+            .filter(|timeout| runtime.saturating_add(delay) >= *timeout)
+        {
+            return Some(GiveUp::TimedOut(timeout));
+        }
+        self.retries
+            .filter(|limit| retry.saturating_add(1) >= *limit)
+            .map(GiveUp::RetriesExhausted)
+    }
+
+    /// How long an attempt started `runtime` after the first may run: what
+    /// is left of `timeout`, if there is one.
+    pub(crate) fn limit(&self, runtime: Duration) -> Option<Duration> {
+        self.timeout.map(|timeout| timeout.saturating_sub(runtime))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use kube::core::response::StatusDetails;
@@ -209,5 +315,92 @@ mod tests {
             [Some(secs(1)), Some(secs(3)), Some(secs(3)), Some(secs(3))]
         );
         assert_eq!(Backoff::endless(&[]).next_delay(None), Some(secs(1)));
+    }
+
+    fn policy(retries: Option<u32>, timeout: Option<u64>) -> RetryPolicy {
+        RetryPolicy {
+            retries,
+            timeout: timeout.map(Duration::from_secs),
+            backoff: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn a_handler_is_given_up_before_an_attempt_exactly_at_its_timeout() {
+        let s = Duration::from_secs;
+        let policy = policy(None, Some(10));
+        assert_eq!(policy.before_attempt(5, s(9)), None);
+        assert_eq!(
+            policy.before_attempt(5, s(10)),
+            Some(GiveUp::TimedOut(s(10)))
+        );
+        assert_eq!(policy.limit(s(4)), Some(s(6)));
+        assert_eq!(policy.limit(s(11)), Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn a_failure_is_final_when_the_next_attempt_would_start_at_the_timeout() {
+        let s = Duration::from_secs;
+        let policy = policy(None, Some(10));
+        assert_eq!(policy.after_failure(0, s(5), s(4)), None);
+        assert_eq!(
+            policy.after_failure(0, s(6), s(4)),
+            Some(GiveUp::TimedOut(s(10))),
+            "exactly at the timeout"
+        );
+    }
+
+    #[test]
+    fn retries_count_attempts_and_the_last_failure_is_final() {
+        let s = Duration::from_secs;
+        let policy = policy(Some(3), None);
+        assert_eq!(policy.after_failure(1, s(0), s(1)), None);
+        assert_eq!(
+            policy.after_failure(2, s(0), s(1)),
+            Some(GiveUp::RetriesExhausted(3)),
+            "the third failure"
+        );
+        assert_eq!(policy.before_attempt(2, s(0)), None);
+        assert_eq!(
+            policy.before_attempt(3, s(0)),
+            Some(GiveUp::RetriesExhausted(3))
+        );
+    }
+
+    #[test]
+    fn without_limits_a_handler_retries_forever() {
+        let policy = policy(None, None);
+        let long = Duration::from_secs(86_400 * 365);
+        assert_eq!(policy.before_attempt(u32::MAX, long), None);
+        assert_eq!(policy.after_failure(u32::MAX, long, long), None);
+        assert_eq!(policy.limit(long), None);
+    }
+
+    #[test]
+    fn the_timeout_is_reported_before_the_retries() {
+        let s = Duration::from_secs;
+        let policy = policy(Some(1), Some(1));
+        assert_eq!(
+            policy.after_failure(0, s(0), s(1)),
+            Some(GiveUp::TimedOut(s(1)))
+        );
+        assert_eq!(policy.before_attempt(1, s(1)), Some(GiveUp::TimedOut(s(1))));
+        assert_eq!(GiveUp::TimedOut(s(1)).to_string(), "timed out after 1s");
+        assert_eq!(
+            GiveUp::RetriesExhausted(1).to_string(),
+            "exceeded 1 retries"
+        );
+    }
+
+    #[test]
+    fn an_unset_backoff_is_the_default() {
+        let s = Duration::from_secs;
+        let options = Options::default();
+        assert_eq!(RetryPolicy::of(&options, s(7)).backoff, s(7));
+        let options = Options {
+            backoff: Some(Duration::ZERO),
+            ..Options::default()
+        };
+        assert_eq!(RetryPolicy::of(&options, s(7)).backoff, Duration::ZERO);
     }
 }

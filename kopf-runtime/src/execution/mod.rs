@@ -14,6 +14,8 @@
 //! - A handler running longer than what is left of its `timeout` is
 //!   abandoned and fails permanently.
 //! - `retries` counts attempts: with `retries = 3` the third failure is final.
+//!   When a handler is given up is [`RetryPolicy`]'s rule, the same for
+//!   every kind of handler.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -27,9 +29,10 @@ use smallvec::SmallVec;
 use crate::errors::{HandlerError, Outcome};
 use crate::fields::{ensure_field, merge_into};
 use crate::handlers::{ErrorsMode, Handler, HandlerKind, KindOptions};
-use crate::kwargs::{Diff, Indexes, Kwargs, Logger, Memo, Patch, Reason};
+use crate::kwargs::{Attempt, Diff, Indexes, Kwargs, Logger, Memo, Patch, Reason};
 use crate::metrics::{HandlerMetrics, HandlerOutcome};
 use crate::progress::{ProgressRecord, ProgressStorage, format_timestamp};
+use crate::retrying::{GiveUp, RetryPolicy};
 
 mod lifecycle;
 mod subhandlers;
@@ -76,17 +79,18 @@ impl CauseContext {
     /// The kwargs for `handler`: field-scoped handlers see their field's
     /// values and the diff reduced to it ([`Handler::scope_kwargs`]).
     pub fn kwargs(&self, handler: &Handler) -> Kwargs {
-        let mut kwargs = Kwargs::of(
+        let kwargs = Kwargs::of(
             Arc::clone(&self.body),
             self.memo.clone(),
             self.logger.clone(),
+        )
+        .with_cluster(self.client.clone(), self.indexes.clone())
+        .with_change(
+            self.reason,
+            self.diff.clone(),
+            self.old.clone(),
+            self.new.clone(),
         );
-        kwargs.reason = Some(self.reason);
-        kwargs.client = self.client.clone();
-        kwargs.indexes = self.indexes.clone();
-        kwargs.diff = self.diff.clone();
-        kwargs.old = self.old.clone();
-        kwargs.new = self.new.clone();
         handler.scope_kwargs(kwargs)
     }
 
@@ -364,43 +368,20 @@ async fn attempt(
     let logger = &cause.logger;
     let name = &handler.id;
 
-    if let Some(timeout) = handler.options.timeout.filter(|t| runtime >= *t) {
-        logger.error(format_args!(
-            "Handler '{name}' has timed out after {}.",
-            seconds(timeout)
-        ));
-        count_given_up(handler, HandlerOutcome::Timeout);
-        return (
-            finish(
-                record,
-                false,
-                Some(format!("timed out after {}", seconds(timeout))),
-            ),
-            None,
-            None,
-        );
-    }
-    if let Some(limit) = handler.options.retries.filter(|limit| retries >= *limit) {
-        logger.error(format_args!(
-            "Handler '{name}' has exceeded {limit} retries."
-        ));
-        count_given_up(handler, HandlerOutcome::RetriesExhausted);
-        return (
-            finish(record, false, Some(format!("exceeded {limit} retries"))),
-            None,
-            None,
-        );
+    let policy = RetryPolicy::of(&handler.options, progression.default_backoff);
+    if let Some(why) = policy.before_attempt(retries, runtime) {
+        let message = give_up(handler, why, None, logger);
+        return (finish(record, false, Some(message)), None, None);
     }
 
     let patch = Patch::new();
-    let limit = handler.options.timeout.map(|t| t.saturating_sub(runtime));
-    let mut kwargs = Kwargs {
-        patch: patch.clone(),
+    let limit = policy.limit(runtime);
+    let mut kwargs = cause.kwargs(handler).with_attempt(Attempt {
         retry: retries,
-        started: Some(started),
+        started,
         runtime,
-        ..cause.kwargs(handler)
-    };
+    });
+    kwargs.patch = patch.clone();
     let subhandlers = Subhandlers::of_parent(handler, cause, &kwargs, progression);
     kwargs.subhandlers = subhandlers.as_ref().map(Subhandlers::erased);
     // Called in a statement of its own: the kwargs are no part of what the
@@ -425,20 +406,19 @@ async fn attempt(
         ));
         return (delay_record(record, now, delay, None), None, handler_patch);
     }
-    let backoff = handler
-        .options
-        .backoff
-        .unwrap_or(progression.default_backoff);
-    let (record, result) = match resolve(handler, outcome, backoff, logger) {
-        Resolution::Succeeded(result) => {
+    let failed_at =
+        Duration::try_from(jiff::Timestamp::now().duration_since(started)).unwrap_or(runtime);
+    let attempt = (retries, failed_at);
+    let (record, result) = match resolve_attempt(handler, outcome, &policy, attempt, logger) {
+        Disposition::Succeeded(result) => {
             logger.info(format_args!("Handler '{name}' succeeded."));
             (finish(record, true, None), result)
         }
-        Resolution::Ignored => (finish(record, true, None), None),
-        Resolution::Retry { delay, message } => {
+        Disposition::Ignored => (finish(record, true, None), None),
+        Disposition::Retry { delay, message } => {
             (delay_record(record, now, delay, Some(message)), None)
         }
-        Resolution::Failed { message } => (finish(record, false, Some(message)), None),
+        Disposition::Failed { message } => (finish(record, false, Some(message)), None),
     };
     (record, result, handler_patch)
 }
@@ -447,7 +427,7 @@ async fn attempt(
 /// kind and the handler's `errors` mode; the same for change handlers,
 /// daemons and timers.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Resolution {
+pub(crate) enum Disposition {
     /// Success, with the result for `status.<id>`, if any.
     Succeeded(Option<Value>),
     /// A regular error with `errors = ignored`: done, as if it succeeded.
@@ -458,6 +438,53 @@ pub(crate) enum Resolution {
     Failed { message: String },
 }
 
+/// Resolves the outcome of attempt number `retry` (0-based) of `handler`,
+/// which ended `runtime` after its first attempt started, by its `policy`:
+/// as [`resolve`] does, and a retry that the policy does not allow
+/// ([`RetryPolicy::after_failure`]) is given up ([`give_up`]).
+pub(crate) fn resolve_attempt(
+    handler: &Handler,
+    outcome: Outcome,
+    policy: &RetryPolicy,
+    (retry, runtime): (u32, Duration),
+    logger: &Logger,
+) -> Disposition {
+    match resolve(handler, outcome, policy.backoff, logger) {
+        Disposition::Retry { delay, message } => {
+            match policy.after_failure(retry, runtime, delay) {
+                Some(why) => Disposition::Failed {
+                    message: give_up(handler, why, Some(&message), logger),
+                },
+                None => Disposition::Retry { delay, message },
+            }
+        }
+        disposition => disposition,
+    }
+}
+
+/// Gives `handler` up (see [`RetryPolicy`]): logs why, in the one wording
+/// of every kind of handler, counts it in the handler's metrics (as
+/// `timeout` or `retries_exhausted`), and returns the message of the
+/// failure, with the `last_error` if the handler had one.
+pub(crate) fn give_up(
+    handler: &Handler,
+    why: GiveUp,
+    last_error: Option<&str>,
+    logger: &Logger,
+) -> String {
+    logger.error(format_args!("Handler '{}' has {why}.", handler.id));
+    if let Some(metrics) = &handler.metrics {
+        metrics.count(match why {
+            GiveUp::TimedOut(_) => HandlerOutcome::Timeout,
+            GiveUp::RetriesExhausted(_) => HandlerOutcome::RetriesExhausted,
+        });
+    }
+    match last_error {
+        Some(error) => format!("{why}; the last error: {error}"),
+        None => why.to_string(),
+    }
+}
+
 /// Resolves a handler's outcome, logging a failure once, in Kopf's words.
 /// `backoff` is the delay of a regular error with `errors = temporary` and
 /// of a temporary error without its own delay.
@@ -466,44 +493,44 @@ pub(crate) fn resolve(
     outcome: Outcome,
     backoff: Duration,
     logger: &Logger,
-) -> Resolution {
+) -> Disposition {
     let name = &handler.id;
     match outcome {
-        Ok(result) => Resolution::Succeeded(result.filter(|r| !r.is_null())),
+        Ok(result) => Disposition::Succeeded(result.filter(|r| !r.is_null())),
         Err(HandlerError::Temporary { message, delay }) => {
             logger.error(format_args!(
                 "Handler '{name}' failed temporarily: {message}"
             ));
             let delay = delay.unwrap_or(backoff);
-            Resolution::Retry { delay, message }
+            Disposition::Retry { delay, message }
         }
         Err(HandlerError::Permanent { message }) => {
             logger.error(format_args!(
                 "Handler '{name}' failed permanently: {message}"
             ));
-            Resolution::Failed { message }
+            Disposition::Failed { message }
         }
         Err(error) => {
             let message = error.to_string();
-            let (next, resolution) = match handler.options.errors {
-                ErrorsMode::Ignored => ("ignore", Resolution::Ignored),
-                ErrorsMode::Permanent => ("stop", Resolution::Failed { message }),
+            let (next, disposition) = match handler.options.errors {
+                ErrorsMode::Ignored => ("ignore", Disposition::Ignored),
+                ErrorsMode::Permanent => ("stop", Disposition::Failed { message }),
                 ErrorsMode::Temporary => {
                     let delay = backoff;
-                    ("retry", Resolution::Retry { delay, message })
+                    ("retry", Disposition::Retry { delay, message })
                 }
             };
             logger.error(format_args!(
                 "Handler '{name}' failed with an exception. Will {next}: {error}"
             ));
-            resolution
+            disposition
         }
     }
 }
 
-/// A handler call started by [`guard`]: it resolves to the call's output,
+/// A handler call started by [`catch_panics`]: it resolves to the call's output,
 /// or to the message of its panic.
-pub(crate) type Guarded<F> = Map<
+pub(crate) type PanicsCaught<F> = Map<
     Either<CatchUnwind<AssertUnwindSafe<F>>, Ready<std::thread::Result<<F as Future>::Output>>>,
     fn(std::thread::Result<<F as Future>::Output>) -> Result<<F as Future>::Output, String>,
 >;
@@ -511,7 +538,7 @@ pub(crate) type Guarded<F> = Map<
 /// Starts a handler call with its panics caught, whether the call panics
 /// when started or while it runs: the one guard of every handler call
 /// (change handlers, event handlers, daemons, timers).
-pub(crate) fn guard<F: Future>(start: impl FnOnce() -> F) -> Guarded<F> {
+pub(crate) fn catch_panics<F: Future>(start: impl FnOnce() -> F) -> PanicsCaught<F> {
     let started = match std::panic::catch_unwind(AssertUnwindSafe(start)) {
         Ok(future) => Either::Left(AssertUnwindSafe(future).catch_unwind()),
         Err(panic) => Either::Right(futures::future::ready(Err(panic))),
@@ -538,7 +565,7 @@ pub fn invoke(
 ) -> impl Future<Output = Outcome> + Send + use<> {
     let errors = handler.options.errors;
     let in_flight = handler.metrics.clone().map(HandlerMetrics::start);
-    let call = guard(|| handler.call(kwargs));
+    let call = catch_panics(|| handler.call(kwargs));
     async move {
         let outcome = match limit {
             Some(limit) => match tokio::time::timeout(limit, call).await {
@@ -564,14 +591,6 @@ pub fn invoke(
             in_flight.finish(HandlerOutcome::of(&outcome, regular));
         }
         outcome
-    }
-}
-
-/// Counts the runtime giving up on a handler between calls (its `timeout`
-/// has passed, or its `retries` are used up), if metrics are on.
-pub(crate) fn count_given_up(handler: &Handler, outcome: HandlerOutcome) {
-    if let Some(metrics) = &handler.metrics {
-        metrics.count(outcome);
     }
 }
 
@@ -858,26 +877,60 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_retry_limit_counts_attempts() {
-        let handler = Handler::on_create(resource(), "r", |_kw: Kwargs| async {
-            Err::<(), _>(Error::regular("nope"))
+    async fn the_retry_limit_counts_attempts_and_the_last_failure_is_final() {
+        let calls = Arc::new(AtomicU32::new(0));
+        let counted = Arc::clone(&calls);
+        let handler = Handler::on_create(resource(), "r", move |_kw: Kwargs| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { Err::<(), _>(Error::regular("nope")) }
         })
         .retries(2)
         .backoff(Duration::from_millis(1));
         let mut body = json!({"metadata": {}});
-        let mut attempts = 0;
-        loop {
-            let (out, patch) = step_one(&handler, body.clone()).await;
-            apply(&mut body, patch);
-            if out.done {
-                assert_eq!(out.failed, 1);
-                break;
-            }
-            attempts += 1;
-            assert!(attempts <= 2, "no more than 2 attempts");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        assert_eq!(attempts, 2);
+        let (out, patch) = step_one(&handler, body.clone()).await;
+        assert!(!out.done, "the first failure is retried");
+        apply(&mut body, patch);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let (out, _) = step_one(&handler, body.clone()).await;
+        assert!(
+            out.done,
+            "the second failure is final, no step without a call"
+        );
+        assert_eq!(out.failed, 1);
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_handler_is_given_up_before_an_attempt_past_its_limits() {
+        let calls = Arc::new(AtomicU32::new(0));
+        let counted = Arc::clone(&calls);
+        let handler = Handler::on_create(resource(), "r", move |_kw: Kwargs| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { Err::<(), _>(Error::regular("nope")) }
+        })
+        .retries(2);
+        // As an older operator (or one with other options) left it.
+        let storage = storage();
+        let mut body = json!({"metadata": {}});
+        let mut patch = json!({});
+        let record = ProgressRecord {
+            retries: Some(2),
+            ..ProgressRecord::default()
+        };
+        storage.store("r", &record, &body, &mut patch);
+        apply(&mut body, patch);
+        let mut patch = json!({});
+        let out = step(
+            &cause(body),
+            &[&handler],
+            std::slice::from_ref(&handler),
+            &progression(storage, Duration::from_secs(60)),
+            &mut patch,
+        )
+        .await;
+        assert!(out.done);
+        assert_eq!(out.failed, 1);
+        assert_eq!(calls.load(Ordering::SeqCst), 0, "not called again");
     }
 
     #[tokio::test]

@@ -85,11 +85,12 @@ struct Inner {
     /// The parent's patch, which the children's records, results and
     /// patches join.
     patch: Patch,
-    state: Mutex<State>,
+    children: Mutex<Children>,
 }
 
+/// The children registered in one call of the parent, and how they fare.
 #[derive(Default)]
-struct State {
+struct Children {
     registered: Vec<Handler>,
     /// The children were run by [`Subhandlers::execute`]: they do not run
     /// again after the parent returns.
@@ -139,7 +140,7 @@ impl Subhandlers {
                 cause,
                 progression: progression.clone(),
                 patch: kwargs.patch.clone(),
-                state: Mutex::new(State::default()),
+                children: Mutex::new(Children::default()),
             }),
         })
     }
@@ -149,9 +150,9 @@ impl Subhandlers {
         Arc::new(self.clone())
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
+    fn state(&self) -> MutexGuard<'_, Children> {
         self.inner
-            .state
+            .children
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }

@@ -6,6 +6,8 @@ use std::sync::{Arc, LazyLock, OnceLock};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
+use crate::fields::resolve_field;
+
 /// The kind of a change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -190,8 +192,8 @@ impl Diff {
             } else {
                 // The change is above the field: re-diff the field's own values.
                 let rest = &field[item.field.len()..];
-                let old = item.old.as_ref().and_then(|v| resolve(v, rest));
-                let new = item.new.as_ref().and_then(|v| resolve(v, rest));
+                let old = item.old.as_ref().and_then(|v| resolve_field(v, rest));
+                let new = item.new.as_ref().and_then(|v| resolve_field(v, rest));
                 walk(&mut Vec::new(), old, new, &mut items);
             }
         }
@@ -204,12 +206,6 @@ fn find(old: Option<&Value>, new: Option<&Value>) -> Vec<DiffItem> {
     let mut items = Vec::new();
     walk(&mut Vec::new(), old, new, &mut items);
     items
-}
-
-/// The value at a path inside a JSON value.
-pub fn resolve<'v>(value: &'v Value, path: &[&str]) -> Option<&'v Value> {
-    path.iter()
-        .try_fold(value, |current, key| current.as_object()?.get(*key))
 }
 
 fn walk(

@@ -5,6 +5,7 @@
 //! as Kopf does with its keyword arguments. Which parameters each handler kind
 //! accepts is listed in the crate documentation.
 
+mod building;
 mod diff;
 mod index;
 mod live;
@@ -21,9 +22,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::fields::resolve_field;
 use crate::settings::StartupSettings;
 
-pub use diff::{Diff, DiffItem, DiffOp, resolve};
+pub(crate) use building::Attempt;
+pub use diff::{Diff, DiffItem, DiffOp};
 pub(crate) use index::ObjectKey;
 pub use index::{Index, IndexError, IndexKey, Indexes, Store};
 pub use live::LiveBody;
@@ -360,7 +363,7 @@ impl Kwargs {
     /// The value at a dot-separated field path of the body (e.g. `spec.size`).
     pub fn field(&self, path: &str) -> Option<&Value> {
         let parts: Vec<&str> = path.split('.').collect();
-        resolve(&self.body, &parts)
+        resolve_field(&self.body, &parts)
     }
 }
 

@@ -3,6 +3,9 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{Map, Value};
+use smallvec::SmallVec;
+
+use crate::fields::{ensure_field, merge_into};
 
 /// A JSON merge-patch (RFC 7386) that handlers fill and the engine applies once per step.
 ///
@@ -21,9 +24,18 @@ use serde_json::{Map, Value};
 ///     "metadata": {"labels": {"stale": null, "app": "x"}},
 /// }));
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Patch {
-    inner: Arc<Mutex<Map<String, Value>>>,
+    /// Always a JSON object.
+    inner: Arc<Mutex<Value>>,
+}
+
+impl Default for Patch {
+    fn default() -> Self {
+        Self {
+            inner: Arc::new(Mutex::new(Value::Object(Map::new()))),
+        }
+    }
 }
 
 impl Patch {
@@ -32,7 +44,7 @@ impl Patch {
         Self::default()
     }
 
-    fn lock(&self) -> MutexGuard<'_, Map<String, Value>> {
+    fn lock(&self) -> MutexGuard<'_, Value> {
         // A panic while holding the lock cannot leave the map half-updated in a way
         // that matters for a JSON patch; keep going with whatever is there.
         self.inner
@@ -42,25 +54,8 @@ impl Patch {
 
     /// Sets the field at a dot-separated `path` to `value`.
     pub fn set(&self, path: &str, value: Value) {
-        let mut map = self.lock();
-        let mut parts = path.split('.').peekable();
-        let mut current: &mut Map<String, Value> = &mut map;
-        while let Some(part) = parts.next() {
-            if parts.peek().is_none() {
-                current.insert(part.to_owned(), value);
-                return;
-            }
-            let entry = current
-                .entry(part.to_owned())
-                .or_insert_with(|| Value::Object(Map::new()));
-            if !entry.is_object() {
-                *entry = Value::Object(Map::new());
-            }
-            current = match entry {
-                Value::Object(next) => next,
-                _ => return, // unreachable: just made an object
-            };
-        }
+        let path: SmallVec<[&str; 4]> = path.split('.').collect();
+        ensure_field(&mut self.lock(), &path, value);
     }
 
     /// Marks the field at `path` for removal (`null` in the merge-patch).
@@ -70,36 +65,24 @@ impl Patch {
 
     /// Deep-merges a JSON object into the patch (non-objects replace, objects merge).
     pub fn merge(&self, value: Value) {
-        fn merge_into(target: &mut Map<String, Value>, source: Map<String, Value>) {
-            for (key, value) in source {
-                match (target.get_mut(&key), value) {
-                    (Some(Value::Object(existing)), Value::Object(incoming)) => {
-                        merge_into(existing, incoming)
-                    }
-                    (_, value) => {
-                        target.insert(key, value);
-                    }
-                }
-            }
-        }
-        if let Value::Object(source) = value {
-            merge_into(&mut self.lock(), source);
+        if value.is_object() {
+            merge_into(&mut self.lock(), value);
         }
     }
 
     /// Whether nothing has been patched.
     pub fn is_empty(&self) -> bool {
-        self.lock().is_empty()
+        self.lock().as_object().is_none_or(Map::is_empty)
     }
 
     /// The accumulated patch as a JSON object.
     pub fn to_value(&self) -> Value {
-        Value::Object(self.lock().clone())
+        self.lock().clone()
     }
 
     /// Takes the accumulated patch, leaving this one empty (for the engine).
     pub fn take(&self) -> Value {
-        Value::Object(std::mem::take(&mut *self.lock()))
+        std::mem::replace(&mut *self.lock(), Value::Object(Map::new()))
     }
 }
 

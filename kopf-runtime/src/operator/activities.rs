@@ -4,12 +4,11 @@
 //! Each round calls, in the registry's order, every handler that has not
 //! ended and whose retry is due, then sleeps until the next retry is due.
 //! An outcome is resolved as a change handler's is
-//! ([`execution::resolve`](crate::execution::resolve)): a temporary error
-//! is retried after its delay; a regular one as the handler's `errors`
-//! says, after its `backoff` (else `settings.execution.default_backoff`).
-//! `retries` counts attempts (with `retries = 3` the third failure is
-//! final), and no retry starts at or after `timeout` since the first
-//! attempt.
+//! ([`execution::resolve_attempt`](crate::execution::resolve_attempt)): a
+//! temporary error is retried after its delay; a regular one as the
+//! handler's `errors` says, after its `backoff` (else
+//! `settings.execution.default_backoff`); and the handler is given up as
+//! its [`RetryPolicy`](crate::retrying::RetryPolicy) says.
 //!
 //! The handlers of both activities receive the operator's memo (one memo,
 //! the same for all); start-up handlers also receive the operator's
@@ -34,11 +33,11 @@ use kube::Client;
 use tokio::time::Instant;
 
 use crate::errors::HandlerError;
-use crate::execution::{self, Resolution};
+use crate::execution::{self, Disposition};
 use crate::handlers::Handler;
-use crate::kwargs::{Kwargs, Logger, Memo};
-use crate::metrics::HandlerOutcome;
+use crate::kwargs::{Attempt, Indexes, Kwargs, Logger, Memo};
 use crate::posting::{self, EventPoster};
+use crate::retrying::RetryPolicy;
 use crate::settings::{OperatorSettings, StartupSettings};
 
 /// Where a delay too long for the clock ends: never, as far as anyone waits.
@@ -143,71 +142,41 @@ async fn attempt(handler: &Handler, state: &mut Attempts, activity: &Activity<'_
         .get_or_insert_with(|| (jiff::Timestamp::now(), Instant::now()));
     let runtime = started_at.elapsed();
     let logger = Logger::new(handler.id.clone());
-    let mut kwargs = Kwargs::new(serde_json::Value::Null);
-    kwargs.client = Some(activity.client.clone());
-    kwargs.memo = activity.memo.clone();
+    let mut kwargs = Kwargs::of_operator(activity.memo.clone(), logger.clone())
+        .with_cluster(Some(activity.client.clone()), Indexes::default())
+        .with_attempt(Attempt {
+            retry: state.retry,
+            started,
+            runtime,
+        });
     if let Settings::Changing(settings) = &activity.settings {
-        kwargs.settings = Some((*settings).clone());
+        kwargs = kwargs.with_settings((*settings).clone());
     }
-    kwargs.logger = logger.clone();
-    kwargs.retry = state.retry;
-    kwargs.started = Some(started);
-    kwargs.runtime = runtime;
-    let limit = handler.options.timeout.map(|t| t.saturating_sub(runtime));
+    let limit = RetryPolicy::of(&handler.options, Duration::ZERO).limit(runtime);
     let mut outcome = execution::invoke(handler, kwargs, limit).await;
     if let Settings::Changing(settings) = &activity.settings
         && let Some(message) = settings.refuse_fixed()
     {
         outcome = Err(HandlerError::Permanent { message });
     }
-    let backoff = handler
-        .options
-        .backoff
-        .unwrap_or_else(|| activity.settings.default_backoff());
+    // Read after the call: a start-up handler may change the default.
+    let policy = RetryPolicy::of(&handler.options, activity.settings.default_backoff());
     let name = &handler.id;
+    let attempt = (state.retry, started_at.elapsed());
     state.retry += 1;
-    state.ended = match execution::resolve(handler, outcome, backoff, &logger) {
-        Resolution::Succeeded(_) => {
+    state.ended = match execution::resolve_attempt(handler, outcome, &policy, attempt, &logger) {
+        Disposition::Succeeded(_) => {
             logger.info(format_args!("Handler '{name}' succeeded."));
             Some(Ok(()))
         }
-        Resolution::Ignored => Some(Ok(())),
-        Resolution::Failed { message } => Some(Err(message)),
-        Resolution::Retry { delay, message } => {
-            let attempts = state.retry;
-            if let Some(limit) = handler.options.retries.filter(|limit| attempts >= *limit) {
-                logger.error(format_args!(
-                    "Handler '{name}' has exceeded {limit} retries."
-                ));
-                execution::count_given_up(handler, HandlerOutcome::RetriesExhausted);
-                Some(Err(format!(
-                    "exceeded {limit} retries; the last error: {message}"
-                )))
-            } else if let Some(timeout) = handler
-                .options
-                .timeout
-                .filter(|timeout| runtime.saturating_add(delay) >= *timeout)
-            {
-                logger.error(format_args!(
-                    "Handler '{name}' would time out after {} before its next attempt.",
-                    seconds(timeout)
-                ));
-                execution::count_given_up(handler, HandlerOutcome::Timeout);
-                Some(Err(format!(
-                    "timed out after {}; the last error: {message}",
-                    seconds(timeout)
-                )))
-            } else {
-                let now = Instant::now();
-                state.due = now.checked_add(delay).unwrap_or(now + FAR);
-                None
-            }
+        Disposition::Ignored => Some(Ok(())),
+        Disposition::Failed { message } => Some(Err(message)),
+        Disposition::Retry { delay, .. } => {
+            let now = Instant::now();
+            state.due = now.checked_add(delay).unwrap_or(now + FAR);
+            None
         }
     };
-}
-
-fn seconds(duration: Duration) -> String {
-    format!("{}s", duration.as_secs_f64())
 }
 
 #[cfg(test)]

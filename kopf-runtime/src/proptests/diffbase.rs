@@ -451,7 +451,7 @@ proptest! {
     ) {
         let field: Vec<&str> = field.iter().map(String::as_str).collect();
         let reduced = diff(&a, &b).reduce(&field);
-        let resolve = |v| crate::kwargs::resolve(v, &field);
+        let resolve = |v| crate::fields::resolve_field(v, &field);
         let direct = crate::kwargs::Diff::between(resolve(&a), resolve(&b));
         prop_assert_eq!(reduced, direct);
     }

@@ -30,11 +30,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::execution::{self, Resolution};
+use crate::execution::{self, Disposition};
 use crate::fields::ensure_field;
 use crate::fields::{merge_into, object_name};
 use crate::handlers::Handler;
-use crate::kwargs::{Indexes, Kwargs, LiveBody, Logger, Memo, Stopped};
+use crate::kwargs::{Attempt, Indexes, Kwargs, LiveBody, Logger, Memo, Stopped};
 use crate::memories::Memories;
 use crate::patching::ResourceTarget;
 use crate::patching::{PatchError, PatchOutcome, PatchTarget, Patcher};
@@ -234,12 +234,11 @@ async fn call(handler: &Handler, env: &TaskEnvironment, mut ctx: TaskContext) ->
         memo: env.memories.memo_of(&ctx.uid),
     });
     let logger = &object.logger;
-    let mut kwargs = Kwargs::of(Arc::clone(&body), object.memo.clone(), logger.clone());
-    kwargs.retry = ctx.retry;
-    kwargs.started = Some(ctx.started);
-    kwargs.runtime = ctx.runtime();
-    kwargs.client = Some(env.client.clone());
-    kwargs.indexes = env.indexes.clone();
+    let attempt = Attempt {
+        retry: ctx.retry,
+        started: ctx.started,
+        runtime: ctx.runtime(),
+    };
     // The call's receiver itself becomes `live`.
     let TaskContext {
         uid,
@@ -248,8 +247,10 @@ async fn call(handler: &Handler, env: &TaskEnvironment, mut ctx: TaskContext) ->
         liveness,
         ..
     } = ctx;
-    kwargs.stopped = Some(Stopped::of(&stopped));
-    kwargs.live = Some(LiveBody::new(receiver));
+    let kwargs = Kwargs::of(Arc::clone(&body), object.memo.clone(), logger.clone())
+        .with_cluster(Some(env.client.clone()), env.indexes.clone())
+        .with_attempt(attempt)
+        .with_task(Stopped::of(&stopped), LiveBody::new(receiver));
     let patch = kwargs.patch.clone();
 
     let invoking = execution::invoke(handler, kwargs, None);
@@ -264,7 +265,7 @@ async fn call(handler: &Handler, env: &TaskEnvironment, mut ctx: TaskContext) ->
     let backoff = handler.options.backoff.unwrap_or(env.default_backoff);
     let resolution = execution::resolve(handler, outcome, backoff, logger);
     let result = match &resolution {
-        Resolution::Succeeded(Some(result)) => Some(result.clone()),
+        Disposition::Succeeded(Some(result)) => Some(result.clone()),
         _ => None,
     };
     if (!patch.is_empty() || result.is_some()) && !stopped.is_set() {
@@ -278,10 +279,10 @@ async fn call(handler: &Handler, env: &TaskEnvironment, mut ctx: TaskContext) ->
         apply(env, (&uid, &stopped), &body, merged, logger).await;
     }
     match resolution {
-        Resolution::Succeeded(result) => TaskOutcome::Ok(result),
-        Resolution::Ignored => TaskOutcome::Ok(None),
-        Resolution::Retry { delay, message } => TaskOutcome::Temporary { delay, message },
-        Resolution::Failed { message } => TaskOutcome::Permanent { message },
+        Disposition::Succeeded(result) => TaskOutcome::Ok(result),
+        Disposition::Ignored => TaskOutcome::Ok(None),
+        Disposition::Retry { delay, message } => TaskOutcome::Temporary { delay, message },
+        Disposition::Failed { message } => TaskOutcome::Permanent { message },
     }
 }
 

@@ -1,6 +1,6 @@
 //! One handler call of a running task ([`Run`]): builds the
 //! [`TaskContext`], catches panics (with the guard of every handler call,
-//! [`execution::guard`](crate::execution::guard)), reports outcomes to the
+//! [`execution::catch_panics`](crate::execution::catch_panics)), reports outcomes to the
 //! [`Observer`].
 //! Shared by the daemon and timer loops.
 
@@ -60,19 +60,13 @@ impl Run {
             started_at,
             liveness: Arc::clone(&self.liveness),
         };
-        crate::execution::guard(|| (self.spec.call)(ctx))
+        crate::execution::catch_panics(|| (self.spec.call)(ctx))
             .await
             .unwrap_or_else(|message| TaskOutcome::Error { message })
     }
 
     /// Tell the observer about an outcome (the task's call logged it).
     pub(crate) fn report(&self, retry: u32, outcome: TaskOutcome, verdict: Verdict) {
-        if verdict == Verdict::GaveUp && !matches!(outcome, TaskOutcome::Permanent { .. }) {
-            crate::execution::count_given_up(
-                self.spec.handler(),
-                crate::metrics::HandlerOutcome::RetriesExhausted,
-            );
-        }
         let shared = &self.liveness.shared;
         self.observer.on_outcome(OutcomeReport {
             uid: Arc::clone(&shared.uid),

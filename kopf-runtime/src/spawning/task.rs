@@ -20,8 +20,11 @@ use tokio::time::Instant;
 
 use super::spawner::Liveness;
 use crate::errors::{HandlerError, Outcome};
+use crate::execution;
 use crate::handlers::{DEFAULT_BACKOFF, Handler, KindOptions, TimerOptions};
+use crate::kwargs::Logger;
 use crate::posting;
+use crate::retrying::RetryPolicy;
 use crate::stopping::StopFlag;
 
 /// The handler call of a daemon or timer.
@@ -175,31 +178,29 @@ impl TaskSpec {
     }
 
     /// The verdict after attempt number `retry` (0-based), `runtime` after
-    /// the first attempt started: Kopf's `retries` count attempts, and no
-    /// retry starts later than `timeout` after the first attempt.
+    /// the first attempt started: a retry that the handler's
+    /// [`RetryPolicy`] does not allow is given up
+    /// ([`execution::give_up`]: logged and counted).
     pub(crate) fn verdict_for(
         &self,
         outcome: &TaskOutcome,
         retry: u32,
         runtime: Duration,
     ) -> Verdict {
-        let options = &self.handler.options;
-        let delay = match outcome {
+        let policy = RetryPolicy::of(&self.handler.options, DEFAULT_BACKOFF);
+        let (delay, message) = match outcome {
             TaskOutcome::Ok(_) => return Verdict::Done,
             TaskOutcome::Permanent { .. } => return Verdict::GaveUp,
-            TaskOutcome::Temporary { delay, .. } => *delay,
-            TaskOutcome::Error { .. } => options.backoff.unwrap_or(DEFAULT_BACKOFF),
+            TaskOutcome::Temporary { delay, message } => (*delay, message),
+            TaskOutcome::Error { message } => (policy.backoff, message),
         };
-        let out_of_attempts = options
-            .retries
-            .is_some_and(|attempts| retry.saturating_add(1) >= attempts);
-        let out_of_time = options
-            .timeout
-            .is_some_and(|timeout| runtime.saturating_add(delay) > timeout);
-        if out_of_attempts || out_of_time {
-            Verdict::GaveUp
-        } else {
-            Verdict::RetryIn(delay)
+        match policy.after_failure(retry, runtime, delay) {
+            Some(why) => {
+                let logger = Logger::new(self.id());
+                execution::give_up(&self.handler, why, Some(message), &logger);
+                Verdict::GaveUp
+            }
+            None => Verdict::RetryIn(delay),
         }
     }
 }
@@ -429,8 +430,12 @@ mod tests {
         };
         let s = Duration::from_secs;
         assert_eq!(spec.verdict_for(&error, 0, s(0)), Verdict::RetryIn(s(4)));
-        assert_eq!(spec.verdict_for(&error, 1, s(6)), Verdict::RetryIn(s(4)));
-        assert_eq!(spec.verdict_for(&error, 2, s(7)), Verdict::GaveUp);
+        assert_eq!(spec.verdict_for(&error, 1, s(5)), Verdict::RetryIn(s(4)));
+        assert_eq!(
+            spec.verdict_for(&error, 2, s(6)),
+            Verdict::GaveUp,
+            "the next attempt would start exactly at the timeout"
+        );
         assert_eq!(
             spec.verdict_for(&TaskOutcome::ok(), 9, s(99)),
             Verdict::Done
