@@ -21,7 +21,7 @@
 //!   done and the tasks of finalizer-keeping daemons and timers have
 //!   stopped (awaited within their stop limits, not polled); tasks of
 //!   `no_finalizers` handlers are stopped, never waited for. When to add,
-//!   keep and release the finalizer is [`finalizers::Lifecycle`]'s to say.
+//!   keep and release the finalizer is [`finalizers::Finalizing`]'s to say.
 //! - What the `on_event` handlers patch (one [`Patch`] shared by all of
 //!   them, in order) goes out with the step's own patch, in one request,
 //!   as in Kopf; after a deletion event it is not applied, the object being
@@ -48,7 +48,7 @@ use crate::echoes::Echoes;
 use crate::execution::{self, CauseContext, Progression};
 use crate::fields::{ensure_field, merge_into, meta_str, object_name, remove_field, resolve_field};
 use crate::filters::{FieldPath, FieldValues};
-use crate::finalizers::{self, Action, Lifecycle};
+use crate::finalizers::{self, Action, Finalizing};
 use crate::handlers::{Handler, HandlerKind};
 use crate::kwargs::{
     Diff, EventType, Indexes, Kwargs, Level, LogSink, Logger, Memo, MemoBase, Patch, Reason,
@@ -570,7 +570,7 @@ impl ResourceProcessor {
         };
         let any_spawning = spawning.iter().any(|m| *m);
         let finalizer = self.settings.persistence.finalizer.as_str();
-        let lifecycle = Lifecycle::of(body, finalizer);
+        let lifecycle = Finalizing::of(body, finalizer);
         let deleting = lifecycle.deleting();
         let serving = changing.iter().copied().chain(
             self.tasks
