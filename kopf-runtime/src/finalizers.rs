@@ -98,6 +98,12 @@ impl<'a> Finalizing<'a> {
         self.deleting
     }
 
+    /// Whether the object's deletion waits on the operator's finalizer (or
+    /// the legacy marker).
+    pub fn holds_deletion(self) -> bool {
+        self.deleting && self.held
+    }
+
     /// Before the handlers run, given the handlers that match the object:
     /// [`Action::Add`] if one needs the finalizer and it is missing,
     /// [`Action::Release`] if it is there and none needs it any more.
@@ -331,6 +337,14 @@ mod tests {
                 patch,
                 json!({"metadata": {"finalizers": ["other"], "resourceVersion": "5"}})
             );
+        }
+
+        #[test]
+        fn a_deletion_is_held_by_our_finalizer_or_the_legacy_marker_only() {
+            assert!(state(&[F], true).holds_deletion());
+            assert!(state(&["other", LEGACY_FINALIZER], true).holds_deletion());
+            assert!(!state(&["other"], true).holds_deletion());
+            assert!(!state(&[F, LEGACY_FINALIZER], false).holds_deletion());
         }
 
         #[test]

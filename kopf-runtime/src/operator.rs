@@ -27,6 +27,7 @@ use crate::deploying::{Missing, MissingPermissions, Permission};
 use crate::endpoints::{EndpointState, Endpoints};
 use crate::fencing::{self, Fence, Held};
 use crate::fields::object_name;
+use crate::finalizers::Finalizing;
 use crate::handlers::{Handler, HandlerKind};
 use crate::health::{Health, Phase, Registered, ResourceHealth};
 use crate::indexing::{Hold, IndexGate, OperatorIndexes, ResourceIndexer};
@@ -1628,7 +1629,7 @@ impl ServeResource {
             match &event {
                 ObjectEvent::Undecodable { object, reason, .. } => {
                     if let Some(uid) = event.uid() {
-                        let held = held_for_deletion(object, &finalizer);
+                        let held = Finalizing::of(object, &finalizer).holds_deletion();
                         let reported = undecodable.insert(uid.to_owned(), held);
                         if reported.is_none_or(|was_held| held && !was_held) {
                             let finalizer = held.then_some(finalizer.as_str());
@@ -1707,15 +1708,6 @@ async fn pause_tasks(
     for uid in uids {
         tasks.forget(uid);
     }
-}
-
-/// Whether the deletion of `object` (an identity) waits on `finalizer`.
-fn held_for_deletion(object: &Value, finalizer: &str) -> bool {
-    let metadata = &object["metadata"];
-    !metadata["deletionTimestamp"].is_null()
-        && metadata["finalizers"]
-            .as_array()
-            .is_some_and(|all| all.iter().any(|f| f == finalizer))
 }
 
 /// Reports an object that does not decode, once while it stays so, and
