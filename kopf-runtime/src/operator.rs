@@ -49,7 +49,7 @@ use crate::scanning::{self, Groups, RESCAN_INTERVAL, Rescan, Resolution, Wanted}
 use crate::scraping::ScrapeTime;
 use crate::settings::{OperatorSettings, PostingSettings, StartupSettings};
 use crate::sharding::Slots;
-use crate::spawning::resource::{ResourceTasks, TaskObserver};
+use crate::spawning::resource::TaskObserver;
 use crate::spawning::{Spawner, SpawnerSettings, TaskCounters};
 use crate::stopping::StopReason;
 use crate::watching::{ObjectEvent, ResourceWatcher, Seen};
@@ -1590,9 +1590,6 @@ impl ServeResource {
         // deletion waiting on the operator's finalizer was reported.
         let mut undecodable: HashMap<String, bool> = HashMap::new();
         let finalizer = self.settings.persistence.finalizer.clone();
-        // The UIDs of the live objects, when they may have daemons or
-        // timers: to stop them if the resource stops being served.
-        let mut live: HashSet<String> = HashSet::new();
         while let Some(event) = rx.recv().await {
             if let Some(indexer) = &mut indexer {
                 // Before the event is queued: its handlers see the index with it.
@@ -1605,20 +1602,11 @@ impl ServeResource {
             {
                 continue;
             }
-            if !tasks.is_empty()
-                && let Some(uid) = event.uid()
-            {
-                if matches!(event, ObjectEvent::Deleted { .. }) {
-                    live.remove(uid);
-                } else if !live.contains(uid) {
-                    live.insert(uid.to_owned());
+            if let Some(uid) = event.uid() {
+                match &event {
+                    ObjectEvent::Deleted { how, .. } => tasks.stop_gone(uid, *how),
+                    _ => tasks.seen(uid),
                 }
-            }
-            if let ObjectEvent::Deleted { how, .. } = &event
-                && let Some(uid) = event.uid()
-                && !tasks.is_empty()
-            {
-                tasks.stop_gone(uid, *how);
             }
             if !undecodable.is_empty()
                 && let Some(uid) = event.uid()
@@ -1667,46 +1655,13 @@ impl ServeResource {
             tracing::error!(%error, resource = %target.api.plural, "the watcher task failed");
         }
         queue.shutdown(self.settings.queueing.exit_timeout).await;
-        if !exiting.is_cancelled() && !live.is_empty() {
-            pause_tasks(&tasks, &self.spawner, &live, &exiting).await;
-        }
+        tasks.pause(&exiting).await;
         if !exiting.is_cancelled()
             && let Some(indexer) = &mut indexer
         {
             indexer.clear();
         }
         drop(done);
-    }
-}
-
-/// Stops the daemons and timers of a resource that is no longer served as
-/// on the operator's exit, but so that they may be spawned again when it is
-/// back ([`StopReason::OperatorPausing`]); once they have ended (each
-/// within its stop limit) or the operator exits, the objects are forgotten.
-async fn pause_tasks(
-    tasks: &ResourceTasks,
-    spawner: &Spawner,
-    uids: &HashSet<String>,
-    exiting: &CancellationToken,
-) {
-    let stopping: usize = uids
-        .iter()
-        .map(|uid| spawner.stop_object(uid, StopReason::OperatorPausing))
-        .sum();
-    if stopping > 0 {
-        tracing::debug!(
-            tasks = stopping,
-            reason = %StopReason::OperatorPausing,
-            "stopping the daemons and timers of a resource no longer served"
-        );
-    }
-    let ended = futures::future::join_all(uids.iter().map(|uid| tasks.wait_forgotten(uid)));
-    tokio::select! {
-        _ = ended => {}
-        () = exiting.cancelled() => return,
-    }
-    for uid in uids {
-        tasks.forget(uid);
     }
 }
 

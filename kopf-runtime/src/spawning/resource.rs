@@ -24,7 +24,8 @@
 //!   finalizer, and within their stop limits; `no_finalizers` tasks are
 //!   stopped, never waited for.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -60,6 +61,9 @@ pub struct ResourceTasks {
     spawner: Arc<Spawner>,
     /// Cancelled when the operator exits: nothing waits for tasks then.
     exiting: CancellationToken,
+    /// The UIDs of the live objects (when there are daemons or timers): to
+    /// pause their tasks if the resource stops being served.
+    live: Mutex<HashSet<String>>,
 }
 
 impl ResourceTasks {
@@ -77,6 +81,7 @@ impl ResourceTasks {
             specs,
             spawner,
             exiting,
+            live: Mutex::new(HashSet::new()),
         }
     }
 
@@ -134,8 +139,27 @@ impl ResourceTasks {
         }
     }
 
+    /// Notes that the object lives (as the watch saw it), so that its
+    /// tasks are paused if the resource stops being served.
+    pub fn seen(&self, uid: &str) {
+        if self.is_empty() {
+            return;
+        }
+        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        if !live.contains(uid) {
+            live.insert(uid.to_owned());
+        }
+    }
+
     /// Stops the tasks of an object that is gone, at once.
     pub fn stop_gone(&self, uid: &str, how: DeletedBy) {
+        if self.is_empty() {
+            return;
+        }
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(uid);
         let reason = match how {
             DeletedBy::Event => StopReason::ObjectDeleted,
             DeletedBy::Vanished => StopReason::ObjectVanished,
@@ -156,6 +180,43 @@ impl ResourceTasks {
     /// then); the spawner bounds the wait, the timeout is a safety net.
     pub async fn wait_forgotten(&self, uid: &str) {
         let _ = tokio::time::timeout(self.stop_limit(), self.spawner.wait_stopped(uid)).await;
+    }
+
+    /// Stops the tasks of the live objects of a resource that is no longer
+    /// served as on the operator's exit, but so that they may be spawned
+    /// again when it is back ([`StopReason::OperatorPausing`]); once they
+    /// have ended (each within its stop limit) or the operator exits
+    /// (`exiting`), the objects are forgotten.
+    pub async fn pause(&self, exiting: &CancellationToken) {
+        let uids: Vec<String> = self
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .cloned()
+            .collect();
+        if uids.is_empty() || exiting.is_cancelled() {
+            return;
+        }
+        let stopping: usize = uids
+            .iter()
+            .map(|uid| self.spawner.stop_object(uid, StopReason::OperatorPausing))
+            .sum();
+        if stopping > 0 {
+            tracing::debug!(
+                tasks = stopping,
+                reason = %StopReason::OperatorPausing,
+                "stopping the daemons and timers of a resource no longer served"
+            );
+        }
+        let ended = futures::future::join_all(uids.iter().map(|uid| self.wait_forgotten(uid)));
+        tokio::select! {
+            _ = ended => {}
+            () = exiting.cancelled() => return,
+        }
+        for uid in &uids {
+            self.forget(uid);
+        }
     }
 
     /// Whether the handler `id` is a daemon or timer whose tasks hold its
