@@ -613,8 +613,10 @@
 //!   decode is reported once (a warning, and an Event when posting is on)
 //!   and skipped; a parameter that does not deserialize is an error of the
 //!   call ([`HandlerError::Kwarg`]).
-//! - **Every handler runs or is refused at start-up** with
-//!   [`OperatorError::Unsupported`] naming it.
+//! - **Every handler runs or is refused before anything runs**: the
+//!   registry refuses one it cannot run when it is built, and the operator
+//!   refuses admission handlers without a webhook server
+//!   ([`OperatorError::NoWebhookServer`]).
 //! - **Stopping is bounded.** On SIGINT or SIGTERM (or when the future given
 //!   to [`Operator::run_until`] completes), watching ends first; handlers in
 //!   flight get `queueing.exit_timeout`, then are cancelled; then the

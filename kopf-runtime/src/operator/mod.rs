@@ -48,16 +48,6 @@ type Stop<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OperatorError {
-    /// A handler of a kind this runtime does not run yet.
-    #[error(
-        "handler `{handler}` is `{kind}`, which this runtime does not run yet; remove it or register it only where it is supported"
-    )]
-    Unsupported {
-        /// The handler's source path.
-        handler: String,
-        /// Its kind.
-        kind: HandlerKind,
-    },
     /// Admission handlers, but no webhook server to serve them (as in Kopf).
     #[error(
         "handler `{handler}` is an admission handler, but no webhook server is configured; run with --webhook-server https://0.0.0.0:9443 (and --webhook-managed NAME to configure the cluster), or give the Operator a WebhookServer"
@@ -157,28 +147,12 @@ const NO_CLUSTER_HINT: &str = "run with --emulator";
 const NO_CLUSTER_HINT: &str =
     "build with kopf-runtime's `emulator` feature and run with --emulator";
 
-/// Kinds whose handlers this runtime runs.
-fn is_supported(kind: HandlerKind) -> bool {
-    kind.is_changing()
-        || kind.is_spawning()
-        || matches!(
-            kind,
-            HandlerKind::OnEvent
-                | HandlerKind::OnStartup
-                | HandlerKind::OnCleanup
-                | HandlerKind::Index
-                | HandlerKind::OnLogin
-                | HandlerKind::OnProbe
-                | HandlerKind::OnValidate
-                | HandlerKind::OnMutate
-        )
-}
-
 /// A configured operator: what to run, against which cluster, how.
 ///
 /// # Guarantees
-/// - Every handler the registry holds either runs or is refused at start-up
-///   with an error naming it ([`OperatorError::Unsupported`]).
+/// - Every handler the registry holds runs; admission handlers need a
+///   webhook server, and without one are refused at start-up with an error
+///   naming the first ([`OperatorError::NoWebhookServer`]).
 /// - With `on_login` handlers, they run first and their credentials serve
 ///   every request; a stop meanwhile ends the run at once.
 /// - The handlers that take an index start handling their objects once it
@@ -399,8 +373,8 @@ impl Operator {
     /// Runs until `stop` completes.
     ///
     /// # Errors
-    /// [`OperatorError::Unsupported`] for a handler this runtime cannot run,
-    /// [`OperatorError::Client`] without a cluster, [`OperatorError::Login`]
+    /// [`OperatorError::NoWebhookServer`] for admission handlers without a
+    /// webhook server, [`OperatorError::Client`] without a cluster, [`OperatorError::Login`]
     /// when the `on_login` handlers give no credentials,
     /// [`OperatorError::Startup`] when a start-up handler fails for good.
     pub async fn run_until(
@@ -418,7 +392,6 @@ impl Operator {
         mut stop: Stop<'a>,
     ) -> Pin<Box<dyn Future<Output = Result<(), OperatorError>> + Send + 'a>> {
         Box::pin(async move {
-            self.check_kinds()?;
             self.check_webhooks()?;
             let background = Background::new();
             let Some(started) = self.start(&mut stop, &background).await? else {
@@ -440,22 +413,6 @@ impl Operator {
                 .await;
             served
         })
-    }
-
-    /// Refuses a handler of a kind this runtime does not run.
-    fn check_kinds(&self) -> Result<(), OperatorError> {
-        if let Some(handler) = self
-            .registry
-            .handlers()
-            .iter()
-            .find(|h| !is_supported(h.kind))
-        {
-            return Err(OperatorError::Unsupported {
-                handler: handler.fn_path.to_string(),
-                kind: handler.kind,
-            });
-        }
-        Ok(())
     }
 
     /// Runs the clean-up handlers; one that fails for good is reported.
