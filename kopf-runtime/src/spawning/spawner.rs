@@ -177,8 +177,10 @@ impl ObjectSlot {
     }
 }
 
+/// Every task of the spawner, by object, and how many there are;
+/// changed under the spawner's lock.
 #[derive(Default)]
-struct State {
+struct TaskTable {
     objects: HashMap<Arc<str>, ObjectSlot>,
     tasks: usize,
 }
@@ -189,7 +191,7 @@ struct Victim {
 }
 
 struct Inner {
-    state: Mutex<State>,
+    state: Mutex<TaskTable>,
     tracker: TaskTracker,
     handle: Handle,
     root: StopFlag,
@@ -232,13 +234,13 @@ impl Settle for Inner {
 }
 
 impl Inner {
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, TaskTable> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Forget an entry (if it is still this generation's) and drop the
     /// object's slot if nothing is left to remember.
-    fn remove_entry(state: &mut State, shared: &TaskShared) -> bool {
+    fn remove_entry(state: &mut TaskTable, shared: &TaskShared) -> bool {
         let Some(slot) = state.objects.get_mut(&*shared.uid) else {
             return false;
         };
@@ -654,7 +656,7 @@ impl Spawner {
         count
     }
 
-    fn stop_slot(state: &mut State, uid: &str, reason: StopReason, victims: &mut Vec<Victim>) {
+    fn stop_slot(state: &mut TaskTable, uid: &str, reason: StopReason, victims: &mut Vec<Victim>) {
         let Some(slot) = state.objects.get_mut(uid) else {
             return;
         };
