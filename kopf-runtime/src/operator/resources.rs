@@ -200,23 +200,10 @@ impl Resources {
         let settings = Arc::clone(&self.context.settings);
         let all = self.groups.clone();
         let mut backoff = Backoff::endless(&settings.networking.error_backoffs);
-        self.known = loop {
-            let scanned = tokio::select! {
-                scanned = scanning::scan(&client, &all) => scanned,
-                () = &mut *stop => return Ok(()),
-            };
-            match scanned {
-                Ok(found) => break found,
-                Err(error) => {
-                    let delay = next_delay(&mut backoff, &error);
-                    tracing::warn!(%error, ?delay, "discovery of the served resources failed; retrying");
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => {}
-                        () = &mut *stop => return Ok(()),
-                    }
-                }
-            }
+        let Some(known) = discover(&client, &all, &mut backoff, stop).await else {
+            return Ok(());
         };
+        self.known = known;
         backoff.reset();
         let resolution = scanning::resolve(&self.wanted, &self.known);
         self.check(&resolution)?;
@@ -564,6 +551,33 @@ impl Resources {
             stop,
             done,
             _health: health,
+        }
+    }
+}
+
+/// What discovery finds of `groups`, retried after each failure; `None`
+/// if `stop` completes first.
+async fn discover(
+    client: &Client,
+    groups: &Groups,
+    backoff: &mut Backoff,
+    stop: &mut Stop<'_>,
+) -> Option<Vec<Discovered>> {
+    loop {
+        let scanned = tokio::select! {
+            scanned = scanning::scan(client, groups) => scanned,
+            () = &mut *stop => return None,
+        };
+        match scanned {
+            Ok(found) => return Some(found),
+            Err(error) => {
+                let delay = next_delay(backoff, &error);
+                tracing::warn!(%error, ?delay, "discovery of the served resources failed; retrying");
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = &mut *stop => return None,
+                }
+            }
         }
     }
 }
