@@ -551,6 +551,51 @@ mod tests {
         assert_eq!(spawner.counters().snapshot().stopped, 1, "not failed");
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn pausing_stops_the_tasks_of_the_live_objects_and_forgets_them() {
+        let (client, _) = mock_api::client(|_| Reply::Json(200, example("ns", "a", "u1", "2")));
+        let env = environment(client);
+        let reasons = Arc::new(Mutex::new(Vec::new()));
+        let recorded = Arc::clone(&reasons);
+        let resource = ResourceRef::dynamic("kopf.dev", "v1", "kopfexamples");
+        let handler = Handler::daemon(resource, "watch", move |kw: Kwargs| {
+            let reasons = Arc::clone(&recorded);
+            async move {
+                let stopped = kw.stopped.clone().expect("daemons get a stop flag");
+                stopped.cancelled().await;
+                reasons.lock().expect("lock").push(stopped.reason());
+                Ok::<_, Error>(())
+            }
+        });
+        let spawner = Arc::new(Spawner::new(Recorder::new(), SpawnerSettings::default()));
+        let exiting = CancellationToken::new();
+        let tasks = ResourceTasks::new(&[handler], &env, Arc::clone(&spawner), exiting.clone());
+        for uid in ["u1", "u2"] {
+            let body = Arc::new(example("ns", uid, uid, "1"));
+            tasks.seen(uid);
+            assert_eq!(tasks.serve(uid, &body, &[true]), None);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // A gone object is no longer live: stopped as gone, not paused.
+        tasks.stop_gone("u2", DeletedBy::Event);
+        spawner.wait_stopped("u2").await;
+        tasks.pause(&exiting).await;
+        assert!(spawner.running("u1").is_empty());
+        assert_eq!(
+            *reasons.lock().expect("lock"),
+            [
+                Some(StopReason::ObjectDeleted),
+                Some(StopReason::OperatorPausing)
+            ]
+        );
+        // Forgotten: served again, its task is spawned afresh.
+        let body = Arc::new(example("ns", "u1", "u1", "2"));
+        assert_eq!(tasks.serve("u1", &body, &[true]), None);
+        assert_eq!(spawner.running("u1"), ["watch"]);
+        spawner.stop_object("u1", StopReason::OperatorExiting);
+        spawner.wait_stopped("u1").await;
+    }
+
     /// A plain-fn daemon, as the macros make it: its body runs through
     /// `spawning::run_blocking`. It records its start, then waits for its
     /// stop flag if `honours`, else until `released`.
