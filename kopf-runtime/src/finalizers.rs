@@ -1,4 +1,4 @@
-//! The finalizer lifecycle, as a small state machine ([`Lifecycle`]) that
+//! The finalizer lifecycle, as a small state machine ([`Finalizing`]) that
 //! the processor asks and that decides: before the handlers run, whether
 //! the finalizer is added (a matching handler needs it) or released (none
 //! does any more); once a deletion's handlers have run, whether it is kept
@@ -74,7 +74,7 @@ pub enum Action {
 
 /// Where an object stands with the operator's finalizer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lifecycle<'a> {
+pub struct Finalizing<'a> {
     /// The operator's finalizer.
     finalizer: &'a str,
     /// `metadata.deletionTimestamp` is set.
@@ -83,7 +83,7 @@ pub struct Lifecycle<'a> {
     held: bool,
 }
 
-impl<'a> Lifecycle<'a> {
+impl<'a> Finalizing<'a> {
     /// The state of `body` with respect to `finalizer`.
     pub fn of(body: &Value, finalizer: &'a str) -> Self {
         Self {
@@ -96,6 +96,12 @@ impl<'a> Lifecycle<'a> {
     /// Whether the object is being deleted.
     pub fn deleting(self) -> bool {
         self.deleting
+    }
+
+    /// Whether the object's deletion waits on the operator's finalizer (or
+    /// the legacy marker).
+    pub fn holds_deletion(self) -> bool {
+        self.deleting && self.held
     }
 
     /// Before the handlers run, given the handlers that match the object:
@@ -154,7 +160,7 @@ mod tests {
     fn a_deletion_keeps_the_finalizer_until_done_then_releases_only_ours() {
         let body = json!({"metadata": {"resourceVersion": "7", "finalizers": ["other", "mine"],
                                        "deletionTimestamp": "2020-01-01T00:00:00Z"}});
-        let lifecycle = Lifecycle::of(&body, "mine");
+        let lifecycle = Finalizing::of(&body, "mine");
         assert_eq!(lifecycle.on_cleanup(false, false), Some(Action::Keep));
         assert_eq!(lifecycle.on_cleanup(true, false), Some(Action::Release));
         let mut patch = json!({});
@@ -227,8 +233,8 @@ mod tests {
             body
         }
 
-        fn state(finalizers: &[&str], deleting: bool) -> Lifecycle<'static> {
-            Lifecycle::of(&object(finalizers, deleting), F)
+        fn state(finalizers: &[&str], deleting: bool) -> Finalizing<'static> {
+            Finalizing::of(&object(finalizers, deleting), F)
         }
 
         #[test]
@@ -326,11 +332,19 @@ mod tests {
             let body = object(&["other", LEGACY_FINALIZER, F], true);
             let mut patch = json!({});
             let logger = Logger::new("ns/a");
-            Lifecycle::of(&body, F).enact(Action::Release, &body, &mut patch, &logger);
+            Finalizing::of(&body, F).enact(Action::Release, &body, &mut patch, &logger);
             assert_eq!(
                 patch,
                 json!({"metadata": {"finalizers": ["other"], "resourceVersion": "5"}})
             );
+        }
+
+        #[test]
+        fn a_deletion_is_held_by_our_finalizer_or_the_legacy_marker_only() {
+            assert!(state(&[F], true).holds_deletion());
+            assert!(state(&["other", LEGACY_FINALIZER], true).holds_deletion());
+            assert!(!state(&["other"], true).holds_deletion());
+            assert!(!state(&[F, LEGACY_FINALIZER], false).holds_deletion());
         }
 
         #[test]

@@ -21,7 +21,7 @@
 //!   done and the tasks of finalizer-keeping daemons and timers have
 //!   stopped (awaited within their stop limits, not polled); tasks of
 //!   `no_finalizers` handlers are stopped, never waited for. When to add,
-//!   keep and release the finalizer is [`finalizers::Lifecycle`]'s to say.
+//!   keep and release the finalizer is [`finalizers::Finalizing`]'s to say.
 //! - What the `on_event` handlers patch (one [`Patch`] shared by all of
 //!   them, in order) goes out with the step's own patch, in one request,
 //!   as in Kopf; after a deletion event it is not applied, the object being
@@ -46,17 +46,15 @@ use crate::causes::{self, CauseInput, ChangeCause};
 use crate::diffbase::DiffBaseStorage;
 use crate::echoes::Echoes;
 use crate::execution::{self, CauseContext, Progression};
-use crate::fields::{ensure_field, merge_into, meta_str, object_name, remove_field, resolve_field};
+use crate::fields::{merge_into, meta_str, object_name};
 use crate::filters::{FieldPath, FieldValues};
-use crate::finalizers::{self, Action, Lifecycle};
+use crate::finalizers::{self, Action, Finalizing};
 use crate::handlers::{Handler, HandlerKind};
 use crate::kwargs::{
     Diff, EventType, Indexes, Kwargs, Level, LogSink, Logger, Memo, MemoBase, Patch, Reason,
 };
 use crate::memories::{Handled, Memories, ObjectMemory};
-use crate::patching::{
-    ObjectVersion, PatchError, PatchOutcome, PatchTarget, Patcher, ResourceTarget,
-};
+use crate::patching::{PatchError, PatchOutcome, PatchTarget, Patcher, ResourceTarget};
 use crate::posting::{EventPoster, ObjectReference};
 use crate::progress::ProgressStorage;
 use crate::queueing::{Processed, Versioned};
@@ -65,13 +63,13 @@ use crate::spawning::Spawner;
 use crate::spawning::resource::{self, ResourceTasks, TaskEnvironment};
 use crate::watching::{DeletedBy, ObjectEvent, Seen};
 
+mod sending;
+
+use sending::require_version;
+
 /// How long to wait before processing an object again after its patch was
 /// rejected (the object changed meanwhile, or the API server failed).
 const PATCH_RETRY: Duration = Duration::from_secs(1);
-/// How often a patch carrying handler outcomes is re-sent after a `409`.
-const CONFLICT_RESENDS: usize = 3;
-/// The pause before re-sending a conflicting patch.
-const CONFLICT_PAUSE: Duration = Duration::from_millis(200);
 /// How long to wait after an unexpected patch failure.
 const PATCH_FAILURE_BACKOFF: Duration = Duration::from_secs(10);
 
@@ -409,8 +407,11 @@ impl ResourceProcessor {
                     .only_bookkeeping(body, &patch, &self.progression.storage)
                 && !(self.target.status_subresource && patch.get("status").is_some())
         });
-        let guard = echoes.and_then(|_| guard(&mut patch, body));
-        match self.send(&target, &mut patch, ran, guard, &logger).await {
+        let precondition = echoes.and_then(|_| require_version(&mut patch, body));
+        match self
+            .send(&target, &mut patch, ran, precondition, &logger)
+            .await
+        {
             Ok((PatchOutcome::Patched(patched), guarded)) => {
                 let version = patched.into_resource_version();
                 if let Some(echoes) = echoes
@@ -448,54 +449,6 @@ impl ResourceProcessor {
                     expect_version: None,
                     retry_after: Some(PATCH_FAILURE_BACKOFF),
                 }
-            }
-        }
-    }
-
-    /// Sends the step's patch. A patch that carries the outcome of a handler
-    /// (`ran`) is not given up on a `409 Conflict`: the outcome would be lost
-    /// and the handler run again. It is re-sent instead, its finalizer change
-    /// (the only part guarded by a `resourceVersion`) rebuilt from the object
-    /// as it is now. Other patches (e.g. adding the finalizer) are not
-    /// re-sent: the object is processed again from its newer body.
-    ///
-    /// `guard` says how the patch carries the handled body's version: a
-    /// precondition added only to know its echo ([`Guard::Added`]) is
-    /// dropped on a conflict, and the patch re-sent at once, as it would
-    /// have been sent without it. Also returns whether the patch was
-    /// accepted under the handled body's version.
-    async fn send(
-        &self,
-        target: &PatchTarget,
-        patch: &mut Value,
-        ran: bool,
-        mut guard: Option<Guard>,
-        logger: &Logger,
-    ) -> Result<(PatchOutcome<ObjectVersion>, bool), PatchError> {
-        let finalizer = self.settings.persistence.finalizer.as_str();
-        let mut resends = 0;
-        loop {
-            // Only the new version is kept of the answer: the object is
-            // processed again from its watch event, not from here.
-            match self.patcher.merge_as::<ObjectVersion>(target, patch).await {
-                Err(PatchError::Conflict { .. }) if guard == Some(Guard::Added) => {
-                    guard = None;
-                    remove_field(patch, &["metadata", "resourceVersion"]);
-                }
-                Err(PatchError::Conflict { .. }) if ran && resends < CONFLICT_RESENDS => {
-                    guard = None;
-                    resends += 1;
-                    logger.debug("The patch conflicted; re-sending it to keep the outcomes.");
-                    tokio::time::sleep(CONFLICT_PAUSE).await;
-                    if resolve_field(patch, &["metadata", "resourceVersion"]).is_some() {
-                        let fresh = match self.patcher.merge(target, &json!({})).await? {
-                            PatchOutcome::Patched(fresh) => *fresh,
-                            PatchOutcome::Gone => return Ok((PatchOutcome::Gone, false)),
-                        };
-                        refresh_finalizer(patch, &fresh, finalizer);
-                    }
-                }
-                outcome => return outcome.map(|outcome| (outcome, guard.is_some())),
             }
         }
     }
@@ -568,7 +521,7 @@ impl ResourceProcessor {
         };
         let any_spawning = spawning.iter().any(|m| *m);
         let finalizer = self.settings.persistence.finalizer.as_str();
-        let lifecycle = Lifecycle::of(body, finalizer);
+        let lifecycle = Finalizing::of(body, finalizer);
         let deleting = lifecycle.deleting();
         let serving = changing.iter().copied().chain(
             self.tasks
@@ -844,48 +797,12 @@ fn done() -> execution::StepOutcome {
     }
 }
 
-/// How a patch carries the handled body's `resourceVersion`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Guard {
-    /// It had it already (a finalizer change).
-    Had,
-    /// It was added, to know the patch's echo.
-    Added,
-}
-
-/// Makes `patch` conditional on the version of `body`; `None` if the body
-/// has no version, or the patch is already conditional on another one.
-fn guard(patch: &mut Value, body: &Value) -> Option<Guard> {
-    let version = meta_str(body, "resourceVersion")?;
-    match resolve_field(patch, &["metadata", "resourceVersion"]) {
-        Some(had) => (had.as_str() == Some(version)).then_some(Guard::Had),
-        None => {
-            ensure_field(
-                patch,
-                &["metadata", "resourceVersion"],
-                Value::from(version),
-            );
-            Some(Guard::Added)
-        }
-    }
-}
-
 /// The earlier of two optional delays.
 fn min_delay(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
-}
-
-/// Rebuilds the finalizer change of `patch` (adding or removing
-/// `finalizer`) against `fresh`, the object as it is now, with its
-/// `resourceVersion` as the new precondition.
-fn refresh_finalizer(patch: &mut Value, fresh: &Value, finalizer: &str) {
-    let present = resolve_field(patch, &["metadata", "finalizers"])
-        .and_then(Value::as_array)
-        .is_some_and(|list| list.iter().any(|f| f.as_str() == Some(finalizer)));
-    finalizers::merge_patch(fresh, patch, finalizer, present);
 }
 
 fn title(reason: Reason) -> &'static str {
@@ -902,6 +819,7 @@ fn title(reason: Reason) -> &'static str {
 mod tests {
     use std::sync::Mutex;
 
+    use super::sending::refresh_finalizer;
     use super::*;
     use crate::errors::Error;
     use crate::mock_api::{self, Recorded, Reply, example};

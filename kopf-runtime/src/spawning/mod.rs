@@ -23,6 +23,7 @@
 
 mod counters;
 mod daemons;
+mod liveness;
 mod observing;
 pub mod resource;
 mod runner;

@@ -24,7 +24,8 @@
 //!   finalizer, and within their stop limits; `no_finalizers` tasks are
 //!   stopped, never waited for.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -60,6 +61,9 @@ pub struct ResourceTasks {
     spawner: Arc<Spawner>,
     /// Cancelled when the operator exits: nothing waits for tasks then.
     exiting: CancellationToken,
+    /// The UIDs of the live objects (when there are daemons or timers): to
+    /// pause their tasks if the resource stops being served.
+    live: Mutex<HashSet<String>>,
 }
 
 impl ResourceTasks {
@@ -77,6 +81,7 @@ impl ResourceTasks {
             specs,
             spawner,
             exiting,
+            live: Mutex::new(HashSet::new()),
         }
     }
 
@@ -134,8 +139,27 @@ impl ResourceTasks {
         }
     }
 
+    /// Notes that the object lives (as the watch saw it), so that its
+    /// tasks are paused if the resource stops being served.
+    pub fn seen(&self, uid: &str) {
+        if self.is_empty() {
+            return;
+        }
+        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        if !live.contains(uid) {
+            live.insert(uid.to_owned());
+        }
+    }
+
     /// Stops the tasks of an object that is gone, at once.
     pub fn stop_gone(&self, uid: &str, how: DeletedBy) {
+        if self.is_empty() {
+            return;
+        }
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(uid);
         let reason = match how {
             DeletedBy::Event => StopReason::ObjectDeleted,
             DeletedBy::Vanished => StopReason::ObjectVanished,
@@ -156,6 +180,43 @@ impl ResourceTasks {
     /// then); the spawner bounds the wait, the timeout is a safety net.
     pub async fn wait_forgotten(&self, uid: &str) {
         let _ = tokio::time::timeout(self.stop_limit(), self.spawner.wait_stopped(uid)).await;
+    }
+
+    /// Stops the tasks of the live objects of a resource that is no longer
+    /// served as on the operator's exit, but so that they may be spawned
+    /// again when it is back ([`StopReason::OperatorPausing`]); once they
+    /// have ended (each within its stop limit) or the operator exits
+    /// (`exiting`), the objects are forgotten.
+    pub async fn pause(&self, exiting: &CancellationToken) {
+        let uids: Vec<String> = self
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .cloned()
+            .collect();
+        if uids.is_empty() || exiting.is_cancelled() {
+            return;
+        }
+        let stopping: usize = uids
+            .iter()
+            .map(|uid| self.spawner.stop_object(uid, StopReason::OperatorPausing))
+            .sum();
+        if stopping > 0 {
+            tracing::debug!(
+                tasks = stopping,
+                reason = %StopReason::OperatorPausing,
+                "stopping the daemons and timers of a resource no longer served"
+            );
+        }
+        let ended = futures::future::join_all(uids.iter().map(|uid| self.wait_forgotten(uid)));
+        tokio::select! {
+            _ = ended => {}
+            () = exiting.cancelled() => return,
+        }
+        for uid in &uids {
+            self.forget(uid);
+        }
     }
 
     /// Whether the handler `id` is a daemon or timer whose tasks hold its
@@ -489,6 +550,51 @@ mod tests {
         spawner.wait_stopped("u1").await;
         assert_eq!(*seen.lock().expect("lock"), ["1", "2", "3", "1"]);
         assert_eq!(spawner.counters().snapshot().stopped, 1, "not failed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pausing_stops_the_tasks_of_the_live_objects_and_forgets_them() {
+        let (client, _) = mock_api::client(|_| Reply::Json(200, example("ns", "a", "u1", "2")));
+        let env = environment(client);
+        let reasons = Arc::new(Mutex::new(Vec::new()));
+        let recorded = Arc::clone(&reasons);
+        let resource = ResourceRef::dynamic("kopf.dev", "v1", "kopfexamples");
+        let handler = Handler::daemon(resource, "watch", move |kw: Kwargs| {
+            let reasons = Arc::clone(&recorded);
+            async move {
+                let stopped = kw.stopped.clone().expect("daemons get a stop flag");
+                stopped.cancelled().await;
+                reasons.lock().expect("lock").push(stopped.reason());
+                Ok::<_, Error>(())
+            }
+        });
+        let spawner = Arc::new(Spawner::new(Recorder::new(), SpawnerSettings::default()));
+        let exiting = CancellationToken::new();
+        let tasks = ResourceTasks::new(&[handler], &env, Arc::clone(&spawner), exiting.clone());
+        for uid in ["u1", "u2"] {
+            let body = Arc::new(example("ns", uid, uid, "1"));
+            tasks.seen(uid);
+            assert_eq!(tasks.serve(uid, &body, &[true]), None);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // A gone object is no longer live: stopped as gone, not paused.
+        tasks.stop_gone("u2", DeletedBy::Event);
+        spawner.wait_stopped("u2").await;
+        tasks.pause(&exiting).await;
+        assert!(spawner.running("u1").is_empty());
+        assert_eq!(
+            *reasons.lock().expect("lock"),
+            [
+                Some(StopReason::ObjectDeleted),
+                Some(StopReason::OperatorPausing)
+            ]
+        );
+        // Forgotten: served again, its task is spawned afresh.
+        let body = Arc::new(example("ns", "u1", "u1", "2"));
+        assert_eq!(tasks.serve("u1", &body, &[true]), None);
+        assert_eq!(spawner.running("u1"), ["watch"]);
+        spawner.stop_object("u1", StopReason::OperatorExiting);
+        spawner.wait_stopped("u1").await;
     }
 
     /// A plain-fn daemon, as the macros make it: its body runs through

@@ -12,8 +12,8 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::liveness::Liveness;
 use super::observing::{Observer, OutcomeReport};
-use super::spawner::Liveness;
 use super::task::{TaskContext, TaskOutcome, TaskSpec, Verdict};
 use crate::fencing::{Fence, Held};
 use crate::stopping::StopFlag;

@@ -2,8 +2,7 @@
 //! `(object UID, handler id)`, and stops them (gracefully, then by force,
 //! then by abandoning them).
 
-use std::any::Any;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
@@ -19,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::counters::Counters;
+use super::liveness::{Liveness, Phase, Settle, SharedPhase, TaskShared};
 use super::observing::{AbandonedReport, Observer};
 use super::runner::Run;
 use super::task::{TaskKind, TaskSpec};
@@ -80,78 +80,6 @@ pub enum ShutdownError {
         /// How many tasks were abandoned during the shutdown.
         count: u64,
     },
-}
-
-/// Where a task is on its way out: `Running` → `Stopping` (its flag is
-/// set) → `Cancelling` (aborted after its grace period) → `Abandoned` (it
-/// outlived its cancellation timeout). Changed under the spawner's lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-enum Phase {
-    Running,
-    Stopping,
-    Cancelling,
-    Abandoned,
-}
-
-/// A task's [`Phase`], read by its runner without the lock.
-struct SharedPhase(AtomicU8);
-
-impl SharedPhase {
-    fn new() -> Self {
-        Self(AtomicU8::new(Phase::Running as u8))
-    }
-
-    fn load(&self) -> Phase {
-        match self.0.load(Ordering::Acquire) {
-            0 => Phase::Running,
-            1 => Phase::Stopping,
-            2 => Phase::Cancelling,
-            _ => Phase::Abandoned,
-        }
-    }
-
-    fn store(&self, phase: Phase) {
-        self.0.store(phase as u8, Ordering::Release);
-    }
-}
-
-/// The state of one task shared by the spawner, its stopper and its runner.
-pub(crate) struct TaskShared {
-    pub(crate) uid: Arc<str>,
-    pub(crate) id: Arc<str>,
-    generation: u64,
-    flag: StopFlag,
-    grace: Duration,
-    timeout: Duration,
-    /// Cancelled once the task (and any blocking thread it started) ended.
-    done: CancellationToken,
-    phase: SharedPhase,
-    /// Set by a task that ended on its own: never respawn it for this object.
-    pub(crate) finished_for_good: AtomicBool,
-    /// What the task's function keeps between its calls (see [`TaskContext::local`](super::TaskContext::local)).
-    pub(crate) local: OnceLock<Arc<dyn Any + Send + Sync>>,
-}
-
-/// Keeps a task "running" while any clone lives: the runner future holds
-/// one, and so does every blocking thread started by
-/// `TaskContext::run_blocking` (in tests). Dropping the last one settles the task.
-pub(crate) struct Liveness {
-    pub(crate) shared: Arc<TaskShared>,
-    /// For blocking threads; a per-task clone, so that handler calls do not
-    /// all touch one shared reference count.
-    pub(crate) tracker: TaskTracker,
-    inner: Weak<Inner>,
-}
-
-impl Drop for Liveness {
-    fn drop(&mut self) {
-        if let Some(inner) = self.inner.upgrade() {
-            inner.settle(&self.shared);
-        } else {
-            self.shared.done.cancel();
-        }
-    }
 }
 
 struct Entry {
@@ -249,8 +177,10 @@ impl ObjectSlot {
     }
 }
 
+/// Every task of the spawner, by object, and how many there are;
+/// changed under the spawner's lock.
 #[derive(Default)]
-struct State {
+struct TaskTable {
     objects: HashMap<Arc<str>, ObjectSlot>,
     tasks: usize,
 }
@@ -261,7 +191,7 @@ struct Victim {
 }
 
 struct Inner {
-    state: Mutex<State>,
+    state: Mutex<TaskTable>,
     tracker: TaskTracker,
     handle: Handle,
     root: StopFlag,
@@ -275,32 +205,7 @@ struct Inner {
     fence: Option<Fence>,
 }
 
-impl Inner {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Forget an entry (if it is still this generation's) and drop the
-    /// object's slot if nothing is left to remember.
-    fn remove_entry(state: &mut State, shared: &TaskShared) -> bool {
-        let Some(slot) = state.objects.get_mut(&*shared.uid) else {
-            return false;
-        };
-        let ours = slot
-            .tasks
-            .get(&*shared.id)
-            .is_some_and(|entry| entry.shared.generation == shared.generation);
-        if ours {
-            slot.tasks.remove(&*shared.id);
-            state.tasks -= 1;
-            if slot.tasks.is_empty() && slot.state == SlotState::Forgotten {
-                state.objects.remove(&*shared.uid);
-            }
-        }
-        ours
-    }
-
-    /// The task has ended (the last [`Liveness`] was dropped).
+impl Settle for Inner {
     fn settle(&self, shared: &TaskShared) {
         let mut state = self.lock();
         let phase = shared.phase.load();
@@ -325,6 +230,32 @@ impl Inner {
         shared.done.cancel();
         self.settled.notify_waiters();
         tracing::debug!(uid = %shared.uid, handler = %shared.id, "task ended");
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, TaskTable> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Forget an entry (if it is still this generation's) and drop the
+    /// object's slot if nothing is left to remember.
+    fn remove_entry(state: &mut TaskTable, shared: &TaskShared) -> bool {
+        let Some(slot) = state.objects.get_mut(&*shared.uid) else {
+            return false;
+        };
+        let ours = slot
+            .tasks
+            .get(&*shared.id)
+            .is_some_and(|entry| entry.shared.generation == shared.generation);
+        if ours {
+            slot.tasks.remove(&*shared.id);
+            state.tasks -= 1;
+            if slot.tasks.is_empty() && slot.state == SlotState::Forgotten {
+                state.objects.remove(&*shared.uid);
+            }
+        }
+        ours
     }
 
     /// Mark entries as stopping, set their flags, and collect them for a stopper.
@@ -621,7 +552,7 @@ impl Spawner {
             liveness: Arc::new(Liveness {
                 shared: Arc::clone(&shared),
                 tracker: inner.tracker.clone(),
-                inner: Arc::downgrade(inner),
+                spawner: Arc::downgrade(inner) as Weak<dyn Settle>,
             }),
             epoch: (jiff::Timestamp::now(), Instant::now()),
             fence: inner.fence.clone(),
@@ -725,7 +656,7 @@ impl Spawner {
         count
     }
 
-    fn stop_slot(state: &mut State, uid: &str, reason: StopReason, victims: &mut Vec<Victim>) {
+    fn stop_slot(state: &mut TaskTable, uid: &str, reason: StopReason, victims: &mut Vec<Victim>) {
         let Some(slot) = state.objects.get_mut(uid) else {
             return;
         };

@@ -18,7 +18,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::spawner::Liveness;
+use super::liveness::Liveness;
 use crate::errors::{HandlerError, Outcome};
 use crate::execution;
 use crate::handlers::{DEFAULT_BACKOFF, Handler, KindOptions, TimerOptions};

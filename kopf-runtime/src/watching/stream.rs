@@ -327,38 +327,9 @@ impl ScopeWatch {
         rv: &mut String,
         backoff: &mut Backoff,
     ) -> Result<WatchEnd, Closed> {
-        let mut params = WatchParams::default();
-        if let Some(timeout) = self.settings.server_timeout {
-            params = params.timeout(u32::try_from(timeout.as_secs()).unwrap_or(u32::MAX).max(1));
-        }
-        let started = async {
-            let mut request = self
-                .request
-                .watch(&params, rv)
-                .map_err(kube::Error::BuildRequest)?;
-            request.extensions_mut().insert("watch");
-            self.client.request_stream(request).await
-        };
-        let connected = match self.settings.connect_timeout {
-            Some(limit) => match tokio::time::timeout(limit, started).await {
-                Ok(result) => result,
-                Err(_) => {
-                    return Ok(WatchEnd::Failed(
-                        WatchError::ConnectTimeout,
-                        ErrorClass::Transient { retry_after: None },
-                    ));
-                }
-            },
-            None => started.await,
-        };
-        let stream = match connected {
+        let stream = match self.connect(rv).await {
             Ok(stream) => stream,
-            Err(error) => {
-                return Ok(match classify(&error) {
-                    ErrorClass::Expired => WatchEnd::Relist,
-                    class => WatchEnd::Failed(WatchError::Connect(error), class),
-                });
-            }
+            Err(end) => return Ok(end),
         };
         let mut stream = std::pin::pin!(stream.lines());
         let deadline = self
@@ -391,87 +362,133 @@ impl ScopeWatch {
                 }
                 Ok(Some(Ok(line))) => line,
             };
-            let (echoes, slots) = (self.echoes.as_ref(), self.slots);
-            let tracker = &mut self.tracker;
-            let mut skip = |change: Change, uid: &str, version: &str| {
-                // Another replica's object: never tracked here.
-                slots.is_some_and(|slots| !slots.serve(uid))
-                    // The operator's own patch, expected back: the object is known.
-                    || (change == Change::Modified
-                        && echoes.is_some_and(|e| e.take(uid, version))
-                        && tracker.advance(uid, version))
-            };
-            let offered = match (slots, echoes) {
-                (Some(_), _) => Some(Offered::All),
-                (None, Some(_)) => Some(Offered::Modified),
-                (None, None) => None,
-            };
-            let skip = offered.map(|offered| (offered, &mut skip));
-            let event = match events::decode(&line, self.settings.max_depth, skip) {
-                Ok(Some(event)) => event,
-                // A truncated last line: resume from the last whole event.
-                Ok(None) => return Ok(WatchEnd::Resume(RestartReason::Closed)),
-                Err(error) => {
-                    return Ok(match classify(&error) {
-                        ErrorClass::Expired => WatchEnd::Relist,
-                        class => WatchEnd::Failed(WatchError::Stream(error), class),
-                    });
-                }
+            let event = match self.decode(&line) {
+                Ok(event) => event,
+                Err(end) => return Ok(end),
             };
             backoff.reset();
             if let Some(monitor) = &self.monitor {
                 monitor.event(event_type(&event, &line));
             }
-            let input = match event {
-                Event::Applied(obj) => {
-                    remember_version(rv, &obj);
-                    WatchInput::Applied(obj)
-                }
-                Event::Skipped { version, .. } => {
-                    *rv = version;
-                    continue;
-                }
-                Event::Deleted(obj) => {
-                    remember_version(rv, &obj);
-                    WatchInput::Deleted(obj)
-                }
-                Event::Undecodable {
-                    deleted,
-                    identity: Some(identity),
-                    reason,
-                } => {
-                    remember_version(rv, &identity);
-                    if deleted {
-                        WatchInput::DeletedUndecodable(identity)
-                    } else {
-                        WatchInput::Undecodable {
-                            identity,
-                            reason: reason.as_str().into(),
-                        }
-                    }
-                }
-                Event::Undecodable {
-                    identity: None,
-                    reason,
-                    ..
-                } => {
-                    tracing::warn!(scope = %self.scope, %reason, "skipping an object without a readable uid and name");
-                    continue;
-                }
-                Event::Bookmark(version) => {
-                    *rv = version;
-                    continue;
-                }
-                Event::Error(status) => {
-                    return Ok(match classify_status(&status) {
-                        ErrorClass::Expired => WatchEnd::Relist,
-                        class => WatchEnd::Failed(WatchError::ErrorEvent(status), class),
-                    });
-                }
-            };
-            self.feed(input);
+            match self.input_of(event, rv) {
+                Ok(Some(input)) => self.feed(input),
+                Ok(None) => continue,
+                Err(end) => return Ok(end),
+            }
             flush(&mut self.out, tx).await?;
         }
+    }
+
+    /// Opens a watch request from `rv`; how the request ends if it cannot.
+    async fn connect(&self, rv: &str) -> Result<impl futures::AsyncBufRead + use<>, WatchEnd> {
+        let mut params = WatchParams::default();
+        if let Some(timeout) = self.settings.server_timeout {
+            params = params.timeout(u32::try_from(timeout.as_secs()).unwrap_or(u32::MAX).max(1));
+        }
+        let started = async {
+            let mut request = self
+                .request
+                .watch(&params, rv)
+                .map_err(kube::Error::BuildRequest)?;
+            request.extensions_mut().insert("watch");
+            self.client.request_stream(request).await
+        };
+        let connected = match self.settings.connect_timeout {
+            Some(limit) => match tokio::time::timeout(limit, started).await {
+                Ok(result) => result,
+                Err(_) => {
+                    return Err(WatchEnd::Failed(
+                        WatchError::ConnectTimeout,
+                        ErrorClass::Transient { retry_after: None },
+                    ));
+                }
+            },
+            None => started.await,
+        };
+        connected.map_err(|error| match classify(&error) {
+            ErrorClass::Expired => WatchEnd::Relist,
+            class => WatchEnd::Failed(WatchError::Connect(error), class),
+        })
+    }
+
+    /// Decodes one line of the watch, skipping undecoded the objects of
+    /// other replicas and the operator's own patches coming back; how the
+    /// request ends if the line says so.
+    fn decode(&mut self, line: &str) -> Result<Event, WatchEnd> {
+        let (echoes, slots) = (self.echoes.as_ref(), self.slots);
+        let tracker = &mut self.tracker;
+        let mut skip = |change: Change, uid: &str, version: &str| {
+            // Another replica's object: never tracked here.
+            slots.is_some_and(|slots| !slots.serve(uid))
+                // The operator's own patch, expected back: the object is known.
+                || (change == Change::Modified
+                    && echoes.is_some_and(|e| e.take(uid, version))
+                    && tracker.advance(uid, version))
+        };
+        let offered = match (slots, echoes) {
+            (Some(_), _) => Some(Offered::All),
+            (None, Some(_)) => Some(Offered::Modified),
+            (None, None) => None,
+        };
+        let skip = offered.map(|offered| (offered, &mut skip));
+        match events::decode(line, self.settings.max_depth, skip) {
+            Ok(Some(event)) => Ok(event),
+            // A truncated last line: resume from the last whole event.
+            Ok(None) => Err(WatchEnd::Resume(RestartReason::Closed)),
+            Err(error) => Err(match classify(&error) {
+                ErrorClass::Expired => WatchEnd::Relist,
+                class => WatchEnd::Failed(WatchError::Stream(error), class),
+            }),
+        }
+    }
+
+    /// What the tracker is fed of `event`, if anything; `rv` follows it.
+    /// How the request ends if the event is an error.
+    fn input_of(&self, event: Event, rv: &mut String) -> Result<Option<WatchInput>, WatchEnd> {
+        let input = match event {
+            Event::Applied(obj) => {
+                remember_version(rv, &obj);
+                WatchInput::Applied(obj)
+            }
+            Event::Skipped { version, .. } | Event::Bookmark(version) => {
+                *rv = version;
+                return Ok(None);
+            }
+            Event::Deleted(obj) => {
+                remember_version(rv, &obj);
+                WatchInput::Deleted(obj)
+            }
+            Event::Undecodable {
+                deleted,
+                identity: Some(identity),
+                reason,
+            } => {
+                remember_version(rv, &identity);
+                if deleted {
+                    WatchInput::DeletedUndecodable(identity)
+                } else {
+                    WatchInput::Undecodable {
+                        identity,
+                        reason: reason.as_str().into(),
+                    }
+                }
+            }
+            Event::Undecodable {
+                identity: None,
+                reason,
+                ..
+            } => {
+                tracing::warn!(scope = %self.scope, %reason, "skipping an object without a readable uid and name");
+                return Ok(None);
+            }
+            Event::Error(status) => {
+                return Err(match classify_status(&status) {
+                    ErrorClass::Expired => WatchEnd::Relist,
+                    class => WatchEnd::Failed(WatchError::ErrorEvent(status), class),
+                });
+            }
+        };
+        Ok(Some(input))
     }
 }
 
