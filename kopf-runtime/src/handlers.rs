@@ -163,7 +163,73 @@ impl HandlerKind {
             other => other.name(),
         }
     }
+
+    /// Whether handlers of the kind serve a resource's objects (all but activities).
+    fn has_resource(self) -> bool {
+        !self.is_activity()
+    }
+
+    /// Admission handlers.
+    fn is_webhook(self) -> bool {
+        matches!(self, HandlerKind::OnValidate | HandlerKind::OnMutate)
+    }
+
+    /// Whether the kind accepts `option` (an attribute's key, e.g.
+    /// `interval`), as [`OPTIONS`] says.
+    pub(crate) fn accepts(self, option: &str) -> bool {
+        OPTIONS
+            .iter()
+            .any(|(name, accepts)| *name == option && accepts(self))
+    }
+
+    /// The options the kind accepts, in the order messages list them.
+    pub(crate) fn options(self) -> Vec<&'static str> {
+        OPTIONS
+            .iter()
+            .filter(|(_, accepts)| accepts(self))
+            .map(|(name, _)| *name)
+            .collect()
+    }
 }
+
+/// Which kinds accept an option.
+type Accepts = fn(HandlerKind) -> bool;
+
+/// Every option of a handler, with the kinds that accept it, in the order
+/// messages list them: the one table the builder's setters (and so the
+/// macros' records, which are built by them) check against. The macros
+/// accept the same options per kind (`kopf-macros`' `options.rs`); a test
+/// here compares the two tables kind by kind.
+const OPTIONS: &[(&str, Accepts)] = &[
+    ("id", |_| true),
+    ("param", |_| true),
+    ("retries", HandlerKind::has_retries),
+    ("backoff", HandlerKind::has_retries),
+    ("timeout", HandlerKind::has_retries),
+    ("errors", HandlerKind::has_retries),
+    ("labels", HandlerKind::has_resource),
+    ("annotations", HandlerKind::has_resource),
+    ("when", HandlerKind::has_resource),
+    ("field", HandlerKind::has_resource),
+    ("value", HandlerKind::has_resource),
+    ("old", HandlerKind::has_old_new),
+    ("new", HandlerKind::has_old_new),
+    ("deleted", |kind| kind == HandlerKind::OnResume),
+    ("optional", |kind| kind == HandlerKind::OnDelete),
+    ("interval", |kind| kind == HandlerKind::Timer),
+    ("initial_delay", HandlerKind::is_spawning),
+    ("sharp", |kind| kind == HandlerKind::Timer),
+    ("idle", |kind| kind == HandlerKind::Timer),
+    ("cancellation_backoff", |kind| kind == HandlerKind::Daemon),
+    ("cancellation_timeout", |kind| kind == HandlerKind::Daemon),
+    ("cancellation_polling", |kind| kind == HandlerKind::Daemon),
+    ("no_finalizers", HandlerKind::is_spawning),
+    ("operations", HandlerKind::is_webhook),
+    ("subresource", HandlerKind::is_webhook),
+    ("persistent", HandlerKind::is_webhook),
+    ("side_effects", HandlerKind::is_webhook),
+    ("ignore_failures", HandlerKind::is_webhook),
+];
 
 impl fmt::Display for HandlerKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -569,12 +635,28 @@ impl Handler {
         &self.problems
     }
 
-    fn problem(mut self, option: &str, valid_for: &str) -> Self {
+    /// Whether the kind refuses `option`; if so, the refusal is recorded
+    /// as a problem, worded as the macros word it.
+    fn refuses(&mut self, option: &str) -> bool {
+        if self.kind.accepts(option) {
+            return false;
+        }
+        let kinds: Vec<&str> = HandlerKind::ALL
+            .iter()
+            .filter(|kind| kind.accepts(option))
+            .map(|kind| kind.name())
+            .collect();
+        let only = if kinds.len() <= 3 {
+            format!(" (only for {})", quoted(&kinds))
+        } else {
+            String::new()
+        };
         self.problems.push(format!(
-            "`{option}` is not valid for `{}` handlers; it is valid for {valid_for}",
-            self.kind
+            "option `{option}` is not valid for `{kind}`{only}; valid options for `{kind}` are: {}",
+            quoted(&self.kind.options()),
+            kind = self.kind,
         ));
-        self
+        true
     }
 
     /// Sets the source path shown in errors (the macros set `module::fn`).
@@ -597,11 +679,8 @@ impl Handler {
 
     /// `retries`: the maximum number of retries.
     pub fn retries(mut self, retries: u32) -> Self {
-        if !self.kind.has_retries() {
-            return self.problem(
-                "retries",
-                "all kinds but `on_event`, `on_validate` and `on_mutate`",
-            );
+        if self.refuses("retries") {
+            return self;
         }
         self.options.retries = Some(retries);
         self
@@ -610,11 +689,8 @@ impl Handler {
     /// `backoff`: the delay between retries (instead of the operator's
     /// `settings.execution.default_backoff`).
     pub fn backoff(mut self, backoff: Duration) -> Self {
-        if !self.kind.has_retries() {
-            return self.problem(
-                "backoff",
-                "all kinds but `on_event`, `on_validate` and `on_mutate`",
-            );
+        if self.refuses("backoff") {
+            return self;
         }
         self.options.backoff = Some(backoff);
         self
@@ -622,11 +698,8 @@ impl Handler {
 
     /// `timeout`: give up after this long.
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        if !self.kind.has_retries() {
-            return self.problem(
-                "timeout",
-                "all kinds but `on_event`, `on_validate` and `on_mutate`",
-            );
+        if self.refuses("timeout") {
+            return self;
         }
         self.options.timeout = Some(timeout);
         self
@@ -634,11 +707,8 @@ impl Handler {
 
     /// `errors`: how regular errors are treated.
     pub fn errors(mut self, errors: ErrorsMode) -> Self {
-        if !self.kind.has_retries() {
-            return self.problem(
-                "errors",
-                "all kinds but `on_event`, `on_validate` and `on_mutate`",
-            );
+        if self.refuses("errors") {
+            return self;
         }
         self.options.errors = errors;
         self
@@ -652,8 +722,8 @@ impl Handler {
 
     /// `labels`: adds a condition on a label.
     pub fn label(mut self, key: impl Into<String>, value: impl Into<MetaValue>) -> Self {
-        if self.kind.is_activity() {
-            return self.problem("labels", "resource handlers");
+        if self.refuses("labels") {
+            return self;
         }
         self.filters.labels.entries.push((key.into(), value.into()));
         self
@@ -661,8 +731,8 @@ impl Handler {
 
     /// `labels`: replaces all label conditions.
     pub fn labels(mut self, labels: MetaFilter) -> Self {
-        if self.kind.is_activity() {
-            return self.problem("labels", "resource handlers");
+        if self.refuses("labels") {
+            return self;
         }
         self.filters.labels = labels;
         self
@@ -670,8 +740,8 @@ impl Handler {
 
     /// `annotations`: adds a condition on an annotation.
     pub fn annotation(mut self, key: impl Into<String>, value: impl Into<MetaValue>) -> Self {
-        if self.kind.is_activity() {
-            return self.problem("annotations", "resource handlers");
+        if self.refuses("annotations") {
+            return self;
         }
         self.filters
             .annotations
@@ -682,8 +752,8 @@ impl Handler {
 
     /// `annotations`: replaces all annotation conditions.
     pub fn annotations(mut self, annotations: MetaFilter) -> Self {
-        if self.kind.is_activity() {
-            return self.problem("annotations", "resource handlers");
+        if self.refuses("annotations") {
+            return self;
         }
         self.filters.annotations = annotations;
         self
@@ -691,8 +761,8 @@ impl Handler {
 
     /// `when`: a callback on the kwargs.
     pub fn when(mut self, when: impl Fn(&Kwargs) -> bool + Send + Sync + 'static) -> Self {
-        if self.kind.is_activity() {
-            return self.problem("when", "resource handlers");
+        if self.refuses("when") {
+            return self;
         }
         self.filters.when = Some(Arc::new(when));
         self
@@ -701,8 +771,8 @@ impl Handler {
     /// `field`: scopes the handler to a dot-separated field; appends `/field` to the id
     /// (except for indexes, as in Kopf).
     pub fn field(mut self, field: &str) -> Self {
-        if self.kind.is_activity() {
-            return self.problem("field", "resource handlers");
+        if self.refuses("field") {
+            return self;
         }
         match FieldPath::parse(field) {
             Some(path) => {
@@ -720,8 +790,8 @@ impl Handler {
 
     /// `value`: a condition on the field's value (needs `field`).
     pub fn value(mut self, value: impl Into<ValueFilter>) -> Self {
-        if self.kind.is_activity() {
-            return self.problem("value", "resource handlers");
+        if self.refuses("value") {
+            return self;
         }
         self.filters.value = Some(value.into());
         self
@@ -729,8 +799,8 @@ impl Handler {
 
     /// `old`: a condition on the field's old value (`on_update`, `on_field`; needs `field`).
     pub fn old(mut self, old: impl Into<ValueFilter>) -> Self {
-        if !self.kind.has_old_new() {
-            return self.problem("old", "`on_update` and `on_field`");
+        if self.refuses("old") {
+            return self;
         }
         self.filters.old = Some(old.into());
         self
@@ -738,27 +808,38 @@ impl Handler {
 
     /// `new`: a condition on the field's new value (`on_update`, `on_field`; needs `field`).
     pub fn new_value(mut self, new: impl Into<ValueFilter>) -> Self {
-        if !self.kind.has_old_new() {
-            return self.problem("new", "`on_update` and `on_field`");
+        if self.refuses("new") {
+            return self;
         }
         self.filters.new = Some(new.into());
         self
     }
 
-    /// `deleted` (`on_resume`): also resume objects being deleted.
-    pub fn deleted(mut self, deleted: bool) -> Self {
-        match &mut self.kind_options {
-            KindOptions::Resume { deleted: d } => *d = deleted,
-            _ => return self.problem("deleted", "`on_resume`"),
+    /// Sets a kind-specific option, if the kind accepts it (the kind's
+    /// [`KindOptions`] variant is then the one `set` expects).
+    fn kind_option(mut self, option: &str, set: impl FnOnce(&mut KindOptions)) -> Self {
+        if !self.refuses(option) {
+            set(&mut self.kind_options);
         }
         self
     }
 
+    /// `deleted` (`on_resume`): also resume objects being deleted.
+    pub fn deleted(self, deleted: bool) -> Self {
+        self.kind_option("deleted", |options| {
+            if let KindOptions::Resume { deleted: d } = options {
+                *d = deleted;
+            }
+        })
+    }
+
     /// `optional` (`on_delete`): no finalizer for this handler.
     pub fn optional(mut self, optional: bool) -> Self {
-        match &mut self.kind_options {
-            KindOptions::Delete { optional: o } => *o = optional,
-            _ => return self.problem("optional", "`on_delete`"),
+        if self.refuses("optional") {
+            return self;
+        }
+        if let KindOptions::Delete { optional: o } = &mut self.kind_options {
+            *o = optional;
         }
         self.requires_finalizer = !optional;
         self
@@ -766,112 +847,117 @@ impl Handler {
 
     /// `no_finalizers` (`timer`, `daemon`): never block deletion for this handler.
     pub fn no_finalizers(mut self) -> Self {
-        if !self.kind.is_spawning() {
-            return self.problem("no_finalizers", "`timer` and `daemon`");
+        if self.refuses("no_finalizers") {
+            return self;
         }
         self.requires_finalizer = false;
         self
     }
 
+    fn timer_option(self, option: &str, set: impl FnOnce(&mut TimerOptions)) -> Self {
+        self.kind_option(option, |options| {
+            if let KindOptions::Timer(timer) = options {
+                set(timer);
+            }
+        })
+    }
+
+    fn daemon_option(self, option: &str, set: impl FnOnce(&mut DaemonOptions)) -> Self {
+        self.kind_option(option, |options| {
+            if let KindOptions::Daemon(daemon) = options {
+                set(daemon);
+            }
+        })
+    }
+
+    fn webhook_option(self, option: &str, set: impl FnOnce(&mut WebhookOptions)) -> Self {
+        self.kind_option(option, |options| {
+            if let KindOptions::Webhook(webhook) = options {
+                set(webhook);
+            }
+        })
+    }
+
     /// `interval` (`timer`).
-    pub fn interval(mut self, interval: Duration) -> Self {
-        match &mut self.kind_options {
-            KindOptions::Timer(t) => t.interval = Some(interval),
-            _ => return self.problem("interval", "`timer`"),
-        }
-        self
+    pub fn interval(self, interval: Duration) -> Self {
+        self.timer_option("interval", |t| t.interval = Some(interval))
     }
 
     /// `sharp` (`timer`).
-    pub fn sharp(mut self, sharp: bool) -> Self {
-        match &mut self.kind_options {
-            KindOptions::Timer(t) => t.sharp = sharp,
-            _ => return self.problem("sharp", "`timer`"),
-        }
-        self
+    pub fn sharp(self, sharp: bool) -> Self {
+        self.timer_option("sharp", |t| t.sharp = sharp)
     }
 
     /// `idle` (`timer`).
-    pub fn idle(mut self, idle: Duration) -> Self {
-        match &mut self.kind_options {
-            KindOptions::Timer(t) => t.idle = Some(idle),
-            _ => return self.problem("idle", "`timer`"),
-        }
-        self
+    pub fn idle(self, idle: Duration) -> Self {
+        self.timer_option("idle", |t| t.idle = Some(idle))
     }
 
     /// `initial_delay` (`timer`, `daemon`).
-    pub fn initial_delay(mut self, delay: Duration) -> Self {
-        match &mut self.kind_options {
+    pub fn initial_delay(self, delay: Duration) -> Self {
+        self.kind_option("initial_delay", |options| match options {
             KindOptions::Timer(t) => t.initial_delay = Some(delay),
             KindOptions::Daemon(d) => d.initial_delay = Some(delay),
-            _ => return self.problem("initial_delay", "`timer` and `daemon`"),
-        }
-        self
+            _ => {}
+        })
     }
 
     /// `cancellation_backoff` (`daemon`).
-    pub fn cancellation_backoff(mut self, value: Duration) -> Self {
-        match &mut self.kind_options {
-            KindOptions::Daemon(d) => d.cancellation_backoff = Some(value),
-            _ => return self.problem("cancellation_backoff", "`daemon`"),
-        }
-        self
+    pub fn cancellation_backoff(self, value: Duration) -> Self {
+        self.daemon_option("cancellation_backoff", |d| {
+            d.cancellation_backoff = Some(value);
+        })
     }
 
     /// `cancellation_timeout` (`daemon`).
-    pub fn cancellation_timeout(mut self, value: Duration) -> Self {
-        match &mut self.kind_options {
-            KindOptions::Daemon(d) => d.cancellation_timeout = Some(value),
-            _ => return self.problem("cancellation_timeout", "`daemon`"),
-        }
-        self
+    pub fn cancellation_timeout(self, value: Duration) -> Self {
+        self.daemon_option("cancellation_timeout", |d| {
+            d.cancellation_timeout = Some(value);
+        })
     }
 
     /// `cancellation_polling` (`daemon`).
-    pub fn cancellation_polling(mut self, value: Duration) -> Self {
-        match &mut self.kind_options {
-            KindOptions::Daemon(d) => d.cancellation_polling = Some(value),
-            _ => return self.problem("cancellation_polling", "`daemon`"),
-        }
-        self
-    }
-
-    fn webhook(self, option: &str, f: impl FnOnce(&mut WebhookOptions)) -> Self {
-        let mut this = self;
-        match &mut this.kind_options {
-            KindOptions::Webhook(w) => f(w),
-            _ => return this.problem(option, "`on_validate` and `on_mutate`"),
-        }
-        this
+    pub fn cancellation_polling(self, value: Duration) -> Self {
+        self.daemon_option("cancellation_polling", |d| {
+            d.cancellation_polling = Some(value);
+        })
     }
 
     /// `operations` (webhooks): the operations to serve.
     pub fn operations(self, operations: impl IntoIterator<Item = Operation>) -> Self {
         let operations: Vec<_> = operations.into_iter().collect();
-        self.webhook("operations", |w| w.operations = operations)
+        self.webhook_option("operations", |w| w.operations = operations)
     }
 
     /// `subresource` (webhooks).
     pub fn subresource(self, subresource: impl Into<String>) -> Self {
         let subresource = subresource.into();
-        self.webhook("subresource", |w| w.subresource = Some(subresource))
+        self.webhook_option("subresource", |w| w.subresource = Some(subresource))
     }
 
     /// `persistent` (webhooks).
     pub fn persistent(self, persistent: bool) -> Self {
-        self.webhook("persistent", |w| w.persistent = persistent)
+        self.webhook_option("persistent", |w| w.persistent = persistent)
     }
 
     /// `side_effects` (webhooks).
     pub fn side_effects(self, side_effects: bool) -> Self {
-        self.webhook("side_effects", |w| w.side_effects = side_effects)
+        self.webhook_option("side_effects", |w| w.side_effects = side_effects)
     }
 
     /// `ignore_failures` (webhooks).
     pub fn ignore_failures(self, ignore_failures: bool) -> Self {
-        self.webhook("ignore_failures", |w| w.ignore_failures = ignore_failures)
+        self.webhook_option("ignore_failures", |w| w.ignore_failures = ignore_failures)
     }
+}
+
+/// `a`, `b` → "`a`, `b`".
+fn quoted(items: &[&str]) -> String {
+    items
+        .iter()
+        .map(|item| format!("`{item}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]
@@ -952,9 +1038,84 @@ mod tests {
             .interval(Duration::from_secs(1));
         assert_eq!(
             h.problems(),
-            ["`interval` is not valid for `on_create` handlers; it is valid for `timer`"]
+            [
+                "option `interval` is not valid for `on_create` (only for `timer`); valid options \
+                 for `on_create` are: `id`, `param`, `retries`, `backoff`, `timeout`, `errors`, \
+                 `labels`, `annotations`, `when`, `field`, `value`"
+            ]
         );
         let h = Handler::on_startup("s", noop).label("a", "b");
         assert_eq!(h.problems().len(), 1);
+    }
+
+    #[test]
+    fn every_kind_accepts_the_options_the_macros_accept() {
+        let macros: &[(&str, &[&str])] = kopf_macros::__option_table!();
+        assert_eq!(macros.len(), HandlerKind::ALL.len());
+        for kind in HandlerKind::ALL {
+            let (_, options) = macros
+                .iter()
+                .find(|(name, _)| *name == kind.name())
+                .unwrap_or_else(|| panic!("the macros have no `{kind}`"));
+            assert_eq!(kind.options(), *options, "{kind}");
+        }
+    }
+
+    /// Sets `option` on a handler of `kind` through its setter.
+    fn set(kind: HandlerKind, option: &str) -> Handler {
+        let resource = (!kind.is_activity()).then(|| ResourceRef::dynamic("", "v1", "pods"));
+        let h = Handler::new(kind, resource, "h".to_owned(), boxed(noop));
+        let secs = Duration::from_secs(1);
+        match option {
+            "id" => h,
+            "param" => h.param(Value::Null),
+            "retries" => h.retries(1),
+            "backoff" => h.backoff(secs),
+            "timeout" => h.timeout(secs),
+            "errors" => h.errors(ErrorsMode::Permanent),
+            "labels" => h.label("a", "b"),
+            "annotations" => h.annotation("a", "b"),
+            "when" => h.when(|_| true),
+            "field" => h.field("spec.x"),
+            "value" => h.value(Value::Null),
+            "old" => h.old(Value::Null),
+            "new" => h.new_value(Value::Null),
+            "deleted" => h.deleted(true),
+            "optional" => h.optional(true),
+            "interval" => h.interval(secs),
+            "initial_delay" => h.initial_delay(secs),
+            "sharp" => h.sharp(true),
+            "idle" => h.idle(secs),
+            "cancellation_backoff" => h.cancellation_backoff(secs),
+            "cancellation_timeout" => h.cancellation_timeout(secs),
+            "cancellation_polling" => h.cancellation_polling(secs),
+            "no_finalizers" => h.no_finalizers(),
+            "operations" => h.operations([Operation::Create]),
+            "subresource" => h.subresource("status"),
+            "persistent" => h.persistent(true),
+            "side_effects" => h.side_effects(true),
+            "ignore_failures" => h.ignore_failures(true),
+            other => panic!("no setter for `{other}`"),
+        }
+    }
+
+    #[test]
+    fn every_setter_checks_its_own_option() {
+        for kind in HandlerKind::ALL {
+            for (option, _) in OPTIONS {
+                let h = set(kind, option);
+                let refused = h
+                    .problems()
+                    .iter()
+                    .any(|p| p.contains(&format!("`{option}`")));
+                assert_eq!(refused, !kind.accepts(option), "`{option}` of `{kind}`");
+                assert_eq!(
+                    h.problems().len(),
+                    usize::from(refused),
+                    "{:?}",
+                    h.problems()
+                );
+            }
+        }
     }
 }
