@@ -379,31 +379,31 @@ pub enum KindOptions {
 pub struct Handler {
     /// The handler's id: the fn name or `id` option, plus `/field` for field-scoped
     /// handlers (not for indexes), as in Kopf.
-    pub id: String,
+    id: String,
     /// The handler's source: `module::path::fn_name` for macros, the id for builder handlers.
-    pub fn_path: Cow<'static, str>,
+    fn_path: Cow<'static, str>,
     /// The kind.
-    pub kind: HandlerKind,
+    kind: HandlerKind,
     /// The served resource; `None` for activities.
-    pub resource: Option<ResourceRef>,
+    resource: Option<ResourceRef>,
     /// Retry options (ignored for kinds that do not retry).
-    pub options: Options,
+    options: Options,
     /// Filters.
-    pub filters: Filters,
+    filters: Filters,
     /// Kind-specific options.
-    pub kind_options: KindOptions,
+    kind_options: KindOptions,
     /// The `param` option, passed as the `param` kwarg.
-    pub param: Option<Value>,
+    param: Option<Value>,
     /// Whether the object must carry a finalizer for this handler
     /// (`on_delete` unless `optional`; daemons and timers unless `no_finalizers`).
-    pub requires_finalizer: bool,
+    requires_finalizer: bool,
     /// Whether the fn is blocking (a plain `fn`), run on tokio's blocking threads.
-    pub blocking: bool,
+    blocking: bool,
     /// The names of the indexes the handler takes as parameters.
-    pub index_params: Vec<Cow<'static, str>>,
+    index_params: Vec<Cow<'static, str>>,
     /// The callable.
-    pub func: HandlerFn,
-    pub(crate) problems: Vec<String>,
+    func: HandlerFn,
+    problems: Vec<String>,
     /// The operator's metrics of this handler, set on the operator's own
     /// copy when metrics are served.
     pub(crate) metrics: Option<Arc<HandlerMetrics>>,
@@ -585,10 +585,78 @@ impl Handler {
         handler
     }
 
+    /// The sub-handler as a child of the handler `parent` of `kind`: its id
+    /// becomes `parent/id`, and it takes its parent's kind.
+    pub(crate) fn child_of(mut self, parent: &str, kind: HandlerKind) -> Self {
+        self.id = format!("{parent}/{}", self.id);
+        self.kind = kind;
+        self
+    }
+
     /// Runs the handler: sets `kwargs.param` from the `param` option and calls the fn.
     pub fn call(&self, mut kwargs: Kwargs) -> BoxFuture<'static, Outcome> {
         kwargs.param = self.param.clone();
         (self.func)(kwargs)
+    }
+
+    /// The handler's id: the fn name or `id` option, plus `/field` for
+    /// field-scoped handlers (not for indexes), as in Kopf.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The handler's source: `module::path::fn_name` for macros, the id for
+    /// builder handlers (see [`fn_path`](Handler::fn_path)).
+    pub fn source(&self) -> &str {
+        &self.fn_path
+    }
+
+    /// The kind.
+    pub fn kind(&self) -> HandlerKind {
+        self.kind
+    }
+
+    /// The served resource; `None` for activities.
+    pub fn resource(&self) -> Option<&ResourceRef> {
+        self.resource.as_ref()
+    }
+
+    /// The retry options (ignored for kinds that do not retry).
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// The filters.
+    pub fn filters(&self) -> &Filters {
+        &self.filters
+    }
+
+    /// The kind-specific options.
+    pub fn kind_options(&self) -> &KindOptions {
+        &self.kind_options
+    }
+
+    /// The `param` option, passed as the `param` kwarg.
+    pub fn param_value(&self) -> Option<&Value> {
+        self.param.as_ref()
+    }
+
+    /// Whether the object must carry a finalizer for this handler
+    /// (`on_delete` unless `optional`; daemons and timers unless
+    /// `no_finalizers`).
+    pub fn requires_finalizer(&self) -> bool {
+        self.requires_finalizer
+    }
+
+    /// Whether the fn is blocking (a plain `fn`), run on tokio's blocking
+    /// threads.
+    pub fn is_blocking(&self) -> bool {
+        self.blocking
+    }
+
+    /// The names of the indexes the handler takes as parameters.
+    pub fn index_params(&self) -> &[Cow<'static, str>] {
+        &self.index_params
     }
 
     /// Narrows change kwargs to the handler's `field`, as Kopf does for field-scoped

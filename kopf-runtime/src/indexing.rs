@@ -62,7 +62,7 @@ impl OperatorIndexes {
     pub(crate) fn new(registry: &Registry) -> Self {
         let ids: Vec<&str> = registry
             .of_kind(HandlerKind::Index)
-            .map(|h| h.id.as_str())
+            .map(|h| h.id())
             .collect();
         if ids.is_empty() {
             return Self::default();
@@ -114,15 +114,15 @@ impl OperatorIndexes {
     ) -> Option<ResourceIndexer> {
         let indexing: Vec<(Handler, Index)> = handlers
             .iter()
-            .filter(|h| h.kind == HandlerKind::Index)
-            .filter_map(|h| Some((h.clone(), self.indexes.get(&h.id)?.clone())))
+            .filter(|h| h.kind() == HandlerKind::Index)
+            .filter_map(|h| Some((h.clone(), self.indexes.get(h.id())?.clone())))
             .collect();
         if indexing.is_empty() {
             return None;
         }
         let mut holds: Vec<Hold> = indexing
             .iter()
-            .filter_map(|(h, _)| self.filling.get(&h.id)?.hold())
+            .filter_map(|(h, _)| self.filling.get(h.id())?.hold())
             .collect();
         if scopes == 0 {
             holds.clear();
@@ -144,8 +144,8 @@ impl OperatorIndexes {
     pub(crate) fn gate(&self, handlers: &[Handler]) -> Option<IndexGate> {
         let mut ids: Vec<&str> = handlers
             .iter()
-            .filter(|h| h.kind != HandlerKind::Index)
-            .flat_map(|h| h.index_params.iter().map(AsRef::as_ref))
+            .filter(|h| h.kind() != HandlerKind::Index)
+            .flat_map(|h| h.index_params().iter().map(AsRef::as_ref))
             .collect();
         ids.sort_unstable();
         ids.dedup();
@@ -339,7 +339,7 @@ impl ResourceIndexer {
         for position in 0..self.handlers.len() {
             let (handler, index) = &self.handlers[position];
             let mut kwargs = Kwargs::of(Arc::clone(body), memo.clone(), logger.clone());
-            if !handler.filters.matches_object(&kwargs) {
+            if !handler.filters().matches_object(&kwargs) {
                 index.discard(&key);
                 self.failures.remove(&(uid.clone(), position));
                 continue;
@@ -357,8 +357,8 @@ impl ResourceIndexer {
                 }
             }
             kwargs.client = Some(self.client.clone());
-            let outcome = execution::invoke(handler, kwargs, handler.options.timeout).await;
-            let backoff = handler.options.backoff.unwrap_or(self.default_backoff);
+            let outcome = execution::invoke(handler, kwargs, handler.options().timeout).await;
+            let backoff = handler.options().backoff.unwrap_or(self.default_backoff);
             let resolution = execution::resolve(handler, outcome, backoff, &logger);
             let failed = |retry_at| {
                 let (attempts, started, first_failed) = failure.map_or_else(
@@ -366,11 +366,11 @@ impl ResourceIndexer {
                     |f| (f.attempts + 1, f.started, f.first_failed),
                 );
                 let exhausted = handler
-                    .options
+                    .options()
                     .retries
                     .is_some_and(|limit| attempts >= limit)
                     || handler
-                        .options
+                        .options()
                         .timeout
                         .is_some_and(|limit| first_failed.elapsed() >= limit);
                 Failure {
@@ -588,7 +588,7 @@ mod tests {
             },
         );
         let (_indexes, mut indexer, index) = setup(registry);
-        assert_eq!(indexer.handlers[0].0.options.errors, ErrorsMode::Ignored);
+        assert_eq!(indexer.handlers[0].0.options().errors, ErrorsMode::Ignored);
         indexer.observe(&upserted(&pod("a", "n1"))).await;
         indexer.observe(&upserted(&pod("a", "bad"))).await;
         assert_eq!(names(&index, "n1"), [json!("a")]);

@@ -645,7 +645,7 @@
 //! for handler in registry.of_kind(HandlerKind::OnCreate) {
 //!     let mut kwargs = Kwargs::new(body.clone());
 //!     kwargs.reason = Some(Reason::Create);
-//!     if !handler.filters.matches_object(&kwargs) {
+//!     if !handler.filters().matches_object(&kwargs) {
 //!         continue;
 //!     }
 //!     let patch = kwargs.patch.clone();

@@ -399,11 +399,11 @@ impl Vault {
             };
             match Credential::of(&result).await {
                 Ok(credential) if self.is_refused(credential.digest) => {
-                    tracing::warn!(handler = %handler.id, "the login handler returned credentials the API server refused before; ignoring them");
+                    tracing::warn!(handler = %handler.id(), "the login handler returned credentials the API server refused before; ignoring them");
                 }
                 Ok(credential) => credentials.push(credential),
                 Err(LoginError(message)) => {
-                    tracing::error!(handler = %handler.id, "the login handler's result is not usable: {message}");
+                    tracing::error!(handler = %handler.id(), "the login handler's result is not usable: {message}");
                 }
             }
         }
@@ -499,7 +499,7 @@ fn try_clone(request: &Request<Body>) -> Option<Request<Body>> {
 /// Runs one login handler, with the operator's `memo`, until it succeeds or
 /// fails for good; its result, if any.
 async fn run(handler: &Handler, default_backoff: Duration, memo: &Memo) -> Option<Value> {
-    let logger = Logger::new(handler.id.clone());
+    let logger = Logger::new(handler.id().to_owned());
     let started = jiff::Timestamp::now();
     let since = tokio::time::Instant::now();
     let mut retry = 0;
@@ -510,18 +510,22 @@ async fn run(handler: &Handler, default_backoff: Duration, memo: &Memo) -> Optio
         kwargs.retry = retry;
         kwargs.started = Some(started);
         kwargs.runtime = since.elapsed();
-        let outcome = execution::invoke(handler, kwargs, handler.options.timeout).await;
-        let backoff = handler.options.backoff.unwrap_or(default_backoff);
+        let outcome = execution::invoke(handler, kwargs, handler.options().timeout).await;
+        let backoff = handler.options().backoff.unwrap_or(default_backoff);
         match execution::resolve(handler, outcome, backoff, &logger) {
             Resolution::Succeeded(result) => return result,
             Resolution::Ignored | Resolution::Failed { .. } => return None,
             Resolution::Retry { delay, .. } => {
                 retry += 1;
-                if handler.options.retries.is_some_and(|limit| retry >= limit) {
+                if handler
+                    .options()
+                    .retries
+                    .is_some_and(|limit| retry >= limit)
+                {
                     execution::count_given_up(handler, HandlerOutcome::RetriesExhausted);
                     logger.error(format_args!(
                         "Handler '{}' has exceeded {retry} retries.",
-                        handler.id
+                        handler.id()
                     ));
                     return None;
                 }

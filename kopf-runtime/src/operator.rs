@@ -440,20 +440,20 @@ impl Operator {
                 .registry
                 .handlers()
                 .iter()
-                .find(|h| !is_supported(h.kind))
+                .find(|h| !is_supported(h.kind()))
             {
                 return Err(OperatorError::Unsupported {
-                    handler: handler.fn_path.to_string(),
-                    kind: handler.kind,
+                    handler: handler.source().to_string(),
+                    kind: handler.kind(),
                 });
             }
             let is_webhook =
-                |h: &&Handler| matches!(h.kind, HandlerKind::OnValidate | HandlerKind::OnMutate);
+                |h: &&Handler| matches!(h.kind(), HandlerKind::OnValidate | HandlerKind::OnMutate);
             if self.webhooks.is_none()
                 && let Some(handler) = self.registry.handlers().iter().find(is_webhook)
             {
                 return Err(OperatorError::NoWebhookServer {
-                    handler: handler.fn_path.to_string(),
+                    handler: handler.source().to_string(),
                 });
             }
             let endpoints = self.endpoints.take();
@@ -601,7 +601,7 @@ impl Operator {
                         .collect(),
                 );
                 if let Some(metrics) = &metrics {
-                    metrics.admission_webhooks(handlers.iter().map(|h| h.id.as_str()));
+                    metrics.admission_webhooks(handlers.iter().map(|h| h.id()));
                 }
                 let (found, resources) = watch::channel(Arc::from(Vec::new()));
                 tasks.spawn(managed::discover(
@@ -975,7 +975,7 @@ struct Reported {
 fn identities(handlers: &[Handler]) -> Vec<(HandlerKind, String, String)> {
     handlers
         .iter()
-        .map(|h| (h.kind, h.id.clone(), h.fn_path.to_string()))
+        .map(|h| (h.kind(), h.id().to_owned(), h.source().to_string()))
         .collect()
 }
 
@@ -984,10 +984,10 @@ impl Resources {
         let mut wanted: Vec<Wanted> = Vec::new();
         let mut handlers: Vec<Vec<Handler>> = Vec::new();
         for handler in registry.handlers() {
-            let Some(selector) = &handler.resource else {
+            let Some(selector) = handler.resource() else {
                 continue;
             };
-            let patches = handler.kind.is_changing() || handler.kind.is_spawning();
+            let patches = handler.kind().is_changing() || handler.kind().is_spawning();
             match wanted.iter().position(|w| w.selector == *selector) {
                 Some(index) => {
                     wanted[index].patches |= patches;
@@ -1203,22 +1203,24 @@ impl Resources {
         let mut found: Vec<(usize, &Handler)> = Vec::new();
         for &index in indexes {
             for handler in &self.handlers[index] {
-                let scope = handler.kind.id_scope();
+                let scope = handler.kind().id_scope();
                 let same_id = found
                     .iter()
-                    .find(|(_, h)| h.kind.id_scope() == scope && h.id == handler.id);
+                    .find(|(_, h)| h.kind().id_scope() == scope && h.id() == handler.id());
                 match same_id {
                     Some((_, first))
-                        if first.kind == handler.kind && first.fn_path == handler.fn_path => {}
+                        if first.kind() == handler.kind() && first.source() == handler.source() => {
+                    }
                     Some((first_index, first)) => {
                         let described = |handler: &Handler, index: usize| {
                             format!(
                                 "`{}` (as `{}`)",
-                                handler.fn_path, self.wanted[index].selector
+                                handler.source(),
+                                self.wanted[index].selector
                             )
                         };
                         return Err(OperatorError::DuplicateHandler {
-                            id: handler.id.clone(),
+                            id: handler.id().to_owned(),
                             resource: resource.to_string(),
                             kind_scope: scope,
                             handlers: vec![
@@ -1752,7 +1754,7 @@ fn measured(metrics: &Metrics, handlers: Vec<Handler>, resource: &str) -> Vec<Ha
     handlers
         .into_iter()
         .map(|mut handler| {
-            handler.metrics = Some(metrics.handler(&handler.id, resource));
+            handler.metrics = Some(metrics.handler(handler.id(), resource));
             handler
         })
         .collect()

@@ -113,13 +113,13 @@ impl Probes {
         let calls = self.handlers.iter().map(|handler| {
             let mut kwargs = Kwargs::new(Value::Null);
             kwargs.client = Some(client.clone());
-            kwargs.logger = Logger::new(handler.id.clone());
+            kwargs.logger = Logger::new(handler.id().to_owned());
             kwargs.memo = self.memo.clone();
             kwargs.indexes = self.indexes.clone();
             kwargs.started = Some(jiff::Timestamp::now());
-            let limit = handler.options.timeout.unwrap_or(PROBE_TIMEOUT);
+            let limit = handler.options().timeout.unwrap_or(PROBE_TIMEOUT);
             let call = execution::invoke(handler, kwargs, Some(limit));
-            async move { (handler.id.as_str(), call.await) }
+            async move { (handler.id(), call.await) }
         });
         let mut out = ProbeResults::default();
         for (id, outcome) in futures::future::join_all(calls).await {

@@ -442,17 +442,18 @@ mod tests {
                 Arc::new(invoke),
             );
             let handler = record.to_handler();
-            assert_eq!(handler.id, built.id, "{kind}");
-            assert_eq!(handler.options, built.options, "{kind}");
-            assert_eq!(handler.kind_options, built.kind_options, "{kind}");
+            assert_eq!(handler.id(), built.id(), "{kind}");
+            assert_eq!(handler.options(), built.options(), "{kind}");
+            assert_eq!(handler.kind_options(), built.kind_options(), "{kind}");
             assert_eq!(
-                handler.requires_finalizer, built.requires_finalizer,
+                handler.requires_finalizer(),
+                built.requires_finalizer(),
                 "{kind}"
             );
-            assert_eq!(handler.filters.labels, built.filters.labels, "{kind}");
-            assert!(handler.filters.field.is_none(), "{kind}");
-            assert!(handler.filters.when.is_none(), "{kind}");
-            assert!(handler.param.is_none(), "{kind}");
+            assert_eq!(handler.filters().labels, built.filters().labels, "{kind}");
+            assert!(handler.filters().field.is_none(), "{kind}");
+            assert!(handler.filters().when.is_none(), "{kind}");
+            assert!(handler.param_value().is_none(), "{kind}");
             assert!(handler.problems().is_empty(), "{kind}");
         }
     }
@@ -474,17 +475,21 @@ mod tests {
             ..FilterRecord::DEFAULT
         };
         let handler = timer.to_handler();
-        assert_eq!(handler.id, "f/spec.size");
-        assert_eq!(handler.options.retries, Some(3));
-        assert_eq!(handler.options.backoff, None, "unset: the settings decide");
+        assert_eq!(handler.id(), "f/spec.size");
+        assert_eq!(handler.options().retries, Some(3));
         assert_eq!(
-            handler.kind_options,
+            handler.options().backoff,
+            None,
+            "unset: the settings decide"
+        );
+        assert_eq!(
+            *handler.kind_options(),
             KindOptions::Timer(TimerOptions {
                 interval: Some(Duration::from_secs(10)),
                 ..TimerOptions::default()
             })
         );
-        assert!(!handler.requires_finalizer);
+        assert!(!handler.requires_finalizer());
 
         let mut delete = record(HandlerKind::OnDelete);
         delete.changes = ChangeRecord {
@@ -492,15 +497,19 @@ mod tests {
             ..ChangeRecord::DEFAULT
         };
         let handler = delete.to_handler();
-        assert_eq!(handler.kind_options, KindOptions::Delete { optional: true });
-        assert!(!handler.requires_finalizer);
+        assert_eq!(
+            *handler.kind_options(),
+            KindOptions::Delete { optional: true }
+        );
+        assert!(!handler.requires_finalizer());
 
         let mut mutate = record(HandlerKind::OnMutate);
         mutate.webhook = WebhookRecord {
             subresource: Some("status"),
             ..WebhookRecord::DEFAULT
         };
-        let KindOptions::Webhook(options) = mutate.to_handler().kind_options else {
+        let handler = mutate.to_handler();
+        let KindOptions::Webhook(options) = handler.kind_options() else {
             panic!("a webhook's options");
         };
         assert_eq!(options.subresource.as_deref(), Some("status"));

@@ -95,7 +95,7 @@ impl CauseContext {
     /// essences and for `on_update`/`on_field` their change; see
     /// [`filters`](crate::filters)).
     pub fn selects(&self, handler: &Handler) -> bool {
-        let reason_matches = match handler.kind {
+        let reason_matches = match handler.kind() {
             HandlerKind::OnCreate => self.reason == Reason::Create,
             HandlerKind::OnUpdate => self.reason == Reason::Update,
             HandlerKind::OnDelete => self.reason == Reason::Delete,
@@ -104,7 +104,10 @@ impl CauseContext {
                 Reason::Create | Reason::Update | Reason::Delete
             ),
             HandlerKind::OnResume => {
-                let deleted = matches!(handler.kind_options, KindOptions::Resume { deleted: true });
+                let deleted = matches!(
+                    handler.kind_options(),
+                    KindOptions::Resume { deleted: true }
+                );
                 self.initial
                     && self.reason != Reason::Create
                     && (self.reason != Reason::Delete || deleted)
@@ -115,7 +118,7 @@ impl CauseContext {
             return false;
         }
         // Without filters (a field is one), nothing would look at kwargs.
-        handler.filters.is_empty() || handler.matches(&self.kwargs(handler))
+        handler.filters().is_empty() || handler.matches(&self.kwargs(handler))
     }
 }
 
@@ -194,7 +197,7 @@ pub async fn step(
             storage.mark_managed(&cause.body, patch);
         }
         for handler in owned {
-            storage.purge(&handler.id, &cause.body, patch);
+            storage.purge(handler.id(), &cause.body, patch);
         }
         // And those of the sub-handlers of any depth, which the parents list.
         for subref in records
@@ -215,7 +218,7 @@ pub async fn step(
     for (i, stamps) in fresh {
         if let Some(record) = &mut records[i] {
             stamps.write(record);
-            storage.store(&handlers[i].id, record, &cause.body, patch);
+            storage.store(handlers[i].id(), record, &cause.body, patch);
         }
     }
     StepOutcome {
@@ -235,7 +238,7 @@ fn fetch(
 ) -> Vec<Option<ProgressRecord>> {
     handlers
         .iter()
-        .map(|h| storage.fetch(&h.id, body))
+        .map(|h| storage.fetch(h.id(), body))
         .collect()
 }
 
@@ -278,7 +281,7 @@ async fn run_planned(
             merge_into(patch, handler_patch);
         }
         if let Some(result) = result {
-            ensure_field(patch, &["status", handler.id.as_str()], result);
+            ensure_field(patch, &["status", handler.id()], result);
         }
         records[i] = Some(record);
         ran.push((i, stamps));
@@ -362,9 +365,9 @@ async fn attempt(
     let retries = record.retries.unwrap_or(0);
     record.purpose = Some(cause.reason.to_string());
     let logger = &cause.logger;
-    let name = &handler.id;
+    let name = handler.id();
 
-    if let Some(timeout) = handler.options.timeout.filter(|t| runtime >= *t) {
+    if let Some(timeout) = handler.options().timeout.filter(|t| runtime >= *t) {
         logger.error(format_args!(
             "Handler '{name}' has timed out after {}.",
             seconds(timeout)
@@ -380,7 +383,7 @@ async fn attempt(
             None,
         );
     }
-    if let Some(limit) = handler.options.retries.filter(|limit| retries >= *limit) {
+    if let Some(limit) = handler.options().retries.filter(|limit| retries >= *limit) {
         logger.error(format_args!(
             "Handler '{name}' has exceeded {limit} retries."
         ));
@@ -393,7 +396,7 @@ async fn attempt(
     }
 
     let patch = Patch::new();
-    let limit = handler.options.timeout.map(|t| t.saturating_sub(runtime));
+    let limit = handler.options().timeout.map(|t| t.saturating_sub(runtime));
     let mut kwargs = Kwargs {
         patch: patch.clone(),
         retry: retries,
@@ -426,7 +429,7 @@ async fn attempt(
         return (delay_record(record, now, delay, None), None, handler_patch);
     }
     let backoff = handler
-        .options
+        .options()
         .backoff
         .unwrap_or(progression.default_backoff);
     let (record, result) = match resolve(handler, outcome, backoff, logger) {
@@ -467,7 +470,7 @@ pub(crate) fn resolve(
     backoff: Duration,
     logger: &Logger,
 ) -> Resolution {
-    let name = &handler.id;
+    let name = handler.id();
     match outcome {
         Ok(result) => Resolution::Succeeded(result.filter(|r| !r.is_null())),
         Err(HandlerError::Temporary { message, delay }) => {
@@ -485,7 +488,7 @@ pub(crate) fn resolve(
         }
         Err(error) => {
             let message = error.to_string();
-            let (next, resolution) = match handler.options.errors {
+            let (next, resolution) = match handler.options().errors {
                 ErrorsMode::Ignored => ("ignore", Resolution::Ignored),
                 ErrorsMode::Permanent => ("stop", Resolution::Failed { message }),
                 ErrorsMode::Temporary => {
@@ -536,7 +539,7 @@ pub fn invoke(
     kwargs: Kwargs,
     limit: Option<Duration>,
 ) -> impl Future<Output = Outcome> + Send + use<> {
-    let errors = handler.options.errors;
+    let errors = handler.options().errors;
     let in_flight = handler.metrics.clone().map(HandlerMetrics::start);
     let call = guard(|| handler.call(kwargs));
     async move {

@@ -129,7 +129,7 @@ pub(super) async fn run(handlers: &[Handler], activity: &Activity<'_>) -> Result
     let failed = handlers.iter().zip(attempts).find_map(|(handler, state)| {
         let message = state.ended?.err()?;
         Some(Failure {
-            handler: handler.id.clone(),
+            handler: handler.id().to_owned(),
             message,
         })
     });
@@ -142,7 +142,7 @@ async fn attempt(handler: &Handler, state: &mut Attempts, activity: &Activity<'_
         .started
         .get_or_insert_with(|| (jiff::Timestamp::now(), Instant::now()));
     let runtime = started_at.elapsed();
-    let logger = Logger::new(handler.id.clone());
+    let logger = Logger::new(handler.id().to_owned());
     let mut kwargs = Kwargs::new(serde_json::Value::Null);
     kwargs.client = Some(activity.client.clone());
     kwargs.memo = activity.memo.clone();
@@ -153,7 +153,7 @@ async fn attempt(handler: &Handler, state: &mut Attempts, activity: &Activity<'_
     kwargs.retry = state.retry;
     kwargs.started = Some(started);
     kwargs.runtime = runtime;
-    let limit = handler.options.timeout.map(|t| t.saturating_sub(runtime));
+    let limit = handler.options().timeout.map(|t| t.saturating_sub(runtime));
     let mut outcome = execution::invoke(handler, kwargs, limit).await;
     if let Settings::Changing(settings) = &activity.settings
         && let Some(message) = settings.refuse_fixed()
@@ -161,10 +161,10 @@ async fn attempt(handler: &Handler, state: &mut Attempts, activity: &Activity<'_
         outcome = Err(HandlerError::Permanent { message });
     }
     let backoff = handler
-        .options
+        .options()
         .backoff
         .unwrap_or_else(|| activity.settings.default_backoff());
-    let name = &handler.id;
+    let name = handler.id();
     state.retry += 1;
     state.ended = match execution::resolve(handler, outcome, backoff, &logger) {
         Resolution::Succeeded(_) => {
@@ -175,7 +175,7 @@ async fn attempt(handler: &Handler, state: &mut Attempts, activity: &Activity<'_
         Resolution::Failed { message } => Some(Err(message)),
         Resolution::Retry { delay, message } => {
             let attempts = state.retry;
-            if let Some(limit) = handler.options.retries.filter(|limit| attempts >= *limit) {
+            if let Some(limit) = handler.options().retries.filter(|limit| attempts >= *limit) {
                 logger.error(format_args!(
                     "Handler '{name}' has exceeded {limit} retries."
                 ));
@@ -184,7 +184,7 @@ async fn attempt(handler: &Handler, state: &mut Attempts, activity: &Activity<'_
                     "exceeded {limit} retries; the last error: {message}"
                 )))
             } else if let Some(timeout) = handler
-                .options
+                .options()
                 .timeout
                 .filter(|timeout| runtime.saturating_add(delay) >= *timeout)
             {
