@@ -47,7 +47,7 @@ use crate::retrying::{Backoff, ErrorClass, classify};
 use crate::scanning::{self, Groups, RESCAN_INTERVAL, Rescan, Resolution, Wanted};
 use crate::scraping::ScrapeTime;
 use crate::settings::{OperatorSettings, PostingSettings, StartupSettings};
-use crate::sharding::Slots;
+use crate::sharding::SlotSet;
 use crate::spawning::resource::{ResourceTasks, TaskObserver};
 use crate::spawning::{Spawner, SpawnerSettings, TaskCounters};
 use crate::stopping::StopReason;
@@ -902,7 +902,7 @@ struct ServeContext {
     /// The operator's memo as the start-up handlers left it.
     memo: MemoBase,
     /// The shard slots whose objects are served, if not all.
-    slots: Option<Slots>,
+    slots: Option<SlotSet>,
     /// What holds work back once the term's Leases lapse, with a Lease.
     fence: Option<Fence>,
 }
@@ -1464,7 +1464,7 @@ struct ServeResource {
     /// Where the watches report, for the probes and the metrics.
     health: Option<Arc<ResourceHealth>>,
     /// The shard slots whose objects are served, if not all.
-    slots: Option<Slots>,
+    slots: Option<SlotSet>,
     /// What holds the processing back once the term's Leases lapse.
     fence: Option<Fence>,
 }
