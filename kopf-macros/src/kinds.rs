@@ -1,5 +1,8 @@
 //! The handler kinds: their options and the parameters (kwargs) they accept.
 
+use proc_macro2::TokenStream;
+use quote::quote;
+
 use crate::options::Options;
 
 /// One attribute macro.
@@ -243,7 +246,17 @@ impl Kind {
     }
 }
 
-/// `a`, `b`, `c` → "`a`, `b`, `c`".
+/// Every kind's name with the options it accepts, as a
+/// `&[(&str, &[&str])]` expression (see `__option_table`).
+pub(crate) fn option_table() -> TokenStream {
+    let rows = ALL.iter().map(|kind| {
+        let name = kind.name();
+        let options = kind.options();
+        quote!((#name, &[#(#options),*] as &[&str]))
+    });
+    quote!(&[#(#rows),*] as &[(&str, &[&str])])
+}
+
 /// The candidate closest to a misspelt `name`, if one is close enough to be
 /// what was meant: at most a third of its letters differ (at least one), or
 /// the two share most of their beginning (`retry` for `retries`).
@@ -272,6 +285,7 @@ pub(crate) fn suggestion(name: &str, candidates: &[&str]) -> String {
         .unwrap_or_default()
 }
 
+/// `a`, `b`, `c` → "`a`, `b`, `c`".
 pub(crate) fn list(items: &[&str]) -> String {
     items
         .iter()

@@ -68,6 +68,16 @@ attributes! {
     on_mutate => OnMutate;
 }
 
+/// Not public API: the options each kind accepts, as
+/// `&[(kind, &[option, …])]` in the order messages list them, so that
+/// `kopf-runtime` tests that its own table agrees.
+#[doc(hidden)]
+#[proc_macro]
+pub fn __option_table(input: TokenStream) -> TokenStream {
+    let _ = input;
+    kinds::option_table().into()
+}
+
 /// Declares a permission the handlers need for what they do with their own
 /// client: `#[rbac(groups = "", resources = "configmaps", verbs = "get,create,patch")]`
 /// on any item, as kubebuilder's RBAC markers. See `kopf_runtime`.

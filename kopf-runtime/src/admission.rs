@@ -119,7 +119,7 @@ impl Reviewer {
     ) -> Self {
         let handlers = handlers
             .into_iter()
-            .filter(|h| matches!(h.kind, HandlerKind::OnValidate | HandlerKind::OnMutate))
+            .filter(|h| matches!(h.kind(), HandlerKind::OnValidate | HandlerKind::OnMutate))
             .collect();
         Self {
             handlers,
@@ -132,7 +132,7 @@ impl Reviewer {
 
     /// Whether a handler has this id.
     pub(crate) fn knows(&self, id: &str) -> bool {
-        self.handlers.iter().any(|h| h.id == id)
+        self.handlers.iter().any(|h| h.id() == id)
     }
 
     /// Reviews one `AdmissionReview` body.
@@ -155,7 +155,7 @@ impl Reviewer {
         let serving: Vec<&Handler> = self
             .handlers
             .iter()
-            .filter(|h| h.resource.as_ref().is_some_and(|r| r.matches(&resource)))
+            .filter(|h| h.resource().is_some_and(|r| r.matches(&resource)))
             .collect();
         if serving.is_empty() {
             return Err(ReviewError::UnknownResource(resource.to_string()));
@@ -216,7 +216,7 @@ impl Reviewer {
             if let Err(error) = outcome {
                 kwargs.logger.info(format!(
                     "admission handler `{}` denied the {} ({}): {error}",
-                    handler.id,
+                    handler.id(),
                     operation.as_str(),
                     if dryrun { "dry run" } else { "not a dry run" },
                 ));
@@ -306,7 +306,7 @@ impl Reviewer {
 
 /// The webhook options of a handler (defaults for other kinds).
 pub(crate) fn options_of(handler: &Handler) -> WebhookOptions {
-    match &handler.kind_options {
+    match handler.kind_options() {
         KindOptions::Webhook(options) => options.clone(),
         _ => WebhookOptions::default(),
     }
@@ -322,13 +322,13 @@ fn applies(
     subresource: Option<&str>,
 ) -> bool {
     let options = options_of(handler);
-    if webhook.is_some_and(|id| id != handler.id) {
+    if webhook.is_some_and(|id| id != handler.id()) {
         return false;
     }
     // Mutations of objects being deleted only when asked for explicitly.
     let deletion_only = !options.operations.is_empty()
         && options.operations.iter().all(|o| *o == Operation::Delete);
-    if handler.kind == HandlerKind::OnMutate && operation == Operation::Delete && !deletion_only {
+    if handler.kind() == HandlerKind::OnMutate && operation == Operation::Delete && !deletion_only {
         return false;
     }
     if !options.operations.is_empty() && !options.operations.contains(&operation) {
@@ -521,12 +521,10 @@ mod tests {
         assert!(!applies(&mutate, None, Operation::Delete, None));
         assert!(!applies(&mutate, Some("other"), Operation::Create, None));
         assert!(!applies(&mutate, None, Operation::Create, Some("status")));
-        let mut deleting = mutate.clone();
-        deleting.kind_options = KindOptions::Webhook(WebhookOptions {
-            operations: vec![Operation::Delete],
-            subresource: Some("*".to_owned()),
-            ..WebhookOptions::default()
-        });
+        let deleting = mutate
+            .clone()
+            .operations([Operation::Delete])
+            .subresource("*");
         assert!(applies(&deleting, None, Operation::Delete, Some("status")));
         assert!(!applies(&deleting, None, Operation::Create, None));
     }

@@ -164,66 +164,89 @@ pub(crate) fn nesting(text: &str) -> usize {
     deepest
 }
 
-/// An object's identity, from its metadata alone: what is left of an
-/// object that does not decode, so that it is still tracked by UID.
-#[derive(Deserialize)]
-struct Head<'a> {
+/// The head of an object's text: `apiVersion`, `kind` and the `metadata`
+/// that identify it, read without decoding the rest (serde_json's scanner
+/// skips it, at any depth). The one partial decoder of objects: the watch
+/// reads an object's UID and version from it before deciding to decode the
+/// object, and [`identity`] is what is left of an object that does not
+/// decode.
+///
+/// Only `uid` and `resourceVersion` must be strings (or absent) for the
+/// head to read; the other fields are kept as text, so that a malformed
+/// one spoils only what reads it.
+#[derive(Deserialize, Default)]
+pub(crate) struct ObjectHead<'a> {
     #[serde(borrow, default, rename = "apiVersion")]
-    api_version: Option<Cow<'a, str>>,
+    api_version: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    kind: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    metadata: HeadMeta<'a>,
+    kind: Option<&'a RawValue>,
+    /// The object's metadata.
+    #[serde(borrow, default)]
+    pub(crate) metadata: HeadMetadata<'a>,
 }
 
-#[derive(Deserialize)]
-struct HeadMeta<'a> {
-    #[serde(borrow)]
-    uid: Cow<'a, str>,
-    #[serde(borrow)]
-    name: Cow<'a, str>,
+/// The `metadata` of an [`ObjectHead`].
+#[derive(Deserialize, Default)]
+pub(crate) struct HeadMetadata<'a> {
+    /// `uid`.
     #[serde(borrow, default)]
-    namespace: Option<Cow<'a, str>>,
+    pub(crate) uid: Option<Cow<'a, str>>,
+    /// `resourceVersion`.
     #[serde(borrow, default, rename = "resourceVersion")]
-    resource_version: Option<Cow<'a, str>>,
-    /// Read as text, so that a malformed one spoils only itself.
+    pub(crate) resource_version: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    name: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    namespace: Option<&'a RawValue>,
     #[serde(borrow, default, rename = "deletionTimestamp")]
     deletion_timestamp: Option<&'a RawValue>,
     #[serde(borrow, default)]
     finalizers: Option<&'a RawValue>,
 }
 
+/// The string of a field kept as text: `Ok(None)` if absent or `null`,
+/// `Err` if it is no string.
+fn string(raw: Option<&RawValue>) -> Result<Option<String>, serde_json::Error> {
+    raw.map(|raw| serde_json::from_str::<String>(raw.get()))
+        .transpose()
+}
+
 /// The identity of an object (`apiVersion`, `kind`, and `metadata` with
 /// `uid`, `name`, `namespace` and `resourceVersion`, and
 /// `deletionTimestamp` and `finalizers` when well-formed) as a body,
-/// whatever the rest of its text holds; `None` if even the first are
-/// missing or of the wrong types.
+/// whatever the rest of its text holds; `None` if `uid` or `name` is
+/// missing, or any of the first is of the wrong type.
 pub(crate) fn identity(text: &str) -> Option<Value> {
-    let head: Head<'_> = serde_json::from_str(text).ok()?;
+    let head: ObjectHead<'_> = serde_json::from_str(text).ok()?;
+    let meta = head.metadata;
+    let uid = meta.uid?;
+    let name = string(meta.name).ok()??;
+    let namespace = string(meta.namespace).ok()?;
+    let api_version = string(head.api_version).ok()?;
+    let kind = string(head.kind).ok()?;
     let mut metadata = Map::new();
-    metadata.insert("name".into(), head.metadata.name.into());
-    metadata.insert("uid".into(), head.metadata.uid.into());
-    if let Some(namespace) = head.metadata.namespace {
+    metadata.insert("name".into(), name.into());
+    metadata.insert("uid".into(), uid.into());
+    if let Some(namespace) = namespace {
         metadata.insert("namespace".into(), namespace.into());
     }
-    if let Some(version) = head.metadata.resource_version {
+    if let Some(version) = meta.resource_version {
         metadata.insert("resourceVersion".into(), version.into());
     }
-    let deletion = head.metadata.deletion_timestamp;
-    if let Some(Ok(since)) = deletion.map(|raw| serde_json::from_str::<String>(raw.get())) {
+    if let Ok(Some(since)) = string(meta.deletion_timestamp) {
         metadata.insert("deletionTimestamp".into(), since.into());
     }
-    let finalizers = head.metadata.finalizers;
+    let finalizers = meta.finalizers;
     if let Some(Ok(finalizers)) =
         finalizers.map(|raw| serde_json::from_str::<Vec<String>>(raw.get()))
     {
         metadata.insert("finalizers".into(), finalizers.into());
     }
     let mut object = Map::new();
-    if let Some(api_version) = head.api_version {
+    if let Some(api_version) = api_version {
         object.insert("apiVersion".into(), api_version.into());
     }
-    if let Some(kind) = head.kind {
+    if let Some(kind) = kind {
         object.insert("kind".into(), kind.into());
     }
     object.insert("metadata".into(), Value::Object(metadata));
@@ -381,6 +404,20 @@ mod tests {
         assert_eq!(
             identity["metadata"],
             serde_json::json!({"name": "a", "uid": "u"})
+        );
+    }
+
+    #[test]
+    fn a_head_reads_the_version_whatever_else_the_metadata_holds() {
+        let text = r#"{"kind":7,"metadata":{"name":["odd"],"uid":"u","resourceVersion":"9"}}"#;
+        let head: ObjectHead<'_> = serde_json::from_str(text).expect("a head");
+        assert_eq!(head.metadata.uid.as_deref(), Some("u"));
+        assert_eq!(head.metadata.resource_version.as_deref(), Some("9"));
+        assert!(identity(text).is_none(), "no identity without a name");
+        let typeless = r#"{"metadata":{"name":"a","uid":"u","namespace":null}}"#;
+        assert_eq!(
+            identity(typeless),
+            Some(serde_json::json!({"metadata": {"name": "a", "uid": "u"}}))
         );
     }
 

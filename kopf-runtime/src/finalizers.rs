@@ -112,7 +112,7 @@ impl<'a> Finalizing<'a> {
         if self.deleting {
             return None;
         }
-        let required = serving.into_iter().any(|h| h.requires_finalizer);
+        let required = serving.into_iter().any(|h| h.requires_finalizer());
         match (self.held, required) {
             (false, true) => Some(Action::Add),
             (true, false) => Some(Action::Release),

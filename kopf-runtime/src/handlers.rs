@@ -16,6 +16,10 @@ use crate::kwargs::{Kwargs, Operation};
 use crate::metrics::HandlerMetrics;
 use crate::resources::ResourceRef;
 
+mod kind;
+
+pub use kind::HandlerKind;
+
 /// The callable behind a handler: takes the kwargs, returns the outcome.
 ///
 /// The future is `'static` and `Send`: it owns the kwargs. Blocking (non-async)
@@ -26,150 +30,6 @@ pub type HandlerFn = Arc<dyn Fn(Kwargs) -> BoxFuture<'static, Outcome> + Send + 
 /// `settings.execution.default_backoff`, which a handler without a
 /// `backoff` of its own retries after.
 pub const DEFAULT_BACKOFF: Duration = Duration::from_secs(60);
-
-/// The kinds of handlers, one per attribute macro.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum HandlerKind {
-    /// `#[on_create]`: the object was created.
-    OnCreate,
-    /// `#[on_update]`: the object (or its `field`) changed.
-    OnUpdate,
-    /// `#[on_delete]`: the object is being deleted.
-    OnDelete,
-    /// `#[on_resume]`: the operator found the object at start-up.
-    OnResume,
-    /// `#[on_field]`: the `field` changed, whatever the reason.
-    OnField,
-    /// `#[on_event]`: every raw watch event (no retries, no progress).
-    OnEvent,
-    /// `#[timer]`: runs periodically for each object.
-    Timer,
-    /// `#[daemon]`: runs for as long as each object exists.
-    Daemon,
-    /// `#[index]`: maintains an in-memory index of objects.
-    Index,
-    /// `#[on_startup]`: once when the operator starts.
-    OnStartup,
-    /// `#[on_cleanup]`: once when the operator exits.
-    OnCleanup,
-    /// `#[on_probe]`: on each liveness probe.
-    OnProbe,
-    /// `#[on_login]`: to obtain cluster credentials.
-    OnLogin,
-    /// `#[on_validate]`: a validating admission webhook.
-    OnValidate,
-    /// `#[on_mutate]`: a mutating admission webhook.
-    OnMutate,
-}
-
-impl HandlerKind {
-    /// All kinds, in declaration order.
-    pub const ALL: [HandlerKind; 15] = [
-        HandlerKind::OnCreate,
-        HandlerKind::OnUpdate,
-        HandlerKind::OnDelete,
-        HandlerKind::OnResume,
-        HandlerKind::OnField,
-        HandlerKind::OnEvent,
-        HandlerKind::Timer,
-        HandlerKind::Daemon,
-        HandlerKind::Index,
-        HandlerKind::OnStartup,
-        HandlerKind::OnCleanup,
-        HandlerKind::OnProbe,
-        HandlerKind::OnLogin,
-        HandlerKind::OnValidate,
-        HandlerKind::OnMutate,
-    ];
-
-    /// The attribute's name, e.g. `on_create`.
-    pub fn name(self) -> &'static str {
-        match self {
-            HandlerKind::OnCreate => "on_create",
-            HandlerKind::OnUpdate => "on_update",
-            HandlerKind::OnDelete => "on_delete",
-            HandlerKind::OnResume => "on_resume",
-            HandlerKind::OnField => "on_field",
-            HandlerKind::OnEvent => "on_event",
-            HandlerKind::Timer => "timer",
-            HandlerKind::Daemon => "daemon",
-            HandlerKind::Index => "index",
-            HandlerKind::OnStartup => "on_startup",
-            HandlerKind::OnCleanup => "on_cleanup",
-            HandlerKind::OnProbe => "on_probe",
-            HandlerKind::OnLogin => "on_login",
-            HandlerKind::OnValidate => "on_validate",
-            HandlerKind::OnMutate => "on_mutate",
-        }
-    }
-
-    /// Operator-level handlers without a resource (startup, cleanup, probe, login).
-    pub(crate) fn is_activity(self) -> bool {
-        matches!(
-            self,
-            HandlerKind::OnStartup
-                | HandlerKind::OnCleanup
-                | HandlerKind::OnProbe
-                | HandlerKind::OnLogin
-        )
-    }
-
-    /// Change handlers with progress, retries and diff-base (create, update, delete, resume, field).
-    pub(crate) fn is_changing(self) -> bool {
-        matches!(
-            self,
-            HandlerKind::OnCreate
-                | HandlerKind::OnUpdate
-                | HandlerKind::OnDelete
-                | HandlerKind::OnResume
-                | HandlerKind::OnField
-        )
-    }
-
-    /// Daemons and timers.
-    pub(crate) fn is_spawning(self) -> bool {
-        matches!(self, HandlerKind::Timer | HandlerKind::Daemon)
-    }
-
-    /// Whether the kind honours `retries`, `backoff`, `timeout` and `errors`.
-    pub(crate) fn has_retries(self) -> bool {
-        !matches!(
-            self,
-            HandlerKind::OnEvent | HandlerKind::OnValidate | HandlerKind::OnMutate
-        )
-    }
-
-    /// Whether `old`/`new` filters apply (update and field handlers).
-    pub(crate) fn has_old_new(self) -> bool {
-        matches!(self, HandlerKind::OnUpdate | HandlerKind::OnField)
-    }
-
-    /// Whether a handler of the kind with a `field` runs only when the
-    /// field's value changed (Kopf's `field_needs_change`): update and field
-    /// handlers.
-    pub fn needs_change(self) -> bool {
-        self.has_old_new()
-    }
-
-    /// The scope in which handler ids must be unique (per resource).
-    ///
-    /// Change handlers of different kinds may share an id (stacking
-    /// `#[on_create]` and `#[on_resume]` on one fn is common, as in Kopf);
-    /// daemons and timers share one scope (their tasks are keyed by id);
-    /// index ids are unique across all resources (they are injected by name).
-    pub(crate) fn id_scope(self) -> &'static str {
-        match self {
-            HandlerKind::Timer | HandlerKind::Daemon => "daemon/timer",
-            other => other.name(),
-        }
-    }
-}
-
-impl fmt::Display for HandlerKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// What to do with regular (non-`kopf::Error`) errors, Kopf's `errors=` option.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -313,31 +173,31 @@ pub enum KindOptions {
 pub struct Handler {
     /// The handler's id: the fn name or `id` option, plus `/field` for field-scoped
     /// handlers (not for indexes), as in Kopf.
-    pub id: String,
+    id: String,
     /// The handler's source: `module::path::fn_name` for macros, the id for builder handlers.
-    pub fn_path: Cow<'static, str>,
+    fn_path: Cow<'static, str>,
     /// The kind.
-    pub kind: HandlerKind,
+    kind: HandlerKind,
     /// The served resource; `None` for activities.
-    pub resource: Option<ResourceRef>,
+    resource: Option<ResourceRef>,
     /// Retry options (ignored for kinds that do not retry).
-    pub options: Options,
+    options: Options,
     /// Filters.
-    pub filters: Filters,
+    filters: Filters,
     /// Kind-specific options.
-    pub kind_options: KindOptions,
+    kind_options: KindOptions,
     /// The `param` option, passed as the `param` kwarg.
-    pub param: Option<Value>,
+    param: Option<Value>,
     /// Whether the object must carry a finalizer for this handler
     /// (`on_delete` unless `optional`; daemons and timers unless `no_finalizers`).
-    pub requires_finalizer: bool,
+    requires_finalizer: bool,
     /// Whether the fn is blocking (a plain `fn`), run on tokio's blocking threads.
-    pub blocking: bool,
+    blocking: bool,
     /// The names of the indexes the handler takes as parameters.
-    pub index_params: Vec<Cow<'static, str>>,
+    index_params: Vec<Cow<'static, str>>,
     /// The callable.
-    pub func: HandlerFn,
-    pub(crate) problems: Vec<String>,
+    func: HandlerFn,
+    problems: Vec<String>,
     /// The operator's metrics of this handler, set on the operator's own
     /// copy when metrics are served.
     pub(crate) metrics: Option<Arc<HandlerMetrics>>,
@@ -519,10 +379,78 @@ impl Handler {
         handler
     }
 
+    /// The sub-handler as a child of the handler `parent` of `kind`: its id
+    /// becomes `parent/id`, and it takes its parent's kind.
+    pub(crate) fn child_of(mut self, parent: &str, kind: HandlerKind) -> Self {
+        self.id = format!("{parent}/{}", self.id);
+        self.kind = kind;
+        self
+    }
+
     /// Runs the handler: sets `kwargs.param` from the `param` option and calls the fn.
     pub fn call(&self, mut kwargs: Kwargs) -> BoxFuture<'static, Outcome> {
         kwargs.param = self.param.clone();
         (self.func)(kwargs)
+    }
+
+    /// The handler's id: the fn name or `id` option, plus `/field` for
+    /// field-scoped handlers (not for indexes), as in Kopf.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The handler's source: `module::path::fn_name` for macros, the id for
+    /// builder handlers (see [`fn_path`](Handler::fn_path)).
+    pub fn source(&self) -> &str {
+        &self.fn_path
+    }
+
+    /// The kind.
+    pub fn kind(&self) -> HandlerKind {
+        self.kind
+    }
+
+    /// The served resource; `None` for activities.
+    pub fn resource(&self) -> Option<&ResourceRef> {
+        self.resource.as_ref()
+    }
+
+    /// The retry options (ignored for kinds that do not retry).
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// The filters.
+    pub fn filters(&self) -> &Filters {
+        &self.filters
+    }
+
+    /// The kind-specific options.
+    pub fn kind_options(&self) -> &KindOptions {
+        &self.kind_options
+    }
+
+    /// The `param` option, passed as the `param` kwarg.
+    pub fn param_value(&self) -> Option<&Value> {
+        self.param.as_ref()
+    }
+
+    /// Whether the object must carry a finalizer for this handler
+    /// (`on_delete` unless `optional`; daemons and timers unless
+    /// `no_finalizers`).
+    pub fn requires_finalizer(&self) -> bool {
+        self.requires_finalizer
+    }
+
+    /// Whether the fn is blocking (a plain `fn`), run on tokio's blocking
+    /// threads.
+    pub fn is_blocking(&self) -> bool {
+        self.blocking
+    }
+
+    /// The names of the indexes the handler takes as parameters.
+    pub fn index_params(&self) -> &[Cow<'static, str>] {
+        &self.index_params
     }
 
     /// Narrows change kwargs to the handler's `field`, as Kopf does for field-scoped
@@ -569,12 +497,28 @@ impl Handler {
         &self.problems
     }
 
-    fn problem(mut self, option: &str, valid_for: &str) -> Self {
+    /// Whether the kind refuses `option`; if so, the refusal is recorded
+    /// as a problem, worded as the macros word it.
+    fn refuses(&mut self, option: &str) -> bool {
+        if self.kind.accepts(option) {
+            return false;
+        }
+        let kinds: Vec<&str> = HandlerKind::ALL
+            .iter()
+            .filter(|kind| kind.accepts(option))
+            .map(|kind| kind.name())
+            .collect();
+        let only = if kinds.len() <= 3 {
+            format!(" (only for {})", quoted(&kinds))
+        } else {
+            String::new()
+        };
         self.problems.push(format!(
-            "`{option}` is not valid for `{}` handlers; it is valid for {valid_for}",
-            self.kind
+            "option `{option}` is not valid for `{kind}`{only}; valid options for `{kind}` are: {}",
+            quoted(&self.kind.options()),
+            kind = self.kind,
         ));
-        self
+        true
     }
 
     /// Sets the source path shown in errors (the macros set `module::fn`).
@@ -597,11 +541,8 @@ impl Handler {
 
     /// `retries`: the maximum number of retries.
     pub fn retries(mut self, retries: u32) -> Self {
-        if !self.kind.has_retries() {
-            return self.problem(
-                "retries",
-                "all kinds but `on_event`, `on_validate` and `on_mutate`",
-            );
+        if self.refuses("retries") {
+            return self;
         }
         self.options.retries = Some(retries);
         self
@@ -610,11 +551,8 @@ impl Handler {
     /// `backoff`: the delay between retries (instead of the operator's
     /// `settings.execution.default_backoff`).
     pub fn backoff(mut self, backoff: Duration) -> Self {
-        if !self.kind.has_retries() {
-            return self.problem(
-                "backoff",
-                "all kinds but `on_event`, `on_validate` and `on_mutate`",
-            );
+        if self.refuses("backoff") {
+            return self;
         }
         self.options.backoff = Some(backoff);
         self
@@ -622,11 +560,8 @@ impl Handler {
 
     /// `timeout`: give up after this long.
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        if !self.kind.has_retries() {
-            return self.problem(
-                "timeout",
-                "all kinds but `on_event`, `on_validate` and `on_mutate`",
-            );
+        if self.refuses("timeout") {
+            return self;
         }
         self.options.timeout = Some(timeout);
         self
@@ -634,11 +569,8 @@ impl Handler {
 
     /// `errors`: how regular errors are treated.
     pub fn errors(mut self, errors: ErrorsMode) -> Self {
-        if !self.kind.has_retries() {
-            return self.problem(
-                "errors",
-                "all kinds but `on_event`, `on_validate` and `on_mutate`",
-            );
+        if self.refuses("errors") {
+            return self;
         }
         self.options.errors = errors;
         self
@@ -652,8 +584,8 @@ impl Handler {
 
     /// `labels`: adds a condition on a label.
     pub fn label(mut self, key: impl Into<String>, value: impl Into<MetaValue>) -> Self {
-        if self.kind.is_activity() {
-            return self.problem("labels", "resource handlers");
+        if self.refuses("labels") {
+            return self;
         }
         self.filters.labels.entries.push((key.into(), value.into()));
         self
@@ -661,8 +593,8 @@ impl Handler {
 
     /// `labels`: replaces all label conditions.
     pub fn labels(mut self, labels: MetaFilter) -> Self {
-        if self.kind.is_activity() {
-            return self.problem("labels", "resource handlers");
+        if self.refuses("labels") {
+            return self;
         }
         self.filters.labels = labels;
         self
@@ -670,8 +602,8 @@ impl Handler {
 
     /// `annotations`: adds a condition on an annotation.
     pub fn annotation(mut self, key: impl Into<String>, value: impl Into<MetaValue>) -> Self {
-        if self.kind.is_activity() {
-            return self.problem("annotations", "resource handlers");
+        if self.refuses("annotations") {
+            return self;
         }
         self.filters
             .annotations
@@ -682,8 +614,8 @@ impl Handler {
 
     /// `annotations`: replaces all annotation conditions.
     pub fn annotations(mut self, annotations: MetaFilter) -> Self {
-        if self.kind.is_activity() {
-            return self.problem("annotations", "resource handlers");
+        if self.refuses("annotations") {
+            return self;
         }
         self.filters.annotations = annotations;
         self
@@ -691,8 +623,8 @@ impl Handler {
 
     /// `when`: a callback on the kwargs.
     pub fn when(mut self, when: impl Fn(&Kwargs) -> bool + Send + Sync + 'static) -> Self {
-        if self.kind.is_activity() {
-            return self.problem("when", "resource handlers");
+        if self.refuses("when") {
+            return self;
         }
         self.filters.when = Some(Arc::new(when));
         self
@@ -701,8 +633,8 @@ impl Handler {
     /// `field`: scopes the handler to a dot-separated field; appends `/field` to the id
     /// (except for indexes, as in Kopf).
     pub fn field(mut self, field: &str) -> Self {
-        if self.kind.is_activity() {
-            return self.problem("field", "resource handlers");
+        if self.refuses("field") {
+            return self;
         }
         match FieldPath::parse(field) {
             Some(path) => {
@@ -720,8 +652,8 @@ impl Handler {
 
     /// `value`: a condition on the field's value (needs `field`).
     pub fn value(mut self, value: impl Into<ValueFilter>) -> Self {
-        if self.kind.is_activity() {
-            return self.problem("value", "resource handlers");
+        if self.refuses("value") {
+            return self;
         }
         self.filters.value = Some(value.into());
         self
@@ -729,8 +661,8 @@ impl Handler {
 
     /// `old`: a condition on the field's old value (`on_update`, `on_field`; needs `field`).
     pub fn old(mut self, old: impl Into<ValueFilter>) -> Self {
-        if !self.kind.has_old_new() {
-            return self.problem("old", "`on_update` and `on_field`");
+        if self.refuses("old") {
+            return self;
         }
         self.filters.old = Some(old.into());
         self
@@ -738,27 +670,38 @@ impl Handler {
 
     /// `new`: a condition on the field's new value (`on_update`, `on_field`; needs `field`).
     pub fn new_value(mut self, new: impl Into<ValueFilter>) -> Self {
-        if !self.kind.has_old_new() {
-            return self.problem("new", "`on_update` and `on_field`");
+        if self.refuses("new") {
+            return self;
         }
         self.filters.new = Some(new.into());
         self
     }
 
-    /// `deleted` (`on_resume`): also resume objects being deleted.
-    pub fn deleted(mut self, deleted: bool) -> Self {
-        match &mut self.kind_options {
-            KindOptions::Resume { deleted: d } => *d = deleted,
-            _ => return self.problem("deleted", "`on_resume`"),
+    /// Sets a kind-specific option, if the kind accepts it (the kind's
+    /// [`KindOptions`] variant is then the one `set` expects).
+    fn kind_option(mut self, option: &str, set: impl FnOnce(&mut KindOptions)) -> Self {
+        if !self.refuses(option) {
+            set(&mut self.kind_options);
         }
         self
     }
 
+    /// `deleted` (`on_resume`): also resume objects being deleted.
+    pub fn deleted(self, deleted: bool) -> Self {
+        self.kind_option("deleted", |options| {
+            if let KindOptions::Resume { deleted: d } = options {
+                *d = deleted;
+            }
+        })
+    }
+
     /// `optional` (`on_delete`): no finalizer for this handler.
     pub fn optional(mut self, optional: bool) -> Self {
-        match &mut self.kind_options {
-            KindOptions::Delete { optional: o } => *o = optional,
-            _ => return self.problem("optional", "`on_delete`"),
+        if self.refuses("optional") {
+            return self;
+        }
+        if let KindOptions::Delete { optional: o } = &mut self.kind_options {
+            *o = optional;
         }
         self.requires_finalizer = !optional;
         self
@@ -766,112 +709,117 @@ impl Handler {
 
     /// `no_finalizers` (`timer`, `daemon`): never block deletion for this handler.
     pub fn no_finalizers(mut self) -> Self {
-        if !self.kind.is_spawning() {
-            return self.problem("no_finalizers", "`timer` and `daemon`");
+        if self.refuses("no_finalizers") {
+            return self;
         }
         self.requires_finalizer = false;
         self
     }
 
+    fn timer_option(self, option: &str, set: impl FnOnce(&mut TimerOptions)) -> Self {
+        self.kind_option(option, |options| {
+            if let KindOptions::Timer(timer) = options {
+                set(timer);
+            }
+        })
+    }
+
+    fn daemon_option(self, option: &str, set: impl FnOnce(&mut DaemonOptions)) -> Self {
+        self.kind_option(option, |options| {
+            if let KindOptions::Daemon(daemon) = options {
+                set(daemon);
+            }
+        })
+    }
+
+    fn webhook_option(self, option: &str, set: impl FnOnce(&mut WebhookOptions)) -> Self {
+        self.kind_option(option, |options| {
+            if let KindOptions::Webhook(webhook) = options {
+                set(webhook);
+            }
+        })
+    }
+
     /// `interval` (`timer`).
-    pub fn interval(mut self, interval: Duration) -> Self {
-        match &mut self.kind_options {
-            KindOptions::Timer(t) => t.interval = Some(interval),
-            _ => return self.problem("interval", "`timer`"),
-        }
-        self
+    pub fn interval(self, interval: Duration) -> Self {
+        self.timer_option("interval", |t| t.interval = Some(interval))
     }
 
     /// `sharp` (`timer`).
-    pub fn sharp(mut self, sharp: bool) -> Self {
-        match &mut self.kind_options {
-            KindOptions::Timer(t) => t.sharp = sharp,
-            _ => return self.problem("sharp", "`timer`"),
-        }
-        self
+    pub fn sharp(self, sharp: bool) -> Self {
+        self.timer_option("sharp", |t| t.sharp = sharp)
     }
 
     /// `idle` (`timer`).
-    pub fn idle(mut self, idle: Duration) -> Self {
-        match &mut self.kind_options {
-            KindOptions::Timer(t) => t.idle = Some(idle),
-            _ => return self.problem("idle", "`timer`"),
-        }
-        self
+    pub fn idle(self, idle: Duration) -> Self {
+        self.timer_option("idle", |t| t.idle = Some(idle))
     }
 
     /// `initial_delay` (`timer`, `daemon`).
-    pub fn initial_delay(mut self, delay: Duration) -> Self {
-        match &mut self.kind_options {
+    pub fn initial_delay(self, delay: Duration) -> Self {
+        self.kind_option("initial_delay", |options| match options {
             KindOptions::Timer(t) => t.initial_delay = Some(delay),
             KindOptions::Daemon(d) => d.initial_delay = Some(delay),
-            _ => return self.problem("initial_delay", "`timer` and `daemon`"),
-        }
-        self
+            _ => {}
+        })
     }
 
     /// `cancellation_backoff` (`daemon`).
-    pub fn cancellation_backoff(mut self, value: Duration) -> Self {
-        match &mut self.kind_options {
-            KindOptions::Daemon(d) => d.cancellation_backoff = Some(value),
-            _ => return self.problem("cancellation_backoff", "`daemon`"),
-        }
-        self
+    pub fn cancellation_backoff(self, value: Duration) -> Self {
+        self.daemon_option("cancellation_backoff", |d| {
+            d.cancellation_backoff = Some(value);
+        })
     }
 
     /// `cancellation_timeout` (`daemon`).
-    pub fn cancellation_timeout(mut self, value: Duration) -> Self {
-        match &mut self.kind_options {
-            KindOptions::Daemon(d) => d.cancellation_timeout = Some(value),
-            _ => return self.problem("cancellation_timeout", "`daemon`"),
-        }
-        self
+    pub fn cancellation_timeout(self, value: Duration) -> Self {
+        self.daemon_option("cancellation_timeout", |d| {
+            d.cancellation_timeout = Some(value);
+        })
     }
 
     /// `cancellation_polling` (`daemon`).
-    pub fn cancellation_polling(mut self, value: Duration) -> Self {
-        match &mut self.kind_options {
-            KindOptions::Daemon(d) => d.cancellation_polling = Some(value),
-            _ => return self.problem("cancellation_polling", "`daemon`"),
-        }
-        self
-    }
-
-    fn webhook(self, option: &str, f: impl FnOnce(&mut WebhookOptions)) -> Self {
-        let mut this = self;
-        match &mut this.kind_options {
-            KindOptions::Webhook(w) => f(w),
-            _ => return this.problem(option, "`on_validate` and `on_mutate`"),
-        }
-        this
+    pub fn cancellation_polling(self, value: Duration) -> Self {
+        self.daemon_option("cancellation_polling", |d| {
+            d.cancellation_polling = Some(value);
+        })
     }
 
     /// `operations` (webhooks): the operations to serve.
     pub fn operations(self, operations: impl IntoIterator<Item = Operation>) -> Self {
         let operations: Vec<_> = operations.into_iter().collect();
-        self.webhook("operations", |w| w.operations = operations)
+        self.webhook_option("operations", |w| w.operations = operations)
     }
 
     /// `subresource` (webhooks).
     pub fn subresource(self, subresource: impl Into<String>) -> Self {
         let subresource = subresource.into();
-        self.webhook("subresource", |w| w.subresource = Some(subresource))
+        self.webhook_option("subresource", |w| w.subresource = Some(subresource))
     }
 
     /// `persistent` (webhooks).
     pub fn persistent(self, persistent: bool) -> Self {
-        self.webhook("persistent", |w| w.persistent = persistent)
+        self.webhook_option("persistent", |w| w.persistent = persistent)
     }
 
     /// `side_effects` (webhooks).
     pub fn side_effects(self, side_effects: bool) -> Self {
-        self.webhook("side_effects", |w| w.side_effects = side_effects)
+        self.webhook_option("side_effects", |w| w.side_effects = side_effects)
     }
 
     /// `ignore_failures` (webhooks).
     pub fn ignore_failures(self, ignore_failures: bool) -> Self {
-        self.webhook("ignore_failures", |w| w.ignore_failures = ignore_failures)
+        self.webhook_option("ignore_failures", |w| w.ignore_failures = ignore_failures)
     }
+}
+
+/// `a`, `b` → "`a`, `b`".
+fn quoted(items: &[&str]) -> String {
+    items
+        .iter()
+        .map(|item| format!("`{item}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]
@@ -952,9 +900,71 @@ mod tests {
             .interval(Duration::from_secs(1));
         assert_eq!(
             h.problems(),
-            ["`interval` is not valid for `on_create` handlers; it is valid for `timer`"]
+            [
+                "option `interval` is not valid for `on_create` (only for `timer`); valid options \
+                 for `on_create` are: `id`, `param`, `retries`, `backoff`, `timeout`, `errors`, \
+                 `labels`, `annotations`, `when`, `field`, `value`"
+            ]
         );
         let h = Handler::on_startup("s", noop).label("a", "b");
         assert_eq!(h.problems().len(), 1);
+    }
+
+    /// Sets `option` on a handler of `kind` through its setter.
+    fn set(kind: HandlerKind, option: &str) -> Handler {
+        let resource = (!kind.is_activity()).then(|| ResourceRef::dynamic("", "v1", "pods"));
+        let h = Handler::new(kind, resource, "h".to_owned(), boxed(noop));
+        let secs = Duration::from_secs(1);
+        match option {
+            "id" => h,
+            "param" => h.param(Value::Null),
+            "retries" => h.retries(1),
+            "backoff" => h.backoff(secs),
+            "timeout" => h.timeout(secs),
+            "errors" => h.errors(ErrorsMode::Permanent),
+            "labels" => h.label("a", "b"),
+            "annotations" => h.annotation("a", "b"),
+            "when" => h.when(|_| true),
+            "field" => h.field("spec.x"),
+            "value" => h.value(Value::Null),
+            "old" => h.old(Value::Null),
+            "new" => h.new_value(Value::Null),
+            "deleted" => h.deleted(true),
+            "optional" => h.optional(true),
+            "interval" => h.interval(secs),
+            "initial_delay" => h.initial_delay(secs),
+            "sharp" => h.sharp(true),
+            "idle" => h.idle(secs),
+            "cancellation_backoff" => h.cancellation_backoff(secs),
+            "cancellation_timeout" => h.cancellation_timeout(secs),
+            "cancellation_polling" => h.cancellation_polling(secs),
+            "no_finalizers" => h.no_finalizers(),
+            "operations" => h.operations([Operation::Create]),
+            "subresource" => h.subresource("status"),
+            "persistent" => h.persistent(true),
+            "side_effects" => h.side_effects(true),
+            "ignore_failures" => h.ignore_failures(true),
+            other => panic!("no setter for `{other}`"),
+        }
+    }
+
+    #[test]
+    fn every_setter_checks_its_own_option() {
+        for kind in HandlerKind::ALL {
+            for option in kind::OPTIONS.iter().map(|(option, _)| option) {
+                let h = set(kind, option);
+                let refused = h
+                    .problems()
+                    .iter()
+                    .any(|p| p.contains(&format!("`{option}`")));
+                assert_eq!(refused, !kind.accepts(option), "`{option}` of `{kind}`");
+                assert_eq!(
+                    h.problems().len(),
+                    usize::from(refused),
+                    "{:?}",
+                    h.problems()
+                );
+            }
+        }
     }
 }

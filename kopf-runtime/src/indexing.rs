@@ -63,7 +63,7 @@ impl OperatorIndexes {
     pub(crate) fn new(registry: &Registry) -> Self {
         let ids: Vec<&str> = registry
             .of_kind(HandlerKind::Index)
-            .map(|h| h.id.as_str())
+            .map(|h| h.id())
             .collect();
         if ids.is_empty() {
             return Self::default();
@@ -115,15 +115,15 @@ impl OperatorIndexes {
     ) -> Option<ResourceIndexer> {
         let indexing: Vec<(Handler, Index)> = handlers
             .iter()
-            .filter(|h| h.kind == HandlerKind::Index)
-            .filter_map(|h| Some((h.clone(), self.indexes.get(&h.id)?.clone())))
+            .filter(|h| h.kind() == HandlerKind::Index)
+            .filter_map(|h| Some((h.clone(), self.indexes.get(h.id())?.clone())))
             .collect();
         if indexing.is_empty() {
             return None;
         }
         let mut holds: Vec<Hold> = indexing
             .iter()
-            .filter_map(|(h, _)| self.filling.get(&h.id)?.hold())
+            .filter_map(|(h, _)| self.filling.get(h.id())?.hold())
             .collect();
         if scopes == 0 {
             holds.clear();
@@ -145,8 +145,8 @@ impl OperatorIndexes {
     pub(crate) fn gate(&self, handlers: &[Handler]) -> Option<IndexGate> {
         let mut ids: Vec<&str> = handlers
             .iter()
-            .filter(|h| h.kind != HandlerKind::Index)
-            .flat_map(|h| h.index_params.iter().map(AsRef::as_ref))
+            .filter(|h| h.kind() != HandlerKind::Index)
+            .flat_map(|h| h.index_params().iter().map(AsRef::as_ref))
             .collect();
         ids.sort_unstable();
         ids.dedup();
@@ -340,7 +340,7 @@ impl ResourceIndexer {
         for position in 0..self.handlers.len() {
             let (handler, index) = &self.handlers[position];
             let mut kwargs = Kwargs::of(Arc::clone(body), memo.clone(), logger.clone());
-            if !handler.filters.matches_object(&kwargs) {
+            if !handler.filters().matches_object(&kwargs) {
                 index.discard(&key);
                 self.failures.remove(&(uid.clone(), position));
                 continue;
@@ -360,7 +360,7 @@ impl ResourceIndexer {
                 }
             }
             kwargs = kwargs.with_cluster(Some(self.client.clone()), Indexes::default());
-            let policy = RetryPolicy::of(&handler.options, self.default_backoff);
+            let policy = RetryPolicy::of(handler.options(), self.default_backoff);
             let runtime = failure.map_or(Duration::ZERO, |f| f.first_failed.elapsed());
             let outcome = execution::invoke(handler, kwargs, policy.limit(runtime)).await;
             let attempt = (failure.map_or(0, |f| f.attempts), runtime);
@@ -609,7 +609,7 @@ mod tests {
             },
         );
         let (_indexes, mut indexer, index) = setup(registry);
-        assert_eq!(indexer.handlers[0].0.options.errors, ErrorsMode::Ignored);
+        assert_eq!(indexer.handlers[0].0.options().errors, ErrorsMode::Ignored);
         indexer.observe(&upserted(&pod("a", "n1"))).await;
         indexer.observe(&upserted(&pod("a", "bad"))).await;
         assert_eq!(names(&index, "n1"), [json!("a")]);

@@ -52,10 +52,11 @@ pub(crate) struct Batched {
 }
 
 struct Shared {
-    state: Mutex<State>,
+    buffer: Mutex<Buffer>,
 }
 
-struct State {
+/// The lines waiting, and where and when they go.
+struct Buffer {
     pending: Vec<u8>,
     output: Box<dyn Write + Send>,
     /// The runtime that writes batches out after their delay; lines are
@@ -69,7 +70,7 @@ impl Batched {
     pub(crate) fn new(output: Box<dyn Write + Send>) -> Self {
         Self {
             shared: Arc::new(Shared {
-                state: Mutex::new(State {
+                buffer: Mutex::new(Buffer {
                     pending: Vec::new(),
                     output,
                     runtime: None,
@@ -95,10 +96,10 @@ impl Batched {
     /// (which must have timers enabled); `None` writes every line as it
     /// comes again, and what waits at once.
     pub(crate) fn set_runtime(&self, runtime: Option<tokio::runtime::Handle>) {
-        let mut state = self.shared.lock();
-        state.runtime = runtime;
-        if state.runtime.is_none() {
-            state.write_out();
+        let mut buffer = self.shared.lock();
+        buffer.runtime = runtime;
+        if buffer.runtime.is_none() {
+            buffer.write_out();
         }
     }
 
@@ -116,13 +117,13 @@ impl Batched {
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, Buffer> {
         // A panic mid-write leaves at worst a partial line behind.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.buffer.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-impl State {
+impl Buffer {
     fn write_out(&mut self) {
         if self.pending.is_empty() {
             return;
@@ -160,18 +161,18 @@ pub(crate) struct LineWriter<'a> {
 
 impl Write for LineWriter<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let mut state = self.batched.shared.lock();
-        let begins = state.pending.is_empty();
-        state.pending.extend_from_slice(buf);
-        match &state.runtime {
-            Some(runtime) if !self.urgent && state.pending.len() < FLUSH_SIZE => {
+        let mut buffer = self.batched.shared.lock();
+        let begins = buffer.pending.is_empty();
+        buffer.pending.extend_from_slice(buf);
+        match &buffer.runtime {
+            Some(runtime) if !self.urgent && buffer.pending.len() < FLUSH_SIZE => {
                 if begins {
                     let runtime = runtime.clone();
-                    drop(state);
+                    drop(buffer);
                     self.batched.schedule(&runtime);
                 }
             }
-            _ => state.write_out(),
+            _ => buffer.write_out(),
         }
         Ok(buf.len())
     }

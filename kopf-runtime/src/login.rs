@@ -400,11 +400,11 @@ impl Vault {
             };
             match Credential::of(&result).await {
                 Ok(credential) if self.is_refused(credential.digest) => {
-                    tracing::warn!(handler = %handler.id, "the login handler returned credentials the API server refused before; ignoring them");
+                    tracing::warn!(handler = %handler.id(), "the login handler returned credentials the API server refused before; ignoring them");
                 }
                 Ok(credential) => credentials.push(credential),
                 Err(LoginError(message)) => {
-                    tracing::error!(handler = %handler.id, "the login handler's result is not usable: {message}");
+                    tracing::error!(handler = %handler.id(), "the login handler's result is not usable: {message}");
                 }
             }
         }
@@ -500,10 +500,10 @@ fn try_clone(request: &Request<Body>) -> Option<Request<Body>> {
 /// Runs one login handler, with the operator's `memo`, until it succeeds or
 /// fails for good; its result, if any.
 async fn run(handler: &Handler, default_backoff: Duration, memo: &Memo) -> Option<Value> {
-    let logger = Logger::new(handler.id.clone());
+    let logger = Logger::new(handler.id().to_owned());
     let started = jiff::Timestamp::now();
     let since = tokio::time::Instant::now();
-    let policy = RetryPolicy::of(&handler.options, default_backoff);
+    let policy = RetryPolicy::of(handler.options(), default_backoff);
     let mut retry = 0;
     loop {
         let runtime = since.elapsed();

@@ -729,7 +729,7 @@ mod tests {
             tokio::time::sleep(Duration::from_secs(2)).await;
             Err::<(), _>(Error::regular("no luck"))
         });
-        slow.metrics = Some(metrics.handler(&slow.id, "v1/configmaps"));
+        slow.metrics = Some(metrics.handler(slow.id(), "v1/configmaps"));
         let call = crate::execution::invoke(&slow, Kwargs::new(serde_json::json!({})), None);
         let call = tokio::spawn(call);
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -770,7 +770,7 @@ mod tests {
         let mut limited = Handler::on_create(resource, "limited", |_: Kwargs| async {
             tokio::time::sleep(Duration::from_secs(60)).await;
         });
-        limited.metrics = Some(metrics.handler(&limited.id, "v1/configmaps"));
+        limited.metrics = Some(metrics.handler(limited.id(), "v1/configmaps"));
         let outcome = crate::execution::invoke(
             &limited,
             Kwargs::new(serde_json::json!({})),

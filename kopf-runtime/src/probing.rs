@@ -111,7 +111,7 @@ impl Probes {
 
     async fn run(&self, client: &kube::Client) -> ProbeResults {
         let calls = self.handlers.iter().map(|handler| {
-            let logger = Logger::new(handler.id.clone());
+            let logger = Logger::new(handler.id().to_owned());
             let kwargs = Kwargs::of_operator(self.memo.clone(), logger)
                 .with_cluster(Some(client.clone()), self.indexes.clone())
                 .with_attempt(Attempt {
@@ -119,9 +119,9 @@ impl Probes {
                     started: jiff::Timestamp::now(),
                     runtime: Duration::ZERO,
                 });
-            let limit = handler.options.timeout.unwrap_or(PROBE_TIMEOUT);
+            let limit = handler.options().timeout.unwrap_or(PROBE_TIMEOUT);
             let call = execution::invoke(handler, kwargs, Some(limit));
-            async move { (handler.id.as_str(), call.await) }
+            async move { (handler.id(), call.await) }
         });
         let mut out = ProbeResults::default();
         for (id, outcome) in futures::future::join_all(calls).await {

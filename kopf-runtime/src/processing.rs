@@ -130,13 +130,13 @@ impl ResourceHandlers {
     pub fn new<'a>(handlers: impl IntoIterator<Item = &'a Handler>) -> Self {
         let mut split = Self::default();
         for handler in handlers {
-            if handler.kind.is_changing() {
+            if handler.kind().is_changing() {
                 split.changing.push(handler.clone());
-            } else if handler.kind == HandlerKind::OnEvent {
+            } else if handler.kind() == HandlerKind::OnEvent {
                 split.watching.push(handler.clone());
-            } else if handler.kind.is_spawning() {
+            } else if handler.kind().is_spawning() {
                 split.spawning.push(handler.clone());
-            } else if handler.kind == HandlerKind::Index {
+            } else if handler.kind() == HandlerKind::Index {
                 split.indexing.push(handler.clone());
             }
         }
@@ -245,7 +245,7 @@ impl ResourceProcessor {
                     .iter()
                     .chain(&handlers.watching)
                     .chain(&handlers.spawning)
-                    .filter_map(|h| h.filters.field.as_ref().map(FieldPath::as_str)),
+                    .filter_map(|h| h.filters().field.as_ref().map(FieldPath::as_str)),
             ),
             patcher,
             target,
@@ -487,27 +487,28 @@ impl ResourceProcessor {
                         .with_cluster(None, self.handlers.indexes.clone())
                 })
             };
-            let matches = |h: &Handler| h.filters.is_empty() || h.filters.matches_object(kwargs());
+            let matches =
+                |h: &Handler| h.filters().is_empty() || h.filters().matches_object(kwargs());
             // Kopf's prematch: a change handler's field is looked up in the
             // essences, not in the body.
             let prematches = |h: &Handler| {
-                if h.filters.is_empty() {
+                if h.filters().is_empty() {
                     return true;
                 }
-                let values = h
-                    .filters
-                    .field
-                    .as_ref()
-                    .map_or_else(FieldValues::default, |field| {
-                        let (old, new): &Essences = essences.get_or_init(|| {
-                            self.diffbase.essences(body, &self.progression.storage)
+                let values =
+                    h.filters()
+                        .field
+                        .as_ref()
+                        .map_or_else(FieldValues::default, |field| {
+                            let (old, new): &Essences = essences.get_or_init(|| {
+                                self.diffbase.essences(body, &self.progression.storage)
+                            });
+                            FieldValues {
+                                old: old.as_ref().and_then(|old| field.resolve(old)),
+                                new: field.resolve(new),
+                            }
                         });
-                        FieldValues {
-                            old: old.as_ref().and_then(|old| field.resolve(old)),
-                            new: field.resolve(new),
-                        }
-                    });
-                h.filters.prematches_change(kwargs(), values)
+                h.filters().prematches_change(kwargs(), values)
             };
             // Inline: an operator has a handful of handlers per resource.
             let changing: SmallVec<[&Handler; 4]> = self
@@ -755,13 +756,14 @@ impl ResourceProcessor {
             let kwargs = Kwargs::of(Arc::clone(body), memo, logger.clone())
                 .with_cluster(Some(self.client.clone()), self.handlers.indexes.clone())
                 .with_event(Arc::clone(&raw), event_type, patch.clone());
-            if !handler.filters.matches_object(&kwargs) {
+            if !handler.filters().matches_object(&kwargs) {
                 continue;
             }
-            if let Err(error) = execution::invoke(handler, kwargs, handler.options.timeout).await {
+            if let Err(error) = execution::invoke(handler, kwargs, handler.options().timeout).await
+            {
                 logger.error(format_args!(
                     "Handler '{}' failed with an exception. Will ignore: {error}",
-                    handler.id
+                    handler.id()
                 ));
             }
         }

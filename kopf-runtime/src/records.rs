@@ -4,12 +4,13 @@
 //! `inventory`, its options grouped by what they describe (filters, retry
 //! policy, task and webhook options). Records hold only `'static` data and fn
 //! pointers, so they are `Sync` and const-constructible;
-//! [`HandlerRecord::to_handler`] turns one into
-//! the runtime [`Handler`]. The macros already reject invalid combinations; the
-//! conversion re-checks what it must (field paths) so that a record is never
-//! trusted blindly.
+//! [`HandlerRecord::to_handler`] turns one into the runtime [`Handler`]
+//! through the builder's own setters, so that a kind's defaults, its
+//! finalizer and the `/field` suffix of its id are decided in one place
+//! ([`Handler`]'s). The macros already reject invalid combinations; the
+//! setters check every option against its kind again, so that a record is
+//! never trusted blindly.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,11 +18,8 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use crate::errors::Outcome;
-use crate::filters::{FieldPath, Filters, MetaFilter, MetaValue, ValueFilter};
-use crate::handlers::{
-    DaemonOptions, ErrorsMode, Handler, HandlerKind, KindOptions, Options, TimerOptions,
-    WebhookOptions,
-};
+use crate::filters::{MetaFilter, MetaValue, ValueFilter};
+use crate::handlers::{ErrorsMode, Handler, HandlerKind};
 use crate::kwargs::{Kwargs, Operation};
 use crate::resources::ResourceRef;
 
@@ -128,24 +126,30 @@ impl FilterRecord {
         new: None,
     };
 
-    /// The runtime filters; an invalid `field` is reported in `problems`.
-    fn to_filters(self, problems: &mut Vec<String>) -> Filters {
-        let field = self.field.and_then(|f| {
-            let parsed = FieldPath::parse(f);
-            if parsed.is_none() {
-                problems.push(format!("`field` is not a valid dot-separated path: {f:?}"));
-            }
-            parsed
-        });
-        Filters {
-            labels: meta(self.labels),
-            annotations: meta(self.annotations),
-            when: self.when.map(|f| Arc::new(f) as _),
-            field,
-            value: value(self.value),
-            old: value(self.old),
-            new: value(self.new),
+    /// Sets the filters given on `handler`.
+    fn apply(self, mut handler: Handler) -> Handler {
+        if !self.labels.is_empty() {
+            handler = handler.labels(meta(self.labels));
         }
+        if !self.annotations.is_empty() {
+            handler = handler.annotations(meta(self.annotations));
+        }
+        if let Some(when) = self.when {
+            handler = handler.when(when);
+        }
+        if let Some(field) = self.field {
+            handler = handler.field(field);
+        }
+        if let Some(value) = value(self.value) {
+            handler = handler.value(value);
+        }
+        if let Some(old) = value(self.old) {
+            handler = handler.old(old);
+        }
+        if let Some(new) = value(self.new) {
+            handler = handler.new_value(new);
+        }
+        handler
     }
 }
 
@@ -172,13 +176,21 @@ impl RetryRecord {
         errors: None,
     };
 
-    fn to_options(self, kind: HandlerKind) -> Options {
-        Options {
-            retries: self.retries,
-            backoff: self.backoff,
-            timeout: self.timeout,
-            errors: self.errors.unwrap_or(ErrorsMode::default_for(kind)),
+    /// Sets the retry options given on `handler`.
+    fn apply(self, mut handler: Handler) -> Handler {
+        if let Some(retries) = self.retries {
+            handler = handler.retries(retries);
         }
+        if let Some(backoff) = self.backoff {
+            handler = handler.backoff(backoff);
+        }
+        if let Some(timeout) = self.timeout {
+            handler = handler.timeout(timeout);
+        }
+        if let Some(errors) = self.errors {
+            handler = handler.errors(errors);
+        }
+        handler
     }
 }
 
@@ -197,6 +209,17 @@ impl ChangeRecord {
         deleted: false,
         optional: false,
     };
+
+    /// Sets the options given on `handler`.
+    fn apply(self, mut handler: Handler) -> Handler {
+        if self.deleted {
+            handler = handler.deleted(true);
+        }
+        if self.optional {
+            handler = handler.optional(true);
+        }
+        handler
+    }
 }
 
 /// `interval`, `initial_delay`, `sharp`, `idle` (`timer`),
@@ -235,22 +258,33 @@ impl TaskRecord {
         no_finalizers: false,
     };
 
-    fn to_timer(self) -> TimerOptions {
-        TimerOptions {
-            interval: self.interval,
-            initial_delay: self.initial_delay,
-            sharp: self.sharp,
-            idle: self.idle,
+    /// Sets the options given on `handler`.
+    fn apply(self, mut handler: Handler) -> Handler {
+        if let Some(interval) = self.interval {
+            handler = handler.interval(interval);
         }
-    }
-
-    fn to_daemon(self) -> DaemonOptions {
-        DaemonOptions {
-            initial_delay: self.initial_delay,
-            cancellation_backoff: self.cancellation_backoff,
-            cancellation_timeout: self.cancellation_timeout,
-            cancellation_polling: self.cancellation_polling,
+        if let Some(delay) = self.initial_delay {
+            handler = handler.initial_delay(delay);
         }
+        if self.sharp {
+            handler = handler.sharp(true);
+        }
+        if let Some(idle) = self.idle {
+            handler = handler.idle(idle);
+        }
+        if let Some(value) = self.cancellation_backoff {
+            handler = handler.cancellation_backoff(value);
+        }
+        if let Some(value) = self.cancellation_timeout {
+            handler = handler.cancellation_timeout(value);
+        }
+        if let Some(value) = self.cancellation_polling {
+            handler = handler.cancellation_polling(value);
+        }
+        if self.no_finalizers {
+            handler = handler.no_finalizers();
+        }
+        handler
     }
 }
 
@@ -279,14 +313,24 @@ impl WebhookRecord {
         ignore_failures: false,
     };
 
-    fn to_options(self) -> WebhookOptions {
-        WebhookOptions {
-            operations: self.operations.to_vec(),
-            subresource: self.subresource.map(str::to_owned),
-            persistent: self.persistent,
-            side_effects: self.side_effects,
-            ignore_failures: self.ignore_failures,
+    /// Sets the options given on `handler`.
+    fn apply(self, mut handler: Handler) -> Handler {
+        if !self.operations.is_empty() {
+            handler = handler.operations(self.operations.iter().copied());
         }
+        if let Some(subresource) = self.subresource {
+            handler = handler.subresource(subresource);
+        }
+        if self.persistent {
+            handler = handler.persistent(true);
+        }
+        if self.side_effects {
+            handler = handler.side_effects(true);
+        }
+        if self.ignore_failures {
+            handler = handler.ignore_failures(true);
+        }
+        handler
     }
 }
 
@@ -323,52 +367,28 @@ impl HandlerRecord {
         inventory::iter::<HandlerRecord>.into_iter()
     }
 
-    /// The runtime handler for this record.
+    /// The runtime handler for this record, built by the same setters as
+    /// a handler made without macros: an option given is set (and checked
+    /// against its kind) as the builder sets it, the rest keep their
+    /// defaults.
     pub fn to_handler(&self) -> Handler {
-        let kind = self.kind;
-        let mut problems = Vec::new();
-        let filters = self.filters.to_filters(&mut problems);
-        let base = self.id.unwrap_or(self.function.name);
-        let id = match (&filters.field, kind) {
-            (Some(field), k) if k != HandlerKind::Index => format!("{base}/{field}"),
-            _ => base.to_owned(),
-        };
-        let kind_options = match kind {
-            HandlerKind::OnResume => KindOptions::Resume {
-                deleted: self.changes.deleted,
-            },
-            HandlerKind::OnDelete => KindOptions::Delete {
-                optional: self.changes.optional,
-            },
-            HandlerKind::Timer => KindOptions::Timer(self.task.to_timer()),
-            HandlerKind::Daemon => KindOptions::Daemon(self.task.to_daemon()),
-            HandlerKind::OnValidate | HandlerKind::OnMutate => {
-                KindOptions::Webhook(self.webhook.to_options())
-            }
-            _ => KindOptions::None,
-        };
-        let requires_finalizer = match kind {
-            HandlerKind::OnDelete => !self.changes.optional,
-            HandlerKind::Timer | HandlerKind::Daemon => !self.task.no_finalizers,
-            _ => false,
-        };
+        let resource = self.resource.map(|f| f());
+        let id = self.id.unwrap_or(self.function.name).to_owned();
         let invoke = self.function.invoke;
-        let mut handler = Handler::new(kind, self.resource.map(|f| f()), id, Arc::new(invoke));
-        handler.fn_path = Cow::Borrowed(self.function.path);
-        handler.options = self.retry.to_options(kind);
-        handler.filters = filters;
-        handler.kind_options = kind_options;
-        handler.param = self.param.map(|f| f());
-        handler.requires_finalizer = requires_finalizer;
-        handler.blocking = self.function.blocking;
-        handler.index_params = self
-            .function
-            .index_params
-            .iter()
-            .map(|name| Cow::Borrowed(*name))
-            .collect();
-        handler.problems.extend(problems);
-        handler
+        let mut handler = Handler::new(self.kind, resource, id, Arc::new(invoke))
+            .fn_path(self.function.path)
+            .blocking(self.function.blocking);
+        for name in self.function.index_params {
+            handler = handler.uses_index(*name);
+        }
+        if let Some(param) = self.param {
+            handler = handler.param(param());
+        }
+        let handler = self.filters.apply(handler);
+        let handler = self.retry.apply(handler);
+        let handler = self.changes.apply(handler);
+        let handler = self.task.apply(handler);
+        self.webhook.apply(handler)
     }
 }
 
@@ -380,6 +400,7 @@ const _: () = {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::handlers::{KindOptions, TimerOptions};
 
     fn invoke(_: Kwargs) -> BoxFuture<'static, Outcome> {
         Box::pin(std::future::pending())
@@ -421,17 +442,18 @@ mod tests {
                 Arc::new(invoke),
             );
             let handler = record.to_handler();
-            assert_eq!(handler.id, built.id, "{kind}");
-            assert_eq!(handler.options, built.options, "{kind}");
-            assert_eq!(handler.kind_options, built.kind_options, "{kind}");
+            assert_eq!(handler.id(), built.id(), "{kind}");
+            assert_eq!(handler.options(), built.options(), "{kind}");
+            assert_eq!(handler.kind_options(), built.kind_options(), "{kind}");
             assert_eq!(
-                handler.requires_finalizer, built.requires_finalizer,
+                handler.requires_finalizer(),
+                built.requires_finalizer(),
                 "{kind}"
             );
-            assert_eq!(handler.filters.labels, built.filters.labels, "{kind}");
-            assert!(handler.filters.field.is_none(), "{kind}");
-            assert!(handler.filters.when.is_none(), "{kind}");
-            assert!(handler.param.is_none(), "{kind}");
+            assert_eq!(handler.filters().labels, built.filters().labels, "{kind}");
+            assert!(handler.filters().field.is_none(), "{kind}");
+            assert!(handler.filters().when.is_none(), "{kind}");
+            assert!(handler.param_value().is_none(), "{kind}");
             assert!(handler.problems().is_empty(), "{kind}");
         }
     }
@@ -453,17 +475,21 @@ mod tests {
             ..FilterRecord::DEFAULT
         };
         let handler = timer.to_handler();
-        assert_eq!(handler.id, "f/spec.size");
-        assert_eq!(handler.options.retries, Some(3));
-        assert_eq!(handler.options.backoff, None, "unset: the settings decide");
+        assert_eq!(handler.id(), "f/spec.size");
+        assert_eq!(handler.options().retries, Some(3));
         assert_eq!(
-            handler.kind_options,
+            handler.options().backoff,
+            None,
+            "unset: the settings decide"
+        );
+        assert_eq!(
+            *handler.kind_options(),
             KindOptions::Timer(TimerOptions {
                 interval: Some(Duration::from_secs(10)),
                 ..TimerOptions::default()
             })
         );
-        assert!(!handler.requires_finalizer);
+        assert!(!handler.requires_finalizer());
 
         let mut delete = record(HandlerKind::OnDelete);
         delete.changes = ChangeRecord {
@@ -471,18 +497,40 @@ mod tests {
             ..ChangeRecord::DEFAULT
         };
         let handler = delete.to_handler();
-        assert_eq!(handler.kind_options, KindOptions::Delete { optional: true });
-        assert!(!handler.requires_finalizer);
+        assert_eq!(
+            *handler.kind_options(),
+            KindOptions::Delete { optional: true }
+        );
+        assert!(!handler.requires_finalizer());
 
         let mut mutate = record(HandlerKind::OnMutate);
         mutate.webhook = WebhookRecord {
             subresource: Some("status"),
             ..WebhookRecord::DEFAULT
         };
-        let KindOptions::Webhook(options) = mutate.to_handler().kind_options else {
+        let handler = mutate.to_handler();
+        let KindOptions::Webhook(options) = handler.kind_options() else {
             panic!("a webhook's options");
         };
         assert_eq!(options.subresource.as_deref(), Some("status"));
+    }
+
+    #[test]
+    fn options_of_another_kind_are_problems_as_in_the_builder() {
+        let mut create = record(HandlerKind::OnCreate);
+        create.task = TaskRecord {
+            interval: Some(Duration::from_secs(1)),
+            ..TaskRecord::DEFAULT
+        };
+        let built = Handler::new(
+            HandlerKind::OnCreate,
+            create.resource.map(|f| f()),
+            "f".to_owned(),
+            Arc::new(invoke),
+        )
+        .interval(Duration::from_secs(1));
+        assert_eq!(create.to_handler().problems(), built.problems());
+        assert_eq!(built.problems().len(), 1);
     }
 
     #[test]

@@ -143,7 +143,12 @@ impl Registry {
     ) -> Result<Self, RegistryError> {
         let mut handlers: Vec<Handler> = handlers.into_iter().collect();
         handlers.sort_by(|a, b| {
-            (&a.resource, a.kind, &a.id, &a.fn_path).cmp(&(&b.resource, b.kind, &b.id, &b.fn_path))
+            (&a.resource(), a.kind(), a.id(), a.source()).cmp(&(
+                &b.resource(),
+                b.kind(),
+                b.id(),
+                b.source(),
+            ))
         });
         let errors = validate(&handlers);
         match errors.len() {
@@ -160,7 +165,7 @@ impl Registry {
 
     /// The handlers of one kind.
     pub fn of_kind(&self, kind: HandlerKind) -> impl Iterator<Item = &Handler> {
-        self.handlers.iter().filter(move |h| h.kind == kind)
+        self.handlers.iter().filter(move |h| h.kind() == kind)
     }
 
     /// The handlers of one resource (all kinds).
@@ -170,7 +175,7 @@ impl Registry {
     ) -> impl Iterator<Item = &'a Handler> {
         self.handlers
             .iter()
-            .filter(move |h| h.resource.as_ref() == Some(resource))
+            .filter(move |h| h.resource() == Some(resource))
     }
 
     /// The served resources, sorted and without duplicates.
@@ -178,7 +183,7 @@ impl Registry {
         let mut resources: Vec<ResourceRef> = self
             .handlers
             .iter()
-            .filter_map(|h| h.resource.clone())
+            .filter_map(|h| h.resource().cloned())
             .collect();
         resources.dedup();
         resources
@@ -193,19 +198,17 @@ impl Registry {
     ) -> Option<&Handler> {
         self.handlers
             .iter()
-            .find(|h| h.kind == kind && h.resource.as_ref() == resource && h.id == id)
+            .find(|h| h.kind() == kind && h.resource() == resource && h.id() == id)
     }
 
     /// The ids of all indexes.
     pub fn index_ids(&self) -> Vec<&str> {
-        self.of_kind(HandlerKind::Index)
-            .map(|h| h.id.as_str())
-            .collect()
+        self.of_kind(HandlerKind::Index).map(|h| h.id()).collect()
     }
 
     /// Whether objects of `resource` need the operator's finalizer.
     pub fn requires_finalizer(&self, resource: &ResourceRef) -> bool {
-        self.for_resource(resource).any(|h| h.requires_finalizer)
+        self.for_resource(resource).any(|h| h.requires_finalizer())
     }
 
     /// The number of handlers.
@@ -224,7 +227,7 @@ fn validate(handlers: &[Handler]) -> Vec<RegistryError> {
     let mut seen: BTreeMap<(Option<&ResourceRef>, &str, &str), &Handler> = BTreeMap::new();
     let mut indexes: BTreeMap<&str, &Handler> = BTreeMap::new();
     for handler in handlers {
-        let path = handler.fn_path.to_string();
+        let path = handler.source().to_string();
         let problems = handler.problems().iter().map(String::as_str);
         for problem in problems.chain(task_problems(handler)) {
             errors.push(RegistryError::InvalidHandler {
@@ -232,35 +235,31 @@ fn validate(handlers: &[Handler]) -> Vec<RegistryError> {
                 problem: problem.to_owned(),
             });
         }
-        let key = (
-            handler.resource.as_ref(),
-            handler.kind.id_scope(),
-            handler.id.as_str(),
-        );
+        let key = (handler.resource(), handler.kind().id_scope(), handler.id());
         if let Some(first) = seen.insert(key, handler) {
             errors.push(RegistryError::DuplicateId {
-                id: handler.id.clone(),
+                id: handler.id().to_owned(),
                 resource: handler
-                    .resource
+                    .resource()
                     .as_ref()
                     .map_or_else(|| "activities".to_owned(), |r| format!("`{r}`")),
-                kind_scope: handler.kind.id_scope(),
-                first: first.fn_path.to_string(),
+                kind_scope: handler.kind().id_scope(),
+                first: first.source().to_string(),
                 second: path.clone(),
             });
         }
-        if handler.kind == HandlerKind::Index
-            && let Some(first) = indexes.insert(&handler.id, handler)
-            && first.resource != handler.resource
+        if handler.kind() == HandlerKind::Index
+            && let Some(first) = indexes.insert(handler.id(), handler)
+            && first.resource() != handler.resource()
         {
             errors.push(RegistryError::DuplicateIndex {
-                id: handler.id.clone(),
-                first: first.fn_path.to_string(),
+                id: handler.id().to_owned(),
+                first: first.source().to_string(),
                 second: path.clone(),
             });
         }
-        let filters = &handler.filters;
-        if handler.kind == HandlerKind::OnField && filters.field.is_none() {
+        let filters = handler.filters();
+        if handler.kind() == HandlerKind::OnField && filters.field.is_none() {
             errors.push(RegistryError::MissingField {
                 handler: path.clone(),
             });
@@ -296,10 +295,10 @@ fn validate(handlers: &[Handler]) -> Vec<RegistryError> {
             .join(", ")
     };
     for handler in handlers {
-        for index in &handler.index_params {
+        for index in handler.index_params() {
             if !known.contains(index.as_ref()) {
                 errors.push(RegistryError::UnknownIndex {
-                    handler: handler.fn_path.to_string(),
+                    handler: handler.source().to_string(),
                     index: index.to_string(),
                     known: known_list.clone(),
                 });
@@ -314,10 +313,10 @@ fn validate(handlers: &[Handler]) -> Vec<RegistryError> {
 /// timer without an interval runs as in Kopf: once per idle period with
 /// `idle`, once for good without.
 fn task_problems(handler: &Handler) -> impl Iterator<Item = &str> {
-    let spawning = handler.kind.is_spawning();
-    let zero_interval = matches!(&handler.kind_options,
+    let spawning = handler.kind().is_spawning();
+    let zero_interval = matches!(handler.kind_options(),
         KindOptions::Timer(timer) if timer.interval.is_some_and(|i| i.is_zero()));
-    let no_attempts = spawning && handler.options.retries == Some(0);
+    let no_attempts = spawning && handler.options().retries == Some(0);
     [
         zero_interval.then_some(
             "a timer's `interval` must be greater than zero; leave it out for a timer that runs once per `idle` period, or once",
@@ -718,7 +717,7 @@ mod tests {
             .on_create(pods(), "a", noop)
             .build()
             .expect("valid");
-        let ids: Vec<_> = registry.handlers().iter().map(|h| h.id.as_str()).collect();
+        let ids: Vec<_> = registry.handlers().iter().map(|h| h.id()).collect();
         assert_eq!(ids, ["a", "z", "b"]);
     }
 }

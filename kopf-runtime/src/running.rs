@@ -365,7 +365,7 @@ async fn bind_webhooks(
 ) -> Result<Option<WebhookServer>, WebhookError> {
     let has_webhooks = registry.handlers().iter().any(|h| {
         matches!(
-            h.kind,
+            h.kind(),
             crate::HandlerKind::OnValidate | crate::HandlerKind::OnMutate
         )
     });

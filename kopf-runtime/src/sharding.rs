@@ -20,7 +20,7 @@
 //! again at the next count.) A replica holding more than its share yields
 //! the surplus: each such slot pauses, then is released.
 //!
-//! [`Ward`] is what the operator sees of it: the slots held ([`Slots`]),
+//! [`Ward`] is what the operator sees of it: the slots held ([`SlotSet`]),
 //! when they change, and when a slot given up may be another replica's.
 //!
 //! # Guarantees
@@ -79,14 +79,15 @@ pub(crate) fn slot_of(uid: &str, shards: u32) -> u32 {
     }
 }
 
-/// A set of slots, of `shards` in all.
+/// A set of shard slots, of `shards` in all (a bit set): those a replica
+/// holds, and whether an object is in them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Slots {
+pub(crate) struct SlotSet {
     shards: u32,
     held: u64,
 }
 
-impl Slots {
+impl SlotSet {
     /// None of `shards`.
     pub(crate) fn none(shards: u32) -> Self {
         Self { shards, held: 0 }
@@ -119,7 +120,7 @@ impl Slots {
     }
 
     /// Whether some of `self` is not in `other`.
-    pub(crate) fn loses_to(self, other: Slots) -> bool {
+    pub(crate) fn loses_to(self, other: SlotSet) -> bool {
         self.held & !other.held != 0
     }
 }
@@ -226,18 +227,18 @@ impl Ward {
     }
 
     /// The slots held now.
-    pub(crate) fn held(&self) -> Slots {
+    pub(crate) fn held(&self) -> SlotSet {
         self.seats
             .iter()
             .zip(0..)
             .filter(|(seat, _)| *seat.roles.borrow() == Role::Leader)
-            .fold(Slots::none(self.shards), |slots, (_, slot)| {
+            .fold(SlotSet::none(self.shards), |slots, (_, slot)| {
                 slots.with(slot)
             })
     }
 
     /// How long each of `slots` is held, on this process's clock.
-    pub(crate) fn tenures(&self, slots: Slots) -> Vec<Arc<Tenure>> {
+    pub(crate) fn tenures(&self, slots: SlotSet) -> Vec<Arc<Tenure>> {
         self.seats
             .iter()
             .zip(0..)
@@ -252,7 +253,7 @@ impl Ward {
     ///
     /// It is called between terms, when nothing is served: a slot given up
     /// meanwhile is let go at once.
-    pub(crate) async fn hold_some(&mut self, settle: Duration) -> Slots {
+    pub(crate) async fn hold_some(&mut self, settle: Duration) -> SlotSet {
         let mut held = self.held();
         loop {
             self.paused();
@@ -272,7 +273,7 @@ impl Ward {
     }
 
     /// Waits until the slots held are not `slots`.
-    pub(crate) async fn moved_from(&mut self, slots: Slots) {
+    pub(crate) async fn moved_from(&mut self, slots: SlotSet) {
         while self.held() == slots {
             let changes = self
                 .seats
@@ -494,12 +495,12 @@ mod tests {
 
     #[test]
     fn a_set_of_slots_serves_the_objects_of_its_slots() {
-        let none = Slots::none(16);
+        let none = SlotSet::none(16);
         let one = none.with(0xa);
         assert_eq!((none.len(), one.len()), (0, 1));
         assert!(one.serve("a") && !one.serve("foobar"));
         assert!(one.loses_to(none) && !none.loses_to(one));
-        assert!(Slots::none(1).with(0).is_all() && !one.is_all());
+        assert!(SlotSet::none(1).with(0).is_all() && !one.is_all());
         assert_eq!(one.with(3).len(), 2);
     }
 
@@ -530,7 +531,7 @@ mod tests {
             handing_over.send_replace(Role::HandingOver);
         };
         let (held, ()) = tokio::join!(ward.hold_some(settle), giving_up);
-        assert_eq!(held, Slots::none(2).with(0));
+        assert_eq!(held, SlotSet::none(2).with(0));
         assert!(
             paused[1].notified().now_or_never().is_some(),
             "told that nothing of its slot is served"

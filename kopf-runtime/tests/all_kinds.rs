@@ -165,10 +165,10 @@ fn examples() -> ResourceRef {
 #[test]
 fn the_registry_holds_exactly_one_handler_of_each_kind() {
     let registry = registry();
-    let mut kinds: Vec<_> = registry.handlers().iter().map(|h| h.kind).collect();
+    let mut kinds: Vec<_> = registry.handlers().iter().map(|h| h.kind()).collect();
     kinds.sort();
     assert_eq!(kinds, HandlerKind::ALL);
-    let mut ids: Vec<_> = registry.handlers().iter().map(|h| h.id.as_str()).collect();
+    let mut ids: Vec<_> = registry.handlers().iter().map(|h| h.id()).collect();
     ids.sort();
     assert_eq!(
         ids,
@@ -199,7 +199,7 @@ fn options_are_recorded_and_defaults_are_kopfs() {
         .get(HandlerKind::OnCreate, Some(&examples()), "created")
         .expect("created");
     assert_eq!(
-        created.options,
+        *created.options(),
         Options {
             retries: Some(3),
             backoff: Some(Duration::from_millis(1500)),
@@ -207,8 +207,8 @@ fn options_are_recorded_and_defaults_are_kopfs() {
             errors: ErrorsMode::Permanent
         }
     );
-    assert_eq!(created.fn_path, "all_kinds::created");
-    assert!(!created.requires_finalizer && !created.blocking);
+    assert_eq!(created.source(), "all_kinds::created");
+    assert!(!created.requires_finalizer() && !created.is_blocking());
 
     let resized = registry
         .get(
@@ -217,29 +217,36 @@ fn options_are_recorded_and_defaults_are_kopfs() {
             "resized/spec.size",
         )
         .expect("resized");
-    assert_eq!(resized.options, Options::default());
+    assert_eq!(*resized.options(), Options::default());
     assert_eq!(
-        resized.options.backoff, None,
+        resized.options().backoff,
+        None,
         "unset: settings.execution.default_backoff decides"
     );
-    assert_eq!(resized.filters.field, FieldPath::parse("spec.size"));
-    assert_eq!(resized.filters.old, Some(ValueFilter::Present));
-    assert_eq!(resized.filters.new, Some(ValueFilter::Equals(json!(5))));
+    assert_eq!(resized.filters().field, FieldPath::parse("spec.size"));
+    assert_eq!(resized.filters().old, Some(ValueFilter::Present));
+    assert_eq!(resized.filters().new, Some(ValueFilter::Equals(json!(5))));
 
     let cm = ResourceRef::of::<ConfigMap>();
     let deleted = registry
         .get(HandlerKind::OnDelete, Some(&cm), "deleted")
         .expect("deleted");
-    assert_eq!(deleted.kind_options, KindOptions::Delete { optional: true });
-    assert!(!deleted.requires_finalizer);
+    assert_eq!(
+        *deleted.kind_options(),
+        KindOptions::Delete { optional: true }
+    );
+    assert!(!deleted.requires_finalizer());
 
     let resumed = registry
         .get(HandlerKind::OnResume, Some(&cm), "resumed")
         .expect("resumed");
-    assert_eq!(resumed.kind_options, KindOptions::Resume { deleted: true });
-    assert!(resumed.blocking);
     assert_eq!(
-        resumed.filters.labels.entries,
+        *resumed.kind_options(),
+        KindOptions::Resume { deleted: true }
+    );
+    assert!(resumed.is_blocking());
+    assert_eq!(
+        resumed.filters().labels.entries,
         [
             ("app".to_owned(), MetaValue::Equals("demo".into())),
             ("tier".to_owned(), MetaValue::Absent)
@@ -251,7 +258,7 @@ fn options_are_recorded_and_defaults_are_kopfs() {
         .get(HandlerKind::Timer, Some(&secrets), "expire")
         .expect("expire");
     assert_eq!(
-        expire.kind_options,
+        *expire.kind_options(),
         KindOptions::Timer(TimerOptions {
             interval: Some(Duration::from_secs(10)),
             initial_delay: Some(Duration::from_secs(2)),
@@ -259,15 +266,15 @@ fn options_are_recorded_and_defaults_are_kopfs() {
             idle: Some(Duration::from_secs(5)),
         })
     );
-    assert!(!expire.requires_finalizer);
-    assert_eq!(expire.index_params, ["by_owner"]);
+    assert!(!expire.requires_finalizer());
+    assert_eq!(expire.index_params(), ["by_owner"]);
 
     let pods = ResourceRef::of::<Pod>();
     let monitor = registry
         .get(HandlerKind::Daemon, Some(&pods), "monitor")
         .expect("monitor");
     assert_eq!(
-        monitor.kind_options,
+        *monitor.kind_options(),
         KindOptions::Daemon(DaemonOptions {
             initial_delay: Some(Duration::from_secs(3)),
             cancellation_backoff: Some(Duration::from_secs(1)),
@@ -276,21 +283,21 @@ fn options_are_recorded_and_defaults_are_kopfs() {
         })
     );
     assert!(
-        monitor.requires_finalizer,
+        monitor.requires_finalizer(),
         "daemons keep finalizers by default"
     );
-    assert_eq!(monitor.options, Options::default());
+    assert_eq!(*monitor.options(), Options::default());
 
     let index = registry
         .get(HandlerKind::Index, Some(&pods), "by_owner")
         .expect("index ids get no field suffix");
-    assert_eq!(index.filters.value, Some(ValueFilter::Present));
+    assert_eq!(index.filters().value, Some(ValueFilter::Present));
 
     let check = registry
         .get(HandlerKind::OnValidate, Some(&examples()), "check")
         .expect("check");
     assert_eq!(
-        check.kind_options,
+        *check.kind_options(),
         KindOptions::Webhook(WebhookOptions {
             operations: vec![Operation::Create, Operation::Update],
             subresource: None,
@@ -302,16 +309,16 @@ fn options_are_recorded_and_defaults_are_kopfs() {
     let mutate = registry
         .get(HandlerKind::OnMutate, Some(&examples()), "mutate")
         .expect("mutate");
-    assert_eq!(mutate.param, Some(json!("x")));
+    assert_eq!(mutate.param_value(), Some(&json!("x")));
 
     let probe = registry
         .get(HandlerKind::OnProbe, None, "ready")
         .expect("probe by id");
-    assert!(probe.resource.is_none());
+    assert!(probe.resource().is_none());
     let login = registry
         .get(HandlerKind::OnLogin, None, "login")
         .expect("login");
-    assert_eq!(login.options.timeout, Some(Duration::from_secs(60)));
+    assert_eq!(login.options().timeout, Some(Duration::from_secs(60)));
     assert_eq!(registry.index_ids(), ["by_owner"]);
 }
 

@@ -72,7 +72,7 @@ fn every_kind_and_option_can_be_registered_without_macros() {
         .build()
         .expect("valid");
 
-    let mut kinds: Vec<_> = registry.handlers().iter().map(|h| h.kind).collect();
+    let mut kinds: Vec<_> = registry.handlers().iter().map(|h| h.kind()).collect();
     kinds.sort();
     assert_eq!(kinds, HandlerKind::ALL);
 
@@ -80,7 +80,7 @@ fn every_kind_and_option_can_be_registered_without_macros() {
         .get(HandlerKind::OnCreate, Some(&cm), "create/data.key")
         .expect("create");
     assert_eq!(
-        create.options,
+        *create.options(),
         Options {
             retries: Some(3),
             backoff: Some(secs(1)),
@@ -88,15 +88,18 @@ fn every_kind_and_option_can_be_registered_without_macros() {
             errors: ErrorsMode::Ignored
         }
     );
-    assert_eq!(create.param, Some(json!(1)));
-    assert!(create.filters.when.is_some());
-    assert_eq!(create.filters.value, Some(ValueFilter::Equals(json!("v"))));
+    assert_eq!(create.param_value(), Some(&json!(1)));
+    assert!(create.filters().when.is_some());
+    assert_eq!(
+        create.filters().value,
+        Some(ValueFilter::Equals(json!("v")))
+    );
 
     let timer = registry
         .get(HandlerKind::Timer, Some(&pods), "timer")
         .expect("timer");
     assert_eq!(
-        timer.kind_options,
+        *timer.kind_options(),
         KindOptions::Timer(TimerOptions {
             interval: Some(secs(10)),
             initial_delay: Some(secs(2)),
@@ -104,12 +107,12 @@ fn every_kind_and_option_can_be_registered_without_macros() {
             idle: Some(secs(5))
         })
     );
-    assert!(!timer.requires_finalizer);
+    assert!(!timer.requires_finalizer());
     let daemon = registry
         .get(HandlerKind::Daemon, Some(&pods), "daemon")
         .expect("daemon");
     assert_eq!(
-        daemon.kind_options,
+        *daemon.kind_options(),
         KindOptions::Daemon(DaemonOptions {
             initial_delay: Some(secs(1)),
             cancellation_backoff: Some(secs(2)),
@@ -121,7 +124,7 @@ fn every_kind_and_option_can_be_registered_without_macros() {
         .get(HandlerKind::OnValidate, Some(&pods), "validate")
         .expect("validate");
     assert_eq!(
-        validate.kind_options,
+        *validate.kind_options(),
         KindOptions::Webhook(WebhookOptions {
             operations: vec![Operation::Create],
             subresource: Some("status".into()),

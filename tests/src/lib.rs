@@ -189,7 +189,7 @@ pub fn declared(ids: &[&str]) -> Registry {
     let own = all
         .handlers()
         .iter()
-        .filter(|h| ids.contains(&h.id.as_str()))
+        .filter(|h| ids.contains(&h.id()))
         .cloned();
     let registry = Registry::from_handlers(own).expect("a valid registry");
     assert_eq!(registry.len(), ids.len(), "every id is declared: {ids:?}");

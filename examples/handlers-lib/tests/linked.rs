@@ -6,11 +6,7 @@ kopf_runtime::link!(kopf_example_handlers);
 #[test]
 fn link_keeps_the_records_of_an_otherwise_unused_handlers_crate() {
     let registry = kopf_runtime::Registry::from_inventory().expect("valid handlers");
-    let mut paths: Vec<_> = registry
-        .handlers()
-        .iter()
-        .map(|h| h.fn_path.as_ref())
-        .collect();
+    let mut paths: Vec<_> = registry.handlers().iter().map(|h| h.source()).collect();
     paths.sort();
     assert_eq!(
         paths,

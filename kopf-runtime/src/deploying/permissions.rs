@@ -364,8 +364,8 @@ fn serving(
     let kinds: BTreeSet<HandlerKind> = registry
         .handlers()
         .iter()
-        .filter(|h| h.resource.as_ref() == Some(resource))
-        .map(|h| h.kind)
+        .filter(|h| h.resource() == Some(resource))
+        .map(|h| h.kind())
         .collect();
     let patches = registry.requires_finalizer(resource)
         || kinds.iter().any(|k| {

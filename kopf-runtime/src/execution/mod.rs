@@ -99,7 +99,7 @@ impl CauseContext {
     /// essences and for `on_update`/`on_field` their change; see
     /// [`filters`](crate::filters)).
     pub fn selects(&self, handler: &Handler) -> bool {
-        let reason_matches = match handler.kind {
+        let reason_matches = match handler.kind() {
             HandlerKind::OnCreate => self.reason == Reason::Create,
             HandlerKind::OnUpdate => self.reason == Reason::Update,
             HandlerKind::OnDelete => self.reason == Reason::Delete,
@@ -108,7 +108,10 @@ impl CauseContext {
                 Reason::Create | Reason::Update | Reason::Delete
             ),
             HandlerKind::OnResume => {
-                let deleted = matches!(handler.kind_options, KindOptions::Resume { deleted: true });
+                let deleted = matches!(
+                    handler.kind_options(),
+                    KindOptions::Resume { deleted: true }
+                );
                 self.initial
                     && self.reason != Reason::Create
                     && (self.reason != Reason::Delete || deleted)
@@ -119,7 +122,7 @@ impl CauseContext {
             return false;
         }
         // Without filters (a field is one), nothing would look at kwargs.
-        handler.filters.is_empty() || handler.matches(&self.kwargs(handler))
+        handler.filters().is_empty() || handler.matches(&self.kwargs(handler))
     }
 }
 
@@ -198,7 +201,7 @@ pub async fn step(
             storage.mark_managed(&cause.body, patch);
         }
         for handler in owned {
-            storage.purge(&handler.id, &cause.body, patch);
+            storage.purge(handler.id(), &cause.body, patch);
         }
         // And those of the sub-handlers of any depth, which the parents list.
         for subref in records
@@ -219,7 +222,7 @@ pub async fn step(
     for (i, stamps) in fresh {
         if let Some(record) = &mut records[i] {
             stamps.write(record);
-            storage.store(&handlers[i].id, record, &cause.body, patch);
+            storage.store(handlers[i].id(), record, &cause.body, patch);
         }
     }
     StepOutcome {
@@ -239,7 +242,7 @@ fn fetch(
 ) -> Vec<Option<ProgressRecord>> {
     handlers
         .iter()
-        .map(|h| storage.fetch(&h.id, body))
+        .map(|h| storage.fetch(h.id(), body))
         .collect()
 }
 
@@ -282,7 +285,7 @@ async fn run_planned(
             merge_into(patch, handler_patch);
         }
         if let Some(result) = result {
-            ensure_field(patch, &["status", handler.id.as_str()], result);
+            ensure_field(patch, &["status", handler.id()], result);
         }
         records[i] = Some(record);
         ran.push((i, stamps));
@@ -366,9 +369,9 @@ async fn attempt(
     let retries = record.retries.unwrap_or(0);
     record.purpose = Some(cause.reason.to_string());
     let logger = &cause.logger;
-    let name = &handler.id;
+    let name = handler.id();
 
-    let policy = RetryPolicy::of(&handler.options, progression.default_backoff);
+    let policy = RetryPolicy::of(handler.options(), progression.default_backoff);
     if let Some(why) = policy.before_attempt(retries, runtime) {
         let message = give_up(handler, why, None, logger);
         return (finish(record, false, Some(message)), None, None);
@@ -472,7 +475,7 @@ pub(crate) fn give_up(
     last_error: Option<&str>,
     logger: &Logger,
 ) -> String {
-    logger.error(format_args!("Handler '{}' has {why}.", handler.id));
+    logger.error(format_args!("Handler '{}' has {why}.", handler.id()));
     if let Some(metrics) = &handler.metrics {
         metrics.count(match why {
             GiveUp::TimedOut(_) => HandlerOutcome::Timeout,
@@ -494,7 +497,7 @@ pub(crate) fn resolve(
     backoff: Duration,
     logger: &Logger,
 ) -> Disposition {
-    let name = &handler.id;
+    let name = &handler.id();
     match outcome {
         Ok(result) => Disposition::Succeeded(result.filter(|r| !r.is_null())),
         Err(HandlerError::Temporary { message, delay }) => {
@@ -512,7 +515,7 @@ pub(crate) fn resolve(
         }
         Err(error) => {
             let message = error.to_string();
-            let (next, disposition) = match handler.options.errors {
+            let (next, disposition) = match handler.options().errors {
                 ErrorsMode::Ignored => ("ignore", Disposition::Ignored),
                 ErrorsMode::Permanent => ("stop", Disposition::Failed { message }),
                 ErrorsMode::Temporary => {
@@ -563,7 +566,7 @@ pub fn invoke(
     kwargs: Kwargs,
     limit: Option<Duration>,
 ) -> impl Future<Output = Outcome> + Send + use<> {
-    let errors = handler.options.errors;
+    let errors = handler.options().errors;
     let in_flight = handler.metrics.clone().map(HandlerMetrics::start);
     let call = catch_panics(|| handler.call(kwargs));
     async move {

@@ -108,7 +108,7 @@ impl std::fmt::Debug for Subhandlers {
             .field("parent", &self.inner.parent)
             .field(
                 "registered",
-                &state.registered.iter().map(|h| &h.id).collect::<Vec<_>>(),
+                &state.registered.iter().map(|h| h.id()).collect::<Vec<_>>(),
             )
             .finish_non_exhaustive()
     }
@@ -124,7 +124,7 @@ impl Subhandlers {
         kwargs: &Kwargs,
         progression: &Progression,
     ) -> Option<Self> {
-        if !parent.kind.is_changing() {
+        if !parent.kind().is_changing() {
             return None;
         }
         let cause = CauseContext {
@@ -135,8 +135,8 @@ impl Subhandlers {
         };
         Some(Subhandlers {
             inner: Arc::new(Inner {
-                parent: parent.id.clone(),
-                kind: parent.kind,
+                parent: parent.id().to_owned(),
+                kind: parent.kind(),
                 cause,
                 progression: progression.clone(),
                 patch: kwargs.patch.clone(),
@@ -172,11 +172,10 @@ impl Subhandlers {
     /// options (`retries`, `backoff`, `timeout`, `errors`, `param`) and
     /// filters (`label`, `annotation`, `when`, `field`, `value`). A second
     /// child with the same id replaces the first.
-    pub fn add(&self, mut child: Handler) {
-        child.id = format!("{}/{}", self.inner.parent, child.id);
-        child.kind = self.inner.kind;
+    pub fn add(&self, child: Handler) {
+        let child = child.child_of(&self.inner.parent, self.inner.kind);
         let mut state = self.state();
-        match state.registered.iter_mut().find(|h| h.id == child.id) {
+        match state.registered.iter_mut().find(|h| h.id() == child.id()) {
             Some(known) => *known = child,
             None => state.registered.push(child),
         }
@@ -247,7 +246,7 @@ impl Subhandlers {
         let cause = &inner.cause;
         let children: Vec<&Handler> = registered
             .iter()
-            .filter(|h| h.filters.is_empty() || h.matches(&cause.kwargs(h)))
+            .filter(|h| h.filters().is_empty() || h.matches(&cause.kwargs(h)))
             .collect();
         let storage = &*inner.progression.storage;
         let mut records = fetch(storage, &children, &cause.body);
@@ -266,7 +265,7 @@ impl Subhandlers {
         for (i, stamps) in ran {
             if let Some(record) = &mut records[i] {
                 stamps.write(record);
-                storage.store(&children[i].id, record, &cause.body, &mut stored);
+                storage.store(children[i].id(), record, &cause.body, &mut stored);
             }
         }
         if stored.as_object().is_some_and(|s| !s.is_empty()) {
@@ -276,7 +275,7 @@ impl Subhandlers {
         let mut state = self.state();
         state.unfinished = unfinished;
         for (child, record) in children.iter().zip(&records) {
-            state.subrefs.insert(child.id.clone());
+            state.subrefs.insert(child.id().to_owned());
             let grandchildren = record.as_ref().and_then(|r| r.subrefs.as_ref());
             state
                 .subrefs

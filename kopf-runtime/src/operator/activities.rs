@@ -128,7 +128,7 @@ pub(super) async fn run(handlers: &[Handler], activity: &Activity<'_>) -> Result
     let failed = handlers.iter().zip(attempts).find_map(|(handler, state)| {
         let message = state.ended?.err()?;
         Some(Failure {
-            handler: handler.id.clone(),
+            handler: handler.id().to_owned(),
             message,
         })
     });
@@ -141,7 +141,7 @@ async fn attempt(handler: &Handler, state: &mut Attempts, activity: &Activity<'_
         .started
         .get_or_insert_with(|| (jiff::Timestamp::now(), Instant::now()));
     let runtime = started_at.elapsed();
-    let logger = Logger::new(handler.id.clone());
+    let logger = Logger::new(handler.id().to_owned());
     let mut kwargs = Kwargs::of_operator(activity.memo.clone(), logger.clone())
         .with_cluster(Some(activity.client.clone()), Indexes::default())
         .with_attempt(Attempt {
@@ -152,7 +152,7 @@ async fn attempt(handler: &Handler, state: &mut Attempts, activity: &Activity<'_
     if let Settings::Changing(settings) = &activity.settings {
         kwargs = kwargs.with_settings((*settings).clone());
     }
-    let limit = RetryPolicy::of(&handler.options, Duration::ZERO).limit(runtime);
+    let limit = RetryPolicy::of(handler.options(), Duration::ZERO).limit(runtime);
     let mut outcome = execution::invoke(handler, kwargs, limit).await;
     if let Settings::Changing(settings) = &activity.settings
         && let Some(message) = settings.refuse_fixed()
@@ -160,8 +160,8 @@ async fn attempt(handler: &Handler, state: &mut Attempts, activity: &Activity<'_
         outcome = Err(HandlerError::Permanent { message });
     }
     // Read after the call: a start-up handler may change the default.
-    let policy = RetryPolicy::of(&handler.options, activity.settings.default_backoff());
-    let name = &handler.id;
+    let policy = RetryPolicy::of(handler.options(), activity.settings.default_backoff());
+    let name = &handler.id();
     let attempt = (state.retry, started_at.elapsed());
     state.retry += 1;
     state.ended = match execution::resolve_attempt(handler, outcome, &policy, attempt, &logger) {

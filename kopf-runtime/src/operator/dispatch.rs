@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 
 use crate::finalizers::Finalizing;
-use crate::sharding::Slots;
+use crate::sharding::SlotSet;
 use crate::watching::{DeletedBy, ObjectEvent, Seen};
 
 /// What to do with one event. The resource's `#[index]` handlers see
@@ -79,7 +79,7 @@ pub(super) enum Report {
 #[derive(Debug)]
 pub(super) struct Dispatcher {
     /// The shard slots whose objects are handled, if not all.
-    slots: Option<Slots>,
+    slots: Option<SlotSet>,
     /// The operator's finalizer.
     finalizer: String,
     /// Whether the first listing is complete.
@@ -93,7 +93,7 @@ pub(super) struct Dispatcher {
 impl Dispatcher {
     /// A dispatcher handling the objects of `slots` (all without), whose
     /// deletions `finalizer` holds.
-    pub(super) fn new(slots: Option<Slots>, finalizer: String) -> Self {
+    pub(super) fn new(slots: Option<SlotSet>, finalizer: String) -> Self {
         Self {
             slots,
             finalizer,
@@ -268,7 +268,7 @@ mod tests {
 
     #[test]
     fn another_replicas_objects_are_only_indexed() {
-        let slots = Slots::none(2).with(0);
+        let slots = SlotSet::none(2).with(0);
         let (mine, theirs) =
             (0..64)
                 .map(|i| format!("{i}-uid"))

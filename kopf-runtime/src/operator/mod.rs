@@ -483,7 +483,7 @@ fn measured(metrics: &Metrics, handlers: Vec<Handler>, resource: &str) -> Vec<Ha
     handlers
         .into_iter()
         .map(|mut handler| {
-            handler.metrics = Some(metrics.handler(&handler.id, resource));
+            handler.metrics = Some(metrics.handler(handler.id(), resource));
             handler
         })
         .collect()

@@ -31,7 +31,7 @@ use crate::resources::Discovered;
 use crate::retrying::{Backoff, ErrorClass, classify};
 use crate::scanning::{self, Groups, RESCAN_INTERVAL, Rescan, Resolution, Wanted};
 use crate::settings::OperatorSettings;
-use crate::sharding::Slots;
+use crate::sharding::SlotSet;
 use crate::spawning::Spawner;
 
 /// A resource's identity: group, version, plural.
@@ -69,7 +69,7 @@ pub(super) struct ServeContext {
     /// The operator's memo as the start-up handlers left it.
     pub(super) memo: MemoBase,
     /// The shard slots whose objects are served, if not all.
-    pub(super) slots: Option<Slots>,
+    pub(super) slots: Option<SlotSet>,
     /// What holds work back once the term's Leases lapse, with a Lease.
     pub(super) fence: Option<Fence>,
 }
@@ -142,7 +142,7 @@ struct Reported {
 fn identities(handlers: &[Handler]) -> Vec<(HandlerKind, String, String)> {
     handlers
         .iter()
-        .map(|h| (h.kind, h.id.clone(), h.fn_path.to_string()))
+        .map(|h| (h.kind(), h.id().to_owned(), h.source().to_string()))
         .collect()
 }
 
@@ -151,10 +151,10 @@ impl Resources {
         let mut wanted: Vec<Wanted> = Vec::new();
         let mut handlers: Vec<Vec<Handler>> = Vec::new();
         for handler in registry.handlers() {
-            let Some(selector) = &handler.resource else {
+            let Some(selector) = handler.resource() else {
                 continue;
             };
-            let patches = handler.kind.is_changing() || handler.kind.is_spawning();
+            let patches = handler.kind().is_changing() || handler.kind().is_spawning();
             match wanted.iter().position(|w| w.selector == *selector) {
                 Some(index) => {
                     wanted[index].patches |= patches;
@@ -354,22 +354,24 @@ impl Resources {
         let mut found: Vec<(usize, &Handler)> = Vec::new();
         for &index in indexes {
             for handler in &self.handlers[index] {
-                let scope = handler.kind.id_scope();
+                let scope = handler.kind().id_scope();
                 let same_id = found
                     .iter()
-                    .find(|(_, h)| h.kind.id_scope() == scope && h.id == handler.id);
+                    .find(|(_, h)| h.kind().id_scope() == scope && h.id() == handler.id());
                 match same_id {
                     Some((_, first))
-                        if first.kind == handler.kind && first.fn_path == handler.fn_path => {}
+                        if first.kind() == handler.kind() && first.source() == handler.source() => {
+                    }
                     Some((first_index, first)) => {
                         let described = |handler: &Handler, index: usize| {
                             format!(
                                 "`{}` (as `{}`)",
-                                handler.fn_path, self.wanted[index].selector
+                                handler.source(),
+                                self.wanted[index].selector
                             )
                         };
                         return Err(OperatorError::DuplicateHandler {
-                            id: handler.id.clone(),
+                            id: handler.id().to_owned(),
                             resource: resource.to_string(),
                             kind_scope: scope,
                             handlers: vec![

@@ -21,7 +21,7 @@ use crate::posting::{self, EventPoster, ObjectReference};
 use crate::processing::{ResourceHandlers, ResourceProcessor, Work};
 use crate::queueing::{ProcessFn, Processed, Queue, QueueSettings};
 use crate::settings::OperatorSettings;
-use crate::sharding::Slots;
+use crate::sharding::SlotSet;
 use crate::spawning::Spawner;
 use crate::spawning::resource::ResourceTasks;
 use crate::watching::{ObjectEvent, ResourceWatcher};
@@ -45,7 +45,7 @@ pub(super) struct ServeResource {
     /// Where the watches report, for the probes and the metrics.
     pub(super) health: Option<Arc<ResourceHealth>>,
     /// The shard slots whose objects are served, if not all.
-    pub(super) slots: Option<Slots>,
+    pub(super) slots: Option<SlotSet>,
     /// What holds the processing back once the term's Leases lapse.
     pub(super) fence: Option<Fence>,
 }

@@ -48,7 +48,7 @@ pub(super) struct Started {
 /// Whether `handler` is an admission handler.
 pub(super) fn is_webhook(handler: &Handler) -> bool {
     matches!(
-        handler.kind,
+        handler.kind(),
         HandlerKind::OnValidate | HandlerKind::OnMutate
     )
 }
@@ -60,7 +60,7 @@ impl Operator {
             && let Some(handler) = self.registry.handlers().iter().find(|h| is_webhook(h))
         {
             return Err(OperatorError::NoWebhookServer {
-                handler: handler.fn_path.to_string(),
+                handler: handler.source().to_string(),
             });
         }
         Ok(())
@@ -297,7 +297,7 @@ impl Operator {
             .collect();
         let handlers = measured_if(served.metrics, handlers);
         if let Some(metrics) = served.metrics {
-            metrics.admission_webhooks(handlers.iter().map(|h| h.id.as_str()));
+            metrics.admission_webhooks(handlers.iter().map(|h| h.id()));
         }
         let client = served.client;
         let (found, resources) = watch::channel(Arc::from(Vec::new()));

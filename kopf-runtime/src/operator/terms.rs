@@ -19,7 +19,7 @@ use crate::fencing::{self, Fence};
 use crate::health::Phase;
 use crate::leadership;
 use crate::settings::OperatorSettings;
-use crate::sharding::{Slots, Ward};
+use crate::sharding::{SlotSet, Ward};
 use crate::spawning::resource::TaskObserver;
 use crate::spawning::{Observer, Spawner, SpawnerSettings};
 use crate::stopping::StopReason;
@@ -143,7 +143,11 @@ impl Terms<'_> {
     /// Serves one term: with a Lease, the slots `held` until they change
     /// or the operator stops; without, until the operator stops. Then stops
     /// what the term served.
-    async fn run(&self, mut leading: Option<(&mut Election, Slots)>, stop: &mut Stop<'_>) -> Ended {
+    async fn run(
+        &self,
+        mut leading: Option<(&mut Election, SlotSet)>,
+        stop: &mut Stop<'_>,
+    ) -> Ended {
         let started = self.started;
         let settings = &started.settings;
         // What the term starts waits for its Leases to be held on this

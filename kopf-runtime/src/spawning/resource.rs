@@ -222,7 +222,8 @@ impl ResourceTasks {
     /// Whether the handler `id` is a daemon or timer whose tasks hold its
     /// object's finalizer.
     fn holds_finalizer(&self, id: &str) -> bool {
-        self.handlers().any(|h| h.id == id && h.requires_finalizer)
+        self.handlers()
+            .any(|h| h.id() == id && h.requires_finalizer())
     }
 
     /// Longer than any of the resource's tasks can take to stop.
@@ -261,7 +262,9 @@ pub struct TaskEnvironment {
 /// retries after the environment's `default_backoff`.
 pub fn task_spec(handler: &Handler, env: &TaskEnvironment) -> Arc<TaskSpec> {
     let mut handler = handler.clone();
-    handler.options.backoff.get_or_insert(env.default_backoff);
+    if handler.options().backoff.is_none() {
+        handler = handler.backoff(env.default_backoff);
+    }
     let handler = Arc::new(handler);
     // One reference per call, not a copy of the handler and environment.
     let shared = Arc::new((Arc::clone(&handler), env.clone()));
@@ -315,7 +318,7 @@ async fn call(handler: &Handler, env: &TaskEnvironment, mut ctx: TaskContext) ->
     let patch = kwargs.patch.clone();
 
     let invoking = execution::invoke(handler, kwargs, None);
-    let outcome = if handler.blocking {
+    let outcome = if handler.is_blocking() {
         // A plain fn runs on a blocking thread that belongs to the task.
         // Boxed: only such calls carry the scope.
         Box::pin(spawning::hosting(liveness, invoking)).await
@@ -323,7 +326,7 @@ async fn call(handler: &Handler, env: &TaskEnvironment, mut ctx: TaskContext) ->
         drop(liveness);
         invoking.await
     };
-    let backoff = handler.options.backoff.unwrap_or(env.default_backoff);
+    let backoff = handler.options().backoff.unwrap_or(env.default_backoff);
     let resolution = execution::resolve(handler, outcome, backoff, logger);
     let result = match &resolution {
         Disposition::Succeeded(Some(result)) => Some(result.clone()),
@@ -335,7 +338,7 @@ async fn call(handler: &Handler, env: &TaskEnvironment, mut ctx: TaskContext) ->
             merged = json!({});
         }
         if let Some(result) = result {
-            ensure_field(&mut merged, &["status", handler.id.as_str()], result);
+            ensure_field(&mut merged, &["status", handler.id()], result);
         }
         apply(env, (&uid, &stopped), &body, merged, logger).await;
     }

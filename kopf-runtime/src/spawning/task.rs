@@ -122,7 +122,7 @@ impl TaskSpec {
     /// daemon), calling `call` for each attempt.
     pub fn new(handler: Arc<Handler>, call: TaskFn) -> Arc<Self> {
         Arc::new(Self {
-            id: Arc::from(handler.id.as_str()),
+            id: Arc::from(handler.id()),
             handler,
             call,
         })
@@ -151,7 +151,7 @@ impl TaskSpec {
 
     /// A timer's schedule: `interval`, `sharp`, `idle`.
     pub(crate) fn timer_options(&self) -> Option<&TimerOptions> {
-        match &self.handler.kind_options {
+        match self.handler.kind_options() {
             KindOptions::Timer(timer) => Some(timer),
             _ => None,
         }
@@ -160,7 +160,7 @@ impl TaskSpec {
     /// Kopf's `initial_delay`: how long to wait after spawning before the
     /// first call (interrupted by stopping).
     pub(crate) fn start_delay(&self) -> Option<Duration> {
-        match &self.handler.kind_options {
+        match self.handler.kind_options() {
             KindOptions::Timer(timer) => timer.initial_delay,
             KindOptions::Daemon(daemon) => daemon.initial_delay,
             _ => None,
@@ -169,7 +169,7 @@ impl TaskSpec {
 
     /// Kopf's `cancellation_backoff` and `cancellation_timeout` (daemons only).
     pub(crate) fn cancellation(&self) -> (Option<Duration>, Option<Duration>) {
-        match &self.handler.kind_options {
+        match self.handler.kind_options() {
             KindOptions::Daemon(daemon) => {
                 (daemon.cancellation_backoff, daemon.cancellation_timeout)
             }
@@ -187,7 +187,7 @@ impl TaskSpec {
         retry: u32,
         runtime: Duration,
     ) -> Verdict {
-        let policy = RetryPolicy::of(&self.handler.options, DEFAULT_BACKOFF);
+        let policy = RetryPolicy::of(self.handler.options(), DEFAULT_BACKOFF);
         let (delay, message) = match outcome {
             TaskOutcome::Ok(_) => return Verdict::Done,
             TaskOutcome::Permanent { .. } => return Verdict::GaveUp,

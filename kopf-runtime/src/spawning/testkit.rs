@@ -20,7 +20,7 @@ use crate::stopping::StopReason;
 impl TaskSpec {
     fn of(handler: Handler, call: TaskFn) -> Self {
         Self {
-            id: Arc::from(handler.id.as_str()),
+            id: Arc::from(handler.id()),
             handler: Arc::new(handler),
             call,
         }

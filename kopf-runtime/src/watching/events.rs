@@ -22,7 +22,7 @@ use serde::de::Error as _;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::decoding::{self, Undecodable};
+use crate::decoding::{self, ObjectHead, Undecodable};
 
 /// One decoded watch line.
 #[derive(Debug)]
@@ -100,21 +100,6 @@ struct Line<'a> {
     object: &'a RawValue,
 }
 
-/// The part of an object that identifies its version.
-#[derive(Deserialize, Default)]
-struct Head<'a> {
-    #[serde(borrow, default)]
-    metadata: HeadMeta<'a>,
-}
-
-#[derive(Deserialize, Default)]
-struct HeadMeta<'a> {
-    #[serde(borrow, default)]
-    uid: Option<Cow<'a, str>>,
-    #[serde(borrow, default, rename = "resourceVersion")]
-    resource_version: Option<Cow<'a, str>>,
-}
-
 /// Decodes one line. For the events of the changes `Offered`, `skip` (if
 /// given) sees the type, the object's UID and its `resourceVersion` first;
 /// if it says so, the body is not decoded.
@@ -158,7 +143,10 @@ pub(super) fn decode<F: FnMut(Change, &str, &str) -> bool + ?Sized>(
 
 /// The UID of an object (as text), read without decoding the object.
 pub(super) fn uid_of(object: &str) -> Option<Cow<'_, str>> {
-    serde_json::from_str::<Head<'_>>(object).ok()?.metadata.uid
+    serde_json::from_str::<ObjectHead<'_>>(object)
+        .ok()?
+        .metadata
+        .uid
 }
 
 /// Whether a line of an `ADDED` or `MODIFIED` event is an `ADDED` one.
@@ -211,7 +199,7 @@ fn decode_object<F: FnMut(Change, &str, &str) -> bool + ?Sized>(
     };
     if let (Some(change), Some((offered, skip))) = (Change::of(kind), skip)
         && offered.includes(change)
-        && let Ok(Head { metadata }) = serde_json::from_str::<Head<'_>>(object)
+        && let Ok(ObjectHead { metadata, .. }) = serde_json::from_str::<ObjectHead<'_>>(object)
         && let (Some(uid), Some(version)) = (metadata.uid, metadata.resource_version)
         && skip(change, &uid, &version)
     {
@@ -224,7 +212,8 @@ fn decode_object<F: FnMut(Change, &str, &str) -> bool + ?Sized>(
         "ADDED" | "MODIFIED" => body(false, Event::Applied),
         "DELETED" => body(true, Event::Deleted),
         "BOOKMARK" => {
-            let head: Head<'_> = serde_json::from_str(object).map_err(kube::Error::SerdeError)?;
+            let head: ObjectHead<'_> =
+                serde_json::from_str(object).map_err(kube::Error::SerdeError)?;
             let version = head.metadata.resource_version.ok_or_else(|| {
                 kube::Error::SerdeError(serde_json::Error::custom(
                     "a BOOKMARK event without metadata.resourceVersion",

@@ -17,7 +17,7 @@ use crate::fields::meta_str;
 use crate::health::{ResourceHealth, ScopeMonitor};
 use crate::namespaces::NamespaceSelector;
 use crate::settings::WatchingSettings;
-use crate::sharding::Slots;
+use crate::sharding::SlotSet;
 
 /// Watches one resource in the served namespaces; see the
 /// [module docs](super) for the scoping and the guarantees.
@@ -29,7 +29,7 @@ pub struct ResourceWatcher {
     selector: NamespaceSelector,
     settings: WatchingSettings,
     echoes: Option<Echoes>,
-    slots: Option<Slots>,
+    slots: Option<SlotSet>,
     health: Option<Arc<ResourceHealth>>,
 }
 
@@ -110,7 +110,7 @@ impl ResourceWatcher {
     /// as their events come, undecoded and untracked, as if they did not
     /// exist. (Not for resources with indexes, which hold every object.)
     #[must_use]
-    pub(crate) fn with_slots(mut self, slots: Slots) -> Self {
+    pub(crate) fn with_slots(mut self, slots: SlotSet) -> Self {
         self.slots = Some(slots);
         self
     }

@@ -22,7 +22,7 @@ use crate::metrics::{RestartReason, WatchEventType};
 use crate::namespaces::NamespaceSelector;
 use crate::retrying::{Backoff, ErrorClass, classify, classify_status};
 use crate::settings::WatchingSettings;
-use crate::sharding::Slots;
+use crate::sharding::SlotSet;
 
 /// The receiver is gone: nobody listens any more, stop quietly.
 struct Closed;
@@ -57,7 +57,7 @@ pub(super) struct ScopeWatch {
     echoes: Option<Echoes>,
     /// The shard slots served, if not all: other objects are skipped
     /// undecoded, as if they did not exist.
-    slots: Option<Slots>,
+    slots: Option<SlotSet>,
     /// Where the loop reports what it receives, for probes and metrics.
     monitor: Option<ScopeMonitor>,
     out: Vec<ObjectEvent>,
@@ -103,7 +103,7 @@ impl ScopeWatch {
 
     /// Serves only the objects of `slots`, if given: the others are not
     /// decoded, tracked or sent.
-    pub(super) fn with_slots(mut self, slots: Option<Slots>) -> Self {
+    pub(super) fn with_slots(mut self, slots: Option<SlotSet>) -> Self {
         self.slots = slots;
         self
     }

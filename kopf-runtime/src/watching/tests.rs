@@ -15,7 +15,7 @@ use crate::fields::meta_str;
 use crate::mock_api::{self, Recorded, Reply, example, list};
 use crate::namespaces::NamespaceSelector;
 use crate::settings::WatchingSettings;
-use crate::sharding::Slots;
+use crate::sharding::SlotSet;
 
 /// Every wait in these tests is bounded by this (virtual) time.
 const LIMIT: Duration = Duration::from_secs(3600);
@@ -239,7 +239,7 @@ async fn expected_echoes_are_skipped_and_their_versions_count_as_seen() {
 #[tokio::test(start_paused = true)]
 async fn objects_of_other_slots_are_skipped_and_their_versions_followed() {
     // Of two slots, "ours" is in the one served and "theirs" in the other.
-    let slots = Slots::none(2).with(1);
+    let slots = SlotSet::none(2).with(1);
     assert!(slots.serve("ours") && !slots.serve("theirs"));
     let watches = AtomicUsize::new(0);
     let mut running = Running::start_with(

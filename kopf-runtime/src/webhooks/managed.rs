@@ -139,7 +139,7 @@ fn webhook_name(id: &str, suffix: &str) -> String {
 /// The object selector of a handler's label filters, if any can be said.
 fn object_selector(handler: &Handler) -> Option<Value> {
     let expressions: Vec<Value> = handler
-        .filters
+        .filters()
         .labels
         .entries
         .iter()
@@ -164,14 +164,14 @@ pub(crate) fn build_webhooks(
 ) -> Vec<Value> {
     handlers
         .iter()
-        .filter(|h| h.kind == kind)
+        .filter(|h| h.kind() == kind)
         .filter_map(|handler| {
             let options = options_of(handler);
             if persistent_only && !options.persistent {
                 return None;
             }
             let selected = handler
-                .resource
+                .resource()
                 .as_ref()
                 .map(|selector| selector.select(resources))
                 .unwrap_or_default();
@@ -197,12 +197,12 @@ pub(crate) fn build_webhooks(
                 })
                 .collect();
             let mut webhook = json!({
-                "name": webhook_name(&handler.id, &managed.name),
+                "name": webhook_name(handler.id(), &managed.name),
                 "sideEffects": if options.side_effects { "NoneOnDryRun" } else { "None" },
                 "failurePolicy": if options.ignore_failures { "Ignore" } else { "Fail" },
                 "matchPolicy": "Equivalent",
                 "rules": rules,
-                "clientConfig": managed.client.of(&handler.id, ca),
+                "clientConfig": managed.client.of(handler.id(), ca),
                 "timeoutSeconds": 30,
                 "admissionReviewVersions": ["v1"],
             });
@@ -317,7 +317,7 @@ pub(crate) async fn discover(
     resources: watch::Sender<Arc<[Discovered]>>,
     stop: CancellationToken,
 ) {
-    let groups = Groups::of(handlers.iter().filter_map(|h| h.resource.as_ref()));
+    let groups = Groups::of(handlers.iter().filter_map(|h| h.resource()));
     let mut backoff = Backoff::endless(&BACKOFF);
     loop {
         let delay = match scanning::scan(&client, &groups).await {
@@ -349,7 +349,6 @@ pub(crate) async fn discover(
 mod tests {
     use super::*;
     use crate::filters::MetaFilter;
-    use crate::handlers::{KindOptions, WebhookOptions};
     use crate::kwargs::{Kwargs, Operation};
     use crate::resources::ResourceRef;
 
@@ -368,26 +367,24 @@ mod tests {
 
     #[test]
     fn each_handler_is_one_webhook_with_kopf_conventions() {
-        let mut validate = Handler::on_validate(
+        let validate = Handler::on_validate(
             ResourceRef::dynamic("kopf.dev", "v1", "kopfexamples"),
             "check_size",
             |_: Kwargs| async {},
-        );
-        validate.kind_options = KindOptions::Webhook(WebhookOptions {
-            operations: vec![Operation::Create, Operation::Update],
-            subresource: Some("status".into()),
-            persistent: true,
-            side_effects: true,
-            ignore_failures: true,
-        });
-        validate.filters.labels = MetaFilter {
+        )
+        .operations([Operation::Create, Operation::Update])
+        .subresource("status")
+        .persistent(true)
+        .side_effects(true)
+        .ignore_failures(true)
+        .labels(MetaFilter {
             entries: vec![
                 ("app".into(), MetaValue::Equals("demo".into())),
                 ("tier".into(), MetaValue::Present),
                 ("skip".into(), MetaValue::Absent),
                 ("cb".into(), MetaValue::Callback(Arc::new(|_, _| true))),
             ],
-        };
+        });
         let mutate = Handler::on_mutate(
             ResourceRef::dynamic("kopf.dev", "v1", "kopfexamples"),
             "defaults",

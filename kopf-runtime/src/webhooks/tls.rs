@@ -72,10 +72,10 @@ impl Certificates {
     /// names are not valid in a certificate.
     pub(crate) fn new(source: &CertSource) -> Result<Self, WebhookError> {
         let provider = provider();
-        let (state, ca_pem) = match source {
+        let (served, ca_pem) = match source {
             CertSource::SelfSigned { names } => {
                 let (key, ca) = self_signed(names, &provider)?;
-                (State::Fixed(Arc::new(key)), ca)
+                (ServedKey::Fixed(Arc::new(key)), ca)
             }
             CertSource::Files { cert, key, ca } => {
                 let paths = Paths {
@@ -91,13 +91,13 @@ impl Certificates {
                     failed: None,
                     current: Arc::new(key),
                 };
-                (State::Files(Mutex::new(files)), ca)
+                (ServedKey::Files(Mutex::new(files)), ca)
             }
         };
         let (sender, ca) = watch::channel(Arc::from(ca_pem));
         Ok(Self {
             resolver: Arc::new(Resolver {
-                state,
+                served,
                 provider,
                 ca: sender,
             }),
@@ -130,13 +130,15 @@ impl Certificates {
 
 #[derive(Debug)]
 struct Resolver {
-    state: State,
+    served: ServedKey,
     provider: Arc<CryptoProvider>,
     ca: watch::Sender<Arc<str>>,
 }
 
 #[derive(Debug)]
-enum State {
+/// The certificate and key served: made once, or re-read from files
+/// when they change.
+enum ServedKey {
     Fixed(Arc<CertifiedKey>),
     Files(Mutex<Files>),
 }
@@ -223,9 +225,9 @@ impl Paths {
 impl Resolver {
     /// The current key, re-read first if the files changed.
     fn refresh(&self) -> Arc<CertifiedKey> {
-        let files = match &self.state {
-            State::Fixed(key) => return Arc::clone(key),
-            State::Files(files) => files,
+        let files = match &self.served {
+            ServedKey::Fixed(key) => return Arc::clone(key),
+            ServedKey::Files(files) => files,
         };
         let mut files = files.lock().unwrap_or_else(|p| p.into_inner());
         let stamp = files.paths.stamp();

@@ -260,7 +260,8 @@ fn check_label(flag: &str, value: &str) -> Result<(), ManifestError> {
 /// do not).
 fn watches(registry: &Registry) -> bool {
     registry.handlers().iter().any(|h| {
-        h.resource.is_some() && !matches!(h.kind, HandlerKind::OnValidate | HandlerKind::OnMutate)
+        h.resource().is_some()
+            && !matches!(h.kind(), HandlerKind::OnValidate | HandlerKind::OnMutate)
     })
 }
 
@@ -339,7 +340,7 @@ fn webhooks(
     let admits = registry
         .handlers()
         .iter()
-        .any(|h| matches!(h.kind, HandlerKind::OnValidate | HandlerKind::OnMutate));
+        .any(|h| matches!(h.kind(), HandlerKind::OnValidate | HandlerKind::OnMutate));
     if flags.server.is_none() && !admits {
         flags.check().map_err(|e| usage(e.to_string()))?;
         return Ok(None);

@@ -24,7 +24,7 @@ fn main() {
     let mut selectors: Vec<String> = registry
         .handlers()
         .iter()
-        .filter_map(|h| h.resource.as_ref().map(ToString::to_string))
+        .filter_map(|h| h.resource().map(ToString::to_string))
         .collect();
     selectors.sort();
     assert_eq!(
