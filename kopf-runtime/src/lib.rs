@@ -86,58 +86,24 @@
 //! | the [`params`] module: [`params::OldArg`], [`params::SpecArg`], … | the traits that inject each parameter, which the compiler names when a type is not accepted |
 //! | the [`posting`] module: [`posting::info`], [`posting::warn`], [`posting::exception`], [`posting::event`], with [`posting::Severity`] and [`posting::ObjectReference`] | Kubernetes Events about objects, from handlers |
 
-mod admission;
-mod causes;
-mod cli;
-mod decoding;
 mod deploying;
-mod diffbase;
-mod echoes;
-mod endpoints;
-mod errors;
-mod execution;
-mod fencing;
 mod fields;
-mod filters;
-mod finalizers;
 pub mod guide;
-mod handlers;
-mod health;
-mod hierarchies;
-mod indexing;
-mod injection;
-mod kwargs;
-mod leadership;
-mod listening;
-mod logbuffer;
-mod login;
-mod memories;
-mod metrics;
 #[cfg(test)]
 mod mock_api;
-mod namespaces;
+mod model;
+mod operations;
 mod operator;
 pub mod params;
-mod patching;
 mod peering;
+mod persistence;
 pub mod posting;
-mod probing;
 mod processing;
-mod progress;
 #[cfg(test)]
 mod proptests;
-mod queueing;
-mod records;
-mod registry;
-mod resources;
-mod retrying;
 mod running;
-mod scanning;
-mod scraping;
 pub mod settings;
-mod sharding;
 mod spawning;
-mod stopping;
 mod watching;
 mod webhooks;
 
@@ -146,41 +112,41 @@ pub use kopf_macros::{
     on_probe, on_resume, on_startup, on_update, on_validate, rbac, timer,
 };
 
-pub use cli::{Args, CliError, LogFormat};
 #[cfg(feature = "emulator")]
 pub use deploying::GrantError;
 pub use deploying::{
     ManifestsArgs, Missing, MissingPermissions, Permission, PermissionError, PermissionScope,
 };
-pub use endpoints::{EndpointError, Endpoints, READINESS_PATH};
-pub use errors::{Error, HandlerError, IntoOutcome, KwargError, Outcome, Result};
-pub use execution::{Lifecycle, Subhandlers};
-pub use filters::{
+pub use model::errors::{Error, HandlerError, IntoOutcome, KwargError, Outcome, Result};
+pub use model::filters::{
     ABSENT, FieldPath, Filters, Marker, MetaFilter, MetaValue, PRESENT, ValueFilter,
 };
-pub use handlers::{
+pub use model::handlers::{
     DEFAULT_BACKOFF, DaemonOptions, ErrorsMode, Handler, HandlerFn, HandlerKind, KindOptions,
     Options, TimerOptions, WebhookOptions,
 };
-pub use hierarchies::{
+pub use model::hierarchies::{
     Adoption, HierarchyError, Ownership, adjust_namespace, adjust_namespace_with, adopt,
     adopt_with, append_owner_reference, append_owner_reference_with, harmonize_naming,
     harmonize_naming_with, label, label_with, remove_owner_reference,
 };
-pub use kwargs::{
+pub use model::kwargs::{
     Admission, Diff, DiffItem, DiffOp, EventType, Index, IndexError, IndexKey, Indexes, Kwargs,
     Level, LiveBody, Logger, Memo, Operation, Patch, Reason, Stopped, Store, Warnings,
 };
-pub use login::{ConnectionInfo, LoginError};
-pub use namespaces::{NamespaceSelector, SelectorError};
+pub use model::registry::{Registry, RegistryBuilder, RegistryError};
+pub use model::resources::{ResourceName, ResourceRef};
+pub use operations::endpoints::{EndpointError, Endpoints, READINESS_PATH};
+pub use operator::login::{ConnectionInfo, LoginError};
+pub use operator::namespaces::{NamespaceSelector, SelectorError};
 pub use operator::{Operator, OperatorError};
 pub use peering::Peering;
-pub use registry::{Registry, RegistryBuilder, RegistryError};
-pub use resources::{ResourceName, ResourceRef};
+pub use processing::execution::{Lifecycle, Subhandlers};
+pub use running::cli::{Args, CliError, LogFormat};
 pub use running::{RunError, Runner, run};
 pub use settings::OperatorSettings;
+pub use spawning::stopping::StopReason;
 pub use spawning::{TaskCounters, TaskCounts};
-pub use stopping::StopReason;
 pub use webhooks::{WebhookArgs, WebhookError, WebhookServer};
 
 /// The timestamp type of the `started` parameter (re-exported from `jiff`).
@@ -248,15 +214,15 @@ pub mod __private {
     pub use ::std::time::Duration;
 
     pub use crate::deploying::{RbacRecord, RbacScope};
-    pub use crate::errors::{HandlerError, IntoOutcome, Outcome};
-    pub use crate::handlers::{ErrorsMode, HandlerKind};
-    pub use crate::injection::*;
-    pub use crate::kwargs::{Kwargs, Operation};
-    pub use crate::records::{
+    pub use crate::model::errors::{HandlerError, IntoOutcome, Outcome};
+    pub use crate::model::handlers::{ErrorsMode, HandlerKind};
+    pub use crate::model::injection::*;
+    pub use crate::model::kwargs::{Kwargs, Operation};
+    pub use crate::model::records::{
         ChangeRecord, FilterRecord, FunctionRecord, HandlerRecord, MetaRecord, RetryRecord,
         TaskRecord, ValueRecord, WebhookRecord,
     };
-    pub use crate::resources::ResourceRef;
+    pub use crate::model::resources::ResourceRef;
     pub use crate::spawning::run_blocking;
 }
 

@@ -19,7 +19,7 @@
 //! deserialize is reported in the parameter's words too. The traits are for
 //! the macros; handlers name them only in what the compiler says.
 
-pub use crate::injection::{
+pub use crate::model::injection::{
     AnnotationsArg, AnnotationsJson, BodyArg, BodyJson, ByRef, ByValue, ClientArg, DiffArg,
     DryrunArg, EventArg, EventJson, HeadersArg, IndexArg, LabelsArg, LabelsJson, LiveArg,
     LoggerArg, MemoArg, MetaArg, MetaJson, NameArg, NamespaceArg, NewArg, NewJson, OldArg, OldJson,

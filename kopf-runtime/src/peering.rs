@@ -6,9 +6,9 @@
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::leadership::ElectionSettings;
+use crate::peering::leadership::ElectionSettings;
+use crate::peering::sharding::{MAX_SHARDS, Seating, Ward};
 use crate::settings::PeeringSettings;
-use crate::sharding::{MAX_SHARDS, Seating, Ward};
 
 /// Kopf's development priority (`--dev`).
 pub(crate) const DEV_PRIORITY: i64 = 666;
@@ -195,6 +195,9 @@ pub(crate) fn default_namespace(pod_namespace: Option<String>) -> String {
         .unwrap_or_else(|| "default".to_owned())
 }
 
+pub(crate) mod fencing;
+pub(crate) mod leadership;
+pub(crate) mod sharding;
 #[cfg(test)]
 mod tests {
     use super::*;

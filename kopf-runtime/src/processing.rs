@@ -4,7 +4,7 @@
 //! A [`ResourceProcessor`] serves one resource; the queue calls it with the
 //! newest event of one object at a time. Per object it remembers only what
 //! Kopf remembers in memory (the memo and whether the object was first seen
-//! at start-up; see [`memories`](crate::memories)); everything else lives on
+//! at start-up; see [`memories`](crate::processing::memories)); everything else lives on
 //! the object itself.
 //!
 //! Which handlers serve an object is decided first, as Kopf's `prematch`:
@@ -31,7 +31,7 @@
 //!   nothing else, and nothing is left to do) is conditional on the handled
 //!   body's `resourceVersion` when only change handlers serve the resource.
 //!   Accepted, its echo is known and skipped (see
-//!   [`echoes`](crate::echoes)); refused with `409 Conflict`, it is sent
+//!   [`echoes`](crate::watching::echoes)); refused with `409 Conflict`, it is sent
 //!   again at once without the condition, and its echo is processed.
 
 use std::cell::OnceCell;
@@ -42,27 +42,34 @@ use serde_json::{Value, json};
 use smallvec::SmallVec;
 use tokio_util::sync::CancellationToken;
 
-use crate::causes::{self, CauseInput, ChangeCause};
-use crate::diffbase::DiffBaseStorage;
-use crate::echoes::Echoes;
-use crate::execution::{self, CauseContext, Progression};
 use crate::fields::{merge_into, meta_str, object_name};
-use crate::filters::{FieldPath, FieldValues};
-use crate::finalizers::{self, Action, Finalizing};
-use crate::handlers::{Handler, HandlerKind};
-use crate::kwargs::{
+use crate::model::filters::{FieldPath, FieldValues};
+use crate::model::handlers::{Handler, HandlerKind};
+use crate::model::kwargs::{
     Diff, EventType, Indexes, Kwargs, Level, LogSink, Logger, Memo, MemoBase, Patch, Reason,
 };
-use crate::memories::{Handled, Memories, ObjectMemory};
-use crate::patching::{PatchError, PatchOutcome, PatchTarget, Patcher, ResourceTarget};
+use crate::persistence::diffbase::DiffBaseStorage;
+use crate::persistence::finalizers::{self, Action, Finalizing};
+use crate::persistence::patching::{
+    PatchError, PatchOutcome, PatchTarget, Patcher, ResourceTarget,
+};
+use crate::persistence::progress::ProgressStorage;
 use crate::posting::{EventPoster, ObjectReference};
-use crate::progress::ProgressStorage;
-use crate::queueing::{Processed, Versioned};
+use crate::processing::causes::{CauseInput, ChangeCause};
+use crate::processing::execution::{CauseContext, Progression};
+use crate::processing::memories::{Handled, Memories, ObjectMemory};
+use crate::processing::queueing::{Processed, Versioned};
 use crate::settings::OperatorSettings;
 use crate::spawning::Spawner;
 use crate::spawning::resource::{self, ResourceTasks, TaskEnvironment};
+use crate::watching::echoes::Echoes;
 use crate::watching::{DeletedBy, ObjectEvent, Seen};
 
+pub(crate) mod causes;
+pub(crate) mod execution;
+pub(crate) mod indexing;
+pub(crate) mod memories;
+pub(crate) mod queueing;
 mod sending;
 
 use sending::require_version;
@@ -823,10 +830,10 @@ mod tests {
 
     use super::sending::refresh_finalizer;
     use super::*;
-    use crate::errors::Error;
     use crate::mock_api::{self, Recorded, Reply, example};
-    use crate::registry::{Registry, RegistryBuilder};
-    use crate::resources::ResourceRef;
+    use crate::model::errors::Error;
+    use crate::model::registry::{Registry, RegistryBuilder};
+    use crate::model::resources::ResourceRef;
     use crate::spawning::{Observer, SpawnerSettings};
 
     fn examples() -> ResourceRef {

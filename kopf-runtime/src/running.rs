@@ -18,15 +18,18 @@ use std::pin::Pin;
 use clap::Parser;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
-use crate::cli::{self, Args, CliError};
 use crate::deploying::Permission;
 use crate::deploying::manifests;
-use crate::endpoints::{EndpointError, Endpoints};
-use crate::namespaces::SelectorError;
+use crate::model::registry::{Registry, RegistryError};
+use crate::operations::endpoints::{EndpointError, Endpoints};
+use crate::operator::namespaces::SelectorError;
 use crate::operator::{Operator, OperatorError};
-use crate::registry::{Registry, RegistryError};
+use crate::running::cli::{Args, CliError};
 use crate::settings::OperatorSettings;
 use crate::webhooks::{WebhookArgs, WebhookError, WebhookServer};
+
+pub(crate) mod cli;
+pub(crate) mod logbuffer;
 
 /// The exit code of a replica whose tasks outlived its leadership.
 const EXIT_LEASE_OUTLIVED: i32 = 3;
@@ -227,7 +230,7 @@ impl Runner {
         cli::init_logging(&args)?;
         // Log lines are batched while the operator runs, and what waits is
         // written out on every way out of here.
-        let _logs = crate::logbuffer::batch_on(tokio::runtime::Handle::current());
+        let _logs = crate::running::logbuffer::batch_on(tokio::runtime::Handle::current());
         let registry = match self.registry {
             Some(registry) => registry,
             None => Registry::from_inventory()?,

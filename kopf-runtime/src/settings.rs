@@ -137,7 +137,7 @@ impl Default for WatchingSettings {
             inactivity_timeout: Duration::from_secs(70),
             error_backoffs: kopf_error_backoffs(),
             list_page_size: 500,
-            max_depth: crate::decoding::DEFAULT_MAX_DEPTH,
+            max_depth: crate::watching::decoding::DEFAULT_MAX_DEPTH,
             silence_limit: None,
         }
     }

@@ -6,7 +6,7 @@
 //!
 //! `args.rs` holds the flags, `tls.rs` the certificates, `server.rs` the
 //! listener, `managed.rs` the configurations; the reviews themselves are
-//! [`admission`](crate::admission)'s.
+//! [`admission`](crate::webhooks::admission)'s.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -15,6 +15,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+pub(crate) mod admission;
 mod args;
 pub(crate) mod managed;
 mod server;
@@ -26,7 +27,7 @@ pub(crate) use server::serve;
 pub(crate) use args::ServiceRef;
 use tls::{CertSource, Certificates};
 
-use crate::listening::{self, ListenUrl, Scheme};
+use crate::operations::listening::{self, ListenUrl, Scheme};
 
 /// Why the webhook server could not be set up.
 #[derive(Debug, thiserror::Error)]

@@ -177,7 +177,7 @@ pub(crate) async fn missing(
 
 /// What the start-up check needs to know of the operator.
 pub(crate) struct StartUp<'a> {
-    pub(crate) registry: &'a crate::registry::Registry,
+    pub(crate) registry: &'a crate::model::registry::Registry,
     pub(crate) plan: crate::deploying::Plan,
     pub(crate) on_missing: MissingPermissions,
 }

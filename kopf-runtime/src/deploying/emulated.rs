@@ -79,10 +79,10 @@ mod tests {
 
     use super::*;
     use crate::deploying::{MissingPermissions, Named, Plan, StartUp, at_start_up, required};
-    use crate::kwargs::Kwargs;
-    use crate::namespaces::NamespaceSelector;
-    use crate::registry::Registry;
-    use crate::resources::ResourceRef;
+    use crate::model::kwargs::Kwargs;
+    use crate::model::registry::Registry;
+    use crate::model::resources::ResourceRef;
+    use crate::operator::namespaces::NamespaceSelector;
 
     async fn noop(_: Kwargs) {}
 

@@ -11,10 +11,10 @@
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
-use crate::handlers::HandlerKind;
-use crate::namespaces::NamespaceSelector;
-use crate::registry::Registry;
-use crate::resources::{ResourceName, ResourceRef};
+use crate::model::handlers::HandlerKind;
+use crate::model::registry::Registry;
+use crate::model::resources::{ResourceName, ResourceRef};
+use crate::operator::namespaces::NamespaceSelector;
 
 /// Where a [`Permission`] applies.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -488,8 +488,8 @@ mod tests {
     use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 
     use super::*;
-    use crate::errors::Outcome;
-    use crate::kwargs::Kwargs;
+    use crate::model::errors::Outcome;
+    use crate::model::kwargs::Kwargs;
 
     async fn noop(_: Kwargs) -> Outcome {
         Outcome::Ok(None)

@@ -4,11 +4,11 @@
 //! Each round calls, in the registry's order, every handler that has not
 //! ended and whose retry is due, then sleeps until the next retry is due.
 //! An outcome is resolved as a change handler's is
-//! ([`execution::resolve_attempt`](crate::execution::resolve_attempt)): a
+//! ([`execution::resolve_attempt`](crate::processing::execution::resolve_attempt)): a
 //! temporary error is retried after its delay; a regular one as the
 //! handler's `errors` says, after its `backoff` (else
 //! `settings.execution.default_backoff`); and the handler is given up as
-//! its [`RetryPolicy`](crate::retrying::RetryPolicy) says.
+//! its [`RetryPolicy`](crate::model::retrying::RetryPolicy) says.
 //!
 //! The handlers of both activities receive the operator's memo (one memo,
 //! the same for all); start-up handlers also receive the operator's
@@ -32,12 +32,12 @@ use std::time::Duration;
 use kube::Client;
 use tokio::time::Instant;
 
-use crate::errors::HandlerError;
-use crate::execution::{self, Disposition};
-use crate::handlers::Handler;
-use crate::kwargs::{Attempt, Indexes, Kwargs, Logger, Memo};
+use crate::model::errors::HandlerError;
+use crate::model::handlers::Handler;
+use crate::model::kwargs::{Attempt, Indexes, Kwargs, Logger, Memo};
+use crate::model::retrying::RetryPolicy;
 use crate::posting::{self, EventPoster};
-use crate::retrying::RetryPolicy;
+use crate::processing::execution::{self, Disposition};
 use crate::settings::{OperatorSettings, StartupSettings};
 
 /// Where a delay too long for the clock ends: never, as far as anyone waits.
@@ -184,9 +184,9 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
-    use crate::errors::Error;
-    use crate::handlers::ErrorsMode;
     use crate::mock_api::{self, Reply};
+    use crate::model::errors::Error;
+    use crate::model::handlers::ErrorsMode;
 
     fn secs(n: u64) -> Duration {
         Duration::from_secs(n)

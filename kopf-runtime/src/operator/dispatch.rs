@@ -17,8 +17,8 @@
 
 use std::collections::HashMap;
 
-use crate::finalizers::Finalizing;
-use crate::sharding::SlotSet;
+use crate::peering::sharding::SlotSet;
+use crate::persistence::finalizers::Finalizing;
 use crate::watching::{DeletedBy, ObjectEvent, Seen};
 
 /// What to do with one event. The resource's `#[index]` handlers see
@@ -169,7 +169,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::finalizers::LEGACY_FINALIZER;
+    use crate::persistence::finalizers::LEGACY_FINALIZER;
 
     const F: &str = "kopf.zalando.org/KopfFinalizerMarker";
 

@@ -18,22 +18,25 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
 use crate::deploying::{Missing, MissingPermissions, Permission};
-use crate::endpoints::Endpoints;
-use crate::handlers::{Handler, HandlerKind};
-use crate::kwargs::Memo;
-use crate::login::LoginError;
-use crate::metrics::Metrics;
-use crate::namespaces::NamespaceSelector;
+use crate::model::handlers::{Handler, HandlerKind};
+use crate::model::kwargs::Memo;
+use crate::model::registry::Registry;
+use crate::operations::endpoints::Endpoints;
+use crate::operations::metrics::Metrics;
+use crate::operator::login::LoginError;
+use crate::operator::namespaces::NamespaceSelector;
 use crate::peering::Peering;
-use crate::registry::Registry;
 use crate::settings::OperatorSettings;
 use crate::spawning::TaskCounters;
 use crate::webhooks::{WebhookError, WebhookServer};
 
 mod activities;
 mod dispatch;
+pub(crate) mod login;
+pub(crate) mod namespaces;
 mod permissions;
 mod resources;
+pub(crate) mod scanning;
 mod serve;
 mod startup;
 mod terms;
@@ -477,7 +480,7 @@ fn measured_if(metrics: Option<&Arc<Metrics>>, handlers: Vec<Handler>) -> Vec<Ha
     }
 }
 
-/// `handlers` of `resource` (a [`crate::metrics::resource_label`], empty for
+/// `handlers` of `resource` (a [`crate::operations::metrics::resource_label`], empty for
 /// those of no resource), each carrying its metrics.
 fn measured(metrics: &Metrics, handlers: Vec<Handler>, resource: &str) -> Vec<Handler> {
     handlers

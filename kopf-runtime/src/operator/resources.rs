@@ -16,22 +16,22 @@ use tokio_util::task::TaskTracker;
 
 use super::serve::ServeResource;
 use super::{OperatorError, Stop, measured};
-use crate::fencing::Fence;
-use crate::handlers::{Handler, HandlerKind};
-use crate::health::{Health, Phase, Registered};
-use crate::indexing::{Hold, OperatorIndexes};
-use crate::kwargs::MemoBase;
-use crate::metrics::{self, Metrics};
-use crate::namespaces::NamespaceSelector;
-use crate::patching::ResourceTarget;
+use crate::model::handlers::{Handler, HandlerKind};
+use crate::model::kwargs::MemoBase;
+use crate::model::registry::Registry;
+use crate::model::resources::Discovered;
+use crate::model::retrying::{Backoff, ErrorClass, classify};
+use crate::operations::health::{Health, Phase, Registered};
+use crate::operations::metrics::{self, Metrics};
+use crate::operator::namespaces::NamespaceSelector;
+use crate::operator::scanning::{self, Groups, RESCAN_INTERVAL, Rescan, Resolution, Wanted};
+use crate::peering::fencing::Fence;
+use crate::peering::sharding::SlotSet;
+use crate::persistence::patching::ResourceTarget;
 use crate::posting::EventPoster;
 use crate::processing::ResourceHandlers;
-use crate::registry::Registry;
-use crate::resources::Discovered;
-use crate::retrying::{Backoff, ErrorClass, classify};
-use crate::scanning::{self, Groups, RESCAN_INTERVAL, Rescan, Resolution, Wanted};
+use crate::processing::indexing::{Hold, OperatorIndexes};
 use crate::settings::OperatorSettings;
-use crate::sharding::SlotSet;
 use crate::spawning::Spawner;
 
 /// A resource's identity: group, version, plural.

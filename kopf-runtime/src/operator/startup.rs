@@ -10,18 +10,18 @@ use tokio::sync::watch;
 
 use super::activities::{self, Activity};
 use super::{Background, Operator, OperatorError, Stop, log_urls, measured_if};
-use crate::admission::Reviewer;
-use crate::endpoints::{EndpointState, Endpoints};
-use crate::handlers::{Handler, HandlerKind};
-use crate::health::{Health, Phase};
-use crate::indexing::OperatorIndexes;
-use crate::kwargs::{Memo, MemoBase};
-use crate::login::Vault;
-use crate::metrics::{self, Metrics};
+use crate::model::handlers::{Handler, HandlerKind};
+use crate::model::kwargs::{Memo, MemoBase};
+use crate::operations::endpoints::{EndpointState, Endpoints};
+use crate::operations::health::{Health, Phase};
+use crate::operations::metrics::{self, Metrics};
+use crate::operations::probing::Probes;
+use crate::operations::scraping::ScrapeTime;
+use crate::operator::login::Vault;
 use crate::posting::EventPoster;
-use crate::probing::Probes;
-use crate::scraping::ScrapeTime;
+use crate::processing::indexing::OperatorIndexes;
 use crate::settings::{OperatorSettings, PostingSettings, StartupSettings};
+use crate::webhooks::admission::Reviewer;
 use crate::webhooks::{self, WebhookServer, managed};
 
 /// What the start-up leaves to the serving and the clean-up.

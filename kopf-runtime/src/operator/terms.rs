@@ -15,14 +15,14 @@ use tokio_util::task::TaskTracker;
 use super::resources::{Resources, ServeContext};
 use super::startup::Started;
 use super::{Background, Operator, OperatorError, Stop};
-use crate::fencing::{self, Fence};
-use crate::health::Phase;
-use crate::leadership;
+use crate::operations::health::Phase;
+use crate::peering::fencing::{self, Fence};
+use crate::peering::leadership;
+use crate::peering::sharding::{SlotSet, Ward};
 use crate::settings::OperatorSettings;
-use crate::sharding::{SlotSet, Ward};
 use crate::spawning::resource::TaskObserver;
+use crate::spawning::stopping::StopReason;
 use crate::spawning::{Observer, Spawner, SpawnerSettings};
-use crate::stopping::StopReason;
 
 /// The Lease this replica competes for, and its elector(s).
 struct Election {

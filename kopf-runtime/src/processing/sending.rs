@@ -8,9 +8,9 @@ use serde_json::{Value, json};
 
 use super::ResourceProcessor;
 use crate::fields::{ensure_field, meta_str, remove_field, resolve_field};
-use crate::finalizers;
-use crate::kwargs::Logger;
-use crate::patching::{ObjectVersion, PatchError, PatchOutcome, PatchTarget};
+use crate::model::kwargs::Logger;
+use crate::persistence::finalizers;
+use crate::persistence::patching::{ObjectVersion, PatchError, PatchOutcome, PatchTarget};
 
 /// How often a patch carrying handler outcomes is re-sent after a `409`.
 const CONFLICT_RESENDS: usize = 3;

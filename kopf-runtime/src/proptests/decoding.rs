@@ -4,7 +4,7 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::{config, json};
-use crate::decoding;
+use crate::watching::decoding;
 
 /// `value` wrapped in `levels` arrays or objects, chosen by `shape`.
 fn wrapped(value: Value, levels: usize, shape: u64) -> Value {

@@ -4,9 +4,9 @@ use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
 use super::{config, json, merge, object};
-use crate::diffbase::{DiffBaseStorage, diff};
-use crate::kwargs::DiffOp;
-use crate::progress::ProgressStorage;
+use crate::model::kwargs::DiffOp;
+use crate::persistence::diffbase::{DiffBaseStorage, diff};
+use crate::persistence::progress::ProgressStorage;
 use crate::settings::PersistenceSettings;
 
 /// `value` without `null` members in its objects (`null` means absent to a
@@ -339,7 +339,7 @@ fn patch_of(
     let mut patch = json!({});
     match change {
         Change::Progress(id) => {
-            let record = crate::progress::ProgressRecord {
+            let record = crate::persistence::progress::ProgressRecord {
                 retries: Some(1),
                 ..Default::default()
             };
@@ -439,7 +439,7 @@ proptest! {
             prop_assert_eq!(tuple.len(), 4);
             prop_assert!(tuple[1].is_array());
         }
-        let back: crate::kwargs::Diff = serde_json::from_value(wire).expect("deserializes");
+        let back: crate::model::kwargs::Diff = serde_json::from_value(wire).expect("deserializes");
         prop_assert_eq!(back, d);
     }
 
@@ -452,7 +452,7 @@ proptest! {
         let field: Vec<&str> = field.iter().map(String::as_str).collect();
         let reduced = diff(&a, &b).reduce(&field);
         let resolve = |v| crate::fields::resolve_field(v, &field);
-        let direct = crate::kwargs::Diff::between(resolve(&a), resolve(&b));
+        let direct = crate::model::kwargs::Diff::between(resolve(&a), resolve(&b));
         prop_assert_eq!(reduced, direct);
     }
 }

@@ -5,7 +5,9 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::{config, merge};
-use crate::progress::{ProgressRecord, ProgressStorage, format_timestamp, parse_timestamp};
+use crate::persistence::progress::{
+    ProgressRecord, ProgressStorage, format_timestamp, parse_timestamp,
+};
 use crate::settings::PersistenceSettings;
 
 fn record() -> impl Strategy<Value = ProgressRecord> {

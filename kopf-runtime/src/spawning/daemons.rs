@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use super::runner::Run;
 use super::task::Verdict;
-use crate::fencing::Held;
+use crate::peering::fencing::Held;
 
 /// Run a daemon until it finishes, gives up, or is stopped.
 pub(crate) async fn run(run: Run) {
@@ -65,7 +65,7 @@ mod tests {
     use super::super::task::Verdict;
     use super::super::testkit::{Calls, body, secs, spawner};
     use super::super::{Ensured, TaskOutcome, TaskSpec, task_fn};
-    use crate::stopping::StopReason;
+    use crate::spawning::stopping::StopReason;
 
     fn error(message: &str) -> TaskOutcome {
         TaskOutcome::Error {
@@ -108,7 +108,7 @@ mod tests {
     /// term ends first.
     #[tokio::test(start_paused = true)]
     async fn a_fenced_daemon_is_not_called_while_its_lease_is_lapsed() {
-        use crate::fencing::{Fence, Held, Tenure};
+        use crate::peering::fencing::{Fence, Held, Tenure};
 
         let tenure = Arc::new(Tenure::default());
         let fence = Fence::new(vec![Arc::clone(&tenure)], None, secs(2));

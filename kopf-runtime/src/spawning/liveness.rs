@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::stopping::StopFlag;
+use crate::spawning::stopping::StopFlag;
 
 /// What settles a task once it has ended: its spawner.
 pub(super) trait Settle: Send + Sync {

@@ -28,6 +28,7 @@ mod observing;
 pub mod resource;
 mod runner;
 mod spawner;
+pub(crate) mod stopping;
 mod task;
 mod timers;
 
@@ -46,7 +47,7 @@ mod tests {
     use std::time::Duration;
 
     use super::{Spawner, SpawnerSettings, TaskOutcome, TaskSpec, task_fn};
-    use crate::stopping::StopReason;
+    use crate::spawning::stopping::StopReason;
     use crate::{Handler, Kwargs, ResourceRef};
 
     #[tokio::test]

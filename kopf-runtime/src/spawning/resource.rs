@@ -31,19 +31,19 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::execution::{self, Disposition};
 use crate::fields::ensure_field;
 use crate::fields::{merge_into, object_name};
-use crate::handlers::Handler;
-use crate::kwargs::{Attempt, Indexes, Kwargs, LiveBody, Logger, Memo, Stopped};
-use crate::memories::Memories;
-use crate::patching::ResourceTarget;
-use crate::patching::{PatchError, PatchOutcome, PatchTarget, Patcher};
+use crate::model::handlers::Handler;
+use crate::model::kwargs::{Attempt, Indexes, Kwargs, LiveBody, Logger, Memo, Stopped};
+use crate::persistence::patching::ResourceTarget;
+use crate::persistence::patching::{PatchError, PatchOutcome, PatchTarget, Patcher};
 use crate::posting::{self, EventPoster, ObjectReference};
+use crate::processing::execution::{self, Disposition};
+use crate::processing::memories::Memories;
+use crate::spawning::stopping::{StopFlag, StopReason};
 use crate::spawning::{
     self, AbandonedReport, Ensured, Observer, Spawner, TaskContext, TaskOutcome, TaskSpec, task_fn,
 };
-use crate::stopping::{StopFlag, StopReason};
 use crate::watching::DeletedBy;
 
 /// When an object whose tasks are still stopping is looked at again (to
@@ -419,9 +419,9 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::errors::Error;
     use crate::mock_api::{self, Reply, example};
-    use crate::resources::ResourceRef;
+    use crate::model::errors::Error;
+    use crate::model::resources::ResourceRef;
     use crate::settings::NetworkingSettings;
     use crate::spawning::task::Verdict;
     use crate::spawning::testkit::Recorder;
@@ -610,7 +610,7 @@ mod tests {
     ) -> Handler {
         let (started, released) = (Arc::clone(started), Arc::clone(released));
         let resource = ResourceRef::dynamic("kopf.dev", "v1", "kopfexamples");
-        let func: crate::handlers::HandlerFn = Arc::new(move |kw: Kwargs| {
+        let func: crate::model::handlers::HandlerFn = Arc::new(move |kw: Kwargs| {
             let (started, released) = (Arc::clone(&started), Arc::clone(&released));
             spawning::run_blocking(move || {
                 let stopped = kw.stopped.clone().expect("daemons get a stop flag");
@@ -626,7 +626,7 @@ mod tests {
             })
         });
         Handler::new(
-            crate::handlers::HandlerKind::Daemon,
+            crate::model::handlers::HandlerKind::Daemon,
             Some(resource),
             "sync".into(),
             func,

@@ -1,6 +1,6 @@
 //! One handler call of a running task ([`Run`]): builds the
 //! [`TaskContext`], catches panics (with the guard of every handler call,
-//! [`execution::catch_panics`](crate::execution::catch_panics)), reports outcomes to the
+//! [`execution::catch_panics`](crate::processing::execution::catch_panics)), reports outcomes to the
 //! [`Observer`].
 //! Shared by the daemon and timer loops.
 
@@ -15,8 +15,8 @@ use tokio::time::Instant;
 use super::liveness::Liveness;
 use super::observing::{Observer, OutcomeReport};
 use super::task::{TaskContext, TaskOutcome, TaskSpec, Verdict};
-use crate::fencing::{Fence, Held};
-use crate::stopping::StopFlag;
+use crate::peering::fencing::{Fence, Held};
+use crate::spawning::stopping::StopFlag;
 
 /// Everything a runner loop (daemon or timer) needs.
 pub(crate) struct Run {
@@ -38,7 +38,7 @@ pub(crate) struct Run {
 impl Run {
     /// Whether a call of `what` is held back at `now`, and if so, how soon
     /// to try again: only in a term of leadership whose Lease has lapsed
-    /// on this process's clock (see [`fencing`](crate::fencing)).
+    /// on this process's clock (see [`fencing`](crate::peering::fencing)).
     pub(crate) fn held_back(&self, what: Held, now: Instant) -> Option<Duration> {
         let fence = self.fence.as_ref()?;
         (!fence.allows(what, now)).then(|| fence.retry())
@@ -60,7 +60,7 @@ impl Run {
             started_at,
             liveness: Arc::clone(&self.liveness),
         };
-        crate::execution::catch_panics(|| (self.spec.call)(ctx))
+        crate::processing::execution::catch_panics(|| (self.spec.call)(ctx))
             .await
             .unwrap_or_else(|message| TaskOutcome::Error { message })
     }

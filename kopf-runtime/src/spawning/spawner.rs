@@ -23,8 +23,8 @@ use super::observing::{AbandonedReport, Observer};
 use super::runner::Run;
 use super::task::{TaskKind, TaskSpec};
 use super::{daemons, timers};
-use crate::fencing::Fence;
-use crate::stopping::{StopFlag, StopReason};
+use crate::peering::fencing::Fence;
+use crate::spawning::stopping::{StopFlag, StopReason};
 
 /// Limits that replace Kopf's "wait forever" when a handler sets neither
 /// `cancellation_backoff` nor `cancellation_timeout`.
@@ -468,7 +468,7 @@ impl Spawner {
     }
 
     /// Its tasks call their handlers only while `fence` allows (see
-    /// [`fencing`](crate::fencing)).
+    /// [`fencing`](crate::peering::fencing)).
     #[must_use]
     pub(crate) fn fenced(mut self, fence: Fence) -> Self {
         Arc::get_mut(&mut self.inner)
@@ -739,7 +739,7 @@ impl Spawner {
         reason: StopReason,
         timeout: Duration,
     ) -> Result<(), ShutdownError> {
-        let deadline = crate::stopping::deadline_after(Instant::now(), timeout);
+        let deadline = crate::spawning::stopping::deadline_after(Instant::now(), timeout);
         let abandoned_before = self.counters().snapshot().abandoned;
         {
             let _state = self.inner.lock();
@@ -874,7 +874,7 @@ mod tests {
     use super::super::testkit::{Calls, advance_to, body, millis, secs, settle, spawner};
     use super::super::{Ensured, Spawner, SpawnerSettings, TaskOutcome, TaskSpec, task_fn};
     use super::ShutdownError;
-    use crate::stopping::StopReason;
+    use crate::spawning::stopping::StopReason;
 
     #[tokio::test(start_paused = true)]
     async fn only_timers_with_idle_make_an_object_keep_a_channel_of_its_changes() {

@@ -19,13 +19,13 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::liveness::Liveness;
-use crate::errors::{HandlerError, Outcome};
-use crate::execution;
-use crate::handlers::{DEFAULT_BACKOFF, Handler, KindOptions, TimerOptions};
-use crate::kwargs::Logger;
+use crate::model::errors::{HandlerError, Outcome};
+use crate::model::handlers::{DEFAULT_BACKOFF, Handler, KindOptions, TimerOptions};
+use crate::model::kwargs::Logger;
+use crate::model::retrying::RetryPolicy;
 use crate::posting;
-use crate::retrying::RetryPolicy;
-use crate::stopping::StopFlag;
+use crate::processing::execution;
+use crate::spawning::stopping::StopFlag;
 
 /// The handler call of a daemon or timer.
 pub type TaskFn = Arc<dyn Fn(TaskContext) -> BoxFuture<'static, TaskOutcome> + Send + Sync>;

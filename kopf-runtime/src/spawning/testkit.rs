@@ -10,10 +10,10 @@ use super::observing::{AbandonedReport, Observer, OutcomeReport};
 use super::task::{TaskFn, TaskSpec};
 use super::task::{TaskOutcome, Verdict};
 use super::{Spawner, SpawnerSettings};
-use crate::handlers::Handler;
-use crate::kwargs::Kwargs;
-use crate::resources::ResourceRef;
-use crate::stopping::StopReason;
+use crate::model::handlers::Handler;
+use crate::model::kwargs::Kwargs;
+use crate::model::resources::ResourceRef;
+use crate::spawning::stopping::StopReason;
 
 /// Specs built as the registry's handlers are, for the engine's tests:
 /// the options are set on the handler, the call is any [`TaskFn`].

@@ -33,8 +33,8 @@ use tokio::time::Instant;
 
 use super::runner::Run;
 use super::task::Verdict;
-use crate::fencing::Held;
-use crate::stopping::{StopFlag, deadline_after};
+use crate::peering::fencing::Held;
+use crate::spawning::stopping::{StopFlag, deadline_after};
 
 /// Run a timer until it is stopped.
 pub(crate) async fn run(mut run: Run) {
@@ -216,7 +216,7 @@ mod tests {
     use super::super::testkit::{Calls, body, millis, secs, spawner};
     use super::super::{Ensured, TaskOutcome, TaskSpec, task_fn};
     use super::Verdict;
-    use crate::stopping::StopReason;
+    use crate::spawning::stopping::StopReason;
 
     /// A timer handler that records its calls, takes `runs` to complete, and
     /// returns `outcomes[call]` (the last one repeated).
@@ -290,7 +290,7 @@ mod tests {
     /// again once the Lease is renewed.
     #[tokio::test(start_paused = true)]
     async fn a_fenced_timer_holds_its_ticks_back_while_its_lease_is_lapsed() {
-        use crate::fencing::{Fence, Held, Tenure};
+        use crate::peering::fencing::{Fence, Held, Tenure};
 
         let tenure = Arc::new(Tenure::default());
         tenure.grant(tokio::time::Instant::now() + millis(3500));

@@ -18,9 +18,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::fields::meta_str;
-use crate::finalizers::merge_patch;
-use crate::namespaces::NamespaceSelector;
-use crate::patching::{ObjectVersion, PatchError, PatchOutcome, PatchTarget, Patcher};
+use crate::operator::namespaces::NamespaceSelector;
+use crate::persistence::finalizers::merge_patch;
+use crate::persistence::patching::{ObjectVersion, PatchError, PatchOutcome, PatchTarget, Patcher};
 use crate::posting::EventPoster;
 use crate::settings::{NetworkingSettings, PostingSettings, WatchingSettings};
 use crate::watching::{DeletedBy, ObjectEvent, ResourceWatcher, Seen};
@@ -501,8 +501,8 @@ async fn status_goes_to_the_subresource_of_a_crd() -> Result {
 
 #[tokio::test]
 async fn kopf_state_round_trips_through_the_api() -> Result {
-    use crate::diffbase::{DiffBaseStorage, diff};
-    use crate::progress::{ProgressRecord, ProgressStorage};
+    use crate::persistence::diffbase::{DiffBaseStorage, diff};
+    use crate::persistence::progress::{ProgressRecord, ProgressStorage};
 
     let emulator = Emulator::start().await?;
     let client = emulator.client();

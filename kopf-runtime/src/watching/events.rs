@@ -3,7 +3,7 @@
 //! An event's object is decoded into a JSON body only when it is needed: the
 //! caller may first look at the object's UID and `resourceVersion` and skip
 //! the rest (the operator's own patches, see
-//! [`Echoes`](crate::echoes::Echoes), and the objects of other replicas'
+//! [`Echoes`](crate::watching::echoes::Echoes), and the objects of other replicas'
 //! shard slots), which costs a scan of the text instead of building a tree
 //! of allocations.
 //!
@@ -11,7 +11,7 @@
 //! without a pass over the object just to find where it ends; any other
 //! line, or one whose object does not decode that way, is decoded in full.
 //!
-//! An object that does not decode (see [`decoding`](crate::decoding)) is
+//! An object that does not decode (see [`decoding`](crate::watching::decoding)) is
 //! an [`Event::Undecodable`], not an error: the watch goes on past it.
 
 use std::borrow::Cow;
@@ -22,7 +22,7 @@ use serde::de::Error as _;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::decoding::{self, ObjectHead, Undecodable};
+use crate::watching::decoding::{self, ObjectHead, Undecodable};
 
 /// One decoded watch line.
 #[derive(Debug)]

@@ -1,7 +1,7 @@
 //! Watching resources: one object stream per served resource, keyed by UID.
 //!
 //! [`ResourceWatcher`] lists and watches one resource in the namespaces the
-//! [`NamespaceSelector`](crate::namespaces::NamespaceSelector) serves and
+//! [`NamespaceSelector`](crate::operator::namespaces::NamespaceSelector) serves and
 //! sends [`ObjectEvent`]s into a channel:
 //!
 //! - cluster-scoped resources, and cluster-wide selectors: one cluster-wide
@@ -52,6 +52,8 @@ use serde_json::Value;
 
 use crate::fields::meta_str;
 
+pub(crate) mod decoding;
+pub(crate) mod echoes;
 mod events;
 #[cfg(test)]
 mod proptests;

@@ -12,12 +12,12 @@ use tokio_util::task::TaskTracker;
 
 use super::ObjectEvent;
 use super::stream::ScopeWatch;
-use crate::echoes::Echoes;
 use crate::fields::meta_str;
-use crate::health::{ResourceHealth, ScopeMonitor};
-use crate::namespaces::NamespaceSelector;
+use crate::operations::health::{ResourceHealth, ScopeMonitor};
+use crate::operator::namespaces::NamespaceSelector;
+use crate::peering::sharding::SlotSet;
 use crate::settings::WatchingSettings;
-use crate::sharding::SlotSet;
+use crate::watching::echoes::Echoes;
 
 /// Watches one resource in the served namespaces; see the
 /// [module docs](super) for the scoping and the guarantees.

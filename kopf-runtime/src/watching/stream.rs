@@ -14,15 +14,15 @@ use tokio_util::sync::CancellationToken;
 use super::events::{self, Change, Event, Offered};
 use super::tracker::{ObjectTracker, WatchInput};
 use super::{ObjectEvent, WatchError};
-use crate::decoding;
-use crate::echoes::Echoes;
 use crate::fields::meta_str;
-use crate::health::ScopeMonitor;
-use crate::metrics::{RestartReason, WatchEventType};
-use crate::namespaces::NamespaceSelector;
-use crate::retrying::{Backoff, ErrorClass, classify, classify_status};
+use crate::model::retrying::{Backoff, ErrorClass, classify, classify_status};
+use crate::operations::health::ScopeMonitor;
+use crate::operations::metrics::{RestartReason, WatchEventType};
+use crate::operator::namespaces::NamespaceSelector;
+use crate::peering::sharding::SlotSet;
 use crate::settings::WatchingSettings;
-use crate::sharding::SlotSet;
+use crate::watching::decoding;
+use crate::watching::echoes::Echoes;
 
 /// The receiver is gone: nobody listens any more, stop quietly.
 struct Closed;

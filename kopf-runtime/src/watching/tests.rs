@@ -10,12 +10,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::{ObjectEvent, ResourceWatcher};
-use crate::echoes::Echoes;
 use crate::fields::meta_str;
 use crate::mock_api::{self, Recorded, Reply, example, list};
-use crate::namespaces::NamespaceSelector;
+use crate::operator::namespaces::NamespaceSelector;
+use crate::peering::sharding::SlotSet;
 use crate::settings::WatchingSettings;
-use crate::sharding::SlotSet;
+use crate::watching::echoes::Echoes;
 
 /// Every wait in these tests is bounded by this (virtual) time.
 const LIMIT: Duration = Duration::from_secs(3600);

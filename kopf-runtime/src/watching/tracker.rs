@@ -200,7 +200,7 @@ impl ObjectTracker {
 
     /// Records a new `resourceVersion` of a live object whose event is not
     /// reported (the operator's own patch coming back, see
-    /// [`Echoes`](crate::echoes::Echoes)), as if it had been applied. Returns
+    /// [`Echoes`](crate::watching::echoes::Echoes)), as if it had been applied. Returns
     /// `false`, changing nothing, for a UID that is not alive: such an event
     /// must be applied in full.
     pub fn advance(&mut self, uid: &str, rv: &str) -> bool {

@@ -32,12 +32,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::args::ServiceRef;
 use super::quote;
-use crate::admission::options_of;
-use crate::filters::MetaValue;
-use crate::handlers::{Handler, HandlerKind};
-use crate::resources::Discovered;
-use crate::retrying::Backoff;
-use crate::scanning::{self, Groups};
+use crate::model::filters::MetaValue;
+use crate::model::handlers::{Handler, HandlerKind};
+use crate::model::resources::Discovered;
+use crate::model::retrying::Backoff;
+use crate::operator::scanning::{self, Groups};
+use crate::webhooks::admission::options_of;
 
 /// How often the resources of the webhooks are discovered again.
 const RESCAN_INTERVAL: Duration = Duration::from_secs(60);
@@ -348,9 +348,9 @@ pub(crate) async fn discover(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::filters::MetaFilter;
-    use crate::kwargs::{Kwargs, Operation};
-    use crate::resources::ResourceRef;
+    use crate::model::filters::MetaFilter;
+    use crate::model::kwargs::{Kwargs, Operation};
+    use crate::model::resources::ResourceRef;
 
     fn kopfexamples() -> Discovered {
         Discovered {

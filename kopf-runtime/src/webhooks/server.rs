@@ -26,9 +26,9 @@ use tokio_util::task::TaskTracker;
 
 use super::tls::POLL_INTERVAL;
 use super::{WebhookServer, dump_ca, unquote};
-use crate::admission::{Call, Reviewer, Verdict};
-use crate::listening;
-use crate::metrics::{AdmissionResult, Metrics};
+use crate::operations::listening;
+use crate::operations::metrics::{AdmissionResult, Metrics};
+use crate::webhooks::admission::{Call, Reviewer, Verdict};
 
 /// How long a client may take to finish its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -4,10 +4,10 @@
 
 use super::{ManifestError, ManifestsArgs};
 use crate::deploying::{Permission, Plan};
-use crate::handlers::HandlerKind;
-use crate::listening::ListenUrl;
-use crate::namespaces::NamespaceSelector;
-use crate::registry::Registry;
+use crate::model::handlers::HandlerKind;
+use crate::model::registry::Registry;
+use crate::operations::listening::ListenUrl;
+use crate::operator::namespaces::NamespaceSelector;
 use crate::webhooks::ServiceRef;
 
 /// The liveness URL the container is given when none is: every interface,
@@ -280,7 +280,8 @@ fn endpoint(flag: &'static str, url: &str) -> Result<Endpoint, ManifestError> {
     } else {
         "liveness"
     };
-    let target = crate::endpoints::target(kind, url).map_err(|e| usage(e.to_string()))?;
+    let target =
+        crate::operations::endpoints::target(kind, url).map_err(|e| usage(e.to_string()))?;
     reachable(flag, &target)?;
     Ok(Endpoint {
         port: target.port,

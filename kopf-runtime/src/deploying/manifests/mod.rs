@@ -19,9 +19,9 @@ use std::ffi::OsString;
 use clap::{CommandFactory as _, FromArgMatches as _};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
-use crate::cli::Args;
 use crate::deploying::{self, Named, Permission, PermissionError};
-use crate::registry::Registry;
+use crate::model::registry::Registry;
+use crate::running::cli::Args;
 
 mod layout;
 pub(crate) mod rbac;

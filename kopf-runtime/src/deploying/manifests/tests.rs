@@ -12,9 +12,9 @@ use super::layout::{self, Invocation, Layout};
 use super::rbac::rules;
 use super::{ManifestError, Owned, Rendered, parse, render};
 use crate::deploying::Permission;
-use crate::kwargs::Kwargs;
-use crate::registry::{Registry, RegistryBuilder};
-use crate::resources::ResourceRef;
+use crate::model::kwargs::Kwargs;
+use crate::model::registry::{Registry, RegistryBuilder};
+use crate::model::resources::ResourceRef;
 
 fn examples() -> ResourceRef {
     ResourceRef::dynamic("kopf.dev", "v1", "kopfexamples")

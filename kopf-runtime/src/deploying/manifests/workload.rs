@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::layout::Layout;
-use crate::endpoints::READINESS_PATH;
+use crate::operations::endpoints::READINESS_PATH;
 
 /// The user and group the container runs as: not root, and the `nonroot`
 /// user of distroless images.
