@@ -8,19 +8,22 @@ use serde_json::{Map, Value};
 
 /// The value at `path` (object keys only), if every level is an object.
 /// Non-object intermediate values count as absent (Kopf's safe `resolve`).
-pub fn resolve_field<'a>(body: &'a Value, path: &[&str]) -> Option<&'a Value> {
+pub(crate) fn resolve_field<'a>(body: &'a Value, path: &[&str]) -> Option<&'a Value> {
     path.iter()
         .try_fold(body, |value, key| value.as_object()?.get(*key))
 }
 
 /// A string field of the object's `metadata` (`name`, `uid`, …), if set.
-pub fn meta_str<'a>(body: &'a Value, key: &str) -> Option<&'a str> {
+pub(crate) fn meta_str<'a>(body: &'a Value, key: &str) -> Option<&'a str> {
     resolve_field(body, &["metadata", key]).and_then(Value::as_str)
 }
 
 /// Several string fields of the object's `metadata`, as [`meta_str`] finds
 /// each, with the metadata found once for all of them.
-pub fn meta_strs<'a, const N: usize>(body: &'a Value, keys: [&str; N]) -> [Option<&'a str>; N] {
+pub(crate) fn meta_strs<'a, const N: usize>(
+    body: &'a Value,
+    keys: [&str; N],
+) -> [Option<&'a str>; N] {
     let metadata = body.get("metadata").and_then(Value::as_object);
     keys.map(|key| metadata.and_then(|m| m.get(key)).and_then(Value::as_str))
 }
@@ -28,14 +31,14 @@ pub fn meta_strs<'a, const N: usize>(body: &'a Value, keys: [&str; N]) -> [Optio
 /// The field at `path` for changing in place, if every step is an object.
 /// Like [`resolve_field`], and unlike `Value::pointer_mut`, it allocates
 /// nothing: keys are taken as they are, with no `~1` escapes to undo.
-pub fn resolve_field_mut<'a>(body: &'a mut Value, path: &[&str]) -> Option<&'a mut Value> {
+pub(crate) fn resolve_field_mut<'a>(body: &'a mut Value, path: &[&str]) -> Option<&'a mut Value> {
     path.iter()
         .try_fold(body, |value, key| value.as_object_mut()?.get_mut(*key))
 }
 
 /// Set `path` to `value`, creating intermediate objects (replacing
 /// non-object intermediates) as Kopf's `ensure`. An empty path is ignored.
-pub fn ensure_field(patch: &mut Value, path: &[&str], value: Value) {
+pub(crate) fn ensure_field(patch: &mut Value, path: &[&str], value: Value) {
     let Some((last, parents)) = path.split_last() else {
         return;
     };
@@ -62,7 +65,7 @@ pub fn ensure_field(patch: &mut Value, path: &[&str], value: Value) {
 
 /// Remove `path` and every parent object left empty by it (Kopf's `remove`).
 /// Absent paths are fine.
-pub fn remove_field(body: &mut Value, path: &[&str]) {
+pub(crate) fn remove_field(body: &mut Value, path: &[&str]) {
     let Some((first, rest)) = path.split_first() else {
         return;
     };
@@ -82,7 +85,7 @@ pub fn remove_field(body: &mut Value, path: &[&str]) {
 }
 
 /// `namespace/name`, or `name` for cluster-scoped objects.
-pub fn object_name(body: &Value) -> String {
+pub(crate) fn object_name(body: &Value) -> String {
     match meta_strs(body, ["namespace", "name"]) {
         [Some(ns), Some(name)] => [ns, "/", name].concat(),
         [None, Some(name)] => name.to_owned(),
@@ -92,7 +95,7 @@ pub fn object_name(body: &Value) -> String {
 
 /// Merges the JSON merge patch `src` into `dst` (RFC 7386 composition: the
 /// later patch wins on conflicts).
-pub fn merge_into(dst: &mut Value, src: Value) {
+pub(crate) fn merge_into(dst: &mut Value, src: Value) {
     match (dst, src) {
         (Value::Object(dst), Value::Object(src)) => {
             for (key, value) in src {

@@ -226,7 +226,7 @@ pub(crate) struct EventPoster {
 
 impl EventPoster {
     /// A poster and the task that posts its Events (for the runtime to own).
-    pub fn new(client: Client, settings: PostingSettings) -> (Self, PosterTask) {
+    pub(crate) fn new(client: Client, settings: PostingSettings) -> (Self, PosterTask) {
         let (tx, rx) = mpsc::channel(settings.queue_capacity.max(1));
         let settings = Arc::new(settings);
         (
@@ -243,7 +243,7 @@ impl EventPoster {
     }
 
     /// Queue an Event of any type, if posting is enabled at that level.
-    pub fn event(
+    pub(crate) fn event(
         &self,
         obj: impl Into<ObjectReference>,
         severity: Severity,
@@ -258,7 +258,7 @@ impl EventPoster {
     }
 
     /// Queue a `Normal` Event (Kopf's `kopf.info`).
-    pub fn info(&self, obj: impl Into<ObjectReference>, reason: &str, message: &str) {
+    pub(crate) fn info(&self, obj: impl Into<ObjectReference>, reason: &str, message: &str) {
         self.enqueue(
             obj.into(),
             Severity::Normal,
@@ -269,7 +269,7 @@ impl EventPoster {
     }
 
     /// Queue a `Warning` Event (Kopf's `kopf.warn`).
-    pub fn warn(&self, obj: impl Into<ObjectReference>, reason: &str, message: &str) {
+    pub(crate) fn warn(&self, obj: impl Into<ObjectReference>, reason: &str, message: &str) {
         self.enqueue(
             obj.into(),
             Severity::Warning,
@@ -283,7 +283,7 @@ impl EventPoster {
     /// message is `"{message} {error}"` (or just the error), the reason
     /// defaults to `Error`. Kubernetes accepts only `Normal`/`Warning`, so
     /// Kopf's `Error` type becomes `Warning` at the `Error` posting level.
-    pub fn exception(
+    pub(crate) fn exception(
         &self,
         obj: impl Into<ObjectReference>,
         reason: Option<&str>,
@@ -365,7 +365,7 @@ impl PosterTask {
     ///
     /// Returns promptly on `cancel` (an in-flight POST is abandoned; queued
     /// Events are dropped). Failures are logged, never returned.
-    pub async fn run(mut self, cancel: CancellationToken) {
+    pub(crate) async fn run(mut self, cancel: CancellationToken) {
         let events = events_resource();
         loop {
             let event = tokio::select! {

@@ -94,7 +94,7 @@ enum Known {
 
 /// One unit of work for an object's worker.
 #[derive(Debug)]
-pub struct Work {
+pub(crate) struct Work {
     /// What the watch reported.
     pub event: ObjectEvent,
     /// Whether the event comes from the operator's first listing.
@@ -116,7 +116,7 @@ impl Versioned for Work {
 
 /// The handlers of one resource, split by what they react to.
 #[derive(Clone, Default)]
-pub struct ResourceHandlers {
+pub(crate) struct ResourceHandlers {
     /// `on_create`, `on_update`, `on_delete`, `on_resume`, `on_field`.
     pub changing: Vec<Handler>,
     /// `on_event`.
@@ -134,7 +134,7 @@ pub struct ResourceHandlers {
 
 impl ResourceHandlers {
     /// Splits `handlers` (all of one resource) by kind.
-    pub fn new<'a>(handlers: impl IntoIterator<Item = &'a Handler>) -> Self {
+    pub(crate) fn new<'a>(handlers: impl IntoIterator<Item = &'a Handler>) -> Self {
         let mut split = Self::default();
         for handler in handlers {
             if handler.kind().is_changing() {
@@ -152,21 +152,21 @@ impl ResourceHandlers {
 
     /// The same handlers, taking `indexes` by id.
     #[must_use]
-    pub fn with_indexes(mut self, indexes: Indexes) -> Self {
+    pub(crate) fn with_indexes(mut self, indexes: Indexes) -> Self {
         self.indexes = indexes;
         self
     }
 
     /// The same handlers, their objects' memos starting as forks of `memo`.
     #[must_use]
-    pub fn with_memo(mut self, memo: MemoBase) -> Self {
+    pub(crate) fn with_memo(mut self, memo: MemoBase) -> Self {
         self.memo = memo;
         self
     }
 }
 
 /// Processes the objects of one resource.
-pub struct ResourceProcessor {
+pub(crate) struct ResourceProcessor {
     target: ResourceTarget,
     handlers: ResourceHandlers,
     settings: Arc<OperatorSettings>,
@@ -207,7 +207,7 @@ impl ResourceProcessor {
     /// A processor for the objects of `target`; its daemons and timers run
     /// in `spawner`, and a deletion stops waiting for them once `exiting`
     /// (the operator's exit) is cancelled.
-    pub fn new(
+    pub(crate) fn new(
         target: ResourceTarget,
         handlers: ResourceHandlers,
         settings: Arc<OperatorSettings>,
@@ -269,7 +269,7 @@ impl ResourceProcessor {
     /// The operator's own patches the processor expects back with nothing
     /// new, for the watch to skip (see [`Echoes`]); `None` when every event
     /// must be processed: the resource has event handlers, daemons or timers.
-    pub fn echoes(&self) -> Option<&Echoes> {
+    pub(crate) fn echoes(&self) -> Option<&Echoes> {
         self.echoes.as_ref()
     }
 
@@ -279,7 +279,7 @@ impl ResourceProcessor {
     }
 
     /// Processes the newest event of the object `uid`.
-    pub async fn process(&self, uid: String, work: Arc<Work>) -> Processed {
+    pub(crate) async fn process(&self, uid: String, work: Arc<Work>) -> Processed {
         match &work.event {
             ObjectEvent::Upserted { object, seen } => {
                 let event_type = match (work.initial_listing, seen) {
@@ -306,7 +306,7 @@ impl ResourceProcessor {
     /// before the object's turn in the queue (its worker may be busy in a
     /// slow handler, or behind a burst of other objects); the queued
     /// deletion then only forgets the object here.
-    pub fn tasks(&self) -> &Arc<ResourceTasks> {
+    pub(crate) fn tasks(&self) -> &Arc<ResourceTasks> {
         &self.tasks
     }
 

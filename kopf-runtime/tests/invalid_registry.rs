@@ -12,7 +12,7 @@ mod elsewhere {
     use kopf_runtime as kopf;
 
     #[kopf::on_create("", "v1", "configmaps", id = "same")]
-    pub async fn second() {}
+    pub(crate) async fn second() {}
 }
 
 #[kopf::timer(ConfigMap, interval = 1)]

@@ -20,7 +20,7 @@ const EVENT_FIELDS: [(&str, &str); 7] = [
 ];
 
 /// `obj` as seen through `api_version` (borrowed when nothing changes).
-pub fn present<'a>(obj: &'a Value, api_version: &str) -> Cow<'a, Value> {
+pub(crate) fn present<'a>(obj: &'a Value, api_version: &str) -> Cow<'a, Value> {
     let current = obj.get("apiVersion").and_then(Value::as_str);
     if current == Some(api_version) {
         return Cow::Borrowed(obj);

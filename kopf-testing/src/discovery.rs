@@ -9,12 +9,12 @@ use serde_json::{Value, json};
 use crate::resources::ResourceDef;
 
 /// The Kubernetes version the emulator claims to be.
-pub const MAJOR: &str = "1";
+pub(crate) const MAJOR: &str = "1";
 /// The Kubernetes minor version the emulator claims to be.
-pub const MINOR: &str = "33";
+pub(crate) const MINOR: &str = "33";
 
 /// `/version`.
-pub fn version() -> Value {
+pub(crate) fn version() -> Value {
     json!({
         "major": MAJOR,
         "minor": MINOR,
@@ -29,7 +29,7 @@ pub fn version() -> Value {
 }
 
 /// `/api`.
-pub fn core_versions(port: u16) -> Value {
+pub(crate) fn core_versions(port: u16) -> Value {
     json!({
         "kind": "APIVersions",
         "versions": ["v1"],
@@ -101,7 +101,7 @@ fn group_doc(name: &str, versions: &[String]) -> Value {
 }
 
 /// `/apis`.
-pub fn groups(defs: &[Arc<ResourceDef>]) -> Value {
+pub(crate) fn groups(defs: &[Arc<ResourceDef>]) -> Value {
     let groups: Vec<Value> = group_versions(defs)
         .iter()
         .map(|(name, versions)| group_doc(name, versions))
@@ -110,7 +110,7 @@ pub fn groups(defs: &[Arc<ResourceDef>]) -> Value {
 }
 
 /// `/apis/G`, if the group is served.
-pub fn group(defs: &[Arc<ResourceDef>], name: &str) -> Option<Value> {
+pub(crate) fn group(defs: &[Arc<ResourceDef>], name: &str) -> Option<Value> {
     let groups = group_versions(defs);
     let versions = groups.get(name)?;
     let mut doc = group_doc(name, versions);
@@ -120,7 +120,7 @@ pub fn group(defs: &[Arc<ResourceDef>], name: &str) -> Option<Value> {
 }
 
 /// `/api/v1` or `/apis/G/V`, if served.
-pub fn resources(defs: &[Arc<ResourceDef>], group: &str, version: &str) -> Option<Value> {
+pub(crate) fn resources(defs: &[Arc<ResourceDef>], group: &str, version: &str) -> Option<Value> {
     let served: Vec<&Arc<ResourceDef>> = defs
         .iter()
         .filter(|d| d.group == group && d.version == version)
@@ -176,11 +176,11 @@ pub fn resources(defs: &[Arc<ResourceDef>], group: &str, version: &str) -> Optio
 }
 
 /// The Content-Type of aggregated discovery (v2) documents.
-pub const AGGREGATED_CONTENT_TYPE: &str =
+pub(crate) const AGGREGATED_CONTENT_TYPE: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 
 /// Whether an `Accept` header asks for aggregated discovery v2.
-pub fn wants_aggregated(accept: &str) -> bool {
+pub(crate) fn wants_aggregated(accept: &str) -> bool {
     accept.split(',').any(|media| {
         let params: Vec<&str> = media.split(';').map(str::trim).collect();
         params.contains(&"g=apidiscovery.k8s.io")
@@ -190,7 +190,7 @@ pub fn wants_aggregated(accept: &str) -> bool {
 }
 
 /// Aggregated discovery (`apidiscovery.k8s.io/v2`) for `/api` (`core`) or `/apis`.
-pub fn aggregated(defs: &[Arc<ResourceDef>], core: bool) -> Value {
+pub(crate) fn aggregated(defs: &[Arc<ResourceDef>], core: bool) -> Value {
     let mut groups: Vec<(String, Vec<String>)> = Vec::new();
     for d in defs.iter().filter(|d| d.group.is_empty() == core) {
         match groups.iter_mut().find(|(g, _)| *g == d.group) {
@@ -261,7 +261,7 @@ fn gv_path(group: &str, version: &str) -> String {
 }
 
 /// `/openapi/v3`: the index of per-group-version documents.
-pub fn openapi_v3_index(defs: &[Arc<ResourceDef>]) -> Value {
+pub(crate) fn openapi_v3_index(defs: &[Arc<ResourceDef>]) -> Value {
     let mut paths = serde_json::Map::new();
     for d in defs {
         let path = gv_path(&d.group, &d.version);
@@ -274,7 +274,7 @@ pub fn openapi_v3_index(defs: &[Arc<ResourceDef>]) -> Value {
 /// `/openapi/v3/api/v1` or `/openapi/v3/apis/G/V`: a document without schemas
 /// whose PATCH operations declare `fieldValidation`, so kubectl leaves
 /// validation to the server instead of fetching `/openapi/v2`.
-pub fn openapi_v3_document(defs: &[Arc<ResourceDef>], path: &str) -> Option<Value> {
+pub(crate) fn openapi_v3_document(defs: &[Arc<ResourceDef>], path: &str) -> Option<Value> {
     let served: Vec<&Arc<ResourceDef>> = defs
         .iter()
         .filter(|d| gv_path(&d.group, &d.version) == path)

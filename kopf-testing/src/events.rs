@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 /// The `type` of a watch event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventType {
+pub(crate) enum EventType {
     /// Object created (or came into view).
     Added,
     /// Object changed.
@@ -27,7 +27,7 @@ pub enum EventType {
 
 impl EventType {
     /// The wire name.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Added => "ADDED",
             Self::Modified => "MODIFIED",
@@ -38,7 +38,7 @@ impl EventType {
 
 /// One change to one object.
 #[derive(Debug)]
-pub struct WatchEvent {
+pub(crate) struct WatchEvent {
     /// The resourceVersion of the change.
     pub rv: u64,
     /// What happened.
@@ -58,7 +58,12 @@ pub struct WatchEvent {
 
 impl WatchEvent {
     /// Builds an event; its line is serialized when first needed.
-    pub fn new(rv: u64, kind: EventType, object: Arc<Value>, old: Option<Arc<Value>>) -> Self {
+    pub(crate) fn new(
+        rv: u64,
+        kind: EventType,
+        object: Arc<Value>,
+        old: Option<Arc<Value>>,
+    ) -> Self {
         let size = crate::limits::value_size(&object, usize::MAX).unwrap_or(usize::MAX);
         Self {
             rv,
@@ -73,7 +78,7 @@ impl WatchEvent {
 
     /// The DELETED event of an object whose last state was `last`; it is
     /// shown with `rv`, the removal's resourceVersion.
-    pub fn removed(rv: u64, last: Arc<Value>) -> Self {
+    pub(crate) fn removed(rv: u64, last: Arc<Value>) -> Self {
         let stamped = crate::objects::resource_version(&last) == Some(rv.to_string().as_str());
         Self {
             restamp: !stamped,
@@ -83,7 +88,7 @@ impl WatchEvent {
 
     /// `view` (of this event's object) as watchers see it: with the
     /// removal's resourceVersion for a removal.
-    pub fn restamped<'a>(&self, view: Cow<'a, Value>) -> Cow<'a, Value> {
+    pub(crate) fn restamped<'a>(&self, view: Cow<'a, Value>) -> Cow<'a, Value> {
         if !self.restamp {
             return view;
         }
@@ -94,7 +99,7 @@ impl WatchEvent {
     }
 
     /// The serialized line `{"type":..,"object":..}\n`.
-    pub fn line(&self) -> &Bytes {
+    pub(crate) fn line(&self) -> &Bytes {
         self.line.get_or_init(|| {
             let view = self.restamped(Cow::Borrowed(&*self.object));
             line(self.kind.as_str(), &view)
@@ -103,7 +108,7 @@ impl WatchEvent {
 }
 
 /// Serializes `{"type":TYPE,"object":OBJ}\n`.
-pub fn line(kind: &str, object: &Value) -> Bytes {
+pub(crate) fn line(kind: &str, object: &Value) -> Bytes {
     let mut buf = Vec::with_capacity(256);
     buf.extend_from_slice(b"{\"type\":\"");
     buf.extend_from_slice(kind.as_bytes());
@@ -116,7 +121,7 @@ pub fn line(kind: &str, object: &Value) -> Bytes {
 }
 
 /// A BOOKMARK line for a resource at a resourceVersion.
-pub fn bookmark(api_version: &str, kind: &str, rv: u64, initial_events_end: bool) -> Bytes {
+pub(crate) fn bookmark(api_version: &str, kind: &str, rv: u64, initial_events_end: bool) -> Bytes {
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if initial_events_end {
         metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
@@ -128,7 +133,7 @@ pub fn bookmark(api_version: &str, kind: &str, rv: u64, initial_events_end: bool
 }
 
 /// An ERROR line carrying a `Status`.
-pub fn error(status: &Value) -> Bytes {
+pub(crate) fn error(status: &Value) -> Bytes {
     line("ERROR", status)
 }
 

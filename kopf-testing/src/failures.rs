@@ -214,7 +214,7 @@ impl ApiError {
 }
 
 /// The `reason` the API server uses for an HTTP code.
-pub fn reason_for(code: u16) -> &'static str {
+pub(crate) fn reason_for(code: u16) -> &'static str {
     match code {
         400 => "BadRequest",
         401 => "Unauthorized",

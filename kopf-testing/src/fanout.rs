@@ -19,15 +19,15 @@ use crate::events::WatchEvent;
 use crate::server::ConnectionCloser;
 
 /// The most events a watcher may fall behind by.
-pub const WATCH_QUEUE_EVENTS: usize = 16_384;
+pub(crate) const WATCH_QUEUE_EVENTS: usize = 16_384;
 
 /// The most bytes of events (by [`crate::history::weight`]) a watcher may
 /// fall behind by, unless the history's byte bound is smaller.
-pub const WATCH_QUEUE_BYTES: usize = 64 * 1024 * 1024;
+pub(crate) const WATCH_QUEUE_BYTES: usize = 64 * 1024 * 1024;
 
 /// Why a watcher gets no more events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
+pub(crate) enum Ended {
     /// It fell behind by more than its queue holds.
     Lagged,
     /// Its resource went away (or stopped serving a version).
@@ -69,14 +69,14 @@ impl Slot {
 
 /// The watchers of one resource.
 #[derive(Debug, Default)]
-pub struct Fanout {
+pub(crate) struct Fanout {
     slots: Vec<Arc<Slot>>,
 }
 
 impl Fanout {
     /// A new watcher of the events sent from now on; `connection` closes
     /// its connection should it fall behind too far.
-    pub fn subscribe(&mut self, connection: Option<ConnectionCloser>) -> Receiver {
+    pub(crate) fn subscribe(&mut self, connection: Option<ConnectionCloser>) -> Receiver {
         self.slots.retain(|slot| Arc::strong_count(slot) > 1);
         let slot = Arc::new(Slot {
             queue: Mutex::default(),
@@ -89,7 +89,7 @@ impl Fanout {
 
     /// Queues an event of `weight` bytes for every watcher; ends those
     /// that would fall behind by more than [`WATCH_QUEUE_EVENTS`] or `bytes`.
-    pub fn send(&mut self, event: &Arc<WatchEvent>, weight: usize, bytes: usize) {
+    pub(crate) fn send(&mut self, event: &Arc<WatchEvent>, weight: usize, bytes: usize) {
         self.slots.retain(|slot| {
             // Only this fan-out holds it: its receiver is gone.
             if Arc::strong_count(slot) == 1 {
@@ -116,7 +116,7 @@ impl Fanout {
     }
 
     /// Ends every watcher (their streams end cleanly, and clients resume).
-    pub fn close(&mut self) {
+    pub(crate) fn close(&mut self) {
         for slot in self.slots.drain(..) {
             slot.end(Ended::Closed);
         }
@@ -131,13 +131,13 @@ impl Drop for Fanout {
 
 /// One watcher's end of its queue.
 #[derive(Debug)]
-pub struct Receiver {
+pub(crate) struct Receiver {
     slot: Arc<Slot>,
 }
 
 impl Receiver {
     /// The next queued event, `Ok(None)` if none is queued now.
-    pub fn try_recv(&mut self) -> Result<Option<Arc<WatchEvent>>, Ended> {
+    pub(crate) fn try_recv(&mut self) -> Result<Option<Arc<WatchEvent>>, Ended> {
         let mut queue = self.slot.queue();
         if let Some(why) = queue.ended {
             return Err(why);
@@ -150,7 +150,7 @@ impl Receiver {
 
     /// The next event, once one is queued. Cancel-safe: an event is taken
     /// off the queue only when it is returned.
-    pub async fn recv(&mut self) -> Result<Arc<WatchEvent>, Ended> {
+    pub(crate) async fn recv(&mut self) -> Result<Arc<WatchEvent>, Ended> {
         loop {
             if let Some(event) = self.try_recv()? {
                 return Ok(event);

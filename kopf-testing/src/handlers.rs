@@ -33,10 +33,10 @@ use crate::validation;
 use crate::watching::{self, Filter, WatchOptions};
 
 /// The largest request body accepted (as the API server's 3 MiB limit).
-pub use crate::limits::BODY_LIMIT;
+pub(crate) use crate::limits::BODY_LIMIT;
 
 /// Serves one request; never fails (errors become `Status` responses).
-pub async fn handle<B>(shared: Arc<Shared>, req: Request<B>) -> Response<Body>
+pub(crate) async fn handle<B>(shared: Arc<Shared>, req: Request<B>) -> Response<Body>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: std::error::Error + Send + Sync + 'static,

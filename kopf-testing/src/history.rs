@@ -15,15 +15,15 @@ use crate::events::WatchEvent;
 
 /// How long watch events are kept by default (the API server compacts etcd
 /// every 5 minutes).
-pub const DEFAULT_HISTORY_AGE: Duration = Duration::from_secs(5 * 60);
+pub(crate) const DEFAULT_HISTORY_AGE: Duration = Duration::from_secs(5 * 60);
 
 /// How many bytes of watch events are kept by default, over all resources.
-pub const DEFAULT_HISTORY_BYTES: usize = 128 * 1024 * 1024;
+pub(crate) const DEFAULT_HISTORY_BYTES: usize = 128 * 1024 * 1024;
 
 /// About the memory an event holds: its serialized line (once a watcher
 /// sent it), and the object itself (which, once deleted or replaced, only
 /// the history keeps alive).
-pub fn weight(event: &WatchEvent) -> usize {
+pub(crate) fn weight(event: &WatchEvent) -> usize {
     event.size.saturating_mul(2).saturating_add(128)
 }
 
@@ -36,14 +36,14 @@ struct Entry {
 
 /// The kept events of one resource, oldest first.
 #[derive(Debug, Default)]
-pub struct History {
+pub(crate) struct History {
     entries: VecDeque<Entry>,
     bytes: usize,
 }
 
 impl History {
     /// Appends an event that happened now; returns its weight.
-    pub fn push(&mut self, event: Arc<WatchEvent>) -> usize {
+    pub(crate) fn push(&mut self, event: Arc<WatchEvent>) -> usize {
         let weight = weight(&event);
         self.bytes += weight;
         self.entries.push_back(Entry {
@@ -55,29 +55,29 @@ impl History {
     }
 
     /// Takes the oldest event out; returns it and its weight.
-    pub fn pop_front(&mut self) -> Option<(Arc<WatchEvent>, usize)> {
+    pub(crate) fn pop_front(&mut self) -> Option<(Arc<WatchEvent>, usize)> {
         let entry = self.entries.pop_front()?;
         self.bytes -= entry.weight;
         Some((entry.event, entry.weight))
     }
 
     /// The resourceVersion and time of the oldest event.
-    pub fn front(&self) -> Option<(u64, Instant)> {
+    pub(crate) fn front(&self) -> Option<(u64, Instant)> {
         self.entries.front().map(|e| (e.event.rv, e.at))
     }
 
     /// How many events are kept.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 
     /// The weight of every kept event.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
 
     /// The events after a resourceVersion, oldest first.
-    pub fn after(&self, rv: u64) -> Vec<Arc<WatchEvent>> {
+    pub(crate) fn after(&self, rv: u64) -> Vec<Arc<WatchEvent>> {
         let idx = self.entries.partition_point(|e| e.event.rv <= rv);
         self.entries.range(idx..).map(|e| e.event.clone()).collect()
     }

@@ -23,24 +23,24 @@ use crate::failures::ApiError;
 use crate::patching::PatchError;
 
 /// The largest request body accepted (the API server's 3 MiB limit).
-pub const BODY_LIMIT: usize = 3 * 1024 * 1024;
+pub(crate) const BODY_LIMIT: usize = 3 * 1024 * 1024;
 
 /// The largest object kept, after a patch or YAML alias expansion (as a body).
-pub const OBJECT_LIMIT: usize = BODY_LIMIT;
+pub(crate) const OBJECT_LIMIT: usize = BODY_LIMIT;
 
 /// The deepest nesting of objects and arrays accepted in a body or a patched
 /// object (the API server accepts 10,000; see the module docs for why not here).
-pub const MAX_DEPTH: usize = 512;
+pub(crate) const MAX_DEPTH: usize = 512;
 
 /// The most bytes the `copy` operations of one JSON patch may add together
 /// (the API server's `JSONPatchMaxCopyBytes`, its body limit).
-pub const MAX_PATCH_COPY_BYTES: usize = BODY_LIMIT;
+pub(crate) const MAX_PATCH_COPY_BYTES: usize = BODY_LIMIT;
 
 /// How long a client may take to send a request body.
-pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+pub(crate) const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// 408 for a body not sent within [`BODY_READ_TIMEOUT`].
-pub fn body_timeout() -> ApiError {
+pub(crate) fn body_timeout() -> ApiError {
     ApiError::new(
         408,
         "Timeout",
@@ -52,7 +52,7 @@ pub fn body_timeout() -> ApiError {
 }
 
 /// 413 for an object that would grow over [`OBJECT_LIMIT`].
-pub fn object_too_large(size: Option<usize>) -> ApiError {
+pub(crate) fn object_too_large(size: Option<usize>) -> ApiError {
     let size = size.map_or_else(|| "more".to_string(), |s| s.to_string());
     ApiError::new(
         413,
@@ -64,7 +64,7 @@ pub fn object_too_large(size: Option<usize>) -> ApiError {
 }
 
 /// 400 for a body nested deeper than [`MAX_DEPTH`].
-pub fn too_deep(what: &str) -> ApiError {
+pub(crate) fn too_deep(what: &str) -> ApiError {
     ApiError::bad_request(format!(
         "{what} is nested too deeply: more than {MAX_DEPTH} levels of objects and arrays \
          (the emulator's limit; the API server allows 10000); flatten it"
@@ -74,7 +74,7 @@ pub fn too_deep(what: &str) -> ApiError {
 /// The deepest nesting of `{`/`[` in JSON text, counting no further than
 /// `MAX_DEPTH + 1`. Brackets inside strings do not count; for text that is not
 /// valid JSON the answer still bounds how deep a decoder would recurse.
-pub fn text_depth(bytes: &[u8]) -> usize {
+pub(crate) fn text_depth(bytes: &[u8]) -> usize {
     let (mut depth, mut max) = (0usize, 0usize);
     let (mut in_string, mut escaped) = (false, false);
     for &b in bytes {
@@ -105,7 +105,7 @@ pub fn text_depth(bytes: &[u8]) -> usize {
 
 /// Why JSON text could not be decoded.
 #[derive(Debug)]
-pub enum DecodeError {
+pub(crate) enum DecodeError {
     /// Nested deeper than [`MAX_DEPTH`].
     TooDeep,
     /// Not valid JSON.
@@ -113,7 +113,7 @@ pub enum DecodeError {
 }
 
 /// Decodes JSON nested up to [`MAX_DEPTH`] levels (serde_json alone stops at 128).
-pub fn decode_json(bytes: &[u8]) -> Result<Value, DecodeError> {
+pub(crate) fn decode_json(bytes: &[u8]) -> Result<Value, DecodeError> {
     if text_depth(bytes) > MAX_DEPTH {
         return Err(DecodeError::TooDeep);
     }
@@ -127,7 +127,7 @@ pub fn decode_json(bytes: &[u8]) -> Result<Value, DecodeError> {
 
 /// The nesting depth of a value (`{}` and `[]` count one level), counted
 /// without recursion so that any value can be measured.
-pub fn value_depth(value: &Value) -> usize {
+pub(crate) fn value_depth(value: &Value) -> usize {
     let mut max = 0;
     let mut stack = vec![(value, 0usize)];
     while let Some((v, depth)) = stack.pop() {
@@ -149,7 +149,7 @@ pub fn value_depth(value: &Value) -> usize {
 /// About how many bytes a value takes as JSON (escapes not counted), or `None`
 /// once that exceeds `budget`; counted without recursion and stopping early,
 /// so measuring a huge value costs no more than the budget.
-pub fn value_size(value: &Value, budget: usize) -> Option<usize> {
+pub(crate) fn value_size(value: &Value, budget: usize) -> Option<usize> {
     let mut size = 0usize;
     let mut stack = vec![value];
     while let Some(v) = stack.pop() {
@@ -189,7 +189,7 @@ fn number_len(n: &serde_json::Number) -> usize {
 }
 
 /// Checks a decoded object against [`MAX_DEPTH`] and [`OBJECT_LIMIT`].
-pub fn check_object(value: &Value, what: &str) -> Result<(), ApiError> {
+pub(crate) fn check_object(value: &Value, what: &str) -> Result<(), ApiError> {
     if value_depth(value) > MAX_DEPTH {
         return Err(too_deep(what));
     }
@@ -205,7 +205,7 @@ pub fn check_object(value: &Value, what: &str) -> Result<(), ApiError> {
 /// memory nor the recursion depth of later steps can run away.
 ///
 /// The document is left part-patched on error: apply it to a copy.
-pub fn apply_json_patch(
+pub(crate) fn apply_json_patch(
     doc: &mut Value,
     ops: &[json_patch::PatchOperation],
 ) -> Result<(), PatchError> {
@@ -277,7 +277,7 @@ fn tests_a_missing_member_as_null(doc: &Value, test: &json_patch::TestOperation)
 /// The budget of the YAML parser for a request body of `len` bytes: a
 /// document without aliases never needs more, and aliases ("billion laughs")
 /// cannot expand it beyond the size of an object.
-pub fn yaml_options(len: usize) -> serde_saphyr::Options {
+pub(crate) fn yaml_options(len: usize) -> serde_saphyr::Options {
     serde_saphyr::options! {
         budget: serde_saphyr::budget! {
             max_nodes: len.saturating_add(64),
@@ -295,7 +295,7 @@ const API_APPROVED: &str = "api-approved.kubernetes.io";
 /// (`validateCustomResourceDefinitionSpec`), or a protected `*.k8s.io` /
 /// `*.kubernetes.io` group without the approval annotation (as the API server).
 /// The message names the field, for [`ApiError::invalid`].
-pub fn check_crd_group(crd: &Value, builtin_groups: &[&str]) -> Result<(), String> {
+pub(crate) fn check_crd_group(crd: &Value, builtin_groups: &[&str]) -> Result<(), String> {
     let group = crd
         .pointer("/spec/group")
         .and_then(Value::as_str)

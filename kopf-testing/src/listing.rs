@@ -13,7 +13,7 @@ use crate::selectors::Selectors;
 
 /// One page of a list.
 #[derive(Debug)]
-pub struct ListPage {
+pub(crate) struct ListPage {
     /// Matching objects of this page.
     pub items: Vec<Arc<Value>>,
     /// The list's resourceVersion.
@@ -26,7 +26,7 @@ pub struct ListPage {
 
 /// The objects a list may return, in key order, before its selectors.
 #[derive(Debug)]
-pub struct ListSnapshot {
+pub(crate) struct ListSnapshot {
     /// The candidates, in (namespace, name) order.
     pub(crate) objects: Vec<Arc<Value>>,
     /// The resourceVersion every page of the list reports.
@@ -38,7 +38,7 @@ pub struct ListSnapshot {
 impl ListSnapshot {
     /// The objects that match `selectors`, at most `limit` of them, with
     /// a continue token and a count of the rest if some are left.
-    pub fn page(self, selectors: &Selectors, limit: Option<usize>) -> ListPage {
+    pub(crate) fn page(self, selectors: &Selectors, limit: Option<usize>) -> ListPage {
         let api_version = self.api_version;
         let mut items = Vec::new();
         let mut continue_token = None;
@@ -71,12 +71,12 @@ impl ListSnapshot {
 }
 
 /// A continue token: the list's version and the last key sent.
-pub fn encode_continue(rv: u64, after: &(String, String)) -> String {
+pub(crate) fn encode_continue(rv: u64, after: &(String, String)) -> String {
     objects::hex(format!("{rv}|{}|{}", after.0, after.1).as_bytes())
 }
 
 /// The version and last key of a continue token, if it decodes.
-pub fn decode_continue(token: &str) -> Option<(u64, (String, String))> {
+pub(crate) fn decode_continue(token: &str) -> Option<(u64, (String, String))> {
     let text = String::from_utf8(objects::unhex(token)?).ok()?;
     let mut parts = text.splitn(3, '|');
     let rv = parts.next()?.parse().ok()?;

@@ -10,7 +10,7 @@ use crate::validation::FieldError;
 
 /// The longest `generateName` prefix kept: a generated name is at most 63
 /// characters, five of them random (`maxGeneratedNameLength = 63 - 5`).
-pub const MAX_GENERATED_NAME_PREFIX: usize = 58;
+pub(crate) const MAX_GENERATED_NAME_PREFIX: usize = 58;
 
 /// The longest RFC 1123 or DNS-1035 label.
 const MAX_LABEL: usize = 63;
@@ -19,18 +19,18 @@ const MAX_LABEL: usize = 63;
 const MAX_SUBDOMAIN: usize = 253;
 
 /// What the API server says of a name that is not an RFC 1123 label.
-pub const DNS1123_LABEL_RULE: &str = "a lowercase RFC 1123 label must consist of lower case \
+pub(crate) const DNS1123_LABEL_RULE: &str = "a lowercase RFC 1123 label must consist of lower case \
      alphanumeric characters or '-', and must start and end with an alphanumeric character \
      (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
 
 /// What the API server says of a name that is not an RFC 1123 subdomain.
-pub const DNS1123_SUBDOMAIN_RULE: &str = "a lowercase RFC 1123 subdomain must consist of lower \
+pub(crate) const DNS1123_SUBDOMAIN_RULE: &str = "a lowercase RFC 1123 subdomain must consist of lower \
      case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric \
      character (e.g. 'example.com', regex used for validation is \
      '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 
 /// What the API server says of a name that is not a DNS-1035 label.
-pub const DNS1035_LABEL_RULE: &str = "a DNS-1035 label must consist of lower case alphanumeric \
+pub(crate) const DNS1035_LABEL_RULE: &str = "a DNS-1035 label must consist of lower case alphanumeric \
      characters or '-', start with an alphabetic character, and end with an alphanumeric \
      character (e.g. 'my-name',  or 'abc-123', regex used for validation is \
      '[a-z]([-a-z0-9]*[a-z0-9])?')";
@@ -57,7 +57,7 @@ fn rule_of(def: &ResourceDef) -> Rule {
 
 /// A name from a `generateName` prefix, as the API server's name generator
 /// makes it.
-pub fn generate(prefix: &str) -> String {
+pub(crate) fn generate(prefix: &str) -> String {
     let mut end = prefix.len().min(MAX_GENERATED_NAME_PREFIX);
     while !prefix.is_char_boundary(end) {
         end -= 1;
@@ -67,7 +67,7 @@ pub fn generate(prefix: &str) -> String {
 
 /// What is wrong with an object's `name` and `generateName`, one cause per
 /// problem, as `ValidateObjectMeta` reports them.
-pub fn errors(def: &ResourceDef, name: &str, generate_name: &str) -> Vec<FieldError> {
+pub(crate) fn errors(def: &ResourceDef, name: &str, generate_name: &str) -> Vec<FieldError> {
     let rule = rule_of(def);
     let mut errors = Vec::new();
     if !generate_name.is_empty() {
@@ -141,7 +141,7 @@ fn rule_errors(rule: Rule, name: &str) -> Vec<String> {
 
 /// What is wrong with a name used as a path segment
 /// (`path.IsValidPathSegmentName`).
-pub fn path_segment_errors(name: &str) -> Vec<String> {
+pub(crate) fn path_segment_errors(name: &str) -> Vec<String> {
     let mut errors = Vec::new();
     if name == "." || name == ".." {
         errors.push(format!("may not be '{name}'"));
@@ -155,7 +155,7 @@ pub fn path_segment_errors(name: &str) -> Vec<String> {
 }
 
 /// What is wrong with a ServiceAccount's name (an RFC 1123 subdomain).
-pub fn subdomain_errors(name: &str) -> Vec<String> {
+pub(crate) fn subdomain_errors(name: &str) -> Vec<String> {
     let mut errors = Vec::new();
     if name.len() > MAX_SUBDOMAIN {
         errors.push(format!("must be no more than {MAX_SUBDOMAIN} characters"));

@@ -4,24 +4,24 @@
 use serde_json::{Map, Value};
 
 /// `metadata.<field>` as a string, if present.
-pub fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+pub(crate) fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
     obj.get("metadata")
         .and_then(|m| m.get(field))
         .and_then(Value::as_str)
 }
 
 /// `metadata.name` or "".
-pub fn name(obj: &Value) -> &str {
+pub(crate) fn name(obj: &Value) -> &str {
     meta_str(obj, "name").unwrap_or("")
 }
 
 /// `metadata.namespace` or "".
-pub fn namespace(obj: &Value) -> &str {
+pub(crate) fn namespace(obj: &Value) -> &str {
     meta_str(obj, "namespace").unwrap_or("")
 }
 
 /// The `metadata` map, created if missing or not an object.
-pub fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+pub(crate) fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
     if !obj.is_object() {
         *obj = Value::Object(Map::new());
     }
@@ -37,7 +37,7 @@ pub fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
 }
 
 /// `metadata.finalizers` as strings.
-pub fn finalizers(obj: &Value) -> Vec<&str> {
+pub(crate) fn finalizers(obj: &Value) -> Vec<&str> {
     obj.pointer("/metadata/finalizers")
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_str).collect())
@@ -45,25 +45,25 @@ pub fn finalizers(obj: &Value) -> Vec<&str> {
 }
 
 /// Whether `metadata.deletionTimestamp` is set.
-pub fn is_deleting(obj: &Value) -> bool {
+pub(crate) fn is_deleting(obj: &Value) -> bool {
     obj.pointer("/metadata/deletionTimestamp")
         .is_some_and(|v| !v.is_null())
 }
 
 /// `metadata.resourceVersion` parsed as an integer.
-pub fn resource_version(obj: &Value) -> Option<&str> {
+pub(crate) fn resource_version(obj: &Value) -> Option<&str> {
     meta_str(obj, "resourceVersion").filter(|s| !s.is_empty())
 }
 
 /// The current time in the API server's RFC 3339 format (seconds, `Z`).
-pub fn now() -> String {
+pub(crate) fn now() -> String {
     jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string()
 }
 
 /// A random 5-character suffix for `generateName`, from the alphabet the API server uses.
-pub fn random_suffix() -> String {
+pub(crate) fn random_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     uuid::Uuid::new_v4().as_bytes()[..5]
         .iter()
@@ -72,13 +72,13 @@ pub fn random_suffix() -> String {
 }
 
 /// A fresh UID.
-pub fn new_uid() -> String {
+pub(crate) fn new_uid() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
 /// Whether two objects differ outside `metadata` (and outside `status` when it
 /// is a subresource): the rule for bumping `metadata.generation`.
-pub fn spec_changed(old: &Value, new: &Value, status_is_subresource: bool) -> bool {
+pub(crate) fn spec_changed(old: &Value, new: &Value, status_is_subresource: bool) -> bool {
     let skip = |k: &str| {
         k == "metadata"
             || (status_is_subresource && k == "status")
@@ -96,7 +96,7 @@ pub fn spec_changed(old: &Value, new: &Value, status_is_subresource: bool) -> bo
 }
 
 /// Folds a Secret's `stringData` into base64 `data` (as the API server does).
-pub fn fold_string_data(obj: &mut Value) {
+pub(crate) fn fold_string_data(obj: &mut Value) {
     let Some(map) = obj.as_object_mut() else {
         return;
     };
@@ -121,13 +121,13 @@ pub fn fold_string_data(obj: &mut Value) {
 }
 
 /// Standard base64 with padding.
-pub fn base64(input: &[u8]) -> String {
+pub(crate) fn base64(input: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(input)
 }
 
 /// Whether `s` is an RFC 1123 label: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters.
-pub fn is_dns_label(s: &str) -> bool {
+pub(crate) fn is_dns_label(s: &str) -> bool {
     let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
     !s.is_empty()
         && s.len() <= 63
@@ -137,17 +137,17 @@ pub fn is_dns_label(s: &str) -> bool {
 }
 
 /// Whether `s` is an RFC 1123 subdomain: dot-separated labels, at most 253 characters.
-pub fn is_dns_subdomain(s: &str) -> bool {
+pub(crate) fn is_dns_subdomain(s: &str) -> bool {
     !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
 /// Hex encoding (for opaque continue tokens).
-pub fn hex(input: &[u8]) -> String {
+pub(crate) fn hex(input: &[u8]) -> String {
     input.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Hex decoding; `None` on bad input.
-pub fn unhex(input: &str) -> Option<Vec<u8>> {
+pub(crate) fn unhex(input: &str) -> Option<Vec<u8>> {
     if !input.len().is_multiple_of(2) {
         return None;
     }

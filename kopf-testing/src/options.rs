@@ -21,14 +21,14 @@ use crate::routing::Query;
 use crate::validation::FieldError;
 
 /// The longest `fieldManager` the API server accepts, in bytes.
-pub const FIELD_MANAGER_MAX_LENGTH: usize = 128;
+pub(crate) const FIELD_MANAGER_MAX_LENGTH: usize = 128;
 
 /// The deletion propagation policies, as the API server lists them.
 const PROPAGATION_POLICIES: [&str; 3] = ["Foreground", "Background", "Orphan"];
 
 /// 422 `Invalid` for the options of a request: `kind` is the options kind
 /// (`DeleteOptions`, `ListOptions`, ...).
-pub fn invalid(kind: &str, errors: &[FieldError]) -> ApiError {
+pub(crate) fn invalid(kind: &str, errors: &[FieldError]) -> ApiError {
     let mut err = crate::validation::invalid("meta.k8s.io", kind, "", errors);
     err.message = format!("{kind}.meta.k8s.io \"\" is invalid: {}", listed(errors));
     if let Some(details) = err.details.as_mut() {
@@ -84,7 +84,7 @@ enum GoType {
 
 /// Reads a `DeleteOptions` body (empty: no options), refusing what the API
 /// server's decoder refuses and what `ValidateDeleteOptions` refuses.
-pub fn delete_options(body: &[u8]) -> Result<Value, ApiError> {
+pub(crate) fn delete_options(body: &[u8]) -> Result<Value, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(json!({}));
     }
@@ -200,7 +200,7 @@ fn delete_option_errors(map: &Map<String, Value>) -> Vec<FieldError> {
 }
 
 /// `ValidateDryRun`: only `All`, the values shown as Go prints a slice.
-pub fn dry_run_errors(values: &[&str]) -> Vec<FieldError> {
+pub(crate) fn dry_run_errors(values: &[&str]) -> Vec<FieldError> {
     match values.iter().find(|v| **v != "All") {
         Some(_) => {
             let shown: Vec<String> = values.iter().map(|v| format!("{v:?}")).collect();
@@ -216,7 +216,7 @@ pub fn dry_run_errors(values: &[&str]) -> Vec<FieldError> {
 
 /// `ValidateFieldManager`: at most [`FIELD_MANAGER_MAX_LENGTH`] bytes of
 /// printable characters.
-pub fn field_manager_errors(manager: &str) -> Vec<FieldError> {
+pub(crate) fn field_manager_errors(manager: &str) -> Vec<FieldError> {
     let mut errors = Vec::new();
     if manager.len() > FIELD_MANAGER_MAX_LENGTH {
         errors.push(FieldError {
@@ -243,7 +243,7 @@ pub fn field_manager_errors(manager: &str) -> Vec<FieldError> {
 /// `ValidateListOptions` for a list (not a watch): `resourceVersionMatch`
 /// needs a `resourceVersion`, no continue token, one of the two values, and
 /// is not `Exact` for version `0`.
-pub fn list_options(query: &Query) -> Result<(), ApiError> {
+pub(crate) fn list_options(query: &Query) -> Result<(), ApiError> {
     let Some(value) = query.resource_version_match.as_deref() else {
         return Ok(());
     };
@@ -283,7 +283,7 @@ pub fn list_options(query: &Query) -> Result<(), ApiError> {
 
 /// `ValidateListOptions` for a watch: only `NotOlderThan`, never with a
 /// continue token.
-pub fn watch_options(query: &Query) -> Result<(), ApiError> {
+pub(crate) fn watch_options(query: &Query) -> Result<(), ApiError> {
     let Some(value) = query.resource_version_match.as_deref() else {
         return Ok(());
     };

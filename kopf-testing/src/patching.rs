@@ -9,7 +9,7 @@ use crate::limits;
 
 /// The kind of a PATCH request, from its `Content-Type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PatchKind {
+pub(crate) enum PatchKind {
     /// `application/merge-patch+json`.
     Merge,
     /// `application/json-patch+json`.
@@ -22,7 +22,7 @@ pub enum PatchKind {
 
 impl PatchKind {
     /// The patch kind for a `Content-Type` value, if supported.
-    pub fn from_content_type(content_type: &str) -> Option<Self> {
+    pub(crate) fn from_content_type(content_type: &str) -> Option<Self> {
         let media = content_type
             .split(';')
             .next()
@@ -41,7 +41,7 @@ impl PatchKind {
 
 /// Why a patch could not be applied.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum PatchError {
+pub(crate) enum PatchError {
     /// The body is not valid JSON (or YAML for apply).
     #[error("the patch body is not valid {format}: {reason}")]
     Malformed {
@@ -75,7 +75,7 @@ pub enum PatchError {
 
 impl PatchError {
     /// Whether the server answers 422 (rather than 400).
-    pub fn is_invalid(&self) -> bool {
+    pub(crate) fn is_invalid(&self) -> bool {
         matches!(
             self,
             Self::TestFailed(_) | Self::BadPath(_) | Self::CopyLimit(_) | Self::TooDeep(_)
@@ -97,7 +97,7 @@ pub(crate) fn type_name(v: &Value) -> &'static str {
 
 /// Parses the body of a patch of the given kind into JSON, within the limits
 /// of [`crate::limits`] (nesting depth, YAML alias expansion).
-pub fn parse_body(kind: PatchKind, body: &[u8]) -> Result<Value, PatchError> {
+pub(crate) fn parse_body(kind: PatchKind, body: &[u8]) -> Result<Value, PatchError> {
     let json = match limits::decode_json(body) {
         Ok(v) => return Ok(v),
         Err(limits::DecodeError::TooDeep) => return Err(PatchError::BodyTooDeep),
@@ -123,7 +123,7 @@ pub fn parse_body(kind: PatchKind, body: &[u8]) -> Result<Value, PatchError> {
 }
 
 /// Applies a parsed patch to a document, returning the patched document.
-pub fn apply(kind: PatchKind, current: &Value, patch: &Value) -> Result<Value, PatchError> {
+pub(crate) fn apply(kind: PatchKind, current: &Value, patch: &Value) -> Result<Value, PatchError> {
     let mut doc = current.clone();
     match kind {
         PatchKind::Json => {

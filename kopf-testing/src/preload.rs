@@ -13,7 +13,7 @@ use crate::store::Store;
 /// preloads tens of thousands of objects. They grow with the file instead, so
 /// aliases ("billion laughs") cannot expand a file much beyond its own size;
 /// nesting depth stays limited.
-pub fn parse(yaml: &str) -> Result<Vec<Value>, EmulatorError> {
+pub(crate) fn parse(yaml: &str) -> Result<Vec<Value>, EmulatorError> {
     let len = yaml.len();
     let options = serde_saphyr::options! {
         budget: serde_saphyr::budget! {
@@ -56,7 +56,7 @@ pub fn parse(yaml: &str) -> Result<Vec<Value>, EmulatorError> {
 
 /// Creates objects in the store: namespaces and CRDs first, then the rest;
 /// missing namespaces are created.
-pub fn apply(store: &mut Store, objects: &[Value]) -> Result<(), EmulatorError> {
+pub(crate) fn apply(store: &mut Store, objects: &[Value]) -> Result<(), EmulatorError> {
     let rank = |o: &Value| match o.get("kind").and_then(Value::as_str) {
         Some("CustomResourceDefinition") => 0,
         Some("Namespace") => 1,

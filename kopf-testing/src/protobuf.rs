@@ -16,7 +16,7 @@ const MAGIC: &[u8] = b"k8s\0";
 
 /// Why a protobuf body could not be decoded.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ProtobufError {
+pub(crate) enum ProtobufError {
     /// The body does not start with `k8s\0`.
     #[error("the protobuf body lacks the `k8s\\0` prefix")]
     NoMagic,
@@ -320,7 +320,7 @@ fn decode_fields(
 }
 
 /// Decodes a protobuf body into a JSON object.
-pub fn decode(body: &[u8]) -> Result<Value, ProtobufError> {
+pub(crate) fn decode(body: &[u8]) -> Result<Value, ProtobufError> {
     let envelope = body.strip_prefix(MAGIC).ok_or(ProtobufError::NoMagic)?;
     let (mut api_version, mut kind, mut raw) = (String::new(), String::new(), &[][..]);
     for (n, f) in fields(envelope)? {

@@ -10,21 +10,21 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Mutex, PoisonError};
 
 /// How many requests are kept; older ones are dropped first.
-pub const RECORD_LIMIT: usize = 100_000;
+pub(crate) const RECORD_LIMIT: usize = 100_000;
 
 /// How many bytes of paths and queries the log keeps; older requests are
 /// dropped first.
-pub const RECORD_BYTES: usize = 32 * 1024 * 1024;
+pub(crate) const RECORD_BYTES: usize = 32 * 1024 * 1024;
 
 /// How long a recorded path, query or counted User-Agent may be; longer ones
 /// are cut (at a character boundary) and end with `…`.
-pub const FIELD_LIMIT: usize = 1024;
+pub(crate) const FIELD_LIMIT: usize = 1024;
 
 /// How many distinct (User-Agent, verb) pairs are counted.
-pub const AGENT_LIMIT: usize = 1000;
+pub(crate) const AGENT_LIMIT: usize = 1000;
 
 /// The agent under which requests are counted once [`AGENT_LIMIT`] is reached.
-pub const OTHER_AGENTS: &str = "(other agents)";
+pub(crate) const OTHER_AGENTS: &str = "(other agents)";
 
 /// `s` cut to at most [`FIELD_LIMIT`] bytes (plus the `…` marking the cut).
 /// A fresh string, so that no capacity of a long original is kept.

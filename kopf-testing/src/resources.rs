@@ -4,7 +4,7 @@ use serde_json::Value;
 
 /// One served resource in one group/version (`configmaps` in `""/v1`, ...).
 #[derive(Debug, Clone, PartialEq)]
-pub struct ResourceDef {
+pub(crate) struct ResourceDef {
     /// API group, empty for the core group.
     pub group: String,
     /// API version within the group.
@@ -31,7 +31,7 @@ pub struct ResourceDef {
 
 impl ResourceDef {
     /// `apiVersion` of objects in this group/version.
-    pub fn api_version(&self) -> String {
+    pub(crate) fn api_version(&self) -> String {
         if self.group.is_empty() {
             self.version.clone()
         } else {
@@ -40,7 +40,7 @@ impl ResourceDef {
     }
 
     /// Key of the storage this resource shares across versions.
-    pub fn store_key(&self) -> StoreKey {
+    pub(crate) fn store_key(&self) -> StoreKey {
         // events.k8s.io/v1 Events are another view of core/v1 Events.
         let group = if self.group == "events.k8s.io" && self.plural == "events" {
             ""
@@ -56,7 +56,7 @@ impl ResourceDef {
 
 /// Identifies the objects of one resource across all its versions.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct StoreKey {
+pub(crate) struct StoreKey {
     /// API group.
     pub group: String,
     /// Plural name.
@@ -143,7 +143,7 @@ fn builtin_selectable_fields(group: &str, plural: &str) -> &'static [&'static st
 
 impl ResourceDef {
     /// Every field usable in a field selector on this resource.
-    pub fn field_selectors(&self) -> Vec<String> {
+    pub(crate) fn field_selectors(&self) -> Vec<String> {
         let mut fields = vec![
             "metadata.name".to_string(),
             "metadata.namespace".to_string(),
@@ -154,7 +154,7 @@ impl ResourceDef {
 }
 
 /// The built-in resources every emulator serves.
-pub fn builtins() -> Vec<ResourceDef> {
+pub(crate) fn builtins() -> Vec<ResourceDef> {
     vec![
         builtin("", "v1", "namespaces", "Namespace", false, &["ns"], true),
         builtin("", "v1", "configmaps", "ConfigMap", true, &["cm"], false),
@@ -302,13 +302,13 @@ pub fn builtins() -> Vec<ResourceDef> {
 }
 
 /// The group of Roles, ClusterRoles and their bindings.
-pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+pub(crate) const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
 /// The group of the access reviews.
-pub const AUTHORIZATION_GROUP: &str = "authorization.k8s.io";
+pub(crate) const AUTHORIZATION_GROUP: &str = "authorization.k8s.io";
 
 /// The group of `SelfSubjectReview` and `TokenRequest`.
-pub const AUTHENTICATION_GROUP: &str = "authentication.k8s.io";
+pub(crate) const AUTHENTICATION_GROUP: &str = "authentication.k8s.io";
 
 /// Every verb of a resource stored and served in full.
 const ALL_VERBS: &[&str] = &[
@@ -324,7 +324,7 @@ const ALL_VERBS: &[&str] = &[
 
 /// A subresource served besides `status`, as discovery lists it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Subresource {
+pub(crate) struct Subresource {
     /// The subresource's name (`token`).
     pub name: &'static str,
     /// The group of the object it answers with.
@@ -349,7 +349,7 @@ const SERVICE_ACCOUNT_TOKEN: Subresource = Subresource {
 impl ResourceDef {
     /// The verbs the resource has, as discovery lists them: the access
     /// reviews are created and answered, never stored.
-    pub fn verbs(&self) -> &'static [&'static str] {
+    pub(crate) fn verbs(&self) -> &'static [&'static str] {
         if self.is_review() {
             &["create"]
         } else {
@@ -359,12 +359,12 @@ impl ResourceDef {
 
     /// Whether this is a review (of access, or of who one is), answered
     /// at once and not stored.
-    pub fn is_review(&self) -> bool {
+    pub(crate) fn is_review(&self) -> bool {
         self.group == AUTHORIZATION_GROUP || self.group == AUTHENTICATION_GROUP
     }
 
     /// The subresources served besides `status`.
-    pub fn extra_subresources(&self) -> &'static [Subresource] {
+    pub(crate) fn extra_subresources(&self) -> &'static [Subresource] {
         if self.group.is_empty() && self.plural == "serviceaccounts" {
             std::slice::from_ref(&SERVICE_ACCOUNT_TOKEN)
         } else {
@@ -375,7 +375,7 @@ impl ResourceDef {
 
 /// Why a CRD object cannot be served.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum CrdError {
+pub(crate) enum CrdError {
     /// A required field is missing or has the wrong type.
     #[error("spec.{0} is required")]
     Missing(&'static str),
@@ -391,7 +391,7 @@ pub enum CrdError {
 }
 
 /// The served resource definitions of a CRD object (one per served version).
-pub fn defs_from_crd(crd: &Value) -> Result<Vec<ResourceDef>, CrdError> {
+pub(crate) fn defs_from_crd(crd: &Value) -> Result<Vec<ResourceDef>, CrdError> {
     let spec = crd.get("spec").ok_or(CrdError::Missing("group"))?;
     let group = spec
         .get("group")
@@ -491,7 +491,13 @@ pub fn defs_from_crd(crd: &Value) -> Result<Vec<ResourceDef>, CrdError> {
 }
 
 /// A minimal CRD object for a group/version/plural/kind (used by the builder and `--crd`).
-pub fn crd_object(group: &str, version: &str, plural: &str, kind: &str, namespaced: bool) -> Value {
+pub(crate) fn crd_object(
+    group: &str,
+    version: &str,
+    plural: &str,
+    kind: &str,
+    namespaced: bool,
+) -> Value {
     serde_json::json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

@@ -20,13 +20,13 @@ use crate::resources::ResourceDef;
 const CHUNK: usize = 64 * 1024;
 
 /// A JSON response.
-pub fn json_response(code: u16, body: &Value) -> Response<Body> {
+pub(crate) fn json_response(code: u16, body: &Value) -> Response<Body> {
     let bytes = serde_json::to_vec(body).unwrap_or_default();
     bytes_response(code, Bytes::from(bytes))
 }
 
 /// A JSON response of bytes already serialized.
-pub fn bytes_response(code: u16, bytes: Bytes) -> Response<Body> {
+pub(crate) fn bytes_response(code: u16, bytes: Bytes) -> Response<Body> {
     json_body_response(code, Body::from(bytes))
 }
 
@@ -41,7 +41,7 @@ fn json_body_response(code: u16, body: Body) -> Response<Body> {
 }
 
 /// A `Status` response for a failure (with `Retry-After` when set).
-pub fn error_response(err: &ApiError) -> Response<Body> {
+pub(crate) fn error_response(err: &ApiError) -> Response<Body> {
     let mut resp = json_response(err.code, &err.to_status());
     if let Some(secs) = err.retry_after
         && let Ok(v) = HeaderValue::from_str(&secs.to_string())
@@ -52,7 +52,7 @@ pub fn error_response(err: &ApiError) -> Response<Body> {
 }
 
 /// An object as seen through `def`'s version.
-pub fn object_response(code: u16, def: &ResourceDef, obj: &Value) -> Response<Body> {
+pub(crate) fn object_response(code: u16, def: &ResourceDef, obj: &Value) -> Response<Body> {
     let mut buf = Vec::with_capacity(512);
     write_object(&mut buf, &def.api_version(), obj);
     bytes_response(code, Bytes::from(buf))
@@ -97,7 +97,7 @@ impl Items {
 }
 
 /// A `…List` of `items` at `rv`, serialized as the client reads it.
-pub fn list_response(
+pub(crate) fn list_response(
     def: &ResourceDef,
     items: Vec<Arc<Value>>,
     rv: u64,

@@ -2,7 +2,7 @@
 
 /// What a path addresses.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Route {
+pub(crate) enum Route {
     /// `/version`.
     Version,
     /// `/healthz`, `/readyz`, `/livez`.
@@ -30,7 +30,7 @@ pub enum Route {
 
 /// The parts of a resource path.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ObjectPath {
+pub(crate) struct ObjectPath {
     /// API group, empty for core.
     pub group: String,
     /// API version.
@@ -46,7 +46,7 @@ pub struct ObjectPath {
 }
 
 /// Parses a request path (without the query).
-pub fn parse_path(path: &str) -> Option<Route> {
+pub(crate) fn parse_path(path: &str) -> Option<Route> {
     let segs: Vec<String> = path
         .split('/')
         .filter(|s| !s.is_empty())
@@ -110,7 +110,7 @@ fn object_path(group: &str, version: &str, rest: &[&str]) -> Option<ObjectPath> 
 }
 
 /// Decodes `%XX` escapes and `+` (in queries) leniently.
-pub fn percent_decode(s: &str) -> String {
+pub(crate) fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -134,7 +134,7 @@ pub fn percent_decode(s: &str) -> String {
 
 /// The query parameters the emulator understands.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Query {
+pub(crate) struct Query {
     /// `watch=true|1`.
     pub watch: bool,
     /// `resourceVersion`.
@@ -170,7 +170,7 @@ fn truthy(v: &str) -> bool {
 }
 
 /// Parses a query string (without `?`); unknown parameters are ignored.
-pub fn parse_query(query: &str) -> Query {
+pub(crate) fn parse_query(query: &str) -> Query {
     let mut q = Query::default();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
@@ -207,7 +207,7 @@ pub fn parse_query(query: &str) -> Query {
 }
 
 /// Classifies a request into a Kubernetes verb (`get`, `list`, `watch`, ...).
-pub fn classify(method: &str, route: Option<&Route>, query: &Query) -> &'static str {
+pub(crate) fn classify(method: &str, route: Option<&Route>, query: &Query) -> &'static str {
     let object = match route {
         Some(Route::Object(o)) => o,
         _ => return if method == "GET" { "get" } else { "unknown" },

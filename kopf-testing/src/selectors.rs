@@ -11,7 +11,7 @@ use serde_json::Value;
 
 /// Why a selector could not be parsed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum SelectorError {
+pub(crate) enum SelectorError {
     /// A requirement has an empty key.
     #[error("empty key in selector requirement {0:?}")]
     EmptyKey(String),
@@ -61,7 +61,7 @@ enum LabelOp {
 
 /// A parsed label selector (all requirements must hold).
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct LabelSelector {
+pub(crate) struct LabelSelector {
     reqs: Vec<(String, LabelOp)>,
 }
 
@@ -200,7 +200,7 @@ fn parse_requirement_raw(req: &str) -> Result<(String, LabelOp), SelectorError> 
 
 impl LabelSelector {
     /// Parses a label selector string (empty selects everything).
-    pub fn parse(s: &str) -> Result<Self, SelectorError> {
+    pub(crate) fn parse(s: &str) -> Result<Self, SelectorError> {
         let reqs = split_top_level(s)?
             .into_iter()
             .map(parse_requirement)
@@ -211,7 +211,7 @@ impl LabelSelector {
     /// Reads a structured `metav1.LabelSelector` (`matchLabels` and
     /// `matchExpressions` with `In`, `NotIn`, `Exists`, `DoesNotExist`), as
     /// webhook configurations carry them; absent or `{}` selects everything.
-    pub fn from_spec(spec: Option<&Value>) -> Result<Self, SelectorError> {
+    pub(crate) fn from_spec(spec: Option<&Value>) -> Result<Self, SelectorError> {
         let mut reqs = Vec::new();
         let Some(spec) = spec.filter(|s| !s.is_null()) else {
             return Ok(Self { reqs });
@@ -251,12 +251,12 @@ impl LabelSelector {
     }
 
     /// Whether the selector selects everything.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.reqs.is_empty()
     }
 
     /// Whether an object (its `metadata.labels`) matches.
-    pub fn matches(&self, obj: &Value) -> bool {
+    pub(crate) fn matches(&self, obj: &Value) -> bool {
         let labels = obj.pointer("/metadata/labels");
         self.reqs.iter().all(|(key, op)| {
             let value = labels.and_then(|l| l.get(key)).and_then(Value::as_str);
@@ -280,13 +280,13 @@ impl LabelSelector {
 
 /// A parsed field selector (all requirements must hold).
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct FieldSelector {
+pub(crate) struct FieldSelector {
     reqs: Vec<(Vec<String>, bool, String)>,
 }
 
 impl FieldSelector {
     /// Parses a field selector string (empty selects everything).
-    pub fn parse(s: &str) -> Result<Self, SelectorError> {
+    pub(crate) fn parse(s: &str) -> Result<Self, SelectorError> {
         let mut reqs = Vec::new();
         for part in split_top_level(s)? {
             let (path, equal, value) = if let Some((p, v)) = part.split_once("!=") {
@@ -312,12 +312,12 @@ impl FieldSelector {
     }
 
     /// Whether the selector selects everything.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.reqs.is_empty()
     }
 
     /// Rejects fields that `selectable` does not accept (as the API server does).
-    pub fn check_fields(&self, selectable: &[String]) -> Result<(), SelectorError> {
+    pub(crate) fn check_fields(&self, selectable: &[String]) -> Result<(), SelectorError> {
         for (path, _, _) in &self.reqs {
             let field = path.join(".");
             if !selectable.contains(&field) {
@@ -331,7 +331,7 @@ impl FieldSelector {
     }
 
     /// Whether an object matches (missing fields compare as the empty string).
-    pub fn matches(&self, obj: &Value) -> bool {
+    pub(crate) fn matches(&self, obj: &Value) -> bool {
         self.reqs.iter().all(|(path, equal, expected)| {
             let mut cur = Some(obj);
             for seg in path {
@@ -353,7 +353,7 @@ impl FieldSelector {
 
 /// Label and field selectors together.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Selectors {
+pub(crate) struct Selectors {
     /// The label selector.
     pub labels: LabelSelector,
     /// The field selector.
@@ -362,12 +362,12 @@ pub struct Selectors {
 
 impl Selectors {
     /// Whether both selectors select everything.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.labels.is_empty() && self.fields.is_empty()
     }
 
     /// Whether an object matches both.
-    pub fn matches(&self, obj: &Value) -> bool {
+    pub(crate) fn matches(&self, obj: &Value) -> bool {
         self.labels.matches(obj) && self.fields.matches(obj)
     }
 }

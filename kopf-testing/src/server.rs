@@ -41,18 +41,18 @@ use crate::refusals::StatusOnRefusal;
 use crate::shared::Shared;
 
 /// Default for [`ConnectionLimits::header_read_timeout`].
-pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Default for [`ConnectionLimits::idle_timeout`] (longer than the 90 s kube
 /// clients keep idle connections, so that clients close them first).
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Default for [`ConnectionLimits::max_connections`].
-pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+pub(crate) const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
 /// How the server bounds connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConnectionLimits {
+pub(crate) struct ConnectionLimits {
     /// How long a client may take to send a request's headers, from their
     /// first byte.
     pub header_read_timeout: Duration,

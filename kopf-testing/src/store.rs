@@ -26,11 +26,11 @@ use crate::resources::{self, ResourceDef, StoreKey};
 use crate::updates;
 
 /// The namespaces every emulator starts with.
-pub const INITIAL_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
+pub(crate) const INITIAL_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
 
 /// Which part of an object a write targets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Target {
+pub(crate) enum Target {
     /// The main resource (status ignored if it is a subresource).
     Main,
     /// The `/status` subresource.
@@ -39,7 +39,7 @@ pub enum Target {
 
 /// Where a watch starts.
 #[derive(Debug)]
-pub enum WatchStart {
+pub(crate) enum WatchStart {
     /// Synthetic ADDED events for the current objects.
     Snapshot(Vec<Arc<Value>>),
     /// Recorded events after the requested resourceVersion.
@@ -48,7 +48,7 @@ pub enum WatchStart {
 
 /// A new watcher's starting point and live channel.
 #[derive(Debug)]
-pub struct Subscription {
+pub(crate) struct Subscription {
     /// What to send first.
     pub start: WatchStart,
     /// Live events after the start.
@@ -59,7 +59,7 @@ pub struct Subscription {
 
 /// The objects, history and watchers of one resource.
 #[derive(Debug)]
-pub struct Resource {
+pub(crate) struct Resource {
     objects: BTreeMap<(String, String), Arc<Value>>,
     history: History,
     floor: u64,
@@ -100,7 +100,7 @@ pub(crate) enum Released {
 
 /// What a deletion did to an object.
 #[derive(Debug)]
-pub enum Deletion {
+pub(crate) enum Deletion {
     /// Marked for deletion (it has finalizers), or already marked: as it is
     /// stored now.
     Kept(Arc<Value>),
@@ -117,7 +117,7 @@ impl Deletion {
     /// The object as the API answers a deletion with it (a removed one
     /// stamped with the removal's resourceVersion; a copy, best made
     /// outside the store's lock).
-    pub fn into_object(self) -> Arc<Value> {
+    pub(crate) fn into_object(self) -> Arc<Value> {
         match self {
             Self::Kept(obj) => obj,
             Self::Removed { last, rv } => Arc::new(with_rv(&last, rv)),
@@ -127,7 +127,7 @@ impl Deletion {
 
 /// All state of one emulated cluster.
 #[derive(Debug)]
-pub struct Store {
+pub(crate) struct Store {
     rv: u64,
     base_floor: u64,
     history_limit: usize,
@@ -153,7 +153,7 @@ fn key_of(ns: &str, name: &str) -> (String, String) {
 
 impl Store {
     /// A fresh cluster with the built-in resources and initial namespaces.
-    pub fn new(history_limit: usize) -> Self {
+    pub(crate) fn new(history_limit: usize) -> Self {
         let mut store = Self {
             rv: 0,
             base_floor: 0,
@@ -172,7 +172,7 @@ impl Store {
     }
 
     /// Wipes every object, CRD and all history; the resourceVersion keeps growing.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         // Their watches end now; their objects are freed after the lock.
         for (_, mut res) in self.resources.drain() {
             res.watchers.close();
@@ -194,7 +194,7 @@ impl Store {
     /// Bounds the watch history by bytes (over every resource) and by age,
     /// besides the count per resource given to [`new`](Self::new); no
     /// watcher may fall behind by more bytes than the history keeps.
-    pub fn set_history_bounds(&mut self, bytes: usize, age: Duration) {
+    pub(crate) fn set_history_bounds(&mut self, bytes: usize, age: Duration) {
         self.history_bytes = bytes;
         self.watch_bytes = bytes.min(fanout::WATCH_QUEUE_BYTES);
         self.history_age = age;
@@ -264,17 +264,22 @@ impl Store {
     }
 
     /// The current cluster-wide resourceVersion.
-    pub fn current_rv(&self) -> u64 {
+    pub(crate) fn current_rv(&self) -> u64 {
         self.rv
     }
 
     /// All served resource definitions.
-    pub fn defs(&self) -> &[Arc<ResourceDef>] {
+    pub(crate) fn defs(&self) -> &[Arc<ResourceDef>] {
         &self.defs
     }
 
     /// The served resource for a group/version/plural.
-    pub fn find_def(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceDef>> {
+    pub(crate) fn find_def(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+    ) -> Option<Arc<ResourceDef>> {
         self.defs
             .iter()
             .find(|d| d.group == group && d.version == version && d.plural == plural)
@@ -282,7 +287,7 @@ impl Store {
     }
 
     /// Forgets all history: resuming from an older resourceVersion gets 410.
-    pub fn compact(&mut self) {
+    pub(crate) fn compact(&mut self) {
         // A fresh revision: every earlier resourceVersion is now too old,
         // while a list made after compaction can still be watched from.
         self.rv += 1;
@@ -378,7 +383,7 @@ impl Store {
     }
 
     /// Reads one object as seen through `def`'s version (for writes through it).
-    pub fn get_view(
+    pub(crate) fn get_view(
         &self,
         def: &ResourceDef,
         ns: Option<&str>,
@@ -392,7 +397,7 @@ impl Store {
     }
 
     /// Reads one object.
-    pub fn get(
+    pub(crate) fn get(
         &self,
         def: &ResourceDef,
         ns: Option<&str>,
@@ -406,7 +411,7 @@ impl Store {
     /// The objects a list (or its page after `continue_token`) may
     /// return, to be matched and paged without the lock
     /// ([`ListSnapshot::page`]).
-    pub fn list_snapshot(
+    pub(crate) fn list_snapshot(
         &self,
         def: &ResourceDef,
         ns: Option<&str>,
@@ -495,7 +500,7 @@ impl Store {
     }
 
     /// Creates an object.
-    pub fn create(
+    pub(crate) fn create(
         &mut self,
         def: &ResourceDef,
         ns: Option<&str>,
@@ -730,7 +735,7 @@ impl Store {
     }
 
     /// Replaces an object (PUT) on the main resource or `/status`.
-    pub fn update(
+    pub(crate) fn update(
         &mut self,
         def: &ResourceDef,
         ns: Option<&str>,
@@ -773,7 +778,7 @@ impl Store {
     /// write them with [`Store::commit_patch`].)
     #[cfg(test)]
     #[allow(clippy::too_many_arguments)]
-    pub fn patch(
+    pub(crate) fn patch(
         &mut self,
         def: &ResourceDef,
         ns: Option<&str>,
@@ -807,7 +812,7 @@ impl Store {
     /// [`Store::get_view`]); `None` when the object changed since, so the
     /// caller applies its patch again to the new version.
     #[allow(clippy::too_many_arguments)]
-    pub fn commit_patch(
+    pub(crate) fn commit_patch(
         &mut self,
         def: &ResourceDef,
         ns: Option<&str>,
@@ -1055,7 +1060,7 @@ impl Store {
     }
 
     /// Deletes an object: marks it if it has finalizers, removes it otherwise.
-    pub fn delete(
+    pub(crate) fn delete(
         &mut self,
         def: &ResourceDef,
         ns: Option<&str>,
@@ -1223,7 +1228,11 @@ impl Store {
 
     /// Deletes each of `listed` that is still stored as listed (the same
     /// UID); returns what became of each.
-    pub fn delete_listed(&mut self, def: &ResourceDef, listed: &[Arc<Value>]) -> Vec<Deletion> {
+    pub(crate) fn delete_listed(
+        &mut self,
+        def: &ResourceDef,
+        listed: &[Arc<Value>],
+    ) -> Vec<Deletion> {
         let key = def.store_key();
         listed
             .iter()
@@ -1238,7 +1247,7 @@ impl Store {
     /// Starts a watch: from the current state (`from` = None) or after a
     /// resourceVersion; `connection` is closed should the watcher fall too
     /// far behind.
-    pub fn subscribe(
+    pub(crate) fn subscribe(
         &mut self,
         def: &ResourceDef,
         ns: Option<&str>,

@@ -29,7 +29,7 @@ const IMMUTABLE_WHEN_SET: &str = "field is immutable when `immutable` is set";
 /// stored (`AllowUnconditionalUpdate`): so for the core group's resources,
 /// RBAC objects, Deployments and PodDisruptionBudgets, not for the others
 /// the emulator serves nor for custom resources.
-pub fn allows_unconditional_update(def: &ResourceDef) -> bool {
+pub(crate) fn allows_unconditional_update(def: &ResourceDef) -> bool {
     matches!(
         def.group.as_str(),
         "" | "events.k8s.io" | "rbac.authorization.k8s.io" | "apps" | "policy"
@@ -37,7 +37,7 @@ pub fn allows_unconditional_update(def: &ResourceDef) -> bool {
 }
 
 /// 422 for an update without a `resourceVersion` where one is required.
-pub fn resource_version_required(def: &ResourceDef, name: &str) -> ApiError {
+pub(crate) fn resource_version_required(def: &ResourceDef, name: &str) -> ApiError {
     let resource = if def.group.is_empty() {
         def.plural.clone()
     } else {
@@ -62,7 +62,7 @@ pub fn resource_version_required(def: &ResourceDef, name: &str) -> ApiError {
 
 /// Checks an update of `old` to `new` on the main resource (after the
 /// server-owned metadata the update may not touch has been restored).
-pub fn check(def: &ResourceDef, old: &Value, new: &Value) -> Result<(), ApiError> {
+pub(crate) fn check(def: &ResourceDef, old: &Value, new: &Value) -> Result<(), ApiError> {
     let mut errors = deletion_metadata(old, new);
     let core = def.group.is_empty();
     if core && (def.plural == "configmaps" || def.plural == "secrets") {

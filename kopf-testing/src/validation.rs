@@ -26,10 +26,10 @@ use crate::resources::ResourceDef;
 use crate::routing::Query;
 
 /// The most operations one JSON patch may hold (as the API server).
-pub const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
+pub(crate) const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
 
 /// The most bytes all annotations of an object may take, keys and values.
-pub const TOTAL_ANNOTATION_SIZE_LIMIT: usize = 256 * 1024;
+pub(crate) const TOTAL_ANNOTATION_SIZE_LIMIT: usize = 256 * 1024;
 
 /// The longest label value and name part of a qualified name.
 const MAX_NAME_PART: usize = 63;
@@ -56,7 +56,7 @@ const LABEL_VALUE_RULE: &str = "a valid label must be an empty string or consist
 
 /// One field that failed validation, as the API server reports it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct FieldError {
+pub(crate) struct FieldError {
     /// The field's path (`metadata.labels`).
     pub field: String,
     /// The cause's reason (`FieldValueInvalid`, `FieldValueTooLong`, ...).
@@ -90,7 +90,7 @@ impl std::fmt::Display for FieldError {
 }
 
 /// 422 `Invalid` with one cause per field, as the API server aggregates them.
-pub fn invalid(group: &str, kind: &str, name: &str, errors: &[FieldError]) -> ApiError {
+pub(crate) fn invalid(group: &str, kind: &str, name: &str, errors: &[FieldError]) -> ApiError {
     let listed = match errors {
         [one] => one.to_string(),
         many => format!(
@@ -117,7 +117,7 @@ pub fn invalid(group: &str, kind: &str, name: &str, errors: &[FieldError]) -> Ap
 /// 422 for an object, its kind qualified by its group as the API server
 /// names built-in kinds outside the core group
 /// (`Role.rbac.authorization.k8s.io "r" is invalid: ...`).
-pub fn invalid_object(def: &ResourceDef, name: &str, errors: &[FieldError]) -> ApiError {
+pub(crate) fn invalid_object(def: &ResourceDef, name: &str, errors: &[FieldError]) -> ApiError {
     let mut err = invalid(&def.group, &def.kind, name, errors);
     if def.group == crate::resources::RBAC_GROUP {
         let unqualified = format!("{} {name:?} is invalid", def.kind);
@@ -153,7 +153,7 @@ fn is_name_part(s: &str) -> bool {
 }
 
 /// What is wrong with a qualified name (`[prefix/]name`), as the API server says it.
-pub fn qualified_name_errors(value: &str) -> Vec<String> {
+pub(crate) fn qualified_name_errors(value: &str) -> Vec<String> {
     let parts: Vec<&str> = value.split('/').collect();
     let (prefix, name) = match parts.as_slice() {
         [name] => (None, *name),
@@ -183,7 +183,7 @@ pub fn qualified_name_errors(value: &str) -> Vec<String> {
 }
 
 /// What is wrong with a label value, as the API server says it.
-pub fn label_value_errors(value: &str) -> Vec<String> {
+pub(crate) fn label_value_errors(value: &str) -> Vec<String> {
     let mut errors = Vec::new();
     if value.len() > MAX_NAME_PART {
         errors.push(format!("must be no more than {MAX_NAME_PART} characters"));
@@ -216,7 +216,7 @@ fn string_map<'a>(
 /// Checks an object about to be written (created, replaced or patched):
 /// the types and syntax of its metadata and, for ConfigMaps and Secrets,
 /// their data.
-pub fn object(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
+pub(crate) fn object(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
     let name = objects::name(obj);
     let meta = match obj.get("metadata") {
         None | Some(Value::Null) => None,
@@ -519,7 +519,7 @@ fn decode_base64(def: &ResourceDef, field: &str, text: &str) -> Result<(), ApiEr
 /// Checks that a create or update body agrees with the request: its
 /// `apiVersion` and `kind` (when given) are the resource's, and its namespace
 /// (when given) is the one on the URL.
-pub fn body_matches_request(
+pub(crate) fn body_matches_request(
     def: &ResourceDef,
     ns: Option<&str>,
     body: &Value,
@@ -561,7 +561,7 @@ pub fn body_matches_request(
 /// Checks that a patch left the object's `apiVersion`, `kind`, name and
 /// namespace as they were (the API server refuses to move, rename or
 /// retype an object; the name and namespace as `checkName` does).
-pub fn patched(def: &ResourceDef, old: &Value, new: &Value) -> Result<(), ApiError> {
+pub(crate) fn patched(def: &ResourceDef, old: &Value, new: &Value) -> Result<(), ApiError> {
     let url_name = objects::name(old);
     match new.pointer("/metadata/name") {
         None | Some(Value::Null) => {
@@ -613,7 +613,10 @@ pub fn patched(def: &ResourceDef, old: &Value, new: &Value) -> Result<(), ApiErr
 
 /// Makes a numeric `metadata.resourceVersion` precondition a string (so it is
 /// compared, not skipped); refuses one of another type.
-pub fn resource_version_precondition(def: &ResourceDef, obj: &mut Value) -> Result<(), ApiError> {
+pub(crate) fn resource_version_precondition(
+    def: &ResourceDef,
+    obj: &mut Value,
+) -> Result<(), ApiError> {
     let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
         return Ok(());
     };
@@ -636,7 +639,7 @@ pub fn resource_version_precondition(def: &ResourceDef, obj: &mut Value) -> Resu
 /// Checks a patch body before it is applied: the JSON patch operation count,
 /// strategic merge `$patch` directives, and for server-side apply the field
 /// manager and the object's name.
-pub fn patch_body(
+pub(crate) fn patch_body(
     kind: PatchKind,
     patch: &Value,
     field_manager: Option<&str>,
@@ -671,7 +674,7 @@ pub fn patch_body(
 }
 
 /// Refuses a JSON patch of more than [`MAX_JSON_PATCH_OPERATIONS`] operations.
-pub fn json_patch_operations(patch: &Value) -> Result<(), ApiError> {
+pub(crate) fn json_patch_operations(patch: &Value) -> Result<(), ApiError> {
     let count = patch.as_array().map_or(0, Vec::len);
     if count > MAX_JSON_PATCH_OPERATIONS {
         return Err(ApiError::new(
@@ -723,7 +726,7 @@ fn strategic_directives(patch: &Value, path: &str) -> Result<(), ApiError> {
 /// unprintable characters and a `dryRun` other than `All` get 422 (as the
 /// API server validates its options). `options` names the options kind of
 /// the verb (`CreateOptions`, `PatchOptions`, ...), if it has one.
-pub fn query(query: &Query, options: Option<&str>) -> Result<(), ApiError> {
+pub(crate) fn query(query: &Query, options: Option<&str>) -> Result<(), ApiError> {
     if let Some((param, value)) = query.malformed.first() {
         return Err(ApiError::bad_request(format!(
             "invalid value {value:?} for the query parameter {param}: must be a non-negative integer"
@@ -749,7 +752,7 @@ pub fn query(query: &Query, options: Option<&str>) -> Result<(), ApiError> {
 
 /// 504 for a resourceVersion newer than the store's (as the API server's
 /// watch cache answers after waiting for it in vain).
-pub fn too_large_resource_version(requested: u64, current: u64) -> ApiError {
+pub(crate) fn too_large_resource_version(requested: u64, current: u64) -> ApiError {
     let mut err = ApiError::new(
         504,
         "Timeout",

@@ -28,14 +28,14 @@ use crate::shared::Shared;
 use crate::store::{Subscription, WatchStart};
 
 /// How often BOOKMARK events are sent when the client allows them.
-pub const BOOKMARK_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const BOOKMARK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Chunks are flushed once they reach this size.
 const CHUNK: usize = 64 * 1024;
 
 /// Which events a watcher sees and how they are shown.
 #[derive(Debug)]
-pub struct Filter {
+pub(crate) struct Filter {
     /// Only objects in this namespace.
     pub namespace: Option<String>,
     /// Label and field selectors.
@@ -52,7 +52,7 @@ impl Filter {
     }
 
     /// The line this watcher gets for an event, if any.
-    pub fn apply(&self, ev: &WatchEvent) -> Option<Bytes> {
+    pub(crate) fn apply(&self, ev: &WatchEvent) -> Option<Bytes> {
         if !self.in_namespace(&ev.object) {
             return None;
         }
@@ -81,7 +81,7 @@ impl Filter {
     }
 
     /// The line for a synthetic ADDED of a current object, if it matches.
-    pub fn initial(&self, obj: &Value) -> Option<Bytes> {
+    pub(crate) fn initial(&self, obj: &Value) -> Option<Bytes> {
         if !self.in_namespace(obj) {
             return None;
         }
@@ -94,7 +94,7 @@ impl Filter {
 
 /// A watch request's options.
 #[derive(Debug)]
-pub struct WatchOptions {
+pub(crate) struct WatchOptions {
     /// Send BOOKMARK events.
     pub bookmarks: bool,
     /// End the stream after this long.
@@ -246,10 +246,11 @@ impl WatchStream {
 }
 
 /// The body of a watch: a stream of chunks.
-pub type WatchBody = futures::stream::BoxStream<'static, Result<Bytes, std::convert::Infallible>>;
+pub(crate) type WatchBody =
+    futures::stream::BoxStream<'static, Result<Bytes, std::convert::Infallible>>;
 
 /// Starts a watch stream for a subscription.
-pub fn stream(
+pub(crate) fn stream(
     shared: Arc<Shared>,
     def: Arc<ResourceDef>,
     filter: Filter,
@@ -292,7 +293,7 @@ pub fn stream(
 }
 
 /// A stream that reports one error (e.g. 410 Gone) as an ERROR event, then ends.
-pub fn error_stream(err: &ApiError) -> WatchBody {
+pub(crate) fn error_stream(err: &ApiError) -> WatchBody {
     let line = events::error(&err.to_status());
     Box::pin(futures::stream::iter([Ok(line)]))
 }

@@ -5,7 +5,7 @@ use kopf_runtime as kopf;
 
 /// Counts ConfigMaps in an index.
 #[kopf::index(ConfigMap)]
-pub async fn configmaps_by_namespace(
+pub(crate) async fn configmaps_by_namespace(
     namespace: Option<&str>,
     name: &str,
 ) -> kopf::Result<serde_json::Value> {
@@ -14,4 +14,4 @@ pub async fn configmaps_by_namespace(
 
 /// Says goodbye.
 #[kopf::on_cleanup]
-pub fn goodbye() {}
+pub(crate) fn goodbye() {}

@@ -4,13 +4,13 @@
 #![allow(dead_code)] // each test binary uses a part
 
 use kopf_tests::process::assert_explained;
-pub use kopf_tests::process::{Example, at, free_port};
+pub(crate) use kopf_tests::process::{Example, at, free_port};
 
 /// Generated rules that a run may leave unused, and why they must stay:
 /// Events are posted only by explicit `posting::*` calls, the runtime's
 /// reports (tasks that will not stop, undecodable objects) and, with
 /// `settings.posting.loggers`, handlers' log lines.
-pub const EVENTS_MAY_BE_UNUSED: (&str, &str) = (
+pub(crate) const EVENTS_MAY_BE_UNUSED: (&str, &str) = (
     r#""resources":["events"]"#,
     "Events are posted only when a handler posts one or the runtime reports a problem",
 );
@@ -18,7 +18,7 @@ pub const EVENTS_MAY_BE_UNUSED: (&str, &str) = (
 /// The `status` subresource is written only when a handler returns a
 /// result or patches `status`; the operator cannot know beforehand
 /// whether its handlers will.
-pub const STATUS_MAY_BE_UNUSED: (&str, &str) = (
+pub(crate) const STATUS_MAY_BE_UNUSED: (&str, &str) = (
     r#"/status"]"#,
     "status is written only when a handler returns a result or patches it",
 );
@@ -27,7 +27,7 @@ pub const STATUS_MAY_BE_UNUSED: (&str, &str) = (
 /// of its own lists, as unused (after [`kopf_examples::UNUSED_RULES`]),
 /// only rules that `allowed` names (as
 /// [`Example::assert_every_rule_used`]).
-pub fn assert_printed_rules_used(name: &str, output: &str, allowed: &[(&str, &str)]) {
+pub(crate) fn assert_printed_rules_used(name: &str, output: &str, allowed: &[(&str, &str)]) {
     let line = output
         .lines()
         .find_map(|line| line.strip_prefix(kopf_examples::UNUSED_RULES))

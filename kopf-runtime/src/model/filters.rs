@@ -27,12 +27,12 @@ pub const PRESENT: Marker = Marker::Present;
 pub const ABSENT: Marker = Marker::Absent;
 
 /// A callback deciding on a label or annotation value (`None` when absent).
-pub type MetaCallback = Arc<dyn Fn(Option<&str>, &Kwargs) -> bool + Send + Sync>;
+pub(crate) type MetaCallback = Arc<dyn Fn(Option<&str>, &Kwargs) -> bool + Send + Sync>;
 /// A callback deciding on a field value (`None` when absent, `Some(&Value::Null)`
 /// for a present `null`).
-pub type ValueCallback = Arc<dyn Fn(Option<&Value>, &Kwargs) -> bool + Send + Sync>;
+pub(crate) type ValueCallback = Arc<dyn Fn(Option<&Value>, &Kwargs) -> bool + Send + Sync>;
 /// A `when` callback deciding on the whole invocation.
-pub type WhenCallback = Arc<dyn Fn(&Kwargs) -> bool + Send + Sync>;
+pub(crate) type WhenCallback = Arc<dyn Fn(&Kwargs) -> bool + Send + Sync>;
 
 /// The condition on one label or annotation.
 #[derive(Clone)]

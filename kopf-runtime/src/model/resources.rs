@@ -513,12 +513,12 @@ pub(crate) struct Discovered {
 
 impl Discovered {
     /// Whether the API serves `verb` for the resource.
-    pub fn supports(&self, verb: &str) -> bool {
+    pub(crate) fn supports(&self, verb: &str) -> bool {
         self.verbs.iter().any(|v| v == verb)
     }
 
     /// `group/version`, or `version` for the core group.
-    pub fn api_version(&self) -> String {
+    pub(crate) fn api_version(&self) -> String {
         if self.group.is_empty() {
             self.version.clone()
         } else {

@@ -18,7 +18,7 @@ use crate::model::handlers::Options;
 
 /// What a failed request means for the caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorClass {
+pub(crate) enum ErrorClass {
     /// `404 Not Found`: the object (or resource) is not there.
     NotFound,
     /// `409 Conflict`: a concurrent change; re-read and retry.
@@ -38,7 +38,7 @@ pub enum ErrorClass {
 }
 
 /// Classify a kube client error.
-pub fn classify(error: &kube::Error) -> ErrorClass {
+pub(crate) fn classify(error: &kube::Error) -> ErrorClass {
     match error {
         kube::Error::Api(status) => classify_status(status),
         kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => {
@@ -49,7 +49,7 @@ pub fn classify(error: &kube::Error) -> ErrorClass {
 }
 
 /// Classify an API `Status` (from an error answer or a watch `ERROR` event).
-pub fn classify_status(status: &Status) -> ErrorClass {
+pub(crate) fn classify_status(status: &Status) -> ErrorClass {
     match status.code {
         404 => ErrorClass::NotFound,
         409 => ErrorClass::Conflict,
@@ -65,7 +65,7 @@ pub fn classify_status(status: &Status) -> ErrorClass {
 }
 
 /// The server's suggested delay (`details.retryAfterSeconds`), if any.
-pub fn retry_after(status: &Status) -> Option<Duration> {
+pub(crate) fn retry_after(status: &Status) -> Option<Duration> {
     status
         .details
         .as_ref()
@@ -79,7 +79,7 @@ pub fn retry_after(status: &Status) -> Option<Duration> {
 /// [`Self::next_delay`] gives the next configured delay, or the server's hint
 /// instead when there is one; [`Self::reset`] starts over after a success.
 #[derive(Debug, Clone)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     delays: Vec<Duration>,
     attempt: usize,
     repeat_last: bool,
@@ -88,7 +88,7 @@ pub struct Backoff {
 impl Backoff {
     /// A finite backoff: `delays.len()` retries, then [`Self::next_delay`]
     /// returns `None`.
-    pub fn limited(delays: &[Duration]) -> Self {
+    pub(crate) fn limited(delays: &[Duration]) -> Self {
         Self {
             delays: delays.to_vec(),
             attempt: 0,
@@ -98,7 +98,7 @@ impl Backoff {
 
     /// An endless backoff: after the listed delays, the last one repeats
     /// (1 s if the list is empty).
-    pub fn endless(delays: &[Duration]) -> Self {
+    pub(crate) fn endless(delays: &[Duration]) -> Self {
         Self {
             delays: delays.to_vec(),
             attempt: 0,
@@ -108,7 +108,7 @@ impl Backoff {
 
     /// The delay before the next attempt, or `None` when retries are used up.
     /// A server hint replaces the configured delay but still uses up a retry.
-    pub fn next_delay(&mut self, server_hint: Option<Duration>) -> Option<Duration> {
+    pub(crate) fn next_delay(&mut self, server_hint: Option<Duration>) -> Option<Duration> {
         let configured = match self.delays.get(self.attempt) {
             Some(delay) => *delay,
             None if self.repeat_last => self
@@ -123,12 +123,12 @@ impl Backoff {
     }
 
     /// How many delays were handed out since the last reset.
-    pub fn attempts(&self) -> usize {
+    pub(crate) fn attempts(&self) -> usize {
         self.attempt
     }
 
     /// Start over (after a successful attempt).
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.attempt = 0;
     }
 }

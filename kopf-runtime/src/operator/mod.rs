@@ -506,7 +506,7 @@ fn log_urls(endpoints: &Endpoints) {
 }
 
 /// Completes on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         if let Err(error) = tokio::signal::ctrl_c().await {
             tracing::error!(%error, "cannot listen for SIGINT");

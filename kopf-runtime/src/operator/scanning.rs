@@ -61,7 +61,7 @@ pub(crate) enum Groups {
 
 impl Groups {
     /// The groups `selectors` can match.
-    pub fn of<'a>(selectors: impl IntoIterator<Item = &'a ResourceRef>) -> Self {
+    pub(crate) fn of<'a>(selectors: impl IntoIterator<Item = &'a ResourceRef>) -> Self {
         let mut groups = BTreeSet::new();
         for selector in selectors {
             match selector.group() {
@@ -73,7 +73,7 @@ impl Groups {
     }
 
     /// Whether `group` is among them.
-    pub fn includes(&self, group: &str) -> bool {
+    pub(crate) fn includes(&self, group: &str) -> bool {
         match self {
             Self::All => true,
             Self::Only(groups) => groups.contains(group),
@@ -81,12 +81,12 @@ impl Groups {
     }
 
     /// Whether no group is among them.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         matches!(self, Self::Only(groups) if groups.is_empty())
     }
 
     /// Adds `other`'s groups.
-    pub fn add(&mut self, other: &Self) {
+    pub(crate) fn add(&mut self, other: &Self) {
         match (&mut *self, other) {
             (Self::All, _) => {}
             (_, Self::All) => *self = Self::All,

@@ -77,7 +77,7 @@ use crate::watching::decoding;
 
 /// Where the last handled essence lives: Kopf's `AnnotationsDiffBaseStorage`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DiffBaseStorage {
+pub(crate) struct DiffBaseStorage {
     keys: AnnotationKeys,
     name: String,
     ignored_fields: Vec<Vec<String>>,
@@ -96,7 +96,7 @@ impl DiffBaseStorage {
     /// The storage as the persistence settings configure it: the
     /// `diffbase_key` is split into the prefix and the name at the last `/`
     /// (a key without `/` uses the progress prefix).
-    pub fn from_settings(settings: &PersistenceSettings) -> Self {
+    pub(crate) fn from_settings(settings: &PersistenceSettings) -> Self {
         let (prefix, name) = match settings.diffbase_key.rsplit_once('/') {
             Some((prefix, name)) => (prefix.to_owned(), name.to_owned()),
             None => (
@@ -114,7 +114,7 @@ impl DiffBaseStorage {
 
     #[cfg(test)]
     /// Also drop these dotted fields (e.g. `spec.replicas`) from essences.
-    pub fn with_ignored_fields<I: IntoIterator<Item = S>, S: AsRef<str>>(
+    pub(crate) fn with_ignored_fields<I: IntoIterator<Item = S>, S: AsRef<str>>(
         mut self,
         fields: I,
     ) -> Self {
@@ -131,7 +131,7 @@ impl DiffBaseStorage {
     /// essence. Only what an essence would not keep anyway is remembered:
     /// fields under `apiVersion`, `kind`, `status`, or `metadata` but for
     /// `metadata.labels`. Without such fields, essences cost nothing more.
-    pub fn with_extra_fields<I: IntoIterator<Item = S>, S: AsRef<str>>(
+    pub(crate) fn with_extra_fields<I: IntoIterator<Item = S>, S: AsRef<str>>(
         mut self,
         fields: I,
     ) -> Self {
@@ -145,12 +145,12 @@ impl DiffBaseStorage {
     }
 
     /// The annotation keys of the diff-base on `body` (v2, then v1 if different).
-    pub fn keys(&self, body: &Value) -> Arc<[String]> {
+    pub(crate) fn keys(&self, body: &Value) -> Arc<[String]> {
         self.keys.make_keys(&self.name, body)
     }
 
     /// The essence of `body`, with the [extra fields](Self::with_extra_fields).
-    pub fn build(&self, body: &Value) -> Value {
+    pub(crate) fn build(&self, body: &Value) -> Value {
         // Inserted one by one: collecting would gather and sort the few
         // fields in a vector first.
         let mut essence = Map::new();
@@ -208,7 +208,7 @@ impl DiffBaseStorage {
 
     /// The stored essence, if any. A malformed annotation is logged as a
     /// warning and treated as absent.
-    pub fn fetch(&self, body: &Value) -> Option<Value> {
+    pub(crate) fn fetch(&self, body: &Value) -> Option<Value> {
         for key in self.keys(body).iter() {
             let Some(encoded) = resolve_field(body, &["metadata", "annotations", key.as_str()])
             else {
@@ -241,7 +241,7 @@ impl DiffBaseStorage {
     /// The text is the one Kopf writes for the same essence: the same
     /// keys in the same order, the same escapes and numbers (see
     /// [Kopf's format](self#kopfs-format)).
-    pub fn store(&self, body: &Value, essence: &Value, patch: &mut Value) -> String {
+    pub(crate) fn store(&self, body: &Value, essence: &Value, patch: &mut Value) -> String {
         let keys = self.keys(body);
         let order = self.key_order(body);
         let mut encoded = encoding::encode(essence, &order);
@@ -263,7 +263,7 @@ impl DiffBaseStorage {
 
     /// Whether `body` holds `encoded` (as [`store`](Self::store) returned
     /// it) as its diff-base, under every key.
-    pub fn holds(&self, body: &Value, encoded: &str) -> bool {
+    pub(crate) fn holds(&self, body: &Value, encoded: &str) -> bool {
         let annotations = resolve_field(body, &["metadata", "annotations"]);
         self.keys(body).iter().all(|key| {
             annotations
@@ -281,7 +281,7 @@ impl DiffBaseStorage {
     /// everything under the `progress` storage's prefix). Fields an essence
     /// drops otherwise (ignored fields, other operators' annotations) count
     /// too, so `false` only means "maybe not": build the essences then.
-    pub fn same_essence(&self, a: &Value, b: &Value, progress: &ProgressStorage) -> bool {
+    pub(crate) fn same_essence(&self, a: &Value, b: &Value, progress: &ProgressStorage) -> bool {
         let (Some(a_map), Some(b_map)) = (a.as_object(), b.as_object()) else {
             return false;
         };
@@ -338,7 +338,7 @@ impl DiffBaseStorage {
     /// (where handlers' results go) but for the extra fields. The object
     /// patched with it has the same essence as `body`, and the same fields
     /// besides.
-    pub fn only_bookkeeping(
+    pub(crate) fn only_bookkeeping(
         &self,
         body: &Value,
         patch: &Value,
@@ -408,7 +408,11 @@ impl DiffBaseStorage {
 
     /// The old (stored) and new (current) essences as Kopf's processing
     /// computes them: both cleared of the progress storage's fields.
-    pub fn essences(&self, body: &Value, progress: &ProgressStorage) -> (Option<Value>, Value) {
+    pub(crate) fn essences(
+        &self,
+        body: &Value,
+        progress: &ProgressStorage,
+    ) -> (Option<Value>, Value) {
         let new = progress.clear(self.build(body));
         let old = self.fetch(body).map(|old| {
             let mut old = progress.clear(old);
@@ -421,7 +425,7 @@ impl DiffBaseStorage {
 
 /// The API server's limit on the annotations of one object: keys and
 /// values together.
-pub const ANNOTATIONS_LIMIT: usize = 256 * 1024;
+pub(crate) const ANNOTATIONS_LIMIT: usize = 256 * 1024;
 
 /// What is kept free of the annotations for the progress records that the
 /// same patch may write.
@@ -587,7 +591,7 @@ fn touches(patch: &Value, path: &[String]) -> bool {
 #[cfg(test)]
 /// Kopf's `diff(a, b)` between two essences; `null` means absent.
 /// See [`Diff`](crate::Diff) for the order and the wire form.
-pub fn diff(old: &Value, new: &Value) -> crate::model::kwargs::Diff {
+pub(crate) fn diff(old: &Value, new: &Value) -> crate::model::kwargs::Diff {
     crate::model::kwargs::Diff::between(Some(old), Some(new))
 }
 

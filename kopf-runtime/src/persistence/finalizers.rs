@@ -23,15 +23,15 @@ use crate::model::handlers::Handler;
 use crate::model::kwargs::Logger;
 
 /// The finalizer written by Kopf versions before 1.0; removed along with ours.
-pub const LEGACY_FINALIZER: &str = "KopfFinalizerMarker";
+pub(crate) const LEGACY_FINALIZER: &str = "KopfFinalizerMarker";
 
 /// Whether the object is being deleted (`metadata.deletionTimestamp` is set).
-pub fn is_deletion_ongoing(body: &Value) -> bool {
+pub(crate) fn is_deletion_ongoing(body: &Value) -> bool {
     resolve_field(body, &["metadata", "deletionTimestamp"]).is_some_and(|v| !v.is_null())
 }
 
 /// Whether `finalizer` (or the legacy marker, as in Kopf) is on the object.
-pub fn is_deletion_blocked(body: &Value, finalizer: &str) -> bool {
+pub(crate) fn is_deletion_blocked(body: &Value, finalizer: &str) -> bool {
     resolve_field(body, &["metadata", "finalizers"])
         .and_then(Value::as_array)
         .is_some_and(|list| list.iter().any(|f| f == finalizer || f == LEGACY_FINALIZER))
@@ -39,7 +39,7 @@ pub fn is_deletion_blocked(body: &Value, finalizer: &str) -> bool {
 
 /// Adds or removes `finalizer` (and the legacy marker) in a merge patch,
 /// conditional on the object's `resourceVersion`.
-pub fn merge_patch(body: &Value, patch: &mut Value, finalizer: &str, present: bool) {
+pub(crate) fn merge_patch(body: &Value, patch: &mut Value, finalizer: &str, present: bool) {
     let mut list: Vec<Value> = resolve_field(body, &["metadata", "finalizers"])
         .and_then(Value::as_array)
         .cloned()
@@ -63,7 +63,7 @@ pub fn merge_patch(body: &Value, patch: &mut Value, finalizer: &str, present: bo
 
 /// What to do with the operator's finalizer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// Add it, before any handler runs: the step ends with this patch.
     Add,
     /// Keep it: the deletion waits for handlers or tasks still at work.
@@ -74,7 +74,7 @@ pub enum Action {
 
 /// Where an object stands with the operator's finalizer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Finalizing<'a> {
+pub(crate) struct Finalizing<'a> {
     /// The operator's finalizer.
     finalizer: &'a str,
     /// `metadata.deletionTimestamp` is set.
@@ -85,7 +85,7 @@ pub struct Finalizing<'a> {
 
 impl<'a> Finalizing<'a> {
     /// The state of `body` with respect to `finalizer`.
-    pub fn of(body: &Value, finalizer: &'a str) -> Self {
+    pub(crate) fn of(body: &Value, finalizer: &'a str) -> Self {
         Self {
             finalizer,
             deleting: is_deletion_ongoing(body),
@@ -94,13 +94,13 @@ impl<'a> Finalizing<'a> {
     }
 
     /// Whether the object is being deleted.
-    pub fn deleting(self) -> bool {
+    pub(crate) fn deleting(self) -> bool {
         self.deleting
     }
 
     /// Whether the object's deletion waits on the operator's finalizer (or
     /// the legacy marker).
-    pub fn holds_deletion(self) -> bool {
+    pub(crate) fn holds_deletion(self) -> bool {
         self.deleting && self.held
     }
 
@@ -108,7 +108,10 @@ impl<'a> Finalizing<'a> {
     /// [`Action::Add`] if one needs the finalizer and it is missing,
     /// [`Action::Release`] if it is there and none needs it any more.
     /// Nothing during a deletion (see [`on_cleanup`](Self::on_cleanup)).
-    pub fn on_apply<'h>(self, serving: impl IntoIterator<Item = &'h Handler>) -> Option<Action> {
+    pub(crate) fn on_apply<'h>(
+        self,
+        serving: impl IntoIterator<Item = &'h Handler>,
+    ) -> Option<Action> {
         if self.deleting {
             return None;
         }
@@ -124,7 +127,7 @@ impl<'a> Finalizing<'a> {
     /// not done or tasks of finalizer-keeping daemons and timers still run,
     /// then [`Action::Release`]. Nothing when the object is not being
     /// deleted or does not hold the finalizer.
-    pub fn on_cleanup(self, handlers_done: bool, tasks_running: bool) -> Option<Action> {
+    pub(crate) fn on_cleanup(self, handlers_done: bool, tasks_running: bool) -> Option<Action> {
         if !self.deleting || !self.held {
             return None;
         }
@@ -137,7 +140,7 @@ impl<'a> Finalizing<'a> {
 
     /// Writes an [`Action::Add`] or [`Action::Release`] into `patch` (built
     /// against `body`), and says why in the object's log.
-    pub fn enact(self, action: Action, body: &Value, patch: &mut Value, logger: &Logger) {
+    pub(crate) fn enact(self, action: Action, body: &Value, patch: &mut Value, logger: &Logger) {
         let message = match (action, self.deleting) {
             (Action::Keep, _) => return,
             (Action::Add, _) => "Adding the finalizer, thus preventing the actual deletion.",

@@ -44,7 +44,7 @@ use crate::watching::decoding;
 
 /// A failure to patch an object.
 #[derive(Debug, thiserror::Error)]
-pub enum PatchError {
+pub(crate) enum PatchError {
     /// `409 Conflict`: a concurrent change; re-read the object and retry.
     #[error("conflict patching {name}: {}", .status.message)]
     Conflict {
@@ -95,7 +95,7 @@ pub enum PatchError {
 /// The result of a patch that the server answered: the object decoded as
 /// `T` (the whole JSON body by default).
 #[derive(Debug, Clone)]
-pub enum PatchOutcome<T = Value> {
+pub(crate) enum PatchOutcome<T = Value> {
     /// The object as it is after the patch, as the server sent it.
     Patched(Box<T>),
     /// The object does not exist any more (`404`).
@@ -105,7 +105,7 @@ pub enum PatchOutcome<T = Value> {
 impl<T> PatchOutcome<T> {
     #[cfg(test)]
     /// The patched object, if it still exists.
-    pub fn object(&self) -> Option<&T> {
+    pub(crate) fn object(&self) -> Option<&T> {
         match self {
             Self::Patched(obj) => Some(obj),
             Self::Gone => None,
@@ -116,7 +116,7 @@ impl<T> PatchOutcome<T> {
 /// The `metadata.resourceVersion` of an object, and nothing else of it: the
 /// answer to decode with [`Patcher::merge_as`] when only the version matters.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-pub struct ObjectVersion {
+pub(crate) struct ObjectVersion {
     #[serde(default)]
     metadata: ObjectVersionMeta,
 }
@@ -130,19 +130,19 @@ struct ObjectVersionMeta {
 impl ObjectVersion {
     #[cfg(test)]
     /// The object's `resourceVersion`, if it has one.
-    pub fn resource_version(&self) -> Option<&str> {
+    pub(crate) fn resource_version(&self) -> Option<&str> {
         self.metadata.resource_version.as_deref()
     }
 
     /// Takes the `resourceVersion` out.
-    pub fn into_resource_version(self) -> Option<String> {
+    pub(crate) fn into_resource_version(self) -> Option<String> {
         self.metadata.resource_version
     }
 }
 
 /// Which object to patch.
 #[derive(Debug, Clone)]
-pub struct PatchTarget {
+pub(crate) struct PatchTarget {
     /// The object's resource (shared: every patch of every object of it
     /// names it).
     pub resource: Arc<ApiResource>,
@@ -157,7 +157,7 @@ pub struct PatchTarget {
 impl PatchTarget {
     #[cfg(test)]
     /// The target for `obj` (its namespace and name) of `resource`.
-    pub fn for_object(
+    pub(crate) fn for_object(
         obj: &kube::api::DynamicObject,
         resource: impl Into<Arc<ApiResource>>,
         status_subresource: bool,
@@ -172,7 +172,7 @@ impl PatchTarget {
 
     /// The target for the object whose JSON `body` this is (its namespace
     /// and name) of `resource`; `None` without a name.
-    pub fn for_body(
+    pub(crate) fn for_body(
         body: &Value,
         resource: impl Into<Arc<ApiResource>>,
         status_subresource: bool,
@@ -218,7 +218,7 @@ impl PatchTarget {
 
 /// Sends patches with retries; cheap to clone.
 #[derive(Clone)]
-pub struct Patcher {
+pub(crate) struct Patcher {
     client: Client,
     backoffs: Vec<Duration>,
     request_timeout: Option<Duration>,
@@ -235,7 +235,7 @@ impl std::fmt::Debug for Patcher {
 
 impl Patcher {
     /// A patcher retrying as `settings.error_backoffs` says.
-    pub fn new(client: Client, settings: &NetworkingSettings) -> Self {
+    pub(crate) fn new(client: Client, settings: &NetworkingSettings) -> Self {
         Self {
             client,
             backoffs: settings.error_backoffs.clone(),
@@ -251,7 +251,7 @@ impl Patcher {
     /// # Errors
     ///
     /// [`PatchError`] as described in the [module docs](self).
-    pub async fn merge(
+    pub(crate) async fn merge(
         &self,
         target: &PatchTarget,
         patch: &Value,
@@ -267,7 +267,7 @@ impl Patcher {
     ///
     /// [`PatchError`] as described in the [module docs](self); an answer
     /// that does not decode as `T` is [`PatchError::Request`].
-    pub async fn merge_as<T: DeserializeOwned>(
+    pub(crate) async fn merge_as<T: DeserializeOwned>(
         &self,
         target: &PatchTarget,
         patch: &Value,
@@ -323,7 +323,7 @@ impl Patcher {
     /// # Errors
     ///
     /// [`PatchError`] as described in the [module docs](self).
-    pub async fn json(
+    pub(crate) async fn json(
         &self,
         target: &PatchTarget,
         patch: &json_patch::Patch,
@@ -467,7 +467,7 @@ fn decode<T: DeserializeOwned>(
 /// Split a merge patch into the main part and the `status` part (if the
 /// resource has the subresource); empty parts are `None`. A patch that is
 /// not split is its own main part, borrowed rather than copied.
-pub fn split_status(
+pub(crate) fn split_status(
     patch: &Value,
     status_subresource: bool,
 ) -> (Option<Cow<'_, Value>>, Option<Value>) {
@@ -501,7 +501,7 @@ pub fn split_status(
 
 /// Where a resource's objects live, as discovery says.
 #[derive(Debug, Clone)]
-pub struct ResourceTarget {
+pub(crate) struct ResourceTarget {
     /// The API resource (shared with the patches of its objects).
     pub api: Arc<kube::core::ApiResource>,
     /// Whether objects live in namespaces.

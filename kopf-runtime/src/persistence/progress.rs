@@ -31,7 +31,7 @@ use crate::fields::{ensure_field, remove_field, resolve_field, resolve_field_mut
 use crate::settings::PersistenceSettings;
 
 /// The kubectl annotation that never counts as part of an object's essence.
-pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+pub(crate) const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Markers that identify an annotation prefix as owned by a Kopf-based operator.
 const KNOWN_MARKERS: &[&str] = &["kopf-managed"];
@@ -47,7 +47,7 @@ const MAX_NAME_LENGTH: usize = 63;
 /// Absent fields are not written (Kopf's non-verbose mode).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct ProgressRecord {
+pub(crate) struct ProgressRecord {
     /// When the handler was first called.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub started: Option<String>,
@@ -79,29 +79,29 @@ pub struct ProgressRecord {
 
 impl ProgressRecord {
     /// Whether the handler is done for this cycle (succeeded or failed).
-    pub fn is_finished(&self) -> bool {
+    pub(crate) fn is_finished(&self) -> bool {
         self.success == Some(true) || self.failure == Some(true)
     }
 
     /// [`Self::started`], parsed.
-    pub fn started_at(&self) -> Option<jiff::Timestamp> {
+    pub(crate) fn started_at(&self) -> Option<jiff::Timestamp> {
         self.started.as_deref().and_then(parse_timestamp)
     }
 
     /// [`Self::delayed`], parsed.
-    pub fn delayed_until(&self) -> Option<jiff::Timestamp> {
+    pub(crate) fn delayed_until(&self) -> Option<jiff::Timestamp> {
         self.delayed.as_deref().and_then(parse_timestamp)
     }
 
     /// The compact JSON Kopf stores (no spaces, absent fields omitted).
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         serde_json::to_string(self)
             .expect("invariant: a record of strings, ints and bools serializes")
     }
 }
 
 /// Parse a Kopf timestamp: ISO 8601 with an offset or `Z`, or naive (UTC).
-pub fn parse_timestamp(text: &str) -> Option<jiff::Timestamp> {
+pub(crate) fn parse_timestamp(text: &str) -> Option<jiff::Timestamp> {
     if let Ok(ts) = text.parse::<jiff::Timestamp>() {
         return Some(ts);
     }
@@ -113,7 +113,7 @@ pub fn parse_timestamp(text: &str) -> Option<jiff::Timestamp> {
 }
 
 /// Format a timestamp as Kopf does: `2020-02-14T16:58:25.396364+00:00`.
-pub fn format_timestamp(ts: jiff::Timestamp) -> String {
+pub(crate) fn format_timestamp(ts: jiff::Timestamp) -> String {
     // The civil time's own printer, microseconds by precision: no format
     // string to parse for every record.
     let utc = jiff::tz::TimeZone::UTC.to_datetime(ts);
@@ -122,7 +122,7 @@ pub fn format_timestamp(ts: jiff::Timestamp) -> String {
 
 /// Kopf's annotation key forming (v1 and v2 keys, hash suffixes, markers).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AnnotationKeys {
+pub(crate) struct AnnotationKeys {
     prefix: String,
     v1: bool,
     /// Keys already formed, by marked name: forming them hashes and formats,
@@ -169,7 +169,7 @@ impl Eq for FormedKeys {}
 
 impl AnnotationKeys {
     /// Keys under `prefix` (e.g. `kopf.zalando.org`), also v1 keys if `v1`.
-    pub fn new(prefix: impl Into<String>, v1: bool) -> Self {
+    pub(crate) fn new(prefix: impl Into<String>, v1: bool) -> Self {
         Self {
             prefix: prefix.into(),
             v1,
@@ -178,13 +178,13 @@ impl AnnotationKeys {
     }
 
     /// The prefix, without the `/`.
-    pub fn prefix(&self) -> &str {
+    pub(crate) fn prefix(&self) -> &str {
         &self.prefix
     }
 
     /// All annotation keys for `name` on `body`: the v2 key first, then the
     /// v1 key if enabled and different.
-    pub fn make_keys(&self, name: &str, body: &Value) -> Arc<[String]> {
+    pub(crate) fn make_keys(&self, name: &str, body: &Value) -> Arc<[String]> {
         self.formed.get_or_form(&mark_key(name, body), |marked| {
             let v2 = self.v2_key(marked);
             let mut keys = vec![v2];
@@ -199,7 +199,7 @@ impl AnnotationKeys {
     }
 
     /// Kopf's `make_v2_key`: only the name part is limited to 63 characters.
-    pub fn v2_key(&self, key: &str) -> String {
+    pub(crate) fn v2_key(&self, key: &str) -> String {
         let suffix = if key.chars().count() > MAX_NAME_LENGTH {
             make_suffix(key)
         } else {
@@ -211,7 +211,7 @@ impl AnnotationKeys {
     }
 
     /// Kopf's `make_v1_key`: the whole key is limited to 63 characters.
-    pub fn v1_key(&self, key: &str) -> String {
+    pub(crate) fn v1_key(&self, key: &str) -> String {
         let safe = make_safe_key(key);
         let prefix = format!("{}/", self.prefix);
         let room = MAX_NAME_LENGTH.saturating_sub(prefix.len());
@@ -229,7 +229,7 @@ impl AnnotationKeys {
 
     /// Add the `<prefix>/kopf-managed: yes` marker to `patch` unless the
     /// prefix is Kopf's own or the marker is there already.
-    pub fn store_marker(&self, body: &Value, patch: &mut Value) {
+    pub(crate) fn store_marker(&self, body: &Value, patch: &mut Value) {
         if self.prefix.is_empty() || self.prefix.starts_with("kopf.") {
             return;
         }
@@ -242,7 +242,7 @@ impl AnnotationKeys {
 }
 
 /// Kopf's `make_safe_key`: `/` → `.`, `<` and `>` → `_`.
-pub fn make_safe_key(key: &str) -> String {
+pub(crate) fn make_safe_key(key: &str) -> String {
     key.chars()
         .map(|c| match c {
             '/' => '.',
@@ -283,7 +283,7 @@ fn make_suffix(key: &str) -> String {
 
 /// Prefixes of annotations written by Kopf-based operators (any of them),
 /// as Kopf's `_detect_marked_prefixes`.
-pub fn detect_marked_prefixes<'a>(keys: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+pub(crate) fn detect_marked_prefixes<'a>(keys: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     let mut prefixes: Vec<String> = Vec::new();
     for key in keys {
         let Some((prefix, name)) = key.split_once('/') else {
@@ -326,7 +326,7 @@ pub(crate) fn remove_empty_stanzas(essence: &mut Value) {
 /// Where handlers' progress lives: Kopf's default `SmartProgressStorage`
 /// (annotations read and written; `status.kopf.progress` read and purged).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProgressStorage {
+pub(crate) struct ProgressStorage {
     keys: AnnotationKeys,
     touch_key: String,
 }
@@ -342,7 +342,7 @@ impl Default for ProgressStorage {
 
 impl ProgressStorage {
     /// The storage as the persistence settings configure it.
-    pub fn from_settings(settings: &PersistenceSettings) -> Self {
+    pub(crate) fn from_settings(settings: &PersistenceSettings) -> Self {
         Self {
             keys: AnnotationKeys::new(settings.progress_prefix.clone(), settings.progress_v1_keys),
             touch_key: "touch-dummy".into(),
@@ -350,7 +350,7 @@ impl ProgressStorage {
     }
 
     /// The key forming used for the annotations.
-    pub fn keys(&self) -> &AnnotationKeys {
+    pub(crate) fn keys(&self) -> &AnnotationKeys {
         &self.keys
     }
 
@@ -359,7 +359,7 @@ impl ProgressStorage {
     /// Annotations (v2 key, then v1) come first, then the legacy
     /// `status.kopf.progress.<id>`. A record that is not a JSON object of the
     /// expected shape is logged as a warning and treated as absent.
-    pub fn fetch(&self, id: &str, body: &Value) -> Option<ProgressRecord> {
+    pub(crate) fn fetch(&self, id: &str, body: &Value) -> Option<ProgressRecord> {
         for key in self.keys.make_keys(id, body).iter() {
             let Some(encoded) = resolve_field(body, &["metadata", "annotations", key.as_str()])
             else {
@@ -390,7 +390,7 @@ impl ProgressStorage {
     }
 
     /// Write `record` of handler `id` into the merge `patch`.
-    pub fn store(&self, id: &str, record: &ProgressRecord, body: &Value, patch: &mut Value) {
+    pub(crate) fn store(&self, id: &str, record: &ProgressRecord, body: &Value, patch: &mut Value) {
         let encoded = Value::String(record.encode());
         for key in self.keys.make_keys(id, body).iter() {
             ensure_field(
@@ -406,13 +406,13 @@ impl ProgressStorage {
     /// [`store`](Self::store) does (for a prefix other than Kopf's own):
     /// for a cause finished in the step that would store a record, whose
     /// records are purged instead.
-    pub fn mark_managed(&self, body: &Value, patch: &mut Value) {
+    pub(crate) fn mark_managed(&self, body: &Value, patch: &mut Value) {
         self.keys.store_marker(body, patch);
     }
 
     /// Remove handler `id`'s record: `null` for what the body has, and drop
     /// what only the patch was about to add.
-    pub fn purge(&self, id: &str, body: &Value, patch: &mut Value) {
+    pub(crate) fn purge(&self, id: &str, body: &Value, patch: &mut Value) {
         for key in self.keys.make_keys(id, body).iter() {
             purge_field(body, patch, &["metadata", "annotations", key.as_str()]);
         }
@@ -423,7 +423,7 @@ impl ProgressStorage {
     #[cfg(test)]
     /// Set (or with `None`, remove) the `touch-dummy` annotation if it differs
     /// from `value`; used to provoke a new watch event for the object.
-    pub fn touch(&self, body: &Value, patch: &mut Value, value: Option<&str>) {
+    pub(crate) fn touch(&self, body: &Value, patch: &mut Value, value: Option<&str>) {
         for key in self.keys.make_keys(&self.touch_key, body).iter() {
             let path = ["metadata", "annotations", key.as_str()];
             let current = resolve_field(body, &path).and_then(Value::as_str);
@@ -437,7 +437,7 @@ impl ProgressStorage {
 
     /// Remove this storage's own fields from an essence (Kopf's `clear`):
     /// every `<prefix>/…` annotation and `status.kopf.progress`.
-    pub fn clear(&self, mut essence: Value) -> Value {
+    pub(crate) fn clear(&self, mut essence: Value) -> Value {
         let prefix = self.keys.prefix.as_str();
         if let Some(annotations) = resolve_field_mut(&mut essence, &["metadata", "annotations"])
             .and_then(Value::as_object_mut)

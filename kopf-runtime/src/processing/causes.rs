@@ -12,7 +12,7 @@ use crate::persistence::finalizers;
 
 /// What the change handlers are to do with an object now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChangeCause {
+pub(crate) enum ChangeCause {
     /// Run the handlers of this reason (`create`, `update`, `delete`, `resume`).
     Handle(Reason),
     /// Nothing essential changed: store nothing, run nothing.
@@ -26,7 +26,7 @@ pub enum ChangeCause {
 
 /// The facts about one object that decide its cause.
 #[derive(Debug, Clone, Copy)]
-pub struct CauseInput<'a> {
+pub(crate) struct CauseInput<'a> {
     /// The object's current body.
     pub body: &'a Value,
     /// Whether the object is gone (a `DELETED` event, or missing after a re-list).
@@ -48,7 +48,7 @@ pub struct CauseInput<'a> {
 /// created even if first seen at start-up. An object with essential changes
 /// seen at start-up is updated, and the resume handlers run with the update
 /// handlers (see [`resume_mixes_in`]).
-pub fn detect(input: CauseInput<'_>) -> ChangeCause {
+pub(crate) fn detect(input: CauseInput<'_>) -> ChangeCause {
     if input.gone {
         return ChangeCause::Gone;
     }
@@ -76,7 +76,7 @@ pub fn detect(input: CauseInput<'_>) -> ChangeCause {
 /// Whether resume handlers run along with the handlers of `reason` (Kopf's
 /// "cuckoo" resuming: an object changed while the operator was down is both
 /// resumed and updated).
-pub fn resume_mixes_in(reason: Reason, initial: bool) -> bool {
+pub(crate) fn resume_mixes_in(reason: Reason, initial: bool) -> bool {
     initial && matches!(reason, Reason::Update | Reason::Resume)
 }
 

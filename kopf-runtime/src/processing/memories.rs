@@ -28,7 +28,7 @@ use crate::model::kwargs::{Memo, MemoBase};
 
 /// What the operator remembers about one live object.
 #[derive(Debug, Default)]
-pub struct ObjectMemory {
+pub(crate) struct ObjectMemory {
     /// The memo its handlers share.
     pub memo: Memo,
     noticed_by_listing: bool,
@@ -44,7 +44,7 @@ pub struct ObjectMemory {
 /// has nothing to handle: it is known without building and comparing the
 /// essences again.
 #[derive(Debug)]
-pub struct Handled {
+pub(crate) struct Handled {
     /// The body that was handled.
     pub body: Arc<Value>,
     /// The diff-base stored for it, as its annotation holds it.
@@ -54,24 +54,24 @@ pub struct Handled {
 impl ObjectMemory {
     /// Whether resume handlers are due (Kopf's `initial`): the object was
     /// first seen in a listing and not yet fully handled.
-    pub fn initial(&self) -> bool {
+    pub(crate) fn initial(&self) -> bool {
         self.noticed_by_listing && !self.fully_handled_once.load(Ordering::Relaxed)
     }
 
     /// Records that every change handler of the object is done once.
-    pub fn mark_fully_handled(&self) {
+    pub(crate) fn mark_fully_handled(&self) {
         self.fully_handled_once.store(true, Ordering::Relaxed);
     }
 
     /// Remembers the body just handled and the diff-base stored for it, until
     /// the next [`take_handled`](Self::take_handled).
-    pub fn remember_handled(&self, handled: Handled) {
+    pub(crate) fn remember_handled(&self, handled: Handled) {
         *self.lock_handled() = Some(Box::new(handled));
     }
 
     /// What [`remember_handled`](Self::remember_handled) left, if anything;
     /// it is forgotten here, so it is kept for one processing at most.
-    pub fn take_handled(&self) -> Option<Box<Handled>> {
+    pub(crate) fn take_handled(&self) -> Option<Box<Handled>> {
         self.lock_handled().take()
     }
 
@@ -83,7 +83,7 @@ impl ObjectMemory {
 
 /// The memories of one resource's objects, by UID; cheap to clone (shared).
 #[derive(Debug, Clone, Default)]
-pub struct Memories {
+pub(crate) struct Memories {
     objects: Arc<Mutex<HashMap<Box<str>, Arc<ObjectMemory>>>>,
     /// What every object's memo starts as.
     base: MemoBase,
@@ -91,7 +91,7 @@ pub struct Memories {
 
 impl Memories {
     /// Memories whose objects' memos start as forks of `base`.
-    pub fn new(base: MemoBase) -> Self {
+    pub(crate) fn new(base: MemoBase) -> Self {
         Self {
             objects: Arc::default(),
             base,
@@ -104,7 +104,7 @@ impl Memories {
 
     /// The memory of `uid`, created if it is new; `initial_listing` says
     /// whether the object is being seen in the operator's first listing.
-    pub fn recall(&self, uid: &str, initial_listing: bool) -> Arc<ObjectMemory> {
+    pub(crate) fn recall(&self, uid: &str, initial_listing: bool) -> Arc<ObjectMemory> {
         let mut objects = self.lock();
         if let Some(memory) = objects.get(uid) {
             return Arc::clone(memory);
@@ -120,18 +120,18 @@ impl Memories {
     }
 
     /// The memo of `uid` (for its daemons and timers), created if needed.
-    pub fn memo_of(&self, uid: &str) -> Memo {
+    pub(crate) fn memo_of(&self, uid: &str) -> Memo {
         self.recall(uid, false).memo.clone()
     }
 
     /// A memo as a new object's starts, for handlers of an object that is not
     /// remembered (one deleted before it was ever handled).
-    pub fn fresh_memo(&self) -> Memo {
+    pub(crate) fn fresh_memo(&self) -> Memo {
         self.base.fork()
     }
 
     /// Forgets `uid` (its object is gone); its memory, if there was one.
-    pub fn forget(&self, uid: &str) -> Option<Arc<ObjectMemory>> {
+    pub(crate) fn forget(&self, uid: &str) -> Option<Arc<ObjectMemory>> {
         self.lock().remove(uid)
     }
 
@@ -141,7 +141,7 @@ impl Memories {
     /// first seen in a listing, or it has been fully handled since). A fresh
     /// memory later is then the same as this one. Returns whether it was
     /// forgotten.
-    pub fn release_if_unused(&self, uid: &str) -> bool {
+    pub(crate) fn release_if_unused(&self, uid: &str) -> bool {
         let mut objects = self.lock();
         let unused = objects.get(uid).is_some_and(|memory| {
             Arc::strong_count(memory) == 1 && !memory.initial() && memory.memo.is_unused(&self.base)
@@ -154,13 +154,13 @@ impl Memories {
 
     #[cfg(test)]
     /// How many objects are remembered.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.lock().len()
     }
 
     #[cfg(test)]
     /// Whether no object is remembered.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.lock().is_empty()
     }
 }

@@ -44,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// Something with a Kubernetes `resourceVersion`, to wait for consistency.
-pub trait Versioned {
+pub(crate) trait Versioned {
     /// The `resourceVersion` of the body this event carries, if it has one
     /// that can be compared. Synthetic events (an object found missing after a
     /// re-list) return `None`: they are always current.
@@ -53,7 +53,7 @@ pub trait Versioned {
 
 /// What a processing call tells the queue when it is done.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Processed {
+pub(crate) struct Processed {
     /// The `resourceVersion` the call's own patch produced: the key's next
     /// call will not see an older body.
     pub expect_version: Option<String>,
@@ -64,7 +64,7 @@ pub struct Processed {
 
 /// Limits and timeouts of the worker queue.
 #[derive(Debug, Clone)]
-pub struct QueueSettings {
+pub(crate) struct QueueSettings {
     /// How many keys are processed at the same time, at most.
     pub max_workers: usize,
     /// How many new keys may wait for (or be in) their first call before
@@ -91,10 +91,11 @@ impl Default for QueueSettings {
 }
 
 /// The processing call: invoked with a key and the newest event for it.
-pub type ProcessFn<K, E> = Arc<dyn Fn(K, Arc<E>) -> BoxFuture<'static, Processed> + Send + Sync>;
+pub(crate) type ProcessFn<K, E> =
+    Arc<dyn Fn(K, Arc<E>) -> BoxFuture<'static, Processed> + Send + Sync>;
 
 /// Dispatches events to one serial worker per key.
-pub struct Queue<K, E> {
+pub(crate) struct Queue<K, E> {
     inner: Arc<Inner<K, E>>,
 }
 
@@ -127,7 +128,11 @@ where
 {
     /// A queue calling `process` for each key's events. Its workers stop when
     /// `stop` is cancelled (after the call in flight) or on [`Queue::shutdown`].
-    pub fn new(settings: QueueSettings, stop: CancellationToken, process: ProcessFn<K, E>) -> Self {
+    pub(crate) fn new(
+        settings: QueueSettings,
+        stop: CancellationToken,
+        process: ProcessFn<K, E>,
+    ) -> Self {
         let permits = Arc::new(Semaphore::new(settings.max_workers.max(1)));
         let backlog = Arc::new(Semaphore::new(settings.max_backlog.max(1)));
         Self {
@@ -148,7 +153,7 @@ where
     /// A key with a worker never waits: a busy worker sees only the newest
     /// event when it is free. A new key waits while the backlog is full
     /// (see [`QueueSettings::max_backlog`]).
-    pub async fn push(&self, key: K, event: E) {
+    pub(crate) async fn push(&self, key: K, event: E) {
         if self.inner.stop.is_cancelled() {
             return;
         }
@@ -185,20 +190,20 @@ where
 
     #[cfg(test)]
     /// How many keys have a worker now (busy or waiting for more events).
-    pub fn workers(&self) -> usize {
+    pub(crate) fn workers(&self) -> usize {
         self.inner.lock_slots().len()
     }
 
     /// Reads [`workers`](Self::workers) for as long as the queue lives
     /// (0 after), without keeping it alive: for metrics.
-    pub fn workers_reader(&self) -> impl Fn() -> usize + Send + Sync + 'static {
+    pub(crate) fn workers_reader(&self) -> impl Fn() -> usize + Send + Sync + 'static {
         let inner = Arc::downgrade(&self.inner);
         move || inner.upgrade().map_or(0, |inner| inner.lock_slots().len())
     }
 
     /// Stops taking events and waits up to `timeout` for the calls in flight,
     /// then cancels those still running. Returns how many were cancelled.
-    pub async fn shutdown(&self, timeout: Duration) -> usize {
+    pub(crate) async fn shutdown(&self, timeout: Duration) -> usize {
         self.inner.stop.cancel();
         self.inner.tracker.close();
         if tokio::time::timeout(timeout, self.inner.tracker.wait())
@@ -363,7 +368,7 @@ const ABORT_GRACE: Duration = Duration::from_secs(1);
 
 /// How long a new key counts against [`QueueSettings::max_backlog`] at most,
 /// however long its first call takes.
-pub const ADMISSION_HOLD: Duration = Duration::from_secs(1);
+pub(crate) const ADMISSION_HOLD: Duration = Duration::from_secs(1);
 
 /// Why a waiting worker woke up.
 enum Woken {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Lifetime counters, bumped by the spawner.
 #[derive(Debug, Default)]
-pub struct Counters {
+pub(crate) struct Counters {
     pub(crate) spawned: AtomicU64,
     pub(crate) finished: AtomicU64,
     pub(crate) stopped: AtomicU64,
@@ -34,7 +34,7 @@ pub struct TaskCounts {
 impl Counters {
     /// Read all counters.
     #[must_use]
-    pub fn snapshot(&self) -> TaskCounts {
+    pub(crate) fn snapshot(&self) -> TaskCounts {
         TaskCounts {
             spawned: self.spawned.load(Ordering::Relaxed),
             finished: self.finished.load(Ordering::Relaxed),

@@ -25,7 +25,7 @@ mod counters;
 mod daemons;
 mod liveness;
 mod observing;
-pub mod resource;
+pub(crate) mod resource;
 mod runner;
 mod spawner;
 pub(crate) mod stopping;
@@ -36,10 +36,11 @@ mod timers;
 pub(crate) mod testkit;
 
 pub use counters::{TaskCounters, TaskCounts};
-pub use observing::{AbandonedReport, Observer};
-pub use spawner::{Ensured, Spawner, SpawnerSettings};
+pub(crate) use observing::{AbandonedReport, Observer};
+pub(crate) use spawner::{Ensured, Spawner, SpawnerSettings};
 pub(crate) use task::hosting;
-pub use task::{TaskContext, TaskOutcome, TaskSpec, run_blocking, task_fn};
+pub use task::run_blocking;
+pub(crate) use task::{TaskContext, TaskOutcome, TaskSpec, task_fn};
 
 #[cfg(test)]
 mod tests {

@@ -15,7 +15,7 @@ use crate::spawning::stopping::StopReason;
 
 /// One call's outcome, as reported to the [`Observer`].
 #[derive(Debug, Clone, PartialEq)]
-pub struct OutcomeReport {
+pub(crate) struct OutcomeReport {
     /// The object's UID.
     pub uid: Arc<str>,
     /// The handler id.
@@ -33,7 +33,7 @@ pub struct OutcomeReport {
 /// A task that did not end within its `cancellation_timeout` after being
 /// cancelled (or by a shutdown's deadline), and was forgotten.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AbandonedReport {
+pub(crate) struct AbandonedReport {
     /// The object's UID.
     pub uid: Arc<str>,
     /// The handler id.
@@ -53,7 +53,7 @@ pub struct AbandonedReport {
 /// # Caveats
 /// Called synchronously on the task's own thread: must be quick, must not
 /// block and must not panic; forward to a channel for anything slow.
-pub trait Observer: Send + Sync + 'static {
+pub(crate) trait Observer: Send + Sync + 'static {
     /// One handler call finished (or panicked). A call cancelled by the
     /// spawner (after `cancellation_backoff`) has no outcome and is not
     /// reported.
@@ -73,7 +73,7 @@ impl Observer for () {}
 /// Anything the spawner reports, for channel-based observers.
 #[cfg(test)]
 #[derive(Debug, Clone, PartialEq)]
-pub enum SpawnEvent {
+pub(crate) enum SpawnEvent {
     /// See [`Observer::on_outcome`].
     Outcome(OutcomeReport),
     /// See [`Observer::on_abandoned`].

@@ -48,7 +48,7 @@ use crate::watching::DeletedBy;
 
 /// When an object whose tasks are still stopping is looked at again (to
 /// spawn them afresh, or, at the operator's exit, to release it).
-pub const RECHECK: Duration = Duration::from_millis(500);
+pub(crate) const RECHECK: Duration = Duration::from_millis(500);
 
 /// How much longer than the longest stop of its tasks a deleted object's
 /// identity is kept for reports about them.
@@ -56,7 +56,7 @@ const STOP_LIMIT_MARGIN: Duration = Duration::from_secs(1);
 
 /// The daemons and timers of one resource, as tasks in the operator's
 /// [`Spawner`].
-pub struct ResourceTasks {
+pub(crate) struct ResourceTasks {
     specs: Vec<Arc<TaskSpec>>,
     spawner: Arc<Spawner>,
     /// Cancelled when the operator exits: nothing waits for tasks then.
@@ -70,7 +70,7 @@ impl ResourceTasks {
     /// The tasks of `handlers` (the resource's daemons and timers), run in
     /// `spawner`; `exiting` (the operator's exit) cuts a deletion's wait
     /// for them short, so that the queues drain promptly.
-    pub fn new(
+    pub(crate) fn new(
         handlers: &[Handler],
         env: &TaskEnvironment,
         spawner: Arc<Spawner>,
@@ -86,18 +86,18 @@ impl ResourceTasks {
     }
 
     /// Whether the resource has no daemons or timers.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.specs.is_empty()
     }
 
     /// The daemons and timers, in the order [`serve`](Self::serve) takes
     /// whether each matches.
-    pub fn handlers(&self) -> impl Iterator<Item = &Handler> {
+    pub(crate) fn handlers(&self) -> impl Iterator<Item = &Handler> {
         self.specs.iter().map(|spec| spec.handler())
     }
 
     /// Whether the object has a live task (running or being stopped).
-    pub fn any_running(&self, uid: &str) -> bool {
+    pub(crate) fn any_running(&self, uid: &str) -> bool {
         self.spawner.is_running(uid, |_| true)
     }
 
@@ -105,7 +105,12 @@ impl ResourceTasks {
     /// match the object (`matching`, in the order of
     /// [`handlers`](Self::handlers)) and stops the others. Returns when to
     /// look again if a task is still stopping and must be spawned afresh.
-    pub fn serve(&self, uid: &str, body: &Arc<Value>, matching: &[bool]) -> Option<Duration> {
+    pub(crate) fn serve(
+        &self,
+        uid: &str,
+        body: &Arc<Value>,
+        matching: &[bool],
+    ) -> Option<Duration> {
         let mut recheck = None;
         for (spec, matches) in self.specs.iter().zip(matching) {
             if !*matches {
@@ -120,7 +125,7 @@ impl ResourceTasks {
 
     /// Stops the object's tasks for its deletion; returns whether tasks of
     /// handlers that hold the finalizer still run.
-    pub fn stop_for_deletion(&self, uid: &str) -> bool {
+    pub(crate) fn stop_for_deletion(&self, uid: &str) -> bool {
         self.spawner.stop_object(uid, StopReason::DeletionRequested);
         self.spawner.is_running(uid, |id| self.holds_finalizer(id))
     }
@@ -129,7 +134,7 @@ impl ResourceTasks {
     /// (they were asked to stop); returns whether they have. The spawner
     /// ends or abandons each within its stop limit, which bounds the wait;
     /// the operator's exit cuts it short.
-    pub async fn wait_for_deletion(&self, uid: &str) -> bool {
+    pub(crate) async fn wait_for_deletion(&self, uid: &str) -> bool {
         let wait = self
             .spawner
             .wait_stopped_of(uid, |id| self.holds_finalizer(id));
@@ -141,7 +146,7 @@ impl ResourceTasks {
 
     /// Notes that the object lives (as the watch saw it), so that its
     /// tasks are paused if the resource stops being served.
-    pub fn seen(&self, uid: &str) {
+    pub(crate) fn seen(&self, uid: &str) {
         if self.is_empty() {
             return;
         }
@@ -152,7 +157,7 @@ impl ResourceTasks {
     }
 
     /// Stops the tasks of an object that is gone, at once.
-    pub fn stop_gone(&self, uid: &str, how: DeletedBy) {
+    pub(crate) fn stop_gone(&self, uid: &str, how: DeletedBy) {
         if self.is_empty() {
             return;
         }
@@ -171,14 +176,14 @@ impl ResourceTasks {
 
     /// Forgets an object that is gone (its tasks were stopped by
     /// [`stop_gone`](Self::stop_gone)).
-    pub fn forget(&self, uid: &str) {
+    pub(crate) fn forget(&self, uid: &str) {
         self.spawner.forget(uid);
     }
 
     /// Returns once the tasks of a forgotten object have ended or were
     /// abandoned (and reported on the object, whose identity is kept until
     /// then); the spawner bounds the wait, the timeout is a safety net.
-    pub async fn wait_forgotten(&self, uid: &str) {
+    pub(crate) async fn wait_forgotten(&self, uid: &str) {
         let _ = tokio::time::timeout(self.stop_limit(), self.spawner.wait_stopped(uid)).await;
     }
 
@@ -187,7 +192,7 @@ impl ResourceTasks {
     /// again when it is back ([`StopReason::OperatorPausing`]); once they
     /// have ended (each within its stop limit) or the operator exits
     /// (`exiting`), the objects are forgotten.
-    pub async fn pause(&self, exiting: &CancellationToken) {
+    pub(crate) async fn pause(&self, exiting: &CancellationToken) {
         let uids: Vec<String> = self
             .live
             .lock()
@@ -239,7 +244,7 @@ impl ResourceTasks {
 
 /// What every task of one resource shares.
 #[derive(Clone)]
-pub struct TaskEnvironment {
+pub(crate) struct TaskEnvironment {
     /// The resource the objects belong to.
     pub target: ResourceTarget,
     /// The client handlers get.
@@ -260,7 +265,7 @@ pub struct TaskEnvironment {
 /// The task of a `#[daemon]` or `#[timer]` handler: its options are the
 /// handler's, validated by the registry; without a `backoff` of its own, it
 /// retries after the environment's `default_backoff`.
-pub fn task_spec(handler: &Handler, env: &TaskEnvironment) -> Arc<TaskSpec> {
+pub(crate) fn task_spec(handler: &Handler, env: &TaskEnvironment) -> Arc<TaskSpec> {
     let mut handler = handler.clone();
     if handler.options().backoff.is_none() {
         handler = handler.backoff(env.default_backoff);
@@ -388,13 +393,13 @@ async fn apply(
 
 /// Hears about abandoned tasks: a warning, an Event on the object, a count
 /// (the spawner's counters).
-pub struct TaskObserver {
+pub(crate) struct TaskObserver {
     poster: Option<EventPoster>,
 }
 
 impl TaskObserver {
     /// An observer posting through `poster`, if any.
-    pub fn new(poster: Option<EventPoster>) -> Arc<Self> {
+    pub(crate) fn new(poster: Option<EventPoster>) -> Arc<Self> {
         Arc::new(Self { poster })
     }
 }

@@ -29,7 +29,7 @@ use crate::spawning::stopping::{StopFlag, StopReason};
 /// Limits that replace Kopf's "wait forever" when a handler sets neither
 /// `cancellation_backoff` nor `cancellation_timeout`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SpawnerSettings {
+pub(crate) struct SpawnerSettings {
     /// Graceful period (after the stop flag is set, before cancelling) for
     /// handlers with neither `cancellation_backoff` nor `cancellation_timeout`
     /// (Kopf would wait for them forever).
@@ -50,7 +50,7 @@ impl Default for SpawnerSettings {
 
 /// What [`Spawner::ensure`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ensured {
+pub(crate) enum Ensured {
     /// A new task was spawned.
     Spawned,
     /// A task for this key is already running.
@@ -72,7 +72,7 @@ pub enum Ensured {
 /// A failed [`Spawner::shutdown`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum ShutdownError {
+pub(crate) enum ShutdownError {
     /// Some tasks did not end in time and were abandoned (each was reported
     /// to the [`Observer`] and logged).
     #[error("{count} task(s) did not stop in time and were abandoned")]
@@ -406,7 +406,7 @@ impl Drop for Inner {
 ///   for that UID after that starts afresh (the engine forgets a UID only
 ///   after its deletion was processed, and never sees it again).
 #[derive(Clone)]
-pub struct Spawner {
+pub(crate) struct Spawner {
     inner: Arc<Inner>,
 }
 
@@ -426,14 +426,14 @@ impl Spawner {
     /// # Panics
     /// Outside a Tokio runtime (use [`Spawner::with_handle`] there).
     #[must_use]
-    pub fn new(observer: Arc<dyn Observer>, settings: SpawnerSettings) -> Self {
+    pub(crate) fn new(observer: Arc<dyn Observer>, settings: SpawnerSettings) -> Self {
         Self::with_handle(Handle::current(), observer, settings)
     }
 
     #[cfg(test)]
     /// A spawner whose tasks run on the given runtime.
     #[must_use]
-    pub fn with_handle(
+    pub(crate) fn with_handle(
         handle: Handle,
         observer: Arc<dyn Observer>,
         settings: SpawnerSettings,
@@ -445,7 +445,7 @@ impl Spawner {
     /// `counters` (so that its owner can read them, e.g. for metrics, without
     /// holding the spawner).
     #[must_use]
-    pub fn with_counters(
+    pub(crate) fn with_counters(
         handle: Handle,
         observer: Arc<dyn Observer>,
         settings: SpawnerSettings,
@@ -480,7 +480,7 @@ impl Spawner {
     /// Spawn the task of `spec` for object `uid` unless it is running, being
     /// stopped, or finished for good. `body` is the object's latest body:
     /// it also updates the live body of the object's running tasks.
-    pub fn ensure(&self, uid: &str, spec: &Arc<TaskSpec>, body: &Arc<Value>) -> Ensured {
+    pub(crate) fn ensure(&self, uid: &str, spec: &Arc<TaskSpec>, body: &Arc<Value>) -> Ensured {
         let inner = &self.inner;
         let mut state = inner.lock();
         if inner.tracker.is_closed() {
@@ -581,7 +581,7 @@ impl Spawner {
     /// period plus its cancellation timeout (the handler's own options, else
     /// the settings'). By then it has ended or been abandoned (and reported).
     #[must_use]
-    pub fn stop_limit(&self, spec: &TaskSpec) -> Duration {
+    pub(crate) fn stop_limit(&self, spec: &TaskSpec) -> Duration {
         let (grace, timeout) = self.stop_policy(spec);
         grace.saturating_add(timeout)
     }
@@ -603,7 +603,7 @@ impl Spawner {
     /// and idle timers start waiting afresh. An identical body is not a
     /// change. Returns whether anything changed (`false` for unknown UIDs and
     /// for objects already stopped as gone).
-    pub fn update_body(&self, uid: &str, body: Arc<Value>) -> bool {
+    pub(crate) fn update_body(&self, uid: &str, body: Arc<Value>) -> bool {
         self.inner
             .lock()
             .objects
@@ -614,7 +614,7 @@ impl Spawner {
     #[cfg(test)]
     /// The object changed in a way not visible in its body (e.g. an event
     /// was seen): idle timers start waiting afresh.
-    pub fn touched(&self, uid: &str) {
+    pub(crate) fn touched(&self, uid: &str) {
         if let Some(slot) = self.inner.lock().objects.get_mut(uid)
             && slot.state < SlotState::Gone
         {
@@ -624,7 +624,7 @@ impl Spawner {
 
     /// Stop one task. Returns `false` if there is no such task or it is
     /// already being stopped.
-    pub fn stop(&self, uid: &str, handler_id: &str, reason: StopReason) -> bool {
+    pub(crate) fn stop(&self, uid: &str, handler_id: &str, reason: StopReason) -> bool {
         let mut victims = Vec::new();
         if let Some(entry) = self
             .inner
@@ -645,7 +645,7 @@ impl Spawner {
     /// it any more; if it is gone ([`StopReason::object_is_gone`]), its
     /// memory (finished daemons, body) is dropped once its tasks have ended.
     /// Returns how many tasks started stopping.
-    pub fn stop_object(&self, uid: &str, reason: StopReason) -> usize {
+    pub(crate) fn stop_object(&self, uid: &str, reason: StopReason) -> usize {
         let mut victims = Vec::new();
         {
             let mut state = self.inner.lock();
@@ -676,7 +676,7 @@ impl Spawner {
     #[cfg(test)]
     /// Stop the tasks of one handler on all objects (e.g. with
     /// [`StopReason::HandlerRemoved`]). Returns how many started stopping.
-    pub fn stop_handler(&self, handler_id: &str, reason: StopReason) -> usize {
+    pub(crate) fn stop_handler(&self, handler_id: &str, reason: StopReason) -> usize {
         let mut victims = Vec::new();
         {
             let mut state = self.inner.lock();
@@ -692,7 +692,7 @@ impl Spawner {
     }
 
     /// Stop all tasks of all objects. Returns how many started stopping.
-    pub fn stop_all(&self, reason: StopReason) -> usize {
+    pub(crate) fn stop_all(&self, reason: StopReason) -> usize {
         let mut victims = Vec::new();
         {
             let mut state = self.inner.lock();
@@ -708,7 +708,7 @@ impl Spawner {
 
     /// Forget what is remembered about an object (finished daemons, live
     /// body). Running tasks are not stopped; the memory goes once they end.
-    pub fn forget(&self, uid: &str) {
+    pub(crate) fn forget(&self, uid: &str) {
         let mut state = self.inner.lock();
         if let Some(slot) = state.objects.get_mut(uid) {
             slot.finished.clear();
@@ -721,7 +721,7 @@ impl Spawner {
 
     /// [`Spawner::shutdown_for`] the operator's exit.
     #[cfg(test)]
-    pub async fn shutdown(&self, timeout: Duration) -> Result<(), ShutdownError> {
+    pub(crate) async fn shutdown(&self, timeout: Duration) -> Result<(), ShutdownError> {
         self.shutdown_for(StopReason::OperatorExiting, timeout)
             .await
     }
@@ -734,7 +734,7 @@ impl Spawner {
     ///
     /// # Errors
     /// [`ShutdownError::Abandoned`] if any task was abandoned meanwhile.
-    pub async fn shutdown_for(
+    pub(crate) async fn shutdown_for(
         &self,
         reason: StopReason,
         timeout: Duration,
@@ -790,7 +790,7 @@ impl Spawner {
     /// The handler ids with a live task (running or being stopped) for this
     /// object, sorted.
     #[must_use]
-    pub fn running(&self, uid: &str) -> Vec<String> {
+    pub(crate) fn running(&self, uid: &str) -> Vec<String> {
         let mut ids: Vec<String> = self
             .inner
             .lock()
@@ -806,7 +806,7 @@ impl Spawner {
     /// Whether the daemon exited on its own for this object (and so is not
     /// spawned again).
     #[must_use]
-    pub fn is_finished(&self, uid: &str, handler_id: &str) -> bool {
+    pub(crate) fn is_finished(&self, uid: &str, handler_id: &str) -> bool {
         self.inner
             .lock()
             .objects
@@ -816,14 +816,14 @@ impl Spawner {
 
     /// Wait until the object has no live tasks (all ended or abandoned).
     /// Use [`Spawner::stop_object`] first; this does not stop anything.
-    pub async fn wait_stopped(&self, uid: &str) {
+    pub(crate) async fn wait_stopped(&self, uid: &str) {
         self.wait_stopped_of(uid, |_| true).await;
     }
 
     /// Wait until no live task of the object runs a handler that `of`
     /// selects (by id); the others may go on. Use [`Spawner::stop_object`]
     /// first; this does not stop anything.
-    pub async fn wait_stopped_of(&self, uid: &str, of: impl Fn(&str) -> bool) {
+    pub(crate) async fn wait_stopped_of(&self, uid: &str, of: impl Fn(&str) -> bool) {
         loop {
             let settled = self.inner.settled.notified();
             let mut settled = std::pin::pin!(settled);
@@ -838,7 +838,7 @@ impl Spawner {
     /// Whether the object has a live task (running or being stopped) of a
     /// handler that `of` selects (by id).
     #[must_use]
-    pub fn is_running(&self, uid: &str, of: impl Fn(&str) -> bool) -> bool {
+    pub(crate) fn is_running(&self, uid: &str, of: impl Fn(&str) -> bool) -> bool {
         self.inner
             .lock()
             .objects
@@ -848,19 +848,19 @@ impl Spawner {
 
     /// How many tasks are live (running or being stopped).
     #[must_use]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.inner.lock().tasks
     }
 
     /// Whether no task is live.
     #[must_use]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// The lifetime counters.
     #[must_use]
-    pub fn counters(&self) -> &Counters {
+    pub(crate) fn counters(&self) -> &Counters {
         &self.inner.counters
     }
 }

@@ -102,7 +102,7 @@ struct FlagInner {
 ///   by the runtime later (see the `spawning` module), but a blocking
 ///   function on a thread cannot be cancelled and must check the flag itself.
 #[derive(Clone)]
-pub struct StopFlag {
+pub(crate) struct StopFlag {
     inner: Arc<FlagInner>,
 }
 
@@ -124,7 +124,7 @@ impl fmt::Debug for StopFlag {
 impl StopFlag {
     /// A new root flag, not set.
     #[must_use]
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             inner: Arc::new(FlagInner {
                 token: CancellationToken::new(),
@@ -136,7 +136,7 @@ impl StopFlag {
 
     /// A new flag that is set whenever this one is (but not the other way).
     #[must_use]
-    pub fn child(&self) -> Self {
+    pub(crate) fn child(&self) -> Self {
         Self {
             inner: Arc::new(FlagInner {
                 token: self.inner.token.child_token(),
@@ -148,7 +148,7 @@ impl StopFlag {
 
     /// Set the flag for `reason`. Returns `false` if it was already set (the
     /// earlier reason is kept).
-    pub fn set(&self, reason: StopReason) -> bool {
+    pub(crate) fn set(&self, reason: StopReason) -> bool {
         if self.is_set() {
             return false;
         }
@@ -161,14 +161,14 @@ impl StopFlag {
 
     /// Whether the flag (or one of its ancestors) is set.
     #[must_use]
-    pub fn is_set(&self) -> bool {
+    pub(crate) fn is_set(&self) -> bool {
         self.inner.token.is_cancelled()
     }
 
     /// Why the flag is set: its own reason, else the nearest set ancestor's.
     /// `None` while not set.
     #[must_use]
-    pub fn reason(&self) -> Option<StopReason> {
+    pub(crate) fn reason(&self) -> Option<StopReason> {
         if !self.is_set() {
             return None;
         }
@@ -183,20 +183,20 @@ impl StopFlag {
     }
 
     /// Resolves once the flag is set.
-    pub async fn cancelled(&self) {
+    pub(crate) async fn cancelled(&self) {
         self.inner.token.cancelled().await;
     }
 
     /// Sleep for `timeout` or until the flag is set, whichever is first.
     /// Returns whether the flag is set (i.e. `true` means "stop now").
-    pub async fn wait(&self, timeout: Duration) -> bool {
+    pub(crate) async fn wait(&self, timeout: Duration) -> bool {
         self.sleep_until(deadline_after(Instant::now(), timeout))
             .await
     }
 
     /// Sleep until `deadline` or until the flag is set, whichever is first.
     /// Returns whether the flag is set.
-    pub async fn sleep_until(&self, deadline: Instant) -> bool {
+    pub(crate) async fn sleep_until(&self, deadline: Instant) -> bool {
         tokio::select! {
             biased;
             () = self.inner.token.cancelled() => true,
@@ -217,7 +217,7 @@ impl StopFlag {
     /// call it on a blocking thread, e.g. inside
     /// [`TaskContext::run_blocking`](super::TaskContext::run_blocking).
     #[must_use]
-    pub fn wait_blocking(&self, timeout: Duration) -> bool {
+    pub(crate) fn wait_blocking(&self, timeout: Duration) -> bool {
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => handle.block_on(self.wait(timeout)),
             Err(_) => self.is_set(),
@@ -227,7 +227,7 @@ impl StopFlag {
     /// The underlying cancellation token (e.g. for `tokio::select!` or to
     /// derive further child tokens).
     #[must_use]
-    pub fn token(&self) -> &CancellationToken {
+    pub(crate) fn token(&self) -> &CancellationToken {
         &self.inner.token
     }
 }

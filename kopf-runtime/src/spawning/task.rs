@@ -28,10 +28,10 @@ use crate::processing::execution;
 use crate::spawning::stopping::StopFlag;
 
 /// The handler call of a daemon or timer.
-pub type TaskFn = Arc<dyn Fn(TaskContext) -> BoxFuture<'static, TaskOutcome> + Send + Sync>;
+pub(super) type TaskFn = Arc<dyn Fn(TaskContext) -> BoxFuture<'static, TaskOutcome> + Send + Sync>;
 
 /// Wrap an async closure into a [`TaskFn`].
-pub fn task_fn<F, Fut>(f: F) -> TaskFn
+pub(crate) fn task_fn<F, Fut>(f: F) -> TaskFn
 where
     F: Fn(TaskContext) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = TaskOutcome> + Send + 'static,
@@ -41,7 +41,7 @@ where
 
 /// The result of one call of a daemon or timer handler.
 #[derive(Debug, Clone, PartialEq)]
-pub enum TaskOutcome {
+pub(crate) enum TaskOutcome {
     /// Success, with the value to store under `status.<handler id>` (the
     /// engine's business).
     Ok(Option<Value>),
@@ -69,14 +69,14 @@ impl TaskOutcome {
     #[cfg(test)]
     /// `Ok(None)`: success without a result.
     #[must_use]
-    pub fn ok() -> Self {
+    pub(crate) fn ok() -> Self {
         Self::Ok(None)
     }
 }
 
 /// What the runtime does after an outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Success. A daemon is finished for good; a timer waits for its next tick.
     Done,
     /// The handler will be called again after this delay (retry count + 1).
@@ -91,7 +91,7 @@ pub enum Verdict {
 
 /// Which kind of spawning handler a task runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TaskKind {
+pub(crate) enum TaskKind {
     /// A daemon: the handler runs once (with retries) for as long as it wants.
     Daemon,
     /// A timer: the handler is called on the schedule of its
@@ -103,7 +103,7 @@ pub enum TaskKind {
 /// (build once, pass the same `Arc` to every `ensure`). Its options are the
 /// handler's own, read where they are needed; the registry validated them.
 #[derive(Clone)]
-pub struct TaskSpec {
+pub(crate) struct TaskSpec {
     pub(crate) id: Arc<str>,
     pub(crate) handler: Arc<Handler>,
     pub(crate) call: TaskFn,
@@ -120,7 +120,7 @@ impl std::fmt::Debug for TaskSpec {
 impl TaskSpec {
     /// The task of a `daemon` or `timer` handler (any other kind runs as a
     /// daemon), calling `call` for each attempt.
-    pub fn new(handler: Arc<Handler>, call: TaskFn) -> Arc<Self> {
+    pub(crate) fn new(handler: Arc<Handler>, call: TaskFn) -> Arc<Self> {
         Arc::new(Self {
             id: Arc::from(handler.id()),
             handler,
@@ -130,19 +130,19 @@ impl TaskSpec {
 
     /// The handler id.
     #[must_use]
-    pub fn id(&self) -> &str {
+    pub(crate) fn id(&self) -> &str {
         &self.id
     }
 
     /// The handler the task runs.
     #[must_use]
-    pub fn handler(&self) -> &Handler {
+    pub(crate) fn handler(&self) -> &Handler {
         &self.handler
     }
 
     /// Daemon or timer.
     #[must_use]
-    pub fn kind(&self) -> TaskKind {
+    pub(crate) fn kind(&self) -> TaskKind {
         match self.timer_options() {
             Some(_) => TaskKind::Timer,
             None => TaskKind::Daemon,
@@ -209,7 +209,7 @@ impl TaskSpec {
 ///
 /// Cloning is cheap (reference counts only).
 #[derive(Clone)]
-pub struct TaskContext {
+pub(crate) struct TaskContext {
     /// The object's UID.
     pub uid: Arc<str>,
     /// The handler id.
@@ -243,7 +243,7 @@ impl TaskContext {
     /// The latest body seen (cheap: one reference count).
     #[cfg(test)]
     #[must_use]
-    pub fn body(&self) -> Arc<Value> {
+    pub(crate) fn body(&self) -> Arc<Value> {
         self.body.borrow().clone()
     }
 
@@ -251,7 +251,7 @@ impl TaskContext {
     /// (e.g. what it derives from the object once), made by `init` on first
     /// use. One type per task: asked for another type, it makes a fresh
     /// value every time.
-    pub fn local<T: Any + Send + Sync>(&self, init: impl FnOnce() -> T) -> Arc<T> {
+    pub(crate) fn local<T: Any + Send + Sync>(&self, init: impl FnOnce() -> T) -> Arc<T> {
         let slot = &self.liveness.shared.local;
         if let Some(kept) = slot.get() {
             return match Arc::clone(kept).downcast::<T>() {
@@ -266,7 +266,7 @@ impl TaskContext {
 
     /// Time since the first attempt of this run (Kopf's `runtime`).
     #[must_use]
-    pub fn runtime(&self) -> Duration {
+    pub(crate) fn runtime(&self) -> Duration {
         self.started_at.elapsed()
     }
 
@@ -283,7 +283,7 @@ impl TaskContext {
     ///
     /// # Errors
     /// [`BlockingError::Panicked`] if the function panics.
-    pub async fn run_blocking<F, R>(&self, f: F) -> Result<R, BlockingError>
+    pub(crate) async fn run_blocking<F, R>(&self, f: F) -> Result<R, BlockingError>
     where
         F: FnOnce(StopFlag) -> R + Send + 'static,
         R: Send + 'static,
@@ -365,7 +365,7 @@ where
 /// A failed [`TaskContext::run_blocking`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum BlockingError {
+pub(crate) enum BlockingError {
     /// The blocking function panicked (or its thread was cancelled).
     #[error("blocking function failed: {message}")]
     Panicked {

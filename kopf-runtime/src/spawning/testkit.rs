@@ -115,7 +115,7 @@ pub(crate) struct Recorder {
 }
 
 impl Recorder {
-    pub fn new() -> Arc<Self> {
+    pub(crate) fn new() -> Arc<Self> {
         Arc::new(Self {
             epoch: Instant::now(),
             outcomes: Mutex::default(),
@@ -123,18 +123,18 @@ impl Recorder {
         })
     }
 
-    pub fn outcomes(&self) -> Vec<Seen> {
+    pub(crate) fn outcomes(&self) -> Vec<Seen> {
         self.outcomes.lock().expect("lock").clone()
     }
 
-    pub fn verdicts(&self) -> Vec<(u32, Verdict)> {
+    pub(crate) fn verdicts(&self) -> Vec<(u32, Verdict)> {
         self.outcomes()
             .iter()
             .map(|s| (s.retry, s.verdict))
             .collect()
     }
 
-    pub fn abandoned(&self) -> Vec<Abandoned> {
+    pub(crate) fn abandoned(&self) -> Vec<Abandoned> {
         self.abandoned.lock().expect("lock").clone()
     }
 }
@@ -182,28 +182,28 @@ pub(crate) struct Calls {
 }
 
 impl Calls {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             epoch: Instant::now(),
             at: Arc::default(),
         }
     }
 
-    pub fn hit(&self) -> usize {
+    pub(crate) fn hit(&self) -> usize {
         let mut at = self.at.lock().expect("lock");
         at.push(self.epoch.elapsed());
         at.len() - 1
     }
 
-    pub fn times(&self) -> Vec<Duration> {
+    pub(crate) fn times(&self) -> Vec<Duration> {
         self.at.lock().expect("lock").clone()
     }
 
-    pub fn epoch(&self) -> Instant {
+    pub(crate) fn epoch(&self) -> Instant {
         self.epoch
     }
 
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.at.lock().expect("lock").len()
     }
 }

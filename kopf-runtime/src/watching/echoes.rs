@@ -27,7 +27,7 @@ use hashbrown::HashMap;
 /// the UID of their object; cheap to clone (shared by the processing of a
 /// resource and its watch). See the [module docs](self).
 #[derive(Debug, Clone, Default)]
-pub struct Echoes {
+pub(crate) struct Echoes {
     expected: Arc<Mutex<HashMap<Box<str>, Box<str>>>>,
 }
 
@@ -38,7 +38,7 @@ impl Echoes {
     }
 
     /// Expects the object `uid` back at `version` with nothing new in it.
-    pub fn expect(&self, uid: &str, version: &str) {
+    pub(crate) fn expect(&self, uid: &str, version: &str) {
         let mut expected = self.lock();
         match expected.get_mut(uid) {
             Some(known) => *known = version.into(),
@@ -50,7 +50,7 @@ impl Echoes {
 
     /// Whether the object `uid` at `version` is an expected echo. The
     /// object's expectation, if any, is dropped either way.
-    pub fn take(&self, uid: &str, version: &str) -> bool {
+    pub(crate) fn take(&self, uid: &str, version: &str) -> bool {
         let mut expected = self.lock();
         if expected.is_empty() {
             return false;
@@ -59,7 +59,7 @@ impl Echoes {
     }
 
     /// Drops the expectation of `uid` (its object is gone).
-    pub fn forget(&self, uid: &str) {
+    pub(crate) fn forget(&self, uid: &str) {
         let mut expected = self.lock();
         if !expected.is_empty() {
             expected.remove(uid);
@@ -68,13 +68,13 @@ impl Echoes {
 
     #[cfg(test)]
     /// How many echoes are expected.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.lock().len()
     }
 
     #[cfg(test)]
     /// Whether no echo is expected.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.lock().is_empty()
     }
 }

@@ -61,13 +61,13 @@ mod resource;
 mod stream;
 #[cfg(test)]
 mod tests;
-pub mod tracker;
+pub(crate) mod tracker;
 
-pub use resource::ResourceWatcher;
+pub(crate) use resource::ResourceWatcher;
 
 /// A failure while listing or watching; logged and retried, never fatal.
 #[derive(Debug, thiserror::Error)]
-pub enum WatchError {
+pub(crate) enum WatchError {
     /// Listing the objects failed.
     #[error("listing failed")]
     List(#[source] kube::Error),
@@ -87,7 +87,7 @@ pub enum WatchError {
 
 /// How a new or updated object was seen, compared with what the watch knew.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Seen {
+pub(crate) enum Seen {
     /// The UID was not known.
     New,
     /// The UID was known with another `resourceVersion`.
@@ -98,7 +98,7 @@ pub enum Seen {
 
 /// How an object was found deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeletedBy {
+pub(crate) enum DeletedBy {
     /// A watch `DELETED` event; the body is the object's last state.
     Event,
     /// It was absent from a re-list, its name now has another UID, its
@@ -109,7 +109,7 @@ pub enum DeletedBy {
 
 /// What a watch reports about the objects of one resource.
 #[derive(Debug, Clone)]
-pub enum ObjectEvent {
+pub(crate) enum ObjectEvent {
     /// An object exists in this state (`ADDED`, `MODIFIED`, or listed).
     Upserted {
         /// The object's body, as the API server sent it.
@@ -144,7 +144,7 @@ pub enum ObjectEvent {
 
 impl ObjectEvent {
     /// The object's UID; `None` for [`ObjectEvent::Synced`].
-    pub fn uid(&self) -> Option<&str> {
+    pub(crate) fn uid(&self) -> Option<&str> {
         match self {
             Self::Upserted { object, .. }
             | Self::Deleted { object, .. }
@@ -154,7 +154,7 @@ impl ObjectEvent {
     }
 
     /// The object, if the event is about one.
-    pub fn object(&self) -> Option<&Arc<Value>> {
+    pub(crate) fn object(&self) -> Option<&Arc<Value>> {
         match self {
             Self::Upserted { object, .. }
             | Self::Deleted { object, .. }

@@ -22,7 +22,7 @@ use crate::watching::echoes::Echoes;
 /// Watches one resource in the served namespaces; see the
 /// [module docs](super) for the scoping and the guarantees.
 #[derive(Clone)]
-pub struct ResourceWatcher {
+pub(crate) struct ResourceWatcher {
     client: Client,
     resource: ApiResource,
     namespaced: bool,
@@ -57,7 +57,7 @@ fn namespaces_resource() -> ApiResource {
 impl ResourceWatcher {
     /// A watcher of `resource` (`namespaced` says whether its objects live in
     /// namespaces) in the namespaces `selector` serves.
-    pub fn new(
+    pub(crate) fn new(
         client: Client,
         resource: ApiResource,
         namespaced: bool,
@@ -101,7 +101,7 @@ impl ResourceWatcher {
     /// Skips the events of the operator's own patches that `echoes` expects
     /// (see [`Echoes`]): their objects are not decoded and not sent.
     #[must_use]
-    pub fn with_echoes(mut self, echoes: Echoes) -> Self {
+    pub(crate) fn with_echoes(mut self, echoes: Echoes) -> Self {
         self.echoes = Some(echoes);
         self
     }
@@ -122,7 +122,7 @@ impl ResourceWatcher {
     ///
     /// Never fails: every API failure is logged and retried (see the
     /// [module docs](super)).
-    pub async fn run(self, tx: mpsc::Sender<ObjectEvent>, cancel: CancellationToken) {
+    pub(crate) async fn run(self, tx: mpsc::Sender<ObjectEvent>, cancel: CancellationToken) {
         if let Some(health) = &self.health {
             health.watching();
         }

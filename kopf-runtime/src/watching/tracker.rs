@@ -49,7 +49,7 @@ use crate::fields::{meta_str, meta_strs};
 
 /// One input to the [`ObjectTracker`]: a listing step or a watch event.
 #[derive(Debug, Clone)]
-pub enum WatchInput {
+pub(crate) enum WatchInput {
     /// A fresh listing begins (after start, `410 Gone`, or a restart).
     ListStarted,
     /// An object of the listing in progress (its JSON body).
@@ -141,7 +141,7 @@ impl Entry {
 
 /// Tracks the live objects of one watch scope; see the [module docs](self).
 #[derive(Debug)]
-pub struct ObjectTracker {
+pub(crate) struct ObjectTracker {
     resource: ApiResource,
     /// The live objects, densely packed in no particular order.
     entries: Vec<Entry>,
@@ -166,7 +166,7 @@ pub struct ObjectTracker {
 
 impl ObjectTracker {
     /// An empty tracker for objects of `resource`.
-    pub fn new(resource: ApiResource) -> Self {
+    pub(crate) fn new(resource: ApiResource) -> Self {
         Self {
             resource,
             entries: Vec::new(),
@@ -182,19 +182,19 @@ impl ObjectTracker {
     }
 
     /// How many objects are alive.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 
     #[cfg(test)]
     /// Whether no object is alive.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
     #[cfg(test)]
     /// Whether the UID is alive.
-    pub fn contains(&self, uid: &str) -> bool {
+    pub(crate) fn contains(&self, uid: &str) -> bool {
         self.find_uid(uid).is_some()
     }
 
@@ -203,7 +203,7 @@ impl ObjectTracker {
     /// [`Echoes`](crate::watching::echoes::Echoes)), as if it had been applied. Returns
     /// `false`, changing nothing, for a UID that is not alive: such an event
     /// must be applied in full.
-    pub fn advance(&mut self, uid: &str, rv: &str) -> bool {
+    pub(crate) fn advance(&mut self, uid: &str, rv: &str) -> bool {
         let Some(index) = self.find_uid(uid) else {
             return false;
         };
@@ -219,7 +219,7 @@ impl ObjectTracker {
     }
 
     /// Apply one input; the resulting events are appended to `out`.
-    pub fn feed(&mut self, input: WatchInput, out: &mut Vec<ObjectEvent>) {
+    pub(crate) fn feed(&mut self, input: WatchInput, out: &mut Vec<ObjectEvent>) {
         match input {
             WatchInput::ListStarted => self.epoch = self.epoch.wrapping_add(1),
             WatchInput::Listed(obj) | WatchInput::Applied(obj) => {
@@ -242,7 +242,7 @@ impl ObjectTracker {
 
     /// Forget every object, reporting each as [`DeletedBy::Vanished`] (for a
     /// scope that stops existing, e.g. a deleted namespace).
-    pub fn drain(&mut self, out: &mut Vec<ObjectEvent>) {
+    pub(crate) fn drain(&mut self, out: &mut Vec<ObjectEvent>) {
         self.vanish_all((0..self.entries.len()).collect(), out);
     }
 

@@ -3,7 +3,7 @@
 //! to send.
 #![allow(dead_code)]
 
-pub mod webhooks;
+pub(crate) mod webhooks;
 
 use std::{future::Future, net::SocketAddr, time::Duration};
 
@@ -11,10 +11,10 @@ use kube::core::Status;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The longest any single wait in these tests may take.
-pub const WAIT: Duration = Duration::from_secs(20);
+pub(crate) const WAIT: Duration = Duration::from_secs(20);
 
 /// Awaits `fut`, failing the test with `what` if it takes longer than [`WAIT`].
-pub async fn within<F: Future>(what: &str, fut: F) -> F::Output {
+pub(crate) async fn within<F: Future>(what: &str, fut: F) -> F::Output {
     match tokio::time::timeout(WAIT, fut).await {
         Ok(out) => out,
         Err(_) => panic!("timed out after {WAIT:?} waiting for {what}"),
@@ -22,7 +22,7 @@ pub async fn within<F: Future>(what: &str, fut: F) -> F::Output {
 }
 
 /// The `Status` an API call failed with; fails the test if it did not fail that way.
-pub fn api_error<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> Box<Status> {
+pub(crate) fn api_error<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> Box<Status> {
     match result {
         Err(kube::Error::Api(status)) => status,
         other => panic!("expected the API server to answer with a Status error, got {other:?}"),
@@ -30,7 +30,7 @@ pub fn api_error<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> Box<Stat
 }
 
 /// Parses a `resourceVersion` the emulator hands out as a number.
-pub fn rv_num(rv: Option<&String>) -> u64 {
+pub(crate) fn rv_num(rv: Option<&String>) -> u64 {
     let rv = rv.expect("object carries a resourceVersion");
     rv.parse()
         .unwrap_or_else(|e| panic!("resourceVersion {rv:?} is not numeric: {e}"))
@@ -38,7 +38,7 @@ pub fn rv_num(rv: Option<&String>) -> u64 {
 
 /// A response read off a raw socket.
 #[derive(Debug)]
-pub struct RawResponse {
+pub(crate) struct RawResponse {
     /// HTTP status code.
     pub status: u16,
     /// Header names (lowercased) and values.
@@ -49,7 +49,7 @@ pub struct RawResponse {
 
 impl RawResponse {
     /// The first header called `name` (case-insensitive).
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         let name = name.to_ascii_lowercase();
         self.headers
             .iter()
@@ -58,7 +58,7 @@ impl RawResponse {
     }
 
     /// The causes of a `422` `Status` body, each as `field: message`.
-    pub fn causes(&self) -> Vec<String> {
+    pub(crate) fn causes(&self) -> Vec<String> {
         self.json()["details"]["causes"]
             .as_array()
             .into_iter()
@@ -74,7 +74,7 @@ impl RawResponse {
     }
 
     /// The body as JSON; fails the test if it is not JSON.
-    pub fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).unwrap_or_else(|e| {
             panic!(
                 "response body is not JSON ({e}): status {} body {:?}",
@@ -85,7 +85,7 @@ impl RawResponse {
     }
 
     /// Asserts the body is a `Status` object carrying `code`.
-    pub fn assert_status_object(&self, code: u16) {
+    pub(crate) fn assert_status_object(&self, code: u16) {
         assert_eq!(
             self.status,
             code,
@@ -103,7 +103,7 @@ impl RawResponse {
 /// Sends one HTTP/1.1 request over a fresh connection (`Connection: close`) and
 /// reads the whole answer. The body is written while the answer is read, so a
 /// server that answers early (413) is seen rather than a broken pipe.
-pub async fn raw_request(
+pub(crate) async fn raw_request(
     addr: SocketAddr,
     method: &str,
     path: &str,
@@ -145,7 +145,7 @@ pub async fn raw_request(
 
 /// Sends `body` as JSON with the content type `content_type` (a JSON, merge
 /// or JSON patch type), over [`raw_request`].
-pub async fn send_json(
+pub(crate) async fn send_json(
     addr: SocketAddr,
     method: &str,
     path: &str,
@@ -157,7 +157,7 @@ pub async fn send_json(
 }
 
 /// Sends raw bytes and returns whatever comes back before the server closes.
-pub async fn raw_bytes(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
+pub(crate) async fn raw_bytes(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
     within("a raw exchange", async {
         let mut stream = tokio::net::TcpStream::connect(addr)
             .await

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
 /// A CA and a serving certificate it signed for some names.
-pub struct Pki {
+pub(crate) struct Pki {
     /// The CA certificate, PEM.
     pub ca_pem: String,
     cert: CertificateDer<'static>,
@@ -27,7 +27,7 @@ pub struct Pki {
 
 impl Pki {
     /// A fresh CA and a certificate for `names` (DNS names or IP addresses).
-    pub fn new(names: &[&str]) -> Pki {
+    pub(crate) fn new(names: &[&str]) -> Pki {
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("CA key"))
@@ -46,12 +46,12 @@ impl Pki {
     }
 
     /// The CA as a configuration's `caBundle` (base64 of the PEM).
-    pub fn ca_bundle(&self) -> String {
+    pub(crate) fn ca_bundle(&self) -> String {
         base64::engine::general_purpose::STANDARD.encode(&self.ca_pem)
     }
 
     /// A TLS acceptor serving this PKI's certificate.
-    pub fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+    pub(crate) fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key.clone()));
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let config = rustls::ServerConfig::builder_with_provider(provider)
@@ -66,7 +66,7 @@ impl Pki {
 
 /// A TLS front for a plain-HTTP server (the emulator): kubectl sends
 /// credentials over TLS only. Stops when dropped.
-pub struct TlsProxy {
+pub(crate) struct TlsProxy {
     /// Where it listens (127.0.0.1).
     pub addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
@@ -81,7 +81,7 @@ impl Drop for TlsProxy {
 impl TlsProxy {
     /// Accepts TLS with `pki`'s certificate and relays each connection to
     /// `upstream`.
-    pub async fn start(pki: &Pki, upstream: SocketAddr) -> TlsProxy {
+    pub(crate) async fn start(pki: &Pki, upstream: SocketAddr) -> TlsProxy {
         let acceptor = pki.acceptor();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -110,7 +110,7 @@ impl TlsProxy {
 }
 
 /// What the server answers one review with.
-pub enum Reply {
+pub(crate) enum Reply {
     /// This JSON, 200.
     Json(Value),
     /// This JSON, after a while.
@@ -122,7 +122,7 @@ pub enum Reply {
 type Answer = Arc<dyn Fn(&Value) -> Reply + Send + Sync>;
 
 /// A running webhook server; stops when dropped.
-pub struct Hook {
+pub(crate) struct Hook {
     /// Where it listens (127.0.0.1).
     pub addr: SocketAddr,
     /// Every review received, with the path it was sent to.
@@ -138,7 +138,7 @@ impl Drop for Hook {
 
 impl Hook {
     /// Serves `answer` over HTTPS with `pki`'s certificate.
-    pub async fn start(
+    pub(crate) async fn start(
         pki: &Pki,
         answer: impl Fn(&Value) -> Reply + Send + Sync + 'static,
     ) -> Hook {
@@ -177,12 +177,12 @@ impl Hook {
     }
 
     /// The reviews received so far (their `request`), with their paths.
-    pub fn seen(&self) -> Vec<(String, Value)> {
+    pub(crate) fn seen(&self) -> Vec<(String, Value)> {
         self.seen.lock().expect("seen lock").clone()
     }
 
     /// The `request`s received at `path`.
-    pub fn requests(&self, path: &str) -> Vec<Value> {
+    pub(crate) fn requests(&self, path: &str) -> Vec<Value> {
         self.seen()
             .into_iter()
             .filter(|(p, _)| p == path)
@@ -191,7 +191,7 @@ impl Hook {
     }
 
     /// `https://127.0.0.1:PORT{path}`.
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("https://127.0.0.1:{}{path}", self.addr.port())
     }
 }
@@ -222,18 +222,18 @@ async fn serve(
 }
 
 /// An AdmissionReview answering `request` with `response` (uid added).
-pub fn review(request: &Value, mut response: Value) -> Value {
+pub(crate) fn review(request: &Value, mut response: Value) -> Value {
     response["uid"] = request["uid"].clone();
     json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
 }
 
 /// Allows `request`.
-pub fn allow(request: &Value) -> Reply {
+pub(crate) fn allow(request: &Value) -> Reply {
     Reply::Json(review(request, json!({"allowed": true})))
 }
 
 /// Denies `request` with a code and message.
-pub fn deny(request: &Value, code: u16, message: &str) -> Reply {
+pub(crate) fn deny(request: &Value, code: u16, message: &str) -> Reply {
     Reply::Json(review(
         request,
         json!({"allowed": false, "status": {"code": code, "message": message}}),
@@ -241,7 +241,7 @@ pub fn deny(request: &Value, code: u16, message: &str) -> Reply {
 }
 
 /// A webhook entry calling `url` for configmaps (any operation), trusting `pki`.
-pub fn webhook(name: &str, url: &str, pki: &Pki) -> Value {
+pub(crate) fn webhook(name: &str, url: &str, pki: &Pki) -> Value {
     json!({
         "name": name,
         "clientConfig": {"url": url, "caBundle": pki.ca_bundle()},
@@ -252,7 +252,7 @@ pub fn webhook(name: &str, url: &str, pki: &Pki) -> Value {
 }
 
 /// A webhook configuration object (`Validating…` or `Mutating…`).
-pub fn configuration(kind: &str, name: &str, webhooks: Vec<Value>) -> Value {
+pub(crate) fn configuration(kind: &str, name: &str, webhooks: Vec<Value>) -> Value {
     json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": kind,

@@ -38,14 +38,14 @@ use serde_json::json;
     namespaced,
     status = "WidgetStatus"
 )]
-pub struct WidgetSpec {
+pub(crate) struct WidgetSpec {
     /// Desired size.
     pub size: i64,
 }
 
 /// Status of a [`Widget`].
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
-pub struct WidgetStatus {
+pub(crate) struct WidgetStatus {
     /// Observed phase.
     pub phase: String,
 }

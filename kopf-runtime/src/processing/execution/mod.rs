@@ -42,7 +42,7 @@ pub use subhandlers::Subhandlers;
 
 /// The object and its change, shared by every handler of a cause.
 #[derive(Clone)]
-pub struct CauseContext {
+pub(crate) struct CauseContext {
     /// Why the handlers run.
     pub reason: Reason,
     /// Whether resume handlers run too (the object was first seen at start-up).
@@ -78,7 +78,7 @@ impl std::fmt::Debug for CauseContext {
 impl CauseContext {
     /// The kwargs for `handler`: field-scoped handlers see their field's
     /// values and the diff reduced to it ([`Handler::scope_kwargs`]).
-    pub fn kwargs(&self, handler: &Handler) -> Kwargs {
+    pub(crate) fn kwargs(&self, handler: &Handler) -> Kwargs {
         let kwargs = Kwargs::of(
             Arc::clone(&self.body),
             self.memo.clone(),
@@ -98,7 +98,7 @@ impl CauseContext {
     /// resume rules, filters, with a `field` its old and new values in the
     /// essences and for `on_update`/`on_field` their change; see
     /// [`filters`](crate::model::filters)).
-    pub fn selects(&self, handler: &Handler) -> bool {
+    pub(crate) fn selects(&self, handler: &Handler) -> bool {
         let reason_matches = match handler.kind() {
             HandlerKind::OnCreate => self.reason == Reason::Create,
             HandlerKind::OnUpdate => self.reason == Reason::Update,
@@ -128,7 +128,7 @@ impl CauseContext {
 
 /// What one step achieved.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct StepOutcome {
+pub(crate) struct StepOutcome {
     /// Every handler of the cause has finished (succeeded or failed for good).
     pub done: bool,
     /// Come back after this long: a handler is waiting for a retry, or more
@@ -147,7 +147,7 @@ pub struct StepOutcome {
 /// back off by default: shared by a resource's processing and by the
 /// sub-handlers its handlers register.
 #[derive(Debug, Clone, Default)]
-pub struct Progression {
+pub(crate) struct Progression {
     /// Where the records live (annotations, as Kopf keeps them).
     pub storage: Arc<ProgressStorage>,
     /// The delay of a retry for a handler without a `backoff` of its own
@@ -160,7 +160,7 @@ pub struct Progression {
 /// results and patches) into `patch`. `owned` are all change handlers of the
 /// resource: their records, and those of their sub-handlers, are purged once
 /// the cause is done.
-pub async fn step(
+pub(crate) async fn step(
     cause: &CauseContext,
     handlers: &[&Handler],
     owned: &[Handler],
@@ -561,7 +561,7 @@ fn unpanicked<T>(result: std::thread::Result<T>) -> Result<T, String> {
 ///
 /// With metrics, the call counts as in flight while it runs, and its
 /// outcome and duration are recorded when it ends.
-pub fn invoke(
+pub(crate) fn invoke(
     handler: &Handler,
     kwargs: Kwargs,
     limit: Option<Duration>,
