@@ -315,6 +315,7 @@ impl Patcher {
     }
 
     #[cfg(test)]
+    #[cfg(test)]
     /// Apply a JSON patch (RFC 6902). With `status_subresource`, operations
     /// on `/status…` go to the `/status` subresource (whole-object paths, in a
     /// second request after the rest), as Kopf splits them; the two requests
