@@ -51,7 +51,7 @@
 //! | [`on_create`], [`on_update`], [`on_delete`], [`on_resume`], [`on_field`], [`on_event`], [`timer`], [`daemon`], [`index`], [`on_startup`], [`on_cleanup`], [`on_probe`], [`on_login`], [`on_validate`], [`on_mutate`] | declaring handlers (see [handlers](guide::handlers) and [parameters](guide::parameters)) |
 //! | [`link!`], [`handlers_crate!`] | keeping the handlers of a crate that the binary does not otherwise use |
 //! | [`run()`], [`Runner`] | the whole `main` of an operator: the command line, logging, the handlers, until a signal |
-//! | [`Args`], [`LogFormat`] | the command line, as `kopf run`'s (for [`Runner::args`]) |
+//! | [`Args`], [`LogFormat`], [`ManifestsArgs`] | the command line, as `kopf run`'s (for [`Runner::args`]), and that of `my-operator manifests` |
 //! | [`Operator`] | a registry, a client and settings, run until a future completes: for embedding and tests |
 //! | [`Endpoints`], [`EndpointError`], [`READINESS_PATH`] | the liveness, readiness and metrics listeners ([`Operator::endpoints`]), bound before the operator starts |
 //! | [`WebhookServer`], [`WebhookArgs`], [`WebhookError`] | the admission webhook server ([`Operator::webhooks`]) and its flags, bound before the operator starts |
@@ -61,12 +61,13 @@
 //! | [`OperatorSettings`] and the [`settings`] module | Kopf's settings, grouped and defaulted as in Kopf; [`settings::StartupSettings`], the settings that start-up handlers change |
 //! | [`rbac`], [`Permission`], [`PermissionScope`], [`PermissionError`] | the RBAC permissions an operator needs beyond what it derives from its handlers ([`Operator::rbac`]) |
 //! | [`MissingPermissions`], [`Missing`] | what the start-up check does when permissions are missing, and each one it found ([`Operator::missing_permissions`]) |
+//! | `GrantError` (feature `emulator`) | why granting the operator its permissions on the embedded emulator failed (`Operator::grant_on_emulator`) |
 //! | [`RunError`], [`OperatorError`], [`CliError`], [`SelectorError`], [`RegistryError`] | why an operator does not start |
 //! | [`Registry`], [`RegistryBuilder`] | an operator's handlers: from the macros, or built without them |
 //! | [`Handler`], [`HandlerFn`], [`HandlerKind`] | one registered handler, the function behind it, and its kind |
 //! | [`Options`], [`ErrorsMode`], [`DEFAULT_BACKOFF`], [`KindOptions`], [`TimerOptions`], [`DaemonOptions`], [`WebhookOptions`] | a handler's options, with Kopf's defaults |
 //! | [`Filters`], [`MetaFilter`], [`MetaValue`], [`ValueFilter`], [`FieldPath`], [`Marker`], [`PRESENT`], [`ABSENT`] | which objects and changes a handler applies to |
-//! | [`ResourceRef`] | a resource by group, version and plural, or by its Rust type |
+//! | [`ResourceRef`], [`ResourceName`] | a resource by group, version and plural, or by its Rust type; how it names its resources |
 //! | [`Kwargs`] | everything a call receives; what handlers built without macros take |
 //! | [`Logger`], [`Level`] | the `logger` parameter: log lines about the object |
 //! | [`Memo`] | the `memo` parameter: what handlers keep in memory, per object and operator-wide ([`Operator::memo`]) |
@@ -77,9 +78,11 @@
 //! | [`Stopped`], [`StopReason`] | the `stopped` parameter of daemons and timers, and why it is set |
 //! | [`LiveBody`] | the `live` parameter of daemons and timers: their object as it is now |
 //! | [`Subhandlers`], [`Lifecycle`] | the `subhandlers` parameter of change handlers: children with progress of their own (Kopf's sub-handlers), and which of them run in one step |
-//! | [`Index`], [`Indexes`] | the parameters named by `index` handlers' ids |
+//! | [`Index`], [`Indexes`], [`IndexKey`], [`Store`], [`IndexError`] | the parameters named by `index` handlers' ids, an index's keys, the values under one key, and a value that does not deserialize |
 //! | [`Operation`], [`Warnings`], [`Admission`] | the parameters of `on_validate` and `on_mutate` handlers |
 //! | [`Timestamp`] | the `started` parameter |
+//! | [`ConnectionInfo`], [`LoginError`] | what `on_login` handlers return (the API server and its credentials), and why no credential was made of it |
+//! | [`adopt`], [`append_owner_reference`], [`remove_owner_reference`], [`label`], [`harmonize_naming`], [`adjust_namespace`], their `_with` forms ([`adopt_with`], [`append_owner_reference_with`], [`label_with`], [`harmonize_naming_with`], [`adjust_namespace_with`]), [`Adoption`], [`Ownership`], [`HierarchyError`] | Kopf's `kopf.adopt` and its parts: the owner, labels, name and namespace of the children an operator creates |
 //! | [`Result`], [`Error`] | what handlers return, and how they fail (temporarily, permanently, regularly) |
 //! | [`Outcome`], [`HandlerError`], [`KwargError`], [`IntoOutcome`] | what a call yields ([`Handler::call`]), and how return types become it |
 //! | the [`guide`] module: [`guide::handlers`], [`guide::parameters`], … | the user's guide, a chapter per module, with examples that compile |
