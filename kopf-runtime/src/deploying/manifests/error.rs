@@ -1,6 +1,6 @@
 //! [`ManifestError`]: why the manifests cannot be made.
 
-use crate::deploying::PermissionError;
+use crate::deploying::permissions::PermissionError;
 
 /// Why the manifests cannot be made.
 #[derive(Debug, thiserror::Error)]

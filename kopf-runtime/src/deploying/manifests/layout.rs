@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use super::args::ManifestsArgs;
 use super::error::ManifestError;
-use crate::deploying::{Permission, Plan};
+use crate::deploying::permissions::{Permission, Plan};
 use crate::model::handlers::HandlerKind;
 use crate::model::registry::Registry;
 use crate::operations::listening::ListenUrl;

@@ -12,7 +12,7 @@ use k8s_openapi::api::rbac::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::layout::{self, Layout};
-use crate::deploying::{Permission, PermissionScope};
+use crate::deploying::permissions::{Permission, PermissionScope};
 
 /// The annotation that lists why each permission is there, one a line.
 pub(crate) const RULES_ANNOTATION: &str = "kopf.dev/rules";
