@@ -72,7 +72,7 @@ pub(crate) mod memories;
 pub(crate) mod queueing;
 mod sending;
 
-use sending::require_version;
+use sending::{PatchSender, require_version};
 
 /// How long to wait before processing an object again after its patch was
 /// rejected (the object changed meanwhile, or the API server failed).
@@ -173,7 +173,7 @@ pub(crate) struct ResourceProcessor {
     /// Where the handlers' progress lives, and their default backoff.
     progression: Progression,
     diffbase: DiffBaseStorage,
-    patcher: Patcher,
+    sender: PatchSender,
     poster: Option<EventPoster>,
     client: kube::Client,
     memories: Memories,
@@ -254,7 +254,7 @@ impl ResourceProcessor {
                     .chain(&handlers.spawning)
                     .filter_map(|h| h.filters().field.as_ref().map(FieldPath::as_str)),
             ),
-            patcher,
+            sender: PatchSender::new(patcher, settings.persistence.finalizer.clone()),
             target,
             handlers,
             settings,
@@ -416,6 +416,7 @@ impl ResourceProcessor {
         });
         let precondition = echoes.and_then(|_| require_version(&mut patch, body));
         match self
+            .sender
             .send(&target, &mut patch, ran, precondition, &logger)
             .await
         {

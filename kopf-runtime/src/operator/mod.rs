@@ -19,13 +19,16 @@ use tokio_util::task::TaskTracker;
 
 use crate::deploying::{Missing, MissingPermissions, Permission};
 use crate::model::handlers::{Handler, HandlerKind};
-use crate::model::kwargs::Memo;
+use crate::model::kwargs::{Memo, MemoBase};
 use crate::model::registry::Registry;
 use crate::operations::endpoints::Endpoints;
+use crate::operations::health::Health;
 use crate::operations::metrics::Metrics;
 use crate::operator::login::LoginError;
 use crate::operator::namespaces::NamespaceSelector;
 use crate::peering::Peering;
+use crate::posting::EventPoster;
+use crate::processing::indexing::OperatorIndexes;
 use crate::settings::OperatorSettings;
 use crate::spawning::TaskCounters;
 use crate::webhooks::{WebhookError, WebhookServer};
@@ -42,7 +45,6 @@ mod startup;
 mod terms;
 
 use activities::Activity;
-use startup::Started;
 
 /// What stops the operator's run once it completes.
 type Stop<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
@@ -435,6 +437,27 @@ impl Operator {
             );
         }
     }
+}
+
+/// What the start-up leaves to the serving and the clean-up.
+struct Started {
+    /// The operator's client (the login's credentials serve it, if any).
+    client: Client,
+    /// The settings as the start-up handlers left them.
+    settings: Arc<OperatorSettings>,
+    /// The operator's memo: the clean-up handlers receive it.
+    memo: Memo,
+    /// The operator's memo as the start-up handlers left it: every
+    /// object's memo starts as a copy of it.
+    memo_base: MemoBase,
+    /// Posts the Events of the handlers, if posting is enabled.
+    poster: Option<EventPoster>,
+    /// The indexes that `#[index]` handlers fill.
+    indexes: OperatorIndexes,
+    /// What the probes report, when the endpoints are served.
+    health: Option<Arc<Health>>,
+    /// The operator's metrics, when served.
+    metrics: Option<Arc<Metrics>>,
 }
 
 /// What runs beside the serving until the operator exits (the endpoints,

@@ -9,7 +9,7 @@ use kube::Client;
 use tokio::sync::watch;
 
 use super::activities::{self, Activity};
-use super::{Background, Operator, OperatorError, Stop, log_urls, measured_if};
+use super::{Background, Operator, OperatorError, Started, Stop, log_urls, measured_if};
 use crate::model::handlers::{Handler, HandlerKind};
 use crate::model::kwargs::{Memo, MemoBase};
 use crate::operations::endpoints::{EndpointState, Endpoints};
@@ -23,27 +23,6 @@ use crate::processing::indexing::OperatorIndexes;
 use crate::settings::{OperatorSettings, PostingSettings, StartupSettings};
 use crate::webhooks::admission::Reviewer;
 use crate::webhooks::{self, WebhookServer, managed};
-
-/// What the start-up leaves to the serving and the clean-up.
-pub(super) struct Started {
-    /// The operator's client (the login's credentials serve it, if any).
-    pub(super) client: Client,
-    /// The settings as the start-up handlers left them.
-    pub(super) settings: Arc<OperatorSettings>,
-    /// The operator's memo: the clean-up handlers receive it.
-    pub(super) memo: Memo,
-    /// The operator's memo as the start-up handlers left it: every
-    /// object's memo starts as a copy of it.
-    pub(super) memo_base: MemoBase,
-    /// Posts the Events of the handlers, if posting is enabled.
-    pub(super) poster: Option<EventPoster>,
-    /// The indexes that `#[index]` handlers fill.
-    pub(super) indexes: OperatorIndexes,
-    /// What the probes report, when the endpoints are served.
-    pub(super) health: Option<Arc<Health>>,
-    /// The operator's metrics, when served.
-    pub(super) metrics: Option<Arc<Metrics>>,
-}
 
 /// Whether `handler` is an admission handler.
 pub(super) fn is_webhook(handler: &Handler) -> bool {

@@ -13,8 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::resources::{Resources, ServeContext};
-use super::startup::Started;
-use super::{Background, Operator, OperatorError, Stop};
+use super::{Background, Operator, OperatorError, Started, Stop};
 use crate::operations::health::Phase;
 use crate::peering::fencing::{self, Fence};
 use crate::peering::leadership;

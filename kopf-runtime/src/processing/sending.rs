@@ -6,18 +6,30 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::ResourceProcessor;
 use crate::fields::{ensure_field, meta_str, remove_field, resolve_field};
 use crate::model::kwargs::Logger;
 use crate::persistence::finalizers;
-use crate::persistence::patching::{ObjectVersion, PatchError, PatchOutcome, PatchTarget};
+use crate::persistence::patching::{ObjectVersion, PatchError, PatchOutcome, PatchTarget, Patcher};
 
 /// How often a patch carrying handler outcomes is re-sent after a `409`.
 const CONFLICT_RESENDS: usize = 3;
 /// The pause before re-sending a conflicting patch.
 const CONFLICT_PAUSE: Duration = Duration::from_millis(200);
 
-impl ResourceProcessor {
+/// Sends the patches of one resource's processing steps.
+pub(super) struct PatchSender {
+    patcher: Patcher,
+    /// The operator's finalizer (`settings.persistence.finalizer`), whose
+    /// change a re-sent patch rebuilds.
+    finalizer: String,
+}
+
+impl PatchSender {
+    /// A sender through `patcher`, for objects that carry `finalizer`.
+    pub(super) fn new(patcher: Patcher, finalizer: String) -> Self {
+        PatchSender { patcher, finalizer }
+    }
+
     /// Sends the step's patch. A patch that carries the outcome of a handler
     /// (`ran`) is not given up on a `409 Conflict`: the outcome would be lost
     /// and the handler run again. It is re-sent instead, its finalizer change
@@ -38,7 +50,7 @@ impl ResourceProcessor {
         mut precondition: Option<Precondition>,
         logger: &Logger,
     ) -> Result<(PatchOutcome<ObjectVersion>, bool), PatchError> {
-        let finalizer = self.settings.persistence.finalizer.as_str();
+        let finalizer = self.finalizer.as_str();
         let mut resends = 0;
         loop {
             // Only the new version is kept of the answer: the object is

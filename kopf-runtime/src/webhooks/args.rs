@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use super::WebhookError;
+use super::error::WebhookError;
 
 /// The admission webhook server's flags, as Kopf's `WebhookServer`
 /// options (`addr`, `port`, `path`, `host`, `certfile`, `pkeyfile`,

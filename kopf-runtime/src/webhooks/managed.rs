@@ -31,7 +31,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::args::ServiceRef;
-use super::quote;
+use super::paths::quote;
 use crate::model::filters::MetaValue;
 use crate::model::handlers::{Handler, HandlerKind};
 use crate::model::resources::Discovered;

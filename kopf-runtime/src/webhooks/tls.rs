@@ -24,7 +24,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::sync::watch;
 
-use super::WebhookError;
+use super::error::WebhookError;
 
 /// How often certificate files are checked for changes between
 /// connections (Kopf checks every 60 s).

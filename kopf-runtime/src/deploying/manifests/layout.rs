@@ -1,9 +1,12 @@
 //! What the `manifests` command line decides ([`Layout`]): the objects'
-//! name and namespace, the container's arguments, its ports, and the
+//! name, labels and namespace, the container's arguments, its ports, and the
 //! [`Plan`] the RBAC rules are derived from; and the flags it refuses.
 
-use super::{ManifestError, ManifestsArgs};
-use crate::deploying::{Permission, Plan};
+use std::collections::BTreeMap;
+
+use super::args::ManifestsArgs;
+use super::error::ManifestError;
+use crate::deploying::permissions::{Permission, Plan};
 use crate::model::handlers::HandlerKind;
 use crate::model::registry::Registry;
 use crate::operations::listening::ListenUrl;
@@ -216,6 +219,11 @@ fn refuse_local_flags(args: &ManifestsArgs) -> Result<(), ManifestError> {
         ))),
         None => Ok(()),
     }
+}
+
+/// The labels of every object: `app.kubernetes.io/name: NAME`.
+pub(super) fn labels(name: &str) -> BTreeMap<String, String> {
+    [("app.kubernetes.io/name".to_owned(), name.to_owned())].into()
 }
 
 /// The default `--name`: the binary's file name, as a DNS label

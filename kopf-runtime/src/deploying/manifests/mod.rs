@@ -1,8 +1,9 @@
 //! `my-operator manifests`: the objects that deploy the operator with the
 //! permissions it needs and no more, printed as multi-document YAML.
 //!
-//! `layout.rs` decides from the command line (names, namespace, ports,
-//! the container's arguments, refusals), `rbac.rs` makes the roles of the
+//! `args.rs` holds the command line and `error.rs` why it may not do;
+//! `layout.rs` decides from it (names, namespace, ports, the
+//! container's arguments, refusals), `rbac.rs` makes the roles of the
 //! [`required`](crate::deploying::required) permissions, `workload.rs` the
 //! ServiceAccount, Deployment, Service and PodDisruptionBudget.
 //!
@@ -13,16 +14,16 @@
 //! - The container is given the run flags as they were written, so the
 //!   deployed operator serves what `run` with those flags would serve.
 
-use std::collections::BTreeMap;
 use std::ffi::OsString;
 
 use clap::{CommandFactory as _, FromArgMatches as _};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
-use crate::deploying::{self, Named, Permission, PermissionError};
+use crate::deploying::{self, Named, Permission};
 use crate::model::registry::Registry;
-use crate::running::cli::Args;
 
+mod args;
+mod error;
 mod layout;
 pub(crate) mod rbac;
 
@@ -33,97 +34,12 @@ mod workload;
 #[cfg(test)]
 mod tests;
 
+pub use args::ManifestsArgs;
+pub(crate) use error::ManifestError;
 use layout::{Invocation, Layout};
 
 /// The subcommand's name, the first argument of the binary.
 pub(crate) const SUBCOMMAND: &str = "manifests";
-
-/// The command line of `my-operator manifests`: the run flags, and where
-/// and how the operator is deployed.
-///
-/// ```
-/// use clap::Parser;
-/// use kopf_runtime::ManifestsArgs;
-///
-/// let args = ManifestsArgs::try_parse_from(["manifests", "-n", "shop", "--image", "op:1.0"])?;
-/// assert_eq!((args.run.namespaces.as_slice(), args.replicas), (&["shop".to_owned()][..], 1));
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, clap::Parser)]
-#[command(
-    about = "Print the manifests that deploy this operator, as multi-document YAML.",
-    long_about = "Print the manifests that deploy this operator, as multi-document YAML: a \
-ServiceAccount, the RBAC roles it needs (derived from the handlers, the run flags, \
-#[kopf::rbac] and Runner::rbac), a Deployment, a Service for the webhook server when \
-admission webhooks are served, and a PodDisruptionBudget with --replicas above 1. \
-Nothing is contacted. Apply with: `my-operator manifests --image IMAGE | kubectl apply -f -`.\n\n\
-The run flags (-n, -A, --peering, --liveness, --webhook-*, …) mean what they mean to the \
-operator and are passed to the container as they are written. Without --liveness, the \
-container gets --liveness=http://0.0.0.0:8080/healthz, so that the pods are probed. \
---emulator, --kubeconfig, --context, --identity, --dev and --webhook-ca-dump are refused: they mean \
-something on a developer's machine only.",
-    after_long_help = "Example: my-operator manifests -n shop --image registry.example/op:1.0 | kubectl apply -f -"
-)]
-pub struct ManifestsArgs {
-    /// The run flags, given to the deployed operator.
-    #[command(flatten)]
-    pub run: Args,
-
-    /// The namespace the operator is deployed in: its ServiceAccount,
-    /// Deployment and Service; `-n` keeps its meaning, the namespaces
-    /// served [default: the one served when exactly one plain `-n
-    /// NAMESPACE` is given, else `default`; it must exist].
-    #[arg(long, value_name = "NAMESPACE")]
-    pub deploy_namespace: Option<String>,
-
-    /// The name of the objects [default: the binary's file name, with `_`
-    /// as `-`].
-    #[arg(long, value_name = "NAME")]
-    pub name: Option<String>,
-
-    /// The container image that holds this operator's binary as its
-    /// entrypoint (required: there is no good guess).
-    #[arg(long, value_name = "IMAGE")]
-    pub image: String,
-
-    /// How many pods run the operator; above 1 needs `--peering` when the
-    /// operator handles objects, else every replica would act on each.
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub replicas: u32,
-
-    /// Print the CRDs the operator owns (`Runner::crd`) too.
-    #[arg(long)]
-    pub crds: bool,
-}
-
-/// Why the manifests cannot be made.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum ManifestError {
-    /// The command line asks for what cannot be deployed (exit code 2).
-    #[error("{0}")]
-    Usage(String),
-    /// The permissions cannot be derived.
-    #[error(transparent)]
-    Permissions(#[from] PermissionError),
-    /// An object does not serialize.
-    #[error("an object cannot be written as YAML: {0}")]
-    Serialize(String),
-}
-
-impl ManifestError {
-    /// The exit code: 2 for usage errors, as clap's, else 1.
-    pub(crate) fn exit_code(&self) -> i32 {
-        match self {
-            ManifestError::Usage(_) => 2,
-            _ => 1,
-        }
-    }
-}
-
-/// The labels of every object: `app.kubernetes.io/name: NAME`.
-fn labels(name: &str) -> BTreeMap<String, String> {
-    [("app.kubernetes.io/name".to_owned(), name.to_owned())].into()
-}
 
 /// What the operator owns and declares, beside its handlers.
 #[derive(Debug, Clone, Copy)]

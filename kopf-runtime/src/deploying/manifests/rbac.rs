@@ -11,8 +11,8 @@ use k8s_openapi::api::rbac::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::layout::Layout;
-use crate::deploying::{Permission, PermissionScope};
+use super::layout::{self, Layout};
+use crate::deploying::permissions::{Permission, PermissionScope};
 
 /// The annotation that lists why each permission is there, one a line.
 pub(crate) const RULES_ANNOTATION: &str = "kopf.dev/rules";
@@ -53,7 +53,7 @@ pub(crate) fn granting(
         let meta = |namespace: Option<&str>, why: Option<String>| ObjectMeta {
             name: Some(name.to_owned()),
             namespace: namespace.map(str::to_owned),
-            labels: Some(super::labels(name)),
+            labels: Some(layout::labels(name)),
             annotations: why.map(|why| [(RULES_ANNOTATION.to_owned(), why)].into()),
             ..ObjectMeta::default()
         };

@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::layout::Layout;
+use super::layout::{self, Layout};
 use crate::operations::endpoints::READINESS_PATH;
 
 /// The user and group the container runs as: not root, and the `nonroot`
@@ -39,7 +39,7 @@ fn meta(layout: &Layout) -> ObjectMeta {
     ObjectMeta {
         name: Some(layout.name.clone()),
         namespace: Some(layout.namespace.clone()),
-        labels: Some(super::labels(&layout.name)),
+        labels: Some(layout::labels(&layout.name)),
         ..ObjectMeta::default()
     }
 }
@@ -47,7 +47,7 @@ fn meta(layout: &Layout) -> ObjectMeta {
 /// The pods' selector: the name label alone, which no other object of
 /// another name has.
 fn selector(layout: &Layout) -> BTreeMap<String, String> {
-    super::labels(&layout.name)
+    layout::labels(&layout.name)
 }
 
 /// The ServiceAccount the operator runs as.

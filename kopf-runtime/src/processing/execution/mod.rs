@@ -16,29 +16,48 @@
 //! - `retries` counts attempts: with `retries = 3` the third failure is final.
 //!   When a handler is given up is [`RetryPolicy`]'s rule, the same for
 //!   every kind of handler.
+//!
+//! # Sub-handlers
+//! Child handlers that a change handler registers while it runs (Kopf's
+//! `@kopf.subhandler` and `kopf.execute()`).
+//!
+//! A parent takes a [`Subhandlers`] parameter and registers children on
+//! it. After the parent returns successfully, its children run (or earlier,
+//! where the parent awaits [`Subhandlers::execute`]), with Kopf's state
+//! layout:
+//! - a child's id is `parent/child`, and its progress is stored on the
+//!   object as a handler's is, so each child has its own retries, backoff,
+//!   timeout and errors mode;
+//! - the parent's record lists its children of any depth in `subrefs`;
+//! - while children are unfinished, the parent is retried (with a debug
+//!   line, not an error): it runs again, registers its children again, and
+//!   the finished ones are skipped. An operator restarted in between
+//!   resumes the same way, without re-running finished children;
+//! - children that fail for good do not fail the parent, as in Kopf;
+//! - the children's results go to `status.<parent/child>`, their patches
+//!   join the parent's, and every record is purged with the parent's when
+//!   the cause is done.
 
-use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+use std::any::Any;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use futures::FutureExt;
-use futures::future::{CatchUnwind, Either, Map, Ready};
-use serde_json::Value;
+use serde_json::{Value, json};
 use smallvec::SmallVec;
 
 use crate::fields::{ensure_field, merge_into};
-use crate::model::errors::{HandlerError, Outcome};
-use crate::model::handlers::{ErrorsMode, Handler, HandlerKind, KindOptions};
+use crate::model::errors::{Error, HandlerError, IntoOutcome, Outcome};
+use crate::model::handlers::{Handler, HandlerKind, KindOptions};
 use crate::model::kwargs::{Attempt, Diff, Indexes, Kwargs, Logger, Memo, Patch, Reason};
-use crate::model::retrying::{GiveUp, RetryPolicy};
-use crate::operations::metrics::{HandlerMetrics, HandlerOutcome};
+use crate::model::retrying::RetryPolicy;
 use crate::persistence::progress::{ProgressRecord, ProgressStorage, format_timestamp};
 
+mod invoking;
 mod lifecycle;
-mod subhandlers;
 
+pub(crate) use invoking::{Disposition, catch_panics, give_up, invoke, resolve, resolve_attempt};
 pub use lifecycle::Lifecycle;
-pub use subhandlers::Subhandlers;
 
 /// The object and its change, shared by every handler of a cause.
 #[derive(Clone)]
@@ -426,186 +445,6 @@ async fn attempt(
     (record, result, handler_patch)
 }
 
-/// What a handler's outcome comes to, as Kopf decides it by the error's
-/// kind and the handler's `errors` mode; the same for change handlers,
-/// daemons and timers.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Disposition {
-    /// Success, with the result for `status.<id>`, if any.
-    Succeeded(Option<Value>),
-    /// A regular error with `errors = ignored`: done, as if it succeeded.
-    Ignored,
-    /// To be called again after `delay`; `message` says what went wrong.
-    Retry { delay: Duration, message: String },
-    /// Failed for good; `message` says what went wrong.
-    Failed { message: String },
-}
-
-/// Resolves the outcome of attempt number `retry` (0-based) of `handler`,
-/// which ended `runtime` after its first attempt started, by its `policy`:
-/// as [`resolve`] does, and a retry that the policy does not allow
-/// ([`RetryPolicy::after_failure`]) is given up ([`give_up`]).
-pub(crate) fn resolve_attempt(
-    handler: &Handler,
-    outcome: Outcome,
-    policy: &RetryPolicy,
-    (retry, runtime): (u32, Duration),
-    logger: &Logger,
-) -> Disposition {
-    match resolve(handler, outcome, policy.backoff, logger) {
-        Disposition::Retry { delay, message } => {
-            match policy.after_failure(retry, runtime, delay) {
-                Some(why) => Disposition::Failed {
-                    message: give_up(handler, why, Some(&message), logger),
-                },
-                None => Disposition::Retry { delay, message },
-            }
-        }
-        disposition => disposition,
-    }
-}
-
-/// Gives `handler` up (see [`RetryPolicy`]): logs why, in the one wording
-/// of every kind of handler, counts it in the handler's metrics (as
-/// `timeout` or `retries_exhausted`), and returns the message of the
-/// failure, with the `last_error` if the handler had one.
-pub(crate) fn give_up(
-    handler: &Handler,
-    why: GiveUp,
-    last_error: Option<&str>,
-    logger: &Logger,
-) -> String {
-    logger.error(format_args!("Handler '{}' has {why}.", handler.id()));
-    if let Some(metrics) = &handler.metrics {
-        metrics.count(match why {
-            GiveUp::TimedOut(_) => HandlerOutcome::Timeout,
-            GiveUp::RetriesExhausted(_) => HandlerOutcome::RetriesExhausted,
-        });
-    }
-    match last_error {
-        Some(error) => format!("{why}; the last error: {error}"),
-        None => why.to_string(),
-    }
-}
-
-/// Resolves a handler's outcome, logging a failure once, in Kopf's words.
-/// `backoff` is the delay of a regular error with `errors = temporary` and
-/// of a temporary error without its own delay.
-pub(crate) fn resolve(
-    handler: &Handler,
-    outcome: Outcome,
-    backoff: Duration,
-    logger: &Logger,
-) -> Disposition {
-    let name = &handler.id();
-    match outcome {
-        Ok(result) => Disposition::Succeeded(result.filter(|r| !r.is_null())),
-        Err(HandlerError::Temporary { message, delay }) => {
-            logger.error(format_args!(
-                "Handler '{name}' failed temporarily: {message}"
-            ));
-            let delay = delay.unwrap_or(backoff);
-            Disposition::Retry { delay, message }
-        }
-        Err(HandlerError::Permanent { message }) => {
-            logger.error(format_args!(
-                "Handler '{name}' failed permanently: {message}"
-            ));
-            Disposition::Failed { message }
-        }
-        Err(error) => {
-            let message = error.to_string();
-            let (next, disposition) = match handler.options().errors {
-                ErrorsMode::Ignored => ("ignore", Disposition::Ignored),
-                ErrorsMode::Permanent => ("stop", Disposition::Failed { message }),
-                ErrorsMode::Temporary => {
-                    let delay = backoff;
-                    ("retry", Disposition::Retry { delay, message })
-                }
-            };
-            logger.error(format_args!(
-                "Handler '{name}' failed with an exception. Will {next}: {error}"
-            ));
-            disposition
-        }
-    }
-}
-
-/// A handler call started by [`catch_panics`]: it resolves to the call's output,
-/// or to the message of its panic.
-pub(crate) type PanicsCaught<F> = Map<
-    Either<CatchUnwind<AssertUnwindSafe<F>>, Ready<std::thread::Result<<F as Future>::Output>>>,
-    fn(std::thread::Result<<F as Future>::Output>) -> Result<<F as Future>::Output, String>,
->;
-
-/// Starts a handler call with its panics caught, whether the call panics
-/// when started or while it runs: the one guard of every handler call
-/// (change handlers, event handlers, daemons, timers).
-pub(crate) fn catch_panics<F: Future>(start: impl FnOnce() -> F) -> PanicsCaught<F> {
-    let started = match std::panic::catch_unwind(AssertUnwindSafe(start)) {
-        Ok(future) => Either::Left(AssertUnwindSafe(future).catch_unwind()),
-        Err(panic) => Either::Right(futures::future::ready(Err(panic))),
-    };
-    started.map(unpanicked::<F::Output> as fn(_) -> _)
-}
-
-fn unpanicked<T>(result: std::thread::Result<T>) -> Result<T, String> {
-    result.map_err(|panic| panicked(&*panic))
-}
-
-/// Calls a handler with panics contained and an optional time limit.
-///
-/// The handler is called at once (its kwargs are moved into its own
-/// future); what is returned holds only that call and the limit, not the
-/// kwargs a second time, as an `async fn` would.
-///
-/// With metrics, the call counts as in flight while it runs, and its
-/// outcome and duration are recorded when it ends.
-pub(crate) fn invoke(
-    handler: &Handler,
-    kwargs: Kwargs,
-    limit: Option<Duration>,
-) -> impl Future<Output = Outcome> + Send + use<> {
-    let errors = handler.options().errors;
-    let in_flight = handler.metrics.clone().map(HandlerMetrics::start);
-    let call = catch_panics(|| handler.call(kwargs));
-    async move {
-        let outcome = match limit {
-            Some(limit) => match tokio::time::timeout(limit, call).await {
-                Ok(outcome) => outcome,
-                Err(_elapsed) => {
-                    if let Some(in_flight) = in_flight {
-                        in_flight.finish(HandlerOutcome::Timeout);
-                    }
-                    return Err(HandlerError::Permanent {
-                        message: format!("timed out after {}", seconds(limit)),
-                    });
-                }
-            },
-            None => call.await,
-        };
-        let outcome = outcome.unwrap_or_else(|message| Err(HandlerError::Regular { message }));
-        if let Some(in_flight) = in_flight {
-            let regular = match errors {
-                ErrorsMode::Temporary => HandlerOutcome::Temporary,
-                ErrorsMode::Permanent => HandlerOutcome::Permanent,
-                ErrorsMode::Ignored => HandlerOutcome::Ignored,
-            };
-            in_flight.finish(HandlerOutcome::of(&outcome, regular));
-        }
-        outcome
-    }
-}
-
-fn panicked(panic: &(dyn std::any::Any + Send)) -> String {
-    let text = panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-string payload".to_owned());
-    format!("the handler panicked: {text}")
-}
-
 /// The record of a finished handler; its `stopped` time is one of the
 /// attempt's [`Stamps`].
 fn finish(mut record: ProgressRecord, success: bool, message: Option<String>) -> ProgressRecord {
@@ -631,17 +470,280 @@ fn delay_record(
     record
 }
 
-fn seconds(duration: Duration) -> String {
-    format!("{}s", duration.as_secs_f64())
+/// The sub-handlers of one call of a change handler (Kopf's sub-handlers).
+///
+/// Take it as the `subhandlers` parameter of an `on_create`, `on_update`,
+/// `on_delete`, `on_resume` or `on_field` handler (builder closures:
+/// [`Kwargs::subhandlers`]), and register children on it. They run after
+/// the parent returns successfully, each with its own progress, retries and
+/// errors, under the id `parent/child`; the parent is called again until
+/// every child has finished, and only the unfinished children run again,
+/// after a restart too. The parent's progress record lists its children of
+/// any depth (`subrefs`), the children's results go to
+/// `status.<parent/child>`, and their records are purged with the
+/// parent's, all as Kopf stores them. A child that fails for good does not
+/// fail its parent, as in Kopf.
+///
+/// ```
+/// use kopf_runtime as kopf;
+/// use serde_json::Value;
+///
+/// #[kopf::on_create("kopfexamples.kopf.dev/v1")]
+/// async fn create_fn(spec: Value, subhandlers: kopf::Subhandlers) -> kopf::Result<()> {
+///     let items = spec["items"].as_array().cloned().unwrap_or_default();
+///     for item in items.into_iter().filter_map(|i| i.as_str().map(str::to_owned)) {
+///         subhandlers.register(item.clone(), move |kw: kopf::Kwargs| {
+///             let item = item.clone();
+///             async move {
+///                 kw.logger.info(format_args!("=== Handling creation for {item}. ==="));
+///                 Ok::<_, kopf::Error>(())
+///             }
+///         });
+///     }
+///     Ok(())
+/// }
+/// ```
+///
+/// To run the children inside the parent (Kopf's `kopf.execute()`), await
+/// [`execute`](Self::execute) and return its error with `?`: it says that
+/// children are unfinished, and the parent is called again.
+#[derive(Clone)]
+pub struct Subhandlers {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The parent's id: the children's prefix.
+    parent: String,
+    /// The parent's kind, which its children take.
+    kind: HandlerKind,
+    /// The cause, as the parent sees it (field-scoped for field handlers).
+    cause: CauseContext,
+    progression: Progression,
+    /// The parent's patch, which the children's records, results and
+    /// patches join.
+    patch: Patch,
+    children: Mutex<Children>,
+}
+
+/// The children registered in one call of the parent, and how they fare.
+#[derive(Default)]
+struct Children {
+    registered: Vec<Handler>,
+    /// The children were run by [`Subhandlers::execute`]: they do not run
+    /// again after the parent returns.
+    executed: bool,
+    /// How long until the unfinished children are due, after the last run.
+    unfinished: Option<Duration>,
+    /// The ids of the children of any depth (the parent's `subrefs`).
+    subrefs: BTreeSet<String>,
+}
+
+impl std::fmt::Debug for Subhandlers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.state();
+        f.debug_struct("Subhandlers")
+            .field("parent", &self.inner.parent)
+            .field(
+                "registered",
+                &state.registered.iter().map(|h| h.id()).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl Subhandlers {
+    /// The sub-handlers of one call of `parent`, a change handler (`None`
+    /// for handlers of other kinds, which have none). `kwargs` are the
+    /// parent's.
+    pub(crate) fn of_parent(
+        parent: &Handler,
+        cause: &CauseContext,
+        kwargs: &Kwargs,
+        progression: &Progression,
+    ) -> Option<Self> {
+        if !parent.kind().is_changing() {
+            return None;
+        }
+        let cause = CauseContext {
+            old: kwargs.old.clone(),
+            new: kwargs.new.clone(),
+            diff: kwargs.diff.clone(),
+            ..cause.clone()
+        };
+        Some(Subhandlers {
+            inner: Arc::new(Inner {
+                parent: parent.id().to_owned(),
+                kind: parent.kind(),
+                cause,
+                progression: progression.clone(),
+                patch: kwargs.patch.clone(),
+                children: Mutex::new(Children::default()),
+            }),
+        })
+    }
+
+    /// The form [`Kwargs`] carry.
+    pub(crate) fn erased(&self) -> Arc<dyn Any + Send + Sync> {
+        Arc::new(self.clone())
+    }
+
+    fn state(&self) -> MutexGuard<'_, Children> {
+        self.inner
+            .children
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Registers a child `id` with Kopf's default options (retried after
+    /// the default backoff on any error); it is stored as `parent/id`.
+    pub fn register<F, Fut, R>(&self, id: impl Into<String>, f: F)
+    where
+        F: Fn(Kwargs) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = R> + Send + 'static,
+        R: IntoOutcome,
+    {
+        self.add(Handler::subhandler(id, f));
+    }
+
+    /// Registers a child made with [`Handler::subhandler`], with its own
+    /// options (`retries`, `backoff`, `timeout`, `errors`, `param`) and
+    /// filters (`label`, `annotation`, `when`, `field`, `value`). A second
+    /// child with the same id replaces the first.
+    pub fn add(&self, child: Handler) {
+        let child = child.child_of(&self.inner.parent, self.inner.kind);
+        let mut state = self.state();
+        match state.registered.iter_mut().find(|h| h.id() == child.id()) {
+            Some(known) => *known = child,
+            None => state.registered.push(child),
+        }
+    }
+
+    /// Runs the registered children now, one per call as Kopf's default
+    /// lifecycle does (see [`execute_with`](Self::execute_with)).
+    pub async fn execute(&self) -> crate::Result<()> {
+        self.execute_with(Lifecycle::Asap).await
+    }
+
+    /// Runs the registered children now (Kopf's `kopf.execute()`), as many
+    /// and in the order `lifecycle` says, and records their progress. The
+    /// children then do not run again after the parent returns.
+    ///
+    /// # Errors
+    /// A temporary error while some children are unfinished: return it from
+    /// the parent (with `?`), which is then called again once they are due.
+    pub async fn execute_with(&self, lifecycle: Lifecycle) -> crate::Result<()> {
+        self.state().executed = true;
+        match Box::pin(self.run(lifecycle)).await {
+            None => Ok(()),
+            Some(delay) => Err(Error::temporary(
+                "some sub-handlers are not finished yet",
+                delay,
+            )),
+        }
+    }
+
+    /// Whether the parent registered any child: without one, there is
+    /// nothing to run or wait for after its call.
+    pub(crate) fn any(&self) -> bool {
+        !self.state().registered.is_empty()
+    }
+
+    /// After the parent's call: runs the children unless the parent did,
+    /// and says how long until the unfinished ones are due, if any are.
+    /// Children unfinished after [`execute`](Self::execute) count only if
+    /// the parent returned the error that says so.
+    pub(crate) async fn after_parent(&self, outcome: &Outcome) -> Option<Duration> {
+        let (executed, unfinished) = {
+            let state = self.state();
+            (state.executed, state.unfinished)
+        };
+        match outcome {
+            Ok(_) if !executed => self.run(Lifecycle::Asap).await,
+            Err(HandlerError::Temporary { .. }) if executed => unfinished,
+            _ => None,
+        }
+    }
+
+    /// Adds the children of any depth to the parent's `subrefs`.
+    pub(crate) fn list_in(&self, record: &mut ProgressRecord) {
+        let state = self.state();
+        if state.subrefs.is_empty() {
+            return;
+        }
+        let mut subrefs: BTreeSet<String> = record.subrefs.take().into_iter().flatten().collect();
+        subrefs.extend(state.subrefs.iter().cloned());
+        record.subrefs = Some(subrefs.into_iter().collect());
+    }
+
+    /// Runs the due children that `lifecycle` picks; how long until the
+    /// unfinished ones are due, if any are.
+    async fn run(&self, lifecycle: Lifecycle) -> Option<Duration> {
+        let inner = &*self.inner;
+        let registered = self.state().registered.clone();
+        let cause = &inner.cause;
+        let children: Vec<&Handler> = registered
+            .iter()
+            .filter(|h| h.filters().is_empty() || h.matches(&cause.kwargs(h)))
+            .collect();
+        let storage = &*inner.progression.storage;
+        let mut records = fetch(storage, &children, &cause.body);
+        let mut stored = json!({});
+        let ran = run_planned(
+            lifecycle,
+            cause,
+            &children,
+            &mut records,
+            &inner.progression,
+            &mut stored,
+        )
+        .await;
+        // Unlike a top-level cause's, the children's records are stored even
+        // when finished: their parent is not yet, and runs them again.
+        for (i, stamps) in ran {
+            if let Some(record) = &mut records[i] {
+                stamps.write(record);
+                storage.store(children[i].id(), record, &cause.body, &mut stored);
+            }
+        }
+        if stored.as_object().is_some_and(|s| !s.is_empty()) {
+            inner.patch.merge(stored);
+        }
+        let unfinished = next_delay(&records);
+        let mut state = self.state();
+        state.unfinished = unfinished;
+        for (child, record) in children.iter().zip(&records) {
+            state.subrefs.insert(child.id().to_owned());
+            let grandchildren = record.as_ref().and_then(|r| r.subrefs.as_ref());
+            state
+                .subrefs
+                .extend(grandchildren.into_iter().flatten().cloned());
+        }
+        unfinished
+    }
+}
+
+impl Kwargs {
+    /// The sub-handlers of this call of a change handler (`None` for other
+    /// kinds): the `subhandlers` parameter, for builder closures.
+    pub fn subhandlers(&self) -> Option<Subhandlers> {
+        self.subhandlers
+            .as_ref()
+            .and_then(|erased| erased.downcast_ref::<Subhandlers>())
+            .cloned()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::errors::Error;
+    use crate::model::handlers::ErrorsMode;
     use crate::model::resources::ResourceRef;
     use serde_json::json;
     use std::sync::atomic::{AtomicU32, Ordering};
+
+    mod subhandlers;
 
     pub(super) fn resource() -> ResourceRef {
         ResourceRef::of::<k8s_openapi::api::core::v1::ConfigMap>()

@@ -1,0 +1,43 @@
+//! [`WebhookError`]: why the webhook server could not be set up.
+
+use std::path::PathBuf;
+
+/// Why the webhook server could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WebhookError {
+    /// The flags do not make a server.
+    #[error("{0}")]
+    Flags(String),
+    /// `--webhook-server` is not a URL that can be served.
+    #[error("the webhook server URL {url:?} cannot be served: {why}")]
+    InvalidUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong, and what would do.
+        why: String,
+    },
+    /// The address cannot be listened on.
+    #[error(
+        "cannot listen on {address} for the webhook server: {source}; pick another port or address"
+    )]
+    Bind {
+        /// `host:port`.
+        address: String,
+        /// The failure.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The certificates do not load, or cannot be made.
+    #[error("the webhook server's certificate: {0}")]
+    Certificate(String),
+    /// The CA bundle cannot be written to `--webhook-ca-dump`.
+    #[error("cannot write the CA bundle to {path}: {source}")]
+    CaDump {
+        /// The file.
+        path: PathBuf,
+        /// The failure.
+        #[source]
+        source: std::io::Error,
+    },
+}
