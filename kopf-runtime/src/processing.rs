@@ -4,7 +4,7 @@
 //! A [`ResourceProcessor`] serves one resource; the queue calls it with the
 //! newest event of one object at a time. Per object it remembers only what
 //! Kopf remembers in memory (the memo and whether the object was first seen
-//! at start-up; see [`memories`](crate::processing::memories)); everything else lives on
+//! at start-up; see [`memories`]); everything else lives on
 //! the object itself.
 //!
 //! Which handlers serve an object is decided first, as Kopf's `prematch`:

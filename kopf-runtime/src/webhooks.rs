@@ -7,7 +7,7 @@
 //! `args.rs` holds the flags, `error.rs` what can go wrong with them,
 //! `tls.rs` the certificates, `server.rs` the listener, `paths.rs` the
 //! handlers' paths beneath it, `managed.rs` the configurations; the reviews
-//! themselves are [`admission`](crate::webhooks::admission)'s.
+//! themselves are [`admission`]'s.
 
 pub(crate) mod admission;
 mod args;

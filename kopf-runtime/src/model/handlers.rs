@@ -475,7 +475,7 @@ impl Handler {
     }
 
     /// Whether the handler applies, as Kopf matches it (see
-    /// [`Filters`](crate::Filters) for the field rules). Change handlers
+    /// [`Filters`] for the field rules). Change handlers
     /// take scoped kwargs: their `field` is matched against `old`/`new`
     /// (the field's values in the essences), and `on_update`/`on_field`
     /// handlers with a `field` need it to have changed. Other handlers

@@ -1,6 +1,6 @@
 //! [`Endpoints`]: the HTTP listeners of the liveness probe (`--liveness`),
 //! the readiness probe (`/readyz` beside it) and the metrics (`--metrics`),
-//! served with hyper; the answers come from [`probing`](crate::operations::probing)
+//! served with hyper; the answers come from [`probing`]
 //! and [`Metrics`].
 
 use std::convert::Infallible;

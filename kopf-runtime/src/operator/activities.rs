@@ -4,11 +4,11 @@
 //! Each round calls, in the registry's order, every handler that has not
 //! ended and whose retry is due, then sleeps until the next retry is due.
 //! An outcome is resolved as a change handler's is
-//! ([`execution::resolve_attempt`](crate::processing::execution::resolve_attempt)): a
+//! ([`execution::resolve_attempt`]): a
 //! temporary error is retried after its delay; a regular one as the
 //! handler's `errors` says, after its `backoff` (else
 //! `settings.execution.default_backoff`); and the handler is given up as
-//! its [`RetryPolicy`](crate::model::retrying::RetryPolicy) says.
+//! its [`RetryPolicy`] says.
 //!
 //! The handlers of both activities receive the operator's memo (one memo,
 //! the same for all); start-up handlers also receive the operator's

@@ -194,7 +194,7 @@ where
         self.inner.lock_slots().len()
     }
 
-    /// Reads [`workers`](Self::workers) for as long as the queue lives
+    /// Reads `workers` for as long as the queue lives
     /// (0 after), without keeping it alive: for metrics.
     pub(crate) fn workers_reader(&self) -> impl Fn() -> usize + Send + Sync + 'static {
         let inner = Arc::downgrade(&self.inner);

@@ -80,7 +80,7 @@ impl Batched {
     }
 
     /// The process's stdout, batched (one buffer per process, which
-    /// [`flush`] writes out).
+    /// [`flush`](Self::flush) writes out).
     pub(crate) fn stdout() -> Self {
         STDOUT
             .get_or_init(|| Self::new(Box::new(io::stdout())))

@@ -11,12 +11,12 @@
 //! - on every event of a matching object: [`Spawner::ensure`] (spawns if
 //!   needed, refreshes the live body);
 //! - when a handler stops matching: [`Spawner::stop`] with
-//!   [`StopReason::FilterMismatch`];
+//!   [`StopReason::FilterMismatch`](stopping::StopReason::FilterMismatch);
 //! - on `DELETED`, on a re-list that misses the object, or on a
 //!   `deletionTimestamp`: [`Spawner::stop_object`] with the matching
-//!   [`StopReason`], then (for finalizer-holding handlers)
+//!   [`StopReason`](stopping::StopReason), then (for finalizer-holding handlers)
 //!   [`Spawner::wait_stopped_of`];
-//! - on exit: [`Spawner::shutdown`].
+//! - on exit: [`Spawner::shutdown_for`].
 //!
 //! Outcomes of every call (for status patches) and abandoned tasks (for
 //! Kubernetes Events and metrics) go to the engine's [`Observer`].

@@ -3,7 +3,7 @@
 //! sees the objects; the call of a handler from its task; and what the
 //! runtime does with the outcome.
 //!
-//! The [`spawning`](crate::spawning) module runs tasks; this module turns
+//! The [`spawning`] module runs tasks; this module turns
 //! `#[daemon]` and `#[timer]` handlers into them. Each call gets the
 //! object's latest body (as `body`, `spec`, …, fixed for the call), the
 //! [`LiveBody`] that follows it (as `live`), its memo and a [`Stopped`]

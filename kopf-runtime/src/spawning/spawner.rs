@@ -65,11 +65,11 @@ pub(crate) enum Ensured {
     /// The object was stopped as gone (deleted, vanished) or as being deleted
     /// (`deletionTimestamp`): nothing is spawned for it any more.
     ObjectGone,
-    /// [`Spawner::shutdown`] was called.
+    /// [`Spawner::shutdown_for`] was called.
     ShuttingDown,
 }
 
-/// A failed [`Spawner::shutdown`].
+/// A failed [`Spawner::shutdown_for`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub(crate) enum ShutdownError {
@@ -376,7 +376,7 @@ impl Drop for Inner {
 ///   at its next `.await`); if it still runs `cancellation_timeout` later it
 ///   is *abandoned*: logged with `warn!`, reported to
 ///   [`Observer::on_abandoned`], counted, and forgotten. Nothing waits on a
-///   task forever, and [`Spawner::shutdown`] returns within its timeout.
+///   task forever, and [`Spawner::shutdown_for`] returns within its timeout.
 /// - A daemon (or a timer with neither `interval` nor `idle`) that ends on
 ///   its own (success, permanent failure, retries exhausted) is not
 ///   spawned again for that object until the object is

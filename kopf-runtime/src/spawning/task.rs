@@ -304,7 +304,7 @@ tokio::task_local! {
 
 /// Runs `call`, a call of a task's handler, so that what it runs with
 /// [`spawn_blocking`] (the body of a plain-`fn` handler) is part of the
-/// task: as with [`TaskContext::run_blocking`], the task counts as running
+/// task: as with `TaskContext::run_blocking`, the task counts as running
 /// until the thread returns, and is abandoned (and reported) if the thread
 /// outlives the task's stop limits.
 pub(crate) fn hosting<F: Future>(

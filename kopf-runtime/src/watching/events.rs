@@ -11,7 +11,7 @@
 //! without a pass over the object just to find where it ends; any other
 //! line, or one whose object does not decode that way, is decoded in full.
 //!
-//! An object that does not decode (see [`decoding`](crate::watching::decoding)) is
+//! An object that does not decode (see [`decoding`]) is
 //! an [`Event::Undecodable`], not an error: the watch goes on past it.
 
 use std::borrow::Cow;

@@ -7,7 +7,7 @@
 //! - A request is answered whatever its handlers do: a panic is caught
 //!   and denies the request (`500` in the review); a connection that
 //!   fails its handshake or its request is dropped alone.
-//! - At most [`MAX_CONNECTIONS`] connections are served at once, a
+//! - At most `MAX_CONNECTIONS` (`operations/listening.rs`) connections are served at once, a
 //!   handshake gets [`HANDSHAKE_TIMEOUT`], a body at most [`MAX_BODY`].
 //! - Every request counts in `kopf_admission_requests` by webhook id and
 //!   result: `allowed`, `denied`, or `error` (no review: not a review, no
