@@ -23,10 +23,8 @@ async fn minimal_notices_the_creation_and_sets_the_status() {
         })
         .await;
     example
-        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
+        .finish(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
         .await;
-    let (status, output) = example.terminate().await;
-    assert!(status.success(), "{status}: {output}");
 }
 
 /// Kopf's READMEs list the demo objects with `kubectl get kex`: the CRD
@@ -107,9 +105,7 @@ async fn children_creates_an_adopted_pod() {
         ("FIELD", Some("value"))
     );
     assert!(container.args.as_ref().expect("args")[0].contains("sleep 1m"));
-    example.assert_every_rule_used(&[]).await;
-    let (status, output) = example.terminate().await;
-    assert!(status.success(), "{status}: {output}");
+    example.finish(&[]).await;
 }
 
 /// `03-exceptions`: a temporary error is retried until success, regular
@@ -149,10 +145,8 @@ async fn exceptions_are_retried_or_final_as_declared() {
         "{output}"
     );
     example
-        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
+        .finish(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
         .await;
-    let (status, output) = example.terminate().await;
-    assert!(status.success(), "{status}: {output}");
 }
 
 /// `04-events`: the handler's Events are posted about the object.
@@ -187,11 +181,7 @@ async fn events_are_posted_about_the_object() {
             ("Warning", "Some message"),
         ]
     );
-    example
-        .assert_every_rule_used(&[STATUS_MAY_BE_UNUSED])
-        .await;
-    let (status, output) = example.terminate().await;
-    assert!(status.success(), "{status}: {output}");
+    example.finish(&[STATUS_MAY_BE_UNUSED]).await;
 }
 
 /// `05-handlers`: both creation handlers in order (and the field handler,
@@ -241,10 +231,8 @@ async fn handlers_run_for_creation_update_field_and_deletion() {
     );
     assert!(!output.contains("RESUMED"), "{output}");
     example
-        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
+        .finish(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
         .await;
-    let (status, output) = example.terminate().await;
-    assert!(status.success(), "{status}: {output}");
 }
 
 /// `06-peering`: of two replicas on one Lease, only the leader serves the
@@ -342,10 +330,8 @@ async fn subhandlers_run_one_per_item() {
         .expect("logged");
     assert!(item1 < item2 && item2 < parent, "{output}");
     example
-        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
+        .finish(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
         .await;
-    let (status, output) = example.terminate().await;
-    assert!(status.success(), "{status}: {output}");
 }
 
 /// `08-events`: every watch event reaches both event handlers; the failing
@@ -380,10 +366,8 @@ async fn raw_events_reach_the_spies_and_errors_are_ignored() {
         object.metadata.finalizers
     );
     example
-        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
+        .finish(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
         .await;
-    let (status, output) = example.terminate().await;
-    assert!(status.success(), "{status}: {output}");
 }
 
 /// `10-builtins`: a Pod is deleted after its lifetime, the task of a Pod
@@ -422,10 +406,8 @@ async fn builtins_kills_pods_after_their_lifetime() {
         "{output}"
     );
     example
-        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
+        .finish(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
         .await;
-    let (status, output) = example.terminate().await;
-    assert!(status.success(), "{status}: {output}");
 }
 
 /// `11-filtering-handlers`: only the handlers whose filters match run; the
@@ -469,10 +451,8 @@ async fn filtering_runs_only_the_matching_handlers() {
         assert!(!output.contains(line), "{line:?} in:\n{output}");
     }
     example
-        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
+        .finish(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
         .await;
-    let (status, output) = example.terminate().await;
-    assert!(status.success(), "{status}: {output}");
 }
 
 /// `12-embedded`: the application runs its steps while the embedded
@@ -558,11 +538,9 @@ async fn hooks_run_at_login_start_up_and_clean_up() {
         json!({"default": ["demo-1", "demo-2"]})
     );
 
-    example
-        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
+    let output = example
+        .finish(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
         .await;
-    let (status, output) = example.terminate().await;
-    assert!(status.success(), "{status}: {output}");
     assert!(output.contains("Cleaning up..."), "{output}");
     assert!(
         output.contains("All pod-tasks are requested to stop..."),
@@ -621,10 +599,8 @@ async fn daemons_accompany_the_object_until_it_is_deleted() {
         "{output}"
     );
     example
-        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
+        .finish(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
         .await;
-    let (status, output) = example.terminate().await;
-    assert!(status.success(), "{status}: {output}");
 }
 
 /// The timestamp at the start of the first line that contains `text`.
@@ -679,10 +655,8 @@ async fn timers_tick_once_the_object_is_idle() {
         .wait_for("stopping the object's daemons and timers")
         .await;
     example
-        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
+        .finish(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
         .await;
-    let (status, output) = example.terminate().await;
-    assert!(status.success(), "{status}: {output}");
 }
 
 /// `16-indexing`: the timer reads both indexes; the running Pods reach the
@@ -723,10 +697,8 @@ async fn indexing_follows_the_pods() {
         })
         .await;
     example
-        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
+        .finish(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
         .await;
-    let (status, output) = example.terminate().await;
-    assert!(status.success(), "{status}: {output}");
 }
 
 /// `99-all-at-once`: start-up, creation (with a retry, Events and a child
@@ -779,11 +751,9 @@ async fn all_at_once_runs_every_kind_of_handler() {
         .expect("pods are listed");
     assert_eq!(labelled.items.len(), 1, "{:?}", labelled.items);
 
-    example
-        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
+    let output = example
+        .finish(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
         .await;
-    let (status, output) = example.terminate().await;
-    assert!(status.success(), "{status}: {output}");
     assert!(output.contains("Cleaning up in 3s..."), "{output}");
     assert!(
         output.contains("Handler 'cleanup_fn' succeeded."),
@@ -963,10 +933,8 @@ async fn admission_validates_and_mutates_kopfexamples() {
     assert_eq!(created.spec.extra.get("injected"), Some(&json!(123)));
 
     example
-        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
+        .finish(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
         .await;
-    let (status, output) = example.terminate().await;
-    assert!(status.success(), "{status}: {output}");
 }
 
 /// `ttl_secrets` (README's first command): the Secrets expire and are
@@ -989,8 +957,6 @@ async fn ttl_secrets_deletes_the_expired_secrets_as_its_service_account() {
     let forever = secrets.get_opt("demo-forever").await.expect("a read");
     assert!(forever.is_some(), "a Secret without a TTL stays");
     example
-        .assert_every_rule_used(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
+        .finish(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
         .await;
-    let (status, output) = example.terminate().await;
-    assert!(status.success(), "{status}: {output}");
 }

@@ -369,6 +369,17 @@ impl Example {
         assert_explained(&self.name, &unused, allowed);
     }
 
+    /// Fails the test unless every generated RBAC rule was used (but those
+    /// `allowed` names, as [`Self::assert_every_rule_used`]), then
+    /// terminates the example and fails the test unless it exits cleanly;
+    /// its output.
+    pub async fn finish(mut self, allowed: &[(&str, &str)]) -> String {
+        self.assert_every_rule_used(allowed).await;
+        let (status, output) = self.terminate().await;
+        assert!(status.success(), "{status}: {output}");
+        output
+    }
+
     /// Sends the signal `name` (`TERM`, `KILL`, …), and returns at once.
     pub fn signal(&self, name: &str) {
         let pid = self.child.id().to_string();
