@@ -9,7 +9,10 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use kopf_examples::{DEMO_NAME, examples_api};
 use kube::Api;
 use serde_json::{Value, json};
-use support::{EVENTS_MAY_BE_UNUSED, Example, STATUS_MAY_BE_UNUSED, assert_printed_rules_used, at};
+use support::{
+    EVENTS_MAY_BE_UNUSED, Example, MANAGED_PATCH_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED,
+    assert_printed_rules_used, at,
+};
 
 /// `01-minimal`: the creation is noticed, and the status has the message.
 #[tokio::test]
@@ -933,7 +936,11 @@ async fn admission_validates_and_mutates_kopfexamples() {
     assert_eq!(created.spec.extra.get("injected"), Some(&json!(123)));
 
     example
-        .finish(&[EVENTS_MAY_BE_UNUSED, STATUS_MAY_BE_UNUSED])
+        .finish(&[
+            EVENTS_MAY_BE_UNUSED,
+            STATUS_MAY_BE_UNUSED,
+            MANAGED_PATCH_MAY_BE_UNUSED,
+        ])
         .await;
 }
 
