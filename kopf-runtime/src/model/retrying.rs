@@ -215,15 +215,8 @@ impl RetryPolicy {
         runtime: Duration,
         delay: Duration,
     ) -> Option<GiveUp> {
-        if let Some(timeout) = self
-            .timeout
-            .filter(|timeout| runtime.saturating_add(delay) >= *timeout)
-        {
-            return Some(GiveUp::TimedOut(timeout));
-        }
-        self.retries
-            .filter(|limit| retry.saturating_add(1) >= *limit)
-            .map(GiveUp::RetriesExhausted)
+        // The next attempt would be the next number, `delay` later.
+        self.before_attempt(retry.saturating_add(1), runtime.saturating_add(delay))
     }
 
     /// How long an attempt started `runtime` after the first may run: what
