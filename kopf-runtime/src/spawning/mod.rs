@@ -27,6 +27,7 @@ mod liveness;
 mod observing;
 pub(crate) mod resource;
 mod runner;
+mod slots;
 mod spawner;
 pub(crate) mod stopping;
 mod task;

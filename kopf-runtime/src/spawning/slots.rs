@@ -1,0 +1,199 @@
+//! What the [`Spawner`](super::Spawner) keeps per object: its tasks, the
+//! handlers finished for good, its live body and its last change.
+//!
+//! Sized for the common case of tens of thousands of objects with one timer
+//! or daemon each: an object with one task holds it inline, with no table
+//! of its own.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use smallvec::SmallVec;
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+
+use super::liveness::TaskShared;
+use crate::spawning::stopping::StopReason;
+
+/// A live task of an object.
+pub(super) struct Entry {
+    pub(super) shared: Arc<TaskShared>,
+    pub(super) abort: AbortHandle,
+    pub(super) stopping: bool,
+}
+
+/// The live tasks of one object, by handler id: a handful at most, so a
+/// list searched in order, with room for one inline.
+#[derive(Default)]
+pub(super) struct SlotTasks(SmallVec<[(Arc<str>, Entry); 1]>);
+
+impl SlotTasks {
+    pub(super) fn get(&self, id: &str) -> Option<&Entry> {
+        self.0.iter().find(|(key, _)| &**key == id).map(|(_, e)| e)
+    }
+
+    pub(super) fn get_mut(&mut self, id: &str) -> Option<&mut Entry> {
+        self.0
+            .iter_mut()
+            .find(|(key, _)| &**key == id)
+            .map(|(_, e)| e)
+    }
+
+    /// Adds the task of `id`; the caller checked that there is none.
+    pub(super) fn insert(&mut self, id: Arc<str>, entry: Entry) {
+        debug_assert!(self.get(&id).is_none(), "one task per handler");
+        self.0.push((id, entry));
+    }
+
+    pub(super) fn remove(&mut self, id: &str) -> Option<Entry> {
+        let at = self.0.iter().position(|(key, _)| &**key == id)?;
+        Some(self.0.swap_remove(at).1)
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub(super) fn keys(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.0.iter().map(|(key, _)| key)
+    }
+
+    pub(super) fn values(&self) -> impl Iterator<Item = &Entry> {
+        self.0.iter().map(|(_, entry)| entry)
+    }
+
+    pub(super) fn values_mut(&mut self) -> impl Iterator<Item = &mut Entry> {
+        self.0.iter_mut().map(|(_, entry)| entry)
+    }
+}
+
+/// Everything the spawner remembers about one object.
+pub(super) struct ObjectSlot {
+    pub(super) body: watch::Sender<Arc<Value>>,
+    pub(super) changed: LastChange,
+    pub(super) tasks: SlotTasks,
+    /// The handlers whose task ended on its own for good (not spawned again).
+    pub(super) finished: Vec<Arc<str>>,
+    pub(super) state: SlotState,
+}
+
+impl ObjectSlot {
+    pub(super) fn new(body: &Arc<Value>) -> Self {
+        Self {
+            body: watch::Sender::new(Arc::clone(body)),
+            changed: LastChange::new(),
+            tasks: SlotTasks::default(),
+            finished: Vec::new(),
+            state: SlotState::Open,
+        }
+    }
+
+    /// A new body: running tasks see it live, and idle timers start waiting
+    /// afresh. An identical body is not a change.
+    pub(super) fn update_body(&mut self, body: &Arc<Value>) -> bool {
+        let modified = self.body.send_if_modified(|current| {
+            if Arc::ptr_eq(current, body) || **current == **body {
+                false
+            } else {
+                *current = Arc::clone(body);
+                true
+            }
+        });
+        if modified {
+            self.changed.bump();
+        }
+        modified
+    }
+
+    pub(super) fn is_finished(&self, id: &str) -> bool {
+        self.finished.iter().any(|done| &**done == id)
+    }
+
+    pub(super) fn finish(&mut self, id: &Arc<str>) {
+        if !self.is_finished(id) {
+            self.finished.push(Arc::clone(id));
+        }
+    }
+}
+
+/// Where an object is in its life, as far as its tasks go; it only ever
+/// moves forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum SlotState {
+    /// Tasks are spawned as its handlers match.
+    Open,
+    /// Being deleted: nothing more is spawned.
+    Closed,
+    /// Stopped as gone (deleted, vanished): kept as a tombstone, so that a
+    /// late [`Spawner::ensure`](super::Spawner::ensure) for the UID (from
+    /// processing that was already under way when the deletion was seen)
+    /// spawns nothing.
+    Gone,
+    /// [`Spawner::forget`](super::Spawner::forget) was called: the slot goes
+    /// once its tasks ended.
+    Forgotten,
+}
+
+impl SlotState {
+    /// The state after a stop for `reason`.
+    pub(super) fn after(self, reason: StopReason) -> Self {
+        let next = if reason.object_is_gone() {
+            Self::Gone
+        } else if reason.ends_spawning() {
+            Self::Closed
+        } else {
+            Self::Open
+        };
+        self.max(next)
+    }
+}
+
+/// When an object last changed, for timers with `idle`. A channel only once
+/// such a timer subscribes: most objects never have one, and a channel costs
+/// about 360 bytes per object.
+pub(super) struct LastChange {
+    at: Instant,
+    pub(super) watched: Option<watch::Sender<Instant>>,
+}
+
+impl LastChange {
+    fn new() -> Self {
+        Self {
+            at: Instant::now(),
+            watched: None,
+        }
+    }
+
+    /// The object changed now.
+    pub(super) fn bump(&mut self) {
+        self.at = Instant::now();
+        if let Some(watched) = &self.watched {
+            watched.send_replace(self.at);
+        }
+    }
+
+    /// A receiver of the changes from now on, seeing the last one first.
+    pub(super) fn subscribe(&mut self) -> watch::Receiver<Instant> {
+        let at = self.at;
+        self.watched
+            .get_or_insert_with(|| watch::Sender::new(at))
+            .subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finished_handlers_are_remembered_once() {
+        let mut slot = ObjectSlot::new(&Arc::new(Value::Null));
+        let id: Arc<str> = Arc::from("d");
+        assert!(!slot.is_finished("d"));
+        slot.finish(&id);
+        slot.finish(&id);
+        assert!(slot.is_finished("d"));
+        assert_eq!(slot.finished.len(), 1);
+    }
+}
