@@ -86,9 +86,15 @@ pub(crate) fn remove_field(body: &mut Value, path: &[&str]) {
 
 /// `namespace/name`, or `name` for cluster-scoped objects.
 pub(crate) fn object_name(body: &Value) -> String {
-    match meta_strs(body, ["namespace", "name"]) {
-        [Some(ns), Some(name)] => [ns, "/", name].concat(),
-        [None, Some(name)] => name.to_owned(),
+    let [namespace, name] = meta_strs(body, ["namespace", "name"]);
+    qualified_name(namespace, name)
+}
+
+/// `namespace/name`, or `name` for cluster-scoped objects, or `?`.
+pub(crate) fn qualified_name(namespace: Option<&str>, name: Option<&str>) -> String {
+    match (namespace, name) {
+        (Some(ns), Some(name)) => [ns, "/", name].concat(),
+        (None, Some(name)) => name.to_owned(),
         _ => "?".to_owned(),
     }
 }

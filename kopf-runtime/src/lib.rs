@@ -69,6 +69,7 @@
 //! | [`Filters`], [`MetaFilter`], [`MetaValue`], [`ValueFilter`], [`FieldPath`], [`Marker`], [`PRESENT`], [`ABSENT`] | which objects and changes a handler applies to |
 //! | [`ResourceRef`], [`ResourceName`] | a resource by group, version and plural, or by its Rust type; how it names its resources |
 //! | [`Kwargs`] | everything a call receives; what handlers built without macros take |
+//! | [`Body`] | the `body` field of [`Kwargs`]: the object's body, a `serde_json::Value` behind `Deref` |
 //! | [`Logger`], [`Level`] | the `logger` parameter: log lines about the object |
 //! | [`Memo`] | the `memo` parameter: what handlers keep in memory, per object and operator-wide ([`Operator::memo`]) |
 //! | [`Patch`] | the `patch` parameter: changes to the object, sent with the handler's outcome |
@@ -134,8 +135,8 @@ pub use model::hierarchies::{
     harmonize_naming_with, label, label_with, remove_owner_reference,
 };
 pub use model::kwargs::{
-    Admission, Diff, DiffItem, DiffOp, EventType, Index, IndexError, IndexKey, Indexes, Kwargs,
-    Level, LiveBody, Logger, Memo, Operation, Patch, Reason, Stopped, Store, Warnings,
+    Admission, Body, Diff, DiffItem, DiffOp, EventType, Index, IndexError, IndexKey, Indexes,
+    Kwargs, Level, LiveBody, Logger, Memo, Operation, Patch, Reason, Stopped, Store, Warnings,
 };
 pub use model::registry::{Registry, RegistryBuilder, RegistryError};
 pub use model::resources::{ResourceName, ResourceRef};

@@ -65,7 +65,7 @@ async fn beat(kw: Kwargs, broken: Break) {
     let (uid, name) = ids(&kw);
     let stopped = kw.stopped.clone().unwrap_or_default();
     // The object as it is now, as the daemon sees it.
-    let (start, live) = (Arc::clone(&kw.body), kw.live.clone());
+    let (start, live) = (kw.body.to_arc(), kw.live.clone());
     let body = move || {
         live.as_ref()
             .map_or_else(|| Arc::clone(&start), LiveBody::get)

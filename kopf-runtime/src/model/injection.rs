@@ -196,7 +196,7 @@ macro_rules! json_kwarg {
 }
 
 json_kwarg! {
-    BodyArg, BodyJson, "body", |kw| &kw.body;
+    BodyArg, BodyJson, "body", |kw| &*kw.body;
     SpecArg, SpecJson, "spec", |kw| kw.body.get("spec").unwrap_or(&EMPTY_OBJECT);
     StatusArg, StatusJson, "status", |kw| kw.body.get("status").unwrap_or(&EMPTY_OBJECT);
     MetaArg, MetaJson, "meta", |kw| kw.body.get("metadata").unwrap_or(&EMPTY_OBJECT);

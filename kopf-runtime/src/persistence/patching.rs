@@ -178,12 +178,25 @@ impl PatchTarget {
         status_subresource: bool,
     ) -> Option<Self> {
         let [namespace, name] = meta_strs(body, ["namespace", "name"]);
-        Some(Self {
+        Some(Self::named(
+            (namespace, name?),
+            resource,
+            status_subresource,
+        ))
+    }
+
+    /// The target of the object named `name` in `namespace`.
+    pub(crate) fn named(
+        (namespace, name): (Option<&str>, &str),
+        resource: impl Into<Arc<ApiResource>>,
+        status_subresource: bool,
+    ) -> Self {
+        Self {
             resource: resource.into(),
             status_subresource,
             namespace: namespace.map(str::to_owned),
-            name: name?.to_owned(),
-        })
+            name: name.to_owned(),
+        }
     }
 
     /// Requests to the object's collection.

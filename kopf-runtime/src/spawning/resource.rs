@@ -32,9 +32,9 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::fields::ensure_field;
-use crate::fields::{merge_into, object_name};
+use crate::fields::{merge_into, qualified_name};
 use crate::model::handlers::Handler;
-use crate::model::kwargs::{Attempt, Indexes, Kwargs, LiveBody, Logger, Memo, Stopped};
+use crate::model::kwargs::{Attempt, Body, Indexes, Kwargs, LiveBody, Logger, Memo, Stopped};
 use crate::persistence::patching::ResourceTarget;
 use crate::persistence::patching::{PatchError, PatchOutcome, PatchTarget, Patcher};
 use crate::posting::{self, EventPoster, ObjectReference};
@@ -296,10 +296,11 @@ struct TaskObject {
 async fn call(handler: &Handler, env: &TaskEnvironment, mut ctx: TaskContext) -> TaskOutcome {
     // The call's body is the live body's last seen one: `live` waits for
     // the next.
-    let body = Arc::clone(&ctx.body.borrow_and_update());
+    // Kept as text between calls: decoded if the call reads it.
+    let body = Body::lazy(Arc::clone(&ctx.body.borrow_and_update()));
     // An object's namespace, name and memo never change while it lives.
     let object = ctx.local(|| TaskObject {
-        logger: Logger::new(object_name(&body)),
+        logger: Logger::new(qualified_name(body.namespace(), body.name())),
         memo: env.memories.memo_of(&ctx.uid),
     });
     let logger = &object.logger;
@@ -316,10 +317,10 @@ async fn call(handler: &Handler, env: &TaskEnvironment, mut ctx: TaskContext) ->
         liveness,
         ..
     } = ctx;
-    let kwargs = Kwargs::of(Arc::clone(&body), object.memo.clone(), logger.clone())
+    let kwargs = Kwargs::of(body.clone(), object.memo.clone(), logger.clone())
         .with_cluster(Some(env.client.clone()), env.indexes.clone())
         .with_attempt(attempt)
-        .with_task(Stopped::of(&stopped), LiveBody::new(receiver));
+        .with_task(Stopped::of(&stopped), LiveBody::encoded(receiver));
     let patch = kwargs.patch.clone();
 
     let invoking = execution::invoke(handler, kwargs, None);
@@ -360,15 +361,17 @@ async fn call(handler: &Handler, env: &TaskEnvironment, mut ctx: TaskContext) ->
 async fn apply(
     env: &TaskEnvironment,
     (uid, stopped): (&str, &StopFlag),
-    body: &Value,
+    body: &Body,
     patch: Value,
     logger: &Logger,
 ) {
-    let Some(target) = PatchTarget::for_body(
-        body,
-        Arc::clone(&env.target.api),
-        env.target.status_subresource,
-    ) else {
+    let Some(target) = body.name().map(|name| {
+        PatchTarget::named(
+            (body.namespace(), name),
+            Arc::clone(&env.target.api),
+            env.target.status_subresource,
+        )
+    }) else {
         return;
     };
     let mut guarded = json!({"metadata": {"uid": uid}});

@@ -14,6 +14,7 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use super::liveness::TaskShared;
+use crate::model::kwargs::EncodedBody;
 use crate::spawning::stopping::StopReason;
 
 /// A live task of an object.
@@ -70,7 +71,9 @@ impl SlotTasks {
 
 /// Everything the spawner remembers about one object.
 pub(super) struct ObjectSlot {
-    pub(super) body: watch::Sender<Arc<Value>>,
+    /// The object's latest body, as text: its tasks decode it when a call
+    /// reads it (see [`Body`](crate::Body)).
+    pub(super) body: watch::Sender<Arc<EncodedBody>>,
     pub(super) changed: LastChange,
     pub(super) tasks: SlotTasks,
     /// The handlers whose task ended on its own for good (not spawned again).
@@ -79,9 +82,9 @@ pub(super) struct ObjectSlot {
 }
 
 impl ObjectSlot {
-    pub(super) fn new(body: &Arc<Value>) -> Self {
+    pub(super) fn new(body: &Value) -> Self {
         Self {
-            body: watch::Sender::new(Arc::clone(body)),
+            body: watch::Sender::new(Arc::new(EncodedBody::new(body))),
             changed: LastChange::new(),
             tasks: SlotTasks::default(),
             finished: Vec::new(),
@@ -91,12 +94,13 @@ impl ObjectSlot {
 
     /// A new body: running tasks see it live, and idle timers start waiting
     /// afresh. An identical body is not a change.
-    pub(super) fn update_body(&mut self, body: &Arc<Value>) -> bool {
+    pub(super) fn update_body(&mut self, body: &Value) -> bool {
+        let body = EncodedBody::new(body);
         let modified = self.body.send_if_modified(|current| {
-            if Arc::ptr_eq(current, body) || **current == **body {
+            if **current == body {
                 false
             } else {
-                *current = Arc::clone(body);
+                *current = Arc::new(body);
                 true
             }
         });
@@ -188,7 +192,7 @@ mod tests {
 
     #[test]
     fn finished_handlers_are_remembered_once() {
-        let mut slot = ObjectSlot::new(&Arc::new(Value::Null));
+        let mut slot = ObjectSlot::new(&Value::Null);
         let id: Arc<str> = Arc::from("d");
         assert!(!slot.is_finished("d"));
         slot.finish(&id);

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use super::liveness::Liveness;
 use crate::model::errors::{HandlerError, Outcome};
 use crate::model::handlers::{DEFAULT_BACKOFF, Handler, KindOptions, TimerOptions};
-use crate::model::kwargs::Logger;
+use crate::model::kwargs::{EncodedBody, Logger};
 use crate::model::retrying::RetryPolicy;
 use crate::posting;
 use crate::processing::execution;
@@ -217,7 +217,7 @@ pub(crate) struct TaskContext {
     /// The stop flag (Kopf's `stopped`).
     pub stopped: StopFlag,
     /// The live body: updated in place as the object's events arrive.
-    pub body: watch::Receiver<Arc<Value>>,
+    pub body: watch::Receiver<Arc<EncodedBody>>,
     /// 0 for the first attempt, then 1, 2, … (Kopf's `retry`).
     pub retry: u32,
     /// When the first attempt of this run started (Kopf's `started`).
@@ -240,11 +240,11 @@ impl std::fmt::Debug for TaskContext {
 }
 
 impl TaskContext {
-    /// The latest body seen (cheap: one reference count).
+    /// The latest body seen, decoded when read.
     #[cfg(test)]
     #[must_use]
-    pub(crate) fn body(&self) -> Arc<Value> {
-        self.body.borrow().clone()
+    pub(crate) fn body(&self) -> crate::model::kwargs::Body {
+        crate::model::kwargs::Body::lazy(Arc::clone(&self.body.borrow()))
     }
 
     /// A value the task's function keeps between its calls for this object

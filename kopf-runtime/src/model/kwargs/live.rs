@@ -6,6 +6,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::watch;
 
+use super::body::EncodedBody;
 use crate::model::errors::KwargError;
 
 /// The body of a daemon's or timer's object as it is now (Kopf's live
@@ -37,8 +38,14 @@ use crate::model::errors::KwargError;
 /// # fn main() {}
 /// ```
 #[derive(Debug, Clone)]
-pub struct LiveBody {
-    receiver: watch::Receiver<Arc<Value>>,
+pub struct LiveBody(Source);
+
+/// Where the bodies come from: a channel of values (for tests and
+/// embedding), or the runtime's channel of the object's body as text.
+#[derive(Debug, Clone)]
+enum Source {
+    Values(watch::Receiver<Arc<Value>>),
+    Encoded(watch::Receiver<Arc<EncodedBody>>),
 }
 
 impl LiveBody {
@@ -60,13 +67,25 @@ impl LiveBody {
     /// ```
     #[must_use]
     pub fn new(receiver: watch::Receiver<Arc<Value>>) -> Self {
-        Self { receiver }
+        Self(Source::Values(receiver))
     }
 
-    /// The freshest body (one reference count, no copy).
+    /// The runtime's: follows the body an object's tasks keep as text.
+    pub(crate) fn encoded(receiver: watch::Receiver<Arc<EncodedBody>>) -> Self {
+        Self(Source::Encoded(receiver))
+    }
+
+    /// The freshest body: one reference count with [`new`](Self::new);
+    /// decoded from the object's text in a daemon or timer.
     #[must_use]
     pub fn get(&self) -> Arc<Value> {
-        Arc::clone(&self.receiver.borrow())
+        match &self.0 {
+            Source::Values(receiver) => Arc::clone(&receiver.borrow()),
+            Source::Encoded(receiver) => {
+                let encoded = Arc::clone(&receiver.borrow());
+                Arc::new(encoded.decode())
+            }
+        }
     }
 
     /// The freshest body, deserialized into `T` (e.g. the resource type).
@@ -74,7 +93,7 @@ impl LiveBody {
     /// # Errors
     /// [`KwargError::Deserialize`] if the body does not fit `T`.
     pub fn get_as<T: DeserializeOwned>(&self) -> Result<T, KwargError> {
-        T::deserialize(&**self.receiver.borrow()).map_err(|error| KwargError::Deserialize {
+        T::deserialize(&*self.get()).map_err(|error| KwargError::Deserialize {
             kwarg: "live",
             type_name: std::any::type_name::<T>(),
             message: error.to_string(),
@@ -87,7 +106,11 @@ impl LiveBody {
     /// (the object is gone and its task is being stopped): wait for it
     /// together with the stop flag.
     pub async fn changed(&mut self) {
-        if self.receiver.changed().await.is_err() {
+        let changed = match &mut self.0 {
+            Source::Values(receiver) => receiver.changed().await,
+            Source::Encoded(receiver) => receiver.changed().await,
+        };
+        if changed.is_err() {
             std::future::pending::<()>().await;
         }
     }

@@ -5,6 +5,7 @@
 //! as Kopf does with its keyword arguments. Which parameters each handler kind
 //! accepts is listed in the crate documentation.
 
+mod body;
 mod diff;
 mod index;
 mod live;
@@ -24,6 +25,8 @@ use serde_json::Value;
 use crate::fields::resolve_field;
 use crate::settings::StartupSettings;
 
+pub use body::Body;
+pub(crate) use body::EncodedBody;
 pub use diff::{Diff, DiffItem, DiffOp};
 pub(crate) use index::ObjectKey;
 pub use index::{Index, IndexError, IndexKey, Indexes, Store};
@@ -190,8 +193,9 @@ impl Default for Admission {
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct Kwargs {
-    /// The object's body (`Null` for activity handlers).
-    pub body: Arc<Value>,
+    /// The object's body (`Null` for activity handlers), a `Value` behind
+    /// [`Deref`](std::ops::Deref) (see [`Body`]).
+    pub body: Body,
     /// Why a change handler runs.
     pub reason: Option<Reason>,
     /// The changes (reduced to `field` for field-scoped handlers).
@@ -278,9 +282,9 @@ impl Kwargs {
     /// Kwargs for a shared body with its memo and logger; everything else at
     /// defaults. The engine makes kwargs for every handler call and filter
     /// check: none of the parts it sets is made only to be replaced.
-    pub(crate) fn of(body: Arc<Value>, memo: Memo, logger: Logger) -> Self {
+    pub(crate) fn of(body: impl Into<Body>, memo: Memo, logger: Logger) -> Self {
         Kwargs {
-            body,
+            body: body.into(),
             reason: None,
             diff: Diff::default(),
             old: None,
@@ -319,23 +323,19 @@ impl Kwargs {
         self.body.get("metadata").unwrap_or(&NULL)
     }
 
-    fn meta_str(&self, key: &str) -> Option<&str> {
-        self.meta().get(key)?.as_str()
-    }
-
     /// `metadata.name`.
     pub fn name(&self) -> Option<&str> {
-        self.meta_str("name")
+        self.body.name()
     }
 
     /// `metadata.namespace` (`None` for cluster-scoped objects).
     pub fn namespace(&self) -> Option<&str> {
-        self.meta_str("namespace")
+        self.body.namespace()
     }
 
     /// `metadata.uid`.
     pub fn uid(&self) -> Option<&str> {
-        self.meta_str("uid")
+        self.body.uid()
     }
 
     /// `metadata.labels` (`Null` if absent).
@@ -501,7 +501,7 @@ mod tests {
 
         let body = Arc::new(json!({"metadata": {"name": "x"}}));
         let kwargs = Kwargs::of(Arc::clone(&body), a.memo.clone(), Logger::new("ns/x"));
-        assert!(Arc::ptr_eq(&kwargs.body, &body));
+        assert!(Arc::ptr_eq(&kwargs.body.to_arc(), &body));
         assert_eq!(kwargs.memo.get::<u8>().as_deref(), Some(&1));
         assert_eq!(kwargs.logger.object(), "ns/x");
     }
