@@ -367,7 +367,7 @@ mod tests {
                             .push(ctx.body()["spec"]["n"].clone());
                         tokio::select! {
                             () = ctx.stopped.cancelled() => return TaskOutcome::ok(),
-                            _ = ctx.body.changed() => {}
+                            () = ctx.body.changed() => {}
                         }
                     }
                 }

@@ -297,7 +297,7 @@ async fn call(handler: &Handler, env: &TaskEnvironment, mut ctx: TaskContext) ->
     // The call's body is the live body's last seen one: `live` waits for
     // the next.
     // Kept as text between calls: decoded if the call reads it.
-    let body = Body::lazy(Arc::clone(&ctx.body.borrow_and_update()));
+    let body = Body::lazy(ctx.body.read());
     // An object's namespace, name and memo never change while it lives.
     let object = ctx.local(|| TaskObject {
         logger: Logger::new(qualified_name(body.namespace(), body.name())),

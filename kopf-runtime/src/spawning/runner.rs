@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::liveness::Liveness;
 use super::observing::{Observer, OutcomeReport};
 use super::task::{TaskContext, TaskOutcome, TaskSpec, Verdict};
-use crate::model::kwargs::EncodedBody;
+use crate::model::kwargs::BodyReader;
 use crate::peering::fencing::{Fence, Held};
 use crate::spawning::stopping::StopFlag;
 
@@ -24,7 +24,7 @@ pub(crate) struct Run {
     pub(crate) flag: StopFlag,
     /// The object's changes: only for timers with `idle`.
     pub(crate) changes: Option<watch::Receiver<Instant>>,
-    pub(crate) body: watch::Receiver<Arc<EncodedBody>>,
+    pub(crate) body: BodyReader,
     pub(crate) observer: Arc<dyn Observer>,
     pub(crate) liveness: Arc<Liveness>,
     /// The wall clock and Tokio's clock read once, at spawn: a call's wall

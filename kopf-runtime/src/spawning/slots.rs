@@ -14,7 +14,7 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use super::liveness::TaskShared;
-use crate::model::kwargs::EncodedBody;
+use crate::model::kwargs::{BodyCell, EncodedBody};
 use crate::spawning::stopping::StopReason;
 
 /// A live task of an object.
@@ -73,7 +73,7 @@ impl SlotTasks {
 pub(super) struct ObjectSlot {
     /// The object's latest body, as text: its tasks decode it when a call
     /// reads it (see [`Body`](crate::Body)).
-    pub(super) body: watch::Sender<Arc<EncodedBody>>,
+    pub(super) body: Arc<BodyCell>,
     pub(super) changed: LastChange,
     pub(super) tasks: SlotTasks,
     /// The handlers whose task ended on its own for good (not spawned again).
@@ -84,7 +84,7 @@ pub(super) struct ObjectSlot {
 impl ObjectSlot {
     pub(super) fn new(body: &Value) -> Self {
         Self {
-            body: watch::Sender::new(Arc::new(EncodedBody::new(body))),
+            body: BodyCell::new(EncodedBody::new(body)),
             changed: LastChange::new(),
             tasks: SlotTasks::default(),
             finished: Vec::new(),
@@ -95,15 +95,7 @@ impl ObjectSlot {
     /// A new body: running tasks see it live, and idle timers start waiting
     /// afresh. An identical body is not a change.
     pub(super) fn update_body(&mut self, body: &Value) -> bool {
-        let body = EncodedBody::new(body);
-        let modified = self.body.send_if_modified(|current| {
-            if **current == body {
-                false
-            } else {
-                *current = Arc::new(body);
-                true
-            }
-        });
+        let modified = self.body.replace(EncodedBody::new(body));
         if modified {
             self.changed.bump();
         }

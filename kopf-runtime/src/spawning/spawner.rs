@@ -227,7 +227,7 @@ impl Inner {
             let body = state
                 .objects
                 .get(&*shared.uid)
-                .map(|slot| Arc::new(slot.body.borrow().decode()));
+                .map(|slot| Arc::new(slot.body.get().decode()));
             // Only a task still registered can be abandoned: one that settled
             // meanwhile (its entry is gone) is counted there, not here.
             if !Self::remove_entry(&mut state, shared) {
@@ -442,7 +442,7 @@ impl Spawner {
                 .timer_options()
                 .and_then(|timer| timer.idle)
                 .map(|_| slot.changed.subscribe()),
-            body: slot.body.subscribe(),
+            body: slot.body.reader(),
             observer: Arc::clone(&inner.observer),
             liveness: Arc::new(Liveness {
                 shared: Arc::clone(&shared),
@@ -1450,9 +1450,7 @@ mod tests {
                     loop {
                         let n = ctx.body()["spec"]["n"].clone();
                         log.lock().expect("lock").push((ctx.uid.to_string(), n));
-                        if ctx.body.changed().await.is_err() {
-                            std::future::pending::<()>().await;
-                        }
+                        ctx.body.changed().await;
                     }
                 }
             }),

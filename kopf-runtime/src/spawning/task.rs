@@ -15,13 +15,12 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::Value;
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::liveness::Liveness;
 use crate::model::errors::{HandlerError, Outcome};
 use crate::model::handlers::{DEFAULT_BACKOFF, Handler, KindOptions, TimerOptions};
-use crate::model::kwargs::{EncodedBody, Logger};
+use crate::model::kwargs::{BodyReader, Logger};
 use crate::model::retrying::RetryPolicy;
 use crate::posting;
 use crate::processing::execution;
@@ -217,7 +216,7 @@ pub(crate) struct TaskContext {
     /// The stop flag (Kopf's `stopped`).
     pub stopped: StopFlag,
     /// The live body: updated in place as the object's events arrive.
-    pub body: watch::Receiver<Arc<EncodedBody>>,
+    pub body: BodyReader,
     /// 0 for the first attempt, then 1, 2, … (Kopf's `retry`).
     pub retry: u32,
     /// When the first attempt of this run started (Kopf's `started`).
@@ -244,7 +243,7 @@ impl TaskContext {
     #[cfg(test)]
     #[must_use]
     pub(crate) fn body(&self) -> crate::model::kwargs::Body {
-        crate::model::kwargs::Body::lazy(Arc::clone(&self.body.borrow()))
+        crate::model::kwargs::Body::lazy(self.body.peek())
     }
 
     /// A value the task's function keeps between its calls for this object

@@ -34,14 +34,14 @@ pub struct Body(Repr);
 enum Repr {
     Decoded(Arc<Value>),
     Encoded {
-        encoded: Arc<EncodedBody>,
+        encoded: EncodedBody,
         decoded: OnceLock<Arc<Value>>,
     },
 }
 
 impl Body {
     /// A body decoded from `encoded` when first read.
-    pub(crate) fn lazy(encoded: Arc<EncodedBody>) -> Self {
+    pub(crate) fn lazy(encoded: EncodedBody) -> Self {
         Self(Repr::Encoded {
             encoded,
             decoded: OnceLock::new(),
@@ -64,7 +64,9 @@ impl Body {
     pub fn name(&self) -> Option<&str> {
         match &self.0 {
             Repr::Decoded(value) => meta_str(value, "name"),
-            Repr::Encoded { encoded, .. } => encoded.name.as_deref(),
+            Repr::Encoded { encoded, decoded } => encoded.identity("name", || {
+                decoded.get_or_init(|| Arc::new(encoded.decode()))
+            }),
         }
     }
 
@@ -73,7 +75,9 @@ impl Body {
     pub fn namespace(&self) -> Option<&str> {
         match &self.0 {
             Repr::Decoded(value) => meta_str(value, "namespace"),
-            Repr::Encoded { encoded, .. } => encoded.namespace.as_deref(),
+            Repr::Encoded { encoded, decoded } => encoded.identity("namespace", || {
+                decoded.get_or_init(|| Arc::new(encoded.decode()))
+            }),
         }
     }
 
@@ -82,7 +86,9 @@ impl Body {
     pub fn uid(&self) -> Option<&str> {
         match &self.0 {
             Repr::Decoded(value) => meta_str(value, "uid"),
-            Repr::Encoded { encoded, .. } => encoded.uid.as_deref(),
+            Repr::Encoded { encoded, decoded } => {
+                encoded.identity("uid", || decoded.get_or_init(|| Arc::new(encoded.decode())))
+            }
         }
     }
 }
@@ -151,26 +157,64 @@ impl fmt::Debug for Body {
     }
 }
 
-/// A body kept as its JSON text, with the identity read from it (which
-/// handlers and logs use on every call) kept beside: what a daemon's or
-/// timer's object holds between calls.
-#[derive(PartialEq, Eq)]
+/// A body kept as its JSON text, with where its name, namespace and uid
+/// are in that text (what handlers and logs read on every call): what a
+/// daemon's or timer's object holds between calls. Cloning is one
+/// reference count.
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) struct EncodedBody {
-    text: Box<str>,
-    name: Option<Box<str>>,
-    namespace: Option<Box<str>>,
-    uid: Option<Box<str>>,
+    text: Arc<str>,
+    name: Field,
+    namespace: Field,
+    uid: Field,
+}
+
+/// Where one of the identity's strings is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    /// Not in the body (e.g. the namespace of a cluster-scoped object).
+    Absent,
+    /// In the text, without its quotes.
+    At(Span),
+    /// One that JSON escapes (no Kubernetes name, namespace or uid is
+    /// one): read from the decoded body.
+    Escaped,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Span {
+    start: u32,
+    end: u32,
 }
 
 impl EncodedBody {
     pub(crate) fn new(body: &Value) -> Self {
-        let field = |key| meta_str(body, key).map(Box::from);
+        // Writing a `Value` cannot fail: its keys are strings.
+        let text: Arc<str> = serde_json::to_string(body).unwrap_or_default().into();
+        let field = |key| match meta_str(body, key) {
+            None => Field::Absent,
+            Some(value) => Span::of(&text, value).map_or(Field::Escaped, Field::At),
+        };
         Self {
-            // Writing a `Value` cannot fail: its keys are strings.
-            text: serde_json::to_string(body).unwrap_or_default().into(),
             name: field("name"),
             namespace: field("namespace"),
             uid: field("uid"),
+            text,
+        }
+    }
+
+    /// The identity's string `key` (`name`, `namespace`, `uid`): from the
+    /// text, or, for one that JSON escapes, from the body `decoded` gives.
+    fn identity<'a>(&'a self, key: &str, decoded: impl FnOnce() -> &'a Value) -> Option<&'a str> {
+        let field = match key {
+            "name" => self.name,
+            "namespace" => self.namespace,
+            _ => self.uid,
+        };
+        match field {
+            Field::Absent => None,
+            Field::At(span) => Some(&self.text[span.start as usize..span.end as usize]),
+            Field::Escaped => meta_str(decoded(), key),
         }
     }
 
@@ -182,6 +226,26 @@ impl EncodedBody {
         json.disable_recursion_limit();
         serde::Deserialize::deserialize(serde_stacker::Deserializer::new(&mut json))
             .expect("invariant: the text was written from a Value")
+    }
+}
+
+impl Span {
+    /// Where `value` is written as a JSON string in `text`: any place is
+    /// as good as another, the bytes are the same. `None` for a value that
+    /// JSON escapes.
+    fn of(text: &str, value: &str) -> Option<Self> {
+        let plain = |c: char| c != '"' && c != '\\' && !c.is_control();
+        if !value.chars().all(plain) {
+            return None;
+        }
+        let start = text
+            .match_indices(value)
+            .map(|(at, _)| at)
+            .find(|&at| text[..at].ends_with('"') && text[at + value.len()..].starts_with('"'))?;
+        Some(Self {
+            start: u32::try_from(start).ok()?,
+            end: u32::try_from(start + value.len()).ok()?,
+        })
     }
 }
 
@@ -207,8 +271,8 @@ mod tests {
             "metadata": {"name": "n", "namespace": "ns", "uid": "u"},
             "spec": {"f": 1.5, "big": u64::MAX, "neg": -3, "s": "é\"\\", "deep": nested(300)},
         });
-        let encoded = Arc::new(EncodedBody::new(&value));
-        let body = Body::lazy(Arc::clone(&encoded));
+        let encoded = EncodedBody::new(&value);
+        let body = Body::lazy(encoded.clone());
         assert_eq!(
             (body.name(), body.namespace(), body.uid()),
             (Some("n"), Some("ns"), Some("u"))
@@ -225,6 +289,23 @@ mod tests {
         );
         assert_eq!(Arc::<Value>::from(copy), Arc::new(value.clone()));
         assert_eq!(Body::lazy(encoded), Body::from(value));
+    }
+
+    #[test]
+    fn an_identity_that_json_escapes_is_read_from_the_decoded_body() {
+        let value = json!({"metadata": {"name": "a\"b", "uid": "u"}, "spec": {"uid": "x"}});
+        let body = Body::lazy(EncodedBody::new(&value));
+        assert_eq!(body.uid(), Some("u"));
+        assert_eq!(body.namespace(), None, "cluster-scoped");
+        let Repr::Encoded { decoded, .. } = &body.0 else {
+            panic!("lazy")
+        };
+        assert!(
+            decoded.get().is_none(),
+            "an absent namespace decodes nothing"
+        );
+        assert_eq!(body.name(), Some("a\"b"));
+        assert!(decoded.get().is_some(), "decoded for the escaped name");
     }
 
     #[test]

@@ -31,6 +31,7 @@ pub use diff::{Diff, DiffItem, DiffOp};
 pub(crate) use index::ObjectKey;
 pub use index::{Index, IndexError, IndexKey, Indexes, Store};
 pub use live::LiveBody;
+pub(crate) use live::{BodyCell, BodyReader};
 pub(crate) use logger::LogSink;
 pub use logger::{Level, Logger};
 pub use memo::Memo;
