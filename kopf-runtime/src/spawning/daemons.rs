@@ -19,39 +19,43 @@ use super::task::Verdict;
 use crate::peering::fencing::Held;
 
 /// Run a daemon until it finishes, gives up, or is stopped.
-pub(crate) async fn run(run: Run) {
-    if let Some(delay) = run.spec.start_delay()
-        && run.flag.wait(delay).await
-    {
-        return;
-    }
-    let started = Instant::now();
-    let mut retry = 0;
-    loop {
-        // The Lease lapsed (the process was paused?): no call until it is
-        // renewed; the term ends first if it is not.
-        while let Some(recheck) = run.held_back(Held::Daemon, Instant::now()) {
-            if run.flag.wait(recheck).await {
-                return;
-            }
-        }
-        let outcome = run.call(retry, started).await;
-        if run.flag.is_set() {
-            run.report(retry, outcome, Verdict::Stopped);
+pub(crate) fn run(run: Run) -> impl Future<Output = ()> + Send {
+    // An async block, not an async fn: an async fn keeps a second copy of
+    // its argument in its future, and every task holds that future.
+    async move {
+        if let Some(delay) = run.spec.start_delay()
+            && run.flag.wait(delay).await
+        {
             return;
         }
-        let verdict = run.spec.verdict_for(&outcome, retry, started.elapsed());
-        run.report(retry, outcome, verdict);
-        match verdict {
-            Verdict::RetryIn(delay) => {
-                if run.flag.wait(delay).await {
+        let started = Instant::now();
+        let mut retry = 0;
+        loop {
+            // The Lease lapsed (the process was paused?): no call until it is
+            // renewed; the term ends first if it is not.
+            while let Some(recheck) = run.held_back(Held::Daemon, Instant::now()) {
+                if run.flag.wait(recheck).await {
                     return;
                 }
-                retry += 1;
             }
-            Verdict::Done | Verdict::GaveUp | Verdict::Stopped => {
-                run.finish_for_good();
+            let outcome = run.call(retry, started).await;
+            if run.flag.is_set() {
+                run.report(retry, outcome, Verdict::Stopped);
                 return;
+            }
+            let verdict = run.spec.verdict_for(&outcome, retry, started.elapsed());
+            run.report(retry, outcome, verdict);
+            match verdict {
+                Verdict::RetryIn(delay) => {
+                    if run.flag.wait(delay).await {
+                        return;
+                    }
+                    retry += 1;
+                }
+                Verdict::Done | Verdict::GaveUp | Verdict::Stopped => {
+                    run.finish_for_good();
+                    return;
+                }
             }
         }
     }

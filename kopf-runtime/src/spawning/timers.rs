@@ -37,81 +37,85 @@ use crate::peering::fencing::Held;
 use crate::spawning::stopping::{StopFlag, deadline_after};
 
 /// Run a timer until it is stopped.
-pub(crate) async fn run(mut run: Run) {
-    let spec = Arc::clone(&run.spec);
-    let Some(schedule) = spec.timer_options() else {
-        return;
-    };
-    if let Some(delay) = spec.start_delay()
-        && Box::pin(run.flag.wait(delay)).await
-    {
-        return;
-    }
-    let flag = run.flag.clone();
-    let anchor = Instant::now();
-    let mut tick = anchor;
-    let mut retry = 0;
-    let mut started = None;
-    // One sleep and one stop-waiter for the timer's whole life: a tick only
-    // re-arms the sleep, with no waiter registration and no allocation.
-    let mut stopped = pin!(flag.token().clone().cancelled_owned());
-    let mut sleep = pin!(tokio::time::sleep_until(tick));
-    loop {
-        sleep.as_mut().reset(tick);
-        tokio::select! {
-            biased;
-            () = stopped.as_mut() => return,
-            () = sleep.as_mut() => {}
-        }
-        // Both boxed: a waiting timer's state is then the few bytes above,
-        // not the largest of these (for tens of thousands of timers).
-        if let (Some(idle), Some(changes)) = (schedule.idle, run.changes.as_mut())
-            && Box::pin(wait_idle(&flag, changes, idle)).await
+pub(crate) fn run(mut run: Run) -> impl Future<Output = ()> + Send {
+    // An async block, not an async fn: an async fn keeps a second copy of
+    // its argument in its future, and every task holds that future.
+    async move {
+        let spec = Arc::clone(&run.spec);
+        let Some(schedule) = spec.timer_options() else {
+            return;
+        };
+        if let Some(delay) = spec.start_delay()
+            && Box::pin(run.flag.wait(delay)).await
         {
             return;
         }
-        let begun = Instant::now();
-        if let Some(recheck) = run.held_back(Held::Timer, begun) {
-            // The Lease lapsed (the process was paused?): no tick until it
-            // is renewed; the term ends first if it is not.
-            tick = deadline_after(begun, recheck);
-            continue;
-        }
-        let first = *started.get_or_insert(begun);
-        let outcome = Box::pin(run.call(retry, first)).await;
-        if flag.is_set() {
-            run.report(retry, outcome, Verdict::Stopped);
-            return;
-        }
-        let verdict = run.spec.verdict_for(&outcome, retry, first.elapsed());
-        run.report(retry, outcome, verdict);
-        let now = Instant::now();
-        match verdict {
-            Verdict::RetryIn(delay) => {
-                retry += 1;
-                tick = deadline_after(now, delay);
+        let flag = run.flag.clone();
+        let anchor = Instant::now();
+        let mut tick = anchor;
+        let mut retry = 0;
+        let mut started = None;
+        // One sleep and one stop-waiter for the timer's whole life: a tick only
+        // re-arms the sleep, with no waiter registration and no allocation.
+        let mut stopped = pin!(flag.token().clone().cancelled_owned());
+        let mut sleep = pin!(tokio::time::sleep_until(tick));
+        loop {
+            sleep.as_mut().reset(tick);
+            tokio::select! {
+                biased;
+                () = stopped.as_mut() => return,
+                () = sleep.as_mut() => {}
             }
-            Verdict::Done | Verdict::GaveUp | Verdict::Stopped => {
-                retry = 0;
-                started = None;
-                tick = match schedule.interval {
-                    Some(interval) if schedule.sharp => {
-                        next_sharp_tick(anchor, interval, tick.max(anchor), now)
-                    }
-                    Some(interval) => deadline_after(now, interval),
-                    None => {
-                        // Only timers with `idle` watch the changes.
-                        let Some(changes) = run.changes.as_mut() else {
-                            run.finish_for_good();
-                            return;
-                        };
-                        // Once the object changes, it is due when idle.
-                        if Box::pin(wait_change_since(&flag, changes, begun)).await {
-                            return;
+            // Both boxed: a waiting timer's state is then the few bytes above,
+            // not the largest of these (for tens of thousands of timers).
+            if let (Some(idle), Some(changes)) = (schedule.idle, run.changes.as_mut())
+                && Box::pin(wait_idle(&flag, changes, idle)).await
+            {
+                return;
+            }
+            let begun = Instant::now();
+            if let Some(recheck) = run.held_back(Held::Timer, begun) {
+                // The Lease lapsed (the process was paused?): no tick until it
+                // is renewed; the term ends first if it is not.
+                tick = deadline_after(begun, recheck);
+                continue;
+            }
+            let first = *started.get_or_insert(begun);
+            let outcome = Box::pin(run.call(retry, first)).await;
+            if flag.is_set() {
+                run.report(retry, outcome, Verdict::Stopped);
+                return;
+            }
+            let verdict = run.spec.verdict_for(&outcome, retry, first.elapsed());
+            run.report(retry, outcome, verdict);
+            let now = Instant::now();
+            match verdict {
+                Verdict::RetryIn(delay) => {
+                    retry += 1;
+                    tick = deadline_after(now, delay);
+                }
+                Verdict::Done | Verdict::GaveUp | Verdict::Stopped => {
+                    retry = 0;
+                    started = None;
+                    tick = match schedule.interval {
+                        Some(interval) if schedule.sharp => {
+                            next_sharp_tick(anchor, interval, tick.max(anchor), now)
                         }
-                        Instant::now()
-                    }
-                };
+                        Some(interval) => deadline_after(now, interval),
+                        None => {
+                            // Only timers with `idle` watch the changes.
+                            let Some(changes) = run.changes.as_mut() else {
+                                run.finish_for_good();
+                                return;
+                            };
+                            // Once the object changes, it is due when idle.
+                            if Box::pin(wait_change_since(&flag, changes, begun)).await {
+                                return;
+                            }
+                            Instant::now()
+                        }
+                    };
+                }
             }
         }
     }
