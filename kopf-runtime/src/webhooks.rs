@@ -6,7 +6,8 @@
 //!
 //! `args.rs` holds the flags, `error.rs` what can go wrong with them,
 //! `tls.rs` the certificates, `server.rs` the listener, `paths.rs` the
-//! handlers' paths beneath it, `managed.rs` the configurations; the reviews
+//! handlers' paths beneath it, `managed.rs` the configurations,
+//! `serving.rs` all of them started for an operator; the reviews
 //! themselves are [`admission`]'s.
 
 pub(crate) mod admission;
@@ -15,6 +16,7 @@ mod error;
 pub(crate) mod managed;
 mod paths;
 mod server;
+mod serving;
 mod tls;
 
 pub use args::WebhookArgs;
@@ -22,4 +24,5 @@ pub use error::WebhookError;
 pub use server::WebhookServer;
 
 pub(crate) use args::ServiceRef;
-pub(crate) use server::{serve, target};
+pub(crate) use server::target;
+pub(crate) use serving::{Admission, start};
