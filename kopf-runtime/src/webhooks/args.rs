@@ -101,13 +101,25 @@ impl WebhookArgs {
         *self != WebhookArgs::default()
     }
 
-    /// Refuses flags that mean nothing without `--webhook-server`, rather
-    /// than ignore them.
+    /// Refuses flags that mean nothing without `--webhook-server`, and in
+    /// a build without the `webhooks` feature any flag, rather than ignore
+    /// them.
     ///
     /// # Errors
-    /// [`WebhookError::Flags`] naming the flag.
+    /// [`WebhookError::Flags`] naming the flag, [`WebhookError::Disabled`].
     pub(crate) fn check(&self) -> Result<(), WebhookError> {
-        if self.server.is_some() || !self.any() {
+        self.check_in(cfg!(feature = "webhooks"))
+    }
+
+    /// [`check`](Self::check) in a build with webhooks (`built`) or without.
+    fn check_in(&self, built: bool) -> Result<(), WebhookError> {
+        if !self.any() {
+            return Ok(());
+        }
+        if !built {
+            return Err(WebhookError::Disabled);
+        }
+        if self.server.is_some() {
             return Ok(());
         }
         Err(WebhookError::Flags(
@@ -159,7 +171,10 @@ mod tests {
             crate::Args::try_parse_from(std::iter::once("operator").chain(flags.iter().copied()))
         };
         let args = parse(&["--webhook-managed", "x"]).expect("parsed");
-        assert!(args.webhooks.check().is_err());
+        assert!(matches!(
+            args.webhooks.check_in(true),
+            Err(WebhookError::Flags(_))
+        ));
         assert!(parse(&["--webhook-cert", "c.pem"]).is_err());
         assert!(parse(&["--webhook-service", "ns/svc"]).is_err());
         let both = [
@@ -172,8 +187,41 @@ mod tests {
         ];
         assert!(parse(&both).is_err());
         let args = parse(&["--webhook-server", "https://127.0.0.1:9443"]).expect("parsed");
-        assert!(args.webhooks.check().is_ok());
-        assert!(parse(&[]).expect("parsed").webhooks.check().is_ok());
+        assert!(args.webhooks.check_in(true).is_ok());
+        assert!(parse(&[]).expect("parsed").webhooks.check_in(true).is_ok());
+    }
+
+    #[test]
+    fn without_the_webhooks_feature_every_flag_is_refused_with_the_remedy() {
+        let refused = |flags: &[&str]| {
+            let args = crate::Args::try_parse_from(
+                std::iter::once("operator").chain(flags.iter().copied()),
+            )
+            .expect("parsed");
+            args.webhooks.check_in(false)
+        };
+        for flags in [
+            &["--webhook-server", "https://127.0.0.1:9443"][..],
+            &["--webhook-managed", "x"],
+            &["--webhook-host", "h"],
+        ] {
+            let error = refused(flags).expect_err("refused");
+            assert!(matches!(error, WebhookError::Disabled), "{flags:?}");
+            assert!(
+                error.to_string().contains(r#"features = ["webhooks"]"#),
+                "{error}"
+            );
+        }
+        assert!(refused(&[]).is_ok(), "no flag, nothing to refuse");
+        assert_eq!(
+            crate::Args::try_parse_from(["operator", "--webhook-managed", "x"])
+                .expect("parsed")
+                .webhooks
+                .check()
+                .is_err_and(|e| matches!(e, WebhookError::Disabled)),
+            !cfg!(feature = "webhooks"),
+            "this build's own check"
+        );
     }
 
     #[test]
