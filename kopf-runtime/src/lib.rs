@@ -54,7 +54,7 @@
 //! | [`Args`], [`LogFormat`], [`ManifestsArgs`] | the command line, as `kopf run`'s (for [`Runner::args`]), and that of `my-operator manifests` |
 //! | [`Operator`] | a registry, a client and settings, run until a future completes: for embedding and tests |
 //! | [`Endpoints`], [`EndpointError`], [`READINESS_PATH`] | the liveness, readiness and metrics listeners ([`Operator::endpoints`]), bound before the operator starts |
-//! | [`WebhookServer`], [`WebhookArgs`], [`WebhookError`] | the admission webhook server ([`Operator::webhooks`]) and its flags, bound before the operator starts |
+//! | [`WebhookServer`], [`WebhookArgs`], [`WebhookError`] | the admission webhook server ([`Operator::webhooks`]) and its flags, bound before the operator starts (feature `webhooks`; without it, `bind` fails) |
 //! | [`TaskCounters`], [`TaskCounts`] | how many daemons and timers an operator has spawned and how they ended ([`Operator::task_counters`]), for metrics and tests |
 //! | [`NamespaceSelector`] | the namespaces to serve, from `-n` patterns and `-A` ([`Operator::namespaces`]) |
 //! | [`Peering`] | the Lease replicas elect a leader on, or shard the objects by, from `--peering`, `--priority`, `--dev` and `--shards` ([`Operator::peering`]) |

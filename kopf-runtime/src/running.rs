@@ -204,6 +204,18 @@ impl Runner {
     /// # Errors
     /// See [`run`].
     pub async fn run(self) -> Result<(), RunError> {
+        self.run_boxed().await
+    }
+
+    /// [`Runner::run`]'s one body, polled through one boxed future, as
+    /// [`Operator::run_until`] is: a future that every caller's crate
+    /// would otherwise compile a copy of, in each of its units that
+    /// awaits it.
+    fn run_boxed(self) -> Pin<Box<dyn Future<Output = Result<(), RunError>> + Send>> {
+        Box::pin(self.run_unboxed())
+    }
+
+    async fn run_unboxed(self) -> Result<(), RunError> {
         let args = match self.args {
             Some(args) => args,
             None => {

@@ -612,6 +612,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "webhooks")]
     fn admission_only_resources_are_watched_not_patched_and_configurations_written() {
         let registry = Registry::builder()
             .on_validate(configmaps(), "v", noop)

@@ -13,6 +13,7 @@ use crate::model::handlers::{ErrorsMode, Handler, HandlerKind, KindOptions};
 use crate::model::kwargs::{Kwargs, Operation};
 use crate::model::records::HandlerRecord;
 use crate::model::resources::ResourceRef;
+use crate::webhooks::ENABLE_WEBHOOKS;
 
 /// A problem found while building a [`Registry`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -87,6 +88,16 @@ pub enum RegistryError {
         /// What is wrong.
         problem: String,
     },
+    /// An admission handler (`on_validate`, `on_mutate`) in a build without
+    /// kopf-runtime's `webhooks` feature, which has nothing to serve it.
+    #[error(
+        "`{handler}` is an admission handler, but this build has no admission webhooks: {}",
+        ENABLE_WEBHOOKS
+    )]
+    WebhooksDisabled {
+        /// The handler's fn path.
+        handler: String,
+    },
     /// A builder option was set before any handler was added.
     #[error("`{option}` was set before any handler was added to the builder")]
     NoHandler {
@@ -110,8 +121,9 @@ pub enum RegistryError {
 /// two handlers with the same id for the same resource and kind scope, field
 /// filters without a field, `value` together with `old`/`new`, options not
 /// valid for a kind, daemons and timers that cannot run (a timer with a zero
-/// `interval`, `retries = 0`), and parameters naming an index that no
-/// `#[index]` declares. An operator never meets an invalid handler later.
+/// `interval`, `retries = 0`), parameters naming an index that no
+/// `#[index]` declares, and admission handlers in a build without the
+/// `webhooks` feature. An operator never meets an invalid handler later.
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
     handlers: Vec<Handler>,
@@ -235,6 +247,7 @@ fn validate(handlers: &[Handler]) -> Vec<RegistryError> {
                 problem: problem.to_owned(),
             });
         }
+        errors.extend(unserved(handler, cfg!(feature = "webhooks")));
         let key = (handler.resource(), handler.kind().id_scope(), handler.id());
         if let Some(first) = seen.insert(key, handler) {
             errors.push(RegistryError::DuplicateId {
@@ -306,6 +319,14 @@ fn validate(handlers: &[Handler]) -> Vec<RegistryError> {
         }
     }
     errors
+}
+
+/// Refuses an admission handler in a build without webhooks (`webhooks`
+/// false), rather than run an operator that never calls it.
+fn unserved(handler: &Handler, webhooks: bool) -> Option<RegistryError> {
+    (handler.kind().is_webhook() && !webhooks).then(|| RegistryError::WebhooksDisabled {
+        handler: handler.source().to_string(),
+    })
 }
 
 /// What keeps a daemon or timer from running: a timer with a zero interval
@@ -590,6 +611,37 @@ mod tests {
     }
 
     async fn noop(_: Kwargs) {}
+
+    #[test]
+    fn admission_handlers_are_refused_in_a_build_without_webhooks() {
+        let validate = Handler::on_validate(pods(), "check", noop).fn_path("ops::check");
+        let refused = unserved(&validate, false).expect("refused");
+        assert_eq!(
+            refused,
+            RegistryError::WebhooksDisabled {
+                handler: "ops::check".into()
+            }
+        );
+        assert!(
+            refused
+                .to_string()
+                .contains(r#"kopf-runtime = { version = "0.1", features = ["webhooks"] }"#),
+            "{refused}"
+        );
+        assert_eq!(unserved(&validate, true), None);
+        let mutate = Handler::on_mutate(pods(), "fix", noop);
+        assert!(unserved(&mutate, false).is_some());
+        let create = Handler::on_create(pods(), "create", noop);
+        assert_eq!(unserved(&create, false), None);
+        // This build's registry applies the same rule.
+        let built = Registry::builder()
+            .on_validate(pods(), "check", noop)
+            .build();
+        assert_eq!(
+            matches!(built, Err(RegistryError::WebhooksDisabled { .. })),
+            !cfg!(feature = "webhooks")
+        );
+    }
 
     #[test]
     fn duplicate_ids_for_one_resource_name_both_handlers() {

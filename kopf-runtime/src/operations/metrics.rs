@@ -392,6 +392,7 @@ impl Metrics {
     }
 
     /// Counts an admission request to `webhook` (empty for none).
+    #[cfg(feature = "webhooks")]
     pub(crate) fn admission(&self, webhook: &str, result: AdmissionResult) {
         self.admission
             .get_or_create(&AdmissionLabels {
@@ -849,7 +850,7 @@ mod tests {
         // operator does for every handler and resource at its start.
         metrics.queue_latency("v1/configmaps");
         metrics.handler("probe", "");
-        metrics.admission("check", AdmissionResult::Denied);
+        metrics.admission_webhooks(["check"]);
         let text = metrics.encode();
         for family in [
             "kopf_handler_invocations",

@@ -6,12 +6,11 @@
 use std::sync::Arc;
 
 use kube::Client;
-use tokio::sync::watch;
 
 use super::activities::{self, Activity};
 use super::{Background, Operator, OperatorError, Started, Stop, log_urls, measured_if};
 use crate::model::handlers::{Handler, HandlerKind};
-use crate::model::kwargs::{Memo, MemoBase};
+use crate::model::kwargs::Memo;
 use crate::operations::endpoints::{EndpointState, Endpoints};
 use crate::operations::health::{Health, Phase};
 use crate::operations::metrics::{self, Metrics};
@@ -21,8 +20,7 @@ use crate::operator::login::Vault;
 use crate::posting::EventPoster;
 use crate::processing::indexing::OperatorIndexes;
 use crate::settings::{OperatorSettings, PostingSettings, StartupSettings};
-use crate::webhooks::admission::Reviewer;
-use crate::webhooks::{self, WebhookServer, managed};
+use crate::webhooks::{self, WebhookServer};
 
 /// Whether `handler` is an admission handler.
 pub(super) fn is_webhook(handler: &Handler) -> bool {
@@ -125,10 +123,10 @@ impl Operator {
         let settings = Arc::new(settings);
         let memo_base = memo.freeze();
         if let Some(server) = self.webhooks.take() {
-            let served = Admission {
+            let served = webhooks::Admission {
                 client: &client,
                 memo: &memo_base,
-                indexes: &indexes,
+                indexes: indexes.kwarg(),
                 metrics: metrics.as_ref(),
             };
             self.serve_webhooks(server, &served, background)?;
@@ -264,7 +262,7 @@ impl Operator {
     fn serve_webhooks(
         &self,
         server: WebhookServer,
-        served: &Admission<'_>,
+        served: &webhooks::Admission<'_>,
         background: &Background,
     ) -> Result<(), OperatorError> {
         let handlers: Vec<Handler> = self
@@ -278,48 +276,15 @@ impl Operator {
         if let Some(metrics) = served.metrics {
             metrics.admission_webhooks(handlers.iter().map(|h| h.id()));
         }
-        let client = served.client;
-        let (found, resources) = watch::channel(Arc::from(Vec::new()));
-        background.tasks.spawn(managed::discover(
-            client.clone(),
-            handlers.clone(),
-            found,
-            background.root.child_token(),
-        ));
-        if let Some(configurations) = server.managed().cloned() {
-            background.tasks.spawn(managed::manage(
-                client.clone(),
-                configurations,
-                handlers.clone(),
-                resources.clone(),
-                server.ca(),
-                background.root.child_token(),
-            ));
-        }
-        let reviewer = Reviewer::new(
-            handlers,
-            resources,
-            served.memo.clone(),
-            served.indexes.kwarg().clone(),
-            Some(client.clone()),
-        );
-        webhooks::serve(
+        webhooks::start(
             server,
-            reviewer,
-            served.metrics.cloned(),
-            background.root.child_token(),
+            handlers,
+            served,
+            &background.root,
             &background.tasks,
         )?;
         Ok(())
     }
-}
-
-/// What the webhooks are served with.
-struct Admission<'a> {
-    client: &'a Client,
-    memo: &'a MemoBase,
-    indexes: &'a OperatorIndexes,
-    metrics: Option<&'a Arc<Metrics>>,
 }
 
 /// Starts an Event poster for `posting`, if it is enabled.

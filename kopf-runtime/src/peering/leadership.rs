@@ -185,7 +185,7 @@ pub(crate) enum Role {
 
 impl Role {
     /// Whether `self` and `other` are the same role, whatever they carry.
-    #[cfg(test)]
+    #[cfg(all(test, feature = "emulator"))]
     fn is(self, other: Role) -> bool {
         std::mem::discriminant(&self) == std::mem::discriminant(&other)
     }

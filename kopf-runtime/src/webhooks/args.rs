@@ -5,6 +5,10 @@ use std::path::PathBuf;
 
 use super::error::WebhookError;
 
+/// Whether this build lacks the `webhooks` feature: its flags are then
+/// left out of `--help`, and refused when given.
+const UNBUILT: bool = !cfg!(feature = "webhooks");
+
 /// The admission webhook server's flags, as Kopf's `WebhookServer`
 /// options (`addr`, `port`, `path`, `host`, `certfile`, `pkeyfile`,
 /// `cafile`, `cadump`, `extra_sans`) and `settings.admission.managed`.
@@ -27,13 +31,13 @@ pub struct WebhookArgs {
     /// Serve the `on_validate` and `on_mutate` handlers over HTTPS at this
     /// URL (e.g. `https://0.0.0.0:9443`, with an optional root path); each
     /// handler answers at the path of its id beneath it, as in Kopf.
-    #[arg(id = "webhook_server", long = "webhook-server", value_name = "URL")]
+    #[arg(id = "webhook_server", long = "webhook-server", value_name = "URL", hide = UNBUILT)]
     pub server: Option<String>,
 
     /// The host name or address that clients reach the server at, in the
     /// configurations' URLs and in a generated certificate (default: the
     /// listening address; `127.0.0.1` for `0.0.0.0`).
-    #[arg(id = "webhook_host", long = "webhook-host", value_name = "NAME")]
+    #[arg(id = "webhook_host", long = "webhook-host", value_name = "NAME", hide = UNBUILT)]
     pub host: Option<String>,
 
     /// The server's certificate chain (PEM), re-read when it changes;
@@ -42,7 +46,8 @@ pub struct WebhookArgs {
         id = "webhook_cert",
         long = "webhook-cert",
         value_name = "FILE",
-        requires = "webhook_key"
+        requires = "webhook_key",
+        hide = UNBUILT
     )]
     pub cert: Option<PathBuf>,
 
@@ -51,7 +56,8 @@ pub struct WebhookArgs {
         id = "webhook_key",
         long = "webhook-key",
         value_name = "FILE",
-        requires = "webhook_cert"
+        requires = "webhook_cert",
+        hide = UNBUILT
     )]
     pub key: Option<PathBuf>,
 
@@ -61,7 +67,8 @@ pub struct WebhookArgs {
         id = "webhook_ca",
         long = "webhook-ca",
         value_name = "FILE",
-        requires = "webhook_cert"
+        requires = "webhook_cert",
+        hide = UNBUILT
     )]
     pub ca: Option<PathBuf>,
 
@@ -70,18 +77,19 @@ pub struct WebhookArgs {
         id = "webhook_extra_san",
         long = "webhook-extra-san",
         value_name = "NAME",
-        conflicts_with = "webhook_cert"
+        conflicts_with = "webhook_cert",
+        hide = UNBUILT
     )]
     pub extra_sans: Vec<String>,
 
     /// Write the CA bundle (PEM) to this file, and again when it changes
     /// (e.g. for `curl --cacert`).
-    #[arg(id = "webhook_ca_dump", long = "webhook-ca-dump", value_name = "FILE")]
+    #[arg(id = "webhook_ca_dump", long = "webhook-ca-dump", value_name = "FILE", hide = UNBUILT)]
     pub ca_dump: Option<PathBuf>,
 
     /// Create and keep up to date the ValidatingWebhookConfiguration and
     /// MutatingWebhookConfiguration of this name, one webhook per handler.
-    #[arg(id = "webhook_managed", long = "webhook-managed", value_name = "NAME")]
+    #[arg(id = "webhook_managed", long = "webhook-managed", value_name = "NAME", hide = UNBUILT)]
     pub managed: Option<String>,
 
     /// In the managed configurations, reach the server through this Service
@@ -90,7 +98,8 @@ pub struct WebhookArgs {
         id = "webhook_service",
         long = "webhook-service",
         value_name = "NAMESPACE/NAME[:PORT]",
-        requires = "webhook_managed"
+        requires = "webhook_managed",
+        hide = UNBUILT
     )]
     pub service: Option<String>,
 }
@@ -101,13 +110,25 @@ impl WebhookArgs {
         *self != WebhookArgs::default()
     }
 
-    /// Refuses flags that mean nothing without `--webhook-server`, rather
-    /// than ignore them.
+    /// Refuses flags that mean nothing without `--webhook-server`, and in
+    /// a build without the `webhooks` feature any flag, rather than ignore
+    /// them.
     ///
     /// # Errors
-    /// [`WebhookError::Flags`] naming the flag.
+    /// [`WebhookError::Flags`] naming the flag, [`WebhookError::Disabled`].
     pub(crate) fn check(&self) -> Result<(), WebhookError> {
-        if self.server.is_some() || !self.any() {
+        self.check_in(cfg!(feature = "webhooks"))
+    }
+
+    /// [`check`](Self::check) in a build with webhooks (`built`) or without.
+    fn check_in(&self, built: bool) -> Result<(), WebhookError> {
+        if !self.any() {
+            return Ok(());
+        }
+        if !built {
+            return Err(WebhookError::Disabled);
+        }
+        if self.server.is_some() {
             return Ok(());
         }
         Err(WebhookError::Flags(
@@ -159,7 +180,10 @@ mod tests {
             crate::Args::try_parse_from(std::iter::once("operator").chain(flags.iter().copied()))
         };
         let args = parse(&["--webhook-managed", "x"]).expect("parsed");
-        assert!(args.webhooks.check().is_err());
+        assert!(matches!(
+            args.webhooks.check_in(true),
+            Err(WebhookError::Flags(_))
+        ));
         assert!(parse(&["--webhook-cert", "c.pem"]).is_err());
         assert!(parse(&["--webhook-service", "ns/svc"]).is_err());
         let both = [
@@ -172,8 +196,49 @@ mod tests {
         ];
         assert!(parse(&both).is_err());
         let args = parse(&["--webhook-server", "https://127.0.0.1:9443"]).expect("parsed");
-        assert!(args.webhooks.check().is_ok());
-        assert!(parse(&[]).expect("parsed").webhooks.check().is_ok());
+        assert!(args.webhooks.check_in(true).is_ok());
+        assert!(parse(&[]).expect("parsed").webhooks.check_in(true).is_ok());
+    }
+
+    #[test]
+    fn without_the_webhooks_feature_every_flag_is_refused_with_the_remedy() {
+        let refused = |flags: &[&str]| {
+            let args = crate::Args::try_parse_from(
+                std::iter::once("operator").chain(flags.iter().copied()),
+            )
+            .expect("parsed");
+            args.webhooks.check_in(false)
+        };
+        for flags in [
+            &["--webhook-server", "https://127.0.0.1:9443"][..],
+            &["--webhook-managed", "x"],
+            &["--webhook-host", "h"],
+        ] {
+            let error = refused(flags).expect_err("refused");
+            assert!(matches!(error, WebhookError::Disabled), "{flags:?}");
+            assert!(
+                error.to_string().contains(r#"features = ["webhooks"]"#),
+                "{error}"
+            );
+        }
+        assert!(refused(&[]).is_ok(), "no flag, nothing to refuse");
+        assert_eq!(
+            crate::Args::try_parse_from(["operator", "--webhook-managed", "x"])
+                .expect("parsed")
+                .webhooks
+                .check()
+                .is_err_and(|e| matches!(e, WebhookError::Disabled)),
+            !cfg!(feature = "webhooks"),
+            "this build's own check"
+        );
+        let help = <crate::Args as clap::CommandFactory>::command()
+            .render_long_help()
+            .to_string();
+        assert_eq!(
+            help.contains("--webhook-server"),
+            cfg!(feature = "webhooks"),
+            "the flags are in the help of a build that serves them only"
+        );
     }
 
     #[test]

@@ -2,10 +2,22 @@
 
 use std::path::PathBuf;
 
+/// How to get admission webhooks in a build without them, for every error
+/// that refuses them there.
+pub(crate) const ENABLE_WEBHOOKS: &str = "enable kopf-runtime's `webhooks` feature: \
+     kopf-runtime = { version = \"0.1\", features = [\"webhooks\"] }";
+
 /// Why the webhook server could not be set up.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum WebhookError {
+    /// A webhook flag is given, or a server asked for, in a build without
+    /// kopf-runtime's `webhooks` feature.
+    #[error(
+        "this build has no admission webhooks: {}, or drop the --webhook-* flags",
+        ENABLE_WEBHOOKS
+    )]
+    Disabled,
     /// The flags do not make a server.
     #[error("{0}")]
     Flags(String),

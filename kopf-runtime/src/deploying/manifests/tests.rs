@@ -33,6 +33,7 @@ fn handling() -> RegistryBuilder {
 }
 
 /// Handlers that admit objects, and one that creates them.
+#[cfg(feature = "webhooks")]
 fn admitting() -> RegistryBuilder {
     Registry::builder()
         .on_validate(examples(), "check", |_: Kwargs| async {})
@@ -172,6 +173,7 @@ fn a_peering_operator_with_shards_gets_replicas_leases_and_a_budget() {
 }
 
 #[test]
+#[cfg(feature = "webhooks")]
 fn an_admission_operator_gets_a_service_its_configurations_point_at() {
     let argv = [
         "-n",
@@ -351,6 +353,7 @@ fn flags_for_a_developers_machine_are_refused_naming_them() {
 }
 
 #[test]
+#[cfg(feature = "webhooks")]
 fn replicas_without_a_lease_are_refused_unless_only_admitting() {
     let message = refusal(handling(), &["--replicas", "2", "--image", "x"]);
     assert!(message.contains("add --peering NAME"), "{message}");
@@ -369,6 +372,7 @@ fn replicas_without_a_lease_are_refused_unless_only_admitting() {
 }
 
 #[test]
+#[cfg(feature = "webhooks")]
 fn listeners_the_cluster_cannot_reach_are_refused() {
     for (argv, said) in [
         (&["-L", "http://127.0.0.1:8080/healthz"][..], "loopback"),
@@ -397,6 +401,7 @@ fn listeners_the_cluster_cannot_reach_are_refused() {
 }
 
 #[test]
+#[cfg(feature = "webhooks")]
 fn names_and_services_that_cannot_be_deployed_are_refused() {
     let message = refusal(handling(), &["--image", "x", "--name", "Shop_Op"]);
     assert!(
@@ -425,6 +430,7 @@ fn names_and_services_that_cannot_be_deployed_are_refused() {
 }
 
 #[test]
+#[cfg(feature = "webhooks")]
 fn a_given_webhook_service_is_the_one_made() {
     let argv = [
         "--image",
@@ -439,6 +445,18 @@ fn a_given_webhook_service_is_the_one_made() {
     assert!(out.yaml.contains("- port: 8443\n") || out.yaml.contains("port: 8443"));
     assert!(out.yaml.contains("--webhook-extra-san=hooks.default.svc"));
     assert!(!out.yaml.contains("--webhook-service=default/"));
+}
+
+#[test]
+fn webhook_flags_are_refused_by_a_build_without_webhooks() {
+    let argv = ["--image", "x", "--webhook-server", "https://0.0.0.0:9443"];
+    if cfg!(feature = "webhooks") {
+        let out = rendered(handling(), &argv, &[]);
+        assert!(out.yaml.contains("--webhook-server=https://0.0.0.0:9443"));
+    } else {
+        let message = refusal(handling(), &argv);
+        assert!(message.contains(r#"features = ["webhooks"]"#), "{message}");
+    }
 }
 
 #[test]

@@ -145,7 +145,7 @@ impl HandlerKind {
     }
 
     /// Admission handlers.
-    fn is_webhook(self) -> bool {
+    pub(crate) fn is_webhook(self) -> bool {
         matches!(self, HandlerKind::OnValidate | HandlerKind::OnMutate)
     }
 

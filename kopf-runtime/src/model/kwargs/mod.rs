@@ -429,6 +429,7 @@ impl Kwargs {
 
     /// With an admission request: its details, and the object before and
     /// after the request with their diff.
+    #[cfg(feature = "webhooks")]
     #[must_use]
     pub(crate) fn with_admission(
         mut self,
@@ -538,6 +539,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "webhooks")]
     fn a_change_and_an_admission_set_their_values_and_diff() {
         let (old, new) = (json!({"a": 1}), json!({"a": 2}));
         let shared = |v: &Value| Some(Arc::new(v.clone()));
