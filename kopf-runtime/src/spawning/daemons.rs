@@ -19,6 +19,10 @@ use super::task::Verdict;
 use crate::peering::fencing::Held;
 
 /// Run a daemon until it finishes, gives up, or is stopped.
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn would keep its argument twice in every task"
+)]
 pub(crate) fn run(run: Run) -> impl Future<Output = ()> + Send {
     // An async block, not an async fn: an async fn keeps a second copy of
     // its argument in its future, and every task holds that future.

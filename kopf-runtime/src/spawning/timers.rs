@@ -37,6 +37,10 @@ use crate::peering::fencing::Held;
 use crate::spawning::stopping::{StopFlag, deadline_after};
 
 /// Run a timer until it is stopped.
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn would keep its argument twice in every task"
+)]
 pub(crate) fn run(mut run: Run) -> impl Future<Output = ()> + Send {
     // An async block, not an async fn: an async fn keeps a second copy of
     // its argument in its future, and every task holds that future.
