@@ -24,48 +24,52 @@ pub(super) struct Entry {
     pub(super) stopping: bool,
 }
 
-/// The live tasks of one object, by handler id: a handful at most, so a
-/// list searched in order, with room for one inline.
+impl Entry {
+    /// The handler's id.
+    fn id(&self) -> &str {
+        &self.shared.id
+    }
+}
+
+/// The live tasks of one object, by handler id (their own): a handful at
+/// most, so a list searched in order, with room for one inline.
 #[derive(Default)]
-pub(super) struct SlotTasks(SmallVec<[(Arc<str>, Entry); 1]>);
+pub(super) struct SlotTasks(SmallVec<[Entry; 1]>);
 
 impl SlotTasks {
     pub(super) fn get(&self, id: &str) -> Option<&Entry> {
-        self.0.iter().find(|(key, _)| &**key == id).map(|(_, e)| e)
+        self.0.iter().find(|entry| entry.id() == id)
     }
 
     pub(super) fn get_mut(&mut self, id: &str) -> Option<&mut Entry> {
-        self.0
-            .iter_mut()
-            .find(|(key, _)| &**key == id)
-            .map(|(_, e)| e)
+        self.0.iter_mut().find(|entry| entry.id() == id)
     }
 
-    /// Adds the task of `id`; the caller checked that there is none.
-    pub(super) fn insert(&mut self, id: Arc<str>, entry: Entry) {
-        debug_assert!(self.get(&id).is_none(), "one task per handler");
-        self.0.push((id, entry));
+    /// Adds a task; the caller checked that its handler has none.
+    pub(super) fn insert(&mut self, entry: Entry) {
+        debug_assert!(self.get(entry.id()).is_none(), "one task per handler");
+        self.0.push(entry);
     }
 
     pub(super) fn remove(&mut self, id: &str) -> Option<Entry> {
-        let at = self.0.iter().position(|(key, _)| &**key == id)?;
-        Some(self.0.swap_remove(at).1)
+        let at = self.0.iter().position(|entry| entry.id() == id)?;
+        Some(self.0.swap_remove(at))
     }
 
     pub(super) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
-    pub(super) fn keys(&self) -> impl Iterator<Item = &Arc<str>> {
-        self.0.iter().map(|(key, _)| key)
+    pub(super) fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(Entry::id)
     }
 
     pub(super) fn values(&self) -> impl Iterator<Item = &Entry> {
-        self.0.iter().map(|(_, entry)| entry)
+        self.0.iter()
     }
 
     pub(super) fn values_mut(&mut self) -> impl Iterator<Item = &mut Entry> {
-        self.0.iter_mut().map(|(_, entry)| entry)
+        self.0.iter_mut()
     }
 }
 
