@@ -452,7 +452,9 @@ fn webhook_flags_are_refused_by_a_build_without_webhooks() {
     let argv = ["--image", "x", "--webhook-server", "https://0.0.0.0:9443"];
     if cfg!(feature = "webhooks") {
         let out = rendered(handling(), &argv, &[]);
-        assert!(out.yaml.contains("--webhook-server=https://0.0.0.0:9443"));
+        // Passed on as given: the flag, then its value.
+        let passed = "- --webhook-server\n        - https://0.0.0.0:9443\n";
+        assert!(out.yaml.contains(passed), "{}", out.yaml);
     } else {
         let message = refusal(handling(), &argv);
         assert!(message.contains(r#"features = ["webhooks"]"#), "{message}");
