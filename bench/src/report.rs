@@ -283,6 +283,82 @@ fn num(v: f64) -> String {
     }
 }
 
+/// The memory a timer costs, by S2's variant: the RSS at the end of S2's
+/// window over S4's with as many idle objects (both medians), per object.
+const PER_TIMER: [(&str, &str); 2] = [
+    (
+        "finalizers",
+        "S2 KiB per timer over S4's idle objects (finalizers)",
+    ),
+    (
+        "no_finalizers",
+        "S2 KiB per timer over S4's idle objects (no_finalizers)",
+    ),
+];
+
+fn kib_per_timer(
+    results: &[RunResult],
+    op: Operator,
+    n: usize,
+    variant: &'static str,
+) -> Option<f64> {
+    let median = |scenario, variant, key| {
+        let f = Figure {
+            scenario,
+            variant,
+            key,
+            label: "",
+        };
+        median_range(&values(results, &f, op, n)).map(|c| c.0)
+    };
+    let timers = median("S2", variant, "rss_mib")?;
+    let idle = median("S4", "", "rss_n_mib")?;
+    Some((timers - idle) * 1024.0 / n.max(1) as f64)
+}
+
+/// One row of the summary: the operators' cells, then kopf-rs's median
+/// over each peer's; nothing when no operator has the figure.
+fn row(
+    out: &mut String,
+    label: &str,
+    n: usize,
+    cells: &[Option<(f64, f64, f64)>],
+    operators: &[Operator],
+) {
+    if cells.iter().all(Option::is_none) {
+        return;
+    }
+    let _ = write!(out, "| {label} | {n} |");
+    for cell in cells {
+        match cell {
+            Some((m, lo, hi)) if lo == hi => {
+                let _ = write!(out, " {} |", num(*m));
+            }
+            Some((m, lo, hi)) => {
+                let _ = write!(out, " {} [{}–{}] |", num(*m), num(*lo), num(*hi));
+            }
+            None => out.push_str(" – |"),
+        }
+    }
+    let ours = operators
+        .iter()
+        .position(|op| *op == Operator::KopfRs)
+        .and_then(|at| cells[at])
+        .map(|c| c.0);
+    for (at, op) in operators.iter().enumerate() {
+        if *op == Operator::KopfRs {
+            continue;
+        }
+        match (ours, cells[at].map(|c| c.0)) {
+            (Some(a), Some(b)) if b != 0.0 => {
+                let _ = write!(out, " {:.2}× |", a / b);
+            }
+            _ => out.push_str(" – |"),
+        }
+    }
+    out.push('\n');
+}
+
 /// The summary as a Markdown table: median [min–max] per operator, and the
 /// ratios of kopf-rs's median to each peer's.
 pub fn summary(results: &[RunResult], operators: &[Operator]) -> String {
@@ -308,32 +384,16 @@ pub fn summary(results: &[RunResult], operators: &[Operator]) -> String {
                 .iter()
                 .map(|&op| median_range(&values(results, f, op, n)))
                 .collect();
-            if cells.iter().all(Option::is_none) {
-                continue;
-            }
-            let _ = write!(out, "| {} | {n} |", f.label);
-            for cell in &cells {
-                match cell {
-                    Some((m, lo, hi)) if lo == hi => {
-                        let _ = write!(out, " {} |", num(*m));
-                    }
-                    Some((m, lo, hi)) => {
-                        let _ = write!(out, " {} [{}–{}] |", num(*m), num(*lo), num(*hi));
-                    }
-                    None => out.push_str(" – |"),
-                }
-            }
-            let ours = median_range(&values(results, f, Operator::KopfRs, n)).map(|c| c.0);
-            for peer in &peers {
-                let theirs = median_range(&values(results, f, *peer, n)).map(|c| c.0);
-                match (ours, theirs) {
-                    (Some(a), Some(b)) if b != 0.0 => {
-                        let _ = write!(out, " {:.2}× |", a / b);
-                    }
-                    _ => out.push_str(" – |"),
-                }
-            }
-            out.push('\n');
+            row(&mut out, f.label, n, &cells, operators);
+        }
+    }
+    for (variant, label) in PER_TIMER {
+        for &n in &ns {
+            let cells: Vec<Option<(f64, f64, f64)>> = operators
+                .iter()
+                .map(|&op| kib_per_timer(results, op, n, variant).map(|kib| (kib, kib, kib)))
+                .collect();
+            row(&mut out, label, n, &cells, operators);
         }
     }
     let failed: Vec<&RunResult> = results.iter().filter(|r| !r.ok).collect();
@@ -772,6 +832,37 @@ mod tests {
             error: None,
             metrics: [(key.to_string(), value)].into(),
         }
+    }
+
+    #[test]
+    fn a_timer_costs_the_rss_of_s2_over_that_of_s4_per_object() {
+        let figure = |op, scenario, variant, key: &str, value| RunResult {
+            scenario,
+            variant,
+            operator: op,
+            n: 1024,
+            run: 1,
+            ok: true,
+            error: None,
+            metrics: [(key.to_string(), value)].into(),
+        };
+        let results = vec![
+            figure(Operator::KopfRs, "S2", "no_finalizers", "rss_mib", 12.0),
+            figure(Operator::KopfRs, "S4", "", "rss_n_mib", 10.0),
+            figure(Operator::Controller, "S2", "no_finalizers", "rss_mib", 11.0),
+            figure(Operator::Controller, "S4", "", "rss_n_mib", 10.0),
+            figure(Operator::Bare, "S4", "", "rss_n_mib", 10.0),
+        ];
+        let table = summary(
+            &results,
+            &[Operator::KopfRs, Operator::Controller, Operator::Bare],
+        );
+        let row = "| S2 KiB per timer over S4's idle objects (no_finalizers) | 1024 | 2.00 | 1.00 | – | 2.00× | – |";
+        assert!(table.contains(row), "{table}");
+        assert!(
+            !table.contains("(finalizers) | 1024"),
+            "no S2 with finalizers: no row"
+        );
     }
 
     #[test]
