@@ -102,7 +102,7 @@ async fn create_demo_secrets(client: kube::Client) {
     }
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     kopf::Runner::new()
         .on_emulator(create_demo_secrets)

@@ -21,7 +21,7 @@ async fn create_fn(spec: &KopfExampleSpec) -> kopf::Result<Value> {
     Ok(json!({"message": "hello world"})) // will be the new status
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     kopf_examples::runner()
         .on_emulator(|client| async move {

@@ -66,7 +66,7 @@ async fn create_fn(
     Ok(json!({"children": [pod.metadata.uid]}))
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     kopf_examples::runner()
         .on_emulator(|client| async move {

@@ -63,7 +63,7 @@ async fn instant_failure_with_traceback() -> kopf::Result<()> {
     Err(MyException)?
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     kopf_examples::runner()
         .on_emulator(|client| async move {

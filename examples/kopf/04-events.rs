@@ -37,7 +37,7 @@ async fn create_fn(body: &Value) {
     posting::exception(body, Some("SomeReason"), "Some exception:", &error);
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     kopf_examples::runner()
         .on_emulator(|client| async move {

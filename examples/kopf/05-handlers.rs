@@ -84,7 +84,7 @@ async fn demo(client: kube::Client) {
     kopf_examples::delete(client, DEMO_NAME).await;
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     kopf_examples::runner().on_emulator(demo).run().await?;
     Ok(())

@@ -110,7 +110,7 @@ async fn configure_peering(settings: &mut kopf::OperatorSettings, memo: &kopf::M
     }
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     if std::env::args().nth(1).as_deref() == Some("manifests") {
         // `peering manifests …`: the runner prints them.

@@ -27,7 +27,7 @@ async fn create_fn(spec: &KopfExampleSpec, subhandlers: &kopf::Subhandlers) {
     }
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     kopf_examples::runner()
         .on_emulator(|client| async move {

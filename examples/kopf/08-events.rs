@@ -23,7 +23,7 @@ async fn normal_event_fn(event: &Value) {
     println!("Event received: {event}");
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     kopf_examples::runner()
         .on_emulator(|client| async move {

@@ -132,7 +132,7 @@ async fn demo(client: kube::Client) {
     }
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     kopf::Runner::new().on_emulator(demo).run().await?;
     Ok(())

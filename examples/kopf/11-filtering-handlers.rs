@@ -132,7 +132,7 @@ async fn demo(client: kube::Client) {
     kopf_examples::patch(client, DEMO_NAME, json!({"spec": {"field": "changed"}})).await;
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     kopf_examples::runner().on_emulator(demo).run().await?;
     Ok(())

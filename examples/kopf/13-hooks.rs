@@ -159,7 +159,7 @@ async fn create_demo_pods(client: kube::Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     if std::env::args().nth(1).as_deref() == Some("manifests") {
         // `hooks manifests …`: the runner prints them.

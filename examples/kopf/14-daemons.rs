@@ -92,7 +92,7 @@ async fn background_async(
     }
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     kopf_examples::runner()
         .on_emulator(|client| async move {

@@ -27,7 +27,7 @@ async fn every_few_seconds_async(spec: &KopfExampleSpec, logger: &kopf::Logger) 
     logger.info(format!("Ping from an async timer: field={:?}", spec.field));
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     kopf_examples::runner()
         .on_emulator(|client| async move {

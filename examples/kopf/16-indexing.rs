@@ -118,7 +118,7 @@ async fn demo(client: kube::Client) {
     kopf_examples::create(client, &kopf_examples::demo_object()).await;
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     kopf_examples::runner().on_emulator(demo).run().await?;
     Ok(())

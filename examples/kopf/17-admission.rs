@@ -90,7 +90,7 @@ async fn mutate1(patch: &kopf::Patch) {
     patch.set("spec.injected", json!(123));
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     kopf_examples::runner()
         .on_emulator(|client| async move {

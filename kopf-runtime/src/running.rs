@@ -82,7 +82,7 @@ pub enum RunError {
 /// and runs the [`Operator`] until SIGINT or SIGTERM.
 ///
 /// ```no_run
-/// #[tokio::main]
+/// #[tokio::main(flavor = "current_thread")]
 /// async fn main() -> Result<(), kopf_runtime::RunError> {
 ///     kopf_runtime::run().await
 /// }
