@@ -31,7 +31,9 @@
 //!   expected (per object, one per second from its first to its last tick in
 //!   the window, so that where the window cuts the phase of objects ticking in
 //!   step does not count; the raw rate per object-second is reported too), operator CPU per 1,000 ticks, |gap − 1 s| p50/p99/max over
-//!   consecutive ticks of each object, RSS (end and peak in the window).
+//!   consecutive ticks of each object, RSS (end and peak in the window) and
+//!   the anonymous part of the end; the summary derives what a timer costs
+//!   from it, over S4's anonymous memory with as many idle objects.
 //! - **S3 delete burst** (right after S2, same operator): the runner watches
 //!   DELETED events itself and deletes all N. First DELETE → last tick, →
 //!   last response, → last DELETED event; the largest (last tick − that

@@ -378,6 +378,7 @@ pub async fn s2_s3(setup: &Setup, mode: Mode) -> anyhow::Result<Option<(Metrics,
         }
     }
     s2.insert("rss_mib".into(), op1.rss as f64 / MIB);
+    s2.insert("rss_anon_mib".into(), op1.rss_anon as f64 / MIB);
     s2.insert("rss_peak_mib".into(), peak as f64 / MIB);
 
     // S3: delete all N; watch the DELETED events ourselves.
