@@ -51,44 +51,42 @@ impl Body {
     /// The body as a shared `Value` (decoded now if it was not yet).
     #[must_use]
     pub fn to_arc(&self) -> Arc<Value> {
-        match &self.0 {
-            Repr::Decoded(value) => Arc::clone(value),
-            Repr::Encoded { encoded, decoded } => {
-                Arc::clone(decoded.get_or_init(|| Arc::new(encoded.decode())))
-            }
-        }
+        Arc::clone(self.value())
     }
 
     /// `metadata.name`.
     #[must_use]
     pub fn name(&self) -> Option<&str> {
-        match &self.0 {
-            Repr::Decoded(value) => meta_str(value, "name"),
-            Repr::Encoded { encoded, decoded } => encoded.identity("name", || {
-                decoded.get_or_init(|| Arc::new(encoded.decode()))
-            }),
-        }
+        self.identity("name")
     }
 
     /// `metadata.namespace` (`None` for cluster-scoped objects).
     #[must_use]
     pub fn namespace(&self) -> Option<&str> {
-        match &self.0 {
-            Repr::Decoded(value) => meta_str(value, "namespace"),
-            Repr::Encoded { encoded, decoded } => encoded.identity("namespace", || {
-                decoded.get_or_init(|| Arc::new(encoded.decode()))
-            }),
-        }
+        self.identity("namespace")
     }
 
     /// `metadata.uid`.
     #[must_use]
     pub fn uid(&self) -> Option<&str> {
+        self.identity("uid")
+    }
+
+    /// The decoded body, decoding it now if it was not yet.
+    fn value(&self) -> &Arc<Value> {
         match &self.0 {
-            Repr::Decoded(value) => meta_str(value, "uid"),
+            Repr::Decoded(value) => value,
             Repr::Encoded { encoded, decoded } => {
-                encoded.identity("uid", || decoded.get_or_init(|| Arc::new(encoded.decode())))
+                decoded.get_or_init(|| Arc::new(encoded.decode()))
             }
+        }
+    }
+
+    /// One of `metadata`'s `name`, `namespace`, `uid`, without decoding.
+    fn identity(&self, key: &str) -> Option<&str> {
+        match &self.0 {
+            Repr::Decoded(value) => meta_str(value, key),
+            Repr::Encoded { encoded, .. } => encoded.identity(key, || self.value()),
         }
     }
 }
@@ -101,12 +99,7 @@ impl Deref for Body {
     type Target = Value;
 
     fn deref(&self) -> &Value {
-        match &self.0 {
-            Repr::Decoded(value) => value,
-            Repr::Encoded { encoded, decoded } => {
-                decoded.get_or_init(|| Arc::new(encoded.decode()))
-            }
-        }
+        self.value()
     }
 }
 
