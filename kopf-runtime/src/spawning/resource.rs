@@ -34,7 +34,9 @@ use tokio_util::sync::CancellationToken;
 use crate::fields::ensure_field;
 use crate::fields::{merge_into, qualified_name};
 use crate::model::handlers::Handler;
-use crate::model::kwargs::{Attempt, Body, Indexes, Kwargs, LiveBody, Logger, Memo, Stopped};
+use crate::model::kwargs::{
+    Attempt, Body, EncodedBody, Indexes, Kwargs, LiveBody, Logger, Memo, Stopped,
+};
 use crate::persistence::patching::ResourceTarget;
 use crate::persistence::patching::{PatchError, PatchOutcome, PatchTarget, Patcher};
 use crate::posting::{self, EventPoster, ObjectReference};
@@ -112,11 +114,16 @@ impl ResourceTasks {
         matching: &[bool],
     ) -> Option<Duration> {
         let mut recheck = None;
+        // Encoded once for all the handlers (and only if one matches).
+        let mut encoded = None;
         for (spec, matches) in self.specs.iter().zip(matching) {
             if !*matches {
                 self.spawner
                     .stop(uid, spec.id(), StopReason::FilterMismatch);
-            } else if self.spawner.ensure(uid, spec, body) == Ensured::Stopping {
+                continue;
+            }
+            let encoded = encoded.get_or_insert_with(|| EncodedBody::new(body));
+            if self.spawner.ensure_encoded(uid, spec, encoded) == Ensured::Stopping {
                 recheck = Some(RECHECK);
             }
         }

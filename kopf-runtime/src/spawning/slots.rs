@@ -7,7 +7,6 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
 use smallvec::SmallVec;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
@@ -86,9 +85,9 @@ pub(super) struct ObjectSlot {
 }
 
 impl ObjectSlot {
-    pub(super) fn new(body: &Value) -> Self {
+    pub(super) fn new(body: EncodedBody) -> Self {
         Self {
-            body: BodyCell::new(EncodedBody::new(body)),
+            body: BodyCell::new(body),
             changed: LastChange::new(),
             tasks: SlotTasks::default(),
             finished: Vec::new(),
@@ -98,8 +97,8 @@ impl ObjectSlot {
 
     /// A new body: running tasks see it live, and idle timers start waiting
     /// afresh. An identical body is not a change.
-    pub(super) fn update_body(&mut self, body: &Value) -> bool {
-        let modified = self.body.replace(EncodedBody::new(body));
+    pub(super) fn update_body(&mut self, body: &EncodedBody) -> bool {
+        let modified = self.body.replace(body.clone());
         if modified {
             self.changed.bump();
         }
@@ -184,11 +183,13 @@ impl LastChange {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::Value;
+
     use super::*;
 
     #[test]
     fn finished_handlers_are_remembered_once() {
-        let mut slot = ObjectSlot::new(&Value::Null);
+        let mut slot = ObjectSlot::new(EncodedBody::new(&Value::Null));
         let id: Arc<str> = Arc::from("d");
         assert!(!slot.is_finished("d"));
         slot.finish(&id);

@@ -9,7 +9,6 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use hashbrown::{HashMap, hash_map};
-use serde_json::Value;
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
@@ -23,6 +22,7 @@ use super::runner::Run;
 use super::slots::{Entry, ObjectSlot, SlotState};
 use super::task::{TaskKind, TaskSpec};
 use super::{daemons, timers};
+use crate::model::kwargs::EncodedBody;
 use crate::peering::fencing::Fence;
 use crate::spawning::stopping::{StopFlag, StopReason};
 
@@ -382,10 +382,27 @@ impl Spawner {
         self
     }
 
+    /// [`Spawner::ensure_encoded`] with `body` encoded first.
+    #[cfg(test)]
+    pub(crate) fn ensure(
+        &self,
+        uid: &str,
+        spec: &Arc<TaskSpec>,
+        body: &serde_json::Value,
+    ) -> Ensured {
+        self.ensure_encoded(uid, spec, &EncodedBody::new(body))
+    }
+
     /// Spawn the task of `spec` for object `uid` unless it is running, being
-    /// stopped, or finished for good. `body` is the object's latest body:
-    /// it also updates the live body of the object's running tasks.
-    pub(crate) fn ensure(&self, uid: &str, spec: &Arc<TaskSpec>, body: &Arc<Value>) -> Ensured {
+    /// stopped, or finished for good. `body` is the object's latest body, as
+    /// its tasks keep it (encoded once for all the object's handlers): it
+    /// also updates the live body of the object's running tasks.
+    pub(crate) fn ensure_encoded(
+        &self,
+        uid: &str,
+        spec: &Arc<TaskSpec>,
+        body: &EncodedBody,
+    ) -> Ensured {
         let inner = &self.inner;
         let mut state = inner.lock();
         if inner.tracker.is_closed() {
@@ -404,7 +421,7 @@ impl Spawner {
                 slot.update_body(body);
                 slot
             }
-            hash_map::Entry::Vacant(vacant) => vacant.insert(ObjectSlot::new(body)),
+            hash_map::Entry::Vacant(vacant) => vacant.insert(ObjectSlot::new(body.clone())),
         };
         if let Some(entry) = slot.tasks.get(spec.id()) {
             return if entry.stopping {
@@ -495,12 +512,10 @@ impl Spawner {
     /// and idle timers start waiting afresh. An identical body is not a
     /// change. Returns whether anything changed (`false` for unknown UIDs and
     /// for objects already stopped as gone).
-    pub(crate) fn update_body(&self, uid: &str, body: Arc<Value>) -> bool {
-        self.inner
-            .lock()
-            .objects
-            .get_mut(uid)
-            .is_some_and(|slot| slot.state < SlotState::Gone && slot.update_body(&body))
+    pub(crate) fn update_body(&self, uid: &str, body: Arc<serde_json::Value>) -> bool {
+        self.inner.lock().objects.get_mut(uid).is_some_and(|slot| {
+            slot.state < SlotState::Gone && slot.update_body(&EncodedBody::new(&body))
+        })
     }
 
     #[cfg(test)]
