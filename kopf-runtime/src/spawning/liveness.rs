@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::SetOnce;
 use tokio_util::task::TaskTracker;
 
 use crate::spawning::stopping::StopFlag;
@@ -54,41 +54,6 @@ impl SharedPhase {
     }
 }
 
-/// Whether a task has ended, for its stopper to wait on: set once, never
-/// reset. Inline in [`TaskShared`], with no allocation of its own (a
-/// cancellation token would be one more per task).
-#[derive(Default)]
-pub(super) struct Ended {
-    set: AtomicBool,
-    notify: Notify,
-}
-
-impl Ended {
-    pub(super) fn set(&self) {
-        self.set.store(true, Ordering::Release);
-        self.notify.notify_waiters();
-    }
-
-    pub(super) fn is_set(&self) -> bool {
-        self.set.load(Ordering::Acquire)
-    }
-
-    /// Completes once [`set`](Self::set) was called, before or after.
-    pub(super) async fn wait(&self) {
-        loop {
-            let notified = self.notify.notified();
-            let mut notified = std::pin::pin!(notified);
-            // Registered before the check, so that a `set` between the
-            // check and the wait is not missed.
-            notified.as_mut().enable();
-            if self.is_set() {
-                return;
-            }
-            notified.await;
-        }
-    }
-}
-
 /// The state of one task shared by the spawner, its stopper and its runner.
 pub(crate) struct TaskShared {
     pub(crate) uid: Arc<str>,
@@ -97,8 +62,9 @@ pub(crate) struct TaskShared {
     pub(super) flag: StopFlag,
     pub(super) grace: Duration,
     pub(super) timeout: Duration,
-    /// Set once the task (and any blocking thread it started) ended.
-    pub(super) done: Ended,
+    /// Set once the task (and any blocking thread it started) ended; a
+    /// second `set` (an abandoned task ending after all) changes nothing.
+    pub(super) done: SetOnce<()>,
     pub(super) phase: SharedPhase,
     /// Set by a task that ended on its own: never respawn it for this object.
     pub(crate) finished_for_good: AtomicBool,
@@ -122,35 +88,7 @@ impl Drop for Liveness {
         if let Some(spawner) = self.spawner.upgrade() {
             spawner.settle(&self.shared);
         } else {
-            self.shared.done.set();
+            let _ = self.shared.done.set(());
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::Ended;
-
-    #[tokio::test(start_paused = true)]
-    async fn ended_wakes_a_waiter_and_answers_later_ones_at_once() {
-        let ended = std::sync::Arc::new(Ended::default());
-        let waiter = tokio::spawn({
-            let ended = std::sync::Arc::clone(&ended);
-            async move { ended.wait().await }
-        });
-        tokio::task::yield_now().await;
-        assert!(!waiter.is_finished(), "not ended yet");
-        assert!(!ended.is_set());
-        ended.set();
-        tokio::time::timeout(Duration::from_secs(1), waiter)
-            .await
-            .expect("woken")
-            .expect("no panic");
-        assert!(ended.is_set());
-        tokio::time::timeout(Duration::from_secs(1), ended.wait())
-            .await
-            .expect("already set: at once");
     }
 }

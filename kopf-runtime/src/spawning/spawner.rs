@@ -10,13 +10,13 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use hashbrown::{HashMap, hash_map};
 use tokio::runtime::Handle;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, SetOnce};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
 use super::counters::Counters;
-use super::liveness::{Ended, Liveness, Phase, Settle, SharedPhase, TaskShared};
+use super::liveness::{Liveness, Phase, Settle, SharedPhase, TaskShared};
 use super::observing::{AbandonedReport, Observer};
 use super::runner::Run;
 use super::slots::{Entry, ObjectSlot, SlotState};
@@ -116,7 +116,7 @@ impl Settle for Inner {
         let phase = shared.phase.load();
         if phase == Phase::Abandoned {
             drop(state);
-            shared.done.set();
+            let _ = shared.done.set(());
             tracing::info!(uid = %shared.uid, handler = %shared.id, "abandoned task has ended after all");
             return;
         }
@@ -132,7 +132,7 @@ impl Settle for Inner {
             _ => &self.counters.stopped,
         };
         Counters::bump(counter);
-        shared.done.set();
+        let _ = shared.done.set(());
         self.settled.notify_waiters();
         tracing::debug!(uid = %shared.uid, handler = %shared.id, "task ended");
     }
@@ -205,7 +205,7 @@ impl Inner {
         }
         {
             let _state = self.lock();
-            if shared.phase.load() != Phase::Stopping || shared.done.is_set() {
+            if shared.phase.load() != Phase::Stopping || shared.done.initialized() {
                 return;
             }
             shared.phase.store(Phase::Cancelling);
@@ -447,7 +447,7 @@ impl Spawner {
             flag: flag.clone(),
             grace,
             timeout,
-            done: Ended::default(),
+            done: SetOnce::new(),
             phase: SharedPhase::new(),
             finished_for_good: AtomicBool::new(false),
             local: OnceLock::new(),
