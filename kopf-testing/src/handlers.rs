@@ -291,7 +291,7 @@ where
             let connection = req.extensions().get::<ConnectionCloser>().cloned();
             watch(shared, def, &route, query, connection)
         }
-        (Method::GET, None) => list(shared, &def, ns, query),
+        (Method::GET, None) => list(shared, &def, ns, query).await,
         (Method::POST, None) => {
             let (ct, body) = read_body(req).await?;
             let mut obj = parse_object(ct.as_deref(), &body)?;
@@ -392,7 +392,7 @@ where
                 let rv = shared.store().current_rv();
                 return Ok(list_response(&def, deleted, rv, None, None));
             }
-            let matched = list_matching(shared, &def, ns, &selectors)?;
+            let matched = list_matching(shared, &def, ns, &selectors).await?;
             if dry {
                 let rv = shared.store().current_rv();
                 return Ok(list_response(&def, matched, rv, None, None));
@@ -557,7 +557,7 @@ async fn admitted_delete_collection(
     query: &Query,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<Arc<Value>>, ApiError> {
-    let items = list_matching(shared, def, ns, selectors)?;
+    let items = list_matching(shared, def, ns, selectors).await?;
     let mut deleted = Vec::with_capacity(items.len());
     for item in items {
         let review_options = admission::options("DeleteOptions", query, Some(options));
@@ -585,14 +585,14 @@ const DELETE_CHUNK: usize = 64;
 
 /// Every object of a collection matching `selectors` (matched without the
 /// store's lock).
-fn list_matching(
+async fn list_matching(
     shared: &Arc<Shared>,
     def: &ResourceDef,
     ns: Option<&str>,
     selectors: &Selectors,
 ) -> Result<Vec<Arc<Value>>, ApiError> {
     let snapshot = shared.store().list_snapshot(def, ns, None, None)?;
-    Ok(snapshot.page(selectors, None).items)
+    Ok(snapshot.page_apart(selectors, None).await?.items)
 }
 
 /// The options kind the API server validates a verb's query parameters as.
@@ -687,7 +687,7 @@ fn parse_rv(rv: &str) -> Result<u64, ApiError> {
     })
 }
 
-fn list(
+async fn list(
     shared: &Arc<Shared>,
     def: &ResourceDef,
     ns: Option<&str>,
@@ -709,7 +709,7 @@ fn list(
         }
         store.list_snapshot(def, ns, query.continue_token.as_deref(), exact)?
     };
-    let page = snapshot.page(&selectors, query.limit);
+    let page = snapshot.page_apart(&selectors, query.limit).await?;
     Ok(list_response(
         def,
         page.items,

@@ -1,13 +1,15 @@
 //! Lists in two steps: the objects a list may return are taken from the
 //! store under its lock (a snapshot of shared objects), then matched
-//! against the selectors and cut into a page without the lock, so that a
-//! list with a huge selector holds up no other client.
+//! against the selectors and cut into a page without the lock, on a
+//! blocking thread when the matching is long, so that a list with a huge
+//! selector holds up no other client, whatever runtime serves it.
 
 use std::sync::Arc;
 
 use serde_json::Value;
 
 use crate::conversion;
+use crate::failures::ApiError;
 use crate::objects;
 use crate::selectors::Selectors;
 
@@ -35,7 +37,28 @@ pub(crate) struct ListSnapshot {
     pub(crate) api_version: String,
 }
 
+/// Candidates matched against selectors on an async thread at most; more
+/// are matched on a blocking thread, so that the runtime's threads (one in
+/// a current-thread runtime) go on serving other clients meanwhile.
+const MATCHED_INLINE: usize = 256;
+
 impl ListSnapshot {
+    /// [`page`](Self::page), on a blocking thread when there are selectors
+    /// and more than [`MATCHED_INLINE`] candidates.
+    pub(crate) async fn page_apart(
+        self,
+        selectors: &Selectors,
+        limit: Option<usize>,
+    ) -> Result<ListPage, ApiError> {
+        if selectors.is_empty() || self.objects.len() <= MATCHED_INLINE {
+            return Ok(self.page(selectors, limit));
+        }
+        let selectors = selectors.clone();
+        tokio::task::spawn_blocking(move || self.page(&selectors, limit))
+            .await
+            .map_err(|e| ApiError::internal(format!("matching a list's selectors failed: {e}")))
+    }
+
     /// The objects that match `selectors`, at most `limit` of them, with
     /// a continue token and a count of the rest if some are left.
     pub(crate) fn page(self, selectors: &Selectors, limit: Option<usize>) -> ListPage {

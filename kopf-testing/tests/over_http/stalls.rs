@@ -83,10 +83,16 @@ async fn sigterm_stops_the_binary_during_a_restart_from_another_process() {
     assert!(status.success(), "{status:?}");
 }
 
-/// The slowest answer to `probe` while `work` runs (at least one probe).
-async fn slowest_answer_during<W>(emulator: &Emulator, probe: &str, work: W) -> Duration
+/// The slowest answer to `probe` while `work` runs (at least one probe),
+/// and what `work` returned.
+async fn slowest_answer_during<W>(
+    emulator: &Emulator,
+    probe: &str,
+    work: W,
+) -> (Duration, W::Output)
 where
-    W: std::future::Future<Output = ()> + Send + 'static,
+    W: std::future::Future + Send + 'static,
+    W::Output: Send,
 {
     let work = tokio::spawn(work);
     let mut slowest = Duration::ZERO;
@@ -99,8 +105,7 @@ where
             break;
         }
     }
-    work.await.expect("the work ends");
-    slowest
+    (slowest, work.await.expect("the work ends"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -125,14 +130,16 @@ async fn deleting_a_namespace_of_large_objects_stalls_no_other_client() {
         let resp = raw_request(addr, "DELETE", "/api/v1/namespaces/bulky", &[], b"").await;
         assert_eq!(resp.status, 200);
     };
-    let slowest = slowest_answer_during(&emulator, &format!("{CMS}/probe"), delete).await;
+    let (slowest, ()) = slowest_answer_during(&emulator, &format!("{CMS}/probe"), delete).await;
     assert!(
         slowest < Duration::from_millis(250),
         "another client waited {slowest:?} while a namespace of 36 MiB was deleted"
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// One thread serves the emulator and both clients: a list matched on it
+// would hold up the probe for the whole list.
+#[tokio::test(flavor = "current_thread")]
 async fn lists_with_huge_selectors_stall_no_other_client() {
     let mut yaml = String::new();
     for i in 0..2000 {
@@ -150,21 +157,32 @@ async fn lists_with_huge_selectors_stall_no_other_client() {
         .expect("emulator starts");
     let addr = emulator.addr();
     // 7,000 values, none of them any object's: each object is compared
-    // with every one.
+    // with every one. The last requirement matches no object, so that
+    // the lists take their matching's time, not their answer's.
     let values: Vec<String> = (0..7000).map(|i| format!("w{i}")).collect();
-    let labels = format!("{CMS}?labelSelector=app%20notin%20({})", values.join(","));
+    let labels = format!(
+        "{CMS}?labelSelector=app%20notin%20({}),app=none",
+        values.join(",")
+    );
     let names: Vec<String> = (0..2500).map(|i| format!("metadata.name!=n{i}")).collect();
-    let fields = format!("{CMS}?fieldSelector={}", names.join(","));
+    let fields = format!("{CMS}?fieldSelector={},metadata.name=none", names.join(","));
     let lists = async move {
+        let mut longest = Duration::ZERO;
         for path in [&labels, &fields, &labels, &fields] {
+            let started = Instant::now();
             let resp = raw_request(addr, "GET", path, &[], b"").await;
             assert_eq!(resp.status, 200, "{}", String::from_utf8_lossy(&resp.body));
+            longest = longest.max(started.elapsed());
         }
+        longest
     };
-    let slowest = slowest_answer_during(&emulator, &format!("{CMS}/probe"), lists).await;
+    let (slowest, longest) = slowest_answer_during(&emulator, &format!("{CMS}/probe"), lists).await;
+    // Measured against the lists themselves, so that a loaded machine,
+    // which slows both, does not fail it.
     assert!(
-        slowest < Duration::from_millis(250),
-        "another client waited {slowest:?} while 2,000 objects were matched against huge selectors"
+        slowest < longest / 4,
+        "another client waited {slowest:?} while 2,000 objects were matched against huge \
+         selectors, in lists of up to {longest:?}"
     );
 }
 
