@@ -1,16 +1,21 @@
 //! The stop signal a daemon or timer sees: [`StopFlag`] and its [`StopReason`].
 //!
-//! A [`StopFlag`] wraps a [`CancellationToken`] plus the reason it was set
-//! for. Flags form a tree (operator → object → task): setting a parent flag
-//! sets every descendant, and a descendant reports the reason of the nearest
-//! flag that was set. Cloning a flag is one reference-count increment.
+//! A [`StopFlag`] is an atomic reason plus a [`Notify`] that wakes its
+//! waiters once it is set. A root flag has children (operator → task):
+//! setting the root wakes them, and a child reports its own reason, else
+//! its root's. Reading a flag takes no lock, waiting on one registers one
+//! waiter, and cloning it is one reference-count increment.
 //!
-//! The DSL's user-facing `Stopped` type wraps (or is) this flag.
+//! The DSL's user-facing `Stopped` type wraps this flag; a
+//! [`CancellationToken`] is made only for code that asks for one.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU8, Ordering, fence};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -77,6 +82,32 @@ impl StopReason {
     }
 }
 
+impl StopReason {
+    /// Every reason, in the order of their codes.
+    const ALL: &[StopReason] = &[
+        Self::ObjectDeleted,
+        Self::ObjectVanished,
+        Self::DeletionRequested,
+        Self::FilterMismatch,
+        #[cfg(test)]
+        Self::HandlerRemoved,
+        Self::OperatorPausing,
+        Self::LeadershipLost,
+        Self::OperatorExiting,
+    ];
+
+    /// Its code in a flag: its place in [`Self::ALL`] plus one (0 is "not set").
+    fn code(self) -> u8 {
+        let place = Self::ALL.iter().position(|r| *r == self).unwrap_or(0);
+        u8::try_from(place + 1).unwrap_or(u8::MAX)
+    }
+
+    /// The reason of a flag's code, `None` for "not set".
+    fn from_code(code: u8) -> Option<Self> {
+        Self::ALL.get(usize::from(code).checked_sub(1)?).copied()
+    }
+}
+
 impl fmt::Display for StopReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -84,12 +115,53 @@ impl fmt::Display for StopReason {
 }
 
 struct FlagInner {
-    token: CancellationToken,
-    reason: OnceLock<StopReason>,
-    parent: Option<StopFlag>,
+    /// Its own reason's code once set ([`StopReason::code`]); 0 until then.
+    reason: AtomicU8,
+    /// Wakes the flag's waiters when it is set (or its root is).
+    set: Notify,
+    /// A root's children, or a child's root.
+    kin: Kin,
+    /// A token cancelled with the flag, made for whoever asks for one.
+    token: OnceLock<CancellationToken>,
 }
 
-/// The stop signal of a daemon or timer: a cancellation token plus a reason.
+/// Where a flag sits in its tree.
+enum Kin {
+    /// A root: its live children, by their address, to wake when it is set.
+    Root(Box<Mutex<HashMap<usize, Weak<FlagInner>>>>),
+    /// A child, set whenever its root is.
+    Child(StopFlag),
+}
+
+impl FlagInner {
+    fn root(&self) -> Option<&StopFlag> {
+        match &self.kin {
+            Kin::Root(_) => None,
+            Kin::Child(root) => Some(root),
+        }
+    }
+
+    fn own_reason(&self) -> u8 {
+        self.reason.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for FlagInner {
+    fn drop(&mut self) {
+        if let Kin::Child(root) = &self.kin
+            && let Kin::Root(children) = &root.inner.kin
+        {
+            let address = std::ptr::from_ref(self) as usize;
+            children
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&address);
+        }
+    }
+}
+
+/// The stop signal of a daemon or timer: a reason, set once, and a way to
+/// wait for it.
 ///
 /// # Guarantees
 /// - Once set, a flag stays set; the first reason given wins.
@@ -101,6 +173,8 @@ struct FlagInner {
 /// - The flag is only a request. A task that never looks at it is cancelled
 ///   by the runtime later (see the `spawning` module), but a blocking
 ///   function on a thread cannot be cancelled and must check the flag itself.
+/// - Flags nest one level: a child's parent is a root.
+/// - A root keeps a word or two per live child, to wake it.
 #[derive(Clone)]
 pub(crate) struct StopFlag {
     inner: Arc<FlagInner>,
@@ -125,25 +199,37 @@ impl StopFlag {
     /// A new root flag, not set.
     #[must_use]
     pub(crate) fn new() -> Self {
+        Self::with_kin(Kin::Root(Box::default()))
+    }
+
+    fn with_kin(kin: Kin) -> Self {
         Self {
             inner: Arc::new(FlagInner {
-                token: CancellationToken::new(),
-                reason: OnceLock::new(),
-                parent: None,
+                reason: AtomicU8::new(0),
+                set: Notify::new(),
+                kin,
+                token: OnceLock::new(),
             }),
         }
     }
 
     /// A new flag that is set whenever this one is (but not the other way).
+    ///
+    /// # Panics
+    /// On a flag that is a child itself: its children would not wake when
+    /// its parent is set.
     #[must_use]
     pub(crate) fn child(&self) -> Self {
-        Self {
-            inner: Arc::new(FlagInner {
-                token: self.inner.token.child_token(),
-                reason: OnceLock::new(),
-                parent: Some(self.clone()),
-            }),
-        }
+        let Kin::Root(children) = &self.inner.kin else {
+            panic!("stop flags nest one level: make the child from the root flag");
+        };
+        let child = Self::with_kin(Kin::Child(self.clone()));
+        let address = Arc::as_ptr(&child.inner) as usize;
+        children
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(address, Arc::downgrade(&child.inner));
+        child
     }
 
     /// Set the flag for `reason`. Returns `false` if it was already set (the
@@ -152,39 +238,63 @@ impl StopFlag {
         if self.is_set() {
             return false;
         }
-        let fresh = self.inner.reason.set(reason).is_ok();
-        // The reason is stored before the token is cancelled, so that whoever
-        // wakes up on the token always sees a reason.
-        self.inner.token.cancel();
+        let fresh = self
+            .inner
+            .reason
+            .compare_exchange(0, reason.code(), Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok();
+        if fresh {
+            // The reason is stored before anyone is woken, so that whoever
+            // wakes up always sees a reason; a waiter that checked before
+            // the store was registered before it, and is woken here.
+            self.inner.set.notify_waiters();
+            if let Kin::Root(children) = &self.inner.kin {
+                let children: Vec<_> = children
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .values()
+                    .filter_map(Weak::upgrade)
+                    .collect();
+                for child in children {
+                    child.set.notify_waiters();
+                    if let Some(token) = child.token.get() {
+                        token.cancel();
+                    }
+                }
+            }
+            // Pairs with the fence in `token`: a token made meanwhile is
+            // either seen here or sees the reason there.
+            fence(Ordering::SeqCst);
+            if let Some(token) = self.inner.token.get() {
+                token.cancel();
+            }
+        }
         fresh
     }
 
-    /// Whether the flag (or one of its ancestors) is set.
+    /// Whether the flag (or its root) is set.
     #[must_use]
     pub(crate) fn is_set(&self) -> bool {
-        self.inner.token.is_cancelled()
+        self.inner.own_reason() != 0 || self.inner.root().is_some_and(StopFlag::is_set)
     }
 
-    /// Why the flag is set: its own reason, else the nearest set ancestor's.
-    /// `None` while not set.
+    /// Why the flag is set: its own reason, else its root's. `None` while
+    /// not set.
     #[must_use]
     pub(crate) fn reason(&self) -> Option<StopReason> {
-        if !self.is_set() {
-            return None;
-        }
-        let mut flag = Some(self);
-        while let Some(current) = flag {
-            if let Some(reason) = current.inner.reason.get() {
-                return Some(*reason);
-            }
-            flag = current.inner.parent.as_ref();
-        }
-        None
+        StopReason::from_code(self.inner.own_reason())
+            .or_else(|| self.inner.root().and_then(StopFlag::reason))
     }
 
-    /// Resolves once the flag is set.
+    /// Resolves once the flag is set. The future may be kept and polled
+    /// again and again: it stays registered, with no allocation.
     pub(crate) async fn cancelled(&self) {
-        self.inner.token.cancelled().await;
+        // A Notified future sees every `notify_waiters` from its creation
+        // on, so a flag set between these lines still wakes it.
+        let set = self.inner.set.notified();
+        if !self.is_set() {
+            set.await;
+        }
     }
 
     /// Sleep for `timeout` or until the flag is set, whichever is first.
@@ -199,7 +309,7 @@ impl StopFlag {
     pub(crate) async fn sleep_until(&self, deadline: Instant) -> bool {
         tokio::select! {
             biased;
-            () = self.inner.token.cancelled() => true,
+            () = self.cancelled() => true,
             () = tokio::time::sleep_until(deadline) => self.is_set(),
         }
     }
@@ -224,11 +334,21 @@ impl StopFlag {
         }
     }
 
-    /// The underlying cancellation token (e.g. for `tokio::select!` or to
-    /// derive further child tokens).
+    /// A cancellation token cancelled with the flag (e.g. for
+    /// `tokio::select!` or to derive further child tokens), made on the
+    /// first call.
     #[must_use]
     pub(crate) fn token(&self) -> &CancellationToken {
-        &self.inner.token
+        let token = self.inner.token.get_or_init(|| match self.inner.root() {
+            Some(root) => root.token().child_token(),
+            None => CancellationToken::new(),
+        });
+        // Pairs with the fence in `set`.
+        fence(Ordering::SeqCst);
+        if self.inner.own_reason() != 0 {
+            token.cancel();
+        }
+        token
     }
 }
 
@@ -286,6 +406,51 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(1)).await;
         setter.set(StopReason::OperatorExiting);
         assert!(waiter.await.expect("waiter"));
+    }
+
+    #[test]
+    fn every_reason_has_a_code_of_its_own() {
+        for reason in StopReason::ALL {
+            assert_eq!(StopReason::from_code(reason.code()), Some(*reason));
+        }
+        assert_eq!(StopReason::from_code(0), None);
+    }
+
+    #[tokio::test]
+    async fn tokens_are_cancelled_with_their_flags_made_before_or_after() {
+        let root = StopFlag::new();
+        let early = root.child();
+        let early_token = early.token().clone();
+        let late = root.child();
+        assert!(!early_token.is_cancelled());
+        root.set(StopReason::LeadershipLost);
+        assert!(early_token.is_cancelled());
+        assert!(late.token().is_cancelled());
+        let own = StopFlag::new().child();
+        own.set(StopReason::FilterMismatch);
+        own.token().cancelled().await;
+    }
+
+    #[tokio::test]
+    async fn a_kept_waiter_wakes_once_the_parent_is_set() {
+        let root = StopFlag::new();
+        let flag = root.child();
+        let waiter = tokio::spawn(async move { flag.cancelled().await });
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!waiter.is_finished());
+        root.set(StopReason::OperatorExiting);
+        tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("the waiter wakes")
+            .expect("the waiter ends");
+    }
+
+    #[test]
+    #[should_panic(expected = "nest one level")]
+    fn a_child_of_a_child_is_refused() {
+        let _ = StopFlag::new().child().child();
     }
 
     #[test]

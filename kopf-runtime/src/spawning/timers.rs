@@ -61,7 +61,7 @@ pub(crate) fn run(mut run: Run) -> impl Future<Output = ()> + Send {
         let mut started = None;
         // One sleep and one stop-waiter for the timer's whole life: a tick only
         // re-arms the sleep, with no waiter registration and no allocation.
-        let mut stopped = pin!(flag.token().clone().cancelled_owned());
+        let mut stopped = pin!(flag.cancelled());
         let mut sleep = pin!(tokio::time::sleep_until(tick));
         loop {
             sleep.as_mut().reset(tick);

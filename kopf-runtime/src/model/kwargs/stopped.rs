@@ -8,10 +8,10 @@ use crate::spawning::stopping::{StopFlag, StopReason};
 
 /// The stop flag of a daemon or timer (Kopf's `stopped`).
 ///
-/// The engine owns the [`CancellationToken`] behind it and cancels it when the
-/// object is deleted, the handler's filters stop matching, the replica stops
-/// leading on its Lease, or the operator exits; [`Stopped::reason`] says
-/// which.
+/// The engine sets it when the object is deleted, the handler's filters
+/// stop matching, the replica stops leading on its Lease, or the operator
+/// exits; [`Stopped::reason`] says which. [`Stopped::token`] gives a
+/// [`CancellationToken`] cancelled with it.
 ///
 /// # Guarantees
 /// Once set, the flag stays set; [`wait`](Stopped::wait) and
@@ -30,22 +30,36 @@ use crate::spawning::stopping::{StopFlag, StopReason};
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct Stopped {
-    token: CancellationToken,
+    by: StoppedBy,
+}
+
+/// What a [`Stopped`] reads.
+#[derive(Debug, Clone)]
+enum StoppedBy {
+    /// A token of the caller's ([`Stopped::new`]).
+    Token(CancellationToken),
     /// The engine's flag, which knows why it is set.
-    flag: Option<StopFlag>,
+    Flag(StopFlag),
+}
+
+impl Default for StoppedBy {
+    fn default() -> Self {
+        Self::Token(CancellationToken::new())
+    }
 }
 
 impl Stopped {
     /// A flag bound to the engine's token.
     pub fn new(token: CancellationToken) -> Self {
-        Stopped { token, flag: None }
+        Stopped {
+            by: StoppedBy::Token(token),
+        }
     }
 
     /// The flag of a daemon or timer, as the engine sets it.
     pub(crate) fn of(flag: &StopFlag) -> Self {
         Stopped {
-            token: flag.token().clone(),
-            flag: Some(flag.clone()),
+            by: StoppedBy::Flag(flag.clone()),
         }
     }
 
@@ -55,19 +69,25 @@ impl Stopped {
     /// its Lease; `None` while it is not, or for a flag made with
     /// [`Stopped::new`].
     pub fn reason(&self) -> Option<StopReason> {
-        self.flag.as_ref().and_then(StopFlag::reason)
+        match &self.by {
+            StoppedBy::Token(_) => None,
+            StoppedBy::Flag(flag) => flag.reason(),
+        }
     }
 
     /// Whether the daemon or timer should stop now.
     pub fn is_set(&self) -> bool {
-        self.token.is_cancelled()
+        match &self.by {
+            StoppedBy::Token(token) => token.is_cancelled(),
+            StoppedBy::Flag(flag) => flag.is_set(),
+        }
     }
 
     /// Sleeps for `duration` or until stopped; returns whether the flag is set.
     pub async fn wait(&self, duration: Duration) -> bool {
         tokio::select! {
-            _ = self.token.cancelled() => true,
-            _ = tokio::time::sleep(duration) => self.is_set(),
+            () = self.cancelled() => true,
+            () = tokio::time::sleep(duration) => self.is_set(),
         }
     }
 
@@ -111,12 +131,19 @@ impl Stopped {
 
     /// Completes when the flag is set.
     pub async fn cancelled(&self) {
-        self.token.cancelled().await
+        match &self.by {
+            StoppedBy::Token(token) => token.cancelled().await,
+            StoppedBy::Flag(flag) => flag.cancelled().await,
+        }
     }
 
-    /// The underlying token (e.g. to make child tokens for sub-tasks).
+    /// A token cancelled with the flag (e.g. to make child tokens for
+    /// sub-tasks).
     pub fn token(&self) -> &CancellationToken {
-        &self.token
+        match &self.by {
+            StoppedBy::Token(token) => token,
+            StoppedBy::Flag(flag) => flag.token(),
+        }
     }
 }
 
