@@ -65,10 +65,12 @@ pub(crate) fn run(mut run: Run) -> impl Future<Output = ()> + Send {
         let mut sleep = pin!(tokio::time::sleep_until(tick));
         loop {
             sleep.as_mut().reset(tick);
+            // The sleep first: a due tick then costs no look at the stop
+            // waiter (whose poll takes a lock), only at the flag's atomic.
             tokio::select! {
                 biased;
+                () = sleep.as_mut() => if flag.is_set() { return },
                 () = stopped.as_mut() => return,
-                () = sleep.as_mut() => {}
             }
             // Both boxed: a waiting timer's state is then the few bytes above,
             // not the largest of these (for tens of thousands of timers).
