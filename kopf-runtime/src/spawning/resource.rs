@@ -324,10 +324,11 @@ async fn call(handler: &Handler, env: &TaskEnvironment, mut ctx: TaskContext) ->
         liveness,
         ..
     } = ctx;
-    let kwargs = Kwargs::of(body.clone(), object.memo.clone(), logger.clone())
-        .with_cluster(Some(env.client.clone()), env.indexes.clone())
-        .with_attempt(attempt)
-        .with_task(Stopped::of(&stopped), LiveBody::encoded(receiver));
+    // Filled in place: this runs on every tick.
+    let mut kwargs = Kwargs::of(body.clone(), object.memo.clone(), logger.clone());
+    kwargs.set_cluster(Some(env.client.clone()), env.indexes.clone());
+    kwargs.set_attempt(attempt);
+    kwargs.set_task(Stopped::of(&stopped), LiveBody::encoded(receiver));
     let patch = kwargs.patch.clone();
 
     let invoking = execution::invoke(handler, kwargs, None);

@@ -396,18 +396,30 @@ impl Kwargs {
     /// for login handlers) and its indexes.
     #[must_use]
     pub(crate) fn with_cluster(mut self, client: Option<kube::Client>, indexes: Indexes) -> Self {
+        self.set_cluster(client, indexes);
+        self
+    }
+
+    /// [`with_cluster`](Self::with_cluster) in place (each `with_*` moves
+    /// the half a kilobyte of `Kwargs`: calls made every tick fill them in
+    /// place).
+    pub(crate) fn set_cluster(&mut self, client: Option<kube::Client>, indexes: Indexes) {
         self.client = client;
         self.indexes = indexes;
-        self
     }
 
     /// With the attempt this call is.
     #[must_use]
     pub(crate) fn with_attempt(mut self, attempt: Attempt) -> Self {
+        self.set_attempt(attempt);
+        self
+    }
+
+    /// [`with_attempt`](Self::with_attempt) in place.
+    pub(crate) fn set_attempt(&mut self, attempt: Attempt) {
         self.retry = attempt.retry;
         self.started = Some(attempt.started);
         self.runtime = attempt.runtime;
-        self
     }
 
     /// With the change a change handler (or its filters) sees: why it
@@ -459,12 +471,10 @@ impl Kwargs {
         self
     }
 
-    /// With what a daemon or timer has: its stop flag and the live body.
-    #[must_use]
-    pub(crate) fn with_task(mut self, stopped: Stopped, live: LiveBody) -> Self {
+    /// Gives what a daemon or timer has: its stop flag and the live body.
+    pub(crate) fn set_task(&mut self, stopped: Stopped, live: LiveBody) {
         self.stopped = Some(stopped);
         self.live = Some(live);
-        self
     }
 
     /// With the operator's settings, which `on_startup` handlers may change.
