@@ -806,7 +806,7 @@ mod tests {
     #[test]
     fn a_waiting_timer_holds_at_most_2_kib() {
         const OBJECTS: usize = 1_000;
-        // About 1,975 bytes, as in a release build: the task's future (640
+        // About 1,945 bytes, as in a release build: the task's future (640
         // of them), its flag and shared state, the body's text, the
         // object's slot in the table at half its capacity.
         const CEILING: i64 = 2_048;
