@@ -59,8 +59,6 @@ pub(super) enum Route {
     /// The object does not decode: it is live, but nothing handles it;
     /// reported if `report` says so.
     Undecodable {
-        /// The object's UID.
-        uid: String,
         /// What to report, if it is to be reported now.
         report: Option<Report>,
     },
@@ -134,10 +132,7 @@ impl Dispatcher {
                     Some(false) if held => Some(Report::DeletionHeld),
                     Some(_) => None,
                 };
-                Route::Undecodable {
-                    uid: uid.to_owned(),
-                    report,
-                }
+                Route::Undecodable { report }
             }
             ObjectEvent::Deleted { how, .. } => {
                 self.undecodable.remove(uid);
@@ -209,11 +204,8 @@ mod tests {
         }
     }
 
-    fn report(uid: &str, report: Option<Report>) -> Route {
-        Route::Undecodable {
-            uid: uid.into(),
-            report,
-        }
+    fn report(report: Option<Report>) -> Route {
+        Route::Undecodable { report }
     }
 
     fn dispatcher() -> Dispatcher {
@@ -302,20 +294,20 @@ mod tests {
         let mut d = dispatcher();
         assert_eq!(
             d.route(&undecodable("a", &[], false)),
-            report("a", Some(Report::Skipped))
+            report(Some(Report::Skipped))
         );
-        assert_eq!(d.route(&undecodable("a", &[], false)), report("a", None));
+        assert_eq!(d.route(&undecodable("a", &[], false)), report(None));
         // A state that decodes forgets it: the next undecodable one is news.
         assert_eq!(d.route(&upserted("a", Seen::Changed)), enqueue("a", true));
         assert_eq!(
             d.route(&undecodable("a", &[], false)),
-            report("a", Some(Report::Skipped))
+            report(Some(Report::Skipped))
         );
         // So does its deletion.
         d.route(&deleted("a", DeletedBy::Event));
         assert_eq!(
             d.route(&undecodable("a", &[], false)),
-            report("a", Some(Report::Skipped))
+            report(Some(Report::Skipped))
         );
     }
 
@@ -324,16 +316,16 @@ mod tests {
         let mut d = dispatcher();
         assert_eq!(
             d.route(&undecodable("a", &[F], false)),
-            report("a", Some(Report::Skipped))
+            report(Some(Report::Skipped))
         );
         assert_eq!(
             d.route(&undecodable("a", &[F], true)),
-            report("a", Some(Report::DeletionHeld))
+            report(Some(Report::DeletionHeld))
         );
-        assert_eq!(d.route(&undecodable("a", &[F], true)), report("a", None));
+        assert_eq!(d.route(&undecodable("a", &[F], true)), report(None));
         assert_eq!(
             d.route(&undecodable("b", &[F], true)),
-            report("b", Some(Report::DeletionHeld))
+            report(Some(Report::DeletionHeld))
         );
     }
 
@@ -342,11 +334,11 @@ mod tests {
         let mut d = dispatcher();
         assert_eq!(
             d.route(&undecodable("a", &["other", LEGACY_FINALIZER], true)),
-            report("a", Some(Report::DeletionHeld))
+            report(Some(Report::DeletionHeld))
         );
         assert_eq!(
             d.route(&undecodable("b", &["other"], true)),
-            report("b", Some(Report::Skipped))
+            report(Some(Report::Skipped))
         );
     }
 }

@@ -232,7 +232,6 @@ impl Serving {
                     uid,
                     initial_listing,
                 } => {
-                    self.tasks.seen(&uid);
                     self.enqueue(uid, event, initial_listing).await;
                 }
                 Route::Gone {
@@ -243,8 +242,7 @@ impl Serving {
                     self.tasks.stop_gone(&uid, how);
                     self.enqueue(uid, event, initial_listing).await;
                 }
-                Route::Undecodable { uid, report } => {
-                    self.tasks.seen(&uid);
+                Route::Undecodable { report } => {
                     if let (Some(report), ObjectEvent::Undecodable { object, reason }) =
                         (report, &event)
                     {

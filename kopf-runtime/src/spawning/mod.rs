@@ -41,14 +41,14 @@ pub(crate) use observing::{AbandonedReport, Observer};
 pub(crate) use spawner::{Ensured, Spawner, SpawnerSettings};
 pub(crate) use task::hosting;
 pub use task::run_blocking;
-pub(crate) use task::{TaskContext, TaskOutcome, TaskSpec, task_fn};
+pub(crate) use task::{Owner, TaskContext, TaskOutcome, TaskSpec, task_fn};
 
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use super::{Spawner, SpawnerSettings, TaskOutcome, TaskSpec, task_fn};
+    use super::{Owner, Spawner, SpawnerSettings, TaskOutcome, TaskSpec, task_fn};
     use crate::spawning::stopping::StopReason;
     use crate::{Handler, Kwargs, ResourceRef};
 
@@ -65,6 +65,7 @@ mod tests {
                 }
                 TaskOutcome::ok()
             }),
+            Owner::unique(),
         );
 
         let spawner = Spawner::new(Arc::new(()), SpawnerSettings::default());

@@ -24,8 +24,7 @@
 //!   finalizer, and within their stop limits; `no_finalizers` tasks are
 //!   stopped, never waited for.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -44,7 +43,8 @@ use crate::processing::execution::{self, Disposition};
 use crate::processing::memories::Memories;
 use crate::spawning::stopping::{StopFlag, StopReason};
 use crate::spawning::{
-    self, AbandonedReport, Ensured, Observer, Spawner, TaskContext, TaskOutcome, TaskSpec, task_fn,
+    self, AbandonedReport, Ensured, Observer, Owner, Spawner, TaskContext, TaskOutcome, TaskSpec,
+    task_fn,
 };
 use crate::watching::DeletedBy;
 
@@ -63,9 +63,10 @@ pub(crate) struct ResourceTasks {
     spawner: Arc<Spawner>,
     /// Cancelled when the operator exits: nothing waits for tasks then.
     exiting: CancellationToken,
-    /// The UIDs of the live objects (when there are daemons or timers): to
-    /// pause their tasks if the resource stops being served.
-    live: Mutex<HashSet<String>>,
+    /// The tag of the specs, by which the spawner (shared by every served
+    /// resource) tells this resource's objects from the others': so that
+    /// their tasks are paused if the resource stops being served.
+    owner: Owner,
 }
 
 impl ResourceTasks {
@@ -78,12 +79,13 @@ impl ResourceTasks {
         spawner: Arc<Spawner>,
         exiting: CancellationToken,
     ) -> Self {
-        let specs = handlers.iter().map(|h| task_spec(h, env)).collect();
+        let owner = Owner::unique();
+        let specs = handlers.iter().map(|h| task_spec(h, env, owner)).collect();
         Self {
             specs,
             spawner,
             exiting,
-            live: Mutex::new(HashSet::new()),
+            owner,
         }
     }
 
@@ -151,27 +153,11 @@ impl ResourceTasks {
         }
     }
 
-    /// Notes that the object lives (as the watch saw it), so that its
-    /// tasks are paused if the resource stops being served.
-    pub(crate) fn seen(&self, uid: &str) {
-        if self.is_empty() {
-            return;
-        }
-        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
-        if !live.contains(uid) {
-            live.insert(uid.to_owned());
-        }
-    }
-
     /// Stops the tasks of an object that is gone, at once.
     pub(crate) fn stop_gone(&self, uid: &str, how: DeletedBy) {
         if self.is_empty() {
             return;
         }
-        self.live
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(uid);
         let reason = match how {
             DeletedBy::Event => StopReason::ObjectDeleted,
             DeletedBy::Vanished => StopReason::ObjectVanished,
@@ -194,19 +180,15 @@ impl ResourceTasks {
         let _ = tokio::time::timeout(self.stop_limit(), self.spawner.wait_stopped(uid)).await;
     }
 
-    /// Stops the tasks of the live objects of a resource that is no longer
+    /// Stops the tasks of the objects of a resource that is no longer
     /// served as on the operator's exit, but so that they may be spawned
     /// again when it is back ([`StopReason::OperatorPausing`]); once they
     /// have ended (each within its stop limit) or the operator exits
-    /// (`exiting`), the objects are forgotten.
+    /// (`exiting`), the objects are forgotten (with the handlers that
+    /// finished for good on them). A gone object's tasks were stopped as
+    /// gone already.
     pub(crate) async fn pause(&self, exiting: &CancellationToken) {
-        let uids: Vec<String> = self
-            .live
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .cloned()
-            .collect();
+        let uids = self.spawner.objects_of(self.owner);
         if uids.is_empty() || exiting.is_cancelled() {
             return;
         }
@@ -272,7 +254,7 @@ pub(crate) struct TaskEnvironment {
 /// The task of a `#[daemon]` or `#[timer]` handler: its options are the
 /// handler's, validated by the registry; without a `backoff` of its own, it
 /// retries after the environment's `default_backoff`.
-pub(crate) fn task_spec(handler: &Handler, env: &TaskEnvironment) -> Arc<TaskSpec> {
+pub(crate) fn task_spec(handler: &Handler, env: &TaskEnvironment, owner: Owner) -> Arc<TaskSpec> {
     let mut handler = handler.clone();
     if handler.options().backoff.is_none() {
         handler = handler.backoff(env.default_backoff);
@@ -290,7 +272,7 @@ pub(crate) fn task_spec(handler: &Handler, env: &TaskEnvironment) -> Arc<TaskSpe
             }
         }
     });
-    TaskSpec::new(handler, call)
+    TaskSpec::new(handler, call, owner)
 }
 
 /// What a task derives from its object once, for all its calls.
@@ -496,7 +478,7 @@ mod tests {
         let recorder = Recorder::new();
         let spawner = Spawner::new(recorder.clone(), SpawnerSettings::default());
         let body = Arc::new(example("ns", "a", "u1", "1"));
-        spawner.ensure("u1", &task_spec(&handler, &env), &body);
+        spawner.ensure("u1", &task_spec(&handler, &env, Owner::unique()), &body);
         let verdict = tokio::time::timeout(Duration::from_secs(30), async {
             loop {
                 if let Some(seen) = recorder.outcomes().first() {
@@ -558,7 +540,7 @@ mod tests {
             }
         });
         let spawner = Spawner::new(Recorder::new(), SpawnerSettings::default());
-        let spec = task_spec(&handler, &env);
+        let spec = task_spec(&handler, &env, Owner::unique());
         spawner.ensure("u1", &spec, &Arc::new(example("ns", "a", "u1", "1")));
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(spawner.update_body("u1", Arc::new(example("ns", "a", "u1", "2"))));
@@ -589,12 +571,20 @@ mod tests {
         });
         let spawner = Arc::new(Spawner::new(Recorder::new(), SpawnerSettings::default()));
         let exiting = CancellationToken::new();
-        let tasks = ResourceTasks::new(&[handler], &env, Arc::clone(&spawner), exiting.clone());
+        let tasks = ResourceTasks::new(
+            std::slice::from_ref(&handler),
+            &env,
+            Arc::clone(&spawner),
+            exiting.clone(),
+        );
         for uid in ["u1", "u2"] {
             let body = Arc::new(example("ns", uid, uid, "1"));
-            tasks.seen(uid);
             assert_eq!(tasks.serve(uid, &body, &[true]), None);
         }
+        // Another resource's object, in the same spawner: not paused.
+        let others = ResourceTasks::new(&[handler], &env, Arc::clone(&spawner), exiting.clone());
+        let body = Arc::new(example("ns", "o1", "o1", "1"));
+        assert_eq!(others.serve("o1", &body, &[true]), None);
         tokio::time::sleep(Duration::from_secs(1)).await;
         // A gone object is no longer live: stopped as gone, not paused.
         tasks.stop_gone("u2", DeletedBy::Event);
@@ -612,8 +602,11 @@ mod tests {
         let body = Arc::new(example("ns", "u1", "u1", "2"));
         assert_eq!(tasks.serve("u1", &body, &[true]), None);
         assert_eq!(spawner.running("u1"), ["watch"]);
-        spawner.stop_object("u1", StopReason::OperatorExiting);
-        spawner.wait_stopped("u1").await;
+        assert_eq!(spawner.running("o1"), ["watch"], "another resource's");
+        for uid in ["u1", "o1"] {
+            spawner.stop_object(uid, StopReason::OperatorExiting);
+            spawner.wait_stopped(uid).await;
+        }
     }
 
     /// A plain-fn daemon, as the macros make it: its body runs through
@@ -671,7 +664,11 @@ mod tests {
             let started = Arc::new(std::sync::Barrier::new(2));
             let recorder = Recorder::new();
             let spawner = Spawner::new(recorder.clone(), SpawnerSettings::default());
-            let spec = task_spec(&blocking_daemon(honours, &started, &released), &env);
+            let spec = task_spec(
+                &blocking_daemon(honours, &started, &released),
+                &env,
+                Owner::unique(),
+            );
             spawner.ensure("u1", &spec, &body);
             let waiting = Arc::clone(&started);
             tokio::task::spawn_blocking(move || waiting.wait())
@@ -720,7 +717,7 @@ mod tests {
         let recorder = Recorder::new();
         let spawner = Spawner::new(recorder.clone(), SpawnerSettings::default());
         let body = Arc::new(example("ns", "a", "u1", "1"));
-        spawner.ensure("u1", &task_spec(&handler, &env), &body);
+        spawner.ensure("u1", &task_spec(&handler, &env, Owner::unique()), &body);
         tokio::time::timeout(Duration::from_secs(30), async {
             while recorder.outcomes().is_empty() {
                 tokio::time::sleep(Duration::from_millis(10)).await;

@@ -13,6 +13,7 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use super::liveness::TaskShared;
+use super::task::Owner;
 use crate::model::kwargs::{BodyCell, EncodedBody};
 use crate::spawning::stopping::StopReason;
 
@@ -82,16 +83,19 @@ pub(super) struct ObjectSlot {
     /// The handlers whose task ended on its own for good (not spawned again).
     pub(super) finished: Vec<Arc<str>>,
     pub(super) state: SlotState,
+    /// The resource whose tasks serve the object.
+    pub(super) owner: Owner,
 }
 
 impl ObjectSlot {
-    pub(super) fn new(body: EncodedBody) -> Self {
+    pub(super) fn new(body: EncodedBody, owner: Owner) -> Self {
         Self {
             body: BodyCell::new(body),
             changed: LastChange::new(),
             tasks: SlotTasks::default(),
             finished: Vec::new(),
             state: SlotState::Open,
+            owner,
         }
     }
 
@@ -189,7 +193,7 @@ mod tests {
 
     #[test]
     fn finished_handlers_are_remembered_once() {
-        let mut slot = ObjectSlot::new(EncodedBody::new(&Value::Null));
+        let mut slot = ObjectSlot::new(EncodedBody::new(&Value::Null), Owner::default());
         let id: Arc<str> = Arc::from("d");
         assert!(!slot.is_finished("d"));
         slot.finish(&id);

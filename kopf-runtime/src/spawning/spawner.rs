@@ -20,7 +20,7 @@ use super::liveness::{Liveness, Phase, Settle, SharedPhase, TaskShared};
 use super::observing::{AbandonedReport, Observer};
 use super::runner::Run;
 use super::slots::{Entry, ObjectSlot, SlotState};
-use super::task::{TaskKind, TaskSpec};
+use super::task::{Owner, TaskKind, TaskSpec};
 use super::{daemons, timers};
 use crate::model::kwargs::EncodedBody;
 use crate::peering::fencing::Fence;
@@ -421,7 +421,9 @@ impl Spawner {
                 slot.update_body(body);
                 slot
             }
-            hash_map::Entry::Vacant(vacant) => vacant.insert(ObjectSlot::new(body.clone())),
+            hash_map::Entry::Vacant(vacant) => {
+                vacant.insert(ObjectSlot::new(body.clone(), spec.owner))
+            }
         };
         if let Some(entry) = slot.tasks.get(spec.id()) {
             return if entry.stopping {
@@ -610,6 +612,18 @@ impl Spawner {
         let count = victims.len();
         self.inner.spawn_stopper(victims);
         count
+    }
+
+    /// The objects with tasks (running, stopping or finished) of `owner`'s
+    /// specs.
+    pub(crate) fn objects_of(&self, owner: Owner) -> Vec<Arc<str>> {
+        let state = self.inner.lock();
+        state
+            .objects
+            .iter()
+            .filter(|(_, slot)| slot.owner == owner)
+            .map(|(uid, _)| Arc::clone(uid))
+            .collect()
     }
 
     /// Forget what is remembered about an object (finished daemons, live

@@ -10,6 +10,7 @@
 use std::any::Any;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -106,6 +107,22 @@ pub(crate) struct TaskSpec {
     pub(crate) id: Arc<str>,
     pub(crate) handler: Arc<Handler>,
     pub(crate) call: TaskFn,
+    /// Whose objects its tasks serve.
+    pub(crate) owner: Owner,
+}
+
+/// Which [`ResourceTasks`](crate::spawning::resource::ResourceTasks) a
+/// [`TaskSpec`] belongs to, so that a spawner shared by several resources
+/// can tell their objects apart (see [`Spawner::objects_of`](super::Spawner::objects_of)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Owner(u32);
+
+impl Owner {
+    /// A tag that no other owner has.
+    pub(crate) fn unique() -> Self {
+        static NEXT: AtomicU32 = AtomicU32::new(1);
+        Self(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
 }
 
 impl std::fmt::Debug for TaskSpec {
@@ -119,11 +136,12 @@ impl std::fmt::Debug for TaskSpec {
 impl TaskSpec {
     /// The task of a `daemon` or `timer` handler (any other kind runs as a
     /// daemon), calling `call` for each attempt.
-    pub(crate) fn new(handler: Arc<Handler>, call: TaskFn) -> Arc<Self> {
+    pub(crate) fn new(handler: Arc<Handler>, call: TaskFn, owner: Owner) -> Arc<Self> {
         Arc::new(Self {
             id: Arc::from(handler.id()),
             handler,
             call,
+            owner,
         })
     }
 

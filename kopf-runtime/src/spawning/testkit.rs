@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::observing::{AbandonedReport, Observer, OutcomeReport};
-use super::task::{TaskFn, TaskSpec};
+use super::task::{Owner, TaskFn, TaskSpec};
 use super::task::{TaskOutcome, Verdict};
 use super::{Spawner, SpawnerSettings};
 use crate::model::handlers::Handler;
@@ -23,6 +23,7 @@ impl TaskSpec {
             id: Arc::from(handler.id()),
             handler: Arc::new(handler),
             call,
+            owner: Owner::default(),
         }
     }
 
