@@ -1,10 +1,11 @@
 //! The stop signal a daemon or timer sees: [`StopFlag`] and its [`StopReason`].
 //!
 //! A [`StopFlag`] is an atomic reason plus a [`Notify`] that wakes its
-//! waiters once it is set. A root flag has children (operator → task):
-//! setting the root wakes them, and a child reports its own reason, else
-//! its root's. Reading a flag takes no lock, waiting on one registers one
-//! waiter, and cloning it is one reference-count increment.
+//! waiters once it is set, and one waker slot for the loop of the task it
+//! belongs to ([`StopFlag::poll_set`]). A root flag has children (operator
+//! → task): setting the root wakes them, and a child reports its own
+//! reason, else its root's. Reading a flag takes no lock, waiting on one
+//! registers one waiter, and cloning it is one reference-count increment.
 //!
 //! The DSL's user-facing `Stopped` type wraps this flag; a
 //! [`CancellationToken`] is made only for code that asks for one.
@@ -13,8 +14,10 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering, fence};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures::task::AtomicWaker;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -119,6 +122,9 @@ struct FlagInner {
     reason: AtomicU8,
     /// Wakes the flag's waiters when it is set (or its root is).
     set: Notify,
+    /// Wakes the loop of the flag's task when it is set: a slot here
+    /// rather than a waiter in every waiting task's future.
+    runner: AtomicWaker,
     /// A root's children, or a child's root.
     kin: Kin,
     /// A token cancelled with the flag, made for whoever asks for one.
@@ -207,6 +213,7 @@ impl StopFlag {
             inner: Arc::new(FlagInner {
                 reason: AtomicU8::new(0),
                 set: Notify::new(),
+                runner: AtomicWaker::new(),
                 kin,
                 token: OnceLock::new(),
             }),
@@ -248,6 +255,7 @@ impl StopFlag {
             // wakes up always sees a reason; a waiter that checked before
             // the store was registered before it, and is woken here.
             self.inner.set.notify_waiters();
+            self.inner.runner.wake();
             if let Kin::Root(children) = &self.inner.kin {
                 let children: Vec<_> = children
                     .lock()
@@ -257,6 +265,7 @@ impl StopFlag {
                     .collect();
                 for child in children {
                     child.set.notify_waiters();
+                    child.runner.wake();
                     if let Some(token) = child.token.get() {
                         token.cancel();
                     }
@@ -294,6 +303,25 @@ impl StopFlag {
         let set = self.inner.set.notified();
         if !self.is_set() {
             set.await;
+        }
+    }
+
+    /// Polls whether the flag is set, for the loop of the task the flag
+    /// belongs to: its waker goes to the flag's one slot, so that the
+    /// waiting task holds no waiter of its own. Only that one task may
+    /// poll a flag so (another's waker would replace its own); everyone
+    /// else waits with [`cancelled`](Self::cancelled).
+    pub(crate) fn poll_set(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.is_set() {
+            return Poll::Ready(());
+        }
+        self.inner.runner.register(cx.waker());
+        // Registered before this second look: a flag set in between has
+        // either been seen here or wakes the waker just registered.
+        if self.is_set() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
         }
     }
 
@@ -445,6 +473,30 @@ mod tests {
             .await
             .expect("the waiter wakes")
             .expect("the waiter ends");
+    }
+
+    #[tokio::test]
+    async fn the_task_polling_its_flag_wakes_when_the_flag_or_its_root_is_set() {
+        for set_root in [false, true] {
+            let root = StopFlag::new();
+            let flag = root.child();
+            let polled = flag.clone();
+            let runner =
+                tokio::spawn(async move { std::future::poll_fn(|cx| polled.poll_set(cx)).await });
+            for _ in 0..3 {
+                tokio::task::yield_now().await;
+            }
+            assert!(!runner.is_finished(), "pending while not set");
+            if set_root {
+                root.set(StopReason::OperatorExiting);
+            } else {
+                flag.set(StopReason::ObjectDeleted);
+            }
+            tokio::time::timeout(Duration::from_secs(10), runner)
+                .await
+                .expect("the runner wakes")
+                .expect("the runner ends");
+        }
     }
 
     #[test]

@@ -25,7 +25,7 @@
 //! [`Spawner::ensure`]: super::Spawner::ensure
 
 use std::pin::pin;
-use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -45,7 +45,8 @@ pub(crate) fn run(mut run: Run) -> impl Future<Output = ()> + Send {
     // An async block, not an async fn: an async fn keeps a second copy of
     // its argument in its future, and every task holds that future.
     async move {
-        let spec = Arc::clone(&run.spec);
+        // Borrowed, not cloned: every waiting timer's future holds these.
+        let spec = &*run.spec;
         let Some(schedule) = spec.timer_options() else {
             return;
         };
@@ -54,28 +55,31 @@ pub(crate) fn run(mut run: Run) -> impl Future<Output = ()> + Send {
         {
             return;
         }
-        let flag = run.flag.clone();
+        let flag = &run.flag;
         let anchor = Instant::now();
         let mut tick = anchor;
         let mut retry = 0;
         let mut started = None;
-        // One sleep and one stop-waiter for the timer's whole life: a tick only
-        // re-arms the sleep, with no waiter registration and no allocation.
-        let mut stopped = pin!(flag.cancelled());
+        // One sleep for the timer's whole life: a tick only re-arms it, with
+        // no allocation. The stop flag wakes the task through its one waker
+        // slot, so the waiting future holds no waiter of its own.
         let mut sleep = pin!(tokio::time::sleep_until(tick));
         loop {
             sleep.as_mut().reset(tick);
-            // The sleep first: a due tick then costs no look at the stop
-            // waiter (whose poll takes a lock), only at the flag's atomic.
-            tokio::select! {
-                biased;
-                () = sleep.as_mut() => if flag.is_set() { return },
-                () = stopped.as_mut() => return,
+            // The sleep first: a due tick then costs no look at the flag's
+            // waker slot, only at its atomic.
+            let stopped = std::future::poll_fn(|cx| match sleep.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(flag.is_set()),
+                Poll::Pending => flag.poll_set(cx).map(|()| true),
+            })
+            .await;
+            if stopped {
+                return;
             }
             // Both boxed: a waiting timer's state is then the few bytes above,
             // not the largest of these (for tens of thousands of timers).
             if let (Some(idle), Some(changes)) = (schedule.idle, run.changes.as_mut())
-                && Box::pin(wait_idle(&flag, changes, idle)).await
+                && Box::pin(wait_idle(flag, changes, idle)).await
             {
                 return;
             }
@@ -115,7 +119,7 @@ pub(crate) fn run(mut run: Run) -> impl Future<Output = ()> + Send {
                                 return;
                             };
                             // Once the object changes, it is due when idle.
-                            if Box::pin(wait_change_since(&flag, changes, begun)).await {
+                            if Box::pin(wait_change_since(flag, changes, begun)).await {
                                 return;
                             }
                             Instant::now()
