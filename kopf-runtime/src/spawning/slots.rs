@@ -81,7 +81,7 @@ pub(super) struct ObjectSlot {
     pub(super) changed: LastChange,
     pub(super) tasks: SlotTasks,
     /// The handlers whose task ended on its own for good (not spawned again).
-    pub(super) finished: Vec<Arc<str>>,
+    pub(super) finished: Finished,
     pub(super) state: SlotState,
     /// The resource whose tasks serve the object.
     pub(super) owner: Owner,
@@ -93,7 +93,7 @@ impl ObjectSlot {
             body: BodyCell::new(body),
             changed: LastChange::new(),
             tasks: SlotTasks::default(),
-            finished: Vec::new(),
+            finished: Finished::default(),
             state: SlotState::Open,
             owner,
         }
@@ -110,13 +110,44 @@ impl ObjectSlot {
     }
 
     pub(super) fn is_finished(&self, id: &str) -> bool {
-        self.finished.iter().any(|done| &**done == id)
+        self.finished.contains(id)
     }
 
     pub(super) fn finish(&mut self, id: &Arc<str>) {
         if !self.is_finished(id) {
             self.finished.push(Arc::clone(id));
         }
+    }
+}
+
+/// The handlers that finished for good on an object: one word while there
+/// are none, as on almost every object (a slot is kept per object).
+#[derive(Default)]
+#[expect(
+    clippy::box_collection,
+    reason = "one word in every object's slot; the second allocation is made only once a handler finishes for good"
+)]
+pub(super) struct Finished(Option<Box<Vec<Arc<str>>>>);
+
+impl Finished {
+    fn contains(&self, id: &str) -> bool {
+        self.0
+            .iter()
+            .flat_map(|ids| ids.iter())
+            .any(|done| &**done == id)
+    }
+
+    fn push(&mut self, id: Arc<str>) {
+        self.0.get_or_insert_default().push(id);
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.0 = None;
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |ids| ids.len())
     }
 }
 
@@ -190,6 +221,13 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
+
+    /// The spawner's table holds a slot per object inline, at half its
+    /// capacity or more: every word of a slot costs about two per object.
+    #[test]
+    fn a_slot_is_at_most_80_bytes() {
+        assert!(std::mem::size_of::<ObjectSlot>() <= 80);
+    }
 
     #[test]
     fn finished_handlers_are_remembered_once() {

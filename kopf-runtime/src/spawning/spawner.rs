@@ -820,7 +820,7 @@ mod tests {
     #[test]
     fn a_waiting_timer_holds_at_most_1_850_bytes() {
         const OBJECTS: usize = 1_000;
-        // About 1,841 bytes, as in a release build: the task (512 of them:
+        // About 1,792 bytes, as in a release build: the task (512 of them:
         // Tokio's task cell is a multiple of 128 bytes, and the timer's
         // future is kept under the 400 that fit in 512), its flag and
         // shared state, the body's text, the object's slot in the table at
