@@ -2,18 +2,17 @@
 //!
 //! A [`StopFlag`] is an atomic reason plus a [`Notify`] that wakes its
 //! waiters once it is set, and one waker slot for the loop of the task it
-//! belongs to ([`StopFlag::poll_set`]). A root flag has children (operator
-//! → task): setting the root wakes them, and a child reports its own
-//! reason, else its root's. Reading a flag takes no lock, waiting on one
-//! registers one waiter, and cloning it is one reference-count increment.
+//! belongs to ([`StopFlag::poll_set`]). Each task has its own; the spawner
+//! sets them one by one (on the operator's exit too). Reading a flag takes
+//! no lock, waiting on one registers one waiter, and cloning it is one
+//! reference-count increment.
 //!
 //! The DSL's user-facing `Stopped` type wraps this flag; a
 //! [`CancellationToken`] is made only for code that asks for one.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering, fence};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -118,51 +117,20 @@ impl fmt::Display for StopReason {
 }
 
 struct FlagInner {
-    /// Its own reason's code once set ([`StopReason::code`]); 0 until then.
+    /// Its reason's code once set ([`StopReason::code`]); 0 until then.
     reason: AtomicU8,
-    /// Wakes the flag's waiters when it is set (or its root is).
+    /// Wakes the flag's waiters when it is set.
     set: Notify,
     /// Wakes the loop of the flag's task when it is set: a slot here
     /// rather than a waiter in every waiting task's future.
     runner: AtomicWaker,
-    /// A root's children, or a child's root.
-    kin: Kin,
     /// A token cancelled with the flag, made for whoever asks for one.
     token: OnceLock<CancellationToken>,
 }
 
-/// Where a flag sits in its tree.
-enum Kin {
-    /// A root: its live children, by their address, to wake when it is set.
-    Root(Box<Mutex<HashMap<usize, Weak<FlagInner>>>>),
-    /// A child, set whenever its root is.
-    Child(StopFlag),
-}
-
 impl FlagInner {
-    fn root(&self) -> Option<&StopFlag> {
-        match &self.kin {
-            Kin::Root(_) => None,
-            Kin::Child(root) => Some(root),
-        }
-    }
-
-    fn own_reason(&self) -> u8 {
+    fn reason_code(&self) -> u8 {
         self.reason.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for FlagInner {
-    fn drop(&mut self) {
-        if let Kin::Child(root) = &self.kin
-            && let Kin::Root(children) = &root.inner.kin
-        {
-            let address = std::ptr::from_ref(self) as usize;
-            children
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(&address);
-        }
     }
 }
 
@@ -171,16 +139,13 @@ impl Drop for FlagInner {
 ///
 /// # Guarantees
 /// - Once set, a flag stays set; the first reason given wins.
-/// - Setting a flag sets all flags created from it with [`StopFlag::child`].
-/// - [`StopFlag::wait`] and [`StopFlag::cancelled`] return as soon as the
-///   flag is set, however it was set.
+/// - [`StopFlag::wait`], [`StopFlag::cancelled`] and [`StopFlag::poll_set`]
+///   return as soon as the flag is set.
 ///
 /// # Caveats
 /// - The flag is only a request. A task that never looks at it is cancelled
 ///   by the runtime later (see the `spawning` module), but a blocking
 ///   function on a thread cannot be cancelled and must check the flag itself.
-/// - Flags nest one level: a child's parent is a root.
-/// - A root keeps a word or two per live child, to wake it.
 #[derive(Clone)]
 pub(crate) struct StopFlag {
     inner: Arc<FlagInner>,
@@ -202,41 +167,17 @@ impl fmt::Debug for StopFlag {
 }
 
 impl StopFlag {
-    /// A new root flag, not set.
+    /// A new flag, not set.
     #[must_use]
     pub(crate) fn new() -> Self {
-        Self::with_kin(Kin::Root(Box::default()))
-    }
-
-    fn with_kin(kin: Kin) -> Self {
         Self {
             inner: Arc::new(FlagInner {
                 reason: AtomicU8::new(0),
                 set: Notify::new(),
                 runner: AtomicWaker::new(),
-                kin,
                 token: OnceLock::new(),
             }),
         }
-    }
-
-    /// A new flag that is set whenever this one is (but not the other way).
-    ///
-    /// # Panics
-    /// On a flag that is a child itself: its children would not wake when
-    /// its parent is set.
-    #[must_use]
-    pub(crate) fn child(&self) -> Self {
-        let Kin::Root(children) = &self.inner.kin else {
-            panic!("stop flags nest one level: make the child from the root flag");
-        };
-        let child = Self::with_kin(Kin::Child(self.clone()));
-        let address = Arc::as_ptr(&child.inner) as usize;
-        children
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(address, Arc::downgrade(&child.inner));
-        child
     }
 
     /// Set the flag for `reason`. Returns `false` if it was already set (the
@@ -256,21 +197,6 @@ impl StopFlag {
             // the store was registered before it, and is woken here.
             self.inner.set.notify_waiters();
             self.inner.runner.wake();
-            if let Kin::Root(children) = &self.inner.kin {
-                let children: Vec<_> = children
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .values()
-                    .filter_map(Weak::upgrade)
-                    .collect();
-                for child in children {
-                    child.set.notify_waiters();
-                    child.runner.wake();
-                    if let Some(token) = child.token.get() {
-                        token.cancel();
-                    }
-                }
-            }
             // Pairs with the fence in `token`: a token made meanwhile is
             // either seen here or sees the reason there.
             fence(Ordering::SeqCst);
@@ -281,18 +207,16 @@ impl StopFlag {
         fresh
     }
 
-    /// Whether the flag (or its root) is set.
+    /// Whether the flag is set.
     #[must_use]
     pub(crate) fn is_set(&self) -> bool {
-        self.inner.own_reason() != 0 || self.inner.root().is_some_and(StopFlag::is_set)
+        self.inner.reason_code() != 0
     }
 
-    /// Why the flag is set: its own reason, else its root's. `None` while
-    /// not set.
+    /// Why the flag is set; `None` while not set.
     #[must_use]
     pub(crate) fn reason(&self) -> Option<StopReason> {
-        StopReason::from_code(self.inner.own_reason())
-            .or_else(|| self.inner.root().and_then(StopFlag::reason))
+        StopReason::from_code(self.inner.reason_code())
     }
 
     /// Resolves once the flag is set. The future may be kept and polled
@@ -367,13 +291,10 @@ impl StopFlag {
     /// first call.
     #[must_use]
     pub(crate) fn token(&self) -> &CancellationToken {
-        let token = self.inner.token.get_or_init(|| match self.inner.root() {
-            Some(root) => root.token().child_token(),
-            None => CancellationToken::new(),
-        });
+        let token = self.inner.token.get_or_init(CancellationToken::new);
         // Pairs with the fence in `set`.
         fence(Ordering::SeqCst);
-        if self.inner.own_reason() != 0 {
+        if self.is_set() {
             token.cancel();
         }
         token
@@ -412,20 +333,6 @@ mod tests {
         assert_eq!(start.elapsed(), Duration::from_secs(2));
     }
 
-    #[tokio::test]
-    async fn child_inherits_parent_reason_but_own_reason_wins() {
-        let root = StopFlag::new();
-        let a = root.child();
-        let b = root.child();
-        assert!(a.set(StopReason::FilterMismatch));
-        assert!(!b.is_set());
-        assert!(root.set(StopReason::OperatorExiting));
-        assert!(b.is_set());
-        assert_eq!(a.reason(), Some(StopReason::FilterMismatch));
-        assert_eq!(b.reason(), Some(StopReason::OperatorExiting));
-        b.cancelled().await;
-    }
-
     #[tokio::test(start_paused = true)]
     async fn wait_for_ever_does_not_overflow() {
         let flag = StopFlag::new();
@@ -446,63 +353,38 @@ mod tests {
 
     #[tokio::test]
     async fn tokens_are_cancelled_with_their_flags_made_before_or_after() {
-        let root = StopFlag::new();
-        let early = root.child();
+        let early = StopFlag::new();
         let early_token = early.token().clone();
-        let late = root.child();
         assert!(!early_token.is_cancelled());
-        root.set(StopReason::LeadershipLost);
+        early.set(StopReason::LeadershipLost);
         assert!(early_token.is_cancelled());
+        let late = StopFlag::new();
+        late.set(StopReason::FilterMismatch);
         assert!(late.token().is_cancelled());
-        let own = StopFlag::new().child();
-        own.set(StopReason::FilterMismatch);
-        own.token().cancelled().await;
+        late.token().cancelled().await;
     }
 
     #[tokio::test]
-    async fn a_kept_waiter_wakes_once_the_parent_is_set() {
-        let root = StopFlag::new();
-        let flag = root.child();
-        let waiter = tokio::spawn(async move { flag.cancelled().await });
+    async fn a_kept_waiter_and_the_task_polling_its_flag_wake_once_it_is_set() {
+        let flag = StopFlag::new();
+        let (kept, polled) = (flag.clone(), flag.clone());
+        let waiter = tokio::spawn(async move { kept.cancelled().await });
+        let runner =
+            tokio::spawn(async move { std::future::poll_fn(|cx| polled.poll_set(cx)).await });
         for _ in 0..3 {
             tokio::task::yield_now().await;
         }
-        assert!(!waiter.is_finished());
-        root.set(StopReason::OperatorExiting);
-        tokio::time::timeout(Duration::from_secs(10), waiter)
-            .await
-            .expect("the waiter wakes")
-            .expect("the waiter ends");
-    }
-
-    #[tokio::test]
-    async fn the_task_polling_its_flag_wakes_when_the_flag_or_its_root_is_set() {
-        for set_root in [false, true] {
-            let root = StopFlag::new();
-            let flag = root.child();
-            let polled = flag.clone();
-            let runner =
-                tokio::spawn(async move { std::future::poll_fn(|cx| polled.poll_set(cx)).await });
-            for _ in 0..3 {
-                tokio::task::yield_now().await;
-            }
-            assert!(!runner.is_finished(), "pending while not set");
-            if set_root {
-                root.set(StopReason::OperatorExiting);
-            } else {
-                flag.set(StopReason::ObjectDeleted);
-            }
-            tokio::time::timeout(Duration::from_secs(10), runner)
+        assert!(
+            !waiter.is_finished() && !runner.is_finished(),
+            "pending while not set"
+        );
+        flag.set(StopReason::ObjectDeleted);
+        for task in [waiter, runner] {
+            tokio::time::timeout(Duration::from_secs(10), task)
                 .await
-                .expect("the runner wakes")
-                .expect("the runner ends");
+                .expect("woken")
+                .expect("ends");
         }
-    }
-
-    #[test]
-    #[should_panic(expected = "nest one level")]
-    fn a_child_of_a_child_is_refused() {
-        let _ = StopFlag::new().child().child();
     }
 
     #[test]
