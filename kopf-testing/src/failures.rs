@@ -20,6 +20,9 @@ pub struct ApiError {
     pub details: Option<Value>,
     /// Seconds for a `Retry-After` header (429 and similar).
     pub retry_after: Option<u32>,
+    /// The `Status`'s `metadata.continue`: a `410` for a compacted continue
+    /// token carries one that goes on at the latest version.
+    pub continue_token: Option<String>,
 }
 
 impl ApiError {
@@ -31,7 +34,14 @@ impl ApiError {
             message: message.into(),
             details: None,
             retry_after: None,
+            continue_token: None,
         }
+    }
+
+    /// Adds a `metadata.continue` token to the `Status`.
+    pub fn with_continue(mut self, token: String) -> Self {
+        self.continue_token = Some(token);
+        self
     }
 
     /// Adds `details` with the object's name, group and kind (resource plural).
@@ -190,10 +200,14 @@ impl ApiError {
 
     /// The `Status` document.
     pub fn to_status(&self) -> Value {
+        let metadata = match &self.continue_token {
+            Some(token) => json!({"continue": token}),
+            None => json!({}),
+        };
         let mut status = json!({
             "kind": "Status",
             "apiVersion": "v1",
-            "metadata": {},
+            "metadata": metadata,
             "status": "Failure",
             "message": self.message,
             "reason": self.reason,

@@ -182,8 +182,10 @@
 //!   ([`EmulatorBuilder::history_limit`]), by bytes over every resource
 //!   ([`EmulatorBuilder::history_bytes`], 128 MiB) and by age
 //!   ([`EmulatorBuilder::history_age`], 5 minutes); resuming a watch from
-//!   before the oldest kept event is `410 Gone`. A watcher may fall behind
-//!   by at most 16,384 events and by at most the history's byte bound (or
+//!   before the oldest kept event is `410 Gone`, and so is a list's continue
+//!   token from before it: that `410` carries a token that goes on at the
+//!   latest version (an inconsistent list), as the API server's does. A
+//!   watcher may fall behind by at most 16,384 events and by at most the history's byte bound (or
 //!   64 MiB, if less): further behind, its stream ends (or, if its client
 //!   does not read the end within a second, its connection is closed), as
 //!   the API server closes watchers that cannot keep up; its client resumes. The request log keeps at

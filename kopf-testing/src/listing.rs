@@ -78,7 +78,7 @@ impl ListSnapshot {
             if limit.is_some_and(|l| items.len() >= l) {
                 let rest = matching.count();
                 if rest > 0 {
-                    continue_token = Some(encode_continue(self.rv, &last));
+                    continue_token = Some(encode_continue(ContinueAt::Version(self.rv), &last));
                     remaining = Some(rest);
                 }
                 break;
@@ -93,13 +93,28 @@ impl ListSnapshot {
     }
 }
 
-/// A continue token: the list's version and the last key sent.
-pub(crate) fn encode_continue(rv: u64, after: &(String, String)) -> String {
+/// Where a continued list reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ContinueAt {
+    /// The version of the list's first page: a consistent list.
+    Version(u64),
+    /// The latest version (a negative version in the token): what the
+    /// `410` for a compacted token hands out, as the API server does. The
+    /// list goes on, but changes made since its first page may be missed.
+    Latest,
+}
+
+/// A continue token: where the list reads and the last key sent.
+pub(crate) fn encode_continue(at: ContinueAt, after: &(String, String)) -> String {
+    let rv = match at {
+        ContinueAt::Version(rv) => rv.to_string(),
+        ContinueAt::Latest => "-1".to_string(),
+    };
     objects::hex(format!("{rv}|{}|{}", after.0, after.1).as_bytes())
 }
 
 /// The version and last key of a continue token, if it decodes.
-pub(crate) fn decode_continue(token: &str) -> Option<(u64, (String, String))> {
+pub(crate) fn decode_continue(token: &str) -> Option<(i64, (String, String))> {
     let text = String::from_utf8(objects::unhex(token)?).ok()?;
     let mut parts = text.splitn(3, '|');
     let rv = parts.next()?.parse().ok()?;

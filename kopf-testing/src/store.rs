@@ -17,7 +17,7 @@ use crate::events::{EventType, WatchEvent};
 use crate::failures::ApiError;
 use crate::fanout::{self, Fanout};
 use crate::history::{DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_BYTES, History};
-use crate::listing::{ListSnapshot, decode_continue};
+use crate::listing::{ContinueAt, ListSnapshot, decode_continue, encode_continue};
 use crate::names;
 use crate::objects::{self, meta_mut};
 #[cfg(test)]
@@ -432,9 +432,9 @@ impl Store {
         }
         let Some(res) = res else {
             if let Some(token) = continue_token {
-                let (rv, _) = self.check_continue(token, ns)?;
-                if rv < floor {
-                    return Err(expired_continue());
+                let (at, after) = self.check_continue(token, ns)?;
+                if matches!(at, ContinueAt::Version(rv) if rv < floor) {
+                    return Err(expired_continue(&after));
                 }
             }
             return Ok(ListSnapshot {
@@ -447,13 +447,13 @@ impl Store {
         // from the list's version then replays every change made while the
         // pages were fetched, as with the API server's snapshot lists.
         let (snapshot, start) = match continue_token {
-            Some(token) => {
-                let (rv, after) = self.check_continue(token, ns)?;
-                if rv < res.floor {
-                    return Err(expired_continue());
+            Some(token) => match self.check_continue(token, ns)? {
+                (ContinueAt::Version(rv), after) if rv < res.floor => {
+                    return Err(expired_continue(&after));
                 }
-                (rv, Some(after))
-            }
+                (ContinueAt::Version(rv), after) => (rv, Some(after)),
+                (ContinueAt::Latest, after) => (self.rv, Some(after)),
+            },
             None => (self.rv, None),
         };
         let range = match (&start, ns) {
@@ -477,26 +477,32 @@ impl Store {
 
     /// Decodes a continue token, refusing one this store did not hand out
     /// for this list (undecodable, from a future version, another namespace).
+    /// A negative version reads at the latest one, as the API server's
+    /// storage does.
     fn check_continue(
         &self,
         token: &str,
         ns: Option<&str>,
-    ) -> Result<(u64, (String, String)), ApiError> {
+    ) -> Result<(ContinueAt, (String, String)), ApiError> {
         let invalid = |why: &str| {
             ApiError::bad_request(format!(
                 "continue key is not valid: {why}; pass the `continue` value from the previous page unchanged"
             ))
         };
         let (rv, after) = decode_continue(token).ok_or_else(|| invalid("it cannot be decoded"))?;
-        if rv == 0 || rv > self.rv {
-            return Err(invalid(
-                "incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
-            ));
-        }
+        let at = match u64::try_from(rv) {
+            Err(_) => ContinueAt::Latest,
+            Ok(rv) if rv == 0 || rv > self.rv => {
+                return Err(invalid(
+                    "incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
+                ));
+            }
+            Ok(rv) => ContinueAt::Version(rv),
+        };
         if ns.is_some_and(|ns| ns != after.0) {
             return Err(invalid("it belongs to a list of another namespace"));
         }
-        Ok((rv, after))
+        Ok((at, after))
     }
 
     /// Creates an object.
@@ -1331,11 +1337,19 @@ fn crd_status(crd: &Value) -> Value {
     })
 }
 
-fn expired_continue() -> ApiError {
+/// The `410` for a continue token whose version was compacted, with a token
+/// that goes on from the same key at the latest version (the API server's
+/// words and token).
+fn expired_continue(after: &(String, String)) -> ApiError {
     ApiError::expired(
         "The provided continue parameter is too old to display a consistent list result. \
-         You can start a new list without the continue parameter.",
+         You can start a new list without the continue parameter, or use the continue token \
+         in this response to retrieve the remainder of the results. Continuing with the \
+         provided token results in an inconsistent list - objects that were created, \
+         modified, or deleted between the time the first chunk was returned and now may \
+         show up in the list.",
     )
+    .with_continue(encode_continue(ContinueAt::Latest, after))
 }
 
 #[cfg(test)]

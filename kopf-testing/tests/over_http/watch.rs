@@ -5,7 +5,7 @@
 
 use std::{convert::Infallible, sync::Arc, time::Instant};
 
-use crate::common::{api_error, rv_num, within};
+use crate::common::{api_error, raw_request, rv_num, within};
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kopf_testing::{Emulator, FailRule};
@@ -334,6 +334,73 @@ async fn a_continue_token_from_before_compaction_is_410() {
         (410, "Expired"),
         "{status:?}"
     );
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_compacted_continue_token_is_answered_with_one_for_the_latest_version() {
+    let emu = emulator().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(emu.client());
+    for i in 0..4 {
+        create(&api, &format!("c{i}")).await;
+    }
+    let page = within("list", api.list(&ListParams::default().limit(2)))
+        .await
+        .expect("first page");
+    let first_rv = rv_num(page.metadata.resource_version.as_ref());
+    let token = page.metadata.continue_.clone().expect("a continue token");
+    delete(&api, "c0").await;
+    create(&api, "c9").await;
+    emu.faults().compact();
+
+    const CMS: &str = "/api/v1/namespaces/default/configmaps";
+    let expired = raw_request(
+        emu.addr(),
+        "GET",
+        &format!("{CMS}?limit=2&continue={token}"),
+        &[],
+        b"",
+    )
+    .await;
+    expired.assert_status_object(410);
+    let status = expired.json();
+    assert_eq!(status["reason"], "Expired", "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("results in an inconsistent list")),
+        "the API server's words: {status}"
+    );
+    let latest = status["metadata"]["continue"]
+        .as_str()
+        .expect("a continue token for the latest version");
+
+    // It goes on after the last key sent, at the latest version: the new
+    // object is there, the deleted one (before the key) is not seen.
+    let rest = raw_request(
+        emu.addr(),
+        "GET",
+        &format!("{CMS}?limit=10&continue={latest}"),
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(rest.status, 200, "{:?}", rest.json());
+    let list = rest.json();
+    let names: Vec<_> = list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(names, ["c2", "c3", "c9"]);
+    let rv = rv_num(
+        list["metadata"]["resourceVersion"]
+            .as_str()
+            .map(str::to_string)
+            .as_ref(),
+    );
+    assert!(rv > first_rv, "the latest version {rv}, after {first_rv}");
     emu.shutdown().await;
 }
 
