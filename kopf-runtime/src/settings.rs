@@ -78,7 +78,11 @@ pub struct WatchingSettings {
     /// repeats. A `retryAfterSeconds` from the server takes precedence.
     /// Default: 1, 1, 2, 3, 5, 8, 13, 21 s (as Kopf's networking backoffs).
     pub error_backoffs: Vec<Duration>,
-    /// Page size of the initial listing (`limit`). Default: 500.
+    /// Page size of a listing (`limit`). Pages are read as fast as their
+    /// objects are processed: if the first page's version is compacted
+    /// before the last page is read (`410 Expired` on a continue token), the
+    /// listing starts over as one list without a limit, as client-go's pager
+    /// does. Default: 500.
     pub list_page_size: u32,
     /// How deeply an object's JSON may nest (arrays and objects) for the
     /// operator to decode it. A deeper object is reported once (a warning

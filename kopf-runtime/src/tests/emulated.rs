@@ -83,8 +83,18 @@ impl Watching {
             error_backoffs: vec![Duration::from_millis(100)],
             ..Default::default()
         };
+        Self::start_with(client, selector, settings, 64)
+    }
+
+    /// A watcher with `settings` whose channel holds `capacity` events.
+    fn start_with(
+        client: kube::Client,
+        selector: NamespaceSelector,
+        settings: WatchingSettings,
+        capacity: usize,
+    ) -> Self {
         let watcher = ResourceWatcher::new(client, configmaps(), true, selector, settings);
-        let (tx, rx) = mpsc::channel(64);
+        let (tx, rx) = mpsc::channel(capacity);
         let cancel = CancellationToken::new();
         let tasks = TaskTracker::new();
         tasks.spawn(watcher.run(tx, cancel.clone()));
@@ -567,6 +577,92 @@ async fn throttled_listing_is_retried_after_the_hint() -> Result {
     assert!(
         started.elapsed() >= Duration::from_secs(1),
         "the server's hint is honoured"
+    );
+    watching.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_expired_continue_token_turns_the_listing_into_one_whole_list() -> Result {
+    let emulator = Emulator::start().await?;
+    let client = emulator.client();
+    create_namespace(&client, "t1").await?;
+    for name in ["a", "b", "c", "d", "e"] {
+        create_cm(&client, "t1", name).await?;
+    }
+    let settings = WatchingSettings {
+        error_backoffs: vec![Duration::from_millis(100)],
+        list_page_size: 2,
+        ..Default::default()
+    };
+    // One event in the channel: the listing waits on this test after its
+    // first page, before it asks for the second.
+    let mut watching = Watching::start_with(
+        client.clone(),
+        NamespaceSelector::new(["t1"], false)?,
+        settings,
+        1,
+    );
+    let lists = || {
+        emulator
+            .requests()
+            .into_iter()
+            .filter(|r| r.verb == "list" && r.path.ends_with("/configmaps"))
+            .map(|r| (r.query, r.status))
+            .collect::<Vec<_>>()
+    };
+    tokio::time::timeout(LIMIT, async {
+        while lists().is_empty() {
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    })
+    .await?;
+    // Meanwhile "a" (on the first page) goes, "f" comes, and the first
+    // page's version is compacted.
+    delete_cm(&client, "t1", "a").await?;
+    create_cm(&client, "t1", "f").await?;
+    emulator.faults().compact();
+
+    let mut seen = Vec::new();
+    loop {
+        let event = watching.next().await;
+        let name = named(&event).unwrap_or_default().to_string();
+        match event {
+            ObjectEvent::Synced { count } => {
+                seen.push(format!("synced:{count}"));
+                break;
+            }
+            ObjectEvent::Upserted { seen: how, .. } => seen.push(format!("+{name}({how:?})")),
+            ObjectEvent::Deleted { how, .. } => seen.push(format!("-{name}({how:?})")),
+            ObjectEvent::Undecodable { .. } => seen.push(format!("!{name}")),
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            "+a(New)",
+            "+b(New)",
+            "+b(Unchanged)",
+            "+c(New)",
+            "+d(New)",
+            "+e(New)",
+            "+f(New)",
+            "-a(Vanished)",
+            "synced:5",
+        ]
+    );
+    // The second page's token expired; the whole list followed at once,
+    // without a limit, rather than pages from the start again.
+    let lists = lists();
+    assert_eq!(lists.len(), 3, "{lists:?}");
+    let [(first, 200), (second, 410), (whole, 200)] = &lists[..] else {
+        panic!("a page, its expired continuation, the whole list: {lists:?}");
+    };
+    assert!(first.contains("limit=2") && !first.contains("continue"));
+    assert!(second.contains("limit=2") && second.contains("continue="));
+    assert!(
+        !whole.contains("limit") && !whole.contains("continue"),
+        "{whole}"
     );
     watching.stop().await;
     Ok(())

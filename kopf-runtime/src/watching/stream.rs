@@ -217,6 +217,13 @@ impl ScopeWatch {
     }
 
     /// A full paged listing; the version to watch from.
+    ///
+    /// Pages are read at the pace of processing (the channel is short), so
+    /// the version of the first page may be compacted before the last one is
+    /// read: its continue token then gets `410 Expired`. As client-go's pager
+    /// does, the listing then starts over as one request without a limit,
+    /// which has no token to expire; paging again from the start could
+    /// expire again, forever, on a large collection whose processing writes.
     async fn list(
         &mut self,
         tx: &mpsc::Sender<ObjectEvent>,
@@ -224,7 +231,25 @@ impl ScopeWatch {
         self.tracker.feed(WatchInput::ListStarted, &mut self.out);
         let mut params = ListParams::default().limit(self.settings.list_page_size.max(1));
         let version = loop {
-            let text = self.list_page(&params).await.map_err(WatchError::List)?;
+            let text = match self.list_page(&params).await {
+                Ok(text) => text,
+                Err(error)
+                    if params.continue_token.is_some()
+                        && matches!(classify(&error), ErrorClass::Expired) =>
+                {
+                    tracing::info!(
+                        scope = %self.scope,
+                        objects = self.tracker.len(),
+                        "the listing's continue token expired; listing everything in one request"
+                    );
+                    // A fresh listing: what the pages before listed and the
+                    // whole list lacks has vanished.
+                    self.tracker.feed(WatchInput::ListStarted, &mut self.out);
+                    params = ListParams::default();
+                    continue;
+                }
+                Err(error) => return Err(WatchError::List(error)),
+            };
             let page: Page<'_> = serde_json::from_str(&text)
                 .map_err(|e| WatchError::List(kube::Error::SerdeError(e)))?;
             for item in page.items {
