@@ -295,6 +295,72 @@ pub async fn s1(setup: &Setup) -> anyhow::Result<Metrics> {
     Ok(m)
 }
 
+/// Records when each of `names` is deleted, watching from `rv` until
+/// aborted: a stream that ends is resumed from its last version (a burst
+/// of deletions with finalizers outlasts one watch request); after a
+/// `410`, the names no longer listed are recorded as deleted when the
+/// list shows them gone.
+async fn watch_deletions(
+    api: kube::Api<k8s_openapi::api::core::v1::ConfigMap>,
+    mut rv: String,
+    names: Vec<String>,
+    deleted: Arc<Mutex<HashMap<String, i64>>>,
+) {
+    let record = |name: String, ts: i64| {
+        deleted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(name)
+            .or_insert(ts);
+    };
+    loop {
+        let params = WatchParams::default().timeout(290);
+        let Ok(stream) = api.watch(&params, &rv).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let mut stream = std::pin::pin!(stream);
+        let mut expired = false;
+        while let Ok(Some(event)) = stream.try_next().await {
+            match event {
+                WatchEvent::Deleted(o) => {
+                    let ts = signals::now_ns();
+                    rv = o.metadata.resource_version.unwrap_or(rv);
+                    record(o.metadata.name.unwrap_or_default(), ts);
+                }
+                WatchEvent::Added(o) | WatchEvent::Modified(o) => {
+                    rv = o.metadata.resource_version.unwrap_or(rv);
+                }
+                WatchEvent::Bookmark(b) => rv = b.metadata.resource_version,
+                WatchEvent::Error(e) if e.code == 410 => {
+                    expired = true;
+                    break;
+                }
+                WatchEvent::Error(_) => {
+                    // Another failure: resumed after a pause, not in a loop.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    break;
+                }
+            }
+        }
+        if expired {
+            let Ok(list) = api.list_metadata(&ListParams::default()).await else {
+                continue;
+            };
+            let ts = signals::now_ns();
+            let present: std::collections::HashSet<&str> = list
+                .items
+                .iter()
+                .filter_map(|o| o.metadata.name.as_deref())
+                .collect();
+            for name in names.iter().filter(|n| !present.contains(n.as_str())) {
+                record(name.clone(), ts);
+            }
+            rv = list.metadata.resource_version.unwrap_or_default();
+        }
+    }
+}
+
 /// S2 timers at scale, then S3 delete burst on the same objects. `Ok(None)`
 /// if the operator cannot run timers in this `mode` (Kopf without finalizers).
 pub async fn s2_s3(setup: &Setup, mode: Mode) -> anyhow::Result<Option<(Metrics, Metrics)>> {
@@ -391,26 +457,12 @@ pub async fn s2_s3(setup: &Setup, mode: Mode) -> anyhow::Result<Option<(Metrics,
         .metadata
         .resource_version
         .unwrap_or_default();
-    let stream = env
-        .driver
-        .api
-        .watch(&WatchParams::default().timeout(290), &rv)
-        .await?;
-    let watcher = {
-        let deleted = deleted.clone();
-        tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            while let Ok(Some(event)) = stream.try_next().await {
-                if let WatchEvent::Deleted(o) = event {
-                    let ts = signals::now_ns();
-                    deleted
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .insert(o.metadata.name.unwrap_or_default(), ts);
-                }
-            }
-        })
-    };
+    let watcher = tokio::spawn(watch_deletions(
+        env.driver.api.clone(),
+        rv,
+        names.clone(),
+        deleted.clone(),
+    ));
     let (op0, emu0) = (env.op(), env.emu());
     let t_del = signals::now_ns();
     let result = async {
