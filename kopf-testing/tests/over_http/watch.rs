@@ -314,17 +314,25 @@ async fn list_at_a_resource_version_before_the_kept_history_is_410() {
     emu.shutdown().await;
 }
 
-#[tokio::test]
-async fn a_continue_token_from_before_compaction_is_410() {
-    let emu = emulator().await;
-    let api: Api<ConfigMap> = Api::default_namespaced(emu.client());
-    for i in 0..5 {
-        create(&api, &format!("c{i}")).await;
+/// Creates `c0`…`c{n-1}` and lists the first page of 2: its version and
+/// its continue token.
+async fn first_page_of(api: &Api<ConfigMap>, n: usize) -> (u64, String) {
+    for i in 0..n {
+        create(api, &format!("c{i}")).await;
     }
     let page = within("list", api.list(&ListParams::default().limit(2)))
         .await
         .expect("first page");
-    let token = page.metadata.continue_.clone().expect("a continue token");
+    let rv = rv_num(page.metadata.resource_version.as_ref());
+    let token = page.metadata.continue_.expect("a continue token");
+    (rv, token)
+}
+
+#[tokio::test]
+async fn a_continue_token_from_before_compaction_is_410() {
+    let emu = emulator().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(emu.client());
+    let (_, token) = first_page_of(&api, 5).await;
     create(&api, "later").await;
     emu.faults().compact();
     let lp = ListParams::default().limit(2).continue_token(&token);
@@ -341,14 +349,7 @@ async fn a_continue_token_from_before_compaction_is_410() {
 async fn a_compacted_continue_token_is_answered_with_one_for_the_latest_version() {
     let emu = emulator().await;
     let api: Api<ConfigMap> = Api::default_namespaced(emu.client());
-    for i in 0..4 {
-        create(&api, &format!("c{i}")).await;
-    }
-    let page = within("list", api.list(&ListParams::default().limit(2)))
-        .await
-        .expect("first page");
-    let first_rv = rv_num(page.metadata.resource_version.as_ref());
-    let token = page.metadata.continue_.clone().expect("a continue token");
+    let (first_rv, token) = first_page_of(&api, 4).await;
     delete(&api, "c0").await;
     create(&api, "c9").await;
     emu.faults().compact();
