@@ -17,6 +17,11 @@
 //! - The finalizer is added before any handler runs when some matching
 //!   handler needs it, and removed once none does or the deletion handlers
 //!   are done. Objects no handler matches are never touched.
+//! - Once its patch is accepted, the object is handled on at once from the
+//!   server's answer (the object at that patch's version, as its watch
+//!   event will carry it): daemons and timers start, change handlers run,
+//!   without waiting for that event. At start-up it would come only after
+//!   the whole listing, every listed object's worker waiting meanwhile.
 //! - On deletion, the finalizer is released once the change handlers are
 //!   done and the tasks of finalizer-keeping daemons and timers have
 //!   stopped (awaited within their stop limits, not polled); tasks of
@@ -51,7 +56,7 @@ use crate::model::kwargs::{
 use crate::persistence::diffbase::DiffBaseStorage;
 use crate::persistence::finalizers::{self, Action, Finalizing};
 use crate::persistence::patching::{
-    PatchError, PatchOutcome, PatchTarget, Patcher, ResourceTarget,
+    ObjectVersion, PatchOutcome, PatchTarget, Patcher, ResourceTarget,
 };
 use crate::persistence::progress::ProgressStorage;
 use crate::posting::{EventPoster, ObjectReference};
@@ -72,13 +77,7 @@ pub(crate) mod memories;
 pub(crate) mod queueing;
 mod sending;
 
-use sending::{PatchSender, require_version};
-
-/// How long to wait before processing an object again after its patch was
-/// rejected (the object changed meanwhile, or the API server failed).
-const PATCH_RETRY: Duration = Duration::from_secs(1);
-/// How long to wait after an unexpected patch failure.
-const PATCH_FAILURE_BACKOFF: Duration = Duration::from_secs(10);
+use sending::{PatchSender, gone, require_version, unpatched};
 
 /// The old (stored, if any) and the new essence of an object.
 type Essences = (Option<Value>, Value);
@@ -193,6 +192,9 @@ struct Handling {
     /// Whether all is handled: the patch only records it, and the patched
     /// object will need nothing more.
     settled: bool,
+    /// Whether the patch adds the finalizer, and nothing is handled before
+    /// it is on.
+    adds_finalizer: bool,
 }
 
 impl std::fmt::Debug for ResourceProcessor {
@@ -372,13 +374,34 @@ impl ResourceProcessor {
         )
         .await;
 
+        let mut handling = self
+            .handle_object(uid, body, &memory, &logger, &mut patch)
+            .await;
+        let mut body = Arc::clone(body);
+        let mut echoes = self.echoes.as_ref();
+        if handling.adds_finalizer {
+            // Boxed: once per object, and every processing's future stays
+            // as small as the common path needs.
+            body = match Box::pin(self.add_finalizer(&body, &logger, &mut patch, handling.ran))
+                .await
+            {
+                Ok(patched) => patched,
+                Err(processed) => return processed,
+            };
+            patch = json!({});
+            handling = self
+                .handle_object(uid, &body, &memory, &logger, &mut patch)
+                .await;
+            // The finalizer's own event is still to come, older than what
+            // this patch makes: the worker waits past it for this one's.
+            echoes = None;
+        }
         let Handling {
             delay,
             ran,
             settled,
-        } = self
-            .handle_object(uid, body, &memory, &logger, &mut patch)
-            .await;
+            adds_finalizer: _,
+        } = handling;
         let memory = if self.only_event_handlers() {
             // Nothing is due later, so the memory is kept only for a memo
             // the event handlers filled or kept. Only what they patched is
@@ -398,7 +421,7 @@ impl ResourceProcessor {
         }
         // Watched objects always have a name (the watch drops the others).
         let Some(target) = PatchTarget::for_body(
-            body,
+            &body,
             Arc::clone(&self.target.api),
             self.target.status_subresource,
         ) else {
@@ -407,17 +430,18 @@ impl ResourceProcessor {
         // A patch that settles the object is guarded by the handled body's
         // version: accepted, it comes back with nothing new (see `Echoes`).
         // One request only: a status subresource would be a second one.
-        let echoes = self.echoes.as_ref().filter(|_| {
+        let echoes = echoes.filter(|_| {
             settled
                 && self
                     .diffbase
-                    .only_bookkeeping(body, &patch, &self.progression.storage)
+                    .only_bookkeeping(&body, &patch, &self.progression.storage)
                 && !(self.target.status_subresource && patch.get("status").is_some())
         });
-        let precondition = echoes.and_then(|_| require_version(&mut patch, body));
+        let precondition = echoes.and_then(|_| require_version(&mut patch, &body));
+        let handled_version = meta_str(&body, "resourceVersion");
         match self
             .sender
-            .send(&target, &mut patch, ran, precondition, &logger)
+            .send::<ObjectVersion>(&target, &mut patch, ran, precondition, &logger)
             .await
         {
             Ok((PatchOutcome::Patched(patched), guarded)) => {
@@ -440,24 +464,44 @@ impl ResourceProcessor {
                     retry_after: delay,
                 }
             }
-            Ok((PatchOutcome::Gone, _)) => {
-                logger.debug("The object is gone; nothing to patch.");
-                Processed::default()
+            Ok((PatchOutcome::Gone, _)) => gone(&logger),
+            Err(error) => unpatched(&error, &logger),
+        }
+    }
+
+    /// Adds the finalizer (`patch`, with what the event handlers patched)
+    /// and returns the object as the server answered: the body at the
+    /// patch's version, which its watch event will carry too. The object is
+    /// handled on from it at once (its daemons and timers start) rather
+    /// than when that event comes, which at start-up is only after the
+    /// whole listing, with every listed object's processing waiting for it
+    /// meanwhile. Otherwise, what is left to do.
+    async fn add_finalizer(
+        &self,
+        body: &Arc<Value>,
+        logger: &Logger,
+        patch: &mut Value,
+        ran: bool,
+    ) -> Result<Arc<Value>, Processed> {
+        // Watched objects always have a name (the watch drops the others).
+        let Some(target) = PatchTarget::for_body(
+            body,
+            Arc::clone(&self.target.api),
+            self.target.status_subresource,
+        ) else {
+            return Err(Processed::default());
+        };
+        match self
+            .sender
+            .send::<Value>(&target, patch, ran, None, logger)
+            .await
+        {
+            Ok((PatchOutcome::Patched(patched), _)) => {
+                logger.debug("Handling the object as the patch left it.");
+                Ok(Arc::new(*patched))
             }
-            Err(PatchError::Conflict { .. }) => {
-                logger.debug("The object changed meanwhile; processing it again.");
-                Processed {
-                    expect_version: None,
-                    retry_after: Some(PATCH_RETRY),
-                }
-            }
-            Err(error) => {
-                logger.error(format_args!("Patching failed: {error}"));
-                Processed {
-                    expect_version: None,
-                    retry_after: Some(PATCH_FAILURE_BACKOFF),
-                }
-            }
+            Ok((PatchOutcome::Gone, _)) => Err(gone(logger)),
+            Err(error) => Err(unpatched(&error, logger)),
         }
     }
 
@@ -476,6 +520,7 @@ impl ResourceProcessor {
             delay: None,
             ran: false,
             settled: false,
+            adds_finalizer: false,
         };
         if self.only_event_handlers() {
             return handling;
@@ -541,6 +586,7 @@ impl ResourceProcessor {
         match lifecycle.on_apply(serving) {
             Some(action @ Action::Add) => {
                 lifecycle.enact(action, body, patch, logger);
+                handling.adds_finalizer = true;
                 return handling;
             }
             Some(action) => lifecycle.enact(action, body, patch, logger),

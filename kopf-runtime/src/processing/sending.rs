@@ -1,20 +1,53 @@
 //! How a processing step's patch goes out: conditional on the handled
 //! body's `resourceVersion` when its echo is to be known, and re-sent on a
-//! `409 Conflict` when it carries handler outcomes.
+//! `409 Conflict` when it carries handler outcomes; what a failed patch
+//! leaves to do.
 
 use std::time::Duration;
 
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::fields::{ensure_field, meta_str, remove_field, resolve_field};
 use crate::model::kwargs::Logger;
 use crate::persistence::finalizers;
-use crate::persistence::patching::{ObjectVersion, PatchError, PatchOutcome, PatchTarget, Patcher};
+use crate::persistence::patching::{PatchError, PatchOutcome, PatchTarget, Patcher};
+use crate::processing::queueing::Processed;
 
 /// How often a patch carrying handler outcomes is re-sent after a `409`.
 const CONFLICT_RESENDS: usize = 3;
 /// The pause before re-sending a conflicting patch.
 const CONFLICT_PAUSE: Duration = Duration::from_millis(200);
+
+/// How long to wait before processing an object again after its patch was
+/// rejected (the object changed meanwhile, or the API server failed).
+const PATCH_RETRY: Duration = Duration::from_secs(1);
+/// How long to wait after an unexpected patch failure.
+const PATCH_FAILURE_BACKOFF: Duration = Duration::from_secs(10);
+
+/// What is left to do when the object to patch is gone: nothing.
+pub(super) fn gone(logger: &Logger) -> Processed {
+    logger.debug("The object is gone; nothing to patch.");
+    Processed::default()
+}
+
+/// What is left to do after a patch failed: the object again, later.
+pub(super) fn unpatched(error: &PatchError, logger: &Logger) -> Processed {
+    let retry_after = match error {
+        PatchError::Conflict { .. } => {
+            logger.debug("The object changed meanwhile; processing it again.");
+            PATCH_RETRY
+        }
+        error => {
+            logger.error(format_args!("Patching failed: {error}"));
+            PATCH_FAILURE_BACKOFF
+        }
+    };
+    Processed {
+        expect_version: None,
+        retry_after: Some(retry_after),
+    }
+}
 
 /// Sends the patches of one resource's processing steps.
 pub(super) struct PatchSender {
@@ -42,20 +75,24 @@ impl PatchSender {
     /// dropped on a conflict, and the patch re-sent at once, as it would
     /// have been sent without it. Also returns whether the patch was
     /// accepted under the handled body's version.
-    pub(super) async fn send(
+    ///
+    /// The answer is decoded as `T`: [`ObjectVersion`] when only the new
+    /// version matters (the object is processed again from its watch
+    /// event), the whole object when it is handled on from here.
+    ///
+    /// [`ObjectVersion`]: crate::persistence::patching::ObjectVersion
+    pub(super) async fn send<T: DeserializeOwned>(
         &self,
         target: &PatchTarget,
         patch: &mut Value,
         ran: bool,
         mut precondition: Option<Precondition>,
         logger: &Logger,
-    ) -> Result<(PatchOutcome<ObjectVersion>, bool), PatchError> {
+    ) -> Result<(PatchOutcome<T>, bool), PatchError> {
         let finalizer = self.finalizer.as_str();
         let mut resends = 0;
         loop {
-            // Only the new version is kept of the answer: the object is
-            // processed again from its watch event, not from here.
-            match self.patcher.merge_as::<ObjectVersion>(target, patch).await {
+            match self.patcher.merge_as::<T>(target, patch).await {
                 Err(PatchError::Conflict { .. }) if precondition == Some(Precondition::Added) => {
                     precondition = None;
                     remove_field(patch, &["metadata", "resourceVersion"]);

@@ -326,6 +326,57 @@ async fn timer_stops_on_the_deleted_event_while_its_object_is_busy_in_a_slow_han
 }
 
 // ---------------------------------------------------------------------------
+// With the finalizer: the task starts from the finalizer patch's answer.
+
+/// A task that holds the finalizer starts once the finalizer is on, from
+/// the patch's answer, not when that patch comes back on the watch (at
+/// start-up, only after the whole listing). Here no watch event comes at
+/// all: the watches are silent from the start.
+async fn starts_from_the_finalizer_patch(kind: Kind) {
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let calls = Calls::default();
+    let api: Api<Secret> = Api::default_namespaced(emulator.client());
+    let uid = create(&api, &secret("held", "1", &[])).await;
+    emulator.faults().silence_watches();
+    let registry = add_task(Registry::builder(), kind, "task", &calls)
+        .build()
+        .expect("a valid registry");
+    let (operator, _) = serve(&emulator, registry);
+
+    assert_eq!(first_call(&calls, "task", "held").await, uid);
+    let body = get(&emulator, "held").await.expect("the object is there");
+    assert_eq!(finalizers(&body), [FINALIZER], "{body}");
+    if kind == Kind::Timer {
+        eventually("a second tick", || {
+            let ticks = calls_for(&calls, "task", &uid).len();
+            async move { (ticks >= 2).then_some(()) }
+        })
+        .await;
+    }
+    let patches = emulator
+        .requests()
+        .iter()
+        .filter(|r| r.verb == "patch" && r.path.ends_with("/secrets/held"))
+        .count();
+    assert_eq!(
+        patches, 1,
+        "the finalizer is added once, and nothing else patched"
+    );
+    emulator.faults().clear();
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn daemon_with_the_finalizer_starts_without_waiting_for_its_patch_to_come_back() {
+    starts_from_the_finalizer_patch(Kind::Daemon).await;
+}
+
+#[tokio::test]
+async fn timer_with_the_finalizer_starts_without_waiting_for_its_patch_to_come_back() {
+    starts_from_the_finalizer_patch(Kind::Timer).await;
+}
+
+// ---------------------------------------------------------------------------
 // No finalizer, and an existing one only it needed is removed.
 
 async fn no_finalizers_keep_objects_free(kind: Kind) {
