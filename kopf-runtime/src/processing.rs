@@ -419,12 +419,7 @@ impl ResourceProcessor {
                 retry_after: delay,
             };
         }
-        // Watched objects always have a name (the watch drops the others).
-        let Some(target) = PatchTarget::for_body(
-            &body,
-            Arc::clone(&self.target.api),
-            self.target.status_subresource,
-        ) else {
+        let Some(target) = self.patch_target(&body) else {
             return Processed::default();
         };
         // A patch that settles the object is guarded by the handled body's
@@ -469,6 +464,16 @@ impl ResourceProcessor {
         }
     }
 
+    /// Where the object's patches go; `None` only for an object without a
+    /// name, which the watch never hands on.
+    fn patch_target(&self, body: &Value) -> Option<PatchTarget> {
+        PatchTarget::for_body(
+            body,
+            Arc::clone(&self.target.api),
+            self.target.status_subresource,
+        )
+    }
+
     /// Adds the finalizer (`patch`, with what the event handlers patched)
     /// and returns the object as the server answered: the body at the
     /// patch's version, which its watch event will carry too. The object is
@@ -483,12 +488,7 @@ impl ResourceProcessor {
         patch: &mut Value,
         ran: bool,
     ) -> Result<Arc<Value>, Processed> {
-        // Watched objects always have a name (the watch drops the others).
-        let Some(target) = PatchTarget::for_body(
-            body,
-            Arc::clone(&self.target.api),
-            self.target.status_subresource,
-        ) else {
+        let Some(target) = self.patch_target(body) else {
             return Err(Processed::default());
         };
         match self
