@@ -36,6 +36,8 @@ pub(crate) enum Reply {
     EventsThenHang(Vec<Value>),
     /// A watch stream fed by the test; it ends when the sender is dropped.
     Channel(mpsc::UnboundedReceiver<Value>),
+    /// The reply, once this long has passed (on tokio's clock).
+    After(std::time::Duration, Box<Reply>),
 }
 
 pub(crate) type Handler = dyn Fn(&Recorded) -> Reply + Send + Sync;
@@ -67,7 +69,11 @@ pub(crate) fn client(
                 body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
             };
             log.lock().expect("not poisoned").push(recorded.clone());
-            let reply = handler(&recorded);
+            let mut reply = handler(&recorded);
+            while let Reply::After(delay, later) = reply {
+                tokio::time::sleep(delay).await;
+                reply = *later;
+            }
             Ok::<_, Infallible>(respond(reply))
         }
     });
@@ -105,6 +111,7 @@ fn respond(reply: Reply) -> Response<BoxBody<Bytes, Infallible>> {
                 });
                 (200, BodyExt::boxed(StreamBody::new(stream.map(line))))
             }
+            Reply::After(_, reply) => return respond(*reply),
         };
     Response::builder()
         .status(code)

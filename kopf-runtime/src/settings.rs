@@ -31,6 +31,7 @@
 //! ```
 
 use std::fmt;
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -214,6 +215,20 @@ pub struct NetworkingSettings {
     /// `retryAfterSeconds` from the server takes precedence.
     /// Default: 1, 1, 2, 3, 5, 8, 13, 21 s.
     pub error_backoffs: Vec<Duration>,
+    /// How many patches the operator sends at once to the objects of one
+    /// resource (finalizers, progress, diff-base, status); the others wait
+    /// for a turn, which `request_timeout` does not count. `None` is
+    /// unlimited. Default: `None`.
+    ///
+    /// Each patch in flight holds an HTTP/1.1 connection, which the client
+    /// keeps open for the next requests, so a limit also bounds the
+    /// connections that a burst of patches leaves open (e.g. the deletion of
+    /// 10,000 objects with finalizers). It costs throughput when the
+    /// operator's threads are busy: each patch then waits for the scheduler
+    /// at every step, and only so many are in flight. At 300,000 one-second
+    /// timers on one full thread, a limit of 32 let 13–30 finalizers a
+    /// second be removed, where hundreds a second were without one.
+    pub patch_limit: Option<NonZeroUsize>,
 }
 
 impl Default for NetworkingSettings {
@@ -222,6 +237,7 @@ impl Default for NetworkingSettings {
             request_timeout: Some(Duration::from_secs(300)),
             connect_timeout: None,
             error_backoffs: kopf_error_backoffs(),
+            patch_limit: None,
         }
     }
 }

@@ -20,6 +20,9 @@
 //!   otherwise, as Kopf does.
 //! - Each attempt is bounded by `request_timeout`; a timed-out attempt is
 //!   retried like a `5xx`.
+//! - With a `patch_limit`, the clones of one [`Patcher`] send at most that
+//!   many requests at once; an attempt waits for its turn before its time
+//!   starts to count, and leaves its turn during a backoff.
 //!
 //! Merge-patch fragments are built with the helpers of
 //! [`fields`](crate::fields).
@@ -36,6 +39,7 @@ use kube::core::{ApiResource, Request, Status};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
+use tokio::sync::Semaphore;
 
 use crate::fields::meta_strs;
 use crate::model::retrying::{Backoff, ErrorClass, classify};
@@ -229,13 +233,15 @@ impl PatchTarget {
     }
 }
 
-/// Sends patches with retries; cheap to clone.
+/// Sends patches with retries; cheap to clone, and its clones share its
+/// turns (`patch_limit`), if it has any.
 #[derive(Clone)]
 pub(crate) struct Patcher {
     client: Client,
     backoffs: Vec<Duration>,
     request_timeout: Option<Duration>,
     params: PatchParams,
+    turns: Option<Arc<Semaphore>>,
 }
 
 impl std::fmt::Debug for Patcher {
@@ -254,6 +260,9 @@ impl Patcher {
             backoffs: settings.error_backoffs.clone(),
             request_timeout: settings.request_timeout,
             params: PatchParams::default(),
+            turns: settings
+                .patch_limit
+                .map(|limit| Arc::new(Semaphore::new(limit.get()))),
         }
     }
 
@@ -395,10 +404,16 @@ impl Patcher {
             let mut backoff = Backoff::limited(&self.backoffs);
             let name = || target.name.clone();
             loop {
+                // Never closed: no turn is only a closed semaphore's answer.
+                let turn = match &self.turns {
+                    Some(turns) => turns.acquire().await.ok(),
+                    None => None,
+                };
                 let answer = match self.request_timeout {
                     Some(limit) => tokio::time::timeout(limit, request()).await,
                     None => Ok(request().await),
                 };
+                drop(turn);
                 let error = match answer {
                     Ok(Ok(obj)) => return Ok(PatchOutcome::Patched(Box::new(obj))),
                     Ok(Err(error)) => error,
@@ -849,6 +864,35 @@ mod tests {
             );
             assert_eq!(log.lock().expect("not poisoned").len(), 2);
             assert_eq!(started.elapsed(), Duration::from_secs(21));
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn patches_take_turns_and_wait_for_them_off_the_clock() {
+            let second = Duration::from_secs(1);
+            let (client, log) = mock_api::client(move |_| {
+                let answer = Reply::Json(200, example("ns", "a", "u1", "2"));
+                Reply::After(second, Box::new(answer))
+            });
+            let settings = NetworkingSettings {
+                // Each answer takes 1 s: only a wait for a turn counted
+                // against it would time out.
+                request_timeout: Some(Duration::from_millis(1_500)),
+                error_backoffs: vec![],
+                patch_limit: std::num::NonZeroUsize::new(2),
+                ..NetworkingSettings::default()
+            };
+            let patcher = Patcher::new(client, &settings);
+            let started = tokio::time::Instant::now();
+            let target = target(false);
+            let patches = (0..6).map(|_| merge(&patcher, &target, json!({"spec": {}})));
+            for outcome in futures::future::join_all(patches).await {
+                assert!(
+                    matches!(outcome, Ok(PatchOutcome::Patched(_))),
+                    "{outcome:?}"
+                );
+            }
+            assert_eq!(log.lock().expect("not poisoned").len(), 6, "no retries");
+            assert_eq!(started.elapsed(), 3 * second, "two at a time");
         }
 
         #[test]

@@ -599,3 +599,45 @@ async fn an_operator_whose_requests_keep_failing_can_still_be_stopped_promptly()
     );
     emulator.faults().clear();
 }
+
+/// At most `networking.patch_limit` patches are in flight at once: the
+/// others wait for a turn, and every object is handled once the held ones
+/// are answered.
+#[tokio::test]
+async fn patches_beyond_the_patch_limit_wait_for_a_turn() {
+    logs();
+    const OBJECTS: usize = 12;
+    const LIMIT: usize = 3;
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let names: Vec<String> = (0..OBJECTS).map(|i| format!("cm{i}")).collect();
+    for name in &names {
+        new_configmap(&emulator, name).await;
+    }
+    let held = emulator.faults().hold(Some("patch"), Some("/configmaps/"));
+    let calls = Calls::default();
+    let mut settings = test_settings();
+    settings.networking.patch_limit = LIMIT.try_into().ok();
+    let operator = Running::start_with(&emulator, recording(&calls), settings);
+
+    // Every listed object needs its finalizer patch at once. Without the
+    // limit, all twelve are held within milliseconds.
+    eventually("the first patches held", || async {
+        (held.waiting() >= LIMIT).then_some(())
+    })
+    .await;
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_secs(1) {
+        assert_eq!(held.waiting(), LIMIT, "patches in flight at once");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    held.release();
+    for name in &names {
+        handled(&emulator, name).await;
+    }
+    let counts = per_object(&calls, "create");
+    assert_eq!(
+        counts,
+        once_each(&names.iter().map(String::as_str).collect::<Vec<_>>())
+    );
+    operator.stop().await;
+}
