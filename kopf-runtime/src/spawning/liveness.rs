@@ -2,16 +2,17 @@
 //! ([`Liveness`]): the runner, the task's context and its blocking threads
 //! hold a `Liveness`, and dropping the last one settles the task in its
 //! spawner, which they know only as something that settles tasks
-//! ([`Settle`]).
+//! ([`Settle`]). A `Liveness` is a counted handle on the task's shared
+//! state, not an allocation of its own: a tick touches one.
 
-use std::any::Any;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use tokio::sync::SetOnce;
 use tokio_util::task::TaskTracker;
 
+use crate::model::kwargs::{Logger, Memo};
 use crate::spawning::stopping::StopFlag;
 
 /// What settles a task once it has ended: its spawner.
@@ -68,8 +69,30 @@ pub(crate) struct TaskShared {
     pub(super) phase: SharedPhase,
     /// Set by a task that ended on its own: never respawn it for this object.
     pub(crate) finished_for_good: AtomicBool,
-    /// What the task's function keeps between its calls (see [`TaskContext::local`](super::TaskContext::local)).
-    pub(crate) local: OnceLock<Arc<dyn Any + Send + Sync>>,
+    /// What its calls derive from the object, made by the first.
+    pub(super) object: OnceLock<TaskObject>,
+    /// How many [`Liveness`] handles are held: 0 until the first is made.
+    pub(super) holders: AtomicUsize,
+    /// For blocking threads; a per-task clone, so that handler calls do not
+    /// all touch one shared reference count.
+    pub(crate) tracker: TaskTracker,
+    pub(super) spawner: Weak<dyn Settle>,
+}
+
+/// What a task's calls derive from its object once, for all of them: an
+/// object's namespace, name and memo never change while it lives.
+pub(crate) struct TaskObject {
+    pub(crate) logger: Logger,
+    pub(crate) memo: Memo,
+}
+
+impl TaskShared {
+    /// What the task's calls derive from its object, made by `init` on the
+    /// first call. Kept in place: a call reads it with no allocation or
+    /// reference count of its own.
+    pub(crate) fn object(&self, init: impl FnOnce() -> TaskObject) -> &TaskObject {
+        self.object.get_or_init(init)
+    }
 }
 
 /// Keeps a task "running" while any clone lives: the runner future holds
@@ -77,15 +100,36 @@ pub(crate) struct TaskShared {
 /// `TaskContext::run_blocking` (in tests). Dropping the last one settles the task.
 pub(crate) struct Liveness {
     pub(crate) shared: Arc<TaskShared>,
-    /// For blocking threads; a per-task clone, so that handler calls do not
-    /// all touch one shared reference count.
-    pub(crate) tracker: TaskTracker,
-    pub(super) spawner: Weak<dyn Settle>,
+}
+
+impl Liveness {
+    /// The first holder of a new task's state (its runner's).
+    pub(super) fn first(shared: &Arc<TaskShared>) -> Self {
+        let held = shared.holders.fetch_add(1, Ordering::Relaxed);
+        debug_assert_eq!(held, 0, "a task has one first holder");
+        Self {
+            shared: Arc::clone(shared),
+        }
+    }
+}
+
+impl Clone for Liveness {
+    fn clone(&self) -> Self {
+        // A new holder is made from a held one: the count cannot be 0 here.
+        self.shared.holders.fetch_add(1, Ordering::Relaxed);
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
 }
 
 impl Drop for Liveness {
     fn drop(&mut self) {
-        if let Some(spawner) = self.spawner.upgrade() {
+        // Release what this holder did to the last one, which settles.
+        if self.shared.holders.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        if let Some(spawner) = self.shared.spawner.upgrade() {
             spawner.settle(&self.shared);
         } else {
             let _ = self.shared.done.set(());

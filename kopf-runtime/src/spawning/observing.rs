@@ -2,8 +2,9 @@
 //! ([`OutcomeReport`]) and every abandoned task ([`AbandonedReport`]),
 //! through an [`Observer`].
 //!
-//! Reports are owned and cheap to build (reference-counted ids, the outcome
-//! moved in), so an observer can forward them without copying.
+//! Reports are cheap to build: an outcome's borrows the task's ids (every
+//! tick makes one), an abandoned task's counts references to them, and
+//! the outcome is moved in.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,13 +14,15 @@ use serde_json::Value;
 use super::task::{TaskKind, TaskOutcome, Verdict};
 use crate::spawning::stopping::StopReason;
 
-/// One call's outcome, as reported to the [`Observer`].
+/// One call's outcome, as reported to the [`Observer`]. It borrows the
+/// task's ids: every tick makes one, and an observer that keeps it copies
+/// what it keeps.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct OutcomeReport {
+pub(crate) struct OutcomeReport<'a> {
     /// The object's UID.
-    pub uid: Arc<str>,
+    pub uid: &'a str,
     /// The handler id.
-    pub handler_id: Arc<str>,
+    pub handler_id: &'a str,
     /// Daemon or timer.
     pub kind: TaskKind,
     /// The attempt number (0 for the first).
@@ -57,7 +60,7 @@ pub(crate) trait Observer: Send + Sync + 'static {
     /// One handler call finished (or panicked). A call cancelled by the
     /// spawner (after `cancellation_backoff`) has no outcome and is not
     /// reported.
-    fn on_outcome(&self, report: OutcomeReport) {
+    fn on_outcome(&self, report: OutcomeReport<'_>) {
         let _ = report;
     }
 
@@ -74,8 +77,13 @@ impl Observer for () {}
 #[cfg(test)]
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum SpawnEvent {
-    /// See [`Observer::on_outcome`].
-    Outcome(OutcomeReport),
+    /// See [`Observer::on_outcome`]: the report, with its ids copied.
+    Outcome {
+        uid: String,
+        handler_id: String,
+        outcome: TaskOutcome,
+        verdict: Verdict,
+    },
     /// See [`Observer::on_abandoned`].
     Abandoned(AbandonedReport),
 }
@@ -83,8 +91,13 @@ pub(crate) enum SpawnEvent {
 /// Forwards every report; reports are dropped once the receiver is gone.
 #[cfg(test)]
 impl Observer for tokio::sync::mpsc::UnboundedSender<SpawnEvent> {
-    fn on_outcome(&self, report: OutcomeReport) {
-        let _ = self.send(SpawnEvent::Outcome(report));
+    fn on_outcome(&self, report: OutcomeReport<'_>) {
+        let _ = self.send(SpawnEvent::Outcome {
+            uid: report.uid.to_owned(),
+            handler_id: report.handler_id.to_owned(),
+            outcome: report.outcome,
+            verdict: report.verdict,
+        });
     }
 
     fn on_abandoned(&self, report: AbandonedReport) {
@@ -112,12 +125,15 @@ mod tests {
         .build();
         spawner.ensure("u1", &spec, &body(1));
         let event = rx.recv().await.expect("an outcome");
-        let SpawnEvent::Outcome(report) = event else {
-            panic!("expected an outcome, got {event:?}");
-        };
-        assert_eq!((&*report.uid, &*report.handler_id), ("u1", "t"));
-        assert_eq!(report.outcome, TaskOutcome::Ok(Some(serde_json::json!(0))));
-        assert_eq!(report.verdict, Verdict::Done);
+        assert_eq!(
+            event,
+            SpawnEvent::Outcome {
+                uid: "u1".into(),
+                handler_id: "t".into(),
+                outcome: TaskOutcome::Ok(Some(serde_json::json!(0))),
+                verdict: Verdict::Done,
+            }
+        );
         spawner.shutdown(secs(1)).await.expect("clean shutdown");
     }
 }

@@ -30,11 +30,12 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use super::liveness::TaskObject;
 use crate::fields::ensure_field;
 use crate::fields::{merge_into, qualified_name};
 use crate::model::handlers::Handler;
 use crate::model::kwargs::{
-    Attempt, Body, EncodedBody, Indexes, Kwargs, LiveBody, Logger, Memo, Stopped,
+    Attempt, Body, EncodedBody, Indexes, Kwargs, LiveBody, Logger, Stopped,
 };
 use crate::persistence::patching::ResourceTarget;
 use crate::persistence::patching::{PatchError, PatchOutcome, PatchTarget, Patcher};
@@ -275,24 +276,12 @@ pub(crate) fn task_spec(handler: &Handler, env: &TaskEnvironment, owner: Owner) 
     TaskSpec::new(handler, call, owner)
 }
 
-/// What a task derives from its object once, for all its calls.
-struct TaskObject {
-    logger: Logger,
-    memo: Memo,
-}
-
 /// One call of a daemon or timer handler from its task.
 async fn call(handler: &Handler, env: &TaskEnvironment, mut ctx: TaskContext) -> TaskOutcome {
     // The call's body is the live body's last seen one: `live` waits for
     // the next.
     // Kept as text between calls: decoded if the call reads it.
     let body = Body::lazy(ctx.body.read());
-    // An object's namespace, name and memo never change while it lives.
-    let object = ctx.local(|| TaskObject {
-        logger: Logger::new(qualified_name(body.namespace(), body.name())),
-        memo: env.memories.memo_of(&ctx.uid),
-    });
-    let logger = &object.logger;
     let attempt = Attempt {
         retry: ctx.retry,
         started: ctx.started,
@@ -300,12 +289,19 @@ async fn call(handler: &Handler, env: &TaskEnvironment, mut ctx: TaskContext) ->
     };
     // The call's receiver itself becomes `live`.
     let TaskContext {
-        uid,
         stopped,
         body: receiver,
         liveness,
         ..
     } = ctx;
+    let task = &*liveness.shared;
+    // An object's namespace, name and memo never change while it lives.
+    let object = task.object(|| TaskObject {
+        logger: Logger::new(qualified_name(body.namespace(), body.name())),
+        memo: env.memories.memo_of(&task.uid),
+    });
+    let logger = &object.logger;
+    let uid = &task.uid;
     // Filled in place: this runs on every tick.
     let mut kwargs = Kwargs::of(body.clone(), object.memo.clone(), logger.clone());
     kwargs.set_cluster(Some(env.client.clone()), env.indexes.clone());
@@ -317,9 +313,8 @@ async fn call(handler: &Handler, env: &TaskEnvironment, mut ctx: TaskContext) ->
     let outcome = if handler.is_blocking() {
         // A plain fn runs on a blocking thread that belongs to the task.
         // Boxed: only such calls carry the scope.
-        Box::pin(spawning::hosting(liveness, invoking)).await
+        Box::pin(spawning::hosting(liveness.clone(), invoking)).await
     } else {
-        drop(liveness);
         invoking.await
     };
     let backoff = handler.options().backoff.unwrap_or(env.default_backoff);
@@ -336,7 +331,7 @@ async fn call(handler: &Handler, env: &TaskEnvironment, mut ctx: TaskContext) ->
         if let Some(result) = result {
             ensure_field(&mut merged, &["status", handler.id()], result);
         }
-        apply(env, (&uid, &stopped), &body, merged, logger).await;
+        apply(env, (uid, &stopped), &body, merged, logger).await;
     }
     match resolution {
         Disposition::Succeeded(result) => TaskOutcome::Ok(result),

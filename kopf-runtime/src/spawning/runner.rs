@@ -26,7 +26,7 @@ pub(crate) struct Run {
     pub(crate) changes: Option<watch::Receiver<Instant>>,
     pub(crate) body: BodyReader,
     pub(crate) observer: Arc<dyn Observer>,
-    pub(crate) liveness: Arc<Liveness>,
+    pub(crate) liveness: Liveness,
     /// The wall clock and Tokio's clock read once, at spawn: a call's wall
     /// start time is derived from its monotonic one without another
     /// system-clock read per tick.
@@ -51,14 +51,12 @@ impl Run {
             .checked_add(started_at.saturating_duration_since(mono))
             .unwrap_or(wall);
         let ctx = TaskContext {
-            uid: Arc::clone(&self.liveness.shared.uid),
-            handler_id: Arc::clone(&self.liveness.shared.id),
             stopped: self.flag.clone(),
             body: self.body.clone(),
             retry,
             started,
             started_at,
-            liveness: Arc::clone(&self.liveness),
+            liveness: self.liveness.clone(),
         };
         crate::processing::execution::catch_panics(|| (self.spec.call)(ctx))
             .await
@@ -69,8 +67,8 @@ impl Run {
     pub(crate) fn report(&self, retry: u32, outcome: TaskOutcome, verdict: Verdict) {
         let shared = &self.liveness.shared;
         self.observer.on_outcome(OutcomeReport {
-            uid: Arc::clone(&shared.uid),
-            handler_id: Arc::clone(&shared.id),
+            uid: &shared.uid,
+            handler_id: &shared.id,
             kind: self.spec.kind(),
             retry,
             outcome,

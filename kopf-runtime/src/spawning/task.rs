@@ -7,7 +7,6 @@
 //! [`TaskFn`] (see [`spawning::resource`](crate::spawning::resource)); the loops read the
 //! handler's options and know nothing of its fn.
 
-use std::any::Any;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -227,10 +226,6 @@ impl TaskSpec {
 /// Cloning is cheap (reference counts only).
 #[derive(Clone)]
 pub(crate) struct TaskContext {
-    /// The object's UID.
-    pub uid: Arc<str>,
-    /// The handler id.
-    pub handler_id: Arc<str>,
     /// The stop flag (Kopf's `stopped`).
     pub stopped: StopFlag,
     /// The live body: updated in place as the object's events arrive.
@@ -241,14 +236,14 @@ pub(crate) struct TaskContext {
     pub started: jiff::Timestamp,
     /// The same moment on Tokio's (pausable) clock, for `runtime`.
     pub started_at: Instant,
-    pub(crate) liveness: Arc<Liveness>,
+    pub(crate) liveness: Liveness,
 }
 
 impl std::fmt::Debug for TaskContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TaskContext")
-            .field("uid", &self.uid)
-            .field("handler_id", &self.handler_id)
+            .field("uid", self.uid())
+            .field("handler_id", &self.liveness.shared.id)
             .field("stopped", &self.stopped)
             .field("retry", &self.retry)
             .field("started", &self.started)
@@ -257,28 +252,18 @@ impl std::fmt::Debug for TaskContext {
 }
 
 impl TaskContext {
+    /// The object's UID (the task's own: reading it costs no reference
+    /// count, which every tick would pay).
+    #[must_use]
+    pub(crate) fn uid(&self) -> &Arc<str> {
+        &self.liveness.shared.uid
+    }
+
     /// The latest body seen, decoded when read.
     #[cfg(test)]
     #[must_use]
     pub(crate) fn body(&self) -> crate::model::kwargs::Body {
         crate::model::kwargs::Body::lazy(self.body.peek())
-    }
-
-    /// A value the task's function keeps between its calls for this object
-    /// (e.g. what it derives from the object once), made by `init` on first
-    /// use. One type per task: asked for another type, it makes a fresh
-    /// value every time.
-    pub(crate) fn local<T: Any + Send + Sync>(&self, init: impl FnOnce() -> T) -> Arc<T> {
-        let slot = &self.liveness.shared.local;
-        if let Some(kept) = slot.get() {
-            return match Arc::clone(kept).downcast::<T>() {
-                Ok(value) => value,
-                Err(_) => Arc::new(init()),
-            };
-        }
-        let value = Arc::new(init());
-        let kept = slot.get_or_init(|| Arc::clone(&value) as Arc<dyn Any + Send + Sync>);
-        Arc::clone(kept).downcast::<T>().unwrap_or(value)
     }
 
     /// Time since the first attempt of this run (Kopf's `runtime`).
@@ -306,7 +291,7 @@ impl TaskContext {
         R: Send + 'static,
     {
         let flag = self.stopped.clone();
-        let handle = spawn_kept(Arc::clone(&self.liveness), move || f(flag));
+        let handle = spawn_kept(self.liveness.clone(), move || f(flag));
         handle.await.map_err(|error| BlockingError::Panicked {
             message: error.to_string(),
         })
@@ -316,7 +301,7 @@ impl TaskContext {
 tokio::task_local! {
     /// The task whose handler call is running, for the blocking work the
     /// call starts (see [`hosting`]).
-    static HOST: Arc<Liveness>;
+    static HOST: Liveness;
 }
 
 /// Runs `call`, a call of a task's handler, so that what it runs with
@@ -324,10 +309,7 @@ tokio::task_local! {
 /// task: as with `TaskContext::run_blocking`, the task counts as running
 /// until the thread returns, and is abandoned (and reported) if the thread
 /// outlives the task's stop limits.
-pub(crate) fn hosting<F: Future>(
-    liveness: Arc<Liveness>,
-    call: F,
-) -> impl Future<Output = F::Output> {
+pub(crate) fn hosting<F: Future>(liveness: Liveness, call: F) -> impl Future<Output = F::Output> {
     HOST.scope(liveness, call)
 }
 
@@ -338,7 +320,7 @@ where
     F: FnOnce() -> R + Send + 'static,
     R: Send + 'static,
 {
-    match HOST.try_with(Arc::clone) {
+    match HOST.try_with(Liveness::clone) {
         Ok(liveness) => spawn_kept(liveness, f),
         Err(_) => tokio::task::spawn_blocking(f),
     }
@@ -366,12 +348,12 @@ where
 }
 
 /// Runs `f` on a blocking thread that keeps the task alive until it returns.
-fn spawn_kept<F, R>(liveness: Arc<Liveness>, f: F) -> tokio::task::JoinHandle<R>
+fn spawn_kept<F, R>(liveness: Liveness, f: F) -> tokio::task::JoinHandle<R>
 where
     F: FnOnce() -> R + Send + 'static,
     R: Send + 'static,
 {
-    let tracker = liveness.tracker.clone();
+    let tracker = liveness.shared.tracker.clone();
     tracker.spawn_blocking(move || {
         let _keepalive = liveness;
         f()

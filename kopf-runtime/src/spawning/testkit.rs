@@ -141,7 +141,7 @@ impl Recorder {
 }
 
 impl Observer for Recorder {
-    fn on_outcome(&self, report: OutcomeReport) {
+    fn on_outcome(&self, report: OutcomeReport<'_>) {
         self.outcomes.lock().expect("lock").push(Seen {
             uid: report.uid.to_string(),
             id: report.handler_id.to_string(),

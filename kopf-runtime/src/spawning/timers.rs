@@ -261,9 +261,12 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_task_keeps_its_local_value_between_calls_and_each_task_has_its_own() {
+    async fn a_task_keeps_what_it_derives_from_its_object_and_each_task_has_its_own() {
         use std::sync::Mutex;
         use std::sync::atomic::{AtomicUsize, Ordering};
+
+        use crate::model::kwargs::{Logger, Memo};
+        use crate::spawning::liveness::TaskObject;
 
         let (spawner, _) = spawner();
         let made = Arc::new(AtomicUsize::new(0));
@@ -273,12 +276,17 @@ mod tests {
             "t",
             secs(1),
             task_fn(move |ctx| {
-                let local = ctx.local(|| (ctx.uid.to_string(), m.fetch_add(1, Ordering::SeqCst)));
-                // Another type is not kept: made afresh on every call.
-                let other = ctx.local(|| 0_u8);
-                s.lock()
-                    .expect("lock")
-                    .push((local.0.clone(), local.1, *other));
+                let task = &ctx.liveness.shared;
+                let object = task.object(|| {
+                    let memo = Memo::new();
+                    memo.insert(m.fetch_add(1, Ordering::SeqCst));
+                    TaskObject {
+                        logger: Logger::new(Arc::clone(&task.uid)),
+                        memo,
+                    }
+                });
+                let n = *object.memo.get::<usize>().expect("made with one");
+                s.lock().expect("lock").push((ctx.uid().to_string(), n));
                 async { TaskOutcome::ok() }
             }),
         )
@@ -288,20 +296,13 @@ mod tests {
         tokio::time::sleep(millis(2500)).await;
         let seen = seen.lock().expect("lock").clone();
         assert_eq!(seen.len(), 6, "{seen:?}");
-        assert_eq!(
-            made.load(Ordering::SeqCst),
-            2,
-            "one value per task: {seen:?}"
-        );
-        for (uid, n, _) in &seen {
-            let first = seen.iter().find(|(u, ..)| u == uid).expect("seen");
-            assert_eq!(first.1, *n, "{uid} kept its value: {seen:?}");
+        assert_eq!(made.load(Ordering::SeqCst), 2, "one per task: {seen:?}");
+        for (uid, n) in &seen {
+            let first = seen.iter().find(|(u, _)| u == uid).expect("seen");
+            assert_eq!(first.1, *n, "{uid} kept its own: {seen:?}");
         }
     }
 
-    /// A process resumed after a pause past its Lease finds its timers
-    /// overdue: they hold their ticks back, whatever runs first, and tick
-    /// again once the Lease is renewed.
     #[tokio::test(start_paused = true)]
     async fn a_fenced_timer_holds_its_ticks_back_while_its_lease_is_lapsed() {
         use crate::peering::fencing::{Fence, Held, Tenure};
