@@ -160,6 +160,15 @@ pub struct QueueingSettings {
     /// object whose first processing takes over a second stops counting.
     /// Default: 1,024.
     pub backlog_limit: usize,
+    /// Of them, how many objects of a resource's initial listing, at most.
+    /// Every listed object is new at once: with finalizers, each one's
+    /// first processing holds its body and a patch on a connection of its
+    /// own, and the allocator keeps what a burst of 1,024 of them used
+    /// (about 10 KiB an object). Objects that need no patch go through
+    /// without waiting on one. A larger limit lists a large cluster sooner
+    /// where patches are slow: about `limit / patch latency` objects a
+    /// second. Default: 64.
+    pub listing_backlog_limit: usize,
     /// How long an idle per-object worker lingers before it exits (one
     /// waiting for its own patch to come back stays until it does, or for
     /// `persistence.consistency_timeout`). Default: 0, exit at once: a new
@@ -175,6 +184,7 @@ impl Default for QueueingSettings {
         Self {
             worker_limit: None,
             backlog_limit: 1_024,
+            listing_backlog_limit: 64,
             idle_timeout: Duration::ZERO,
             exit_timeout: Duration::from_secs(2),
         }

@@ -166,6 +166,7 @@ impl ServeResource {
             QueueSettings {
                 max_workers: queueing.worker_limit.unwrap_or(usize::MAX >> 4),
                 max_backlog: queueing.backlog_limit,
+                max_listing_backlog: queueing.listing_backlog_limit,
                 idle_timeout: queueing.idle_timeout,
                 consistency_timeout: self.settings.persistence.consistency_timeout,
             },
@@ -261,7 +262,11 @@ impl Serving {
             initial_listing,
             queued_at: self.measures_latency.then(Instant::now),
         };
-        self.queue.push(uid, work).await;
+        if initial_listing {
+            self.queue.push_listed(uid, work).await;
+        } else {
+            self.queue.push(uid, work).await;
+        }
     }
 }
 

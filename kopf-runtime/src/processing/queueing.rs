@@ -26,6 +26,11 @@
 //!   bounded memory instead of piling up as 100,000 pending workers. A key
 //!   whose first call takes longer than [`ADMISSION_HOLD`] stops counting
 //!   then, so slow handlers do not hold up the others.
+//! - Of them, at most [`QueueSettings::max_listing_backlog`] are keys of an
+//!   initial listing ([`Queue::push_listed`]): every listed object is new at
+//!   once, and what their first calls hold (a body each, and a patch and
+//!   its connection each with finalizers) stays with the allocator after a
+//!   burst of them.
 //! - After [`Queue::shutdown`] returns, no call runs any more: calls still in
 //!   flight when its timeout passes are cancelled (their futures dropped), so
 //!   a stopped operator never acts on an object afterwards.
@@ -70,6 +75,9 @@ pub(crate) struct QueueSettings {
     /// How many new keys may wait for (or be in) their first call before
     /// [`Queue::push`] of another new key waits.
     pub max_backlog: usize,
+    /// Of them, how many keys of an initial listing, at most
+    /// ([`Queue::push_listed`]).
+    pub max_listing_backlog: usize,
     /// How long an idle worker waits for another event before it exits
     /// (a worker waiting for its own patch to come back waits at least the
     /// consistency timeout).
@@ -84,6 +92,7 @@ impl Default for QueueSettings {
         Self {
             max_workers: 1_000,
             max_backlog: 1_024,
+            max_listing_backlog: 64,
             idle_timeout: Duration::ZERO,
             consistency_timeout: Duration::from_secs(5),
         }
@@ -104,6 +113,8 @@ struct Inner<K, E> {
     permits: Arc<Semaphore>,
     /// Places of new keys in the backlog (see [`QueueSettings::max_backlog`]).
     backlog: Arc<Semaphore>,
+    /// Places of listed keys in it (see [`QueueSettings::max_listing_backlog`]).
+    listing: Arc<Semaphore>,
     tracker: TaskTracker,
     stop: CancellationToken,
     /// Cancels the calls in flight (at the end of a shutdown).
@@ -135,11 +146,13 @@ where
     ) -> Self {
         let permits = Arc::new(Semaphore::new(settings.max_workers.max(1)));
         let backlog = Arc::new(Semaphore::new(settings.max_backlog.max(1)));
+        let listing = Arc::new(Semaphore::new(settings.max_listing_backlog.max(1)));
         Self {
             inner: Arc::new(Inner {
                 slots: Mutex::new(HashMap::new()),
                 permits,
                 backlog,
+                listing,
                 tracker: TaskTracker::new(),
                 stop,
                 abort: CancellationToken::new(),
@@ -154,6 +167,17 @@ where
     /// event when it is free. A new key waits while the backlog is full
     /// (see [`QueueSettings::max_backlog`]).
     pub(crate) async fn push(&self, key: K, event: E) {
+        self.admit(key, event, Admission::Watched).await;
+    }
+
+    /// [`Queue::push`] for a key of an initial listing: a new one also
+    /// waits while the listing's share of the backlog is full (see
+    /// [`QueueSettings::max_listing_backlog`]).
+    pub(crate) async fn push_listed(&self, key: K, event: E) {
+        self.admit(key, event, Admission::Listed).await;
+    }
+
+    async fn admit(&self, key: K, event: E, admission: Admission) {
         if self.inner.stop.is_cancelled() {
             return;
         }
@@ -162,14 +186,10 @@ where
             slot.send_replace(event);
             return;
         }
-        let backlog = Arc::clone(&self.inner.backlog);
         let place = tokio::select! {
-            permit = backlog.acquire_owned() => match permit {
-                Ok(permit) => BacklogPlace {
-                    _permit: permit,
-                    until: Instant::now() + ADMISSION_HOLD,
-                },
-                Err(_closed) => return,
+            place = self.inner.place(admission) => match place {
+                Some(place) => place,
+                None => return,
             },
             () = self.inner.stop.cancelled() => return,
         };
@@ -240,6 +260,22 @@ where
     fn lock_slots(&self) -> std::sync::MutexGuard<'_, HashMap<K, watch::Sender<Option<Arc<E>>>>> {
         // The map holds no invariant a panicking holder could break halfway.
         self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A new key's place in the backlog, once there is room; `None` once
+    /// the queue is closed. A listed key takes its place in the listing's
+    /// share first, so that it holds no place of the backlog meanwhile.
+    async fn place(&self, admission: Admission) -> Option<BacklogPlace> {
+        let listed = match admission {
+            Admission::Watched => None,
+            Admission::Listed => Some(Arc::clone(&self.listing).acquire_owned().await.ok()?),
+        };
+        let permit = Arc::clone(&self.backlog).acquire_owned().await.ok()?;
+        Some(BacklogPlace {
+            _permit: permit,
+            _listed: listed,
+            until: Instant::now() + ADMISSION_HOLD,
+        })
     }
 
     async fn work(&self, key: K, mut events: watch::Receiver<Option<Arc<E>>>, place: BacklogPlace) {
@@ -382,10 +418,20 @@ enum Woken {
     Stopped,
 }
 
+/// Where a new key comes from, which decides the backlog places it takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Admission {
+    /// A watch event: a place in the backlog.
+    Watched,
+    /// An initial listing: a place in the listing's share of it first.
+    Listed,
+}
+
 /// A new key's place in the backlog, given up after its first call or at
 /// `until`, whichever comes first.
 struct BacklogPlace {
     _permit: OwnedSemaphorePermit,
+    _listed: Option<OwnedSemaphorePermit>,
     until: Instant,
 }
 
@@ -641,6 +687,43 @@ mod tests {
             "key 2 coalesced to its newest event"
         );
         assert!(q.workers() <= 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn listed_keys_wait_for_the_listings_share_and_watched_ones_do_not() {
+        let settings = QueueSettings {
+            max_workers: 1,
+            max_backlog: 4,
+            max_listing_backlog: 2,
+            ..QueueSettings::default()
+        };
+        let (q, mut log, _) = queue(settings, Duration::from_millis(300), |_| None);
+        let start = Instant::now();
+        q.push_listed(1, ev(1, 1)).await;
+        q.push_listed(2, ev(1, 1)).await;
+        // Keys 1 and 2 fill the listing's share: a third listed key waits...
+        let third = q.push_listed(3, ev(1, 1));
+        let mut third = std::pin::pin!(third);
+        assert!(
+            futures::poll!(third.as_mut()).is_pending(),
+            "a third listed key waits for room"
+        );
+        // ...holding no place of the backlog: two watched keys fill it, at
+        // once (the clock is paused: waiting would move it).
+        q.push(4, ev(1, 1)).await;
+        q.push(5, ev(1, 1)).await;
+        assert_eq!(start.elapsed(), Duration::ZERO, "watched keys never waited");
+        assert!(futures::poll!(third.as_mut()).is_pending(), "still waiting");
+        // A listed key already admitted never waits.
+        q.push_listed(2, ev(2, 2)).await;
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            seen.push(next(&mut log).await);
+        }
+        third.await;
+        seen.push(next(&mut log).await);
+        seen.sort_unstable();
+        assert_eq!(seen, vec![(1, 1), (2, 2), (3, 1), (4, 1), (5, 1)]);
     }
 
     #[tokio::test(start_paused = true)]

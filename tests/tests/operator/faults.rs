@@ -600,6 +600,67 @@ async fn an_operator_whose_requests_keep_failing_can_still_be_stopped_promptly()
     emulator.faults().clear();
 }
 
+/// At most `queueing.listing_backlog_limit` objects of the initial listing
+/// are in their first processing at once: with finalizers, each holds its
+/// finalizer patch, so the emulator holds that many patches and no more.
+/// Objects created later are not held to it.
+#[tokio::test]
+async fn listed_objects_beyond_the_listing_backlog_wait_for_room() {
+    logs();
+    const LISTED: usize = 12;
+    const CREATED: usize = 6;
+    const LIMIT: usize = 3;
+    let emulator = Emulator::start().await.expect("emulator starts");
+    let listed: Vec<String> = (0..LISTED).map(|i| format!("listed{i}")).collect();
+    for name in &listed {
+        new_configmap(&emulator, name).await;
+    }
+    let held = emulator.faults().hold(Some("patch"), Some("/configmaps/"));
+    let calls = Calls::default();
+    let mut settings = test_settings();
+    settings.queueing.listing_backlog_limit = LIMIT;
+    let operator = Running::start_with(&emulator, recording(&calls), settings);
+
+    // Every listed object is new at once. Without the limit, all twelve
+    // patches are held within milliseconds. (A first processing that takes
+    // over a second gives its place up: more are held after that.)
+    eventually("the first patches held", || async {
+        (held.waiting() >= LIMIT).then_some(())
+    })
+    .await;
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_millis(500) {
+        assert_eq!(
+            held.waiting(),
+            LIMIT,
+            "listed objects in their first processing"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    held.release();
+    for name in &listed {
+        handled(&emulator, name).await;
+    }
+
+    // Created after the listing: every one is in its first processing at once.
+    let held = emulator.faults().hold(Some("patch"), Some("/configmaps/"));
+    let created: Vec<String> = (0..CREATED).map(|i| format!("created{i}")).collect();
+    for name in &created {
+        new_configmap(&emulator, name).await;
+    }
+    eventually("every created object's patch held", || async {
+        (held.waiting() == CREATED).then_some(())
+    })
+    .await;
+    held.release();
+    for name in &created {
+        handled(&emulator, name).await;
+    }
+    let all: Vec<&str> = listed.iter().chain(&created).map(String::as_str).collect();
+    assert_eq!(per_object(&calls, "create"), once_each(&all));
+    operator.stop().await;
+}
+
 /// At most `networking.patch_limit` patches are in flight at once: the
 /// others wait for a turn, and every object is handled once the held ones
 /// are answered.
