@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kopf_runtime::{Error, Kwargs, Registry, ResourceRef};
-use kopf_testing::{Emulator, FailRule};
+use kopf_testing::{Emulator, FailRule, HeldRequests};
 use kopf_tests::{
     Calls, DIFFBASE, Running, annotation, configmaps, eventually, get, logs, new_configmap,
     only_touched, raw_api, test_settings, touch,
@@ -600,6 +600,26 @@ async fn an_operator_whose_requests_keep_failing_can_still_be_stopped_promptly()
     emulator.faults().clear();
 }
 
+/// Creates `count` ConfigMaps named `prefix0`, `prefix1`, …; their names.
+async fn new_configmaps(emulator: &Emulator, prefix: &str, count: usize) -> Vec<String> {
+    let names: Vec<String> = (0..count).map(|i| format!("{prefix}{i}")).collect();
+    for name in &names {
+        new_configmap(emulator, name).await;
+    }
+    names
+}
+
+/// Waits until `count` requests are held, then checks that no more are
+/// held for `span`.
+async fn held_steadily(held: &HeldRequests, count: usize, span: Duration, what: &str) {
+    eventually(what, || async { (held.waiting() >= count).then_some(()) }).await;
+    let since = Instant::now();
+    while since.elapsed() < span {
+        assert_eq!(held.waiting(), count, "{what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// At most `queueing.listing_backlog_limit` objects of the initial listing
 /// are in their first processing at once: with finalizers, each holds its
 /// finalizer patch, so the emulator holds that many patches and no more.
@@ -611,10 +631,7 @@ async fn listed_objects_beyond_the_listing_backlog_wait_for_room() {
     const CREATED: usize = 6;
     const LIMIT: usize = 3;
     let emulator = Emulator::start().await.expect("emulator starts");
-    let listed: Vec<String> = (0..LISTED).map(|i| format!("listed{i}")).collect();
-    for name in &listed {
-        new_configmap(&emulator, name).await;
-    }
+    let listed = new_configmaps(&emulator, "listed", LISTED).await;
     let held = emulator.faults().hold(Some("patch"), Some("/configmaps/"));
     let calls = Calls::default();
     let mut settings = test_settings();
@@ -624,19 +641,14 @@ async fn listed_objects_beyond_the_listing_backlog_wait_for_room() {
     // Every listed object is new at once. Without the limit, all twelve
     // patches are held within milliseconds. (A first processing that takes
     // over a second gives its place up: more are held after that.)
-    eventually("the first patches held", || async {
-        (held.waiting() >= LIMIT).then_some(())
-    })
+    let span = Duration::from_millis(500);
+    held_steadily(
+        &held,
+        LIMIT,
+        span,
+        "listed objects in their first processing",
+    )
     .await;
-    let watched = Instant::now();
-    while watched.elapsed() < Duration::from_millis(500) {
-        assert_eq!(
-            held.waiting(),
-            LIMIT,
-            "listed objects in their first processing"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
     held.release();
     for name in &listed {
         handled(&emulator, name).await;
@@ -644,10 +656,7 @@ async fn listed_objects_beyond_the_listing_backlog_wait_for_room() {
 
     // Created after the listing: every one is in its first processing at once.
     let held = emulator.faults().hold(Some("patch"), Some("/configmaps/"));
-    let created: Vec<String> = (0..CREATED).map(|i| format!("created{i}")).collect();
-    for name in &created {
-        new_configmap(&emulator, name).await;
-    }
+    let created = new_configmaps(&emulator, "created", CREATED).await;
     eventually("every created object's patch held", || async {
         (held.waiting() == CREATED).then_some(())
     })
@@ -670,10 +679,7 @@ async fn patches_beyond_the_patch_limit_wait_for_a_turn() {
     const OBJECTS: usize = 12;
     const LIMIT: usize = 3;
     let emulator = Emulator::start().await.expect("emulator starts");
-    let names: Vec<String> = (0..OBJECTS).map(|i| format!("cm{i}")).collect();
-    for name in &names {
-        new_configmap(&emulator, name).await;
-    }
+    let names = new_configmaps(&emulator, "cm", OBJECTS).await;
     let held = emulator.faults().hold(Some("patch"), Some("/configmaps/"));
     let calls = Calls::default();
     let mut settings = test_settings();
@@ -682,15 +688,8 @@ async fn patches_beyond_the_patch_limit_wait_for_a_turn() {
 
     // Every listed object needs its finalizer patch at once. Without the
     // limit, all twelve are held within milliseconds.
-    eventually("the first patches held", || async {
-        (held.waiting() >= LIMIT).then_some(())
-    })
-    .await;
-    let watched = Instant::now();
-    while watched.elapsed() < Duration::from_secs(1) {
-        assert_eq!(held.waiting(), LIMIT, "patches in flight at once");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let span = Duration::from_secs(1);
+    held_steadily(&held, LIMIT, span, "patches in flight at once").await;
     held.release();
     for name in &names {
         handled(&emulator, name).await;
