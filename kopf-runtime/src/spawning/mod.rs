@@ -8,7 +8,7 @@
 //! (its options are the handler's; the call is any [`TaskFn`](task::TaskFn)),
 //! and drives one [`Spawner`]:
 //!
-//! - on every event of a matching object: [`Spawner::ensure`] (spawns if
+//! - on every event of a matching object: [`Spawner::ensure_encoded`] (spawns if
 //!   needed, refreshes the live body);
 //! - when a handler stops matching: [`Spawner::stop`] with
 //!   [`StopReason::FilterMismatch`](stopping::StopReason::FilterMismatch);

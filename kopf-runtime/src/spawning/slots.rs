@@ -160,7 +160,7 @@ pub(super) enum SlotState {
     /// Being deleted: nothing more is spawned.
     Closed,
     /// Stopped as gone (deleted, vanished): kept as a tombstone, so that a
-    /// late [`Spawner::ensure`](super::Spawner::ensure) for the UID (from
+    /// late [`Spawner::ensure_encoded`](super::Spawner::ensure_encoded) for the UID (from
     /// processing that was already under way when the deletion was seen)
     /// spawns nothing.
     Gone,

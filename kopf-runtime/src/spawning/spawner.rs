@@ -48,7 +48,7 @@ impl Default for SpawnerSettings {
     }
 }
 
-/// What [`Spawner::ensure`] did.
+/// What [`Spawner::ensure_encoded`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ensured {
     /// A new task was spawned.
@@ -306,7 +306,7 @@ impl Drop for Inner {
 /// - An abandoned task is forgotten, not killed: a new task for the same key
 ///   may be spawned while the abandoned one still runs somewhere.
 /// - An object stopped as gone spawns nothing more, however late an
-///   [`Spawner::ensure`] for its UID comes, until [`Spawner::forget`]; once
+///   [`Spawner::ensure_encoded`] for its UID comes, until [`Spawner::forget`]; once
 ///   forgotten and its tasks ended, its memory is dropped, and an `ensure`
 ///   for that UID after that starts afresh (the engine forgets a UID only
 ///   after its deletion was processed, and never sees it again).
@@ -648,7 +648,7 @@ impl Spawner {
     /// [`StopReason::LeadershipLost`]), and wait until every task has ended
     /// or been abandoned, for at most `timeout`; at the deadline, the
     /// remaining tasks are cancelled and abandoned. Later
-    /// [`Spawner::ensure`] calls spawn nothing.
+    /// [`Spawner::ensure_encoded`] calls spawn nothing.
     ///
     /// # Errors
     /// [`ShutdownError::Abandoned`] if any task was abandoned meanwhile.

@@ -6,7 +6,7 @@
 //!   those missed while the handler ran are skipped. The schedule is computed
 //!   from ideal times, so it does not drift.
 //! - `idle`: a tick (or retry) waits until the object has not changed for
-//!   `idle`; every change (a new body through [`Spawner::ensure`])
+//!   `idle`; every change (a new body through [`Spawner::ensure_encoded`])
 //!   restarts that wait. The object's first sighting counts as a change.
 //! - No `interval` (as in Kopf): with `idle`, the next tick after a run
 //!   waits for a change of the object after the run began, then for the
@@ -22,7 +22,7 @@
 //! Each timer is one task with one pinned sleep; a tick allocates the state
 //! of the handler call and nothing else, so that a waiting timer is small.
 //!
-//! [`Spawner::ensure`]: super::Spawner::ensure
+//! [`Spawner::ensure_encoded`]: super::Spawner::ensure_encoded
 
 use std::pin::pin;
 use std::task::Poll;
