@@ -600,7 +600,7 @@ impl ResourceProcessor {
             if deleting {
                 tasks_running = self.tasks.stop_for_deletion(uid);
             } else {
-                delay = self.tasks.serve(uid, body, &spawning);
+                delay = self.tasks.serve(&memory.uid, body, &spawning);
             }
         }
 

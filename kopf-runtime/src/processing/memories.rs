@@ -29,6 +29,9 @@ use crate::model::kwargs::{Memo, MemoBase};
 /// What the operator remembers about one live object.
 #[derive(Debug, Default)]
 pub(crate) struct ObjectMemory {
+    /// The object's UID: one allocation for the object, shared with its
+    /// daemons and timers.
+    pub uid: Arc<str>,
     /// The memo its handlers share.
     pub memo: Memo,
     noticed_by_listing: bool,
@@ -84,7 +87,7 @@ impl ObjectMemory {
 /// The memories of one resource's objects, by UID; cheap to clone (shared).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Memories {
-    objects: Arc<Mutex<HashMap<Box<str>, Arc<ObjectMemory>>>>,
+    objects: Arc<Mutex<HashMap<Arc<str>, Arc<ObjectMemory>>>>,
     /// What every object's memo starts as.
     base: MemoBase,
 }
@@ -98,7 +101,7 @@ impl Memories {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<Box<str>, Arc<ObjectMemory>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Arc<ObjectMemory>>> {
         self.objects.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -109,13 +112,15 @@ impl Memories {
         if let Some(memory) = objects.get(uid) {
             return Arc::clone(memory);
         }
+        let uid: Arc<str> = Arc::from(uid);
         let memory = Arc::new(ObjectMemory {
+            uid: Arc::clone(&uid),
             memo: self.base.fork(),
             noticed_by_listing: initial_listing,
             fully_handled_once: AtomicBool::new(false),
             handled: Mutex::new(None),
         });
-        objects.insert(uid.into(), Arc::clone(&memory));
+        objects.insert(uid, Arc::clone(&memory));
         memory
     }
 

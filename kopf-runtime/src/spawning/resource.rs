@@ -112,7 +112,7 @@ impl ResourceTasks {
     /// look again if a task is still stopping and must be spawned afresh.
     pub(crate) fn serve(
         &self,
-        uid: &str,
+        uid: &Arc<str>,
         body: &Arc<Value>,
         matching: &[bool],
     ) -> Option<Duration> {
@@ -574,12 +574,12 @@ mod tests {
         );
         for uid in ["u1", "u2"] {
             let body = Arc::new(example("ns", uid, uid, "1"));
-            assert_eq!(tasks.serve(uid, &body, &[true]), None);
+            assert_eq!(tasks.serve(&Arc::from(uid), &body, &[true]), None);
         }
         // Another resource's object, in the same spawner: not paused.
         let others = ResourceTasks::new(&[handler], &env, Arc::clone(&spawner), exiting.clone());
         let body = Arc::new(example("ns", "o1", "o1", "1"));
-        assert_eq!(others.serve("o1", &body, &[true]), None);
+        assert_eq!(others.serve(&Arc::from("o1"), &body, &[true]), None);
         tokio::time::sleep(Duration::from_secs(1)).await;
         // A gone object is no longer live: stopped as gone, not paused.
         tasks.stop_gone("u2", DeletedBy::Event);
@@ -595,7 +595,7 @@ mod tests {
         );
         // Forgotten: served again, its task is spawned afresh.
         let body = Arc::new(example("ns", "u1", "u1", "2"));
-        assert_eq!(tasks.serve("u1", &body, &[true]), None);
+        assert_eq!(tasks.serve(&Arc::from("u1"), &body, &[true]), None);
         assert_eq!(spawner.running("u1"), ["watch"]);
         assert_eq!(spawner.running("o1"), ["watch"], "another resource's");
         for uid in ["u1", "o1"] {

@@ -389,7 +389,7 @@ impl Spawner {
         spec: &Arc<TaskSpec>,
         body: &serde_json::Value,
     ) -> Ensured {
-        self.ensure_encoded(uid, spec, &EncodedBody::new(body))
+        self.ensure_encoded(&Arc::from(uid), spec, &EncodedBody::new(body))
     }
 
     /// Spawn the task of `spec` for object `uid` unless it is running, being
@@ -398,7 +398,7 @@ impl Spawner {
     /// also updates the live body of the object's running tasks.
     pub(crate) fn ensure_encoded(
         &self,
-        uid: &str,
+        uid: &Arc<str>,
         spec: &Arc<TaskSpec>,
         body: &EncodedBody,
     ) -> Ensured {
@@ -407,10 +407,12 @@ impl Spawner {
         if inner.tracker.is_closed() {
             return Ensured::ShuttingDown;
         }
+        // The caller's UID (the object's memory holds it) or the table's,
+        // not a copy: one allocation per object.
         let key: Arc<str> = state
             .objects
-            .get_key_value(uid)
-            .map_or_else(|| Arc::from(uid), |(key, _)| Arc::clone(key));
+            .get_key_value(&**uid)
+            .map_or_else(|| Arc::clone(uid), |(key, _)| Arc::clone(key));
         let slot = match state.objects.entry(Arc::clone(&key)) {
             hash_map::Entry::Occupied(occupied) => {
                 let slot = occupied.into_mut();
