@@ -14,8 +14,8 @@
 
 use tokio::time::Instant;
 
+use super::outcome::Verdict;
 use super::runner::Run;
-use super::task::Verdict;
 use crate::peering::fencing::Held;
 
 /// Run a daemon until it finishes, gives up, or is stopped.
@@ -70,7 +70,7 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU32, Ordering};
 
-    use super::super::task::Verdict;
+    use super::super::outcome::Verdict;
     use super::super::testkit::{Calls, body, secs, spawner};
     use super::super::{Ensured, TaskOutcome, TaskSpec, task_fn};
     use crate::spawning::stopping::StopReason;

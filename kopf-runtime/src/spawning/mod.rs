@@ -25,6 +25,7 @@ mod counters;
 mod daemons;
 mod liveness;
 mod observing;
+mod outcome;
 pub(crate) mod resource;
 mod runner;
 mod slots;
@@ -38,10 +39,11 @@ pub(crate) mod testkit;
 
 pub use counters::{TaskCounters, TaskCounts};
 pub(crate) use observing::{AbandonedReport, Observer};
+pub(crate) use outcome::TaskOutcome;
 pub(crate) use spawner::{Ensured, Spawner, SpawnerSettings};
 pub(crate) use task::hosting;
 pub use task::run_blocking;
-pub(crate) use task::{Owner, TaskContext, TaskOutcome, TaskSpec, task_fn};
+pub(crate) use task::{Owner, TaskContext, TaskSpec, task_fn};
 
 #[cfg(test)]
 mod tests {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::task::{TaskKind, TaskOutcome, Verdict};
+use super::outcome::{TaskKind, TaskOutcome, Verdict};
 use crate::spawning::stopping::StopReason;
 
 /// One call's outcome, as reported to the [`Observer`]. It borrows the

@@ -416,7 +416,7 @@ mod tests {
     use crate::model::errors::Error;
     use crate::model::resources::ResourceRef;
     use crate::settings::NetworkingSettings;
-    use crate::spawning::task::Verdict;
+    use crate::spawning::outcome::Verdict;
     use crate::spawning::testkit::Recorder;
     use crate::spawning::{Spawner, SpawnerSettings};
 

@@ -13,7 +13,8 @@ use tokio::time::Instant;
 
 use super::liveness::Liveness;
 use super::observing::{Observer, OutcomeReport};
-use super::task::{TaskContext, TaskOutcome, TaskSpec, Verdict};
+use super::outcome::{TaskOutcome, Verdict};
+use super::task::{TaskContext, TaskSpec};
 use crate::model::kwargs::BodyReader;
 use crate::peering::fencing::{Fence, Held};
 use crate::spawning::stopping::StopFlag;

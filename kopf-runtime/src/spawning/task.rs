@@ -1,6 +1,6 @@
 //! What a spawned task is made of: its [`TaskSpec`] (a `daemon` or `timer`
-//! [`Handler`] with the call that runs it), the [`TaskContext`] given to
-//! each call, and the [`TaskOutcome`] of a call.
+//! [`Handler`] with the call that runs it) and the [`TaskContext`] given to
+//! each call, which returns a [`TaskOutcome`].
 //!
 //! The call is any `Fn(TaskContext) -> BoxFuture<TaskOutcome>`: the engine
 //! adapts the handler's fn (parameter injection, error mapping) into a
@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use serde_json::Value;
 use tokio::time::Instant;
 
 use super::liveness::Liveness;
+use super::outcome::{TaskKind, TaskOutcome, Verdict};
 use crate::model::errors::{HandlerError, Outcome};
 use crate::model::handlers::{DEFAULT_BACKOFF, Handler, KindOptions, TimerOptions};
 use crate::model::kwargs::{BodyReader, Logger};
@@ -36,66 +36,6 @@ where
     Fut: Future<Output = TaskOutcome> + Send + 'static,
 {
     Arc::new(move |ctx| f(ctx).boxed())
-}
-
-/// The result of one call of a daemon or timer handler.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum TaskOutcome {
-    /// Success, with the value to store under `status.<handler id>` (the
-    /// engine's business).
-    Ok(Option<Value>),
-    /// A temporary failure: retry after `delay` (Kopf's `TemporaryError`).
-    Temporary {
-        /// How long to wait before the next attempt.
-        delay: Duration,
-        /// What went wrong.
-        message: String,
-    },
-    /// A permanent failure: do not retry (Kopf's `PermanentError`).
-    Permanent {
-        /// What went wrong.
-        message: String,
-    },
-    /// Any other failure: retry after the handler's `backoff`. A panic in the
-    /// handler is reported as this.
-    Error {
-        /// What went wrong.
-        message: String,
-    },
-}
-
-impl TaskOutcome {
-    #[cfg(test)]
-    /// `Ok(None)`: success without a result.
-    #[must_use]
-    pub(crate) fn ok() -> Self {
-        Self::Ok(None)
-    }
-}
-
-/// What the runtime does after an outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    /// Success. A daemon is finished for good; a timer waits for its next tick.
-    Done,
-    /// The handler will be called again after this delay (retry count + 1).
-    RetryIn(Duration),
-    /// Permanent failure or retries exhausted. A daemon is finished for good
-    /// (permanently failed); a timer waits for its next tick and starts
-    /// counting retries from zero.
-    GaveUp,
-    /// The stop flag was set while the handler ran; the task exits.
-    Stopped,
-}
-
-/// Which kind of spawning handler a task runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum TaskKind {
-    /// A daemon: the handler runs once (with retries) for as long as it wants.
-    Daemon,
-    /// A timer: the handler is called on the schedule of its
-    /// [`TimerOptions`].
-    Timer,
 }
 
 /// A daemon or timer handler and its call, shared by all objects it serves

@@ -7,8 +7,8 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::observing::{AbandonedReport, Observer, OutcomeReport};
+use super::outcome::{TaskOutcome, Verdict};
 use super::task::{Owner, TaskFn, TaskSpec};
-use super::task::{TaskOutcome, Verdict};
 use super::{Spawner, SpawnerSettings};
 use crate::model::handlers::Handler;
 use crate::model::kwargs::Kwargs;

@@ -31,8 +31,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::outcome::Verdict;
 use super::runner::Run;
-use super::task::Verdict;
 use crate::peering::fencing::Held;
 use crate::spawning::stopping::{StopFlag, deadline_after};
 
