@@ -28,7 +28,7 @@ pub(crate) fn run(run: Run) -> impl Future<Output = ()> + Send {
     // its argument in its future, and every task holds that future.
     async move {
         if let Some(delay) = run.spec.start_delay()
-            && run.flag.wait(delay).await
+            && run.flag().wait(delay).await
         {
             return;
         }
@@ -38,20 +38,16 @@ pub(crate) fn run(run: Run) -> impl Future<Output = ()> + Send {
             // The Lease lapsed (the process was paused?): no call until it is
             // renewed; the term ends first if it is not.
             while let Some(recheck) = run.held_back(Held::Daemon, Instant::now()) {
-                if run.flag.wait(recheck).await {
+                if run.flag().wait(recheck).await {
                     return;
                 }
             }
-            let outcome = run.call(retry, started).await;
-            if run.flag.is_set() {
-                run.report(retry, outcome, Verdict::Stopped);
+            let Some(verdict) = run.attempt(retry, started).await else {
                 return;
-            }
-            let verdict = run.spec.verdict_for(&outcome, retry, started.elapsed());
-            run.report(retry, outcome, verdict);
+            };
             match verdict {
                 Verdict::RetryIn(delay) => {
-                    if run.flag.wait(delay).await {
+                    if run.flag().wait(delay).await {
                         return;
                     }
                     retry += 1;

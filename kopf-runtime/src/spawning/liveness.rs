@@ -10,9 +10,12 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use tokio::sync::SetOnce;
+use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
+use super::observing::Observer;
 use crate::model::kwargs::{Logger, Memo};
+use crate::peering::fencing::Fence;
 use crate::spawning::stopping::StopFlag;
 
 /// What settles a task once it has ended: its spawner.
@@ -77,6 +80,20 @@ pub(crate) struct TaskShared {
     /// all touch one shared reference count.
     pub(crate) tracker: TaskTracker,
     pub(super) spawner: Weak<dyn Settle>,
+    /// What its calls read.
+    pub(super) calling: Calling,
+}
+
+/// What a task's calls read and never change, kept in its
+/// [`TaskShared`].
+pub(crate) struct Calling {
+    pub(crate) observer: Arc<dyn Observer>,
+    /// The wall clock and Tokio's clock read once, at spawn: a call's wall
+    /// start time is derived from its monotonic one without another
+    /// system-clock read per tick.
+    pub(crate) epoch: (jiff::Timestamp, Instant),
+    /// What a call must pass first, in a term of leadership.
+    pub(crate) fence: Option<Fence>,
 }
 
 /// What a task's calls derive from its object once, for all of them: an

@@ -1,8 +1,9 @@
-//! One handler call of a running task ([`Run`]): builds the
-//! [`TaskContext`], catches panics (with the guard of every handler call,
-//! [`execution::catch_panics`](crate::processing::execution::catch_panics)), reports outcomes to the
-//! [`Observer`].
-//! Shared by the daemon and timer loops.
+//! One attempt of a running task ([`Run::attempt`]): builds the
+//! [`TaskContext`], calls the handler with panics caught (the guard of
+//! every handler call,
+//! [`execution::catch_panics`](crate::processing::execution::catch_panics)),
+//! judges the outcome and reports both to the [`Observer`]. Shared by the
+//! daemon and timer loops.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -11,48 +12,66 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::liveness::Liveness;
-use super::observing::{Observer, OutcomeReport};
+use super::liveness::{Liveness, TaskShared};
+use super::observing::OutcomeReport;
 use super::outcome::{TaskOutcome, Verdict};
 use super::task::{TaskContext, TaskSpec};
 use crate::model::kwargs::BodyReader;
-use crate::peering::fencing::{Fence, Held};
+use crate::peering::fencing::Held;
 use crate::spawning::stopping::StopFlag;
 
-/// Everything a runner loop (daemon or timer) needs.
+/// What a runner loop (daemon or timer) holds of its own; what it only
+/// reads is in its task's shared state ([`TaskShared`]), which a call
+/// touches anyway, so that every waiting task's future is small.
 pub(crate) struct Run {
     pub(crate) spec: Arc<TaskSpec>,
-    pub(crate) flag: StopFlag,
     /// The object's changes: only for timers with `idle`.
     pub(crate) changes: Option<watch::Receiver<Instant>>,
     pub(crate) body: BodyReader,
-    pub(crate) observer: Arc<dyn Observer>,
     pub(crate) liveness: Liveness,
-    /// The wall clock and Tokio's clock read once, at spawn: a call's wall
-    /// start time is derived from its monotonic one without another
-    /// system-clock read per tick.
-    pub(crate) epoch: (jiff::Timestamp, Instant),
-    /// What a call must pass first, in a term of leadership.
-    pub(crate) fence: Option<Fence>,
 }
 
 impl Run {
+    fn shared(&self) -> &TaskShared {
+        &self.liveness.shared
+    }
+
+    /// The task's stop flag.
+    pub(crate) fn flag(&self) -> &StopFlag {
+        &self.shared().flag
+    }
+
     /// Whether a call of `what` is held back at `now`, and if so, how soon
     /// to try again: only in a term of leadership whose Lease has lapsed
     /// on this process's clock (see [`fencing`](crate::peering::fencing)).
     pub(crate) fn held_back(&self, what: Held, now: Instant) -> Option<Duration> {
-        let fence = self.fence.as_ref()?;
+        let fence = self.shared().calling.fence.as_ref()?;
         (!fence.allows(what, now)).then(|| fence.retry())
     }
 
+    /// One attempt: call the handler (retry number `retry` of an attempt
+    /// series that began at `first`), judge its outcome, report both.
+    /// `None` if the task was stopped meanwhile (reported as
+    /// [`Verdict::Stopped`]).
+    pub(crate) async fn attempt(&self, retry: u32, first: Instant) -> Option<Verdict> {
+        let outcome = self.call(retry, first).await;
+        if self.flag().is_set() {
+            self.report(retry, outcome, Verdict::Stopped);
+            return None;
+        }
+        let verdict = self.spec.verdict_for(&outcome, retry, first.elapsed());
+        self.report(retry, outcome, verdict);
+        Some(verdict)
+    }
+
     /// Call the handler once; a panic becomes [`TaskOutcome::Error`].
-    pub(crate) async fn call(&self, retry: u32, started_at: Instant) -> TaskOutcome {
-        let (wall, mono) = self.epoch;
+    async fn call(&self, retry: u32, started_at: Instant) -> TaskOutcome {
+        let (wall, mono) = self.shared().calling.epoch;
         let started = wall
             .checked_add(started_at.saturating_duration_since(mono))
             .unwrap_or(wall);
         let ctx = TaskContext {
-            stopped: self.flag.clone(),
+            stopped: self.flag().clone(),
             body: self.body.clone(),
             retry,
             started,
@@ -65,9 +84,9 @@ impl Run {
     }
 
     /// Tell the observer about an outcome (the task's call logged it).
-    pub(crate) fn report(&self, retry: u32, outcome: TaskOutcome, verdict: Verdict) {
-        let shared = &self.liveness.shared;
-        self.observer.on_outcome(OutcomeReport {
+    fn report(&self, retry: u32, outcome: TaskOutcome, verdict: Verdict) {
+        let shared = self.shared();
+        shared.calling.observer.on_outcome(OutcomeReport {
             uid: &shared.uid,
             handler_id: &shared.id,
             kind: self.spec.kind(),
@@ -80,8 +99,7 @@ impl Run {
     /// The task ended on its own (a daemon, or a timer that runs once): do
     /// not respawn it for this object.
     pub(crate) fn finish_for_good(&self) {
-        self.liveness
-            .shared
+        self.shared()
             .finished_for_good
             .store(true, Ordering::Release);
     }

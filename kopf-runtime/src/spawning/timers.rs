@@ -51,11 +51,13 @@ pub(crate) fn run(mut run: Run) -> impl Future<Output = ()> + Send {
             return;
         };
         if let Some(delay) = spec.start_delay()
-            && Box::pin(run.flag.wait(delay)).await
+            && Box::pin(run.flag().wait(delay)).await
         {
             return;
         }
-        let flag = &run.flag;
+        // By its field path, not `run.flag()`: the loop borrows
+        // `run.changes` mutably while it holds this.
+        let flag = &run.liveness.shared.flag;
         let anchor = Instant::now();
         let mut tick = anchor;
         let mut retry = 0;
@@ -76,8 +78,10 @@ pub(crate) fn run(mut run: Run) -> impl Future<Output = ()> + Send {
             if stopped {
                 return;
             }
-            // Both boxed: a waiting timer's state is then the few bytes above,
-            // not the largest of these (for tens of thousands of timers).
+            // Every other wait is boxed: a waiting timer's state is then the
+            // few bytes above, not the largest of these (for tens of
+            // thousands of timers). What the attempt keeps (its outcome, its
+            // start) stays in its own box too.
             if let (Some(idle), Some(changes)) = (schedule.idle, run.changes.as_mut())
                 && Box::pin(wait_idle(flag, changes, idle)).await
             {
@@ -91,13 +95,16 @@ pub(crate) fn run(mut run: Run) -> impl Future<Output = ()> + Send {
                 continue;
             }
             let first = *started.get_or_insert(begun);
-            let outcome = Box::pin(run.call(retry, first)).await;
-            if flag.is_set() {
-                run.report(retry, outcome, Verdict::Stopped);
-                return;
+            if schedule.interval.is_none()
+                && let Some(changes) = run.changes.as_mut()
+            {
+                // What this attempt reads is seen: only a later change makes
+                // the next run due.
+                changes.mark_unchanged();
             }
-            let verdict = run.spec.verdict_for(&outcome, retry, first.elapsed());
-            run.report(retry, outcome, verdict);
+            let Some(verdict) = Box::pin(run.attempt(retry, first)).await else {
+                return;
+            };
             let now = Instant::now();
             match verdict {
                 Verdict::RetryIn(delay) => {
@@ -119,7 +126,7 @@ pub(crate) fn run(mut run: Run) -> impl Future<Output = ()> + Send {
                                 return;
                             };
                             // Once the object changes, it is due when idle.
-                            if Box::pin(wait_change_since(flag, changes, begun)).await {
+                            if Box::pin(wait_change(flag, changes)).await {
                                 return;
                             }
                             Instant::now()
@@ -131,27 +138,19 @@ pub(crate) fn run(mut run: Run) -> impl Future<Output = ()> + Send {
     }
 }
 
-/// Wait until the object has changed after `since`. Returns whether the
-/// stop flag was set meanwhile.
-async fn wait_change_since(
-    flag: &StopFlag,
-    changes: &mut watch::Receiver<Instant>,
-    since: Instant,
-) -> bool {
-    loop {
-        if *changes.borrow_and_update() > since {
-            return flag.is_set();
-        }
-        tokio::select! {
-            biased;
-            () = flag.cancelled() => return true,
-            changed = changes.changed() => {
-                if changed.is_err() {
-                    // The object's memory is gone: no more changes can come.
-                    flag.cancelled().await;
-                    return true;
-                }
+/// Wait until the object has changed since the receiver last looked.
+/// Returns whether the stop flag was set meanwhile.
+async fn wait_change(flag: &StopFlag, changes: &mut watch::Receiver<Instant>) -> bool {
+    tokio::select! {
+        biased;
+        () = flag.cancelled() => true,
+        changed = changes.changed() => {
+            if changed.is_err() {
+                // The object's memory is gone: no more changes can come.
+                flag.cancelled().await;
+                return true;
             }
+            flag.is_set()
         }
     }
 }
