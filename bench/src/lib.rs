@@ -33,13 +33,16 @@
 //!   step does not count; the raw rate per object-second is reported too), operator CPU per 1,000 ticks, |gap − 1 s| p50/p99/max over
 //!   consecutive ticks of each object, RSS (end and peak in the window) and
 //!   the anonymous part of the end; the summary derives what a timer costs
-//!   from it, over S4's anonymous memory with as many idle objects.
+//!   from it, over S4's anonymous memory with as many idle objects, listed
+//!   at the operator's start as S2's are.
 //! - **S3 delete burst** (right after S2, same operator): the runner watches
 //!   DELETED events itself and deletes all N. First DELETE → last tick, →
 //!   last response, → last DELETED event; the largest (last tick − that
 //!   object's DELETED event).
 //! - **S4 idle memory** (`on_event`): RSS after the sentinel (+3 s), and with
-//!   N objects once all were seen (+3 s); (difference) / N per object.
+//!   N objects once all were seen (+3 s); (difference) / N per object. Then
+//!   a fresh operator lists the same N at its start: its anonymous memory
+//!   once all were seen (+3 s), what S2's timers are counted over.
 //! - **S5 deletions in a watch gap** (timers without finalizers; Kopf cannot,
 //!   so its objects keep their finalizers and the runner strips them): watch
 //!   and list requests fail (500), every watch is dropped, K objects

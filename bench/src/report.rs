@@ -159,6 +159,12 @@ pub const FIGURES: &[Figure] = &[
     fig("S4", "", "rss_n_mib", "S4 RSS with N objects (MiB)"),
     fig("S4", "", "rss_anon_n_mib", "S4 of which anonymous (MiB)"),
     fig("S4", "", "rss_file_n_mib", "S4 of which file pages (MiB)"),
+    fig(
+        "S4",
+        "",
+        "rss_anon_listed_mib",
+        "S4 anonymous with N objects listed at the start (MiB)",
+    ),
     fig("S4", "", "kib_per_object", "S4 KiB per watched object"),
     fig("S5", "", "leaked", "S5 leaked timers (must be 0)"),
     fig(
@@ -284,17 +290,20 @@ fn num(v: f64) -> String {
 }
 
 /// The memory a timer costs, by S2's variant: the anonymous memory (heap,
-/// stacks) at the end of S2's window over S4's with as many idle objects
-/// (both medians), per object. Anonymous, because the code a scenario runs
-/// is file pages, counted in RSS once however many objects there are.
+/// stacks) at the end of S2's window over that of S4's operator with as
+/// many idle objects listed at its start (both medians), per object. Listed,
+/// as S2's objects are: a listing leaves the heap larger than objects that
+/// arrive while the operator watches. Anonymous, because the code a
+/// scenario runs is file pages, counted in RSS once however many objects
+/// there are.
 const PER_TIMER: [(&str, &str); 2] = [
     (
         "finalizers",
-        "S2 KiB per timer, anonymous over S4's idle objects (finalizers)",
+        "S2 KiB per timer, anonymous over S4's listed idle objects (finalizers)",
     ),
     (
         "no_finalizers",
-        "S2 KiB per timer, anonymous over S4's idle objects (no_finalizers)",
+        "S2 KiB per timer, anonymous over S4's listed idle objects (no_finalizers)",
     ),
 ];
 
@@ -314,7 +323,7 @@ fn kib_per_timer(
         median_range(&values(results, &f, op, n)).map(|c| c.0)
     };
     let timers = median("S2", variant, "rss_anon_mib")?;
-    let idle = median("S4", "", "rss_anon_n_mib")?;
+    let idle = median("S4", "", "rss_anon_listed_mib")?;
     Some((timers - idle) * 1024.0 / n.max(1) as f64)
 }
 
@@ -837,7 +846,7 @@ mod tests {
     }
 
     #[test]
-    fn a_timer_costs_the_anonymous_memory_of_s2_over_that_of_s4_per_object() {
+    fn a_timer_costs_the_anonymous_memory_of_s2_over_that_of_s4_listed_per_object() {
         let figure = |op, scenario, variant, key: &str, value| RunResult {
             scenario,
             variant,
@@ -856,7 +865,9 @@ mod tests {
                 "rss_anon_mib",
                 12.0,
             ),
-            figure(Operator::KopfRs, "S4", "", "rss_anon_n_mib", 10.0),
+            figure(Operator::KopfRs, "S4", "", "rss_anon_listed_mib", 10.0),
+            // Watched, not listed: not what S2's timers are counted over.
+            figure(Operator::KopfRs, "S4", "", "rss_anon_n_mib", 9.0),
             figure(
                 Operator::Controller,
                 "S2",
@@ -864,14 +875,14 @@ mod tests {
                 "rss_anon_mib",
                 11.0,
             ),
-            figure(Operator::Controller, "S4", "", "rss_anon_n_mib", 10.0),
-            figure(Operator::Bare, "S4", "", "rss_anon_n_mib", 10.0),
+            figure(Operator::Controller, "S4", "", "rss_anon_listed_mib", 10.0),
+            figure(Operator::Bare, "S4", "", "rss_anon_listed_mib", 10.0),
         ];
         let table = summary(
             &results,
             &[Operator::KopfRs, Operator::Controller, Operator::Bare],
         );
-        let row = "| S2 KiB per timer, anonymous over S4's idle objects (no_finalizers) | 1024 | 2.00 | 1.00 | – | 2.00× | – |";
+        let row = "| S2 KiB per timer, anonymous over S4's listed idle objects (no_finalizers) | 1024 | 2.00 | 1.00 | – | 2.00× | – |";
         assert!(table.contains(row), "{table}");
         assert!(
             !table.contains("(finalizers) | 1024"),

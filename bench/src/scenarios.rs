@@ -535,7 +535,10 @@ pub async fn s2_s3(setup: &Setup, mode: Mode) -> anyhow::Result<Option<(Metrics,
     Ok(Some((s2, s3)))
 }
 
-/// S4 idle memory: a no-op `on_event`; RSS with 0 objects (the sentinel) and with N.
+/// S4 idle memory: a no-op `on_event`; RSS with 0 objects (the sentinel) and
+/// with N, created while the operator watches; then the anonymous memory of
+/// a fresh operator that lists the same N at its start, as S2's operator
+/// does (what a timer costs is S2's over that, see `report`).
 pub async fn s4(setup: &Setup) -> anyhow::Result<Metrics> {
     let mut env = Env::start(setup).await?;
     let names = names(setup.n);
@@ -568,6 +571,20 @@ pub async fn s4(setup: &Setup) -> anyhow::Result<Metrics> {
         (op1.rss as f64 - op0.rss as f64) / 1024.0 / setup.n.max(1) as f64,
     );
     m.insert("operator_cpu_s".into(), op1.cpu_s - op0.cpu_s);
+
+    // Listing N objects at the start leaves the heap larger than watching
+    // them arrive one by one: S2's objects are listed, so its timers are
+    // counted over this.
+    env.stop();
+    env.start_operator(Mode::Event)?;
+    env.wait_until(
+        "every object's event from the listing",
+        timeout_for(setup.n),
+        |s| s.count(&names, |x| x.events.len() >= 2) == names.len(),
+    )
+    .await?;
+    tokio::time::sleep(setup.settle(3)).await;
+    m.insert("rss_anon_listed_mib".into(), env.op().rss_anon as f64 / MIB);
     Ok(m)
 }
 
