@@ -42,17 +42,15 @@ pub(crate) fn run(run: Run) -> impl Future<Output = ()> + Send {
                     return;
                 }
             }
-            let Some(verdict) = run.attempt(retry, started).await else {
-                return;
-            };
-            match verdict {
+            match run.attempt(retry, started).await {
+                Verdict::Stopped => return,
                 Verdict::RetryIn(delay) => {
                     if run.flag().wait(delay).await {
                         return;
                     }
                     retry += 1;
                 }
-                Verdict::Done | Verdict::GaveUp | Verdict::Stopped => {
+                Verdict::Done | Verdict::GaveUp => {
                     run.finish_for_good();
                     return;
                 }

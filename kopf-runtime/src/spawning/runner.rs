@@ -50,18 +50,17 @@ impl Run {
     }
 
     /// One attempt: call the handler (retry number `retry` of an attempt
-    /// series that began at `first`), judge its outcome, report both.
-    /// `None` if the task was stopped meanwhile (reported as
-    /// [`Verdict::Stopped`]).
-    pub(crate) async fn attempt(&self, retry: u32, first: Instant) -> Option<Verdict> {
+    /// series that began at `first`), judge its outcome, report both: the
+    /// verdict is [`Verdict::Stopped`] if the task was stopped meanwhile.
+    pub(crate) async fn attempt(&self, retry: u32, first: Instant) -> Verdict {
         let outcome = self.call(retry, first).await;
-        if self.flag().is_set() {
-            self.report(retry, outcome, Verdict::Stopped);
-            return None;
-        }
-        let verdict = self.spec.verdict_for(&outcome, retry, first.elapsed());
+        let verdict = if self.flag().is_set() {
+            Verdict::Stopped
+        } else {
+            self.spec.verdict_for(&outcome, retry, first.elapsed())
+        };
         self.report(retry, outcome, verdict);
-        Some(verdict)
+        verdict
     }
 
     /// Call the handler once; a panic becomes [`TaskOutcome::Error`].

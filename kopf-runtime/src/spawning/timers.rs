@@ -102,16 +102,15 @@ pub(crate) fn run(mut run: Run) -> impl Future<Output = ()> + Send {
                 // the next run due.
                 changes.mark_unchanged();
             }
-            let Some(verdict) = Box::pin(run.attempt(retry, first)).await else {
-                return;
-            };
+            let verdict = Box::pin(run.attempt(retry, first)).await;
             let now = Instant::now();
             match verdict {
+                Verdict::Stopped => return,
                 Verdict::RetryIn(delay) => {
                     retry += 1;
                     tick = deadline_after(now, delay);
                 }
-                Verdict::Done | Verdict::GaveUp | Verdict::Stopped => {
+                Verdict::Done | Verdict::GaveUp => {
                     retry = 0;
                     started = None;
                     tick = match schedule.interval {
