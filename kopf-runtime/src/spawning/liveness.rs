@@ -13,6 +13,7 @@ use tokio::sync::SetOnce;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
+use super::alarms::Alarms;
 use super::observing::Observer;
 use crate::model::kwargs::{Logger, Memo};
 use crate::peering::fencing::Fence;
@@ -100,6 +101,8 @@ pub(crate) struct Calling {
     pub(crate) epoch: (jiff::Timestamp, Instant),
     /// What a call must pass first, in a term of leadership.
     pub(crate) fence: Option<Fence>,
+    /// Where a timer waits for its next tick.
+    pub(crate) alarms: Alarms,
 }
 
 /// What a task's calls derive from its object once, for all of them: an

@@ -21,6 +21,7 @@
 //! Outcomes of every call (for status patches) and abandoned tasks (for
 //! Kubernetes Events and metrics) go to the engine's [`Observer`].
 
+mod alarms;
 mod counters;
 mod daemons;
 mod liveness;

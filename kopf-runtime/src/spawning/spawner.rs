@@ -15,6 +15,7 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
+use super::alarms::Alarms;
 use super::counters::Counters;
 use super::liveness::{Calling, Liveness, Phase, Settle, SharedPhase, TaskShared};
 use super::observing::{AbandonedReport, Observer};
@@ -108,6 +109,8 @@ struct Inner {
     /// What the tasks read before each call, when they serve a term of
     /// leadership.
     fence: Option<Fence>,
+    /// Where its timers wait for their ticks.
+    alarms: Alarms,
 }
 
 impl Settle for Inner {
@@ -361,6 +364,7 @@ impl Spawner {
             inner: Arc::new(Inner {
                 state: Mutex::default(),
                 tracker: TaskTracker::new(),
+                alarms: Alarms::new(handle.clone()),
                 handle,
                 counters,
                 observer,
@@ -461,6 +465,7 @@ impl Spawner {
                 observer: Arc::clone(&inner.observer),
                 epoch: (jiff::Timestamp::now(), Instant::now()),
                 fence: inner.fence.clone(),
+                alarms: inner.alarms.clone(),
             },
         });
         let run = Run {

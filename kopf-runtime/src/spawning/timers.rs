@@ -19,12 +19,13 @@
 //!   from zero again. A timer with an `interval` or `idle` never ends on its
 //!   own.
 //!
-//! Each timer is one task with one pinned sleep; a tick allocates the state
-//! of the handler call and nothing else, so that a waiting timer is small.
+//! Each timer is one task with one alarm (see [`alarms`](super::alarms)),
+//! which waits in its spawner's slots and not in Tokio's wheel; a tick
+//! allocates the state of the handler call and nothing else, so that a
+//! waiting timer is small.
 //!
 //! [`Spawner::ensure_encoded`]: super::Spawner::ensure_encoded
 
-use std::pin::pin;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -62,15 +63,16 @@ pub(crate) fn run(mut run: Run) -> impl Future<Output = ()> + Send {
         let mut tick = anchor;
         let mut retry = 0;
         let mut started = None;
-        // One sleep for the timer's whole life: a tick only re-arms it, with
-        // no allocation. The stop flag wakes the task through its one waker
-        // slot, so the waiting future holds no waiter of its own.
-        let mut sleep = pin!(tokio::time::sleep_until(tick));
+        // One alarm for the timer's whole life, filed with its spawner's
+        // (see `alarms`): a tick only re-arms it, with no allocation. The
+        // stop flag wakes the task through its one waker slot, so the
+        // waiting future holds no waiter of its own.
+        let mut alarm = run.liveness.shared.calling.alarms.at(tick);
         loop {
-            sleep.as_mut().reset(tick);
-            // The sleep first: a due tick then costs no look at the flag's
+            alarm.reset(tick);
+            // The alarm first: a due tick then costs no look at the flag's
             // waker slot, only at its atomic.
-            let stopped = std::future::poll_fn(|cx| match sleep.as_mut().poll(cx) {
+            let stopped = std::future::poll_fn(|cx| match alarm.poll_rung(cx) {
                 Poll::Ready(()) => Poll::Ready(flag.is_set()),
                 Poll::Pending => flag.poll_set(cx).map(|()| true),
             })
