@@ -299,6 +299,11 @@ pub(crate) struct Alarm<'a> {
 }
 
 impl Alarm<'_> {
+    /// Its deadline.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
     /// The alarm for `deadline` instead, not filed until polled again.
     pub(crate) fn reset(&mut self, deadline: Instant) {
         let filed = std::mem::replace(&mut self.filed, Filed::NOT);

@@ -34,6 +34,7 @@ use tokio::time::Instant;
 
 use super::outcome::Verdict;
 use super::runner::Run;
+use crate::model::handlers::TimerOptions;
 use crate::peering::fencing::Held;
 use crate::spawning::stopping::{StopFlag, deadline_after};
 
@@ -46,35 +47,32 @@ pub(crate) fn run(mut run: Run) -> impl Future<Output = ()> + Send {
     // An async block, not an async fn: an async fn keeps a second copy of
     // its argument in its future, and every task holds that future.
     async move {
-        // Borrowed, not cloned: every waiting timer's future holds these.
-        let spec = &*run.spec;
-        let Some(schedule) = spec.timer_options() else {
+        // Not kept in a local: what a waiting timer's future holds in
+        // locals is held by every waiting timer.
+        if run.spec.timer_options().is_none() {
             return;
-        };
-        if let Some(delay) = spec.start_delay()
+        }
+        if let Some(delay) = run.spec.start_delay()
             && Box::pin(run.flag().wait(delay)).await
         {
             return;
         }
-        // By its field path, not `run.flag()`: the loop borrows
-        // `run.changes` mutably while it holds this.
-        let flag = &run.liveness.shared.flag;
         let anchor = Instant::now();
-        let mut tick = anchor;
-        let mut retry = 0;
-        let mut started = None;
+        // A series of retries, boxed: only a failing handler makes one.
+        let mut retrying: Option<Box<Retrying>> = None;
         // One alarm for the timer's whole life, filed with its spawner's
-        // (see `alarms`): a tick only re-arms it, with no allocation. The
-        // stop flag wakes the task through its one waker slot, so the
-        // waiting future holds no waiter of its own.
-        let mut alarm = run.liveness.shared.calling.alarms.at(tick);
+        // (see `alarms`), and its deadline the next tick's: a tick only
+        // re-arms it, with no allocation. The stop flag wakes the task
+        // through its one waker slot, so the waiting future holds no
+        // waiter of its own.
+        let mut alarm = run.liveness.shared.calling.alarms.at(anchor);
         loop {
-            alarm.reset(tick);
             // The alarm first: a due tick then costs no look at the flag's
-            // waker slot, only at its atomic.
+            // waker slot, only at its atomic. The flag by its field path,
+            // not `run.flag()`: the loop borrows `run.changes` mutably.
             let stopped = std::future::poll_fn(|cx| match alarm.poll_rung(cx) {
-                Poll::Ready(()) => Poll::Ready(flag.is_set()),
-                Poll::Pending => flag.poll_set(cx).map(|()| true),
+                Poll::Ready(()) => Poll::Ready(run.liveness.shared.flag.is_set()),
+                Poll::Pending => run.liveness.shared.flag.poll_set(cx).map(|()| true),
             })
             .await;
             if stopped {
@@ -84,8 +82,8 @@ pub(crate) fn run(mut run: Run) -> impl Future<Output = ()> + Send {
             // few bytes above, not the largest of these (for tens of
             // thousands of timers). What the attempt keeps (its outcome, its
             // start) stays in its own box too.
-            if let (Some(idle), Some(changes)) = (schedule.idle, run.changes.as_mut())
-                && Box::pin(wait_idle(flag, changes, idle)).await
+            if let (Some(idle), Some(changes)) = (schedule(&run).idle, run.changes.as_mut())
+                && Box::pin(wait_idle(&run.liveness.shared.flag, changes, idle)).await
             {
                 return;
             }
@@ -93,50 +91,77 @@ pub(crate) fn run(mut run: Run) -> impl Future<Output = ()> + Send {
             if let Some(recheck) = run.held_back(Held::Timer, begun) {
                 // The Lease lapsed (the process was paused?): no tick until it
                 // is renewed; the term ends first if it is not.
-                tick = deadline_after(begun, recheck);
+                alarm.reset(deadline_after(begun, recheck));
                 continue;
             }
-            let first = *started.get_or_insert(begun);
-            if schedule.interval.is_none()
+            if schedule(&run).interval.is_none()
                 && let Some(changes) = run.changes.as_mut()
             {
                 // What this attempt reads is seen: only a later change makes
                 // the next run due.
                 changes.mark_unchanged();
             }
-            let verdict = Box::pin(run.attempt(retry, first)).await;
+            let verdict = Box::pin(attempt(&run, &mut retrying, begun)).await;
             let now = Instant::now();
-            match verdict {
+            let schedule = schedule(&run);
+            let next = match verdict {
                 Verdict::Stopped => return,
-                Verdict::RetryIn(delay) => {
-                    retry += 1;
-                    tick = deadline_after(now, delay);
-                }
-                Verdict::Done | Verdict::GaveUp => {
-                    retry = 0;
-                    started = None;
-                    tick = match schedule.interval {
-                        Some(interval) if schedule.sharp => {
-                            next_sharp_tick(anchor, interval, tick.max(anchor), now)
+                Verdict::RetryIn(delay) => deadline_after(now, delay),
+                Verdict::Done | Verdict::GaveUp => match schedule.interval {
+                    Some(interval) if schedule.sharp => {
+                        next_sharp_tick(anchor, interval, alarm.deadline().max(anchor), now)
+                    }
+                    Some(interval) => deadline_after(now, interval),
+                    None => {
+                        // Only timers with `idle` watch the changes.
+                        let Some(changes) = run.changes.as_mut() else {
+                            run.finish_for_good();
+                            return;
+                        };
+                        // Once the object changes, it is due when idle.
+                        if Box::pin(wait_change(&run.liveness.shared.flag, changes)).await {
+                            return;
                         }
-                        Some(interval) => deadline_after(now, interval),
-                        None => {
-                            // Only timers with `idle` watch the changes.
-                            let Some(changes) = run.changes.as_mut() else {
-                                run.finish_for_good();
-                                return;
-                            };
-                            // Once the object changes, it is due when idle.
-                            if Box::pin(wait_change(flag, changes)).await {
-                                return;
-                            }
-                            Instant::now()
-                        }
-                    };
-                }
-            }
+                        Instant::now()
+                    }
+                },
+            };
+            alarm.reset(next);
         }
     }
+}
+
+/// What a timer keeps while it retries a tick: how many retries so far, and
+/// when the first attempt began.
+struct Retrying {
+    retry: u32,
+    first: Instant,
+}
+
+/// The options of a timer's task (checked when its loop starts).
+fn schedule(run: &Run) -> &TimerOptions {
+    run.spec
+        .timer_options()
+        .expect("invariant: a timer's loop runs a timer's spec")
+}
+
+/// One attempt of a tick begun at `begun`, in the series of retries
+/// `retrying` (which it ends or goes on with): boxed by the loop, so that
+/// what it keeps over the call is not in every waiting timer's future.
+async fn attempt(run: &Run, retrying: &mut Option<Box<Retrying>>, begun: Instant) -> Verdict {
+    let (retry, first) = retrying
+        .as_deref()
+        .map_or((0, begun), |series| (series.retry, series.first));
+    let verdict = run.attempt(retry, first).await;
+    match verdict {
+        Verdict::RetryIn(_) => match retrying {
+            Some(series) => series.retry += 1,
+            None => *retrying = Some(Box::new(Retrying { retry: 1, first })),
+        },
+        Verdict::Done | Verdict::GaveUp => *retrying = None,
+        Verdict::Stopped => {}
+    }
+    verdict
 }
 
 /// Wait until the object has changed since the receiver last looked.
