@@ -5,7 +5,10 @@
 //! Services, ServiceAccounts, Roles, ClusterRoles and their bindings,
 //! Deployments and PodDisruptionBudgets (stored, without controllers), the
 //! access reviews, TokenRequests and CRDs registered through the API; CRUD with
-//! `resourceVersion`/`uid`/`generation`, label and field selectors, paging,
+//! `resourceVersion`/`uid`, `generation` where the API server keeps one
+//! (Pods, Deployments, PodDisruptionBudgets, CRDs, webhook configurations
+//! and custom resources; ConfigMaps and the rest keep what their creator
+//! gave), label and field selectors, paging,
 //! watches with resume, bookmarks and `410 Gone`, merge/JSON/strategic/apply
 //! patches, optimistic concurrency, finalizers with `deletionTimestamp` and the
 //! status subresource. Faults can be injected through [`Faults`] (failures,

@@ -27,6 +27,58 @@ pub(crate) struct ResourceDef {
     pub status_subresource: bool,
     /// Whether this version is the storage version (for CRDs).
     pub storage: bool,
+    /// How the API server keeps `metadata.generation` for it.
+    pub generation: Generation,
+}
+
+/// How the API server's strategy for a resource keeps `metadata.generation`
+/// (its `PrepareForCreate` and `PrepareForUpdate` in
+/// `pkg/registry/<group>/<resource>/strategy.go`). On every resource an
+/// update keeps the stored generation whatever the request says
+/// (`rest.BeforeUpdate`), and marking an object as being deleted adds one
+/// to a generation above 0 (`markAsDeleting`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Generation {
+    /// None of its own (ConfigMaps, Secrets, Services, RBAC, Leases, ...):
+    /// an object keeps the one its creator gave (normally none), and no
+    /// write changes it.
+    Untracked,
+    /// 1 on create, one more on each write that changes the object outside
+    /// `metadata` (and outside `status` when that is a subresource): Pods,
+    /// PodDisruptionBudgets, CRDs, webhook configurations, custom resources.
+    Spec,
+    /// As `Spec`, and also on a write that changes its annotations
+    /// (Deployments).
+    SpecAndAnnotations,
+}
+
+impl Generation {
+    /// The API server's rule for a built-in resource.
+    fn of_builtin(group: &str, plural: &str) -> Self {
+        match (group, plural) {
+            ("apps", "deployments") => Self::SpecAndAnnotations,
+            ("", "pods")
+            | ("policy", "poddisruptionbudgets")
+            | ("apiextensions.k8s.io", "customresourcedefinitions")
+            | (
+                "admissionregistration.k8s.io",
+                "validatingwebhookconfigurations" | "mutatingwebhookconfigurations",
+            ) => Self::Spec,
+            _ => Self::Untracked,
+        }
+    }
+
+    /// Whether a write from `old` to `new` adds one to the generation.
+    pub(crate) fn bumps(self, old: &Value, new: &Value, status_is_subresource: bool) -> bool {
+        let spec = || crate::objects::spec_changed(old, new, status_is_subresource);
+        let annotations =
+            || old.pointer("/metadata/annotations") != new.pointer("/metadata/annotations");
+        match self {
+            Self::Untracked => false,
+            Self::Spec => spec(),
+            Self::SpecAndAnnotations => spec() || annotations(),
+        }
+    }
 }
 
 impl ResourceDef {
@@ -94,6 +146,7 @@ fn builtin(
         },
         status_subresource: status,
         storage: true,
+        generation: Generation::of_builtin(group, plural),
     }
 }
 
@@ -481,6 +534,7 @@ pub(crate) fn defs_from_crd(crd: &Value) -> Result<Vec<ResourceDef>, CrdError> {
                     .unwrap_or_default(),
                 status_subresource: v.pointer("/subresources/status").is_some(),
                 storage: v.get("storage").and_then(Value::as_bool).unwrap_or(false),
+                generation: Generation::Spec,
             })
         })
         .collect();

@@ -22,8 +22,9 @@ use crate::names;
 use crate::objects::{self, meta_mut};
 #[cfg(test)]
 use crate::patching::{self, PatchKind};
-use crate::resources::{self, ResourceDef, StoreKey};
+use crate::resources::{self, Generation, ResourceDef, StoreKey};
 use crate::updates;
+use crate::validation::{self, FieldError};
 
 /// The namespaces every emulator starts with.
 pub(crate) const INITIAL_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
@@ -662,7 +663,29 @@ impl Store {
                 meta.insert(field.into(), new().into());
             }
         }
-        meta.insert("generation".into(), 1.into());
+        match def.generation {
+            // Kept as its creator gave it, checked not to be negative.
+            Generation::Untracked => match meta.get("generation").and_then(Value::as_i64) {
+                Some(given) if given < 0 => {
+                    return Err(validation::invalid_object(
+                        def,
+                        &name,
+                        &[FieldError::invalid_number(
+                            "metadata.generation",
+                            given,
+                            "must be greater than or equal to 0",
+                        )],
+                    ));
+                }
+                Some(given) if given > 0 => {}
+                _ => {
+                    meta.remove("generation");
+                }
+            },
+            Generation::Spec | Generation::SpecAndAnnotations => {
+                meta.insert("generation".into(), 1.into());
+            }
+        }
         meta.remove("resourceVersion");
         meta.remove("deletionTimestamp");
         meta.remove("deletionGracePeriodSeconds");
@@ -1020,7 +1043,7 @@ impl Store {
             new["status"] = crd_status(&new);
             crd_defs = Some(defs);
         }
-        if objects::spec_changed(old, &new, def.status_subresource) {
+        if def.generation.bumps(old, &new, def.status_subresource) {
             meta_mut(&mut new).insert("generation".into(), (generation + 1).into());
         }
         if new == **old {
@@ -1136,6 +1159,14 @@ impl Store {
             let meta = meta_mut(&mut new);
             meta.insert("deletionTimestamp".into(), objects::now().into());
             meta.insert("deletionGracePeriodSeconds".into(), 0.into());
+            // As `markAsDeleting`: one more, if it has one.
+            if let Some(generation) = meta
+                .get("generation")
+                .and_then(Value::as_i64)
+                .filter(|g| *g > 0)
+            {
+                meta.insert("generation".into(), (generation + 1).into());
+            }
             meta.insert("resourceVersion".into(), rv.to_string().into());
             if is_namespace {
                 new["status"] = json!({"phase": "Terminating"});
@@ -1394,7 +1425,10 @@ mod tests {
         let obj = store.create(&def, Some("default"), cm("a"), false).unwrap();
         assert_eq!(obj["kind"], "ConfigMap");
         assert_eq!(obj["apiVersion"], "v1");
-        assert_eq!(obj["metadata"]["generation"], 1);
+        assert!(
+            obj["metadata"].get("generation").is_none(),
+            "ConfigMaps have none"
+        );
         assert_eq!(obj["metadata"]["resourceVersion"], "5");
         assert_eq!(obj["metadata"]["uid"].as_str().unwrap().len(), 36);
         assert_eq!(
@@ -1444,7 +1478,7 @@ mod tests {
     }
 
     #[test]
-    fn update_checks_resource_version_and_bumps_generation() {
+    fn update_checks_resource_version() {
         let mut store = Store::new(100);
         let def = cm_def(&store);
         let obj = store.create(&def, Some("default"), cm("a"), false).unwrap();
@@ -1462,7 +1496,7 @@ mod tests {
         let updated = store
             .update(&def, Some("default"), "a", next, Target::Main, false)
             .unwrap();
-        assert_eq!(updated["metadata"]["generation"], 2);
+        assert_eq!(updated["data"]["k"], "w");
         let relabel = json!({"metadata": {"labels": {"x": "y"}}});
         let (patched, _) = store
             .patch(
@@ -1475,7 +1509,7 @@ mod tests {
                 false,
             )
             .unwrap();
-        assert_eq!(patched["metadata"]["generation"], 2);
+        assert_eq!(patched["metadata"]["labels"]["x"], "y");
         let rv = store.current_rv();
         let (same, _) = store
             .patch(
@@ -1494,6 +1528,104 @@ mod tests {
             "a no-op patch does not bump the resourceVersion"
         );
         assert_eq!(same, patched);
+    }
+
+    /// Writes `patch` to `name` as a merge patch on the main resource.
+    fn merge(store: &mut Store, def: &ResourceDef, name: &str, patch: Value) -> Arc<Value> {
+        let target = Target::Main;
+        let (obj, _) = store
+            .patch(
+                def,
+                Some("default"),
+                name,
+                PatchKind::Merge,
+                &patch,
+                target,
+                false,
+            )
+            .unwrap();
+        obj
+    }
+
+    #[test]
+    fn a_deployment_has_a_generation_bumped_by_its_spec_and_annotations() {
+        let mut store = Store::new(100);
+        let def = store.find_def("apps", "v1", "deployments").unwrap();
+        let body = json!({"metadata": {"name": "d", "generation": 7}, "spec": {"replicas": 1}});
+        let obj = store.create(&def, Some("default"), body, false).unwrap();
+        assert_eq!(obj["metadata"]["generation"], 1, "set on create");
+        for (patch, expected, why) in [
+            (json!({"spec": {"replicas": 2}}), 2, "its spec bumps it"),
+            (
+                json!({"metadata": {"labels": {"a": "b"}}}),
+                2,
+                "labels do not",
+            ),
+            (
+                json!({"metadata": {"annotations": {"a": "b"}}}),
+                3,
+                "annotations do",
+            ),
+            (
+                json!({"metadata": {"generation": 40}}),
+                3,
+                "a write cannot set it",
+            ),
+            (
+                json!({"status": {"replicas": 2}}),
+                3,
+                "status is a subresource",
+            ),
+        ] {
+            let obj = merge(&mut store, &def, "d", patch);
+            assert_eq!(obj["metadata"]["generation"], expected, "{why}");
+        }
+    }
+
+    #[test]
+    fn a_configmap_keeps_the_generation_its_creator_gave_and_no_write_bumps_it() {
+        let mut store = Store::new(100);
+        let def = cm_def(&store);
+        let mut given = cm("g");
+        given["metadata"]["generation"] = 5.into();
+        given["metadata"]["finalizers"] = json!(["x/y"]);
+        let obj = store.create(&def, Some("default"), given, false).unwrap();
+        assert_eq!(obj["metadata"]["generation"], 5, "kept as given");
+        let obj = merge(&mut store, &def, "g", json!({"data": {"k": "w"}}));
+        assert_eq!(obj["metadata"]["generation"], 5, "not bumped");
+        let none = json!({});
+        let obj = store
+            .delete(&def, Some("default"), "g", &none, false)
+            .unwrap();
+        assert_eq!(
+            obj["metadata"]["generation"], 6,
+            "marking it as being deleted adds one"
+        );
+        let mut held = cm("n");
+        held["metadata"]["finalizers"] = json!(["x/y"]);
+        store.create(&def, Some("default"), held, false).unwrap();
+        let obj = store
+            .delete(&def, Some("default"), "n", &none, false)
+            .unwrap();
+        assert!(objects::is_deleting(&obj));
+        assert!(
+            obj["metadata"].get("generation").is_none(),
+            "none to add to"
+        );
+        let mut negative = cm("m");
+        negative["metadata"]["generation"] = (-1).into();
+        let err = store
+            .create(&def, Some("default"), negative, false)
+            .unwrap_err();
+        assert_eq!(err.code, 422);
+        assert_eq!(
+            err.message,
+            "ConfigMap \"m\" is invalid: metadata.generation: Invalid value: -1: must be greater than or equal to 0"
+        );
+        let mut text = cm("t");
+        text["metadata"]["generation"] = "1".into();
+        let err = validation::object(&def, &text).unwrap_err();
+        assert_eq!(err.code, 400, "{}", err.message);
     }
 
     #[test]

@@ -74,6 +74,15 @@ impl FieldError {
         }
     }
 
+    /// An invalid number (shown bare, as the API server shows numbers).
+    pub(crate) fn invalid_number(field: impl Into<String>, value: i64, why: &str) -> Self {
+        Self {
+            field: field.into(),
+            reason: "FieldValueInvalid",
+            detail: format!("Invalid value: {value}: {why}"),
+        }
+    }
+
     fn required(field: impl Into<String>, why: &str) -> Self {
         Self {
             field: field.into(),
@@ -236,6 +245,13 @@ pub(crate) fn object(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
                         other,
                     ));
                 }
+            }
+        }
+        match meta.get("generation") {
+            None | Some(Value::Null) => {}
+            Some(Value::Number(n)) if n.is_i64() => {}
+            Some(other) => {
+                return Err(wrong_type(def, "metadata.generation", "an integer", other));
             }
         }
         errors.extend(labels(def, meta)?);
