@@ -72,8 +72,8 @@ pub(crate) struct TaskShared {
     pub(crate) uid: Arc<str>,
     pub(crate) id: Arc<str>,
     pub(super) flag: StopFlag,
-    /// What its calls read.
-    pub(super) calling: Calling,
+    /// What its calls read: its spawner's, the same for all its tasks.
+    pub(super) calling: Arc<Calling>,
     /// What its calls derive from the object, made by the first.
     pub(super) object: OnceLock<TaskObject>,
     pub(super) generation: u64,
@@ -91,13 +91,15 @@ pub(crate) struct TaskShared {
     pub(crate) finished_for_good: AtomicBool,
 }
 
-/// What a task's calls read and never change, kept in its
-/// [`TaskShared`].
+/// What the calls of a spawner's tasks read and never change: one for all
+/// of them, which every tick finds in a cache line that the other ticks
+/// keep warm, where a copy in each [`TaskShared`] was one more line to
+/// fetch per tick (and 56 bytes more per task).
 pub(crate) struct Calling {
     pub(crate) observer: Arc<dyn Observer>,
-    /// The wall clock and Tokio's clock read once, at spawn: a call's wall
-    /// start time is derived from its monotonic one without another
-    /// system-clock read per tick.
+    /// The wall clock and Tokio's clock read once, when the spawner is
+    /// made: a call's wall start time is derived from its monotonic one
+    /// without another system-clock read per tick.
     pub(crate) epoch: (jiff::Timestamp, Instant),
     /// What a call must pass first, in a term of leadership.
     pub(crate) fence: Option<Fence>,
