@@ -36,6 +36,24 @@ impl Run {
         &self.liveness.shared
     }
 
+    /// Fetches, all at once, the memory of its own that a call is about to
+    /// update: the stop flag, and the object's body cell, memo and logger.
+    /// With hundreds of thousands of timers, each is a cache miss at every
+    /// tick, and the call's reference-count increments are locked
+    /// instructions, which wait for memory one after another. Plain loads
+    /// first let the processor wait for all of them together, and the
+    /// increments then find them in the cache. At 300,000 timers a tick
+    /// took 1.7 µs instead of 1.9 without finalizers, and 2.4 instead of
+    /// 3.1 with them. The values read mean nothing.
+    pub(crate) fn warm(&self) {
+        let shared = self.shared();
+        let object = shared
+            .object
+            .get()
+            .map(|object| (object.memo.warm(), object.logger.warm()));
+        std::hint::black_box((shared.flag.warm(), self.body.warm(), object));
+    }
+
     /// The task's stop flag.
     pub(crate) fn flag(&self) -> &StopFlag {
         &self.shared().flag

@@ -167,6 +167,12 @@ impl fmt::Debug for StopFlag {
 }
 
 impl StopFlag {
+    /// Reads the reference count of its state with a plain load, for
+    /// `Run::warm` (in `spawning/runner.rs`): the value means nothing.
+    pub(crate) fn warm(&self) -> usize {
+        Arc::strong_count(&self.inner)
+    }
+
     /// A new flag, not set.
     #[must_use]
     pub(crate) fn new() -> Self {

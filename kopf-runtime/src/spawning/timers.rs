@@ -78,6 +78,7 @@ pub(crate) fn run(mut run: Run) -> impl Future<Output = ()> + Send {
             if stopped {
                 return;
             }
+            run.warm();
             // Every other wait is boxed: a waiting timer's state is then the
             // few bytes above, not the largest of these (for tens of
             // thousands of timers). What the attempt keeps (its outcome, its

@@ -107,6 +107,12 @@ pub(crate) struct BodyReader {
 }
 
 impl BodyReader {
+    /// Reads the reference count of its object's body cell with a plain load, for
+    /// `Run::warm` (in `spawning/runner.rs`): the value means nothing.
+    pub(crate) fn warm(&self) -> usize {
+        Arc::strong_count(&self.cell)
+    }
+
     /// The latest body, now seen.
     pub(crate) fn read(&mut self) -> EncodedBody {
         let current = self.cell.lock();

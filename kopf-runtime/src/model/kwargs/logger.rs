@@ -43,6 +43,12 @@ impl fmt::Debug for Logger {
 }
 
 impl Logger {
+    /// Reads the reference count of its object's name with a plain load, for
+    /// `Run::warm` (in `spawning/runner.rs`): the value means nothing.
+    pub(crate) fn warm(&self) -> usize {
+        Arc::strong_count(&self.object)
+    }
+
     /// A logger for an object (`namespace/name`, or `name` for cluster objects).
     pub fn new(object: impl Into<Arc<str>>) -> Self {
         Logger {
