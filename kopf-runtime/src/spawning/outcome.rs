@@ -63,6 +63,6 @@ pub(crate) enum TaskKind {
     /// A daemon: the handler runs once (with retries) for as long as it wants.
     Daemon,
     /// A timer: the handler is called on the schedule of its
-    /// [`TimerOptions`].
+    /// [`TimerOptions`](crate::model::handlers::TimerOptions).
     Timer,
 }

@@ -2,7 +2,8 @@
 //! [`TaskContext`], calls the handler with panics caught (the guard of
 //! every handler call,
 //! [`execution::catch_panics`](crate::processing::execution::catch_panics)),
-//! judges the outcome and reports both to the [`Observer`]. Shared by the
+//! judges the outcome and reports both to the
+//! [`Observer`](super::observing::Observer). Shared by the
 //! daemon and timer loops.
 
 use std::sync::Arc;
