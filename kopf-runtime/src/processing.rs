@@ -49,10 +49,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::fields::{merge_into, meta_str, object_name};
 use crate::model::filters::{FieldPath, FieldValues};
-use crate::model::handlers::{Handler, HandlerKind};
-use crate::model::kwargs::{
-    Diff, EventType, Indexes, Kwargs, Level, LogSink, Logger, Memo, MemoBase, Patch, Reason,
-};
+use crate::model::handlers::Handler;
+use crate::model::kwargs::{Diff, EventType, Kwargs, Level, LogSink, Logger, Memo, Patch, Reason};
 use crate::persistence::diffbase::DiffBaseStorage;
 use crate::persistence::finalizers::{self, Action, Finalizing};
 use crate::persistence::patching::{
@@ -72,11 +70,13 @@ use crate::watching::{DeletedBy, ObjectEvent, Seen};
 
 pub(crate) mod causes;
 pub(crate) mod execution;
+mod handlers;
 pub(crate) mod indexing;
 pub(crate) mod memories;
 pub(crate) mod queueing;
 mod sending;
 
+pub(crate) use handlers::ResourceHandlers;
 use sending::{PatchSender, gone, require_version, unpatched};
 
 /// The old (stored, if any) and the new essence of an object.
@@ -110,57 +110,6 @@ impl Versioned for Work {
             | ObjectEvent::Synced { .. }
             | ObjectEvent::Undecodable { .. } => None,
         }
-    }
-}
-
-/// The handlers of one resource, split by what they react to.
-#[derive(Clone, Default)]
-pub(crate) struct ResourceHandlers {
-    /// `on_create`, `on_update`, `on_delete`, `on_resume`, `on_field`.
-    pub changing: Vec<Handler>,
-    /// `on_event`.
-    pub watching: Vec<Handler>,
-    /// `daemon` and `timer`.
-    pub spawning: Vec<Handler>,
-    /// `index` (run by the watch loop: see the runtime's `indexing` module).
-    pub indexing: Vec<Handler>,
-    /// The operator's indexes, which the handlers take by id.
-    pub indexes: Indexes,
-    /// The operator's memo as the start-up handlers left it: what each
-    /// object's memo starts as.
-    pub memo: MemoBase,
-}
-
-impl ResourceHandlers {
-    /// Splits `handlers` (all of one resource) by kind.
-    pub(crate) fn new<'a>(handlers: impl IntoIterator<Item = &'a Handler>) -> Self {
-        let mut split = Self::default();
-        for handler in handlers {
-            if handler.kind().is_changing() {
-                split.changing.push(handler.clone());
-            } else if handler.kind() == HandlerKind::OnEvent {
-                split.watching.push(handler.clone());
-            } else if handler.kind().is_spawning() {
-                split.spawning.push(handler.clone());
-            } else if handler.kind() == HandlerKind::Index {
-                split.indexing.push(handler.clone());
-            }
-        }
-        split
-    }
-
-    /// The same handlers, taking `indexes` by id.
-    #[must_use]
-    pub(crate) fn with_indexes(mut self, indexes: Indexes) -> Self {
-        self.indexes = indexes;
-        self
-    }
-
-    /// The same handlers, their objects' memos starting as forks of `memo`.
-    #[must_use]
-    pub(crate) fn with_memo(mut self, memo: MemoBase) -> Self {
-        self.memo = memo;
-        self
     }
 }
 
