@@ -38,6 +38,9 @@
 //!   Accepted, its echo is known and skipped (see
 //!   [`echoes`](crate::watching::echoes)); refused with `409 Conflict`, it is sent
 //!   again at once without the condition, and its echo is processed.
+//! - The finalizer's patch comes back with nothing new when the object was
+//!   handled from its answer and nothing was left to do: its echo is
+//!   skipped too, unless event or index handlers serve the resource.
 
 use std::cell::OnceCell;
 use std::sync::Arc;
@@ -127,9 +130,23 @@ pub(crate) struct ResourceProcessor {
     memories: Memories,
     tasks: Arc<ResourceTasks>,
     /// The operator's own patches that come back with nothing new; kept
-    /// when only change handlers serve the resource (event handlers see
-    /// every event, daemons and timers every body).
+    /// unless event or index handlers serve the resource (they see every
+    /// event). See [`EchoRule`] for which patches are expected back.
     echoes: Option<Echoes>,
+    echo_rule: EchoRule,
+}
+
+/// Which of the operator's patches the watch may skip when they come back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EchoRule {
+    /// The finalizer's patch, when nothing is left to do after it: the
+    /// object was handled from the server's answer, the body that the
+    /// patch's event carries.
+    Finalizer,
+    /// Also a settling patch, guarded by the handled body's version. Only
+    /// when change handlers alone serve the resource: daemons and timers
+    /// see every body, the annotations such a patch adds too.
+    FinalizerAndSettling,
 }
 
 /// What handling an object came to.
@@ -185,11 +202,13 @@ impl ResourceProcessor {
             exiting,
         ));
         // Index handlers see every body too: one may index what the patch changed.
-        let echoes = (handlers.watching.is_empty()
-            && handlers.indexing.is_empty()
-            && tasks.is_empty()
-            && !handlers.changing.is_empty())
-        .then(Echoes::default);
+        let echoes =
+            (handlers.watching.is_empty() && handlers.indexing.is_empty()).then(Echoes::default);
+        let echo_rule = if tasks.is_empty() && !handlers.changing.is_empty() {
+            EchoRule::FinalizerAndSettling
+        } else {
+            EchoRule::Finalizer
+        };
         Self {
             progression: Progression {
                 storage: Arc::new(ProgressStorage::from_settings(&settings.persistence)),
@@ -214,12 +233,13 @@ impl ResourceProcessor {
             memories,
             tasks,
             echoes,
+            echo_rule,
         }
     }
 
     /// The operator's own patches the processor expects back with nothing
     /// new, for the watch to skip (see [`Echoes`]); `None` when every event
-    /// must be processed: the resource has event handlers, daemons or timers.
+    /// must be processed: the resource has event or index handlers.
     pub(crate) fn echoes(&self) -> Option<&Echoes> {
         self.echoes.as_ref()
     }
@@ -327,7 +347,12 @@ impl ResourceProcessor {
             .handle_object(uid, body, &memory, &logger, &mut patch)
             .await;
         let mut body = Arc::clone(body);
-        let mut echoes = self.echoes.as_ref();
+        let mut echoes = self
+            .echoes
+            .as_ref()
+            .filter(|_| self.echo_rule == EchoRule::FinalizerAndSettling);
+        // The finalizer's patch, if it was sent and answered.
+        let mut finalized = false;
         if handling.adds_finalizer {
             // Boxed: once per object, and every processing's future stays
             // as small as the common path needs.
@@ -344,6 +369,7 @@ impl ResourceProcessor {
             // The finalizer's own event is still to come, older than what
             // this patch makes: the worker waits past it for this one's.
             echoes = None;
+            finalized = true;
         }
         let Handling {
             delay,
@@ -363,6 +389,12 @@ impl ResourceProcessor {
             Some(memory)
         };
         if patch.as_object().is_none_or(|p| p.is_empty()) {
+            if finalized
+                && delay.is_none()
+                && let Some(memory) = &memory
+            {
+                self.expect_finalizer_echo(&body, memory);
+            }
             return Processed {
                 expect_version: None,
                 retry_after: delay,
@@ -395,9 +427,14 @@ impl ResourceProcessor {
                     && let Some(version) = version.as_deref()
                     && Some(version) != handled_version
                 {
-                    echoes.expect(uid, version);
-                    // Nothing needs comparing when it comes back.
-                    drop(memory.as_ref().and_then(|memory| memory.take_handled()));
+                    match &memory {
+                        Some(memory) => {
+                            echoes.expect(&memory.uid, version);
+                            // Nothing needs comparing when it comes back.
+                            drop(memory.take_handled());
+                        }
+                        None => echoes.expect(&Arc::from(uid), version),
+                    }
                     return Processed {
                         expect_version: None,
                         retry_after: delay,
@@ -421,6 +458,22 @@ impl ResourceProcessor {
             Arc::clone(&self.target.api),
             self.target.status_subresource,
         )
+    }
+
+    /// The object was handled from the finalizer patch's answer (`body`),
+    /// and nothing is left to do: the event of that patch carries this very
+    /// body, so the watch skips it by UID and version (at start-up, one
+    /// event per object that would be decoded and processed for nothing).
+    /// Not with a retry due: it would process the newest event the queue
+    /// holds, which would be the one before the patch.
+    fn expect_finalizer_echo(&self, body: &Value, memory: &ObjectMemory) {
+        if let Some(echoes) = &self.echoes
+            && let Some(version) = meta_str(body, "resourceVersion")
+        {
+            echoes.expect(&memory.uid, version);
+            // Nothing needs comparing when it comes back.
+            drop(memory.take_handled());
+        }
     }
 
     /// Adds the finalizer (`patch`, with what the event handlers patched)
@@ -925,10 +978,22 @@ mod tests {
 
         // The echo (here without the patch's annotations: processed, it
         // would be created again) is known and left alone.
-        let echo = upserted(example("ns", "a", "u1", "2"), Seen::Changed);
-        let processed = processor.process("u1".into(), echo).await;
+        echo_is_skipped(&processor, &log, &echoes, example("ns", "a", "u1", "2")).await;
+    }
+
+    /// Processes `echo` as `u1`'s next event, after one patch: it is known,
+    /// and nothing more is sent.
+    async fn echo_is_skipped(
+        processor: &ResourceProcessor,
+        log: &Mutex<Vec<Recorded>>,
+        echoes: &Echoes,
+        echo: Value,
+    ) {
+        let processed = processor
+            .process("u1".into(), upserted(echo, Seen::Changed))
+            .await;
         assert_eq!(processed, Processed::default());
-        assert_eq!(patches(&log).len(), 1, "nothing more is sent");
+        assert_eq!(patches(log).len(), 1, "nothing more is sent");
         assert!(echoes.is_empty());
     }
 
@@ -1155,6 +1220,46 @@ mod tests {
         assert_eq!(processed.retry_after, None);
         assert!(patches(&log).is_empty(), "{:?}", patches(&log));
         assert!(processor.tasks.any_running("u1"), "stopping");
+    }
+
+    /// The object `u1` at `version`, as the finalizer's patch leaves it.
+    fn finalized(version: &str) -> Value {
+        let mut body = example("ns", "a", "u1", version);
+        body["metadata"]["finalizers"] = json!([FINALIZER]);
+        body
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_finalizers_echo_is_skipped_once_its_answer_is_handled() {
+        let registry = daemon(Registry::builder(), "slow", Duration::ZERO);
+        let (processor, log) = processor(registry, |_| Reply::Json(200, finalized("2")));
+        let echoes = processor.echoes().expect("no event handlers").clone();
+        let processed = process_new(&processor).await;
+        assert_eq!(patches(&log).len(), 1, "the finalizer");
+        assert!(processor.tasks.any_running("u1"), "started from the answer");
+        assert_eq!(processed, Processed::default(), "no wait for the echo");
+        assert_eq!(echoes.len(), 1, "its echo is expected");
+
+        // Processed after all (it came before the answer was read): known.
+        echo_is_skipped(&processor, &log, &echoes, finalized("2")).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_tasks_and_change_handlers_only_the_finalizers_echo_is_skipped() {
+        let registry = daemon(creating(), "slow", Duration::ZERO);
+        let (processor, log) = processor(registry, |_| Reply::Json(200, finalized("2")));
+        let processed = process_new(&processor).await;
+        let sent = patches(&log);
+        assert_eq!(sent.len(), 2, "the finalizer, then the outcome: {sent:?}");
+        assert!(
+            sent[1]["metadata"].get("resourceVersion").is_none(),
+            "the tasks see every body: unguarded: {sent:?}"
+        );
+        assert_eq!(processed.expect_version.as_deref(), Some("2"));
+        assert!(
+            processor.echoes().expect("kept").is_empty(),
+            "the outcome's echo is processed, for the tasks' live body"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -10,13 +10,19 @@
 //! handle. [`Echoes`] remembers that version, so the watch recognises the
 //! event by UID and version alone and does not even decode its body.
 //!
+//! So too for the patch that adds the finalizer, when the object is then
+//! handled from the server's answer and nothing is left to do: the object
+//! at the answered version is the body that was handled. At start-up that
+//! is one event per object that daemons or timers keep.
+//!
 //! An expectation lives until the next event or processing of its object,
 //! whichever comes first, so the book holds only the patches still in flight.
 //!
 //! # Guarantees
 //! - An event is skipped only at the exact version the server answered a
-//!   guarded patch with. A patch refused with `409 Conflict` (the object
-//!   changed meanwhile) is re-sent unguarded, and its echo is handled.
+//!   guarded patch with, or the finalizer's patch whose answer was
+//!   handled. A patch refused with `409 Conflict` (the object changed
+//!   meanwhile) is re-sent unguarded, and its echo is handled.
 //! - Any other event of the object drops its expectation.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -28,23 +34,37 @@ use hashbrown::HashMap;
 /// resource and its watch). See the [module docs](self).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Echoes {
-    expected: Arc<Mutex<HashMap<Box<str>, Box<str>>>>,
+    /// By the object's UID, shared with its memory: no copy of it here.
+    expected: Arc<Mutex<HashMap<Arc<str>, Box<str>>>>,
 }
 
+/// The least capacity the book gives back: a table this small is kept.
+const KEPT_CAPACITY: usize = 64;
+
 impl Echoes {
-    fn lock(&self) -> MutexGuard<'_, HashMap<Box<str>, Box<str>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Box<str>>> {
         // The map holds no invariant a panicking holder could break halfway.
         self.expected.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Expects the object `uid` back at `version` with nothing new in it.
-    pub(crate) fn expect(&self, uid: &str, version: &str) {
+    pub(crate) fn expect(&self, uid: &Arc<str>, version: &str) {
         let mut expected = self.lock();
-        match expected.get_mut(uid) {
+        match expected.get_mut(&**uid) {
             Some(known) => *known = version.into(),
             None => {
-                expected.insert(uid.into(), version.into());
+                expected.insert(Arc::clone(uid), version.into());
             }
+        }
+    }
+
+    /// Gives back most of a table that a burst of patches grew (one per
+    /// listed object at start-up) once their echoes have come: a table
+    /// shrinks when it is an eighth full, to twice what it holds, so
+    /// each shrink is paid for by the removals before it.
+    fn removed(expected: &mut HashMap<Arc<str>, Box<str>>) {
+        if expected.capacity() > KEPT_CAPACITY && expected.len() * 8 < expected.capacity() {
+            expected.shrink_to(expected.len() * 2);
         }
     }
 
@@ -55,7 +75,9 @@ impl Echoes {
         if expected.is_empty() {
             return false;
         }
-        expected.remove(uid).is_some_and(|known| &*known == version)
+        let taken = expected.remove(uid);
+        Self::removed(&mut expected);
+        taken.is_some_and(|known| &*known == version)
     }
 
     /// Drops the expectation of `uid` (its object is gone).
@@ -63,7 +85,14 @@ impl Echoes {
         let mut expected = self.lock();
         if !expected.is_empty() {
             expected.remove(uid);
+            Self::removed(&mut expected);
         }
+    }
+
+    #[cfg(test)]
+    /// How many echoes the table has room for.
+    fn capacity(&self) -> usize {
+        self.lock().capacity()
     }
 
     #[cfg(test)]
@@ -72,7 +101,6 @@ impl Echoes {
         self.lock().len()
     }
 
-    #[cfg(test)]
     /// Whether no echo is expected.
     pub(crate) fn is_empty(&self) -> bool {
         self.lock().is_empty()
@@ -83,10 +111,32 @@ impl Echoes {
 mod tests {
     use super::*;
 
+    fn uid(uid: &str) -> Arc<str> {
+        Arc::from(uid)
+    }
+
+    #[test]
+    fn a_drained_burst_gives_its_table_back() {
+        let echoes = Echoes::default();
+        let uids: Vec<_> = (0..10_000).map(|n| uid(&n.to_string())).collect();
+        for uid in &uids {
+            echoes.expect(uid, "1");
+        }
+        let grown = echoes.capacity();
+        for uid in &uids[..9_990] {
+            assert!(echoes.take(uid, "1"));
+        }
+        assert!(echoes.capacity() <= 64, "{} of {grown}", echoes.capacity());
+        for uid in &uids[9_990..] {
+            assert!(echoes.take(uid, "1"), "kept through the shrinks");
+        }
+        assert!(echoes.is_empty());
+    }
+
     #[test]
     fn another_version_drops_the_expectation() {
         let echoes = Echoes::default();
-        echoes.expect("uid-1", "42");
+        echoes.expect(&uid("uid-1"), "42");
         assert!(
             !echoes.take("uid-1", "41"),
             "another version is not the echo"
@@ -95,7 +145,7 @@ mod tests {
             !echoes.take("uid-1", "42"),
             "and it dropped the expectation"
         );
-        echoes.expect("uid-1", "43");
+        echoes.expect(&uid("uid-1"), "43");
         assert!(echoes.take("uid-1", "43"));
         assert!(echoes.is_empty());
     }
@@ -103,7 +153,7 @@ mod tests {
     #[test]
     fn an_echo_is_taken_once() {
         let echoes = Echoes::default();
-        echoes.expect("u", "5");
+        echoes.expect(&uid("u"), "5");
         assert!(echoes.take("u", "5"));
         assert!(!echoes.take("u", "5"), "taken already");
     }
@@ -111,8 +161,8 @@ mod tests {
     #[test]
     fn a_newer_expectation_replaces_the_older() {
         let echoes = Echoes::default();
-        echoes.expect("u", "5");
-        echoes.expect("u", "7");
+        echoes.expect(&uid("u"), "5");
+        echoes.expect(&uid("u"), "7");
         assert_eq!(echoes.len(), 1);
         assert!(echoes.take("u", "7"));
     }
@@ -120,7 +170,7 @@ mod tests {
     #[test]
     fn objects_are_kept_apart() {
         let echoes = Echoes::default();
-        echoes.expect("u", "5");
+        echoes.expect(&uid("u"), "5");
         assert!(!echoes.take("v", "5"), "another object at the same version");
         assert!(echoes.take("u", "5"), "the expectation of u is untouched");
     }
@@ -128,7 +178,7 @@ mod tests {
     #[test]
     fn forgetting_drops_the_expectation() {
         let echoes = Echoes::default();
-        echoes.expect("u", "5");
+        echoes.expect(&uid("u"), "5");
         echoes.forget("u");
         assert!(echoes.is_empty());
         assert!(!echoes.take("u", "5"));

@@ -464,8 +464,9 @@ impl ScopeWatch {
         };
         let offered = match (slots, echoes) {
             (Some(_), _) => Some(Offered::All),
-            (None, Some(_)) => Some(Offered::Modified),
-            (None, None) => None,
+            // No patch in flight: no event to look into before decoding it.
+            (None, Some(echoes)) if !echoes.is_empty() => Some(Offered::Modified),
+            (None, _) => None,
         };
         let skip = offered.map(|offered| (offered, &mut skip));
         match events::decode(line, self.settings.max_depth, skip) {

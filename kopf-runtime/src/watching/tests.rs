@@ -176,8 +176,8 @@ async fn relist_after_gone_reports_vanished_objects() {
 #[tokio::test(start_paused = true)]
 async fn expected_echoes_are_skipped_and_their_versions_count_as_seen() {
     let echoes = Echoes::default();
-    echoes.expect("u1", "13");
-    echoes.expect("u2", "30");
+    echoes.expect(&"u1".into(), "13");
+    echoes.expect(&"u2".into(), "30");
     let lists = AtomicUsize::new(0);
     let watches = AtomicUsize::new(0);
     let mut running = Running::start_with(
