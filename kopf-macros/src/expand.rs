@@ -272,6 +272,14 @@ pub(crate) fn expand(
         Source::Index { name } => Some(name.as_str()),
         Source::Kwarg { .. } => None,
     });
+    let takes_client = sig.params.iter().any(|param| {
+        matches!(
+            param.source,
+            Source::Kwarg {
+                trait_name: "ClientArg"
+            }
+        )
+    });
     quote! {
         #item
 
@@ -287,6 +295,7 @@ pub(crate) fn expand(
                     name: ::core::stringify!(#ident),
                     blocking: #blocking,
                     index_params: &[#(#index_params),*],
+                    client: #takes_client,
                     invoke: __kopf_invoke,
                 },
                 id: #id,

@@ -75,6 +75,7 @@ const _: () = {
             name: ::core::stringify!(monitor),
             blocking: false,
             index_params: &[],
+            client: false,
             invoke: __kopf_invoke,
         },
         id: ::kopf_runtime::__private::None,

@@ -63,6 +63,7 @@ const _: () = {
             name: ::core::stringify!(by_node),
             blocking: false,
             index_params: &[],
+            client: false,
             invoke: __kopf_invoke,
         },
         id: ::kopf_runtime::__private::None,

@@ -36,6 +36,7 @@ const _: () = {
             name: ::core::stringify!(bye),
             blocking: true,
             index_params: &[],
+            client: false,
             invoke: __kopf_invoke,
         },
         id: ::kopf_runtime::__private::None,

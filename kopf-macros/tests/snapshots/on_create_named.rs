@@ -39,6 +39,7 @@ const _: () = {
             name: ::core::stringify!(created),
             blocking: false,
             index_params: &[],
+            client: false,
             invoke: __kopf_invoke,
         },
         id: ::kopf_runtime::__private::Some("deployed"),

@@ -58,6 +58,7 @@ const _: () = {
             name: ::core::stringify!(spied),
             blocking: false,
             index_params: &[],
+            client: false,
             invoke: __kopf_invoke,
         },
         id: ::kopf_runtime::__private::None,

@@ -57,6 +57,7 @@ const _: () = {
             name: ::core::stringify!(relabelled),
             blocking: true,
             index_params: &["by_owner"],
+            client: false,
             invoke: __kopf_invoke,
         },
         id: ::kopf_runtime::__private::None,

@@ -45,6 +45,7 @@ const _: () = {
             name: ::core::stringify!(login),
             blocking: false,
             index_params: &[],
+            client: false,
             invoke: __kopf_invoke,
         },
         id: ::kopf_runtime::__private::None,

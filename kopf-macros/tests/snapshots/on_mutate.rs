@@ -56,6 +56,7 @@ const _: () = {
             name: ::core::stringify!(mutate),
             blocking: false,
             index_params: &[],
+            client: false,
             invoke: __kopf_invoke,
         },
         id: ::kopf_runtime::__private::None,

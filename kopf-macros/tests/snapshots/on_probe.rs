@@ -41,6 +41,7 @@ const _: () = {
             name: ::core::stringify!(probe),
             blocking: false,
             index_params: &[],
+            client: false,
             invoke: __kopf_invoke,
         },
         id: ::kopf_runtime::__private::Some("ready"),

@@ -55,6 +55,7 @@ const _: () = {
             name: ::core::stringify!(resumed),
             blocking: true,
             index_params: &[],
+            client: false,
             invoke: __kopf_invoke,
         },
         id: ::kopf_runtime::__private::None,

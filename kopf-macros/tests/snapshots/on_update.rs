@@ -83,6 +83,7 @@ const _: () = {
             name: ::core::stringify!(resized),
             blocking: false,
             index_params: &[],
+            client: false,
             invoke: __kopf_invoke,
         },
         id: ::kopf_runtime::__private::None,

@@ -56,6 +56,7 @@ const _: () = {
             name: ::core::stringify!(expire),
             blocking: false,
             index_params: &[],
+            client: true,
             invoke: __kopf_invoke,
         },
         id: ::kopf_runtime::__private::None,

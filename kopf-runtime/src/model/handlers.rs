@@ -195,6 +195,8 @@ pub struct Handler {
     blocking: bool,
     /// The names of the indexes the handler takes as parameters.
     index_params: Vec<Cow<'static, str>>,
+    /// Whether the fn may read the `client` kwarg (see [`Handler::client_for`]).
+    takes_client: bool,
     /// The callable.
     func: HandlerFn,
     problems: Vec<String>,
@@ -308,6 +310,7 @@ impl Handler {
             requires_finalizer,
             blocking: false,
             index_params: Vec::new(),
+            takes_client: true,
             func,
             problems,
             metrics: None,
@@ -531,6 +534,39 @@ impl Handler {
     pub fn blocking(mut self, blocking: bool) -> Self {
         self.blocking = blocking;
         self
+    }
+
+    /// Declares whether the fn reads `client` from its [`Kwargs`]. The
+    /// macros tell from the fn's parameters. A handler made with these
+    /// constructors gets the whole `Kwargs`, so it gets the client unless
+    /// told otherwise: `takes_client(false)` spares each of its calls a
+    /// clone of the operator's client (two allocations, on every tick of a
+    /// timer), and `kw.client` is then `None`.
+    ///
+    /// ```
+    /// use kopf_runtime::{Handler, Kwargs, ResourceRef};
+    /// use std::time::Duration;
+    ///
+    /// let configmaps = ResourceRef::dynamic("", "v1", "configmaps");
+    /// let tick = Handler::timer(configmaps, "tick", |kw: Kwargs| async move {
+    ///     assert!(kw.client.is_none());
+    /// })
+    /// .interval(Duration::from_secs(1))
+    /// .takes_client(false);
+    /// # let _ = tick;
+    /// ```
+    #[must_use]
+    pub fn takes_client(mut self, takes: bool) -> Self {
+        self.takes_client = takes;
+        self
+    }
+
+    /// The client a call of the fn gets in its `Kwargs`: a clone of the
+    /// operator's, or none for a fn without a `client` parameter. A clone
+    /// is two allocations (its request buffer's sender and its default
+    /// namespace), which a timer would pay on every tick for nothing.
+    pub(crate) fn client_for(&self, client: &kube::Client) -> Option<kube::Client> {
+        self.takes_client.then(|| client.clone())
     }
 
     /// Declares that the fn reads the index `name` (validated at registry build).

@@ -91,6 +91,8 @@ pub struct FunctionRecord {
     pub blocking: bool,
     /// The names of index parameters.
     pub index_params: &'static [&'static str],
+    /// Whether the fn takes the `client` parameter.
+    pub client: bool,
     /// The generated invoker.
     pub invoke: fn(Kwargs) -> BoxFuture<'static, Outcome>,
 }
@@ -377,7 +379,8 @@ impl HandlerRecord {
         let invoke = self.function.invoke;
         let mut handler = Handler::new(self.kind, resource, id, Arc::new(invoke))
             .fn_path(self.function.path)
-            .blocking(self.function.blocking);
+            .blocking(self.function.blocking)
+            .takes_client(self.function.client);
         for name in self.function.index_params {
             handler = handler.uses_index(*name);
         }
@@ -414,6 +417,7 @@ mod tests {
                 name: "f",
                 blocking: false,
                 index_params: &[],
+                client: false,
                 invoke,
             },
             id: None,
@@ -456,6 +460,21 @@ mod tests {
             assert!(handler.param_value().is_none(), "{kind}");
             assert!(handler.problems().is_empty(), "{kind}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_fn_gets_the_client_only_if_it_takes_one() {
+        let (client, _) =
+            crate::mock_api::client(|_| crate::mock_api::Reply::Json(200, serde_json::json!({})));
+        let mut timer = record(HandlerKind::Timer);
+        assert!(timer.to_handler().client_for(&client).is_none());
+        timer.function.client = true;
+        assert!(timer.to_handler().client_for(&client).is_some());
+        let built = Handler::new(HandlerKind::Timer, None, "f".to_owned(), Arc::new(invoke));
+        assert!(
+            built.client_for(&client).is_some(),
+            "a handler made without macros may read any kwarg"
+        );
     }
 
     #[test]

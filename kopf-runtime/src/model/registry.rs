@@ -496,6 +496,8 @@ impl RegistryBuilder {
         errors(errors: ErrorsMode);
         /// `param` of the last handler.
         param(param: Value);
+        /// Whether the last handler's fn reads `client` (see [`Handler::takes_client`]).
+        takes_client(takes: bool);
         /// `labels` of the last handler (replaces).
         labels(labels: MetaFilter);
         /// `annotations` of the last handler (replaces).

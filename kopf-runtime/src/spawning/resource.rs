@@ -304,7 +304,7 @@ async fn call(handler: &Handler, env: &TaskEnvironment, mut ctx: TaskContext) ->
     let uid = &task.uid;
     // Filled in place: this runs on every tick.
     let mut kwargs = Kwargs::of(body.clone(), object.memo.clone(), logger.clone());
-    kwargs.set_cluster(Some(env.client.clone()), env.indexes.clone());
+    kwargs.set_cluster(handler.client_for(&env.client), env.indexes.clone());
     kwargs.set_attempt(attempt);
     kwargs.set_task(Stopped::of(&stopped), LiveBody::encoded(receiver));
     let patch = kwargs.patch.clone();
@@ -506,6 +506,24 @@ mod tests {
             first_verdict(failing().backoff(Duration::from_secs(2))).await,
             Verdict::RetryIn(Duration::from_secs(2))
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_tick_gets_the_client_unless_its_fn_takes_none() {
+        let expecting = |client: bool| {
+            let resource = ResourceRef::dynamic("kopf.dev", "v1", "kopfexamples");
+            Handler::timer(resource, "tick", move |kw: Kwargs| async move {
+                if kw.client.is_some() == client {
+                    Ok(())
+                } else {
+                    Err(Error::permanent(format!("client: {}", kw.client.is_some())))
+                }
+            })
+            .interval(Duration::from_secs(60))
+        };
+        assert_eq!(first_verdict(expecting(true)).await, Verdict::Done);
+        let without = expecting(false).takes_client(false);
+        assert_eq!(first_verdict(without).await, Verdict::Done);
     }
 
     #[tokio::test(start_paused = true)]

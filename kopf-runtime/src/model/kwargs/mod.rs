@@ -227,7 +227,9 @@ pub struct Kwargs {
     pub stopped: Option<Stopped>,
     /// The object as it is now, for daemons and timers.
     pub live: Option<LiveBody>,
-    /// The Kubernetes client (absent for `on_login` and in unit tests).
+    /// The Kubernetes client (absent for `on_login`, in unit tests, and for
+    /// a handler that takes none: see
+    /// [`Handler::takes_client`](crate::Handler::takes_client)).
     pub client: Option<kube::Client>,
     /// The operator's indexes.
     pub indexes: Indexes,

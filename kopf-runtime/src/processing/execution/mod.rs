@@ -103,7 +103,10 @@ impl CauseContext {
             self.memo.clone(),
             self.logger.clone(),
         )
-        .with_cluster(self.client.clone(), self.indexes.clone())
+        .with_cluster(
+            self.client.as_ref().and_then(|c| handler.client_for(c)),
+            self.indexes.clone(),
+        )
         .with_change(
             self.reason,
             self.diff.clone(),
