@@ -1,6 +1,9 @@
 //! The kopf-rs side of the benchmarks: no-op handlers on ConfigMaps that only
 //! signal their calls (see `kopf_bench::signals`).
 //!
+//! The handlers take no client (`takes_client(false)`), as a no-op `async fn`
+//! written with the macros takes none: their calls are spared a clone of it.
+//!
 //! It runs on a current-thread runtime, as the bare watcher does, so that the
 //! comparison is of the framework's work and not of tokio's schedulers. (On
 //! the default multi-threaded runtime, the S1 create burst took about 20 %
@@ -23,20 +26,25 @@ fn registry(mode: &str) -> Result<Registry, String> {
     let builder = Registry::builder();
     let builder = match mode {
         // S1: one no-op `on_create` handler.
-        "create" => builder.on_create(configmaps, "created", |kw: Kwargs| async move {
-            signals::signal("create", kw.name().unwrap_or(""));
-        }),
+        "create" => builder
+            .on_create(configmaps, "created", |kw: Kwargs| async move {
+                signals::signal("create", kw.name().unwrap_or(""));
+            })
+            .takes_client(false),
         // S4: one no-op `on_event` handler.
-        "event" => builder.on_event(configmaps, "seen", |kw: Kwargs| async move {
-            signals::signal("event", kw.name().unwrap_or(""));
-        }),
+        "event" => builder
+            .on_event(configmaps, "seen", |kw: Kwargs| async move {
+                signals::signal("event", kw.name().unwrap_or(""));
+            })
+            .takes_client(false),
         // S2, S3, S5: one no-op `timer(interval = 1)`, with or without finalizers.
         "timer" | "timer-nofin" => {
             let b = builder
                 .timer(configmaps, "ticked", |kw: Kwargs| async move {
                     signals::signal("tick", kw.name().unwrap_or(""));
                 })
-                .interval(Duration::from_secs(1));
+                .interval(Duration::from_secs(1))
+                .takes_client(false);
             if mode == "timer-nofin" {
                 b.no_finalizers()
             } else {
