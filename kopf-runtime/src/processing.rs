@@ -389,11 +389,17 @@ impl ResourceProcessor {
             Some(memory)
         };
         if patch.as_object().is_none_or(|p| p.is_empty()) {
+            // Handled from the finalizer patch's answer, with nothing left to
+            // do: that patch's event carries this very body (at start-up, one
+            // event per object that would be decoded and processed for
+            // nothing). Not with a retry due: it would process the newest
+            // event the queue holds, the one before the patch.
             if finalized
                 && delay.is_none()
-                && let Some(memory) = &memory
+                && let Some(echoes) = &self.echoes
+                && let Some(version) = meta_str(&body, "resourceVersion")
             {
-                self.expect_finalizer_echo(&body, memory);
+                expect_echo(echoes, uid, memory.as_deref(), version);
             }
             return Processed {
                 expect_version: None,
@@ -427,14 +433,7 @@ impl ResourceProcessor {
                     && let Some(version) = version.as_deref()
                     && Some(version) != handled_version
                 {
-                    match &memory {
-                        Some(memory) => {
-                            echoes.expect(&memory.uid, version);
-                            // Nothing needs comparing when it comes back.
-                            drop(memory.take_handled());
-                        }
-                        None => echoes.expect(&Arc::from(uid), version),
-                    }
+                    expect_echo(echoes, uid, memory.as_deref(), version);
                     return Processed {
                         expect_version: None,
                         retry_after: delay,
@@ -458,22 +457,6 @@ impl ResourceProcessor {
             Arc::clone(&self.target.api),
             self.target.status_subresource,
         )
-    }
-
-    /// The object was handled from the finalizer patch's answer (`body`),
-    /// and nothing is left to do: the event of that patch carries this very
-    /// body, so the watch skips it by UID and version (at start-up, one
-    /// event per object that would be decoded and processed for nothing).
-    /// Not with a retry due: it would process the newest event the queue
-    /// holds, which would be the one before the patch.
-    fn expect_finalizer_echo(&self, body: &Value, memory: &ObjectMemory) {
-        if let Some(echoes) = &self.echoes
-            && let Some(version) = meta_str(body, "resourceVersion")
-        {
-            echoes.expect(&memory.uid, version);
-            // Nothing needs comparing when it comes back.
-            drop(memory.take_handled());
-        }
     }
 
     /// Adds the finalizer (`patch`, with what the event handlers patched)
@@ -852,6 +835,19 @@ fn done() -> execution::StepOutcome {
     execution::StepOutcome {
         done: true,
         ..Default::default()
+    }
+}
+
+/// Expects the object `uid`'s own patch back at `version` with nothing new
+/// in it, for the watch to skip (see [`Echoes`]); keyed by the UID its
+/// memory holds. Nothing handled is kept to compare it with.
+fn expect_echo(echoes: &Echoes, uid: &str, memory: Option<&ObjectMemory>, version: &str) {
+    match memory {
+        Some(memory) => {
+            echoes.expect(&memory.uid, version);
+            drop(memory.take_handled());
+        }
+        None => echoes.expect(&Arc::from(uid), version),
     }
 }
 
