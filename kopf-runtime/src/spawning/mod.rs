@@ -32,6 +32,7 @@ mod runner;
 mod slots;
 mod spawner;
 pub(crate) mod stopping;
+mod table;
 mod task;
 mod timers;
 

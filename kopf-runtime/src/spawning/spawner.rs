@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use hashbrown::{HashMap, hash_map};
 use tokio::runtime::Handle;
 use tokio::sync::{Notify, SetOnce};
 use tokio::task::AbortHandle;
@@ -22,6 +21,7 @@ use super::observing::{AbandonedReport, Observer};
 use super::outcome::TaskKind;
 use super::runner::Run;
 use super::slots::{Entry, ObjectSlot, SlotState};
+use super::table::ObjectTable;
 use super::task::{Owner, TaskSpec};
 use super::{daemons, timers};
 use crate::model::kwargs::EncodedBody;
@@ -88,7 +88,7 @@ pub(crate) enum ShutdownError {
 /// changed under the spawner's lock.
 #[derive(Default)]
 struct TaskTable {
-    objects: HashMap<Arc<str>, ObjectSlot>,
+    objects: ObjectTable,
     tasks: usize,
 }
 
@@ -121,7 +121,7 @@ impl Settle for Inner {
             return;
         }
         let for_good = shared.finished_for_good.load(Ordering::Acquire) && !shared.flag.is_set();
-        if for_good && let Some(slot) = state.objects.get_mut(&*shared.uid) {
+        if for_good && let Some(slot) = state.objects.get_mut(&shared.uid) {
             slot.finish(&shared.id);
         }
         Self::remove_entry(&mut state, shared);
@@ -146,7 +146,7 @@ impl Inner {
     /// Forget an entry (if it is still this generation's) and drop the
     /// object's slot if nothing is left to remember.
     fn remove_entry(state: &mut TaskTable, shared: &TaskShared) -> bool {
-        let Some(slot) = state.objects.get_mut(&*shared.uid) else {
+        let Some(slot) = state.objects.get_mut(&shared.uid) else {
             return false;
         };
         let ours = slot
@@ -157,7 +157,7 @@ impl Inner {
             slot.tasks.remove(&shared.id);
             state.tasks -= 1;
             if slot.tasks.is_empty() && slot.state == SlotState::Forgotten {
-                state.objects.remove(&*shared.uid);
+                state.objects.remove(&shared.uid);
             }
         }
         ours
@@ -226,7 +226,7 @@ impl Inner {
             let mut state = self.lock();
             let body = state
                 .objects
-                .get(&*shared.uid)
+                .get(&shared.uid)
                 .map(|slot| Arc::new(slot.body.get().decode()));
             // Only a task still registered can be abandoned: one that settled
             // meanwhile (its entry is gone) is counted there, not here.
@@ -416,23 +416,17 @@ impl Spawner {
         }
         // The caller's UID (the object's memory holds it) or the table's,
         // not a copy: one allocation per object.
-        let key: Arc<str> = state
+        let state = &mut *state;
+        let (key, slot, new) = state
             .objects
-            .get_key_value(&**uid)
-            .map_or_else(|| Arc::clone(uid), |(key, _)| Arc::clone(key));
-        let slot = match state.objects.entry(Arc::clone(&key)) {
-            hash_map::Entry::Occupied(occupied) => {
-                let slot = occupied.into_mut();
-                if slot.state >= SlotState::Closed {
-                    return Ensured::ObjectGone;
-                }
-                slot.update_body(body);
-                slot
+            .get_or_insert_with(uid, || ObjectSlot::new(body.clone(), spec.owner));
+        let key = Arc::clone(key);
+        if !new {
+            if slot.state >= SlotState::Closed {
+                return Ensured::ObjectGone;
             }
-            hash_map::Entry::Vacant(vacant) => {
-                vacant.insert(ObjectSlot::new(body.clone(), spec.owner))
-            }
-        };
+            slot.update_body(body);
+        }
         if let Some(entry) = slot.tasks.get(spec.id()) {
             return if entry.stopping {
                 Ensured::Stopping
@@ -801,7 +795,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn only_timers_with_idle_make_an_object_keep_a_channel_of_its_changes() {
         let (spawner, _) = spawner();
-        let watched = |uid: &str| spawner.inner.lock().objects[uid].changed.watched.is_some();
+        let watched = |uid: &str| {
+            let state = spawner.inner.lock();
+            let slot = state.objects.get(uid).expect("the object has a slot");
+            slot.changed.watched.is_some()
+        };
         let noop = || task_fn(|_ctx| async { TaskOutcome::ok() });
         let plain = TaskSpec::timer("plain", secs(1), noop()).build();
         let idle = TaskSpec::timer("idle", secs(1), noop())
@@ -871,18 +869,19 @@ mod tests {
         held.bytes_current / OBJECTS as i64
     }
 
-    // About 1,381 bytes (1,481 with each alarm alone in its slot): the
+    // About 1,291 bytes (1,390 with each alarm alone in its slot): the
     // task (256 of them: Tokio's task cell is a multiple of 128 bytes, and
     // the timer's future is kept within the 144 that fit in 256), its flag
     // and shared state (which points to its spawner's `Calling`), its
-    // alarm's waker (and slot), the body's text, the object's slot in the
-    // table at half its capacity. A future that grows past 144 bytes costs
-    // 128 more per timer, and a copy of `Calling` in each task 56 more:
-    // either fails this test.
-    const TIMER_CEILING: i64 = 1_500;
+    // alarm's waker (and slot), the body's text, the object's entry in the
+    // table (96 bytes, and its place, at a table half full: see `table`). A
+    // future that grows past 144 bytes costs 128 more per timer, a copy of
+    // `Calling` in each task 56 more, entries kept in a `HashMap` 90 more:
+    // each fails this test.
+    const TIMER_CEILING: i64 = 1_400;
 
     #[test]
-    fn a_waiting_timer_holds_at_most_1_500_bytes() {
+    fn a_waiting_timer_holds_at_most_1_400_bytes() {
         for (apart, how) in [(false, "in one slot"), (true, "each alone in its slot")] {
             let held = held_per_waiting_timer(apart);
             assert!(
