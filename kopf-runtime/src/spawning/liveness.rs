@@ -17,7 +17,7 @@ use super::alarms::Alarms;
 use super::observing::Observer;
 use crate::model::kwargs::{Logger, Memo};
 use crate::peering::fencing::Fence;
-use crate::spawning::stopping::StopFlag;
+use crate::spawning::stopping::{FlagState, HoldsFlag};
 
 /// What settles a task once it has ended: its spawner.
 pub(super) trait Settle: Send + Sync {
@@ -71,7 +71,9 @@ pub(crate) struct TaskShared {
     pub(super) holders: AtomicUsize,
     pub(crate) uid: Arc<str>,
     pub(crate) id: Arc<str>,
-    pub(super) flag: StopFlag,
+    /// Its stop flag, here rather than in an allocation of its own: a
+    /// tick reads it in a line of this state it reads anyway.
+    pub(super) flag: FlagState,
     /// What its calls read: its spawner's, the same for all its tasks.
     pub(super) calling: Arc<Calling>,
     /// What its calls derive from the object, made by the first.
@@ -112,6 +114,12 @@ pub(crate) struct Calling {
 pub(crate) struct TaskObject {
     pub(crate) logger: Logger,
     pub(crate) memo: Memo,
+}
+
+impl HoldsFlag for TaskShared {
+    fn flag(&self) -> &FlagState {
+        &self.flag
+    }
 }
 
 impl TaskShared {

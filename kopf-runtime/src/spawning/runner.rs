@@ -19,7 +19,7 @@ use super::outcome::{TaskOutcome, Verdict};
 use super::task::{TaskContext, TaskSpec};
 use crate::model::kwargs::BodyReader;
 use crate::peering::fencing::Held;
-use crate::spawning::stopping::StopFlag;
+use crate::spawning::stopping::{FlagState, HoldsFlag, StopFlag};
 
 /// What a runner loop (daemon or timer) holds of its own; what it only
 /// reads is in its task's shared state ([`TaskShared`]), which a call
@@ -38,7 +38,8 @@ impl Run {
     }
 
     /// Fetches, all at once, the memory of its own that a call is about to
-    /// update: the stop flag, and the object's body cell, memo and logger.
+    /// update: the object's body cell, memo and logger (the stop flag is in
+    /// the task's shared state).
     /// With hundreds of thousands of timers, each is a cache miss at every
     /// tick, and the call's reference-count increments are locked
     /// instructions, which wait for memory one after another. Plain loads
@@ -52,11 +53,11 @@ impl Run {
             .object
             .get()
             .map(|object| (object.memo.warm(), object.logger.warm()));
-        std::hint::black_box((shared.flag.warm(), self.body.warm(), object));
+        std::hint::black_box((self.body.warm(), object));
     }
 
     /// The task's stop flag.
-    pub(crate) fn flag(&self) -> &StopFlag {
+    pub(crate) fn flag(&self) -> &FlagState {
         &self.shared().flag
     }
 
@@ -89,7 +90,7 @@ impl Run {
             .checked_add(started_at.saturating_duration_since(mono))
             .unwrap_or(wall);
         let ctx = TaskContext {
-            stopped: self.flag().clone(),
+            stopped: StopFlag::of(Arc::clone(&self.liveness.shared) as Arc<dyn HoldsFlag>),
             body: self.body.clone(),
             retry,
             started,

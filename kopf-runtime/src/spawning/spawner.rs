@@ -26,7 +26,7 @@ use super::task::{Owner, TaskSpec};
 use super::{daemons, timers};
 use crate::model::kwargs::EncodedBody;
 use crate::peering::fencing::Fence;
-use crate::spawning::stopping::{StopFlag, StopReason};
+use crate::spawning::stopping::{FlagState, StopReason};
 
 /// Limits that replace Kopf's "wait forever" when a handler sets neither
 /// `cancellation_backoff` nor `cancellation_timeout`.
@@ -277,7 +277,7 @@ impl Drop for Inner {
 /// # Guarantees
 /// - At most one task per key; tasks are keyed by UID, never by name, so an
 ///   object re-created with the same name gets fresh tasks.
-/// - Stopping sets the task's [`StopFlag`]; after the graceful period
+/// - Stopping sets the task's [`FlagState`]; after the graceful period
 ///   (`cancellation_backoff`) the task is cancelled (its future is dropped
 ///   at its next `.await`); if it still runs `cancellation_timeout` later it
 ///   is *abandoned*: logged with `warn!`, reported to
@@ -447,7 +447,7 @@ impl Spawner {
             generation: inner.generations.fetch_add(1, Ordering::Relaxed),
             // Each task's own flag: stopping the object (or everything, see
             // `stop_all`) sets the flags of its tasks one by one.
-            flag: StopFlag::new(),
+            flag: FlagState::new(),
             grace,
             timeout,
             done: SetOnce::new(),
@@ -869,10 +869,11 @@ mod tests {
         held.bytes_current / OBJECTS as i64
     }
 
-    // About 1,291 bytes (1,390 with each alarm alone in its slot): the
+    // About 1,267 bytes (1,366 with each alarm alone in its slot): the
     // task (256 of them: Tokio's task cell is a multiple of 128 bytes, and
-    // the timer's future is kept within the 144 that fit in 256), its flag
-    // and shared state (which points to its spawner's `Calling`), its
+    // the timer's future is kept within the 144 that fit in 256), its
+    // shared state with its stop flag inline (and a pointer to its
+    // spawner's `Calling`), its
     // alarm's waker (and slot), the body's text, the object's entry in the
     // table (96 bytes, and its place, at a table half full: see `table`). A
     // future that grows past 144 bytes costs 128 more per timer, a copy of

@@ -1,11 +1,12 @@
 //! The stop signal a daemon or timer sees: [`StopFlag`] and its [`StopReason`].
 //!
-//! A [`StopFlag`] is an atomic reason plus a [`Notify`] that wakes its
-//! waiters once it is set, and one waker slot for the loop of the task it
-//! belongs to ([`StopFlag::poll_set`]). Each task has its own; the spawner
-//! sets them one by one (on the operator's exit too). Reading a flag takes
-//! no lock, waiting on one registers one waiter, and cloning it is one
-//! reference-count increment.
+//! A flag ([`FlagState`]) is an atomic reason plus a [`Notify`] that wakes
+//! its waiters once it is set, and one waker slot for the loop of the task
+//! it belongs to ([`FlagState::poll_set`]). Each task has its own, inline in
+//! its shared state; the spawner sets them one by one (on the operator's
+//! exit too). A [`StopFlag`] is a handle on one, given to the task's calls.
+//! Reading a flag takes no lock, waiting on one registers one waiter, and
+//! cloning a handle is one reference-count increment.
 //!
 //! The DSL's user-facing `Stopped` type wraps this flag; a
 //! [`CancellationToken`] is made only for code that asks for one.
@@ -116,7 +117,9 @@ impl fmt::Display for StopReason {
     }
 }
 
-struct FlagInner {
+/// A stop flag itself: what a [`StopFlag`] points to, and what a task's
+/// shared state holds inline. Every method of a flag is here.
+pub(crate) struct FlagState {
     /// Its reason's code once set ([`StopReason::code`]); 0 until then.
     reason: AtomicU8,
     /// Wakes the flag's waiters when it is set.
@@ -128,19 +131,13 @@ struct FlagInner {
     token: OnceLock<CancellationToken>,
 }
 
-impl FlagInner {
-    fn reason_code(&self) -> u8 {
-        self.reason.load(Ordering::SeqCst)
-    }
-}
-
 /// The stop signal of a daemon or timer: a reason, set once, and a way to
 /// wait for it.
 ///
 /// # Guarantees
 /// - Once set, a flag stays set; the first reason given wins.
-/// - [`StopFlag::wait`], [`StopFlag::cancelled`] and [`StopFlag::poll_set`]
-///   return as soon as the flag is set.
+/// - [`FlagState::wait`], [`FlagState::cancelled`] and
+///   [`FlagState::poll_set`] return as soon as the flag is set.
 ///
 /// # Caveats
 /// - The flag is only a request. A task that never looks at it is cancelled
@@ -148,7 +145,29 @@ impl FlagInner {
 ///   function on a thread cannot be cancelled and must check the flag itself.
 #[derive(Clone)]
 pub(crate) struct StopFlag {
-    inner: Arc<FlagInner>,
+    holder: Arc<dyn HoldsFlag>,
+}
+
+/// What a [`StopFlag`] points into: a flag's state of its own, or a task's
+/// shared state (`TaskShared`), which holds its flag inline so that a tick
+/// finds both in one allocation.
+pub(crate) trait HoldsFlag: Send + Sync + 'static {
+    /// The flag held.
+    fn flag(&self) -> &FlagState;
+}
+
+impl HoldsFlag for FlagState {
+    fn flag(&self) -> &FlagState {
+        self
+    }
+}
+
+impl std::ops::Deref for StopFlag {
+    type Target = FlagState;
+
+    fn deref(&self) -> &FlagState {
+        self.holder.flag()
+    }
 }
 
 impl Default for StopFlag {
@@ -167,23 +186,34 @@ impl fmt::Debug for StopFlag {
 }
 
 impl StopFlag {
-    /// Reads the reference count of its state with a plain load, for
-    /// `Run::warm` (in `spawning/runner.rs`): the value means nothing.
-    pub(crate) fn warm(&self) -> usize {
-        Arc::strong_count(&self.inner)
-    }
-
-    /// A new flag, not set.
+    /// A new flag, not set, of its own.
     #[must_use]
     pub(crate) fn new() -> Self {
         Self {
-            inner: Arc::new(FlagInner {
-                reason: AtomicU8::new(0),
-                set: Notify::new(),
-                runner: AtomicWaker::new(),
-                token: OnceLock::new(),
-            }),
+            holder: Arc::new(FlagState::new()),
         }
+    }
+
+    /// A handle on the flag that `holder` holds.
+    pub(crate) fn of(holder: Arc<dyn HoldsFlag>) -> Self {
+        Self { holder }
+    }
+}
+
+impl FlagState {
+    /// A flag, not set.
+    #[must_use]
+    pub(crate) fn new() -> Self {
+        Self {
+            reason: AtomicU8::new(0),
+            set: Notify::new(),
+            runner: AtomicWaker::new(),
+            token: OnceLock::new(),
+        }
+    }
+
+    fn reason_code(&self) -> u8 {
+        self.reason.load(Ordering::SeqCst)
     }
 
     /// Set the flag for `reason`. Returns `false` if it was already set (the
@@ -193,7 +223,6 @@ impl StopFlag {
             return false;
         }
         let fresh = self
-            .inner
             .reason
             .compare_exchange(0, reason.code(), Ordering::SeqCst, Ordering::SeqCst)
             .is_ok();
@@ -201,12 +230,12 @@ impl StopFlag {
             // The reason is stored before anyone is woken, so that whoever
             // wakes up always sees a reason; a waiter that checked before
             // the store was registered before it, and is woken here.
-            self.inner.set.notify_waiters();
-            self.inner.runner.wake();
+            self.set.notify_waiters();
+            self.runner.wake();
             // Pairs with the fence in `token`: a token made meanwhile is
             // either seen here or sees the reason there.
             fence(Ordering::SeqCst);
-            if let Some(token) = self.inner.token.get() {
+            if let Some(token) = self.token.get() {
                 token.cancel();
             }
         }
@@ -216,13 +245,13 @@ impl StopFlag {
     /// Whether the flag is set.
     #[must_use]
     pub(crate) fn is_set(&self) -> bool {
-        self.inner.reason_code() != 0
+        self.reason_code() != 0
     }
 
     /// Why the flag is set; `None` while not set.
     #[must_use]
     pub(crate) fn reason(&self) -> Option<StopReason> {
-        StopReason::from_code(self.inner.reason_code())
+        StopReason::from_code(self.reason_code())
     }
 
     /// Resolves once the flag is set. The future may be kept and polled
@@ -230,7 +259,7 @@ impl StopFlag {
     pub(crate) async fn cancelled(&self) {
         // A Notified future sees every `notify_waiters` from its creation
         // on, so a flag set between these lines still wakes it.
-        let set = self.inner.set.notified();
+        let set = self.set.notified();
         if !self.is_set() {
             set.await;
         }
@@ -245,7 +274,7 @@ impl StopFlag {
         if self.is_set() {
             return Poll::Ready(());
         }
-        self.inner.runner.register(cx.waker());
+        self.runner.register(cx.waker());
         // Registered before this second look: a flag set in between has
         // either been seen here or wakes the waker just registered.
         if self.is_set() {
@@ -274,11 +303,11 @@ impl StopFlag {
 
     #[cfg(test)]
     /// For blocking code on a blocking thread (sync daemons): like
-    /// [`StopFlag::wait`], but blocks the current thread. Returns whether the
+    /// [`FlagState::wait`], but blocks the current thread. Returns whether the
     /// flag is set.
     ///
     /// Outside a Tokio runtime context it cannot wait and just returns
-    /// [`StopFlag::is_set`].
+    /// [`FlagState::is_set`].
     ///
     /// # Panics
     /// When called from an async task (it would block a runtime worker);
@@ -297,7 +326,7 @@ impl StopFlag {
     /// first call.
     #[must_use]
     pub(crate) fn token(&self) -> &CancellationToken {
-        let token = self.inner.token.get_or_init(CancellationToken::new);
+        let token = self.token.get_or_init(CancellationToken::new);
         // Pairs with the fence in `set`.
         fence(Ordering::SeqCst);
         if self.is_set() {

@@ -215,7 +215,7 @@ impl TaskContext {
     #[cfg(test)]
     /// Run a blocking function on a blocking thread, as part of this task
     /// (for sync daemons). The function gets the stop flag and should poll
-    /// it, e.g. with [`StopFlag::wait_blocking`].
+    /// it, e.g. with [`FlagState::wait_blocking`](crate::spawning::stopping::FlagState::wait_blocking).
     ///
     /// # Guarantees
     /// The task counts as running until the function returns, even if the

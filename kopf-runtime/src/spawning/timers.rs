@@ -36,7 +36,7 @@ use super::outcome::Verdict;
 use super::runner::Run;
 use crate::model::handlers::TimerOptions;
 use crate::peering::fencing::Held;
-use crate::spawning::stopping::{StopFlag, deadline_after};
+use crate::spawning::stopping::{FlagState, deadline_after};
 
 /// Run a timer until it is stopped.
 #[expect(
@@ -167,7 +167,7 @@ async fn attempt(run: &Run, retrying: &mut Option<Box<Retrying>>, begun: Instant
 
 /// Wait until the object has changed since the receiver last looked.
 /// Returns whether the stop flag was set meanwhile.
-async fn wait_change(flag: &StopFlag, changes: &mut watch::Receiver<Instant>) -> bool {
+async fn wait_change(flag: &FlagState, changes: &mut watch::Receiver<Instant>) -> bool {
     tokio::select! {
         biased;
         () = flag.cancelled() => true,
@@ -185,7 +185,7 @@ async fn wait_change(flag: &StopFlag, changes: &mut watch::Receiver<Instant>) ->
 /// Wait until the object has been unchanged for `idle`. Returns whether the
 /// stop flag was set meanwhile.
 async fn wait_idle(
-    flag: &StopFlag,
+    flag: &FlagState,
     changes: &mut watch::Receiver<Instant>,
     idle: Duration,
 ) -> bool {
