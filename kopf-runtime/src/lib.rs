@@ -90,6 +90,7 @@
 //! | the [`params`] module: [`params::OldArg`], [`params::SpecArg`], … | the traits that inject each parameter, which the compiler names when a type is not accepted |
 //! | the [`posting`] module: [`posting::info`], [`posting::warn`], [`posting::exception`], [`posting::event`], with [`posting::Severity`] and [`posting::ObjectReference`] | Kubernetes Events about objects, from handlers |
 
+mod capacity;
 mod deploying;
 mod fields;
 pub mod guide;

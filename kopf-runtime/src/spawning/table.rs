@@ -12,9 +12,8 @@
 //! entries for 1,000.)
 //!
 //! Removing an entry moves the last one into its place: the order means
-//! nothing. A table that fell to an eighth full is given back down to
-//! twice what it holds, so that each shrink is paid for by the removals
-//! before it.
+//! nothing. A table drained by removals gives its memory back (see
+//! [`capacity`](crate::capacity)).
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -22,9 +21,7 @@ use std::sync::Arc;
 use hashbrown::{DefaultHashBuilder, HashTable, hash_table};
 
 use super::slots::ObjectSlot;
-
-/// Below this many entries, a table is not shrunk.
-const KEPT_CAPACITY: usize = 64;
+use crate::capacity;
 
 /// The spawner's object slots by UID.
 #[derive(Default)]
@@ -111,20 +108,20 @@ impl ObjectTable {
         Some(slot)
     }
 
-    /// Gives back what an eighth-full table holds beyond twice its entries.
+    /// Gives back what a drained table holds beyond twice its entries.
     fn shrink(&mut self) {
-        let len = self.entries.len();
-        if self.entries.capacity() > KEPT_CAPACITY && len * 8 <= self.entries.capacity() {
-            let Self {
-                entries,
-                places,
-                hasher,
-            } = self;
-            entries.shrink_to(len * 2);
-            places.shrink_to(len * 2, |&place| {
-                hasher.hash_one(&*entries[place as usize].0)
-            });
-        }
+        let Some(capacity) = capacity::shrunk(self.entries.len(), self.entries.capacity()) else {
+            return;
+        };
+        let Self {
+            entries,
+            places,
+            hasher,
+        } = self;
+        entries.shrink_to(capacity);
+        places.shrink_to(capacity, |&place| {
+            hasher.hash_one(&*entries[place as usize].0)
+        });
     }
 
     /// Every UID and its slot, in no particular order.
@@ -228,8 +225,11 @@ mod tests {
         for uid in &uids[10..] {
             assert!(table.remove(uid).is_some());
         }
-        assert!(table.entries.capacity() <= KEPT_CAPACITY, "{full} kept");
-        assert!(table.places.capacity() <= KEPT_CAPACITY * 2);
+        assert!(
+            table.entries.capacity() <= capacity::KEPT_CAPACITY,
+            "{full} kept"
+        );
+        assert!(table.places.capacity() <= capacity::KEPT_CAPACITY * 2);
         for uid in &uids[..10] {
             assert!(table.get(uid).is_some(), "{uid} kept through the shrinks");
         }

@@ -29,6 +29,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use hashbrown::HashMap;
 
+use crate::capacity;
+
 /// The versions at which the operator's guarded patches will come back, by
 /// the UID of their object; cheap to clone (shared by the processing of a
 /// resource and its watch). See the [module docs](self).
@@ -37,9 +39,6 @@ pub(crate) struct Echoes {
     /// By the object's UID, shared with its memory: no copy of it here.
     expected: Arc<Mutex<HashMap<Arc<str>, Box<str>>>>,
 }
-
-/// The least capacity the book gives back: a table this small is kept.
-const KEPT_CAPACITY: usize = 64;
 
 impl Echoes {
     fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Box<str>>> {
@@ -59,12 +58,11 @@ impl Echoes {
     }
 
     /// Gives back most of a table that a burst of patches grew (one per
-    /// listed object at start-up) once their echoes have come: a table
-    /// shrinks when it is an eighth full, to twice what it holds, so
-    /// each shrink is paid for by the removals before it.
+    /// listed object at start-up) once their echoes have come (see
+    /// [`capacity`](crate::capacity)).
     fn removed(expected: &mut HashMap<Arc<str>, Box<str>>) {
-        if expected.capacity() > KEPT_CAPACITY && expected.len() * 8 < expected.capacity() {
-            expected.shrink_to(expected.len() * 2);
+        if let Some(capacity) = capacity::shrunk(expected.len(), expected.capacity()) {
+            expected.shrink_to(capacity);
         }
     }
 
