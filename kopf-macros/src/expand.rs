@@ -4,7 +4,7 @@
 //! Generated code names the runtime only as `::kopf_runtime::__private::…`.
 
 use crate::attr::{Attribute, Resource};
-use crate::kinds::Kind;
+use crate::kinds::{self, Kind};
 use crate::signature::{Signature, Source};
 use crate::values::{
     Count, ErrorsMode, Flag, Json, MetaFilter, MetaSpec, Operations, Secs, Str, ValueSpec, When,
@@ -272,14 +272,9 @@ pub(crate) fn expand(
         Source::Index { name } => Some(name.as_str()),
         Source::Kwarg { .. } => None,
     });
-    let takes_client = sig.params.iter().any(|param| {
-        matches!(
-            param.source,
-            Source::Kwarg {
-                trait_name: "ClientArg"
-            }
-        )
-    });
+    let takes_client = sig.params.iter().any(
+        |param| matches!(param.source, Source::Kwarg { trait_name } if trait_name == kinds::CLIENT_TRAIT),
+    );
     quote! {
         #item
 

@@ -43,6 +43,10 @@ const ALL: [Kind; 15] = [
     Kind::OnMutate,
 ];
 
+/// The injection trait of the `client` parameter, which the runtime clones
+/// for a call only if the fn takes it (`FunctionRecord::client`).
+pub(crate) const CLIENT_TRAIT: &str = "ClientArg";
+
 /// Every parameter name known to any kind, with the injection trait behind it.
 pub(crate) const KWARGS: &[(&str, &str)] = &[
     ("body", "BodyArg"),
@@ -70,7 +74,7 @@ pub(crate) const KWARGS: &[(&str, &str)] = &[
     ("stopped", "StoppedArg"),
     ("live", "LiveArg"),
     ("subhandlers", "SubhandlersArg"),
-    ("client", "ClientArg"),
+    ("client", CLIENT_TRAIT),
     ("operation", "OperationArg"),
     ("dryrun", "DryrunArg"),
     ("warnings", "WarningsArg"),
