@@ -60,7 +60,9 @@ impl ListSnapshot {
     }
 
     /// The objects that match `selectors`, at most `limit` of them, with
-    /// a continue token and a count of the rest if some are left.
+    /// a continue token if some are left, and how many are left when
+    /// there are no selectors (the API server's `remainingItemCount`: with
+    /// selectors it cannot tell without matching them all, and gives none).
     pub(crate) fn page(self, selectors: &Selectors, limit: Option<usize>) -> ListPage {
         let api_version = self.api_version;
         let mut items = Vec::new();
@@ -79,7 +81,7 @@ impl ListSnapshot {
                 let rest = matching.count();
                 if rest > 0 {
                     continue_token = Some(encode_continue(ContinueAt::Version(self.rv), &last));
-                    remaining = Some(rest);
+                    remaining = selectors.is_empty().then_some(rest);
                 }
                 break;
             }

@@ -1917,6 +1917,25 @@ mod tests {
     }
 
     #[test]
+    fn a_page_with_selectors_counts_nothing_left() {
+        let mut store = Store::new(100);
+        let def = cm_def(&store);
+        for n in ["a", "b", "c"] {
+            store.create(&def, Some("default"), cm(n), false).unwrap();
+        }
+        // The API server's `remainingItemCount` counts every object after
+        // the page, matching or not: with selectors it gives none.
+        let sel = Selectors {
+            labels: LabelSelector::parse("app in (a,b,c)").unwrap(),
+            ..Default::default()
+        };
+        let page = list(&store, &def, None, &sel, Some(1), None, None).unwrap();
+        assert_eq!(page.items.len(), 1);
+        assert!(page.continue_token.is_some());
+        assert_eq!(page.remaining, None);
+    }
+
+    #[test]
     fn history_resume_and_expiry() {
         let mut store = Store::new(2);
         let def = cm_def(&store);
