@@ -591,7 +591,7 @@ async fn list_matching(
     ns: Option<&str>,
     selectors: &Selectors,
 ) -> Result<Vec<Arc<Value>>, ApiError> {
-    let snapshot = shared.store().list_snapshot(def, ns, None, None)?;
+    let snapshot = shared.store().list_snapshot(def, ns, None, None, None)?;
     Ok(snapshot.page_apart(selectors, None).await?.items)
 }
 
@@ -707,7 +707,8 @@ async fn list(
         if let Some(rv) = query.resource_version.as_deref() {
             not_in_future(parse_rv(rv)?, store.current_rv())?;
         }
-        store.list_snapshot(def, ns, query.continue_token.as_deref(), exact)?
+        let cut = query.limit.filter(|_| selectors.is_empty());
+        store.list_snapshot(def, ns, query.continue_token.as_deref(), exact, cut)?
     };
     let page = snapshot.page_apart(&selectors, query.limit).await?;
     Ok(list_response(

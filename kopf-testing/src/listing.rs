@@ -2,7 +2,10 @@
 //! store under its lock (a snapshot of shared objects), then matched
 //! against the selectors and cut into a page without the lock, on a
 //! blocking thread when the matching is long, so that a list with a huge
-//! selector holds up no other client, whatever runtime serves it.
+//! selector holds up no other client, whatever runtime serves it. A page
+//! with nothing to match is cut under the lock: its objects are taken,
+//! the rest only counted (`remainingItemCount`), so that paging through a
+//! large list does not copy what follows each page.
 
 use std::sync::Arc;
 
@@ -31,6 +34,9 @@ pub(crate) struct ListPage {
 pub(crate) struct ListSnapshot {
     /// The candidates, in (namespace, name) order.
     pub(crate) objects: Vec<Arc<Value>>,
+    /// How many objects follow `objects`, when the store cut the page
+    /// already (a limit and no selectors): `objects` is the page.
+    pub(crate) rest: Option<usize>,
     /// The resourceVersion every page of the list reports.
     pub(crate) rv: u64,
     /// The version the selectors see the objects in.
@@ -64,6 +70,19 @@ impl ListSnapshot {
     /// there are no selectors (the API server's `remainingItemCount`: with
     /// selectors it cannot tell without matching them all, and gives none).
     pub(crate) fn page(self, selectors: &Selectors, limit: Option<usize>) -> ListPage {
+        if let Some(rest) = self.rest {
+            let continue_token = self
+                .objects
+                .last()
+                .filter(|_| rest > 0)
+                .map(|last| encode_continue(ContinueAt::Version(self.rv), &key(last)));
+            return ListPage {
+                items: self.objects,
+                rv: self.rv,
+                continue_token,
+                remaining: (rest > 0).then_some(rest),
+            };
+        }
         let api_version = self.api_version;
         let mut items = Vec::new();
         let mut continue_token = None;
@@ -72,14 +91,11 @@ impl ListSnapshot {
             selectors.is_empty() || selectors.matches(&conversion::present(obj, &api_version))
         });
         while let Some(obj) = matching.next() {
-            let last = (
-                objects::namespace(&obj).to_owned(),
-                objects::name(&obj).to_owned(),
-            );
             items.push(obj);
             if limit.is_some_and(|l| items.len() >= l) {
                 let rest = matching.count();
                 if rest > 0 {
+                    let last = items.last().map(|last| key(last)).unwrap_or_default();
                     continue_token = Some(encode_continue(ContinueAt::Version(self.rv), &last));
                     remaining = selectors.is_empty().then_some(rest);
                 }
@@ -93,6 +109,14 @@ impl ListSnapshot {
             remaining,
         }
     }
+}
+
+/// An object's key in the store, which a continue token names.
+fn key(obj: &Value) -> (String, String) {
+    (
+        objects::namespace(obj).to_owned(),
+        objects::name(obj).to_owned(),
+    )
 }
 
 /// Where a continued list reads.

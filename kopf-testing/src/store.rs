@@ -6,6 +6,7 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -411,13 +412,16 @@ impl Store {
 
     /// The objects a list (or its page after `continue_token`) may
     /// return, to be matched and paged without the lock
-    /// ([`ListSnapshot::page`]).
+    /// ([`ListSnapshot::page`]). `cut` is a page's limit when there are no
+    /// selectors to match: then only the page's objects are taken, and the
+    /// rest counted.
     pub(crate) fn list_snapshot(
         &self,
         def: &ResourceDef,
         ns: Option<&str>,
         continue_token: Option<&str>,
         exact_rv: Option<u64>,
+        cut: Option<usize>,
     ) -> Result<ListSnapshot, ApiError> {
         if ns.is_some() && !def.namespaced {
             Self::scope_ns(def, ns)?;
@@ -440,6 +444,7 @@ impl Store {
             }
             return Ok(ListSnapshot {
                 objects: Vec::new(),
+                rest: cut.map(|_| 0),
                 rv: self.rv,
                 api_version: def.api_version(),
             });
@@ -457,20 +462,29 @@ impl Store {
             },
             None => (self.rv, None),
         };
-        let range = match (&start, ns) {
-            (Some(after), _) => res.objects.range((
-                std::ops::Bound::Excluded(after.clone()),
-                std::ops::Bound::Unbounded,
-            )),
-            (None, Some(ns)) => res.objects.range((ns.to_string(), String::new())..),
-            (None, None) => res.objects.range::<(String, String), _>(..),
+        // A namespace's keys end before `(ns + "\0", "")`: no namespace
+        // holds a NUL. The token's namespace is the list's (checked).
+        let lower = match (start, ns) {
+            (Some(after), _) => Bound::Excluded(after),
+            (None, Some(ns)) => Bound::Included((ns.to_owned(), String::new())),
+            (None, None) => Bound::Unbounded,
         };
-        let objects = range
-            .take_while(|((ons, _), _)| ns.is_none_or(|ns| ons == ns))
-            .map(|(_, obj)| obj.clone())
-            .collect();
+        let upper = ns.map_or(Bound::Unbounded, |ns| {
+            Bound::Excluded((format!("{ns}\0"), String::new()))
+        });
+        let mut candidates = res.objects.range((lower, upper)).map(|(_, obj)| obj);
+        // A cut page takes its own objects and only counts the rest: no
+        // copy of every object after each page (and no drop of it after).
+        let (objects, rest) = match cut {
+            Some(limit) => (
+                candidates.by_ref().take(limit).cloned().collect(),
+                Some(candidates.count()),
+            ),
+            None => (candidates.cloned().collect(), None),
+        };
         Ok(ListSnapshot {
             objects,
+            rest,
             rv: snapshot,
             api_version: def.api_version(),
         })
@@ -1397,7 +1411,8 @@ mod tests {
         continue_token: Option<&str>,
         exact_rv: Option<u64>,
     ) -> Result<crate::listing::ListPage, ApiError> {
-        let snapshot = store.list_snapshot(def, ns, continue_token, exact_rv)?;
+        let cut = limit.filter(|_| selectors.is_empty());
+        let snapshot = store.list_snapshot(def, ns, continue_token, exact_rv, cut)?;
         Ok(snapshot.page(selectors, limit))
     }
 
@@ -1914,6 +1929,50 @@ mod tests {
                 .len(),
             2
         );
+    }
+
+    #[test]
+    fn a_page_without_selectors_takes_only_its_objects() {
+        let mut store = Store::new(100);
+        let def = cm_def(&store);
+        for n in ["a", "b", "c", "d", "e"] {
+            store.create(&def, Some("default"), cm(n), false).unwrap();
+        }
+        let other = store.find_def("", "v1", "namespaces").unwrap();
+        // Its keys come right after those of `default`.
+        let ns = json!({"metadata": {"name": "default-b"}});
+        store.create(&other, None, ns, false).unwrap();
+        store
+            .create(&def, Some("default-b"), cm("a"), false)
+            .unwrap();
+        let snapshot = store
+            .list_snapshot(&def, Some("default"), None, None, Some(2))
+            .unwrap();
+        assert_eq!((snapshot.objects.len(), snapshot.rest), (2, Some(3)));
+        // Page by page, the same as a full snapshot paged: every object of
+        // the namespace once, in key order, with what is left after each.
+        let all = Selectors::default();
+        let (mut names, mut left, mut token) = (Vec::new(), Vec::new(), None);
+        loop {
+            let page = list(
+                &store,
+                &def,
+                Some("default"),
+                &all,
+                Some(2),
+                token.as_deref(),
+                None,
+            )
+            .unwrap();
+            names.extend(page.items.iter().map(|o| objects::name(o).to_owned()));
+            left.push(page.remaining);
+            token = page.continue_token;
+            if token.is_none() {
+                break;
+            }
+        }
+        assert_eq!(names, ["a", "b", "c", "d", "e"]);
+        assert_eq!(left, [Some(3), Some(1), None]);
     }
 
     #[test]

@@ -110,7 +110,7 @@ pub(crate) fn policy(store: &Store, namespace: &str) -> Policy {
     let objects = |plural: &str, ns: Option<&str>| {
         store
             .find_def(RBAC_GROUP, "v1", plural)
-            .and_then(|def| store.list_snapshot(&def, ns, None, None).ok())
+            .and_then(|def| store.list_snapshot(&def, ns, None, None, None).ok())
             .map(|snapshot| snapshot.objects)
             .unwrap_or_default()
     };
