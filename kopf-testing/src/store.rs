@@ -1420,6 +1420,16 @@ mod tests {
         store.find_def("", "v1", "configmaps").unwrap()
     }
 
+    /// A store of `history` events with ConfigMaps `names` in `default`.
+    fn with_configmaps(history: usize, names: &[&str]) -> (Store, Arc<ResourceDef>) {
+        let mut store = Store::new(history);
+        let def = cm_def(&store);
+        for n in names {
+            store.create(&def, Some("default"), cm(n), false).unwrap();
+        }
+        (store, def)
+    }
+
     fn cm(name: &str) -> Value {
         json!({"metadata": {"name": name, "labels": {"app": name}}, "data": {"k": "v"}})
     }
@@ -1856,11 +1866,7 @@ mod tests {
     fn every_page_of_a_list_reports_the_version_of_its_first_page() {
         // A watch from the list's version must replay what changed while the
         // pages were fetched; otherwise a list+watch client misses it.
-        let mut store = Store::new(100);
-        let def = cm_def(&store);
-        for n in ["a", "b", "c"] {
-            store.create(&def, Some("default"), cm(n), false).unwrap();
-        }
+        let (mut store, def) = with_configmaps(100, &["a", "b", "c"]);
         let all = Selectors::default();
         let p1 = list(&store, &def, Some("default"), &all, Some(2), None, None).unwrap();
         store.create(&def, Some("default"), cm("d"), false).unwrap();
@@ -1881,11 +1887,7 @@ mod tests {
 
     #[test]
     fn paging_and_selectors() {
-        let mut store = Store::new(100);
-        let def = cm_def(&store);
-        for n in ["a", "b", "c"] {
-            store.create(&def, Some("default"), cm(n), false).unwrap();
-        }
+        let (mut store, def) = with_configmaps(100, &["a", "b", "c"]);
         let all = Selectors::default();
         let p1 = list(&store, &def, Some("default"), &all, Some(2), None, None).unwrap();
         assert_eq!(p1.items.len(), 2);
@@ -1933,11 +1935,7 @@ mod tests {
 
     #[test]
     fn a_page_without_selectors_takes_only_its_objects() {
-        let mut store = Store::new(100);
-        let def = cm_def(&store);
-        for n in ["a", "b", "c", "d", "e"] {
-            store.create(&def, Some("default"), cm(n), false).unwrap();
-        }
+        let (mut store, def) = with_configmaps(100, &["a", "b", "c", "d", "e"]);
         let other = store.find_def("", "v1", "namespaces").unwrap();
         // Its keys come right after those of `default`.
         let ns = json!({"metadata": {"name": "default-b"}});
@@ -1977,11 +1975,7 @@ mod tests {
 
     #[test]
     fn a_page_with_selectors_counts_nothing_left() {
-        let mut store = Store::new(100);
-        let def = cm_def(&store);
-        for n in ["a", "b", "c"] {
-            store.create(&def, Some("default"), cm(n), false).unwrap();
-        }
+        let (store, def) = with_configmaps(100, &["a", "b", "c"]);
         // The API server's `remainingItemCount` counts every object after
         // the page, matching or not: with selectors it gives none.
         let sel = Selectors {
@@ -1996,11 +1990,7 @@ mod tests {
 
     #[test]
     fn history_resume_and_expiry() {
-        let mut store = Store::new(2);
-        let def = cm_def(&store);
-        for n in ["a", "b", "c", "d"] {
-            store.create(&def, Some("default"), cm(n), false).unwrap();
-        }
+        let (mut store, def) = with_configmaps(2, &["a", "b", "c", "d"]);
         let rv = store.current_rv();
         let sub = store.subscribe(&def, None, Some(rv - 1), None).unwrap();
         match sub.start {
