@@ -8,7 +8,9 @@
 //! object at the version the server answers with is then the handled body
 //! with the patch applied, and nothing else: its event holds nothing to
 //! handle. [`Echoes`] remembers that version, so the watch recognises the
-//! event by UID and version alone and does not even decode its body.
+//! event by UID and version alone and does not even decode its body. A
+//! re-list after `410 Gone`, which the event may have been lost to,
+//! recognises the listed object so too.
 //!
 //! So too for the patch that adds the finalizer, when the object is then
 //! handled from the server's answer and nothing is left to do: the object

@@ -141,12 +141,13 @@ pub(super) fn decode<F: FnMut(Change, &str, &str) -> bool + ?Sized>(
     decode_object(&parsed.kind, parsed.object.get(), max_depth, skip).map(Some)
 }
 
-/// The UID of an object (as text), read without decoding the object.
-pub(super) fn uid_of(object: &str) -> Option<Cow<'_, str>> {
-    serde_json::from_str::<ObjectHead<'_>>(object)
+/// The UID and `resourceVersion` of an object (as text), read without
+/// decoding the object; `None` without a UID.
+pub(super) fn identity_of(object: &str) -> Option<(Cow<'_, str>, Option<Cow<'_, str>>)> {
+    let metadata = serde_json::from_str::<ObjectHead<'_>>(object)
         .ok()?
-        .metadata
-        .uid
+        .metadata;
+    Some((metadata.uid?, metadata.resource_version))
 }
 
 /// Whether a line of an `ADDED` or `MODIFIED` event is an `ADDED` one.
@@ -378,13 +379,22 @@ mod tests {
     }
 
     #[test]
-    fn the_uid_of_an_object_is_read_without_decoding_it() {
+    fn the_identity_of_an_object_is_read_without_decoding_it() {
+        let identity = |text| {
+            identity_of(text).map(|(uid, version)| (uid.into_owned(), version.map(Cow::into_owned)))
+        };
         assert_eq!(
-            uid_of(r#"{"spec":{"x":[1,2]},"metadata":{"name":"a","uid":"u\u0031"}}"#).as_deref(),
-            Some("u1")
+            identity(
+                r#"{"spec":{"x":[1,2]},"metadata":{"name":"a","uid":"u\u0031","resourceVersion":"7"}}"#
+            ),
+            Some(("u1".to_owned(), Some("7".to_owned())))
         );
-        assert_eq!(uid_of(r#"{"metadata":{"name":"a"}}"#), None);
-        assert_eq!(uid_of("not json"), None);
+        assert_eq!(
+            identity(r#"{"metadata":{"uid":"u1"}}"#),
+            Some(("u1".to_owned(), None))
+        );
+        assert_eq!(identity(r#"{"metadata":{"name":"a"}}"#), None);
+        assert_eq!(identity("not json"), None);
     }
 
     #[test]

@@ -157,8 +157,9 @@ async fn relist_after_gone_reports_vanished_objects() {
     assert_eq!(running.next(3).await, ["+u1(New)", "+u2(New)", "synced:2"]);
     assert_eq!(running.next(1).await, ["+u1(Changed)"]);
     assert_eq!(
-        running.next(3).await,
-        ["+u1(Unchanged)", "-u2(Vanished)", "synced:1"]
+        running.next(2).await,
+        ["-u2(Vanished)", "synced:1"],
+        "u1 is unchanged since its event"
     );
     let watches = running.wait_for_requests(3, is_watch).await;
     assert!(watches[0].contains("resourceVersion=10"), "{watches:?}");
@@ -223,14 +224,79 @@ async fn expected_echoes_are_skipped_and_their_versions_count_as_seen() {
         "u1's echo is not sent"
     );
     assert_eq!(
-        running.next(3).await,
-        ["+u1(Unchanged)", "+u2(Unchanged)", "synced:2"],
-        "the skipped version counts as seen"
+        running.next(1).await,
+        ["synced:2"],
+        "the skipped version counts as seen: u1 is unchanged in the re-list"
     );
     let watches = running.wait_for_requests(2, is_watch).await;
     assert!(
         watches[1].contains("resourceVersion=13"),
         "resumed after the skipped event: {watches:?}"
+    );
+    assert!(echoes.is_empty(), "both expectations are used up");
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_relist_reports_only_what_the_consumer_lacks() {
+    // The operator's patches of u3 and u4, whose events never come: the
+    // watch is too late for them.
+    let echoes = Echoes::default();
+    echoes.expect(&"u3".into(), "31");
+    echoes.expect(&"u4".into(), "41");
+    let lists = AtomicUsize::new(0);
+    let watches = AtomicUsize::new(0);
+    let mut running = Running::start_with(
+        NamespaceSelector::all(),
+        |w| w.with_echoes(echoes.clone()),
+        move |r| {
+            if is_watch(r) {
+                match watches.fetch_add(1, Ordering::SeqCst) {
+                    0 => Reply::Events(vec![
+                        json!({"type": "ERROR", "object": mock_api::status(410, "Expired", 0)}),
+                    ]),
+                    _ => Reply::EventsThenHang(vec![]),
+                }
+            } else {
+                let names = ["u1", "u2", "u3", "u4", "u5"];
+                match lists.fetch_add(1, Ordering::SeqCst) {
+                    0 => list(
+                        names.map(|uid| example("ns", uid, uid, "10")).to_vec(),
+                        "10",
+                    ),
+                    _ => list(
+                        vec![
+                            example("ns", "u1", "u1", "10"),
+                            // Changed by another client.
+                            example("ns", "u2", "u2", "22"),
+                            // The operator's patch.
+                            example("ns", "u3", "u3", "31"),
+                            // Changed again after the operator's patch.
+                            example("ns", "u4", "u4", "42"),
+                            example("ns", "u6", "u6", "60"),
+                        ],
+                        "60",
+                    ),
+                }
+            }
+        },
+    );
+    assert_eq!(
+        running.next(6).await,
+        [
+            "+u1(New)", "+u2(New)", "+u3(New)", "+u4(New)", "+u5(New)", "synced:5"
+        ]
+    );
+    assert_eq!(
+        running.next(5).await,
+        [
+            "+u2(Changed)",
+            "+u4(Changed)",
+            "+u6(New)",
+            "-u5(Vanished)",
+            "synced:5"
+        ],
+        "u1 (unchanged) and u3 (the operator's patch) are known"
     );
     assert!(echoes.is_empty(), "both expectations are used up");
     running.stop().await;

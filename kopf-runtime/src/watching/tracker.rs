@@ -11,6 +11,9 @@
 //!   (same `resourceVersion` as last seen, e.g. in a re-list); one that does
 //!   not decode is tracked by its identity alike and reported as
 //!   [`ObjectEvent::Undecodable`].
+//! - A re-listed object whose body the consumer has at its version (see
+//!   [`ObjectTracker::relisted`]) may be marked seen without being fed: it is
+//!   not reported, nor vanished when the listing completes.
 //! - When a listing completes, every UID known before but absent from it is
 //!   reported as [`DeletedBy::Vanished`], then [`ObjectEvent::Synced`].
 //! - Objects are keyed by UID: a UID seen under a different namespace/name is
@@ -162,6 +165,9 @@ pub(crate) struct ObjectTracker {
     /// The index of each name in `namespaces`.
     namespace_ids: HashMap<Arc<str>, u32>,
     epoch: u32,
+    /// Whether a listing has completed: the consumer has the body of every
+    /// live object at the version recorded (see [`Self::relisted`]).
+    listed: bool,
 }
 
 impl ObjectTracker {
@@ -178,12 +184,18 @@ impl ObjectTracker {
             namespaces: Vec::new(),
             namespace_ids: HashMap::new(),
             epoch: 0,
+            listed: false,
         }
     }
 
     /// How many objects are alive.
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// Whether a listing has completed, so that a listing now is a re-list.
+    pub(crate) fn has_listed(&self) -> bool {
+        self.listed
     }
 
     #[cfg(test)]
@@ -204,9 +216,38 @@ impl ObjectTracker {
     /// `false`, changing nothing, for a UID that is not alive: such an event
     /// must be applied in full.
     pub(crate) fn advance(&mut self, uid: &str, rv: &str) -> bool {
+        self.find_uid(uid)
+            .is_some_and(|index| self.advance_at(index, uid, rv))
+    }
+
+    /// Whether a re-listed object is known to the consumer at `rv` already,
+    /// so that its body need not even be decoded; if so, it is recorded as
+    /// seen by this listing (and at `rv`).
+    ///
+    /// That is so only after a listing has completed (the first listing
+    /// reports every object), for a live object listed at the version last
+    /// seen (which a re-list would report [`Seen::Unchanged`]) or at the
+    /// version `echo` says the operator's own patch was expected back at,
+    /// which its watch event would have been skipped for. `echo` is asked only
+    /// for a live object listed at another version. Otherwise nothing
+    /// changes, and the object must be fed in full.
+    pub(crate) fn relisted(&mut self, uid: &str, rv: &str, echo: impl FnOnce() -> bool) -> bool {
+        if !self.listed {
+            return false;
+        }
         let Some(index) = self.find_uid(uid) else {
             return false;
         };
+        if self.entries[index].resource_version(&self.texts) == rv {
+            self.entries[index].epoch = self.epoch;
+            return true;
+        }
+        // A fresh entry is of the current epoch.
+        echo() && self.advance_at(index, uid, rv)
+    }
+
+    /// [`Self::advance`] for the live entry at `index`, whose UID is `uid`.
+    fn advance_at(&mut self, index: usize, uid: &str, rv: &str) -> bool {
         let entry = self.entries[index];
         let name = entry.name(&self.texts).to_owned();
         if !Entry::fits(uid, rv, &name) {
@@ -377,6 +418,7 @@ impl ObjectTracker {
     }
 
     fn list_done(&mut self, out: &mut Vec<ObjectEvent>) {
+        self.listed = true;
         let epoch = self.epoch;
         let stale = (0..self.entries.len())
             .filter(|&index| self.entries[index].epoch != epoch)
@@ -634,6 +676,48 @@ mod tests {
         assert_eq!(
             meta_strs(object, ["name", "namespace", "resourceVersion"]),
             [Some("a"), Some("ns"), Some("2")]
+        );
+    }
+
+    #[test]
+    fn a_relisted_object_known_at_its_version_is_seen_without_its_body() {
+        let mut t = ObjectTracker::new(resource());
+        let mut out = Vec::new();
+        t.feed(WatchInput::ListStarted, &mut out);
+        t.feed(WatchInput::Listed(obj("ns", "a", "u1", "1")), &mut out);
+        assert!(
+            !t.relisted("u1", "1", || true),
+            "the first listing reports every object"
+        );
+        t.feed(WatchInput::Listed(obj("ns", "b", "u2", "1")), &mut out);
+        t.feed(WatchInput::Listed(obj("ns", "c", "u3", "1")), &mut out);
+        t.feed(WatchInput::ListDone, &mut out);
+
+        out.clear();
+        t.feed(WatchInput::ListStarted, &mut out);
+        let never = || -> bool { panic!("no echo is asked for at the version last seen") };
+        assert!(t.relisted("u1", "1", never), "unchanged");
+        assert!(t.relisted("u2", "2", || true), "the operator's own patch");
+        assert!(!t.relisted("u3", "2", || false), "changed by another");
+        assert!(!t.relisted("u9", "1", || true), "unknown");
+        assert_eq!(out.len(), 0, "nothing is reported of them");
+        t.feed(WatchInput::Listed(obj("ns", "d", "u4", "1")), &mut out);
+        t.feed(WatchInput::ListDone, &mut out);
+        assert_eq!(
+            render(&out),
+            ["+u4(New)", "-u3(Vanished)", "synced:3"],
+            "objects seen without their bodies did not vanish"
+        );
+        // The patch's version is now the one last seen.
+        let events = feed_all(&mut t, listing(vec![obj("ns", "b", "u2", "2")]));
+        assert_eq!(
+            events,
+            [
+                "+u2(Unchanged)",
+                "-u1(Vanished)",
+                "-u4(Vanished)",
+                "synced:1"
+            ]
         );
     }
 
