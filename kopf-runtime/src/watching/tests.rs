@@ -125,35 +125,57 @@ fn is_watch(r: &Recorded) -> bool {
     r.uri.contains("watch=true")
 }
 
-#[tokio::test(start_paused = true)]
-async fn relist_after_gone_reports_vanished_objects() {
-    let lists = AtomicUsize::new(0);
-    let watches = AtomicUsize::new(0);
-    let mut running = Running::start(NamespaceSelector::all(), move |r| {
+/// A mock that answers the `n`th watch with the `n`th of `watches`' events,
+/// then ends it (and keeps the watches after them open and silent), and the
+/// `n`th list with the `n`th of `lists`' items and version (the last again
+/// after them).
+fn scripted(
+    watches: Vec<Vec<Value>>,
+    lists: Vec<(Vec<Value>, &'static str)>,
+) -> impl Fn(&Recorded) -> Reply + Send + Sync + 'static {
+    let (watched, listed) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    move |r| {
         if is_watch(r) {
-            match watches.fetch_add(1, Ordering::SeqCst) {
-                0 => Reply::Events(vec![
-                    mock_api::event("MODIFIED", example("ns", "a", "u1", "11")),
-                    json!({"type": "BOOKMARK", "object": {"kind": "KopfExample", "apiVersion": "kopf.dev/v1", "metadata": {"resourceVersion": "12"}}}),
-                ]),
-                1 => Reply::Events(vec![
-                    json!({"type": "ERROR", "object": mock_api::status(410, "Expired", 0)}),
-                ]),
-                _ => Reply::EventsThenHang(vec![]),
+            match watches.get(watched.fetch_add(1, Ordering::SeqCst)) {
+                Some(events) => Reply::Events(events.clone()),
+                None => Reply::EventsThenHang(vec![]),
             }
         } else {
-            match lists.fetch_add(1, Ordering::SeqCst) {
-                0 => list(
+            let n = listed.fetch_add(1, Ordering::SeqCst).min(lists.len() - 1);
+            let (items, version) = &lists[n];
+            list(items.clone(), version)
+        }
+    }
+}
+
+fn expired() -> Value {
+    json!({"type": "ERROR", "object": mock_api::status(410, "Expired", 0)})
+}
+
+#[tokio::test(start_paused = true)]
+async fn relist_after_gone_reports_vanished_objects() {
+    let mut running = Running::start(
+        NamespaceSelector::all(),
+        scripted(
+            vec![
+                vec![
+                    mock_api::event("MODIFIED", example("ns", "a", "u1", "11")),
+                    json!({"type": "BOOKMARK", "object": {"kind": "KopfExample", "apiVersion": "kopf.dev/v1", "metadata": {"resourceVersion": "12"}}}),
+                ],
+                vec![expired()],
+            ],
+            vec![
+                (
                     vec![
                         example("ns", "a", "u1", "10"),
                         example("ns", "b", "u2", "10"),
                     ],
                     "10",
                 ),
-                _ => list(vec![example("ns", "a", "u1", "11")], "20"),
-            }
-        }
-    });
+                (vec![example("ns", "a", "u1", "11")], "20"),
+            ],
+        ),
+    );
     assert_eq!(running.next(3).await, ["+u1(New)", "+u2(New)", "synced:2"]);
     assert_eq!(running.next(1).await, ["+u1(Changed)"]);
     assert_eq!(
@@ -179,43 +201,35 @@ async fn expected_echoes_are_skipped_and_their_versions_count_as_seen() {
     let echoes = Echoes::default();
     echoes.expect(&"u1".into(), "13");
     echoes.expect(&"u2".into(), "30");
-    let lists = AtomicUsize::new(0);
-    let watches = AtomicUsize::new(0);
     let mut running = Running::start_with(
         NamespaceSelector::all(),
         |w| w.with_echoes(echoes.clone()),
-        move |r| {
-            if is_watch(r) {
-                match watches.fetch_add(1, Ordering::SeqCst) {
-                    0 => Reply::Events(vec![
-                        // Expected at another version: not the echo.
-                        mock_api::event("MODIFIED", example("ns", "b", "u2", "12")),
-                        mock_api::event("MODIFIED", example("ns", "a", "u1", "13")),
-                    ]),
-                    1 => Reply::Events(vec![
-                        json!({"type": "ERROR", "object": mock_api::status(410, "Expired", 0)}),
-                    ]),
-                    _ => Reply::EventsThenHang(vec![]),
-                }
-            } else {
-                match lists.fetch_add(1, Ordering::SeqCst) {
-                    0 => list(
-                        vec![
-                            example("ns", "a", "u1", "10"),
-                            example("ns", "b", "u2", "10"),
-                        ],
-                        "10",
-                    ),
-                    _ => list(
-                        vec![
-                            example("ns", "a", "u1", "13"),
-                            example("ns", "b", "u2", "12"),
-                        ],
-                        "20",
-                    ),
-                }
-            }
-        },
+        scripted(
+            vec![
+                vec![
+                    // Expected at another version: not the echo.
+                    mock_api::event("MODIFIED", example("ns", "b", "u2", "12")),
+                    mock_api::event("MODIFIED", example("ns", "a", "u1", "13")),
+                ],
+                vec![expired()],
+            ],
+            vec![
+                (
+                    vec![
+                        example("ns", "a", "u1", "10"),
+                        example("ns", "b", "u2", "10"),
+                    ],
+                    "10",
+                ),
+                (
+                    vec![
+                        example("ns", "a", "u1", "13"),
+                        example("ns", "b", "u2", "12"),
+                    ],
+                    "20",
+                ),
+            ],
+        ),
     );
     assert_eq!(running.next(3).await, ["+u1(New)", "+u2(New)", "synced:2"]);
     assert_eq!(
@@ -244,42 +258,29 @@ async fn a_relist_reports_only_what_the_consumer_lacks() {
     let echoes = Echoes::default();
     echoes.expect(&"u3".into(), "31");
     echoes.expect(&"u4".into(), "41");
-    let lists = AtomicUsize::new(0);
-    let watches = AtomicUsize::new(0);
+    let first = ["u1", "u2", "u3", "u4", "u5"].map(|uid| example("ns", uid, uid, "10"));
     let mut running = Running::start_with(
         NamespaceSelector::all(),
         |w| w.with_echoes(echoes.clone()),
-        move |r| {
-            if is_watch(r) {
-                match watches.fetch_add(1, Ordering::SeqCst) {
-                    0 => Reply::Events(vec![
-                        json!({"type": "ERROR", "object": mock_api::status(410, "Expired", 0)}),
-                    ]),
-                    _ => Reply::EventsThenHang(vec![]),
-                }
-            } else {
-                let names = ["u1", "u2", "u3", "u4", "u5"];
-                match lists.fetch_add(1, Ordering::SeqCst) {
-                    0 => list(
-                        names.map(|uid| example("ns", uid, uid, "10")).to_vec(),
-                        "10",
-                    ),
-                    _ => list(
-                        vec![
-                            example("ns", "u1", "u1", "10"),
-                            // Changed by another client.
-                            example("ns", "u2", "u2", "22"),
-                            // The operator's patch.
-                            example("ns", "u3", "u3", "31"),
-                            // Changed again after the operator's patch.
-                            example("ns", "u4", "u4", "42"),
-                            example("ns", "u6", "u6", "60"),
-                        ],
-                        "60",
-                    ),
-                }
-            }
-        },
+        scripted(
+            vec![vec![expired()]],
+            vec![
+                (first.to_vec(), "10"),
+                (
+                    vec![
+                        example("ns", "u1", "u1", "10"),
+                        // Changed by another client.
+                        example("ns", "u2", "u2", "22"),
+                        // The operator's patch.
+                        example("ns", "u3", "u3", "31"),
+                        // Changed again after the operator's patch.
+                        example("ns", "u4", "u4", "42"),
+                        example("ns", "u6", "u6", "60"),
+                    ],
+                    "60",
+                ),
+            ],
+        ),
     );
     assert_eq!(
         running.next(6).await,
