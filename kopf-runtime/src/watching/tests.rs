@@ -148,6 +148,17 @@ fn scripted(
     }
 }
 
+/// The first listing of the re-list tests: "a" (u1) and "b" (u2) at 10.
+fn first_listing() -> (Vec<Value>, &'static str) {
+    (
+        vec![
+            example("ns", "a", "u1", "10"),
+            example("ns", "b", "u2", "10"),
+        ],
+        "10",
+    )
+}
+
 fn expired() -> Value {
     json!({"type": "ERROR", "object": mock_api::status(410, "Expired", 0)})
 }
@@ -165,13 +176,7 @@ async fn relist_after_gone_reports_vanished_objects() {
                 vec![expired()],
             ],
             vec![
-                (
-                    vec![
-                        example("ns", "a", "u1", "10"),
-                        example("ns", "b", "u2", "10"),
-                    ],
-                    "10",
-                ),
+                first_listing(),
                 (vec![example("ns", "a", "u1", "11")], "20"),
             ],
         ),
@@ -214,13 +219,7 @@ async fn expected_echoes_are_skipped_and_their_versions_count_as_seen() {
                 vec![expired()],
             ],
             vec![
-                (
-                    vec![
-                        example("ns", "a", "u1", "10"),
-                        example("ns", "b", "u2", "10"),
-                    ],
-                    "10",
-                ),
+                first_listing(),
                 (
                     vec![
                         example("ns", "a", "u1", "13"),
