@@ -4,7 +4,9 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -229,10 +231,34 @@ where
     Fut: Future<Output = R> + Send + 'static,
     R: IntoOutcome,
 {
-    Arc::new(move |kwargs| {
-        let future = f(kwargs);
-        Box::pin(async move { future.await.into_outcome() })
-    })
+    Arc::new(move |kwargs| Box::pin(Outcomes { future: f(kwargs) }))
+}
+
+pin_project_lite::pin_project! {
+    /// A handler fn's future, its output made an [`Outcome`]. Not an async
+    /// block around the future: a block keeps what it captured and what it
+    /// awaits in two places, so that every call's box held the fn's future
+    /// (and its `Kwargs`) twice, and was too large for the system
+    /// allocator's per-thread cache.
+    struct Outcomes<Fut> {
+        #[pin]
+        future: Fut,
+    }
+}
+
+impl<Fut> Future for Outcomes<Fut>
+where
+    Fut: Future,
+    Fut::Output: IntoOutcome,
+{
+    type Output = Outcome;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+        self.project()
+            .future
+            .poll(cx)
+            .map(IntoOutcome::into_outcome)
+    }
 }
 
 macro_rules! resource_constructors {
@@ -890,6 +916,23 @@ mod tests {
             !Handler::timer(ResourceRef::dynamic("", "v1", "pods"), "t", noop)
                 .no_finalizers()
                 .requires_finalizer
+        );
+    }
+
+    #[test]
+    fn a_call_holds_the_fn_future_once() {
+        // Every call allocates its future: an async block around the fn's
+        // future held it (and its `Kwargs`) twice.
+        let f = |kw: Kwargs| async move {
+            std::hint::black_box(&kw);
+        };
+        let alone = std::mem::size_of_val(&f(Kwargs::default()));
+        let handler = Handler::on_event(ResourceRef::dynamic("", "v1", "pods"), "e", f);
+        let call = handler.call(Kwargs::default());
+        let held = std::mem::size_of_val(&*call);
+        assert!(
+            held <= alone + 16,
+            "a call holds {held} bytes for a fn future of {alone}"
         );
     }
 
