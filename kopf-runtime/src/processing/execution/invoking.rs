@@ -160,7 +160,9 @@ pub(crate) fn invoke(
     let call = catch_panics(|| handler.call(kwargs));
     async move {
         let outcome = match limit {
-            Some(limit) => match tokio::time::timeout(limit, call).await {
+            // Boxed: its sleep would make every call's future larger,
+            // and most handlers have no timeout.
+            Some(limit) => match Box::pin(tokio::time::timeout(limit, call)).await {
                 Ok(outcome) => outcome,
                 Err(_elapsed) => {
                     if let Some(in_flight) = in_flight {
