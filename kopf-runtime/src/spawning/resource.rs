@@ -444,7 +444,7 @@ mod tests {
     use crate::model::resources::ResourceRef;
     use crate::settings::NetworkingSettings;
     use crate::spawning::outcome::Verdict;
-    use crate::spawning::testkit::Recorder;
+    use crate::spawning::testkit::{Recorder, paused_runtime, settle};
     use crate::spawning::{Spawner, SpawnerSettings};
 
     /// Every log line written while it is the default subscriber.
@@ -541,11 +541,7 @@ mod tests {
     /// runtime runs the task.
     fn allocated_by_ticks() -> (u64, u64) {
         const TICKS: u64 = 100;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .expect("runtime");
+        let runtime = paused_runtime();
         let ticks = Arc::new(AtomicU64::new(0));
         let counted = Arc::clone(&ticks);
         let handler = Handler::timer(
@@ -565,9 +561,7 @@ mod tests {
             runtime.block_on(async {
                 for _ in 0..seconds {
                     tokio::time::advance(Duration::from_secs(1)).await;
-                    for _ in 0..8 {
-                        tokio::task::yield_now().await;
-                    }
+                    settle().await;
                 }
             });
         };

@@ -787,7 +787,9 @@ mod tests {
 
     use tokio::time::Instant;
 
-    use super::super::testkit::{Calls, advance_to, body, millis, secs, settle, spawner};
+    use super::super::testkit::{
+        Calls, advance_to, body, millis, paused_runtime, secs, settle, spawner,
+    };
     use super::super::{Ensured, Spawner, SpawnerSettings, TaskOutcome, TaskSpec, task_fn};
     use super::ShutdownError;
     use crate::spawning::stopping::StopReason;
@@ -821,11 +823,7 @@ mod tests {
     /// alarm is alone in its slot).
     fn held_per_waiting_timer(apart: bool) -> i64 {
         const OBJECTS: usize = 1_000;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .expect("runtime");
+        let runtime = paused_runtime();
         let (spawner, _) = runtime.block_on(async { spawner() });
         let spec =
             TaskSpec::timer("t", secs(60), task_fn(|_ctx| async { TaskOutcome::ok() })).build();

@@ -219,6 +219,16 @@ pub(crate) fn millis(ms: u64) -> Duration {
     Duration::from_millis(ms)
 }
 
+/// A current-thread runtime on a paused clock, for tests that count what
+/// the test's thread allocates (its tasks run there).
+pub(crate) fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("runtime")
+}
+
 /// Let spawned tasks run without moving the clock.
 pub(crate) async fn settle() {
     for _ in 0..20 {
